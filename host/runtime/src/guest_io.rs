@@ -1,0 +1,200 @@
+//! Guest stdout/stderr and `host-log.log`, routed to the host log with a
+//! per-instance rate limit.
+//!
+//! Guests from C, Python and JavaScript print; the host must show it (it is
+//! often the only clue to a broken NF) without letting a chatty NF flood
+//! the log. Lines are tagged with the NF's name.
+
+use bytes::Bytes;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
+
+/// Longest line kept; longer lines are cut (a guest could print megabytes
+/// without a newline).
+const MAX_LINE: usize = 4096;
+
+/// A token bucket over wall time: `rate` lines per second, bursts of `rate`.
+#[derive(Debug)]
+pub struct LogLimiter {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+    /// Lines dropped so far.
+    pub dropped: u64,
+}
+
+impl LogLimiter {
+    /// A limiter allowing `per_second` lines per second.
+    pub fn new(per_second: u32) -> Self {
+        let rate = f64::from(per_second.max(1));
+        LogLimiter { rate, tokens: rate, last: Instant::now(), dropped: 0 }
+    }
+
+    /// Whether a line may be written now.
+    pub fn allow(&mut self) -> bool {
+        let now = Instant::now();
+        let dt = now.duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + dt * self.rate).min(self.rate);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            self.dropped += 1;
+            false
+        }
+    }
+}
+
+/// Which guest stream a line came from.
+#[derive(Debug, Clone, Copy)]
+pub enum Stream {
+    /// stdout.
+    Stdout,
+    /// stderr.
+    Stderr,
+}
+
+#[derive(Debug)]
+struct Inner {
+    nf: Arc<str>,
+    stream: Stream,
+    line: Vec<u8>,
+    limiter: Arc<Mutex<LogLimiter>>,
+}
+
+impl Inner {
+    fn write(&mut self, mut data: &[u8]) {
+        while let Some(pos) = data.iter().position(|&b| b == b'\n') {
+            let (head, rest) = data.split_at(pos);
+            self.push(head);
+            self.flush_line();
+            data = rest.get(1..).unwrap_or(&[]);
+        }
+        self.push(data);
+    }
+
+    fn push(&mut self, d: &[u8]) {
+        let room = MAX_LINE.saturating_sub(self.line.len());
+        self.line.extend_from_slice(d.get(..room.min(d.len())).unwrap_or(&[]));
+    }
+
+    fn flush_line(&mut self) {
+        let allowed = self.limiter.lock().map(|mut l| l.allow()).unwrap_or(false);
+        if allowed {
+            let text = String::from_utf8_lossy(&self.line);
+            match self.stream {
+                Stream::Stdout => tracing::info!(target: "sluice::guest", nf = %self.nf, "{text}"),
+                Stream::Stderr => tracing::warn!(target: "sluice::guest", nf = %self.nf, "{text}"),
+            }
+        }
+        self.line.clear();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !self.line.is_empty() {
+            self.flush_line();
+        }
+    }
+}
+
+/// A guest output stream writing lines to the host log.
+#[derive(Debug, Clone)]
+pub struct GuestOutput {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl GuestOutput {
+    /// A stream for NF `nf` sharing `limiter` with the instance's other
+    /// outputs.
+    pub fn new(nf: Arc<str>, stream: Stream, limiter: Arc<Mutex<LogLimiter>>) -> Self {
+        GuestOutput { inner: Arc::new(Mutex::new(Inner { nf, stream, line: Vec::new(), limiter })) }
+    }
+
+    fn write_bytes(&self, data: &[u8]) {
+        if let Ok(mut i) = self.inner.lock() {
+            i.write(data);
+        }
+    }
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for GuestOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> Result<usize, StreamError> {
+        Ok(64 * 1024)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for GuestOutput {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for GuestOutput {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.write_bytes(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_drops_beyond_the_rate() {
+        let mut l = LogLimiter::new(5);
+        let allowed = (0..100).filter(|_| l.allow()).count();
+        assert!((5..=6).contains(&allowed), "{allowed}");
+        assert_eq!(l.dropped as usize, 100 - allowed);
+    }
+
+    #[test]
+    fn long_lines_are_cut() {
+        let limiter = Arc::new(Mutex::new(LogLimiter::new(10)));
+        let out = GuestOutput::new("t".into(), Stream::Stdout, limiter);
+        out.write_bytes(&vec![b'a'; 10_000]);
+        assert_eq!(out.inner.lock().unwrap().line.len(), MAX_LINE);
+        out.write_bytes(b"\n");
+        assert!(out.inner.lock().unwrap().line.is_empty());
+    }
+}

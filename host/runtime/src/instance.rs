@@ -1,0 +1,448 @@
+//! One NF instance on one worker: called once per batch, contained when it
+//! fails, re-created after a trap, with its flow state kept by the host.
+
+use crate::batch::BatchBuilder;
+use crate::bindings::{Event, NetworkFunction, NfInfo, Rewrite, StateOp, Verdict};
+use crate::engine::Runtime;
+use crate::error::RuntimeError;
+use crate::host::HostState;
+use crate::limits::{FailurePolicy, NfLimits};
+use crate::meters::NfMeters;
+use crate::module::NfModule;
+use crate::state::FlowTable;
+use std::sync::Arc;
+use std::time::Instant;
+use wasmtime::{Engine, Store, Trap};
+
+/// Default idle timeout of flow state when the NF names none: 120 s.
+pub const DEFAULT_FLOW_IDLE_TIMEOUT_NS: u64 = 120_000_000_000;
+
+/// Longest rewritten packet accepted.
+pub const MAX_PACKET_LEN: usize = 65_535;
+
+/// An NF module with the configuration and limits it runs under.
+#[derive(Debug, Clone)]
+pub struct NfSpec {
+    /// The compiled module.
+    pub module: NfModule,
+    /// Bytes passed to `init`.
+    pub config: Arc<[u8]>,
+    /// Limits and failure policy.
+    pub limits: NfLimits,
+}
+
+/// Why a trap happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrapCause {
+    /// The batch ran past its CPU deadline.
+    Deadline,
+    /// The batch ran out of fuel.
+    OutOfFuel,
+    /// Memory growth past the NF's cap.
+    OutOfMemory,
+    /// Wasm stack exhausted (deep recursion).
+    StackOverflow,
+    /// The guest panicked or aborted (`unreachable`).
+    Panic,
+    /// Any other trap (bad memory access, division by zero, ...).
+    Other,
+}
+
+impl std::fmt::Display for TrapCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TrapCause::Deadline => "deadline exceeded",
+            TrapCause::OutOfFuel => "out of fuel",
+            TrapCause::OutOfMemory => "out of memory",
+            TrapCause::StackOverflow => "stack overflow",
+            TrapCause::Panic => "panic",
+            TrapCause::Other => "trap",
+        })
+    }
+}
+
+fn classify(err: &wasmtime::Error) -> TrapCause {
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => TrapCause::Deadline,
+        Some(Trap::OutOfFuel) => TrapCause::OutOfFuel,
+        Some(Trap::StackOverflow) => TrapCause::StackOverflow,
+        Some(Trap::UnreachableCodeReached) => TrapCause::Panic,
+        Some(Trap::AllocationTooLarge) => TrapCause::OutOfMemory,
+        _ => {
+            let text = format!("{err:#}");
+            if text.contains("memory") && (text.contains("grow") || text.contains("limit")) {
+                TrapCause::OutOfMemory
+            } else {
+                TrapCause::Other
+            }
+        }
+    }
+}
+
+/// How the last batch ended for this NF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchStatus {
+    /// The NF decided every packet.
+    Ok,
+    /// The NF trapped; the policy decided the batch.
+    Trapped(TrapCause),
+    /// The NF returned an error or a malformed result; the policy decided.
+    Failed(String),
+    /// No instance could be created; the policy decided.
+    Unavailable(String),
+}
+
+/// An event with the host's stamp.
+#[derive(Debug, Clone)]
+pub struct EmittedEvent {
+    /// NF that emitted it.
+    pub nf: Arc<str>,
+    /// The event.
+    pub event: Event,
+    /// Flow of the packet it names, if any.
+    pub flow: Option<sluice_wire::FlowKey>,
+    /// Timestamp of that packet (or of the batch's last packet).
+    pub timestamp_ns: u64,
+}
+
+/// The NF's decisions for one batch.
+#[derive(Debug, Default)]
+pub struct StageOutput {
+    /// One per packet.
+    pub verdicts: Vec<Verdict>,
+    /// Rewritten packets.
+    pub rewrites: Vec<Rewrite>,
+}
+
+struct Live {
+    store: Store<HostState>,
+    bindings: NetworkFunction,
+}
+
+/// One NF instance with its host-owned state and meters.
+pub struct NfInstance {
+    spec: NfSpec,
+    engine: Engine,
+    fuel_enabled: bool,
+    deadline_ticks: u64,
+    live: Option<Live>,
+    info: NfInfo,
+    table: FlowTable,
+    meters: NfMeters,
+    events: Vec<EmittedEvent>,
+    touched: Vec<bool>,
+    log_dropped_base: u64,
+}
+
+impl std::fmt::Debug for NfInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NfInstance").field("nf", &self.spec.module.name).finish_non_exhaustive()
+    }
+}
+
+impl NfInstance {
+    /// Instantiates the NF and calls `init` with its config. A refused
+    /// config is [`RuntimeError::ConfigRejected`] with the NF's message.
+    pub fn new(runtime: &Runtime, spec: NfSpec) -> Result<Self, RuntimeError> {
+        let nf = spec.module.name.to_string();
+        if spec.limits.memory_bytes > runtime.config.max_memory_bytes {
+            return Err(RuntimeError::Limits {
+                nf,
+                reason: format!(
+                    "memory cap {} bytes exceeds the runtime's pool slot of {} bytes; raise max-memory-mb in the host config",
+                    spec.limits.memory_bytes, runtime.config.max_memory_bytes
+                ),
+            });
+        }
+        if spec.limits.fuel_per_batch.is_some() && !runtime.config.fuel {
+            return Err(RuntimeError::Limits {
+                nf,
+                reason: "a fuel limit needs fuel metering enabled in the runtime config".into(),
+            });
+        }
+        let tick = runtime.config.epoch_tick.as_nanos().max(1);
+        let deadline_ticks = u64::try_from(spec.limits.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1;
+        let mut inst = NfInstance {
+            engine: runtime.engine.clone(),
+            fuel_enabled: runtime.config.fuel,
+            deadline_ticks,
+            live: None,
+            info: NfInfo { wants_flow_state: false, flow_idle_timeout_ns: 0 },
+            table: FlowTable::new(DEFAULT_FLOW_IDLE_TIMEOUT_NS, spec.limits.max_flows),
+            meters: NfMeters::default(),
+            events: Vec::new(),
+            touched: Vec::new(),
+            log_dropped_base: 0,
+            spec,
+        };
+        inst.start()?;
+        Ok(inst)
+    }
+
+    fn arm(&self, store: &mut Store<HostState>) {
+        store.set_epoch_deadline(self.deadline_ticks);
+        if self.fuel_enabled {
+            let _ = store.set_fuel(self.spec.limits.fuel_per_batch.unwrap_or(u64::MAX));
+        }
+    }
+
+    /// Creates a fresh instance and runs `init`.
+    fn start(&mut self) -> Result<(), RuntimeError> {
+        let name = self.spec.module.name.clone();
+        let state = HostState::new(name.clone(), self.spec.limits.memory_bytes, self.spec.limits.log_lines_per_second);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.epoch_deadline_trap();
+        self.arm(&mut store);
+        self.meters.instantiations += 1;
+        let bindings = self.spec.module.pre.instantiate(&mut store).map_err(|e| RuntimeError::Start {
+            nf: name.to_string(),
+            reason: format!("instantiation failed: {e:#}"),
+        })?;
+        let info = match bindings.sluice_nf_nf().call_init(&mut store, &self.spec.config) {
+            Ok(Ok(info)) => info,
+            Ok(Err(message)) => return Err(RuntimeError::ConfigRejected { nf: name.to_string(), message }),
+            Err(e) => {
+                return Err(RuntimeError::Start {
+                    nf: name.to_string(),
+                    reason: format!("init trapped ({}): {e:#}", classify(&e)),
+                });
+            }
+        };
+        self.table.set_idle_timeout_ns(if info.flow_idle_timeout_ns == 0 {
+            DEFAULT_FLOW_IDLE_TIMEOUT_NS
+        } else {
+            info.flow_idle_timeout_ns
+        });
+        self.info = info;
+        self.log_dropped_base = self.meters.log_dropped;
+        self.live = Some(Live { store, bindings });
+        Ok(())
+    }
+
+    /// NF name.
+    pub fn name(&self) -> &str {
+        &self.spec.module.name
+    }
+
+    /// The module this instance runs.
+    pub fn module(&self) -> &NfModule {
+        &self.spec.module
+    }
+
+    /// What the NF said about itself in `init`.
+    pub fn wants_flow_state(&self) -> bool {
+        self.info.wants_flow_state
+    }
+
+    /// Meters so far.
+    pub fn meters(&self) -> &NfMeters {
+        &self.meters
+    }
+
+    /// The NF's flow state on this worker.
+    pub fn flow_table(&self) -> &FlowTable {
+        &self.table
+    }
+
+    /// The NF's flow state, mutable (export/import).
+    pub fn flow_table_mut(&mut self) -> &mut FlowTable {
+        &mut self.table
+    }
+
+    /// Takes the events emitted since the last call.
+    pub fn drain_events(&mut self) -> Vec<EmittedEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Processes the batch in `builder`: hands in flow state, calls the NF
+    /// once, applies its decisions or, if it failed, its failure policy.
+    /// Never panics and never returns an error: failure is a status.
+    pub fn process(&mut self, builder: &mut BatchBuilder, out: &mut StageOutput) -> BatchStatus {
+        out.verdicts.clear();
+        out.rewrites.clear();
+        let n = builder.len();
+        let (batch, flow_keys, now) = builder.parts_mut();
+        self.meters.invocations += 1;
+        self.meters.packets += n as u64;
+        self.meters.bytes += batch.data.len() as u64;
+        let wants_state = self.info.wants_flow_state;
+        if wants_state {
+            for (flow, key) in batch.flows.iter_mut().zip(flow_keys) {
+                flow.state = self.table.take(key, now);
+            }
+            self.meters.state_ops += batch.flows.len() as u64;
+        } else {
+            for flow in batch.flows.iter_mut() {
+                flow.state = None;
+            }
+        }
+
+        if self.live.is_none()
+            && let Err(e) = self.start()
+        {
+            self.restore_state(batch, flow_keys, now);
+            let msg = e.to_string();
+            self.apply_policy(n, out);
+            return BatchStatus::Unavailable(msg);
+        }
+        let Some(live) = self.live.as_mut() else {
+            self.apply_policy(n, out);
+            return BatchStatus::Unavailable("no instance".into());
+        };
+        live.store.set_epoch_deadline(self.deadline_ticks);
+        if self.fuel_enabled {
+            let _ = live.store.set_fuel(self.spec.limits.fuel_per_batch.unwrap_or(u64::MAX));
+        }
+        let t0 = Instant::now();
+        let result = live.bindings.sluice_nf_nf().call_process(&mut live.store, batch);
+        self.meters.cpu_ns += u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+
+        // Events and log drops are collected even from a batch that failed.
+        let data = live.store.data_mut();
+        let emitted = std::mem::take(&mut data.events);
+        self.meters.events += emitted.len() as u64 + std::mem::take(&mut data.events_dropped);
+        self.meters.log_dropped = self.log_dropped_base + data.log_dropped();
+        for event in emitted {
+            let meta = event.packet.and_then(|p| batch.packets.get(p as usize));
+            self.events.push(EmittedEvent {
+                nf: self.spec.module.name.clone(),
+                flow: meta.and_then(|m| m.key.as_ref()).map(Into::into),
+                timestamp_ns: meta.map(|m| m.timestamp_ns).unwrap_or(now),
+                event,
+            });
+        }
+
+        let status = match result {
+            Ok(Ok(mut r)) => match validate(&r, n, batch.flows.len()) {
+                Ok(()) => {
+                    if wants_state {
+                        self.apply_updates(batch, flow_keys, now, &mut r.flow_updates);
+                    }
+                    for v in &r.verdicts {
+                        match v {
+                            Verdict::Drop => self.meters.dropped += 1,
+                            Verdict::Forward(_) | Verdict::Label(_) => self.meters.forwarded += 1,
+                        }
+                    }
+                    self.meters.rewritten += r.rewrites.len() as u64;
+                    out.verdicts = r.verdicts;
+                    out.rewrites = r.rewrites;
+                    return BatchStatus::Ok;
+                }
+                Err(msg) => {
+                    self.meters.errors += 1;
+                    tracing::warn!(nf = %self.spec.module.name, "malformed batch result: {msg}");
+                    BatchStatus::Failed(msg)
+                }
+            },
+            Ok(Err(msg)) => {
+                self.meters.errors += 1;
+                tracing::warn!(nf = %self.spec.module.name, "batch refused by the NF: {msg}");
+                BatchStatus::Failed(msg)
+            }
+            Err(e) => {
+                let cause = classify(&e);
+                self.meters.traps += 1;
+                tracing::warn!(
+                    nf = %self.spec.module.name,
+                    cause = %cause,
+                    policy = ?self.spec.limits.failure_policy,
+                    "NF trapped; applying failure policy and re-creating the instance: {e:#}"
+                );
+                // The instance may be in any state after a trap: drop it and
+                // re-create it (lazily, at the next batch). Flow state lives
+                // here, not in the instance, so nothing is lost.
+                self.live = None;
+                BatchStatus::Trapped(cause)
+            }
+        };
+        self.restore_state(batch, flow_keys, now);
+        self.apply_policy(n, out);
+        status
+    }
+
+    fn restore_state(&mut self, batch: &mut crate::bindings::Batch, keys: &[sluice_wire::FlowKey], now: u64) {
+        if !self.info.wants_flow_state {
+            return;
+        }
+        for (flow, key) in batch.flows.iter_mut().zip(keys) {
+            if let Some(v) = flow.state.take() {
+                self.table.put_back(key, v, now);
+            }
+        }
+    }
+
+    fn apply_updates(
+        &mut self,
+        batch: &mut crate::bindings::Batch,
+        keys: &[sluice_wire::FlowKey],
+        now: u64,
+        updates: &mut Vec<crate::bindings::FlowUpdate>,
+    ) {
+        self.touched.clear();
+        self.touched.resize(keys.len(), false);
+        for u in updates.drain(..) {
+            let idx = u.flow as usize;
+            let Some(key) = keys.get(idx) else { continue };
+            if let Some(t) = self.touched.get_mut(idx) {
+                *t = true;
+            }
+            self.meters.state_ops += 1;
+            match u.op {
+                StateOp::Set(v) if v.len() > self.spec.limits.max_flow_state_bytes => {
+                    self.meters.state_rejected += 1;
+                    // Keep the old value: a refused write must not erase it.
+                    if let Some(old) = batch.flows.get_mut(idx).and_then(|f| f.state.take()) {
+                        self.table.put_back(key, old, now);
+                    }
+                }
+                StateOp::Set(v) => {
+                    if !self.table.set(*key, v, now) {
+                        self.meters.state_rejected += 1;
+                    }
+                }
+                StateOp::Remove => self.table.remove(key),
+            }
+        }
+        for ((flow, key), touched) in batch.flows.iter_mut().zip(keys).zip(&self.touched) {
+            let v = flow.state.take();
+            if !touched && let Some(v) = v {
+                self.table.put_back(key, v, now);
+            }
+        }
+        self.table.expire(now);
+    }
+
+    fn apply_policy(&mut self, n: usize, out: &mut StageOutput) {
+        let v = match self.spec.limits.failure_policy {
+            FailurePolicy::FailOpen => Verdict::Forward(0),
+            FailurePolicy::FailClosed => Verdict::Drop,
+        };
+        out.verdicts.clear();
+        out.verdicts.resize(n, v);
+        out.rewrites.clear();
+        self.meters.policy_packets += n as u64;
+    }
+}
+
+fn validate(r: &crate::bindings::BatchResult, packets: usize, flows: usize) -> Result<(), String> {
+    if r.verdicts.len() != packets {
+        return Err(format!("{} verdicts for {packets} packets", r.verdicts.len()));
+    }
+    for rw in &r.rewrites {
+        if rw.packet as usize >= packets {
+            return Err(format!("rewrite of packet {} in a batch of {packets}", rw.packet));
+        }
+        if rw.data.len() > MAX_PACKET_LEN || rw.data.is_empty() {
+            return Err(format!("rewrite of packet {} has {} bytes (1..=65535 allowed)", rw.packet, rw.data.len()));
+        }
+    }
+    for u in &r.flow_updates {
+        if u.flow as usize >= flows {
+            return Err(format!("state update of flow {} in a batch of {flows} flows", u.flow));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! Per-NF limits and the failure policy, with why each exists.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// What happens to a batch whose NF failed (trapped, returned an error, or
+/// returned a malformed result).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailurePolicy {
+    /// Forward every packet of the batch unchanged, as if the NF were not
+    /// there. For NFs whose absence is harmless (monitors, counters).
+    FailOpen,
+    /// Drop every packet of the batch. For NFs that enforce policy
+    /// (firewalls, IPS): failing open would let traffic bypass them.
+    #[default]
+    FailClosed,
+}
+
+/// Limits for one NF instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfLimits {
+    /// CPU deadline of one `process` (or `init`) call, enforced by epoch
+    /// interruption. A batch that runs longer traps with `deadline`.
+    ///
+    /// Why: one NF must not stall the worker it shares with other NFs and
+    /// flows; a 32-packet batch takes microseconds, so 10 ms only catches
+    /// runaway code. Granularity is the runtime's epoch tick (1 ms).
+    pub deadline: Duration,
+    /// Largest linear memory an instance may grow to, in bytes. Growing past
+    /// it traps with `out-of-memory`.
+    ///
+    /// Why: memory is the resource tenants are billed and hosts sized for;
+    /// an unbounded allocation must fail inside the sandbox, not take the
+    /// host down. Must not exceed the runtime's pool slot size.
+    pub memory_bytes: u64,
+    /// Optional fuel (roughly, Wasm instructions) per batch call. Running
+    /// out traps with `out-of-fuel`.
+    ///
+    /// Why: a deterministic budget, independent of machine speed, for
+    /// tenants who are billed per work done. Costs some speed on every NF
+    /// of the runtime, so it is off unless asked for.
+    pub fuel_per_batch: Option<u64>,
+    /// What a failed batch becomes.
+    pub failure_policy: FailurePolicy,
+    /// Largest state value one flow may hold, in bytes. Larger `set`s are
+    /// refused and counted.
+    ///
+    /// Why: per-flow state is host memory the tenant does not see growing;
+    /// a small cap keeps a flow table's size predictable (flows × cap).
+    pub max_flow_state_bytes: usize,
+    /// Most flows with state an NF may hold per worker. New flows past it
+    /// get no state (counted as `state_full`).
+    ///
+    /// Why: a SYN flood would otherwise grow the table without bound.
+    pub max_flows: usize,
+    /// Log lines per second an instance may write (guest stdout/stderr and
+    /// `host-log.log`); more are dropped and counted.
+    ///
+    /// Why: a chatty NF on a 10 Mpps path would flood the host log.
+    pub log_lines_per_second: u32,
+}
+
+impl Default for NfLimits {
+    fn default() -> Self {
+        NfLimits {
+            deadline: Duration::from_millis(10),
+            memory_bytes: 64 << 20,
+            fuel_per_batch: None,
+            failure_policy: FailurePolicy::FailClosed,
+            max_flow_state_bytes: 4096,
+            max_flows: 1 << 20,
+            log_lines_per_second: 50,
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! One-pass, lax parsing of a whole frame into the layer offsets and flow key
+//! the host puts into batch metadata.
+//!
+//! "Lax" in the sense of etherparse's `LaxSlicedPacket`: a packet whose
+//! transport header is cut off still yields its IP layer, and the first error
+//! is recorded with the layer it happened in, so an IDS or monitor can still
+//! account for damaged traffic.
+
+use crate::ethernet::{EthernetFrame, ethertype};
+use crate::flow::{FlowKey, IpAddr128};
+use crate::icmp::IcmpPacket;
+use crate::ipv4::Ipv4Packet;
+use crate::ipv6::Ipv6Packet;
+use crate::tcp::TcpPacket;
+use crate::udp::UdpPacket;
+use crate::{Error, Result};
+
+/// IP protocol numbers.
+pub mod protocol {
+    /// ICMP.
+    pub const ICMP: u8 = 1;
+    /// TCP.
+    pub const TCP: u8 = 6;
+    /// UDP.
+    pub const UDP: u8 = 17;
+    /// ICMPv6.
+    pub const ICMPV6: u8 = 58;
+}
+
+/// The layer a parse error happened in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// Ethernet or VLAN tags.
+    Link,
+    /// IPv4 or IPv6.
+    Network,
+    /// TCP, UDP or ICMP.
+    Transport,
+}
+
+/// What one pass over a frame found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Layers {
+    /// Outer VLAN id, if tagged.
+    pub vlan: Option<u16>,
+    /// EtherType after VLAN tags (0 when the Ethernet header is missing).
+    pub ethertype: u16,
+    /// Offset of the IP header.
+    pub l3_offset: Option<u16>,
+    /// Offset of the TCP/UDP/ICMP header (absent for later fragments).
+    pub l4_offset: Option<u16>,
+    /// The 5-tuple (ports are 0 when the transport header is missing).
+    pub key: Option<FlowKey>,
+    /// Whether the IP packet is a fragment.
+    pub fragment: bool,
+    /// TCP flags, when the packet is TCP with a readable header.
+    pub tcp_flags: Option<u8>,
+    /// The first error met, and in which layer. The fields above hold
+    /// everything read before it.
+    pub error: Option<(Layer, Error)>,
+}
+
+/// Parses an Ethernet frame. Never panics, whatever the input.
+pub fn parse(frame: &[u8]) -> Layers {
+    let mut out = Layers::default();
+    if let Err(e) = parse_into(frame, &mut out) {
+        out.error = Some(e);
+    }
+    out
+}
+
+fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer, Error)> {
+    let eth = EthernetFrame::new_checked(frame).map_err(|e| (Layer::Link, e))?;
+    let (ethertype, l3, vlan) = eth.network().map_err(|e| (Layer::Link, e))?;
+    out.vlan = vlan;
+    out.ethertype = ethertype;
+    let ip_bytes = frame.get(l3..).unwrap_or(&[]);
+    let (proto, l4_rel, src, dst, fragment, later_fragment) = match ethertype {
+        ethertype::IPV4 => {
+            let ip = Ipv4Packet::new_checked(ip_bytes).map_err(|e| (Layer::Network, e))?;
+            let frag = ip.is_fragment();
+            (
+                ip.protocol(),
+                ip.header_len(),
+                IpAddr128::from_v4(ip.src()),
+                IpAddr128::from_v4(ip.dst()),
+                frag,
+                ip.frag_offset() != 0,
+            )
+        }
+        ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_checked(ip_bytes).map_err(|e| (Layer::Network, e))?;
+            let src = IpAddr128::from_v6(ip.src());
+            let dst = IpAddr128::from_v6(ip.dst());
+            out.l3_offset = u16::try_from(l3).ok();
+            let ul = match ip.upper_layer() {
+                Ok(v) => v,
+                Err(e) => {
+                    out.key = Some(FlowKey { src, dst, src_port: 0, dst_port: 0, protocol: ip.next_header() });
+                    return Err((Layer::Network, e));
+                }
+            };
+            (ul.protocol, ul.offset, src, dst, ul.fragment, ul.later_fragment)
+        }
+        _ => return Ok(()),
+    };
+    out.l3_offset = u16::try_from(l3).ok();
+    out.fragment = fragment;
+    let mut key = FlowKey { src, dst, src_port: 0, dst_port: 0, protocol: proto };
+    out.key = Some(key);
+    if later_fragment {
+        return Ok(());
+    }
+    let l4 = l3 + l4_rel;
+    let l4_bytes = frame.get(l4..).unwrap_or(&[]);
+    let ports = transport_ports(proto, l4_bytes, ethertype == ethertype::IPV6, out)
+        .map_err(|e| (Layer::Transport, e))?;
+    if let Some((sp, dp)) = ports {
+        key.src_port = sp;
+        key.dst_port = dp;
+        out.key = Some(key);
+        out.l4_offset = u16::try_from(l4).ok();
+    }
+    Ok(())
+}
+
+fn transport_ports(proto: u8, l4: &[u8], v6: bool, out: &mut Layers) -> Result<Option<(u16, u16)>> {
+    match proto {
+        protocol::TCP => {
+            let t = TcpPacket::new_checked(l4)?;
+            out.tcp_flags = Some(t.flags());
+            Ok(Some((t.src_port(), t.dst_port())))
+        }
+        protocol::UDP => {
+            let u = UdpPacket::new_checked(l4)?;
+            Ok(Some((u.src_port(), u.dst_port())))
+        }
+        protocol::ICMP | protocol::ICMPV6 => {
+            let i = IcmpPacket::new_checked(l4)?;
+            if i.is_echo(v6) {
+                let id = i.echo_ident();
+                Ok(Some((id, id)))
+            } else {
+                Ok(Some((0, 0)))
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{FrameSpec, Transport};
+    use crate::tcp::flags;
+    use proptest::prelude::*;
+
+    #[test]
+    fn tcp_v4_key_and_offsets() {
+        let f = FrameSpec::tcp4([10, 0, 0, 1], 1234, [10, 0, 0, 2], 80, flags::SYN).build();
+        let l = parse(&f);
+        assert_eq!(l.error, None);
+        assert_eq!(l.l3_offset, Some(14));
+        assert_eq!(l.l4_offset, Some(34));
+        assert_eq!(l.tcp_flags, Some(flags::SYN));
+        let k = l.key.unwrap();
+        assert_eq!((k.src_port, k.dst_port, k.protocol), (1234, 80, 6));
+        assert_eq!(k.src, IpAddr128::from_v4([10, 0, 0, 1]));
+    }
+
+    #[test]
+    fn vlan_udp_v6() {
+        let f = FrameSpec {
+            src: IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            dst: IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]),
+            transport: Transport::Udp { src_port: 53, dst_port: 5353 },
+            payload: b"hello".to_vec(),
+            vlan: Some(7),
+        }
+        .build();
+        let l = parse(&f);
+        assert_eq!(l.error, None);
+        assert_eq!(l.vlan, Some(7));
+        assert_eq!(l.l3_offset, Some(18));
+        assert_eq!(l.l4_offset, Some(58));
+        assert_eq!(l.key.unwrap().dst_port, 5353);
+    }
+
+    #[test]
+    fn icmp_echo_shares_flow_with_reply() {
+        let mut spec = FrameSpec::udp4([10, 0, 0, 1], 0, [10, 0, 0, 2], 0);
+        spec.transport = Transport::IcmpEcho { ident: 77 };
+        let req = parse(&spec.build()).key.unwrap();
+        assert_eq!((req.src_port, req.dst_port, req.protocol), (77, 77, 1));
+        assert_eq!(req.symmetric_hash(), req.reversed().symmetric_hash());
+    }
+
+    #[test]
+    fn truncated_transport_keeps_network_layer() {
+        let f = FrameSpec::tcp4([10, 0, 0, 1], 1, [10, 0, 0, 2], 2, 0).build();
+        let l = parse(&f[..40]);
+        assert_eq!(l.error, Some((Layer::Transport, Error::Truncated)));
+        assert_eq!(l.l3_offset, Some(14));
+        assert_eq!(l.l4_offset, None);
+        assert_eq!(l.key.unwrap().src_port, 0);
+    }
+
+    #[test]
+    fn non_ip_has_no_key() {
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        let l = parse(&f);
+        assert_eq!(l.key, None);
+        assert_eq!(l.error, None);
+        assert_eq!(l.ethertype, 0x0806);
+    }
+
+    fn any_frame() -> impl Strategy<Value = Vec<u8>> {
+        (any::<[u8; 4]>(), any::<[u8; 4]>(), any::<u16>(), any::<u16>(), 0u8..3, proptest::collection::vec(any::<u8>(), 0..64), proptest::option::of(0u16..4095)).prop_map(
+            |(s, d, sp, dp, t, payload, vlan)| {
+                let mut spec = FrameSpec::udp4(s, sp, d, dp).with_payload(payload);
+                spec.vlan = vlan;
+                spec.transport = match t {
+                    0 => Transport::Tcp { src_port: sp, dst_port: dp, flags: 0x12 },
+                    1 => Transport::Udp { src_port: sp, dst_port: dp },
+                    _ => Transport::IcmpEcho { ident: sp },
+                };
+                spec.build()
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = parse(&data);
+        }
+
+        #[test]
+        fn every_truncation_is_safe_and_monotonic(frame in any_frame()) {
+            let full = parse(&frame);
+            prop_assert_eq!(full.error, None);
+            for cut in 0..frame.len() {
+                let l = parse(&frame[..cut]);
+                // A shorter capture never reveals more layers than the full one.
+                prop_assert!(l.l4_offset.is_none() || l.l4_offset == full.l4_offset);
+                if l.error.is_none() && l.l4_offset.is_some() {
+                    prop_assert_eq!(l.key, full.key);
+                }
+            }
+        }
+
+        #[test]
+        fn built_frames_round_trip(frame in any_frame()) {
+            let l = parse(&frame);
+            let k = l.key.unwrap();
+            prop_assert_eq!(k.src.to_v4().is_some(), true);
+            prop_assert!(l.l4_offset.is_some());
+        }
+
+        #[test]
+        fn bit_flips_never_panic(frame in any_frame(), idx in any::<usize>(), bit in 0u8..8) {
+            let mut f = frame;
+            let n = f.len();
+            f[idx % n] ^= 1 << bit;
+            let _ = parse(&f);
+        }
+    }
+}

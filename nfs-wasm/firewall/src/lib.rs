@@ -1,0 +1,138 @@
+//! A stateful 5-tuple firewall.
+//!
+//! Ordered allow/deny rules over protocol, source/destination CIDR and port
+//! ranges decide the first packet of a connection; the decision to allow is
+//! remembered in host-owned per-flow state so that replies pass without a
+//! rule of their own. TCP connections open on SYN and close on RST, or after
+//! FINs from both sides and the final ACK. See README.md for the config.
+
+mod rules;
+
+pub use rules::{Action, Config, Rule};
+
+use sluice_sdk::wire::tcp::flags;
+use sluice_sdk::{Batch, Event, Level, NetworkFunction, NfInfo, Verdict, emit};
+
+/// Per-flow state, one byte: the connection's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    /// Allowed and open.
+    Open = 1,
+    /// FIN seen from the normalized source side.
+    FinSrc = 2,
+    /// FIN seen from the normalized destination side.
+    FinDst = 3,
+    /// FIN seen from both sides: the next packet (the final ACK) passes and
+    /// the state is removed.
+    Closing = 4,
+}
+
+impl Phase {
+    fn from_state(s: &[u8]) -> Option<Phase> {
+        match s.first()? {
+            1 => Some(Phase::Open),
+            2 => Some(Phase::FinSrc),
+            3 => Some(Phase::FinDst),
+            4 => Some(Phase::Closing),
+            _ => None,
+        }
+    }
+}
+
+/// The firewall NF.
+#[derive(Debug)]
+pub struct Firewall {
+    config: Config,
+}
+
+impl Firewall {
+    /// Builds the firewall from parsed config (used by native callers).
+    pub fn new(config: Config) -> Self {
+        Firewall { config }
+    }
+}
+
+impl NetworkFunction for Firewall {
+    fn init(config: &[u8]) -> Result<(Self, NfInfo), String> {
+        let config = Config::parse(config)?;
+        let timeout = config.idle_timeout_ns();
+        Ok((Firewall { config }, NfInfo::with_flow_state(timeout)))
+    }
+
+    fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
+        let mut denied: Vec<Event> = Vec::new();
+        for i in 0..batch.len() {
+            let Some(p) = batch.packet(i) else { continue };
+            let Some(key) = p.key() else {
+                // Non-IP traffic (ARP, LLDP, ...) is decided by config.
+                if !self.config.allow_non_ip {
+                    batch.set_verdict(i, Verdict::Drop);
+                }
+                continue;
+            };
+            let tcp_flags = p.tcp().map(|t| t.flags());
+            let flow = p.flow();
+            let phase = flow.and_then(|f| batch.flow_state(f)).and_then(Phase::from_state);
+            let from_src = key.is_normalized();
+
+            if let (Some(phase), Some(f)) = (phase, flow) {
+                // A known, allowed connection: pass, and follow TCP teardown.
+                match tcp_flags {
+                    Some(fl) if fl & flags::RST != 0 => batch.remove_flow_state(f),
+                    Some(fl) if fl & flags::FIN != 0 => {
+                        let next = match (phase, from_src) {
+                            (Phase::Open, true) => Phase::FinSrc,
+                            (Phase::Open, false) => Phase::FinDst,
+                            (Phase::FinSrc, false) | (Phase::FinDst, true) => Phase::Closing,
+                            (p, _) => p,
+                        };
+                        if next != phase {
+                            batch.set_flow_state(f, vec![next as u8]);
+                        }
+                    }
+                    Some(_) if phase == Phase::Closing => batch.remove_flow_state(f),
+                    _ => {}
+                }
+                continue;
+            }
+
+            let rule = self.config.matching_rule(&key);
+            let action = rule.map(|(_, r)| r.action).unwrap_or(self.config.default);
+            match action {
+                Action::Allow => {
+                    // Only a connection opening creates state: a stray TCP
+                    // segment of an unknown connection passes on the rule
+                    // alone but does not open the reverse direction.
+                    let opens = match tcp_flags {
+                        Some(fl) => fl & flags::SYN != 0 && fl & (flags::ACK | flags::RST) == 0,
+                        None => true,
+                    };
+                    if opens && let Some(f) = flow {
+                        batch.set_flow_state(f, vec![Phase::Open as u8]);
+                    }
+                }
+                Action::Deny => {
+                    batch.set_verdict(i, Verdict::Drop);
+                    if self.config.log_denied {
+                        denied.push(Event {
+                            kind: "firewall.deny".into(),
+                            level: Level::Info,
+                            packet: Some(i as u32),
+                            fields: vec![
+                                ("flow".into(), key.to_string()),
+                                ("rule".into(), rule.map(|(n, _)| n.to_string()).unwrap_or_else(|| "default".into())),
+                            ],
+                        });
+                    }
+                }
+            }
+        }
+        if !denied.is_empty() {
+            emit(&denied);
+        }
+        Ok(())
+    }
+}
+
+sluice_sdk::export_nf!(Firewall);

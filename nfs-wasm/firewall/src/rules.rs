@@ -1,0 +1,255 @@
+//! The firewall's configuration: rules and how they match.
+
+use serde::Deserialize;
+use sluice_sdk::{FlowKey, IpAddr128};
+
+/// What a rule (or the default) does with a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Let it through and remember it, so replies pass.
+    Allow,
+    /// Drop it.
+    Deny,
+}
+
+/// An address prefix; IPv4 prefixes are stored IPv4-mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    net: u128,
+    mask: u128,
+}
+
+impl Cidr {
+    fn any() -> Self {
+        Cidr { net: 0, mask: 0 }
+    }
+
+    fn parse(s: &str) -> Result<Self, String> {
+        if s == "any" || s == "*" {
+            return Ok(Cidr::any());
+        }
+        let (addr, len) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let ip: std::net::IpAddr = addr.parse().map_err(|_| format!("bad address '{addr}' in '{s}'"))?;
+        let v4 = ip.is_ipv4();
+        let max = if v4 { 32 } else { 128 };
+        let len: u32 = match len {
+            Some(l) => l.parse().map_err(|_| format!("bad prefix length '{l}' in '{s}'"))?,
+            None => max,
+        };
+        if len > max {
+            return Err(format!("prefix length {len} is longer than {max} in '{s}'"));
+        }
+        let bits = if v4 { len + 96 } else { len };
+        let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+        let net = IpAddr128::from(ip).0;
+        if net & !mask != 0 {
+            return Err(format!("'{s}' has host bits set; did you mean '{}/{len}'?", IpAddr128(net & mask)));
+        }
+        Ok(Cidr { net, mask })
+    }
+
+    fn contains(&self, a: IpAddr128) -> bool {
+        a.0 & self.mask == self.net
+    }
+}
+
+/// An inclusive port range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ports {
+    lo: u16,
+    hi: u16,
+}
+
+impl Ports {
+    fn parse(s: &str) -> Result<Self, String> {
+        if s == "any" || s == "*" {
+            return Ok(Ports { lo: 0, hi: u16::MAX });
+        }
+        let num = |p: &str| p.trim().parse::<u16>().map_err(|_| format!("bad port '{p}' in '{s}'"));
+        let (lo, hi) = match s.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(s)?, num(s)?),
+        };
+        if lo > hi {
+            return Err(format!("port range '{s}' is empty (start after end)"));
+        }
+        Ok(Ports { lo, hi })
+    }
+
+    fn contains(&self, p: u16) -> bool {
+        (self.lo..=self.hi).contains(&p)
+    }
+}
+
+/// One rule, as compiled from config.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Allow or deny.
+    pub action: Action,
+    protocol: Option<u8>,
+    src: Cidr,
+    dst: Cidr,
+    src_ports: Ports,
+    dst_ports: Ports,
+}
+
+impl Rule {
+    fn matches(&self, k: &FlowKey) -> bool {
+        self.protocol.is_none_or(|p| p == k.protocol)
+            && self.src.contains(k.src)
+            && self.dst.contains(k.dst)
+            && self.src_ports.contains(k.src_port)
+            && self.dst_ports.contains(k.dst_port)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRule {
+    action: Action,
+    #[serde(default = "any")]
+    proto: String,
+    #[serde(default = "any")]
+    src: String,
+    #[serde(default = "any")]
+    dst: String,
+    #[serde(default = "any")]
+    src_ports: String,
+    #[serde(default = "any")]
+    dst_ports: String,
+}
+
+fn any() -> String {
+    "any".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawConfig {
+    #[serde(default = "deny")]
+    default: Action,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+    #[serde(default)]
+    allow_non_ip: bool,
+    #[serde(default)]
+    log_denied: bool,
+    #[serde(default)]
+    idle_timeout_s: Option<u64>,
+}
+
+fn deny() -> Action {
+    Action::Deny
+}
+
+/// The parsed configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Action for connections no rule matches.
+    pub default: Action,
+    /// Rules, first match wins.
+    pub rules: Vec<Rule>,
+    /// Whether non-IP frames (ARP, ...) pass.
+    pub allow_non_ip: bool,
+    /// Whether a denied new connection emits a `firewall.deny` event.
+    pub log_denied: bool,
+    idle_timeout_s: Option<u64>,
+}
+
+impl Config {
+    /// Parses the JSON configuration the host passes (the `[nf.<name>.config]`
+    /// table of the host config). Empty input means "deny everything".
+    pub fn parse(bytes: &[u8]) -> Result<Self, String> {
+        let raw: RawConfig = if bytes.iter().all(u8::is_ascii_whitespace) {
+            serde_json::from_str("{}").map_err(|e| e.to_string())?
+        } else {
+            serde_json::from_slice(bytes).map_err(|e| format!("firewall config: {e}"))?
+        };
+        let mut rules = Vec::with_capacity(raw.rules.len());
+        for (n, r) in raw.rules.into_iter().enumerate() {
+            let at = |e: String| format!("firewall config: rule {}: {e}", n + 1);
+            let protocol = match r.proto.to_ascii_lowercase().as_str() {
+                "any" | "*" => None,
+                "tcp" => Some(6),
+                "udp" => Some(17),
+                "icmp" => Some(1),
+                "icmpv6" => Some(58),
+                other => Some(other.parse::<u8>().map_err(|_| {
+                    at(format!("unknown protocol '{other}' (use tcp, udp, icmp, icmpv6, any or a number)"))
+                })?),
+            };
+            rules.push(Rule {
+                action: r.action,
+                protocol,
+                src: Cidr::parse(&r.src).map_err(at)?,
+                dst: Cidr::parse(&r.dst).map_err(at)?,
+                src_ports: Ports::parse(&r.src_ports).map_err(at)?,
+                dst_ports: Ports::parse(&r.dst_ports).map_err(at)?,
+            });
+        }
+        Ok(Config {
+            default: raw.default,
+            rules,
+            allow_non_ip: raw.allow_non_ip,
+            log_denied: raw.log_denied,
+            idle_timeout_s: raw.idle_timeout_s,
+        })
+    }
+
+    /// The first rule matching `k` (1-based number and rule).
+    pub fn matching_rule(&self, k: &FlowKey) -> Option<(usize, &Rule)> {
+        self.rules.iter().enumerate().find(|(_, r)| r.matches(k)).map(|(i, r)| (i + 1, r))
+    }
+
+    /// Idle timeout of connection state in ns (0: the host's default).
+    pub fn idle_timeout_ns(&self) -> u64 {
+        self.idle_timeout_s.map(|s| s.saturating_mul(1_000_000_000)).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16, proto: u8) -> FlowKey {
+        FlowKey { src: IpAddr128::from_v4(src), dst: IpAddr128::from_v4(dst), src_port: sp, dst_port: dp, protocol: proto }
+    }
+
+    #[test]
+    fn first_match_wins() {
+        let c = Config::parse(
+            br#"{"default":"deny","rules":[
+                {"action":"deny","proto":"tcp","dst-ports":"23"},
+                {"action":"allow","src":"10.0.0.0/8","dst-ports":"1-1024"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.matching_rule(&key([10, 1, 2, 3], 5000, [1, 1, 1, 1], 23, 6)).unwrap().0, 1);
+        assert_eq!(c.matching_rule(&key([10, 1, 2, 3], 5000, [1, 1, 1, 1], 80, 6)).unwrap().0, 2);
+        assert!(c.matching_rule(&key([11, 1, 2, 3], 5000, [1, 1, 1, 1], 80, 6)).is_none());
+    }
+
+    #[test]
+    fn v6_prefixes_do_not_match_v4() {
+        let c = Config::parse(br#"{"rules":[{"action":"allow","src":"::/0"}]}"#).unwrap();
+        // ::/0 matches everything including mapped v4, by design of "any".
+        assert!(c.matching_rule(&key([1, 2, 3, 4], 1, [5, 6, 7, 8], 2, 17)).is_some());
+        let c = Config::parse(br#"{"rules":[{"action":"allow","src":"2001:db8::/32"}]}"#).unwrap();
+        assert!(c.matching_rule(&key([1, 2, 3, 4], 1, [5, 6, 7, 8], 2, 17)).is_none());
+    }
+
+    #[test]
+    fn errors_name_the_rule_and_the_value() {
+        let e = Config::parse(br#"{"rules":[{"action":"allow"},{"action":"allow","src":"10.0.0/8"}]}"#).unwrap_err();
+        assert!(e.contains("rule 2") && e.contains("10.0.0"), "{e}");
+        let e = Config::parse(br#"{"rules":[{"action":"allow","dst-ports":"90-80"}]}"#).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+        let e = Config::parse(br#"{"rules":[{"action":"allow","src":"10.0.0.1/8"}]}"#).unwrap_err();
+        assert!(e.contains("10.0.0.0/8"), "{e}");
+        let e = Config::parse(br#"{"rulez":[]}"#).unwrap_err();
+        assert!(e.contains("rulez"), "{e}");
+    }
+}

@@ -1,0 +1,194 @@
+//! Write Sluice network functions in Rust.
+//!
+//! An NF is a type that implements [`NetworkFunction`] and is exported with
+//! [`export_nf!`]. The host calls [`NetworkFunction::init`] once per instance
+//! with the tenant's configuration and [`NetworkFunction::process`] once per
+//! batch of packets. Inside `process`, [`Batch`] gives typed views of every
+//! packet, the per-flow state the host handed in with the batch, and setters
+//! for verdicts, rewrites and state changes — none of which calls the host,
+//! so a batch costs one call however many packets it holds.
+//!
+//! ```
+//! use sluice_sdk::{Batch, NetworkFunction, NfInfo, Verdict};
+//!
+//! /// Drops every UDP packet to port 53, forwards the rest.
+//! struct NoDns;
+//!
+//! impl NetworkFunction for NoDns {
+//!     fn init(_config: &[u8]) -> Result<(Self, NfInfo), String> {
+//!         Ok((NoDns, NfInfo::stateless()))
+//!     }
+//!
+//!     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
+//!         for i in 0..batch.len() {
+//!             let dns = batch.packet(i).and_then(|p| p.key()).is_some_and(|k| k.protocol == 17 && k.dst_port == 53);
+//!             if dns {
+//!                 batch.set_verdict(i, Verdict::Drop);
+//!             }
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! sluice_sdk::export_nf!(NoDns);
+//! # fn main() {}
+//! ```
+//!
+//! The same type also runs natively (the host's benchmarks call NFs this way
+//! to measure what the sandbox costs): build a [`Batch`] with
+//! [`Batch::new`] and call `process` directly.
+
+#![deny(missing_docs)]
+
+mod batch;
+mod packet;
+
+pub use batch::Batch;
+pub use packet::Packet;
+pub use sluice_wire as wire;
+pub use sluice_wire::{FlowKey, IpAddr128};
+
+/// The generated `sluice:nf` bindings. Not part of the SDK's stable API:
+/// use the re-exports at the crate root.
+#[doc(hidden)]
+#[allow(unsafe_code, missing_docs, clippy::all)]
+pub mod wit {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "network-function",
+        pub_export_macro: true,
+        export_macro_name: "__export_network_function",
+        default_bindings_module: "::sluice_sdk::wit",
+    });
+}
+
+pub use wit::sluice::nf::types::{
+    BatchResult, Event, Flow, FlowUpdate, Level, NfInfo, PacketMeta, Rewrite, StateOp, Verdict,
+};
+
+/// The SDK version, recorded in every component built with it (see the
+/// `sluice-sdk-version` custom section) so a host can tell which SDK an NF
+/// came from.
+pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(target_arch = "wasm32")]
+#[unsafe(link_section = "sluice-sdk-version")]
+#[used]
+#[allow(unsafe_code)]
+static SDK_VERSION_SECTION: [u8; SDK_VERSION.len()] = {
+    let mut out = [0u8; SDK_VERSION.len()];
+    let b = SDK_VERSION.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        out[i] = b[i];
+        i += 1;
+    }
+    out
+};
+
+impl NfInfo {
+    /// An NF that keeps no per-flow state: the host skips state lookups.
+    pub fn stateless() -> Self {
+        NfInfo { wants_flow_state: false, flow_idle_timeout_ns: 0 }
+    }
+
+    /// An NF that wants its per-flow state with every batch; state idles out
+    /// after `idle_timeout_ns` of packet time without traffic (0: the host's
+    /// default).
+    pub fn with_flow_state(idle_timeout_ns: u64) -> Self {
+        NfInfo { wants_flow_state: true, flow_idle_timeout_ns: idle_timeout_ns }
+    }
+}
+
+/// A network function.
+///
+/// `init` runs once per instance (again after a trap re-created the
+/// instance); `process` runs once per batch. Both run inside the sandbox:
+/// panics become traps, which the host contains.
+pub trait NetworkFunction: Sized + 'static {
+    /// Parses the tenant's configuration. Return `Err` with a message that
+    /// says what is wrong and where; the host shows it verbatim.
+    fn init(config: &[u8]) -> Result<(Self, NfInfo), String>;
+
+    /// Decides every packet of the batch. Packets default to
+    /// `Verdict::Forward(0)`; set others with [`Batch::set_verdict`].
+    /// Returning `Err` applies the NF's failure policy to the whole batch.
+    fn process(&mut self, batch: &mut Batch) -> Result<(), String>;
+}
+
+/// Writes a line to the host log (rate-limited by the host).
+pub fn log(level: Level, message: &str) {
+    #[cfg(target_arch = "wasm32")]
+    wit::sluice::nf::host_log::log(level, message);
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = (level, message);
+}
+
+/// Emits structured events, e.g. IDS alerts. Send a batch's events in one
+/// call: each call crosses into the host.
+pub fn emit(events: &[Event]) {
+    #[cfg(target_arch = "wasm32")]
+    wit::sluice::nf::host_log::emit(events);
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = events;
+}
+
+#[doc(hidden)]
+pub mod __private {
+    //! Glue used by [`export_nf!`](crate::export_nf); not public API.
+    use crate::{Batch, BatchResult, NetworkFunction, NfInfo};
+    use std::cell::RefCell;
+
+    /// Holds the one NF value of this instance (in a `thread_local!`:
+    /// components are single-threaded, so this is just a global).
+    pub struct Slot<T>(RefCell<Option<T>>);
+
+    impl<T: NetworkFunction> Slot<T> {
+        /// An empty slot.
+        pub const fn new() -> Self {
+            Slot(RefCell::new(None))
+        }
+
+        /// `init` export.
+        pub fn init(&self, config: Vec<u8>) -> Result<NfInfo, String> {
+            let (nf, info) = T::init(&config)?;
+            *self.0.borrow_mut() = Some(nf);
+            Ok(info)
+        }
+
+        /// `process` export.
+        pub fn process(&self, batch: crate::wit::sluice::nf::types::Batch) -> Result<BatchResult, String> {
+            let mut guard = self.0.borrow_mut();
+            let nf = guard.as_mut().ok_or_else(|| "process called before a successful init".to_string())?;
+            let mut b = Batch::new(batch);
+            nf.process(&mut b)?;
+            Ok(b.finish())
+        }
+    }
+}
+
+/// Exports a [`NetworkFunction`] implementation as the component's `nf`
+/// interface. Use once per NF crate, at the crate root.
+#[macro_export]
+macro_rules! export_nf {
+    ($ty:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            ::std::thread_local! {
+                static __SLUICE_NF: $crate::__private::Slot<$ty> = const { $crate::__private::Slot::new() };
+            }
+            struct __SluiceExport;
+            impl $crate::wit::exports::sluice::nf::nf::Guest for __SluiceExport {
+                fn init(config: ::std::vec::Vec<u8>) -> ::std::result::Result<$crate::NfInfo, ::std::string::String> {
+                    __SLUICE_NF.with(|s| s.init(config))
+                }
+                fn process(
+                    batch: $crate::wit::sluice::nf::types::Batch,
+                ) -> ::std::result::Result<$crate::BatchResult, ::std::string::String> {
+                    __SLUICE_NF.with(|s| s.process(batch))
+                }
+            }
+            $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
+        };
+    };
+}
