@@ -1,1 +1,12 @@
+//! The Sluice host as a library: configuration, `run` over pcap files,
+//! reports, and synthetic traces. The `sluice-host` binary is a thin CLI
+//! over this.
 
+pub mod config;
+pub mod report;
+pub mod run;
+pub mod synth;
+
+pub use config::{ConfigError, HostConfig};
+pub use report::Report;
+pub use run::{RunError, RunOptions, run, write_report};

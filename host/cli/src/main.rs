@@ -1,1 +1,137 @@
-fn main(){}
+//! `sluice-host`: run WebAssembly network functions over packet batches.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use sluice_host::{HostConfig, RunError, RunOptions};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "sluice-host", version, about = "Run sandboxed WebAssembly network functions over packet batches")]
+struct Cli {
+    /// Host configuration (TOML); SLUICE_* variables override it.
+    #[arg(long, global = true, env = "SLUICE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Process a capture through one NF or a linear chain of NFs.
+    ///
+    /// Each NF is loaded and compiled once, instantiated once per worker,
+    /// and called once per batch. Forwarded packets go to --out; a summary
+    /// is printed and --report writes the per-NF meters as JSON.
+    Run {
+        /// NF components, comma-separated or repeated; with several, they
+        /// form a chain in the given order.
+        #[arg(long = "nf", required = true, value_delimiter = ',')]
+        nfs: Vec<PathBuf>,
+        /// Input capture (pcap or pcapng, Ethernet).
+        #[arg(long = "in")]
+        input: PathBuf,
+        /// Output capture for forwarded packets (pcap).
+        #[arg(long = "out")]
+        output: Option<PathBuf>,
+        /// Write a JSON report here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Packets per batch (one NF call per batch).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Worker threads; flows are pinned to workers by a symmetric hash.
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Do not show a progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Check that a module is a component fitting the sluice:nf world.
+    Check {
+        /// Modules to check.
+        #[arg(required = true)]
+        modules: Vec<PathBuf>,
+    },
+    /// Write a synthetic "office edge" trace (web, DNS, ping, scans,
+    /// IPv6, a few damaged frames).
+    Synth {
+        /// Output pcap.
+        #[arg(long)]
+        out: PathBuf,
+        /// Number of sessions (each a few packets).
+        #[arg(long, default_value_t = 1000)]
+        sessions: usize,
+        /// PRNG seed: same seed, same trace.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { nfs, input, output, report, batch, workers, quiet } => {
+            let mut config = HostConfig::load(cli.config.as_deref())?;
+            if let Some(b) = batch {
+                config.batch_size = b;
+            }
+            if let Some(w) = workers {
+                config.workers = w;
+            }
+            let opts = RunOptions { nfs, input, output, progress: !quiet && std::io::stderr().is_terminal() };
+            let rep = match sluice_host::run(&config, &opts) {
+                Ok(r) => r,
+                Err(RunError::Runtime(e @ sluice_runtime::RuntimeError::ConfigRejected { .. })) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            print!("{}", rep.summary());
+            if let Some(path) = report {
+                sluice_host::write_report(&rep, &path).with_context(|| format!("writing report {}", path.display()))?;
+                println!("report: {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { modules } => {
+            let config = HostConfig::load(cli.config.as_deref())?;
+            let runtime = sluice_runtime::Runtime::new(config.runtime())?;
+            let mut bad = 0;
+            for m in &modules {
+                match runtime.load_file(m) {
+                    Ok(module) => println!("ok: {} ({} bytes, sha256 {})", m.display(), module.size(), module.digest()),
+                    Err(e) => {
+                        bad += 1;
+                        println!("error: {e}");
+                    }
+                }
+            }
+            Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Synth { out, sessions, seed } => {
+            let frames = sluice_host::synth::office_edge(sessions, seed);
+            let n = sluice_host::synth::write_pcap(&out, &frames)?;
+            println!("wrote {n} packets to {}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

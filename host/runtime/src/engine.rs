@@ -115,6 +115,8 @@ impl Runtime {
         if let Some(dir) = &config.cache_dir {
             std::fs::create_dir_all(dir)
                 .map_err(|e| RuntimeError::Engine(format!("cannot create cache dir {}: {e}", dir.display())))?;
+            let dir = std::path::absolute(dir)
+                .map_err(|e| RuntimeError::Engine(format!("cache dir {}: {e}", dir.display())))?;
             let mut cc = CacheConfig::new();
             cc.with_directory(dir.clone());
             let cache_handle_new = Cache::new(cc).map_err(|e| RuntimeError::Engine(format!("code cache in {}: {e}", dir.display())))?;

@@ -31,6 +31,11 @@ pub enum Transport {
         /// Echo identifier.
         ident: u16,
     },
+    /// ICMP (ICMPv6) echo reply.
+    IcmpEchoReply {
+        /// Echo identifier.
+        ident: u16,
+    },
 }
 
 /// A frame to build: Ethernet, optional VLAN tag, IPv4 or IPv6, transport.
@@ -113,9 +118,15 @@ impl FrameSpec {
                 u[4..6].copy_from_slice(&len.to_be_bytes());
                 u
             }
-            Transport::IcmpEcho { ident } => {
+            Transport::IcmpEcho { ident } | Transport::IcmpEchoReply { ident } => {
+                let reply = matches!(self.transport, Transport::IcmpEchoReply { .. });
                 let mut i = vec![0u8; 8];
-                i[0] = if v4.is_some() { 8 } else { 128 };
+                i[0] = match (v4.is_some(), reply) {
+                    (true, false) => 8,
+                    (true, true) => 0,
+                    (false, false) => 128,
+                    (false, true) => 129,
+                };
                 i[4..6].copy_from_slice(&ident.to_be_bytes());
                 i[6..8].copy_from_slice(&1u16.to_be_bytes());
                 i
@@ -125,13 +136,13 @@ impl FrameSpec {
         let proto = match self.transport {
             Transport::Tcp { .. } => protocol::TCP,
             Transport::Udp { .. } => protocol::UDP,
-            Transport::IcmpEcho { .. } if v4.is_some() => protocol::ICMP,
-            Transport::IcmpEcho { .. } => protocol::ICMPV6,
+            Transport::IcmpEcho { .. } | Transport::IcmpEchoReply { .. } if v4.is_some() => protocol::ICMP,
+            Transport::IcmpEcho { .. } | Transport::IcmpEchoReply { .. } => protocol::ICMPV6,
         };
         let csum_at = match self.transport {
             Transport::Tcp { .. } => 16,
             Transport::Udp { .. } => 6,
-            Transport::IcmpEcho { .. } => 2,
+            Transport::IcmpEcho { .. } | Transport::IcmpEchoReply { .. } => 2,
         };
         let mut ip = match v4 {
             Some((s, d)) => {

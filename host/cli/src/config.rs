@@ -1,0 +1,304 @@
+//! Host configuration: one TOML file plus `SLUICE_*` environment variables.
+//!
+//! Precedence, lowest first: built-in defaults, the TOML file (`--config`),
+//! environment variables, command-line flags. The file holds host settings
+//! and one `[nf.<name>]` table per NF, where `<name>` is the NF's file stem
+//! (`firewall` for `firewall.wasm`):
+//!
+//! ```toml
+//! batch-size = 32            # SLUICE_BATCH_SIZE
+//! workers = 1                # SLUICE_WORKERS
+//! cache-dir = "target/sluice-cache"   # SLUICE_CACHE_DIR; "" disables
+//! max-memory-mb = 256        # SLUICE_MAX_MEMORY_MB: pool slot size
+//! fuel = false               # SLUICE_FUEL: compile in fuel metering
+//!
+//! [nf.firewall]
+//! failure-policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
+//! deadline-ms = 10                 # SLUICE_DEADLINE_MS sets the default
+//! memory-mb = 64                   # SLUICE_MEMORY_MB sets the default
+//! fuel = 0                         # per-batch fuel; 0 = unlimited
+//! max-flows = 1048576
+//! max-flow-state-bytes = 4096
+//! log-lines-per-second = 50
+//! # The NF's own configuration, handed to its `init` as JSON text:
+//! [nf.firewall.config]
+//! default = "deny"
+//! # ...or as raw bytes from a file (`config-file = "rules.json"`) or a
+//! # string (`config-text = "..."`).
+//! ```
+
+use serde::Deserialize;
+use sluice_runtime::{FailurePolicy, NfLimits, RuntimeConfig};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Errors in configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// What the parser said (with line and column).
+        message: String,
+    },
+    /// An environment variable has a bad value.
+    #[error("environment variable {name}={value}: {reason}")]
+    Env {
+        /// Variable.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An NF section is inconsistent.
+    #[error("[nf.{nf}]: {reason}")]
+    Nf {
+        /// NF name.
+        nf: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Settings of one NF.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NfSection {
+    /// `fail-open` or `fail-closed`.
+    pub failure_policy: Option<FailurePolicy>,
+    /// CPU deadline per batch, ms.
+    pub deadline_ms: Option<u64>,
+    /// Memory cap, MiB.
+    pub memory_mb: Option<u64>,
+    /// Fuel per batch (0 = unlimited).
+    pub fuel: Option<u64>,
+    /// Flow-table capacity per worker.
+    pub max_flows: Option<usize>,
+    /// Largest per-flow state value.
+    pub max_flow_state_bytes: Option<usize>,
+    /// Log rate limit.
+    pub log_lines_per_second: Option<u32>,
+    /// The NF's config as a table, passed to `init` as JSON.
+    pub config: Option<toml::Table>,
+    /// The NF's config from a file, passed verbatim (relative to the config file).
+    pub config_file: Option<PathBuf>,
+    /// The NF's config as a string, passed verbatim.
+    pub config_text: Option<String>,
+}
+
+/// The whole host configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HostConfig {
+    /// Packets per batch (one NF call per batch).
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    /// Worker threads.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// Compiled-code cache directory; empty disables the cache.
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: PathBuf,
+    /// Pool slot size (the largest memory any NF may get), MiB.
+    #[serde(default = "default_max_memory")]
+    pub max_memory_mb: u64,
+    /// Whether fuel metering is compiled in.
+    #[serde(default)]
+    pub fuel: bool,
+    /// Per-NF sections.
+    #[serde(default)]
+    pub nf: BTreeMap<String, NfSection>,
+    /// Defaults for NF limits from the environment.
+    #[serde(skip)]
+    pub nf_defaults: NfSection,
+    /// Directory of the config file, for relative `config-file` paths.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+fn default_batch() -> usize {
+    32
+}
+fn default_workers() -> usize {
+    1
+}
+fn default_cache_dir() -> PathBuf {
+    PathBuf::from("target/sluice-cache")
+}
+fn default_max_memory() -> u64 {
+    256
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            batch_size: default_batch(),
+            workers: default_workers(),
+            cache_dir: default_cache_dir(),
+            max_memory_mb: default_max_memory(),
+            fuel: false,
+            nf: BTreeMap::new(),
+            nf_defaults: NfSection::default(),
+            base_dir: PathBuf::from("."),
+        }
+    }
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(v) => v.parse::<T>().map(Some).map_err(|e| ConfigError::Env {
+            name: name.into(),
+            value: v.clone(),
+            reason: e.to_string(),
+        }),
+        Err(_) => Ok(None),
+    }
+}
+
+impl HostConfig {
+    /// Loads `path` (if given) and applies `SLUICE_*` variables.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut cfg = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
+                let mut c: HostConfig =
+                    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?;
+                c.base_dir = p.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+                c
+            }
+            None => HostConfig::default(),
+        };
+        if let Some(v) = env_parse("SLUICE_BATCH_SIZE")? {
+            cfg.batch_size = v;
+        }
+        if let Some(v) = env_parse("SLUICE_WORKERS")? {
+            cfg.workers = v;
+        }
+        if let Ok(v) = std::env::var("SLUICE_CACHE_DIR") {
+            cfg.cache_dir = PathBuf::from(v);
+        }
+        if let Some(v) = env_parse("SLUICE_MAX_MEMORY_MB")? {
+            cfg.max_memory_mb = v;
+        }
+        if let Some(v) = env_parse("SLUICE_FUEL")? {
+            cfg.fuel = v;
+        }
+        cfg.nf_defaults.deadline_ms = env_parse("SLUICE_DEADLINE_MS")?;
+        cfg.nf_defaults.memory_mb = env_parse("SLUICE_MEMORY_MB")?;
+        if let Ok(v) = std::env::var("SLUICE_FAILURE_POLICY") {
+            cfg.nf_defaults.failure_policy = Some(match v.as_str() {
+                "fail-open" => FailurePolicy::FailOpen,
+                "fail-closed" => FailurePolicy::FailClosed,
+                _ => {
+                    return Err(ConfigError::Env {
+                        name: "SLUICE_FAILURE_POLICY".into(),
+                        value: v,
+                        reason: "use fail-open or fail-closed".into(),
+                    });
+                }
+            });
+        }
+        Ok(cfg)
+    }
+
+    /// The engine settings.
+    pub fn runtime(&self) -> RuntimeConfig {
+        let nfs = self.nf.len().max(4) as u32;
+        RuntimeConfig {
+            cache_dir: if self.cache_dir.as_os_str().is_empty() { None } else { Some(self.cache_dir.clone()) },
+            max_memory_bytes: self.max_memory_mb << 20,
+            max_instances: (nfs * self.workers.max(1) as u32 * 2).max(32),
+            fuel: self.fuel || self.nf.values().any(|s| s.fuel.unwrap_or(0) > 0),
+            ..RuntimeConfig::default()
+        }
+    }
+
+    /// Limits of NF `name`: its section over the environment defaults over
+    /// built-in defaults.
+    pub fn limits(&self, name: &str) -> NfLimits {
+        let d = NfLimits::default();
+        let s = self.nf.get(name);
+        let pick = |f: fn(&NfSection) -> Option<u64>| s.and_then(f).or_else(|| f(&self.nf_defaults));
+        NfLimits {
+            deadline: pick(|s| s.deadline_ms).map(Duration::from_millis).unwrap_or(d.deadline),
+            memory_bytes: pick(|s| s.memory_mb).map(|m| m << 20).unwrap_or(d.memory_bytes),
+            fuel_per_batch: pick(|s| s.fuel).filter(|f| *f > 0),
+            failure_policy: s
+                .and_then(|s| s.failure_policy)
+                .or(self.nf_defaults.failure_policy)
+                .unwrap_or(d.failure_policy),
+            max_flow_state_bytes: s.and_then(|s| s.max_flow_state_bytes).unwrap_or(d.max_flow_state_bytes),
+            max_flows: s.and_then(|s| s.max_flows).unwrap_or(d.max_flows),
+            log_lines_per_second: s.and_then(|s| s.log_lines_per_second).unwrap_or(d.log_lines_per_second),
+        }
+    }
+
+    /// The bytes NF `name` receives in `init`.
+    pub fn nf_config_bytes(&self, name: &str) -> Result<Vec<u8>, ConfigError> {
+        let Some(s) = self.nf.get(name) else { return Ok(Vec::new()) };
+        let set = [s.config.is_some(), s.config_file.is_some(), s.config_text.is_some()];
+        if set.iter().filter(|b| **b).count() > 1 {
+            return Err(ConfigError::Nf {
+                nf: name.into(),
+                reason: "give only one of config, config-file and config-text".into(),
+            });
+        }
+        if let Some(t) = &s.config {
+            return serde_json::to_vec(t).map_err(|e| ConfigError::Nf { nf: name.into(), reason: e.to_string() });
+        }
+        if let Some(f) = &s.config_file {
+            let p = self.base_dir.join(f);
+            return std::fs::read(&p).map_err(|source| ConfigError::Read { path: p, source });
+        }
+        Ok(s.config_text.clone().unwrap_or_default().into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nf_table_becomes_json() {
+        let c: HostConfig = toml::from_str(
+            r#"
+            batch-size = 64
+            [nf.firewall]
+            failure-policy = "fail-open"
+            deadline-ms = 5
+            [nf.firewall.config]
+            default = "deny"
+            rules = [{ action = "allow", dst-ports = "80" }]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.batch_size, 64);
+        let l = c.limits("firewall");
+        assert_eq!(l.failure_policy, FailurePolicy::FailOpen);
+        assert_eq!(l.deadline, Duration::from_millis(5));
+        let json: serde_json::Value = serde_json::from_slice(&c.nf_config_bytes("firewall").unwrap()).unwrap();
+        assert_eq!(json["rules"][0]["dst-ports"], "80");
+        assert!(c.nf_config_bytes("other").unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e = toml::from_str::<HostConfig>("batchsize = 3").unwrap_err();
+        assert!(e.to_string().contains("batchsize"));
+    }
+}

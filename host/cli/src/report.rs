@@ -1,0 +1,137 @@
+//! The run report: the summary people read and the JSON tools read.
+
+use serde::Serialize;
+use sluice_runtime::NfMeters;
+use std::collections::BTreeMap;
+
+/// Meters of one NF, summed over workers.
+#[derive(Debug, Clone, Serialize)]
+pub struct NfReport {
+    /// NF name.
+    pub name: String,
+    /// SHA-256 of the component.
+    pub digest: String,
+    /// Position in the chain.
+    pub position: usize,
+    /// Counters (invocations, packets, bytes, cpu_ns, traps, ...).
+    #[serde(flatten)]
+    pub meters: NfMeters,
+    /// Traps by cause.
+    pub trap_causes: BTreeMap<String, u64>,
+}
+
+/// A structured event, as written to the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRecord {
+    /// Emitting NF.
+    pub nf: String,
+    /// Event kind.
+    pub kind: String,
+    /// Level.
+    pub level: String,
+    /// Packet time.
+    pub timestamp_ns: u64,
+    /// Flow of the packet, if any.
+    pub flow: Option<String>,
+    /// Fields.
+    pub fields: BTreeMap<String, String>,
+}
+
+/// What reading the input found.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputReport {
+    /// Input file.
+    pub path: String,
+    /// Records longer than the snap length (kept).
+    pub over_snaplen: u64,
+    /// Packets skipped for a non-Ethernet interface.
+    pub skipped_link_type: u64,
+    /// Where the file was cut off, if it was.
+    pub truncated_at: Option<u64>,
+    /// Why.
+    pub truncation_reason: Option<String>,
+}
+
+/// Events kept in the report; more are counted only.
+pub const MAX_REPORTED_EVENTS: usize = 10_000;
+
+/// The report of one `sluice-host run`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Packets read.
+    pub packets_in: u64,
+    /// Packets written.
+    pub packets_out: u64,
+    /// Packets dropped (by NFs or failure policies).
+    pub packets_dropped: u64,
+    /// Batches formed (NF calls per NF of the chain, per worker, summed).
+    pub batches: u64,
+    /// Traps over all NFs.
+    pub traps: u64,
+    /// Worker threads.
+    pub workers: usize,
+    /// Packets per batch.
+    pub batch_size: usize,
+    /// Wall time of processing (excluding loading and compiling), ns.
+    pub wall_ns: u64,
+    /// Million packets per second over `wall_ns`.
+    pub mpps: f64,
+    /// Where the output went.
+    pub output: Option<String>,
+    /// Input details.
+    pub input: InputReport,
+    /// Per-NF meters, in chain order.
+    pub nfs: Vec<NfReport>,
+    /// Events emitted in total.
+    pub events_total: u64,
+    /// The first [`MAX_REPORTED_EVENTS`] events.
+    pub events: Vec<EventRecord>,
+}
+
+impl Report {
+    /// The human-readable summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let secs = self.wall_ns as f64 / 1e9;
+        s.push_str(&format!(
+            "packets: {} in, {} out, {} dropped | batches: {} | traps: {} | {:.3} Mpps | wall {:.3} s | {} worker(s), batch {}\n",
+            self.packets_in,
+            self.packets_out,
+            self.packets_dropped,
+            self.batches,
+            self.traps,
+            self.mpps,
+            secs,
+            self.workers,
+            self.batch_size
+        ));
+        for nf in &self.nfs {
+            let m = &nf.meters;
+            let per_pkt = if m.packets > 0 { m.cpu_ns as f64 / m.packets as f64 } else { 0.0 };
+            s.push_str(&format!(
+                "  [{}] {:<12} {:>9} pkts {:>8} calls  fwd {:>9}  drop {:>9}  rewr {:>7}  traps {:>3}  errors {:>3}  {:>7.1} ns/pkt  events {}\n",
+                nf.position, nf.name, m.packets, m.invocations, m.forwarded, m.dropped, m.rewritten, m.traps, m.errors, per_pkt, m.events
+            ));
+            if !nf.trap_causes.is_empty() {
+                let causes: Vec<String> = nf.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                s.push_str(&format!("      trap causes: {}; policy applied to {} packets\n", causes.join(", "), m.policy_packets));
+            }
+        }
+        if let Some(at) = self.input.truncated_at {
+            s.push_str(&format!(
+                "  input cut off at byte {at} ({}); packets before it were processed\n",
+                self.input.truncation_reason.as_deref().unwrap_or("damaged")
+            ));
+        }
+        if self.input.skipped_link_type > 0 {
+            s.push_str(&format!("  skipped {} packets of non-Ethernet interfaces\n", self.input.skipped_link_type));
+        }
+        if self.input.over_snaplen > 0 {
+            s.push_str(&format!("  {} records longer than the snap length (kept)\n", self.input.over_snaplen));
+        }
+        if let Some(o) = &self.output {
+            s.push_str(&format!("output: {o}\n"));
+        }
+        s
+    }
+}

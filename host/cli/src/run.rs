@@ -1,0 +1,367 @@
+//! `sluice-host run`: a pcap through a chain of NFs on N workers.
+//!
+//! Packets are read once into shared memory, cut into chunks, and each
+//! chunk's packets are spread over workers by the symmetric flow hash, so
+//! both directions of a connection meet the same worker and its flow
+//! state. Every worker runs its own instance of every NF. Results are put
+//! back in input order before writing, so the output is the same for any
+//! number of workers.
+
+use crate::config::{ConfigError, HostConfig};
+use crate::report::{EventRecord, InputReport, MAX_REPORTED_EVENTS, NfReport, Report};
+use indicatif::{ProgressBar, ProgressStyle};
+use sluice_pcap::{PacketRef, PcapError, PcapSink, Trace};
+use sluice_runtime::{BatchStatus, Chain, EmittedEvent, Fate, NfMeters, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Errors that stop a run before or while it processes packets.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Loading or starting an NF.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// Reading or writing a capture.
+    #[error(transparent)]
+    Pcap(#[from] PcapError),
+    /// Bad arguments.
+    #[error("{0}")]
+    Usage(String),
+    /// A worker thread died.
+    #[error("worker {0} stopped unexpectedly; see the log above")]
+    Worker(usize),
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// NF modules, in chain order.
+    pub nfs: Vec<PathBuf>,
+    /// Input capture.
+    pub input: PathBuf,
+    /// Output capture (forwarded packets).
+    pub output: Option<PathBuf>,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// Per-NF tallies kept by the host.
+#[derive(Debug, Default, Clone)]
+struct Tally {
+    meters: NfMeters,
+    trap_causes: BTreeMap<String, u64>,
+}
+
+struct WorkerOutput {
+    results: Vec<(usize, PacketResult)>,
+    events: Vec<EmittedEvent>,
+    batches: u64,
+}
+
+/// The per-worker engine of a run.
+struct Worker {
+    chain: Chain,
+    tallies: Vec<Tally>,
+    batch_size: usize,
+}
+
+impl Worker {
+    fn run(&mut self, trace: &Trace, indices: &[usize]) -> WorkerOutput {
+        let mut out = WorkerOutput { results: Vec::with_capacity(indices.len()), events: Vec::new(), batches: 0 };
+        let mut raw: Vec<RawPacket<'_>> = Vec::with_capacity(self.batch_size);
+        for chunk in indices.chunks(self.batch_size.max(1)) {
+            raw.clear();
+            for &i in chunk {
+                let Some(p) = trace.packets().get(i) else { continue };
+                raw.push(to_raw(trace, p));
+            }
+            let results = self.chain.process(&raw);
+            out.batches += 1;
+            for (&i, r) in chunk.iter().zip(results) {
+                out.results.push((i, r.clone()));
+            }
+            for (tally, status) in self.tallies.iter_mut().zip(self.chain.last_statuses()) {
+                if let BatchStatus::Trapped(cause) = status {
+                    *tally.trap_causes.entry(cause.to_string()).or_default() += 1;
+                }
+            }
+            out.events.extend(self.chain.drain_events());
+        }
+        out
+    }
+
+    fn finish(mut self) -> Vec<Tally> {
+        for (t, s) in self.tallies.iter_mut().zip(self.chain.stages()) {
+            t.meters = s.meters().clone();
+        }
+        self.tallies
+    }
+}
+
+fn to_raw<'a>(trace: &'a Trace, p: &PacketRef) -> RawPacket<'a> {
+    RawPacket { data: trace.data(p), wire_len: p.wire_len, timestamp_ns: p.timestamp_ns, ingress_port: p.port }
+}
+
+/// Loads every NF module once (compiled code is shared by workers).
+pub fn load_specs(runtime: &Runtime, config: &HostConfig, nfs: &[PathBuf]) -> Result<Vec<NfSpec>, RunError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut specs = Vec::new();
+    for path in nfs {
+        let module = runtime.load_file(path)?;
+        let name = module.name().to_string();
+        if !seen.insert(name.clone()) {
+            return Err(RunError::Usage(format!(
+                "NF name '{name}' appears twice in the chain; copy one module under another file name so each has its own [nf.<name>] section"
+            )));
+        }
+        let bytes = config.nf_config_bytes(&name)?;
+        specs.push(NfSpec { module, config: bytes.into(), limits: config.limits(&name) });
+    }
+    for name in config.nf.keys() {
+        if !seen.contains(name) {
+            tracing::warn!("config has a section [nf.{name}] but no NF of that name is in the chain");
+        }
+    }
+    Ok(specs)
+}
+
+/// Runs the chain over the input and writes the output and report.
+pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
+    if opts.nfs.is_empty() {
+        return Err(RunError::Usage("give at least one --nf <module.wasm>".into()));
+    }
+    if config.batch_size == 0 || config.batch_size > 4096 {
+        return Err(RunError::Usage(format!("batch size {} is out of range 1..=4096", config.batch_size)));
+    }
+    let workers = config.workers.clamp(1, 256);
+    let runtime = Runtime::new(config.runtime())?;
+    let specs = load_specs(&runtime, config, &opts.nfs)?;
+    let trace = Arc::new(Trace::open(&opts.input)?);
+    let mut sink = match &opts.output {
+        Some(p) => Some(PcapSink::create(p)?),
+        None => None,
+    };
+
+    // Instantiate every worker's chain up front so that a rejected config
+    // fails the run before any packet is processed.
+    let mut worker_engines = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        worker_engines.push(Worker {
+            chain: Chain::new(&runtime, &specs)?,
+            tallies: vec![Tally::default(); specs.len()],
+            batch_size: config.batch_size,
+        });
+    }
+
+    let total = trace.packets().len();
+    let bar = if opts.progress && total >= 100_000 {
+        let b = ProgressBar::new(total as u64);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} packets ({per_sec}, eta {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let start = Instant::now();
+    let mut packets_out = 0u64;
+    let mut batches = 0u64;
+    let mut events: Vec<EventRecord> = Vec::new();
+    let mut events_total = 0u64;
+    let chunk_len = config.batch_size * workers * 64;
+    let mut fates: Vec<Option<PacketResult>> = Vec::new();
+    let tallies: Vec<Vec<Tally>>;
+
+    let mut write_chunk = |range: std::ops::Range<usize>, fates: &mut Vec<Option<PacketResult>>| -> Result<(), RunError> {
+        for (i, r) in range.zip(fates.drain(..)) {
+            let Some(r) = r else { continue };
+            if let Fate::Forward(_) = r.fate {
+                packets_out += 1;
+                if let (Some(s), Some(p)) = (sink.as_mut(), trace.packets().get(i)) {
+                    match &r.data {
+                        Some(d) => s.write(p.timestamp_ns, d.len() as u32, d)?,
+                        None => s.write(p.timestamp_ns, p.wire_len, trace.data(p))?,
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    let mut take_events = |evs: Vec<EmittedEvent>| {
+        for e in evs {
+            events_total += 1;
+            if events.len() < MAX_REPORTED_EVENTS {
+                events.push(event_record(e));
+            }
+        }
+    };
+
+    if workers == 1 {
+        let Some(mut w) = worker_engines.pop() else { return Err(RunError::Worker(0)) };
+        let indices: Vec<usize> = (0..total).collect();
+        for chunk in indices.chunks(chunk_len.max(1)) {
+            let out = w.run(&trace, chunk);
+            batches += out.batches;
+            fates.clear();
+            fates.resize(chunk.len(), None);
+            let base = chunk.first().copied().unwrap_or(0);
+            for (i, r) in out.results {
+                if let Some(slot) = fates.get_mut(i - base) {
+                    *slot = Some(r);
+                }
+            }
+            take_events(out.events);
+            write_chunk(base..base + chunk.len(), &mut fates)?;
+            bar.inc(chunk.len() as u64);
+        }
+        tallies = vec![w.finish()];
+    } else {
+        // Dispatch by symmetric flow hash; non-IP packets go to worker 0.
+        let owner: Vec<usize> = trace
+            .packets()
+            .iter()
+            .map(|p| {
+                sluice_wire::parse(trace.data(p))
+                    .key
+                    .map(|k| (k.symmetric_hash() % workers as u64) as usize)
+                    .unwrap_or(0)
+            })
+            .collect();
+        let result = std::thread::scope(|scope| -> Result<Vec<Vec<Tally>>, RunError> {
+            let mut to_workers = Vec::new();
+            let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, WorkerOutput)>();
+            let mut handles = Vec::new();
+            for (wi, mut w) in worker_engines.drain(..).enumerate() {
+                let (tx, rx) = crossbeam_channel::bounded::<Vec<usize>>(2);
+                to_workers.push(tx);
+                let done = done_tx.clone();
+                let trace = trace.clone();
+                handles.push(scope.spawn(move || {
+                    while let Ok(indices) = rx.recv() {
+                        let out = w.run(&trace, &indices);
+                        if done.send((wi, out)).is_err() {
+                            break;
+                        }
+                    }
+                    w.finish()
+                }));
+            }
+            drop(done_tx);
+            let all: Vec<usize> = (0..total).collect();
+            for chunk in all.chunks(chunk_len.max(1)) {
+                let mut per: Vec<Vec<usize>> = vec![Vec::new(); workers];
+                for &i in chunk {
+                    let w = owner.get(i).copied().unwrap_or(0);
+                    if let Some(v) = per.get_mut(w) {
+                        v.push(i);
+                    }
+                }
+                for (wi, (tx, idx)) in to_workers.iter().zip(per).enumerate() {
+                    tx.send(idx).map_err(|_| RunError::Worker(wi))?;
+                }
+                fates.clear();
+                fates.resize(chunk.len(), None);
+                let base = chunk.first().copied().unwrap_or(0);
+                for _ in 0..workers {
+                    let (_, out) = done_rx.recv().map_err(|_| RunError::Worker(0))?;
+                    batches += out.batches;
+                    for (i, r) in out.results {
+                        if let Some(slot) = fates.get_mut(i - base) {
+                            *slot = Some(r);
+                        }
+                    }
+                    take_events(out.events);
+                }
+                write_chunk(base..base + chunk.len(), &mut fates)?;
+                bar.inc(chunk.len() as u64);
+            }
+            drop(to_workers);
+            let mut out = Vec::new();
+            for (wi, h) in handles.into_iter().enumerate() {
+                out.push(h.join().map_err(|_| RunError::Worker(wi))?);
+            }
+            Ok(out)
+        });
+        tallies = result?;
+    }
+    let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    bar.finish_and_clear();
+    if let Some(s) = sink {
+        s.finish()?;
+    }
+
+    let mut nfs: Vec<NfReport> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| NfReport {
+            name: s.module.name().to_string(),
+            digest: s.module.digest().to_string(),
+            position: i,
+            meters: NfMeters::default(),
+            trap_causes: BTreeMap::new(),
+        })
+        .collect();
+    for worker in &tallies {
+        for (nf, t) in nfs.iter_mut().zip(worker) {
+            nf.meters.add(&t.meters);
+            for (k, v) in &t.trap_causes {
+                *nf.trap_causes.entry(k.clone()).or_default() += v;
+            }
+        }
+    }
+    let stats = trace.stats();
+    let packets_in = total as u64;
+    Ok(Report {
+        packets_in,
+        packets_out,
+        packets_dropped: packets_in - packets_out,
+        batches,
+        traps: nfs.iter().map(|n| n.meters.traps).sum(),
+        workers,
+        batch_size: config.batch_size,
+        wall_ns,
+        mpps: if wall_ns > 0 { packets_in as f64 * 1e3 / wall_ns as f64 } else { 0.0 },
+        output: opts.output.as_ref().map(|p| p.display().to_string()),
+        input: InputReport {
+            path: opts.input.display().to_string(),
+            over_snaplen: stats.over_snaplen,
+            skipped_link_type: stats.skipped_link_type,
+            truncated_at: stats.truncated_at,
+            truncation_reason: stats.truncation_reason.clone(),
+        },
+        nfs,
+        events_total,
+        events,
+    })
+}
+
+fn event_record(e: EmittedEvent) -> EventRecord {
+    use sluice_runtime::bindings::Level;
+    EventRecord {
+        nf: e.nf.to_string(),
+        kind: e.event.kind,
+        level: match e.event.level {
+            Level::Debug => "debug",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Error => "error",
+        }
+        .into(),
+        timestamp_ns: e.timestamp_ns,
+        flow: e.flow.map(|k| k.to_string()),
+        fields: e.event.fields.into_iter().collect(),
+    }
+}
+
+/// Writes the report as pretty JSON.
+pub fn write_report(report: &Report, path: &Path) -> Result<(), std::io::Error> {
+    let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(path, json)
+}
