@@ -1,1 +1,11 @@
+//! Integration tests: real components built from `nfs-wasm/` and
+//! `tests/nfs/` through the real runtime and host. One test binary for
+//! faster links. Run through `make test`, which builds the components first.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod chain;
+mod firewall;
+mod hostile;
+mod modules;
+mod pcap_input;

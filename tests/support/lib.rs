@@ -1,1 +1,59 @@
+//! Helpers shared by the integration tests: where the built components
+//! are, and building captures from frame specs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use sluice_pcap::PcapSink;
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn find(dir_var: &str, default: &str, name: &str) -> PathBuf {
+    let dir = std::env::var(dir_var).map(PathBuf::from).unwrap_or_else(|_| workspace().join(default));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(p.exists(), "{} is missing: run `make nfs test-nfs` (or `make test`) first", p.display());
+    p
+}
+
+/// A component from `nfs-wasm/` (built by `make nfs`).
+pub fn nf(name: &str) -> PathBuf {
+    find("SLUICE_NFS_DIR", "target/nfs", name)
+}
+
+/// A test-only component (built by `make test-nfs`).
+pub fn test_nf(name: &str) -> PathBuf {
+    find("SLUICE_TEST_NFS_DIR", "target/nfs-test", name)
+}
+
+/// Copies a component under another name (chains need distinct names).
+pub fn nf_as(src: &Path, dir: &Path, name: &str) -> PathBuf {
+    let dst = dir.join(format!("{name}.wasm"));
+    std::fs::copy(src, &dst).unwrap();
+    dst
+}
+
+/// Writes frames to a pcap with timestamps 1 ms apart.
+pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let mut sink = PcapSink::create(path).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        sink.write(1_700_000_000_000_000_000 + i as u64 * 1_000_000, f.len() as u32, f).unwrap();
+    }
+    sink.finish().unwrap();
+}
+
+/// Reads the frames of a pcap.
+pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let t = sluice_pcap::Trace::open(path).unwrap();
+    t.packets().iter().map(|p| t.data(p).to_vec()).collect()
+}
+
+/// A host config from TOML text, written next to the test's files.
+pub fn host_config(dir: &Path, toml: &str) -> sluice_host::HostConfig {
+    let p = dir.join("host.toml");
+    std::fs::write(&p, toml).unwrap();
+    let mut c = sluice_host::HostConfig::load(Some(&p)).unwrap();
+    c.cache_dir = workspace().join("target/sluice-cache");
+    c
+}

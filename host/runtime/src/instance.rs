@@ -45,6 +45,9 @@ pub enum TrapCause {
     StackOverflow,
     /// The guest panicked or aborted (`unreachable`).
     Panic,
+    /// An out-of-bounds memory access (in Rust/C guests also the symptom
+    /// of a shadow-stack overflow).
+    MemoryFault,
     /// Any other trap (bad memory access, division by zero, ...).
     Other,
 }
@@ -57,6 +60,7 @@ impl std::fmt::Display for TrapCause {
             TrapCause::OutOfMemory => "out of memory",
             TrapCause::StackOverflow => "stack overflow",
             TrapCause::Panic => "panic",
+            TrapCause::MemoryFault => "memory fault",
             TrapCause::Other => "trap",
         })
     }
@@ -69,6 +73,7 @@ fn classify(err: &wasmtime::Error) -> TrapCause {
         Some(Trap::StackOverflow) => TrapCause::StackOverflow,
         Some(Trap::UnreachableCodeReached) => TrapCause::Panic,
         Some(Trap::AllocationTooLarge) => TrapCause::OutOfMemory,
+        Some(Trap::MemoryOutOfBounds) => TrapCause::MemoryFault,
         _ => {
             let text = format!("{err:#}");
             if text.contains("memory") && (text.contains("grow") || text.contains("limit")) {

@@ -1,1 +1,138 @@
+//! A network function that misbehaves on purpose, for the host's tests.
+//!
+//! Its config is a text `mode[:after]`: it behaves (forwards everything)
+//! for `after` batches (default 0), then does `mode` on every batch:
+//!
+//! - `loop`: spins forever (the deadline must stop it);
+//! - `alloc`: allocates without bound (the memory cap must stop it);
+//! - `recurse`: recurses without bound (the stack limit must stop it);
+//! - `panic`: panics;
+//! - `error`: returns `err(...)` from `process`;
+//! - `bad-verdicts`: returns one verdict too few;
+//! - `print`: writes 1000 lines to stdout per batch (rate limit);
+//! - `big-state`: stores 1 MiB of state per flow (state limit);
+//! - `reject`: refuses its config in `init`;
+//! - `count-panic`: counts packets per flow in host-owned flow state (a
+//!   little-endian u64) on every batch, and panics on every batch after
+//!   `after` — so tests can check that state survives the trap.
 
+#![allow(clippy::panic, clippy::indexing_slicing)] // misbehaving is the point
+
+use sluice_sdk::{Batch, NetworkFunction, NfInfo};
+use std::hint::black_box;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Loop,
+    Alloc,
+    Recurse,
+    Panic,
+    Error,
+    BadVerdicts,
+    Print,
+    BigState,
+    CountPanic,
+}
+
+/// The hostile NF.
+#[derive(Debug)]
+pub struct Hostile {
+    mode: Mode,
+    after: u64,
+    seen: u64,
+    hoard: Vec<Vec<u8>>,
+}
+
+/// Recursion the optimizer cannot turn into a loop, with everything in Wasm
+/// locals (nothing address-taken), so it exhausts the Wasm stack rather
+/// than the shadow stack in linear memory.
+fn recurse(n: u64) -> u64 {
+    if n == u64::MAX {
+        return n;
+    }
+    let r = recurse(n.wrapping_add(1));
+    r.rotate_left((n & 63) as u32) ^ n
+}
+
+impl NetworkFunction for Hostile {
+    fn init(config: &[u8]) -> Result<(Self, NfInfo), String> {
+        let text = std::str::from_utf8(config).map_err(|_| "config is not UTF-8".to_string())?.trim();
+        let (mode, after) = match text.split_once(':') {
+            Some((m, a)) => (m, a.parse::<u64>().map_err(|_| format!("bad batch count '{a}'"))?),
+            None => (text, 0),
+        };
+        let mode = match mode {
+            "loop" => Mode::Loop,
+            "alloc" => Mode::Alloc,
+            "recurse" => Mode::Recurse,
+            "panic" => Mode::Panic,
+            "error" => Mode::Error,
+            "bad-verdicts" => Mode::BadVerdicts,
+            "print" => Mode::Print,
+            "big-state" => Mode::BigState,
+            "count-panic" => Mode::CountPanic,
+            "reject" => return Err("hostile: config rejected on purpose (mode 'reject')".into()),
+            other => return Err(format!("hostile: unknown mode '{other}'")),
+        };
+        let info = if matches!(mode, Mode::BigState | Mode::CountPanic) { NfInfo::with_flow_state(0) } else { NfInfo::stateless() };
+        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new() }, info))
+    }
+
+    fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
+        self.seen += 1;
+        if self.mode == Mode::CountPanic {
+            for i in 0..batch.len() {
+                let Some(f) = batch.packet(i).and_then(|p| p.flow()) else { continue };
+                let n = batch.flow_state(f).and_then(|s| <[u8; 8]>::try_from(s).ok()).map(u64::from_le_bytes).unwrap_or(0);
+                batch.set_flow_state(f, (n + 1).to_le_bytes().to_vec());
+            }
+        }
+        if self.seen <= self.after {
+            return Ok(());
+        }
+        match self.mode {
+            Mode::Loop => {
+                let mut x = 0u64;
+                loop {
+                    x = black_box(x.wrapping_add(1));
+                }
+            }
+            Mode::Alloc => loop {
+                let mut v = vec![1u8; 1 << 20];
+                v[0] = black_box(2);
+                self.hoard.push(v);
+            },
+            Mode::Recurse => {
+                black_box(recurse(black_box(0)));
+                Ok(())
+            }
+            Mode::Panic | Mode::CountPanic => panic!("hostile NF panics on purpose"),
+            Mode::Error => Err("hostile: refusing this batch on purpose".into()),
+            Mode::BadVerdicts => {
+                // Swapping in an empty batch makes `finish` return zero
+                // verdicts for a non-empty batch: a malformed result the
+                // host must notice.
+                *batch = Batch::new(empty_batch());
+                Ok(())
+            }
+            Mode::Print => {
+                for i in 0..1000 {
+                    println!("hostile line {i}");
+                }
+                Ok(())
+            }
+            Mode::BigState => {
+                for f in 0..batch.flow_count() as u32 {
+                    batch.set_flow_state(f, vec![0xee; 1 << 20]);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn empty_batch() -> sluice_sdk::wit::sluice::nf::types::Batch {
+    sluice_sdk::wit::sluice::nf::types::Batch { data: Vec::new(), packets: Vec::new(), flows: Vec::new() }
+}
+
+sluice_sdk::export_nf!(Hostile);

@@ -1,0 +1,80 @@
+# Sluice — the two commands that matter are `make demo` and `make test`.
+# Everything builds in release mode into one target/ so the (slow) wasmtime
+# build is shared by demo, tests and benchmarks.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+NF_TARGET := wasm32-wasip2
+NF_PROFILE := nf
+NF_DIRS := $(patsubst nfs-wasm/%/Cargo.toml,%,$(wildcard nfs-wasm/*/Cargo.toml))
+NF_OUT := target/nfs
+TEST_NF_OUT := target/nfs-test
+DEMO_DIR := target/demo
+
+.PHONY: help setup build nfs test-nfs demo test lint unit fuzz-smoke fuzz bench clean
+
+help:
+	@echo "make demo   - build everything and run a sample trace through the firewall"
+	@echo "make test   - lint, build the NFs, run every test (unit, integration, fuzz smoke)"
+	@echo "make bench  - benchmarks; writes docs/benchmarks.md"
+	@echo "make setup  - install what the above need (idempotent)"
+
+setup:
+	@bash deploy/setup.sh
+
+build: setup nfs
+	$(CARGO) build --release --locked
+
+# Every NF in nfs-wasm/<name>/ becomes target/nfs/<name>.wasm.
+nfs: setup
+	$(CARGO) build --locked --profile $(NF_PROFILE) --target $(NF_TARGET) $(foreach n,$(NF_DIRS),-p sluice-nf-$(n))
+	@mkdir -p $(NF_OUT)
+	@for n in $(NF_DIRS); do \
+		cp target/$(NF_TARGET)/$(NF_PROFILE)/sluice_nf_$$(echo $$n | tr - _).wasm $(NF_OUT)/$$n.wasm; \
+		echo "  $(NF_OUT)/$$n.wasm ($$(stat -c %s $(NF_OUT)/$$n.wasm) bytes)"; \
+	done
+
+# Test-only modules: the hostile NF and a component of the wrong world.
+test-nfs: setup
+	$(CARGO) build --locked --profile $(NF_PROFILE) --target $(NF_TARGET) -p sluice-nf-hostile
+	@mkdir -p $(TEST_NF_OUT)
+	@cp target/$(NF_TARGET)/$(NF_PROFILE)/sluice_nf_hostile.wasm $(TEST_NF_OUT)/hostile.wasm
+	@cp target/$(NF_TARGET)/$(NF_PROFILE)/wrong-world.wasm $(TEST_NF_OUT)/wrong-world.wasm
+
+demo: build
+	@mkdir -p $(DEMO_DIR)
+	@./target/release/sluice-host synth --out $(DEMO_DIR)/office.pcap --sessions 20000 --seed 7
+	@echo
+	@echo "== firewall -> counter over $(DEMO_DIR)/office.pcap (config: deploy/local/demo.toml)"
+	@./target/release/sluice-host --config deploy/local/demo.toml run \
+		--nf $(NF_OUT)/firewall.wasm,$(NF_OUT)/counter.wasm \
+		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.out.pcap \
+		--report $(DEMO_DIR)/report.json
+	@echo
+	@echo "forwarded packets: $(DEMO_DIR)/office.out.pcap"
+	@echo "per-NF meters and firewall deny events: $(DEMO_DIR)/report.json"
+
+lint: setup
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release --locked --target $(NF_TARGET) $(foreach n,$(NF_DIRS),-p sluice-nf-$(n)) -p sluice-nf-hostile -- -D warnings
+
+unit: nfs test-nfs
+	SLUICE_NFS_DIR=$(CURDIR)/$(NF_OUT) SLUICE_TEST_NFS_DIR=$(CURDIR)/$(TEST_NF_OUT) \
+		$(CARGO) test --release --locked --workspace
+
+# A short coverage-guided fuzz run of the packet parser (nightly + cargo-fuzz).
+fuzz-smoke: setup
+	cd host/wire/fuzz && $(CARGO) +nightly fuzz run parse --release -- -max_total_time=$${FUZZ_SECONDS:-30} -rss_limit_mb=2048
+
+fuzz: setup
+	cd host/wire/fuzz && $(CARGO) +nightly fuzz run parse --release -- -max_total_time=$${FUZZ_SECONDS:-600}
+
+test: lint unit fuzz-smoke
+	@echo "all tests passed"
+
+bench: build
+	$(CARGO) run --release --locked -p sluice-bench -- --nfs $(NF_OUT) --write docs/benchmarks.md
+
+clean:
+	$(CARGO) clean

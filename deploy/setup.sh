@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs what `make demo`, `make test` and `make bench` need. Idempotent:
+# it checks before installing and says what it did. Needs network access to
+# Debian, crates.io and the Rust toolchain server on a fresh machine.
+set -euo pipefail
+
+did=()
+say() { echo "setup: $*"; }
+need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
+
+# Debian packages: a C toolchain (wasmtime's build scripts), pkg-config.
+apt_pkgs=(build-essential pkg-config curl ca-certificates)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null; then
+    $(need_root) apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $(need_root) apt-get install -y -qq "${missing[@]}"
+    did+=("apt: ${missing[*]}")
+  else
+    echo "setup: missing packages ${missing[*]} and no apt-get; install them by hand" >&2
+    exit 1
+  fi
+fi
+
+# Rust: rustup, the pinned toolchain with the wasm target (rust-toolchain.toml).
+if ! command -v rustup >/dev/null; then
+  if [ -x "$HOME/.cargo/bin/rustup" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: rustup not found; install it from https://rustup.rs (or your distribution) and re-run" >&2
+    exit 1
+  fi
+fi
+channel=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+if ! rustup toolchain list | grep -q "^$channel"; then
+  rustup toolchain install "$channel" --profile minimal -c rustfmt -c clippy -t wasm32-wasip2
+  did+=("rust $channel")
+fi
+if ! rustup target list --installed --toolchain "$channel" | grep -q '^wasm32-wasip2$'; then
+  rustup target add wasm32-wasip2 --toolchain "$channel"
+  did+=("target wasm32-wasip2")
+fi
+for c in rustfmt clippy; do
+  if ! rustup component list --installed --toolchain "$channel" | grep -q "^$c"; then
+    rustup component add "$c" --toolchain "$channel"
+    did+=("component $c")
+  fi
+done
+
+# Fuzzing: a nightly toolchain and cargo-fuzz.
+if ! rustup toolchain list | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal
+  did+=("rust nightly")
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  cargo install --locked cargo-fuzz
+  did+=("cargo-fuzz")
+fi
+
+if [ ${#did[@]} -eq 0 ]; then
+  say "everything already installed"
+else
+  say "installed: ${did[*]}"
+fi
