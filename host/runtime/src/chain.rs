@@ -3,7 +3,7 @@
 //! copies beyond the one into each guest that the contract requires.
 
 use crate::batch::{BatchBuilder, RawPacket};
-use crate::bindings::Verdict;
+use sluice_wire::abi::Verdict;
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::instance::{BatchStatus, EmittedEvent, NfInstance, NfSpec, StageOutput};
@@ -57,6 +57,20 @@ impl Chain {
             alive: Vec::new(),
             next_alive: Vec::new(),
         })
+    }
+
+    /// A chain of already-created instances (e.g. native NFs).
+    pub fn from_instances(stages: Vec<NfInstance>) -> Self {
+        let with_flows = stages.iter().any(NfInstance::wants_flow_state);
+        Chain {
+            statuses: vec![BatchStatus::Ok; stages.len()],
+            stages,
+            builder: BatchBuilder::new(with_flows),
+            out: StageOutput::default(),
+            results: Vec::new(),
+            alive: Vec::new(),
+            next_alive: Vec::new(),
+        }
     }
 
     /// The NF instances, in chain order.

@@ -2,7 +2,8 @@
 //! fails, re-created after a trap, with its flow state kept by the host.
 
 use crate::batch::BatchBuilder;
-use crate::bindings::{Event, NetworkFunction, NfInfo, Rewrite, StateOp, Verdict};
+use crate::bindings::{Event, NetworkFunction, NfInfo, Rewrite, StateOp};
+use sluice_wire::abi::Verdict;
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -114,7 +115,7 @@ pub struct EmittedEvent {
 /// The NF's decisions for one batch.
 #[derive(Debug, Default)]
 pub struct StageOutput {
-    /// One per packet.
+    /// One per packet (validated).
     pub verdicts: Vec<Verdict>,
     /// Rewritten packets.
     pub rewrites: Vec<Rewrite>,
@@ -125,9 +126,24 @@ struct Live {
     bindings: NetworkFunction,
 }
 
+/// An NF compiled into the host and called as a plain Rust function: no
+/// sandbox, no limits, no canonical ABI. This is Serpens' unsandboxed model;
+/// Sluice uses it as the baseline its benchmarks compare Wasm NFs against.
+/// It receives exactly what a Wasm NF receives and is run by the same host
+/// code (batch building, flow state, verdicts), so the difference between
+/// the two is what the sandbox costs.
+pub trait NativeNf: Send {
+    /// Like the `init` export.
+    fn init(&mut self, config: &[u8]) -> Result<NfInfo, String>;
+    /// Like the `process` export.
+    fn process(&mut self, batch: &crate::bindings::Batch) -> Result<crate::bindings::BatchResult, String>;
+}
+
 /// One NF instance with its host-owned state and meters.
 pub struct NfInstance {
+    name: Arc<str>,
     spec: NfSpec,
+    native: Option<Box<dyn NativeNf>>,
     engine: Engine,
     fuel_enabled: bool,
     deadline_ticks: u64,
@@ -142,7 +158,7 @@ pub struct NfInstance {
 
 impl std::fmt::Debug for NfInstance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NfInstance").field("nf", &self.spec.module.name).finish_non_exhaustive()
+        f.debug_struct("NfInstance").field("nf", &self.name).finish_non_exhaustive()
     }
 }
 
@@ -169,6 +185,8 @@ impl NfInstance {
         let tick = runtime.config.epoch_tick.as_nanos().max(1);
         let deadline_ticks = u64::try_from(spec.limits.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1;
         let mut inst = NfInstance {
+            name: spec.module.name.clone(),
+            native: None,
             engine: runtime.engine.clone(),
             fuel_enabled: runtime.config.fuel,
             deadline_ticks,
@@ -185,6 +203,34 @@ impl NfInstance {
         Ok(inst)
     }
 
+    /// Wraps a native NF (see [`NativeNf`]). `spec` names the Wasm build of
+    /// the same NF: its name, digest and config are used, and of its limits
+    /// only the flow-state ones apply (nothing can interrupt native code).
+    pub fn new_native(runtime: &Runtime, spec: NfSpec, mut nf: Box<dyn NativeNf>) -> Result<Self, RuntimeError> {
+        let info = nf
+            .init(&spec.config)
+            .map_err(|message| RuntimeError::ConfigRejected { nf: spec.module.name.to_string(), message })?;
+        let mut table = FlowTable::new(DEFAULT_FLOW_IDLE_TIMEOUT_NS, spec.limits.max_flows);
+        if info.flow_idle_timeout_ns > 0 {
+            table.set_idle_timeout_ns(info.flow_idle_timeout_ns);
+        }
+        Ok(NfInstance {
+            name: spec.module.name.clone(),
+            native: Some(nf),
+            engine: runtime.engine.clone(),
+            fuel_enabled: false,
+            deadline_ticks: 0,
+            live: None,
+            info,
+            table,
+            meters: NfMeters { instantiations: 1, ..NfMeters::default() },
+            events: Vec::new(),
+            touched: Vec::new(),
+            log_dropped_base: 0,
+            spec,
+        })
+    }
+
     fn arm(&self, store: &mut Store<HostState>) {
         store.set_epoch_deadline(self.deadline_ticks);
         if self.fuel_enabled {
@@ -194,7 +240,7 @@ impl NfInstance {
 
     /// Creates a fresh instance and runs `init`.
     fn start(&mut self) -> Result<(), RuntimeError> {
-        let name = self.spec.module.name.clone();
+        let name = self.name.clone();
         let state = HostState::new(name.clone(), self.spec.limits.memory_bytes, self.spec.limits.log_lines_per_second);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -228,7 +274,12 @@ impl NfInstance {
 
     /// NF name.
     pub fn name(&self) -> &str {
-        &self.spec.module.name
+        &self.name
+    }
+
+    /// Whether this is a native (unsandboxed) NF.
+    pub fn is_native(&self) -> bool {
+        self.native.is_some()
     }
 
     /// The module this instance runs.
@@ -273,85 +324,90 @@ impl NfInstance {
         self.meters.packets += n as u64;
         self.meters.bytes += batch.data.len() as u64;
         let wants_state = self.info.wants_flow_state;
+        batch.state_data.clear();
+        batch.state_ends.clear();
         if wants_state {
-            for (flow, key) in batch.flows.iter_mut().zip(flow_keys) {
-                flow.state = self.table.take(key, now);
+            for key in flow_keys {
+                self.table.read_into(key, now, &mut batch.state_data);
+                batch.state_ends.push(u32::try_from(batch.state_data.len()).unwrap_or(u32::MAX));
             }
-            self.meters.state_ops += batch.flows.len() as u64;
+            self.meters.state_ops += flow_keys.len() as u64;
+        }
+
+        let result = if let Some(native) = self.native.as_mut() {
+            let t0 = Instant::now();
+            let r = native.process(batch);
+            self.meters.cpu_ns += u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            Ok(r)
         } else {
-            for flow in batch.flows.iter_mut() {
-                flow.state = None;
+            if self.live.is_none()
+                && let Err(e) = self.start()
+            {
+                let msg = e.to_string();
+                self.apply_policy(n, out);
+                return BatchStatus::Unavailable(msg);
             }
-        }
+            let Some(live) = self.live.as_mut() else {
+                self.apply_policy(n, out);
+                return BatchStatus::Unavailable("no instance".into());
+            };
+            live.store.set_epoch_deadline(self.deadline_ticks);
+            if self.fuel_enabled {
+                let _ = live.store.set_fuel(self.spec.limits.fuel_per_batch.unwrap_or(u64::MAX));
+            }
+            let t0 = Instant::now();
+            let result = live.bindings.sluice_nf_nf().call_process(&mut live.store, batch);
+            self.meters.cpu_ns += u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
 
-        if self.live.is_none()
-            && let Err(e) = self.start()
-        {
-            self.restore_state(batch, flow_keys, now);
-            let msg = e.to_string();
-            self.apply_policy(n, out);
-            return BatchStatus::Unavailable(msg);
-        }
-        let Some(live) = self.live.as_mut() else {
-            self.apply_policy(n, out);
-            return BatchStatus::Unavailable("no instance".into());
+            // Events and log drops are collected even from a batch that failed.
+            let data = live.store.data_mut();
+            let emitted = std::mem::take(&mut data.events);
+            self.meters.events += emitted.len() as u64 + std::mem::take(&mut data.events_dropped);
+            self.meters.log_dropped = self.log_dropped_base + data.log_dropped();
+            for event in emitted {
+                let packet = event.packet.map(|p| p as usize).filter(|&p| p < n);
+                self.events.push(EmittedEvent {
+                    nf: self.name.clone(),
+                    flow: packet.and_then(|p| sluice_wire::parse(crate::batch::packet_bytes(batch, p)).key),
+                    timestamp_ns: packet.and_then(|p| batch.timestamps.get(p).copied()).unwrap_or(now),
+                    event,
+                });
+            }
+            result
         };
-        live.store.set_epoch_deadline(self.deadline_ticks);
-        if self.fuel_enabled {
-            let _ = live.store.set_fuel(self.spec.limits.fuel_per_batch.unwrap_or(u64::MAX));
-        }
-        let t0 = Instant::now();
-        let result = live.bindings.sluice_nf_nf().call_process(&mut live.store, batch);
-        self.meters.cpu_ns += u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-
-        // Events and log drops are collected even from a batch that failed.
-        let data = live.store.data_mut();
-        let emitted = std::mem::take(&mut data.events);
-        self.meters.events += emitted.len() as u64 + std::mem::take(&mut data.events_dropped);
-        self.meters.log_dropped = self.log_dropped_base + data.log_dropped();
-        for event in emitted {
-            let meta = event.packet.and_then(|p| batch.packets.get(p as usize));
-            self.events.push(EmittedEvent {
-                nf: self.spec.module.name.clone(),
-                flow: meta.and_then(|m| m.key.as_ref()).map(Into::into),
-                timestamp_ns: meta.map(|m| m.timestamp_ns).unwrap_or(now),
-                event,
-            });
-        }
 
         let status = match result {
-            Ok(Ok(mut r)) => match validate(&r, n, batch.flows.len()) {
+            Ok(Ok(mut r)) => match validate(&r, n, flow_keys.len(), &mut out.verdicts) {
                 Ok(()) => {
                     if wants_state {
-                        self.apply_updates(batch, flow_keys, now, &mut r.flow_updates);
+                        self.apply_updates(flow_keys, now, &mut r.flow_updates);
                     }
-                    for v in &r.verdicts {
+                    for v in &out.verdicts {
                         match v {
                             Verdict::Drop => self.meters.dropped += 1,
                             Verdict::Forward(_) | Verdict::Label(_) => self.meters.forwarded += 1,
                         }
                     }
                     self.meters.rewritten += r.rewrites.len() as u64;
-                    out.verdicts = r.verdicts;
                     out.rewrites = r.rewrites;
                     return BatchStatus::Ok;
                 }
                 Err(msg) => {
                     self.meters.errors += 1;
-                    tracing::warn!(nf = %self.spec.module.name, "malformed batch result: {msg}");
+                    tracing::warn!(nf = %self.name, "malformed batch result: {msg}");
                     BatchStatus::Failed(msg)
                 }
             },
             Ok(Err(msg)) => {
                 self.meters.errors += 1;
-                tracing::warn!(nf = %self.spec.module.name, "batch refused by the NF: {msg}");
+                tracing::warn!(nf = %self.name, "batch refused by the NF: {msg}");
                 BatchStatus::Failed(msg)
             }
             Err(e) => {
                 let cause = classify(&e);
                 self.meters.traps += 1;
                 tracing::warn!(
-                    nf = %self.spec.module.name,
+                    nf = %self.name,
                     cause = %cause,
                     policy = ?self.spec.limits.failure_policy,
                     "NF trapped; applying failure policy and re-creating the instance: {e:#}"
@@ -363,29 +419,16 @@ impl NfInstance {
                 BatchStatus::Trapped(cause)
             }
         };
-        self.restore_state(batch, flow_keys, now);
+        if wants_state {
+            for key in flow_keys {
+                self.table.touch(key, now);
+            }
+        }
         self.apply_policy(n, out);
         status
     }
 
-    fn restore_state(&mut self, batch: &mut crate::bindings::Batch, keys: &[sluice_wire::FlowKey], now: u64) {
-        if !self.info.wants_flow_state {
-            return;
-        }
-        for (flow, key) in batch.flows.iter_mut().zip(keys) {
-            if let Some(v) = flow.state.take() {
-                self.table.put_back(key, v, now);
-            }
-        }
-    }
-
-    fn apply_updates(
-        &mut self,
-        batch: &mut crate::bindings::Batch,
-        keys: &[sluice_wire::FlowKey],
-        now: u64,
-        updates: &mut Vec<crate::bindings::FlowUpdate>,
-    ) {
+    fn apply_updates(&mut self, keys: &[sluice_wire::FlowKey], now: u64, updates: &mut Vec<crate::bindings::FlowUpdate>) {
         self.touched.clear();
         self.touched.resize(keys.len(), false);
         for u in updates.drain(..) {
@@ -396,12 +439,11 @@ impl NfInstance {
             }
             self.meters.state_ops += 1;
             match u.op {
-                StateOp::Set(v) if v.len() > self.spec.limits.max_flow_state_bytes => {
+                StateOp::Set(v) if v.is_empty() => self.table.remove(key),
+                StateOp::Set(v) if v.len() > self.limits().max_flow_state_bytes => {
+                    // Refused: the old value stays.
                     self.meters.state_rejected += 1;
-                    // Keep the old value: a refused write must not erase it.
-                    if let Some(old) = batch.flows.get_mut(idx).and_then(|f| f.state.take()) {
-                        self.table.put_back(key, old, now);
-                    }
+                    self.table.touch(key, now);
                 }
                 StateOp::Set(v) => {
                     if !self.table.set(*key, v, now) {
@@ -411,13 +453,16 @@ impl NfInstance {
                 StateOp::Remove => self.table.remove(key),
             }
         }
-        for ((flow, key), touched) in batch.flows.iter_mut().zip(keys).zip(&self.touched) {
-            let v = flow.state.take();
-            if !touched && let Some(v) = v {
-                self.table.put_back(key, v, now);
+        for (key, touched) in keys.iter().zip(&self.touched) {
+            if !touched {
+                self.table.touch(key, now);
             }
         }
         self.table.expire(now);
+    }
+
+    fn limits(&self) -> &NfLimits {
+        &self.spec.limits
     }
 
     fn apply_policy(&mut self, n: usize, out: &mut StageOutput) {
@@ -432,9 +477,22 @@ impl NfInstance {
     }
 }
 
-fn validate(r: &crate::bindings::BatchResult, packets: usize, flows: usize) -> Result<(), String> {
+/// Checks a result against its batch and decodes the verdicts into `out`.
+fn validate(
+    r: &crate::bindings::BatchResult,
+    packets: usize,
+    flows: usize,
+    out: &mut Vec<Verdict>,
+) -> Result<(), String> {
     if r.verdicts.len() != packets {
         return Err(format!("{} verdicts for {packets} packets", r.verdicts.len()));
+    }
+    out.clear();
+    for (i, &v) in r.verdicts.iter().enumerate() {
+        match Verdict::decode(v) {
+            Some(v) => out.push(v),
+            None => return Err(format!("packet {i}: unknown verdict kind {} (value {v:#x})", v >> 16)),
+        }
     }
     for rw in &r.rewrites {
         if rw.packet as usize >= packets {

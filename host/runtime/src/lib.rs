@@ -44,7 +44,7 @@ pub use batch::{BatchBuilder, RawPacket};
 pub use chain::{Chain, Fate, PacketResult};
 pub use engine::{Runtime, RuntimeConfig};
 pub use error::RuntimeError;
-pub use instance::{BatchStatus, EmittedEvent, NfInstance, NfSpec, StageOutput, TrapCause};
+pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfSpec, StageOutput, TrapCause};
 pub use limits::{FailurePolicy, NfLimits};
 pub use meters::NfMeters;
 pub use module::NfModule;

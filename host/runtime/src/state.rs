@@ -1,6 +1,6 @@
 //! Host-owned per-flow state of one NF on one worker.
 //!
-//! The NF never holds this memory: the host hands each flow's bytes in with
+//! The NF never holds this memory: the host copies each flow's bytes into
 //! the batch and takes changes back, so state survives a trap, a
 //! re-instantiation and (later) a version swap, and can be exported per flow
 //! to move it between hosts. Each entry carries a logical clock that counts
@@ -98,24 +98,23 @@ impl FlowTable {
         self.expired
     }
 
-    /// Takes a flow's value out for a batch (it is put back or replaced by
-    /// [`put_back`](Self::put_back) / [`set`](Self::set)). Expired entries
-    /// read as absent.
-    pub fn take(&mut self, key: &FlowKey, now_ns: u64) -> Option<Vec<u8>> {
-        let e = self.entries.get_mut(key)?;
+    /// Appends a flow's value to `out` for a batch and returns whether it
+    /// had one. An entry idle for longer than the timeout is forgotten
+    /// instead.
+    pub fn read_into(&mut self, key: &FlowKey, now_ns: u64, out: &mut Vec<u8>) -> bool {
+        let Some(e) = self.entries.get(key) else { return false };
         if self.idle_timeout_ns > 0 && now_ns.saturating_sub(e.last_seen_ns) > self.idle_timeout_ns {
             self.entries.remove(key);
             self.expired += 1;
-            return None;
+            return false;
         }
-        Some(std::mem::take(&mut e.value))
+        out.extend_from_slice(&e.value);
+        true
     }
 
-    /// Returns a value taken with [`take`](Self::take), unchanged, and
-    /// records that the flow was seen.
-    pub fn put_back(&mut self, key: &FlowKey, value: Vec<u8>, now_ns: u64) {
+    /// Records that a flow was seen at packet time `now_ns`.
+    pub fn touch(&mut self, key: &FlowKey, now_ns: u64) {
         if let Some(e) = self.entries.get_mut(key) {
-            e.value = value;
             e.last_seen_ns = e.last_seen_ns.max(now_ns);
         }
     }
@@ -201,13 +200,15 @@ mod tests {
     }
 
     #[test]
-    fn take_put_back_keeps_value() {
-        let mut t = FlowTable::new(1000, 10);
+    fn read_appends_and_touch_refreshes() {
+        let mut t = FlowTable::new(100, 10);
         assert!(t.set(k(1), vec![7], 0));
-        let v = t.take(&k(1), 10).unwrap();
-        assert_eq!(v, vec![7]);
-        t.put_back(&k(1), v, 10);
-        assert_eq!(t.get(&k(1)).unwrap().value, vec![7]);
+        let mut out = vec![1];
+        assert!(t.read_into(&k(1), 50, &mut out));
+        assert_eq!(out, vec![1, 7]);
+        t.touch(&k(1), 90);
+        assert!(t.read_into(&k(1), 180, &mut out));
+        assert!(!t.read_into(&k(2), 180, &mut out));
     }
 
     #[test]
@@ -218,7 +219,7 @@ mod tests {
         t.expire(150);
         assert!(t.get(&k(1)).is_none());
         assert!(t.get(&k(2)).is_some());
-        assert!(t.take(&k(2), 500).is_none());
+        assert!(!t.read_into(&k(2), 500, &mut Vec::new()));
         assert_eq!(t.expired(), 2);
     }
 

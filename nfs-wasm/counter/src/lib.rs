@@ -41,8 +41,8 @@ impl NetworkFunction for Counter {
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
         for p in batch.packets() {
             self.packets += 1;
-            self.bytes += u64::from(p.meta().wire_len);
-            let class = match p.key().map(|k| k.protocol) {
+            self.bytes += u64::from(p.wire_len());
+            let class = match p.protocol() {
                 Some(6) => 0,
                 Some(17) => 1,
                 Some(1 | 58) => 2,

@@ -1,7 +1,8 @@
 //! The batch an NF sees in one `process` call, and what it decides.
 
 use crate::wit::sluice::nf::types as t;
-use crate::{BatchResult, FlowKey, FlowUpdate, Packet, Rewrite, StateOp, Verdict};
+use crate::{BatchResult, FlowUpdate, Packet, Rewrite, StateOp};
+use sluice_wire::abi::{NO_FLOW, Verdict};
 
 /// One batch of packets with their flow state, plus the NF's decisions.
 ///
@@ -10,19 +11,25 @@ use crate::{BatchResult, FlowKey, FlowUpdate, Packet, Rewrite, StateOp, Verdict}
 /// batch, so two packets of one flow in one batch see each other's updates.
 pub struct Batch {
     inner: t::Batch,
-    verdicts: Vec<Verdict>,
+    verdicts: Vec<u32>,
     rewrites: Vec<Rewrite>,
     pending: Vec<Option<StateOp>>,
+}
+
+fn range(ends: &[u32], i: usize) -> Option<std::ops::Range<usize>> {
+    let end = *ends.get(i)? as usize;
+    let start = if i == 0 { 0 } else { *ends.get(i - 1)? as usize };
+    (start <= end).then_some(start..end)
 }
 
 impl Batch {
     /// Wraps a batch as the host delivers it.
     pub fn new(inner: t::Batch) -> Self {
-        let n = inner.packets.len();
-        let flows = inner.flows.len();
+        let n = inner.ends.len();
+        let flows = inner.state_ends.len();
         Batch {
             inner,
-            verdicts: vec![Verdict::Forward(0); n],
+            verdicts: vec![Verdict::Forward(0).encode(); n],
             rewrites: Vec::new(),
             pending: (0..flows).map(|_| None).collect(),
         }
@@ -30,20 +37,29 @@ impl Batch {
 
     /// Number of packets.
     pub fn len(&self) -> usize {
-        self.inner.packets.len()
+        self.inner.ends.len()
     }
 
     /// Whether the batch holds no packets.
     pub fn is_empty(&self) -> bool {
-        self.inner.packets.is_empty()
+        self.inner.ends.is_empty()
     }
 
     /// The `i`-th packet, or `None` past the end.
     pub fn packet(&self, i: usize) -> Option<Packet<'_>> {
-        let meta = self.inner.packets.get(i)?;
-        let start = meta.offset as usize;
-        let bytes = self.inner.data.get(start..start + meta.len as usize).unwrap_or(&[]);
-        Some(Packet::new(meta, bytes))
+        let b = &self.inner;
+        let bytes = b.data.get(range(&b.ends, i)?).unwrap_or(&[]);
+        Some(Packet::new(
+            bytes,
+            *b.wire_lens.get(i)?,
+            *b.timestamps.get(i)?,
+            *b.ingress_ports.get(i)?,
+            *b.l3_offsets.get(i)?,
+            *b.l4_offsets.get(i)?,
+            *b.packet_flags.get(i)?,
+            *b.flow_hashes.get(i)?,
+            *b.flows.get(i)?,
+        ))
     }
 
     /// All packets in order.
@@ -54,21 +70,22 @@ impl Batch {
     /// Number of distinct flows in the batch (zero if the NF asked for no
     /// flow state).
     pub fn flow_count(&self) -> usize {
-        self.inner.flows.len()
-    }
-
-    /// The normalized key of flow `flow`.
-    pub fn flow_key(&self, flow: u32) -> Option<FlowKey> {
-        self.inner.flows.get(flow as usize).map(|f| crate::packet::key_from_wit(&f.key))
+        self.inner.state_ends.len()
     }
 
     /// The state of flow `flow` as of now: what the host handed in, or what
-    /// this batch set since.
+    /// this batch set since. `None` if it has none.
     pub fn flow_state(&self, flow: u32) -> Option<&[u8]> {
+        if flow == NO_FLOW {
+            return None;
+        }
         match self.pending.get(flow as usize) {
             Some(Some(StateOp::Set(v))) => Some(v.as_slice()),
             Some(Some(StateOp::Remove)) => None,
-            _ => self.inner.flows.get(flow as usize).and_then(|f| f.state.as_deref()),
+            _ => {
+                let s = self.inner.state_data.get(range(&self.inner.state_ends, flow as usize)?)?;
+                (!s.is_empty()).then_some(s)
+            }
         }
     }
 
@@ -89,13 +106,13 @@ impl Batch {
     /// Sets the verdict of packet `i`.
     pub fn set_verdict(&mut self, i: usize, v: Verdict) {
         if let Some(slot) = self.verdicts.get_mut(i) {
-            *slot = v;
+            *slot = v.encode();
         }
     }
 
     /// The verdict packet `i` has so far.
     pub fn verdict(&self, i: usize) -> Option<Verdict> {
-        self.verdicts.get(i).copied()
+        self.verdicts.get(i).copied().and_then(Verdict::decode)
     }
 
     /// Replaces the bytes of packet `i`.

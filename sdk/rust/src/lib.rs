@@ -21,7 +21,7 @@
 //!
 //!     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
 //!         for i in 0..batch.len() {
-//!             let dns = batch.packet(i).and_then(|p| p.key()).is_some_and(|k| k.protocol == 17 && k.dst_port == 53);
+//!             let dns = batch.packet(i).and_then(|p| p.udp()).is_some_and(|u| u.dst_port() == 53);
 //!             if dns {
 //!                 batch.set_verdict(i, Verdict::Drop);
 //!             }
@@ -62,9 +62,8 @@ pub mod wit {
     });
 }
 
-pub use wit::sluice::nf::types::{
-    BatchResult, Event, Flow, FlowUpdate, Level, NfInfo, PacketMeta, Rewrite, StateOp, Verdict,
-};
+pub use sluice_wire::abi::Verdict;
+pub use wit::sluice::nf::types::{BatchResult, Event, FlowUpdate, Level, NfInfo, Rewrite, StateOp};
 
 /// The SDK version, recorded in every component built with it (see the
 /// `sluice-sdk-version` custom section) so a host can tell which SDK an NF

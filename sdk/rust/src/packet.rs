@@ -1,35 +1,43 @@
 //! A typed view of one packet of a batch.
 
-use crate::PacketMeta;
-use crate::wit::sluice::nf::types as t;
+use sluice_wire::abi::{NO_FLOW, NO_OFFSET, packet_flags};
 use sluice_wire::icmp::IcmpPacket;
 use sluice_wire::ipv4::Ipv4Packet;
 use sluice_wire::ipv6::Ipv6Packet;
+use sluice_wire::parse::protocol;
 use sluice_wire::tcp::TcpPacket;
 use sluice_wire::udp::UdpPacket;
 use sluice_wire::{FlowKey, IpAddr128};
 
 /// One packet: its bytes and what the host parsed. The header views use the
-/// offsets the host found, so an NF does not parse Ethernet/IP again.
-#[derive(Clone, Copy)]
+/// offsets the host found, so an NF does not walk Ethernet/VLAN again.
+#[derive(Clone, Copy, Debug)]
 pub struct Packet<'a> {
-    meta: &'a PacketMeta,
     bytes: &'a [u8],
-}
-
-pub(crate) fn key_from_wit(k: &t::FlowKey) -> FlowKey {
-    FlowKey {
-        src: IpAddr128::from_parts(k.src.hi, k.src.lo),
-        dst: IpAddr128::from_parts(k.dst.hi, k.dst.lo),
-        src_port: k.src_port,
-        dst_port: k.dst_port,
-        protocol: k.protocol,
-    }
+    wire_len: u32,
+    timestamp_ns: u64,
+    ingress_port: u16,
+    l3: u16,
+    l4: u16,
+    flags: u8,
+    flow_hash: u64,
+    flow: u32,
 }
 
 impl<'a> Packet<'a> {
-    pub(crate) fn new(meta: &'a PacketMeta, bytes: &'a [u8]) -> Self {
-        Packet { meta, bytes }
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        bytes: &'a [u8],
+        wire_len: u32,
+        timestamp_ns: u64,
+        ingress_port: u16,
+        l3: u16,
+        l4: u16,
+        flags: u8,
+        flow_hash: u64,
+        flow: u32,
+    ) -> Self {
+        Packet { bytes, wire_len, timestamp_ns, ingress_port, l3, l4, flags, flow_hash, flow }
     }
 
     /// The captured bytes.
@@ -37,57 +45,110 @@ impl<'a> Packet<'a> {
         self.bytes
     }
 
-    /// The host's metadata.
-    pub fn meta(&self) -> &'a PacketMeta {
-        self.meta
+    /// Length on the wire (≥ captured length).
+    pub fn wire_len(&self) -> u32 {
+        self.wire_len
     }
 
     /// Arrival time (ns since the Unix epoch).
     pub fn timestamp_ns(&self) -> u64 {
-        self.meta.timestamp_ns
+        self.timestamp_ns
     }
 
     /// Port the packet came in on.
     pub fn ingress_port(&self) -> u16 {
-        self.meta.ingress_port
+        self.ingress_port
     }
 
-    /// The 5-tuple in the packet's direction, for IP packets.
-    pub fn key(&self) -> Option<FlowKey> {
-        self.meta.key.as_ref().map(key_from_wit)
+    /// Whether the packet travels against its flow's normalized direction.
+    pub fn is_reverse(&self) -> bool {
+        self.flags & packet_flags::REVERSE != 0
     }
 
-    /// Index of this packet's flow in the batch (for flow state).
+    /// Whether this is an IP fragment.
+    pub fn is_fragment(&self) -> bool {
+        self.flags & packet_flags::FRAGMENT != 0
+    }
+
+    /// Whether the capture holds fewer bytes than were on the wire.
+    pub fn is_truncated(&self) -> bool {
+        self.flags & packet_flags::TRUNCATED != 0
+    }
+
+    /// Index of this packet's flow in the batch (for flow state), if it is
+    /// an IP packet and the NF asked for flow state.
     pub fn flow(&self) -> Option<u32> {
-        self.meta.flow
+        (self.flow != NO_FLOW).then_some(self.flow)
     }
 
     /// Symmetric hash of the flow (0 for packets without a flow).
     pub fn flow_hash(&self) -> u64 {
-        self.meta.flow_hash
+        self.flow_hash
     }
 
     fn l3(&self) -> Option<&'a [u8]> {
-        self.bytes.get(usize::from(self.meta.l3_offset?)..)
+        (self.l3 != NO_OFFSET).then(|| self.bytes.get(usize::from(self.l3)..)).flatten()
     }
 
     fn l4(&self) -> Option<&'a [u8]> {
-        self.bytes.get(usize::from(self.meta.l4_offset?)..)
+        (self.l4 != NO_OFFSET).then(|| self.bytes.get(usize::from(self.l4)..)).flatten()
     }
 
     /// The IPv4 header, if this is an IPv4 packet.
     pub fn ipv4(&self) -> Option<Ipv4Packet<&'a [u8]>> {
+        if self.flags & packet_flags::IPV6 != 0 {
+            return None;
+        }
         Ipv4Packet::new_checked(self.l3()?).ok()
     }
 
     /// The IPv6 header, if this is an IPv6 packet.
     pub fn ipv6(&self) -> Option<Ipv6Packet<&'a [u8]>> {
+        if self.flags & packet_flags::IPV6 == 0 {
+            return None;
+        }
         Ipv6Packet::new_checked(self.l3()?).ok()
+    }
+
+    /// IP protocol number, for IP packets.
+    pub fn protocol(&self) -> Option<u8> {
+        let l3 = self.l3()?;
+        if self.flags & packet_flags::IPV6 == 0 {
+            Ipv4Packet::new_checked(l3).ok().map(|p| p.protocol())
+        } else {
+            Ipv6Packet::new_checked(l3).ok().and_then(|p| p.upper_layer().ok()).map(|u| u.protocol)
+        }
+    }
+
+    /// The 5-tuple in the packet's direction, for IP packets. Ports are 0
+    /// when the transport header is absent; for ICMP echo both hold the
+    /// identifier (as in the host's flow key).
+    pub fn key(&self) -> Option<FlowKey> {
+        let l3 = self.l3()?;
+        let (src, dst, proto) = if self.flags & packet_flags::IPV6 == 0 {
+            let ip = Ipv4Packet::new_checked(l3).ok()?;
+            (IpAddr128::from_v4(ip.src()), IpAddr128::from_v4(ip.dst()), ip.protocol())
+        } else {
+            let ip = Ipv6Packet::new_checked(l3).ok()?;
+            let proto = ip.upper_layer().map(|u| u.protocol).unwrap_or(ip.next_header());
+            (IpAddr128::from_v6(ip.src()), IpAddr128::from_v6(ip.dst()), proto)
+        };
+        let (src_port, dst_port) = match (proto, self.l4()) {
+            (protocol::TCP, Some(l4)) => TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).unwrap_or((0, 0)),
+            (protocol::UDP, Some(l4)) => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).unwrap_or((0, 0)),
+            (protocol::ICMP | protocol::ICMPV6, Some(l4)) => IcmpPacket::new_checked(l4)
+                .ok()
+                .filter(|i| i.is_echo(proto == protocol::ICMPV6))
+                .map(|i| (i.echo_ident(), i.echo_ident()))
+                .unwrap_or((0, 0)),
+            _ => (0, 0),
+        };
+        Some(FlowKey { src, dst, src_port, dst_port, protocol: proto })
     }
 
     /// The TCP header, if this is a TCP packet with a readable header.
     pub fn tcp(&self) -> Option<TcpPacket<&'a [u8]>> {
-        if self.meta.key.as_ref()?.protocol != sluice_wire::parse::protocol::TCP {
+        if self.protocol()? != protocol::TCP {
             return None;
         }
         TcpPacket::new_checked(self.l4()?).ok()
@@ -95,7 +156,7 @@ impl<'a> Packet<'a> {
 
     /// The UDP header, if this is a UDP packet with a readable header.
     pub fn udp(&self) -> Option<UdpPacket<&'a [u8]>> {
-        if self.meta.key.as_ref()?.protocol != sluice_wire::parse::protocol::UDP {
+        if self.protocol()? != protocol::UDP {
             return None;
         }
         UdpPacket::new_checked(self.l4()?).ok()
@@ -103,8 +164,8 @@ impl<'a> Packet<'a> {
 
     /// The ICMP/ICMPv6 header, if present.
     pub fn icmp(&self) -> Option<IcmpPacket<&'a [u8]>> {
-        let p = self.meta.key.as_ref()?.protocol;
-        if p != sluice_wire::parse::protocol::ICMP && p != sluice_wire::parse::protocol::ICMPV6 {
+        let p = self.protocol()?;
+        if p != protocol::ICMP && p != protocol::ICMPV6 {
             return None;
         }
         IcmpPacket::new_checked(self.l4()?).ok()
@@ -112,12 +173,12 @@ impl<'a> Packet<'a> {
 
     /// The transport payload (TCP/UDP data), if any.
     pub fn payload(&self) -> &'a [u8] {
+        let l4 = usize::from(self.l4);
         if let Some(t) = self.tcp() {
-            let off = usize::from(self.meta.l4_offset.unwrap_or(0)) + t.header_len();
-            return self.bytes.get(off..).unwrap_or(&[]);
+            return self.bytes.get(l4 + t.header_len()..).unwrap_or(&[]);
         }
         if let Some(u) = self.udp() {
-            let start = usize::from(self.meta.l4_offset.unwrap_or(0)) + sluice_wire::udp::HEADER_LEN;
+            let start = l4 + sluice_wire::udp::HEADER_LEN;
             let end = (start + usize::from(u.len()).saturating_sub(8)).min(self.bytes.len());
             return self.bytes.get(start..end).unwrap_or(&[]);
         }
