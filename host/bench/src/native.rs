@@ -29,20 +29,7 @@ impl<T> Default for SdkNative<T> {
 }
 
 fn to_guest(b: &h::Batch) -> g::Batch {
-    g::Batch {
-        data: b.data.clone(),
-        ends: b.ends.clone(),
-        wire_lens: b.wire_lens.clone(),
-        timestamps: b.timestamps.clone(),
-        ingress_ports: b.ingress_ports.clone(),
-        l3_offsets: b.l3_offsets.clone(),
-        l4_offsets: b.l4_offsets.clone(),
-        packet_flags: b.packet_flags.clone(),
-        flow_hashes: b.flow_hashes.clone(),
-        flows: b.flows.clone(),
-        state_data: b.state_data.clone(),
-        state_ends: b.state_ends.clone(),
-    }
+    g::Batch { data: b.data.clone(), descriptors: b.descriptors.clone(), flow_states: b.flow_states.clone() }
 }
 
 fn from_guest(r: g::BatchResult) -> h::BatchResult {

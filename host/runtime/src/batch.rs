@@ -1,13 +1,13 @@
-//! Building the columnar batch record the NF receives from raw packets.
+//! Building the batch record the NF receives from raw packets.
 //!
-//! All packet bytes go into one buffer and every per-packet field into an
-//! integer column, so lowering the batch into guest memory is one copy per
-//! column. Flows are deduplicated per batch so the host looks each flow's
-//! state up once, whatever the packet count.
+//! All packet bytes go into one buffer and all per-packet metadata into
+//! fixed-size descriptors (`sluice_wire::abi`), so lowering the batch into
+//! guest memory is three copies whatever the packet count. Flows are
+//! deduplicated per batch so the host looks each flow's state up once.
 
 use crate::bindings::Batch;
 use sluice_wire::FlowKey;
-use sluice_wire::abi::{NO_FLOW, NO_OFFSET, packet_flags};
+use sluice_wire::abi::{Descriptor, MAX_BATCH, NO_FLOW, NO_L3, NO_L4, packet_flags};
 use std::collections::HashMap;
 
 /// A packet as it arrives from packet I/O.
@@ -23,30 +23,11 @@ pub struct RawPacket<'a> {
     pub ingress_port: u16,
 }
 
-impl Default for Batch {
-    fn default() -> Self {
-        Batch {
-            data: Vec::new(),
-            ends: Vec::new(),
-            wire_lens: Vec::new(),
-            timestamps: Vec::new(),
-            ingress_ports: Vec::new(),
-            l3_offsets: Vec::new(),
-            l4_offsets: Vec::new(),
-            packet_flags: Vec::new(),
-            flow_hashes: Vec::new(),
-            flows: Vec::new(),
-            state_data: Vec::new(),
-            state_ends: Vec::new(),
-        }
-    }
-}
-
 /// Builds [`Batch`] records, reusing their buffers between batches.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BatchBuilder {
     batch: Batch,
-    flow_index: HashMap<FlowKey, u32>,
+    flow_index: HashMap<FlowKey, u16>,
     /// Normalized key of each distinct flow of the batch.
     flow_keys: Vec<FlowKey>,
     /// Largest packet timestamp of the batch.
@@ -54,91 +35,93 @@ pub struct BatchBuilder {
     with_flows: bool,
 }
 
+impl Default for BatchBuilder {
+    fn default() -> Self {
+        Self::new(false)
+    }
+}
+
 impl BatchBuilder {
     /// A builder; `with_flows` decides whether distinct flows are collected
     /// (needed only when some NF wants flow state).
     pub fn new(with_flows: bool) -> Self {
-        BatchBuilder { with_flows, ..Default::default() }
+        BatchBuilder {
+            batch: Batch { data: Vec::new(), descriptors: Vec::new(), flow_states: Vec::new() },
+            flow_index: HashMap::new(),
+            flow_keys: Vec::new(),
+            max_ts: 0,
+            with_flows,
+        }
     }
 
     /// Starts a new batch.
     pub fn clear(&mut self) {
-        let b = &mut self.batch;
-        b.data.clear();
-        b.ends.clear();
-        b.wire_lens.clear();
-        b.timestamps.clear();
-        b.ingress_ports.clear();
-        b.l3_offsets.clear();
-        b.l4_offsets.clear();
-        b.packet_flags.clear();
-        b.flow_hashes.clear();
-        b.flows.clear();
-        b.state_data.clear();
-        b.state_ends.clear();
+        self.batch.data.clear();
+        self.batch.descriptors.clear();
+        self.batch.flow_states.clear();
         self.flow_index.clear();
         self.flow_keys.clear();
         self.max_ts = 0;
     }
 
-    /// Appends a packet, parsing it for the metadata columns.
-    pub fn push(&mut self, p: RawPacket<'_>) {
-        let b = &mut self.batch;
-        b.data.extend_from_slice(p.data);
+    /// Appends a packet, parsing it for its descriptor. Returns `false`
+    /// (and adds nothing) when the batch already holds
+    /// [`MAX_BATCH`] packets.
+    pub fn push(&mut self, p: RawPacket<'_>) -> bool {
+        if self.len() >= MAX_BATCH {
+            return false;
+        }
+        self.batch.data.extend_from_slice(p.data);
         let captured = u32::try_from(p.data.len()).unwrap_or(u32::MAX);
-        b.ends.push(u32::try_from(b.data.len()).unwrap_or(u32::MAX));
-        b.wire_lens.push(p.wire_len.max(captured));
-        b.timestamps.push(p.timestamp_ns);
-        b.ingress_ports.push(p.ingress_port);
         let layers = sluice_wire::parse(p.data);
-        b.l3_offsets.push(layers.l3_offset.unwrap_or(NO_OFFSET));
-        b.l4_offsets.push(layers.l4_offset.unwrap_or(NO_OFFSET));
-        let mut flags = 0u8;
+        let mut d = Descriptor {
+            end: u32::try_from(self.batch.data.len()).unwrap_or(u32::MAX),
+            wire_len: p.wire_len.max(captured),
+            timestamp_ns: p.timestamp_ns,
+            flow_hash: 0,
+            flow: NO_FLOW,
+            ingress_port: p.ingress_port,
+            l4_offset: layers.l4_offset.unwrap_or(NO_L4),
+            l3_offset: layers.l3_offset.and_then(|o| u8::try_from(o).ok()).unwrap_or(NO_L3),
+            flags: 0,
+        };
         if p.wire_len > captured {
-            flags |= packet_flags::TRUNCATED;
+            d.flags |= packet_flags::TRUNCATED;
         }
         if layers.fragment {
-            flags |= packet_flags::FRAGMENT;
+            d.flags |= packet_flags::FRAGMENT;
         }
         if layers.ethertype == sluice_wire::ethernet::ethertype::IPV6 {
-            flags |= packet_flags::IPV6;
+            d.flags |= packet_flags::IPV6;
         }
-        match layers.key {
-            Some(k) => {
-                if !k.is_normalized() {
-                    flags |= packet_flags::REVERSE;
+        if let Some(k) = layers.key {
+            if !k.is_normalized() {
+                d.flags |= packet_flags::REVERSE;
+            }
+            d.flow_hash = k.symmetric_hash();
+            if self.with_flows {
+                let norm = k.normalized();
+                let next = self.flow_keys.len() as u16;
+                let idx = *self.flow_index.entry(norm).or_insert(next);
+                if idx == next {
+                    self.flow_keys.push(norm);
                 }
-                b.flow_hashes.push(k.symmetric_hash());
-                let flow = if self.with_flows {
-                    let norm = k.normalized();
-                    let next = self.flow_keys.len() as u32;
-                    let idx = *self.flow_index.entry(norm).or_insert(next);
-                    if idx == next {
-                        self.flow_keys.push(norm);
-                    }
-                    idx
-                } else {
-                    NO_FLOW
-                };
-                b.flows.push(flow);
-            }
-            None => {
-                b.flow_hashes.push(0);
-                b.flows.push(NO_FLOW);
+                d.flow = idx;
             }
         }
-        b.packet_flags.push(flags);
+        self.batch.descriptors.extend_from_slice(&d.encode());
         self.max_ts = self.max_ts.max(p.timestamp_ns);
+        true
     }
 
     /// Number of packets so far.
     pub fn len(&self) -> usize {
-        self.batch.ends.len()
+        self.batch.descriptors.len() / sluice_wire::abi::DESCRIPTOR_WORDS
     }
 
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
-        self.batch.ends.is_empty()
+        self.batch.descriptors.is_empty()
     }
 
     /// The batch, its distinct flows' normalized keys, and its latest
@@ -165,9 +148,12 @@ impl BatchBuilder {
 
 /// Bytes of packet `i` of a batch.
 pub fn packet_bytes(b: &Batch, i: usize) -> &[u8] {
-    let start = if i == 0 { 0 } else { b.ends.get(i - 1).copied().unwrap_or(0) as usize };
-    let end = b.ends.get(i).copied().unwrap_or(0) as usize;
-    b.data.get(start..end).unwrap_or(&[])
+    let end = Descriptor::decode(&b.descriptors, i).map(|d| d.end as usize);
+    let start = if i == 0 { Some(0) } else { Descriptor::decode(&b.descriptors, i - 1).map(|d| d.end as usize) };
+    match (start, end) {
+        (Some(s), Some(e)) => b.data.get(s..e).unwrap_or(&[]),
+        _ => &[],
+    }
 }
 
 #[cfg(test)]
@@ -182,18 +168,30 @@ mod tests {
         let c = FrameSpec::udp4([10, 0, 0, 3], 53, [10, 0, 0, 4], 53).build();
         let mut bb = BatchBuilder::new(true);
         for d in [&a, &b, &c, &[0u8; 3][..]] {
-            bb.push(RawPacket { data: d, wire_len: d.len() as u32, timestamp_ns: 5, ingress_port: 0 });
+            assert!(bb.push(RawPacket { data: d, wire_len: d.len() as u32, timestamp_ns: 5, ingress_port: 0 }));
         }
         let batch = bb.batch();
+        let desc: Vec<Descriptor> = (0..4).map(|i| Descriptor::decode(&batch.descriptors, i).unwrap()).collect();
         assert_eq!(bb.flow_keys().len(), 2);
-        assert_eq!(batch.flows, vec![0, 0, 1, NO_FLOW]);
-        assert_eq!(batch.flow_hashes[0], batch.flow_hashes[1]);
-        assert_eq!(batch.packet_flags[0] & packet_flags::REVERSE, 0);
-        assert_eq!(batch.packet_flags[1] & packet_flags::REVERSE, packet_flags::REVERSE);
+        assert_eq!(desc.iter().map(|d| d.flow).collect::<Vec<_>>(), vec![0, 0, 1, NO_FLOW]);
+        assert_eq!(desc[0].flow_hash, desc[1].flow_hash);
+        assert_eq!(desc[0].flags & packet_flags::REVERSE, 0);
+        assert_eq!(desc[1].flags & packet_flags::REVERSE, packet_flags::REVERSE);
         assert_eq!(bb.packet_bytes(2), &c[..]);
         assert_eq!(bb.packet_bytes(3), &[0u8; 3][..]);
-        assert_eq!(batch.flow_hashes[3], 0);
-        assert_eq!(batch.l3_offsets[3], NO_OFFSET);
-        assert_eq!(batch.l4_offsets[0], 34);
+        assert_eq!(desc[3].flow_hash, 0);
+        assert_eq!(desc[3].l3_offset, NO_L3);
+        assert_eq!(desc[0].l4_offset, 34);
+        assert_eq!(desc[0].l3_offset, 14);
+    }
+
+    #[test]
+    fn batches_are_capped() {
+        let f = FrameSpec::udp4([10, 0, 0, 1], 1, [10, 0, 0, 2], 2).build();
+        let mut bb = BatchBuilder::new(false);
+        for _ in 0..MAX_BATCH {
+            assert!(bb.push(RawPacket { data: &f, wire_len: 0, timestamp_ns: 0, ingress_port: 0 }));
+        }
+        assert!(!bb.push(RawPacket { data: &f, wire_len: 0, timestamp_ns: 0, ingress_port: 0 }));
     }
 }

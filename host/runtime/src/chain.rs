@@ -3,7 +3,7 @@
 //! copies beyond the one into each guest that the contract requires.
 
 use crate::batch::{BatchBuilder, RawPacket};
-use sluice_wire::abi::Verdict;
+use sluice_wire::abi::{MAX_BATCH, Verdict};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::instance::{BatchStatus, EmittedEvent, NfInstance, NfSpec, StageOutput};
@@ -94,15 +94,26 @@ impl Chain {
     }
 
     /// Runs one batch through the chain and returns one result per packet,
-    /// in input order.
+    /// in input order. More than [`MAX_BATCH`] packets are run as several
+    /// batches.
     pub fn process(&mut self, packets: &[RawPacket<'_>]) -> &[PacketResult] {
         self.results.clear();
         self.results.resize(packets.len(), PacketResult { fate: Fate::Forward(0), data: None, label: None });
+        for (n, chunk) in packets.chunks(MAX_BATCH).enumerate() {
+            self.process_batch(chunk, n * MAX_BATCH);
+        }
+        &self.results
+    }
+
+    /// Runs `packets` (at most [`MAX_BATCH`]) as one batch; their results
+    /// start at `base` in `self.results`.
+    fn process_batch(&mut self, packets: &[RawPacket<'_>], base: usize) {
         self.alive.clear();
-        self.alive.extend(0..packets.len());
+        self.alive.extend(base..base + packets.len());
         self.builder.clear();
         for p in packets {
-            self.builder.push(*p);
+            // Cannot fail: at most MAX_BATCH packets.
+            let _ = self.builder.push(*p);
         }
         let last = self.stages.len().saturating_sub(1);
         for (s, stage) in self.stages.iter_mut().enumerate() {
@@ -146,13 +157,12 @@ impl Chain {
                 // The next NF sees only survivors, with their new bytes.
                 self.builder.clear();
                 for &orig in &self.alive {
-                    let (Some(p), Some(r)) = (packets.get(orig), self.results.get(orig)) else { continue };
+                    let (Some(p), Some(r)) = (packets.get(orig - base), self.results.get(orig)) else { continue };
                     let data = r.data.as_deref().unwrap_or(p.data);
                     let wire_len = if r.data.is_some() { data.len() as u32 } else { p.wire_len };
-                    self.builder.push(RawPacket { data, wire_len, ..*p });
+                    let _ = self.builder.push(RawPacket { data, wire_len, ..*p });
                 }
             }
         }
-        &self.results
     }
 }

@@ -324,12 +324,17 @@ impl NfInstance {
         self.meters.packets += n as u64;
         self.meters.bytes += batch.data.len() as u64;
         let wants_state = self.info.wants_flow_state;
-        batch.state_data.clear();
-        batch.state_ends.clear();
+        batch.flow_states.clear();
         if wants_state {
             for key in flow_keys {
-                self.table.read_into(key, now, &mut batch.state_data);
-                batch.state_ends.push(u32::try_from(batch.state_data.len()).unwrap_or(u32::MAX));
+                // Frame: 4-byte length, then the bytes (see sluice_wire::abi).
+                let at = batch.flow_states.len();
+                batch.flow_states.extend_from_slice(&[0; 4]);
+                self.table.read_into(key, now, &mut batch.flow_states);
+                let len = (batch.flow_states.len() - at - 4) as u32;
+                if let Some(hdr) = batch.flow_states.get_mut(at..at + 4) {
+                    hdr.copy_from_slice(&len.to_le_bytes());
+                }
             }
             self.meters.state_ops += flow_keys.len() as u64;
         }
@@ -369,7 +374,10 @@ impl NfInstance {
                 self.events.push(EmittedEvent {
                     nf: self.name.clone(),
                     flow: packet.and_then(|p| sluice_wire::parse(crate::batch::packet_bytes(batch, p)).key),
-                    timestamp_ns: packet.and_then(|p| batch.timestamps.get(p).copied()).unwrap_or(now),
+                    timestamp_ns: packet
+                        .and_then(|p| sluice_wire::abi::Descriptor::decode(&batch.descriptors, p))
+                        .map(|d| d.timestamp_ns)
+                        .unwrap_or(now),
                     event,
                 });
             }

@@ -1,14 +1,107 @@
-//! Encodings of the `sluice:nf` batch columns that host and guests share:
-//! verdicts, packet flags and "absent" sentinels. Kept here, next to the
-//! parser both sides use, so they cannot drift apart.
+//! Encodings of the `sluice:nf` batch that host and guests share: packet
+//! descriptors, framed flow states and verdicts. Kept here, next to the
+//! parser both sides use, so the two ends cannot drift apart. The layout is
+//! specified in `wit/nf.wit` (`record batch`).
 
-/// `l3-offsets` / `l4-offsets` value for "no such header".
-pub const NO_OFFSET: u16 = u16::MAX;
+/// u64 words per packet descriptor.
+pub const DESCRIPTOR_WORDS: usize = 4;
 
-/// `flows` value for "no flow" (not an IP packet).
-pub const NO_FLOW: u32 = u32::MAX;
+/// Descriptor flow index for "no flow" (not an IP packet).
+pub const NO_FLOW: u16 = u16::MAX;
 
-/// Bits of `packet-flags`.
+/// Descriptor l4 offset for "no transport header".
+pub const NO_L4: u16 = u16::MAX;
+
+/// Descriptor l3 offset for "no IP header".
+pub const NO_L3: u8 = u8::MAX;
+
+/// Most packets in one batch: flow indices are 16 bits.
+pub const MAX_BATCH: usize = 4096;
+
+/// What the host knows about one packet of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Descriptor {
+    /// Offset in the batch data one past the packet's last byte.
+    pub end: u32,
+    /// Length on the wire.
+    pub wire_len: u32,
+    /// Arrival time, ns since the Unix epoch.
+    pub timestamp_ns: u64,
+    /// Symmetric flow hash (0: no flow).
+    pub flow_hash: u64,
+    /// Index among the batch's distinct flows ([`NO_FLOW`]: none).
+    pub flow: u16,
+    /// Ingress port.
+    pub ingress_port: u16,
+    /// Transport header offset ([`NO_L4`]: none).
+    pub l4_offset: u16,
+    /// IP header offset ([`NO_L3`]: none).
+    pub l3_offset: u8,
+    /// [`packet_flags`] bits.
+    pub flags: u8,
+}
+
+impl Descriptor {
+    /// The four words of the descriptor.
+    pub const fn encode(&self) -> [u64; DESCRIPTOR_WORDS] {
+        [
+            self.end as u64 | (self.wire_len as u64) << 32,
+            self.timestamp_ns,
+            self.flow_hash,
+            self.flow as u64
+                | (self.ingress_port as u64) << 16
+                | (self.l4_offset as u64) << 32
+                | (self.l3_offset as u64) << 48
+                | (self.flags as u64) << 56,
+        ]
+    }
+
+    /// Reads descriptor `i` from a descriptor list; `None` past the end.
+    pub fn decode(words: &[u64], i: usize) -> Option<Descriptor> {
+        let w = words.get(i * DESCRIPTOR_WORDS..(i + 1) * DESCRIPTOR_WORDS)?;
+        let (w0, w1, w2, w3) = match *w {
+            [a, b, c, d] => (a, b, c, d),
+            _ => return None,
+        };
+        Some(Descriptor {
+            end: w0 as u32,
+            wire_len: (w0 >> 32) as u32,
+            timestamp_ns: w1,
+            flow_hash: w2,
+            flow: w3 as u16,
+            ingress_port: (w3 >> 16) as u16,
+            l4_offset: (w3 >> 32) as u16,
+            l3_offset: (w3 >> 48) as u8,
+            flags: (w3 >> 56) as u8,
+        })
+    }
+}
+
+/// Appends one flow's state to a `flow-states` list (a 4-byte
+/// little-endian length, then the bytes; empty means "no state").
+pub fn push_flow_state(out: &mut Vec<u8>, state: &[u8]) {
+    out.extend_from_slice(&(state.len() as u32).to_le_bytes());
+    out.extend_from_slice(state);
+}
+
+/// Splits a `flow-states` list into one range per flow (of the state
+/// bytes). Stops at the first malformed frame.
+pub fn split_flow_states(states: &[u8]) -> Vec<core::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while let Some(len) = states.get(at..at + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()) {
+        let len = u32::from_le_bytes(len) as usize;
+        let start = at + 4;
+        if start + len > states.len() {
+            break;
+        }
+        out.push(start..start + len);
+        at = start + len;
+    }
+    out
+}
+
+/// Bits of descriptor flags.
 pub mod packet_flags {
     /// The packet travels against its flow's normalized direction.
     pub const REVERSE: u8 = 1;
@@ -60,6 +153,41 @@ impl Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descriptors_round_trip() {
+        let d = Descriptor {
+            end: 0xdead_beef,
+            wire_len: 1514,
+            timestamp_ns: u64::MAX - 3,
+            flow_hash: 0x1234_5678_9abc_def0,
+            flow: 4095,
+            ingress_port: 7,
+            l4_offset: NO_L4,
+            l3_offset: 18,
+            flags: packet_flags::REVERSE | packet_flags::IPV6,
+        };
+        let mut words = vec![0u64; 4];
+        words.extend_from_slice(&d.encode());
+        assert_eq!(Descriptor::decode(&words, 1), Some(d));
+        assert_eq!(Descriptor::decode(&words, 2), None);
+    }
+
+    #[test]
+    fn flow_states_frame_and_split() {
+        let mut v = Vec::new();
+        push_flow_state(&mut v, b"abc");
+        push_flow_state(&mut v, b"");
+        push_flow_state(&mut v, b"z");
+        let r = split_flow_states(&v);
+        assert_eq!(r.len(), 3);
+        assert_eq!(&v[r[0].clone()], b"abc");
+        assert!(r[1].is_empty());
+        assert_eq!(&v[r[2].clone()], b"z");
+        // A frame claiming more bytes than remain ends the list.
+        v.extend_from_slice(&100u32.to_le_bytes());
+        assert_eq!(split_flow_states(&v).len(), 3);
+    }
 
     #[test]
     fn verdicts_round_trip() {

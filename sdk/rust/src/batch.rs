@@ -2,7 +2,8 @@
 
 use crate::wit::sluice::nf::types as t;
 use crate::{BatchResult, FlowUpdate, Packet, Rewrite, StateOp};
-use sluice_wire::abi::{NO_FLOW, Verdict};
+use sluice_wire::abi::{DESCRIPTOR_WORDS, Descriptor, NO_FLOW, Verdict, split_flow_states};
+use std::ops::Range;
 
 /// One batch of packets with their flow state, plus the NF's decisions.
 ///
@@ -13,53 +14,40 @@ pub struct Batch {
     inner: t::Batch,
     verdicts: Vec<u32>,
     rewrites: Vec<Rewrite>,
+    states: Vec<Range<usize>>,
     pending: Vec<Option<StateOp>>,
-}
-
-fn range(ends: &[u32], i: usize) -> Option<std::ops::Range<usize>> {
-    let end = *ends.get(i)? as usize;
-    let start = if i == 0 { 0 } else { *ends.get(i - 1)? as usize };
-    (start <= end).then_some(start..end)
 }
 
 impl Batch {
     /// Wraps a batch as the host delivers it.
     pub fn new(inner: t::Batch) -> Self {
-        let n = inner.ends.len();
-        let flows = inner.state_ends.len();
+        let n = inner.descriptors.len() / DESCRIPTOR_WORDS;
+        let states = split_flow_states(&inner.flow_states);
         Batch {
-            inner,
             verdicts: vec![Verdict::Forward(0).encode(); n],
             rewrites: Vec::new(),
-            pending: (0..flows).map(|_| None).collect(),
+            pending: (0..states.len()).map(|_| None).collect(),
+            states,
+            inner,
         }
     }
 
     /// Number of packets.
     pub fn len(&self) -> usize {
-        self.inner.ends.len()
+        self.verdicts.len()
     }
 
     /// Whether the batch holds no packets.
     pub fn is_empty(&self) -> bool {
-        self.inner.ends.is_empty()
+        self.verdicts.is_empty()
     }
 
     /// The `i`-th packet, or `None` past the end.
     pub fn packet(&self, i: usize) -> Option<Packet<'_>> {
-        let b = &self.inner;
-        let bytes = b.data.get(range(&b.ends, i)?).unwrap_or(&[]);
-        Some(Packet::new(
-            bytes,
-            *b.wire_lens.get(i)?,
-            *b.timestamps.get(i)?,
-            *b.ingress_ports.get(i)?,
-            *b.l3_offsets.get(i)?,
-            *b.l4_offsets.get(i)?,
-            *b.packet_flags.get(i)?,
-            *b.flow_hashes.get(i)?,
-            *b.flows.get(i)?,
-        ))
+        let d = Descriptor::decode(&self.inner.descriptors, i)?;
+        let start = if i == 0 { 0 } else { Descriptor::decode(&self.inner.descriptors, i - 1)?.end as usize };
+        let bytes = self.inner.data.get(start..d.end as usize).unwrap_or(&[]);
+        Some(Packet::new(bytes, d))
     }
 
     /// All packets in order.
@@ -70,20 +58,20 @@ impl Batch {
     /// Number of distinct flows in the batch (zero if the NF asked for no
     /// flow state).
     pub fn flow_count(&self) -> usize {
-        self.inner.state_ends.len()
+        self.states.len()
     }
 
     /// The state of flow `flow` as of now: what the host handed in, or what
     /// this batch set since. `None` if it has none.
     pub fn flow_state(&self, flow: u32) -> Option<&[u8]> {
-        if flow == NO_FLOW {
+        if flow == u32::from(NO_FLOW) {
             return None;
         }
         match self.pending.get(flow as usize) {
             Some(Some(StateOp::Set(v))) => Some(v.as_slice()),
             Some(Some(StateOp::Remove)) => None,
             _ => {
-                let s = self.inner.state_data.get(range(&self.inner.state_ends, flow as usize)?)?;
+                let s = self.inner.flow_states.get(self.states.get(flow as usize)?.clone())?;
                 (!s.is_empty()).then_some(s)
             }
         }

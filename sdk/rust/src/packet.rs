@@ -1,6 +1,6 @@
 //! A typed view of one packet of a batch.
 
-use sluice_wire::abi::{NO_FLOW, NO_OFFSET, packet_flags};
+use sluice_wire::abi::{Descriptor, NO_FLOW, NO_L3, NO_L4, packet_flags};
 use sluice_wire::icmp::IcmpPacket;
 use sluice_wire::ipv4::Ipv4Packet;
 use sluice_wire::ipv6::Ipv6Packet;
@@ -14,30 +14,17 @@ use sluice_wire::{FlowKey, IpAddr128};
 #[derive(Clone, Copy, Debug)]
 pub struct Packet<'a> {
     bytes: &'a [u8],
-    wire_len: u32,
-    timestamp_ns: u64,
-    ingress_port: u16,
-    l3: u16,
-    l4: u16,
-    flags: u8,
-    flow_hash: u64,
-    flow: u32,
+    d: Descriptor,
 }
 
 impl<'a> Packet<'a> {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        bytes: &'a [u8],
-        wire_len: u32,
-        timestamp_ns: u64,
-        ingress_port: u16,
-        l3: u16,
-        l4: u16,
-        flags: u8,
-        flow_hash: u64,
-        flow: u32,
-    ) -> Self {
-        Packet { bytes, wire_len, timestamp_ns, ingress_port, l3, l4, flags, flow_hash, flow }
+    pub(crate) fn new(bytes: &'a [u8], d: Descriptor) -> Self {
+        Packet { bytes, d }
+    }
+
+    /// The host's descriptor of the packet.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.d
     }
 
     /// The captured bytes.
@@ -47,56 +34,56 @@ impl<'a> Packet<'a> {
 
     /// Length on the wire (≥ captured length).
     pub fn wire_len(&self) -> u32 {
-        self.wire_len
+        self.d.wire_len
     }
 
     /// Arrival time (ns since the Unix epoch).
     pub fn timestamp_ns(&self) -> u64 {
-        self.timestamp_ns
+        self.d.timestamp_ns
     }
 
     /// Port the packet came in on.
     pub fn ingress_port(&self) -> u16 {
-        self.ingress_port
+        self.d.ingress_port
     }
 
     /// Whether the packet travels against its flow's normalized direction.
     pub fn is_reverse(&self) -> bool {
-        self.flags & packet_flags::REVERSE != 0
+        self.d.flags & packet_flags::REVERSE != 0
     }
 
     /// Whether this is an IP fragment.
     pub fn is_fragment(&self) -> bool {
-        self.flags & packet_flags::FRAGMENT != 0
+        self.d.flags & packet_flags::FRAGMENT != 0
     }
 
     /// Whether the capture holds fewer bytes than were on the wire.
     pub fn is_truncated(&self) -> bool {
-        self.flags & packet_flags::TRUNCATED != 0
+        self.d.flags & packet_flags::TRUNCATED != 0
     }
 
     /// Index of this packet's flow in the batch (for flow state), if it is
     /// an IP packet and the NF asked for flow state.
     pub fn flow(&self) -> Option<u32> {
-        (self.flow != NO_FLOW).then_some(self.flow)
+        (self.d.flow != NO_FLOW).then_some(u32::from(self.d.flow))
     }
 
     /// Symmetric hash of the flow (0 for packets without a flow).
     pub fn flow_hash(&self) -> u64 {
-        self.flow_hash
+        self.d.flow_hash
     }
 
     fn l3(&self) -> Option<&'a [u8]> {
-        (self.l3 != NO_OFFSET).then(|| self.bytes.get(usize::from(self.l3)..)).flatten()
+        (self.d.l3_offset != NO_L3).then(|| self.bytes.get(usize::from(self.d.l3_offset)..)).flatten()
     }
 
     fn l4(&self) -> Option<&'a [u8]> {
-        (self.l4 != NO_OFFSET).then(|| self.bytes.get(usize::from(self.l4)..)).flatten()
+        (self.d.l4_offset != NO_L4).then(|| self.bytes.get(usize::from(self.d.l4_offset)..)).flatten()
     }
 
     /// The IPv4 header, if this is an IPv4 packet.
     pub fn ipv4(&self) -> Option<Ipv4Packet<&'a [u8]>> {
-        if self.flags & packet_flags::IPV6 != 0 {
+        if self.d.flags & packet_flags::IPV6 != 0 {
             return None;
         }
         Ipv4Packet::new_checked(self.l3()?).ok()
@@ -104,7 +91,7 @@ impl<'a> Packet<'a> {
 
     /// The IPv6 header, if this is an IPv6 packet.
     pub fn ipv6(&self) -> Option<Ipv6Packet<&'a [u8]>> {
-        if self.flags & packet_flags::IPV6 == 0 {
+        if self.d.flags & packet_flags::IPV6 == 0 {
             return None;
         }
         Ipv6Packet::new_checked(self.l3()?).ok()
@@ -113,7 +100,7 @@ impl<'a> Packet<'a> {
     /// IP protocol number, for IP packets.
     pub fn protocol(&self) -> Option<u8> {
         let l3 = self.l3()?;
-        if self.flags & packet_flags::IPV6 == 0 {
+        if self.d.flags & packet_flags::IPV6 == 0 {
             Ipv4Packet::new_checked(l3).ok().map(|p| p.protocol())
         } else {
             Ipv6Packet::new_checked(l3).ok().and_then(|p| p.upper_layer().ok()).map(|u| u.protocol)
@@ -125,7 +112,7 @@ impl<'a> Packet<'a> {
     /// identifier (as in the host's flow key).
     pub fn key(&self) -> Option<FlowKey> {
         let l3 = self.l3()?;
-        let (src, dst, proto) = if self.flags & packet_flags::IPV6 == 0 {
+        let (src, dst, proto) = if self.d.flags & packet_flags::IPV6 == 0 {
             let ip = Ipv4Packet::new_checked(l3).ok()?;
             (IpAddr128::from_v4(ip.src()), IpAddr128::from_v4(ip.dst()), ip.protocol())
         } else {
@@ -173,7 +160,7 @@ impl<'a> Packet<'a> {
 
     /// The transport payload (TCP/UDP data), if any.
     pub fn payload(&self) -> &'a [u8] {
-        let l4 = usize::from(self.l4);
+        let l4 = usize::from(self.d.l4_offset);
         if let Some(t) = self.tcp() {
             return self.bytes.get(l4 + t.header_len()..).unwrap_or(&[]);
         }

@@ -132,20 +132,7 @@ impl NetworkFunction for Hostile {
 }
 
 fn empty_batch() -> sluice_sdk::wit::sluice::nf::types::Batch {
-    sluice_sdk::wit::sluice::nf::types::Batch {
-        data: Vec::new(),
-        ends: Vec::new(),
-        wire_lens: Vec::new(),
-        timestamps: Vec::new(),
-        ingress_ports: Vec::new(),
-        l3_offsets: Vec::new(),
-        l4_offsets: Vec::new(),
-        packet_flags: Vec::new(),
-        flow_hashes: Vec::new(),
-        flows: Vec::new(),
-        state_data: Vec::new(),
-        state_ends: Vec::new(),
-    }
+    sluice_sdk::wit::sluice::nf::types::Batch { data: Vec::new(), descriptors: Vec::new(), flow_states: Vec::new() }
 }
 
 sluice_sdk::export_nf!(Hostile);
