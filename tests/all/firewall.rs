@@ -29,7 +29,14 @@ pub fn cases() -> Vec<(Vec<u8>, bool, &'static str)> {
     let v6a = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
     let v6b = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
     let t6 = |src, dst, sp, dp, fl| {
-        FrameSpec { src, dst, transport: Transport::Tcp { src_port: sp, dst_port: dp, flags: fl }, payload: vec![], vlan: Some(42) }.build()
+        FrameSpec {
+            src,
+            dst,
+            transport: Transport::Tcp { src_port: sp, dst_port: dp, flags: fl },
+            payload: vec![],
+            vlan: Some(42),
+        }
+        .build()
     };
     let mut arp = vec![0xffu8; 42];
     arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());

@@ -34,7 +34,8 @@ fn run_hostile(dir: &Path, mode: &str, policy: &str, extra: &str) -> (Report, Ve
         ),
     );
     config.max_memory_mb = 64;
-    let opts = RunOptions { nfs: vec![head, test_nf("hostile"), tail], input, output: Some(output.clone()), progress: false };
+    let opts =
+        RunOptions { nfs: vec![head, test_nf("hostile"), tail], input, output: Some(output.clone()), progress: false };
     let report = run(&config, &opts).unwrap();
     (report, read_pcap(&output))
 }

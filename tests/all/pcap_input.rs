@@ -48,7 +48,14 @@ fn malformed_frames_pass_through_an_nf_without_harm() {
     // Random garbage of many lengths.
     let mut x: u32 = 12345;
     for len in [1usize, 13, 15, 33, 54, 60, 1500] {
-        frames.push((0..len).map(|_| { x = x.wrapping_mul(1_103_515_245).wrapping_add(12345); (x >> 16) as u8 }).collect());
+        frames.push(
+            (0..len)
+                .map(|_| {
+                    x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                    (x >> 16) as u8
+                })
+                .collect(),
+        );
     }
     write_pcap(&p, &frames);
     let r = run(&host_config(dir.path(), ""), &opts(p)).unwrap();

@@ -74,7 +74,12 @@ fn raw(frames: &[Vec<u8>]) -> Vec<RawPacket<'_>> {
     frames
         .iter()
         .enumerate()
-        .map(|(i, f)| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 1_000_000 + i as u64, ingress_port: 0 })
+        .map(|(i, f)| RawPacket {
+            data: f,
+            wire_len: f.len() as u32,
+            timestamp_ns: 1_000_000 + i as u64,
+            ingress_port: 0,
+        })
         .collect()
 }
 
@@ -148,7 +153,12 @@ fn main() -> Result<()> {
     let bench = Bench { sample: Duration::from_millis(args.sample_ms), samples: args.samples.max(1) };
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let cases = [
-        NfCase { name: "noop", config: "", kind: "empty", native: || Box::new(SdkNative::<sluice_nf_noop::Noop>::new()) },
+        NfCase {
+            name: "noop",
+            config: "",
+            kind: "empty",
+            native: || Box::new(SdkNative::<sluice_nf_noop::Noop>::new()),
+        },
         NfCase {
             name: "counter",
             config: "",
@@ -168,12 +178,15 @@ fn main() -> Result<()> {
 
     let total = (cases.len() * sizes.len() * batches.len()) as u64;
     let bar = ProgressBar::new(total);
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let mut rows = Vec::new();
     let mut sizes_info = Vec::new();
     for case in &cases {
         let path = args.nfs.join(format!("{}.wasm", case.name));
-        let module = runtime.load_file(&path).with_context(|| format!("loading {} (run `make nfs`)", path.display()))?;
+        let module =
+            runtime.load_file(&path).with_context(|| format!("loading {} (run `make nfs`)", path.display()))?;
         let spec = NfSpec { module, config: case.config.as_bytes().into(), limits: NfLimits::default() };
         let inst_ns = bench.per_call(|| {
             let _ = NfInstance::new(&runtime, spec.clone());
@@ -183,7 +196,8 @@ fn main() -> Result<()> {
             let packets = raw(frames);
             for &batch in &batches {
                 bar.set_message(format!("{} {}B batch {}", case.name, size, batch));
-                let mut native = Chain::from_instances(vec![NfInstance::new_native(&runtime, spec.clone(), (case.native)())?]);
+                let mut native =
+                    Chain::from_instances(vec![NfInstance::new_native(&runtime, spec.clone(), (case.native)())?]);
                 let mut wasm = Chain::new(&runtime, std::slice::from_ref(&spec))?;
                 let n = bench.per_packet(&mut native, &packets, batch);
                 let w = bench.per_packet(&mut wasm, &packets, batch);
@@ -226,7 +240,12 @@ fn main() -> Result<()> {
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
@@ -251,7 +270,14 @@ fn render(rows: &[Row], cold: &[(&str, f64, f64)], sizes: &[(&str, usize, f64)])
         let ratio = r.native / r.wasm;
         s.push_str(&format!(
             "| {} | {} | {} B | {} | {:.1} | {:.1} | {:.2} | {} |\n",
-            r.nf, r.kind, r.size, r.batch, r.native, r.wasm, ratio, bar_chart(ratio)
+            r.nf,
+            r.kind,
+            r.size,
+            r.batch,
+            r.native,
+            r.wasm,
+            ratio,
+            bar_chart(ratio)
         ));
     }
     s.push_str("\n## Call overhead of the empty NF\n\n");
@@ -278,7 +304,8 @@ fn render(rows: &[Row], cold: &[(&str, f64, f64)], sizes: &[(&str, usize, f64)])
     for (nf, size, ns) in sizes {
         s.push_str(&format!("| {nf} | {:.1} KiB | {:.1} µs |\n", *size as f64 / 1024.0, ns / 1000.0));
     }
-    let find = |nf: &str, size: usize, batch: usize| rows.iter().find(|r| r.nf == nf && r.size == size && r.batch == batch);
+    let find =
+        |nf: &str, size: usize, batch: usize| rows.iter().find(|r| r.nf == nf && r.size == size && r.batch == batch);
     s.push_str("\n## Targets (64-byte packets, batch 32)\n\n| target | goal | reached |\n|---|---|---|\n");
     if let Some(r) = find("counter", 64, 32) {
         s.push_str(&format!("| stateless NF (counter) vs native | ≥ 0.80× | {:.2}× |\n", r.native / r.wasm));

@@ -175,9 +175,10 @@ impl HostConfig {
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut cfg = match path {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
-                let mut c: HostConfig =
-                    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?;
+                let text =
+                    std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
+                let mut c: HostConfig = toml::from_str(&text)
+                    .map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?;
                 c.base_dir = p.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
                 c
             }

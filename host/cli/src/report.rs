@@ -114,7 +114,11 @@ impl Report {
             ));
             if !nf.trap_causes.is_empty() {
                 let causes: Vec<String> = nf.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-                s.push_str(&format!("      trap causes: {}; policy applied to {} packets\n", causes.join(", "), m.policy_packets));
+                s.push_str(&format!(
+                    "      trap causes: {}; policy applied to {} packets\n",
+                    causes.join(", "),
+                    m.policy_packets
+                ));
             }
         }
         if let Some(at) = self.input.truncated_at {

@@ -11,7 +11,9 @@ use crate::config::{ConfigError, HostConfig};
 use crate::report::{EventRecord, InputReport, MAX_REPORTED_EVENTS, NfReport, Report};
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_pcap::{PacketRef, PcapError, PcapSink, Trace};
-use sluice_runtime::{BatchStatus, Chain, EmittedEvent, Fate, NfMeters, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
+use sluice_runtime::{
+    BatchStatus, Chain, EmittedEvent, Fate, NfMeters, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -179,21 +181,22 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut fates: Vec<Option<PacketResult>> = Vec::new();
     let tallies: Vec<Vec<Tally>>;
 
-    let mut write_chunk = |range: std::ops::Range<usize>, fates: &mut Vec<Option<PacketResult>>| -> Result<(), RunError> {
-        for (i, r) in range.zip(fates.drain(..)) {
-            let Some(r) = r else { continue };
-            if let Fate::Forward(_) = r.fate {
-                packets_out += 1;
-                if let (Some(s), Some(p)) = (sink.as_mut(), trace.packets().get(i)) {
-                    match &r.data {
-                        Some(d) => s.write(p.timestamp_ns, d.len() as u32, d)?,
-                        None => s.write(p.timestamp_ns, p.wire_len, trace.data(p))?,
+    let mut write_chunk =
+        |range: std::ops::Range<usize>, fates: &mut Vec<Option<PacketResult>>| -> Result<(), RunError> {
+            for (i, r) in range.zip(fates.drain(..)) {
+                let Some(r) = r else { continue };
+                if let Fate::Forward(_) = r.fate {
+                    packets_out += 1;
+                    if let (Some(s), Some(p)) = (sink.as_mut(), trace.packets().get(i)) {
+                        match &r.data {
+                            Some(d) => s.write(p.timestamp_ns, d.len() as u32, d)?,
+                            None => s.write(p.timestamp_ns, p.wire_len, trace.data(p))?,
+                        }
                     }
                 }
             }
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     let mut take_events = |evs: Vec<EmittedEvent>| {
         for e in evs {
             events_total += 1;

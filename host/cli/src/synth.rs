@@ -70,7 +70,12 @@ pub fn office_edge(sessions: usize, seed: u64) -> Vec<Frame> {
                 push(&mut frames, c(SYN), &mut ts, &mut rng);
                 push(&mut frames, r(SYN | ACK), &mut ts, &mut rng);
                 push(&mut frames, c(ACK), &mut ts, &mut rng);
-                push(&mut frames, c(PSH | ACK).with_payload(b"GET / HTTP/1.1\r\nHost: example.net\r\n\r\n".to_vec()), &mut ts, &mut rng);
+                push(
+                    &mut frames,
+                    c(PSH | ACK).with_payload(b"GET / HTTP/1.1\r\nHost: example.net\r\n\r\n".to_vec()),
+                    &mut ts,
+                    &mut rng,
+                );
                 let body = 200 + rng.below(1200) as usize;
                 push(&mut frames, r(PSH | ACK).with_frame_len(54 + body), &mut ts, &mut rng);
                 push(&mut frames, c(FIN | ACK), &mut ts, &mut rng);
@@ -80,8 +85,18 @@ pub fn office_edge(sessions: usize, seed: u64) -> Vec<Frame> {
             4 | 5 => {
                 // DNS query and answer.
                 let dns = [192, 0, 2, 53];
-                push(&mut frames, FrameSpec::udp4(inside, eport, dns, 53).with_payload(vec![0x12; 32]), &mut ts, &mut rng);
-                push(&mut frames, FrameSpec::udp4(dns, 53, inside, eport).with_payload(vec![0x34; 64]), &mut ts, &mut rng);
+                push(
+                    &mut frames,
+                    FrameSpec::udp4(inside, eport, dns, 53).with_payload(vec![0x12; 32]),
+                    &mut ts,
+                    &mut rng,
+                );
+                push(
+                    &mut frames,
+                    FrameSpec::udp4(dns, 53, inside, eport).with_payload(vec![0x34; 64]),
+                    &mut ts,
+                    &mut rng,
+                );
             }
             6 => {
                 // Ping and reply.
@@ -100,8 +115,14 @@ pub fn office_edge(sessions: usize, seed: u64) -> Vec<Frame> {
             }
             8 => {
                 // Unsolicited UDP from outside, and an IPv6 web flow.
-                push(&mut frames, FrameSpec::udp4(outside, 53, inside, 161).with_payload(vec![0; 40]), &mut ts, &mut rng);
-                let a = IpAddr128::from_v6([0x20, 1, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10 + (s % 200) as u8]);
+                push(
+                    &mut frames,
+                    FrameSpec::udp4(outside, 53, inside, 161).with_payload(vec![0; 40]),
+                    &mut ts,
+                    &mut rng,
+                );
+                let a =
+                    IpAddr128::from_v6([0x20, 1, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10 + (s % 200) as u8]);
                 let b = IpAddr128::from_v6([0x20, 1, 0x0d, 0xb8, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 80]);
                 let spec = |src, dst, sp, dp, fl| FrameSpec {
                     src,

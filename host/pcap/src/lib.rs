@@ -32,7 +32,9 @@ pub enum PcapError {
         source: std::io::Error,
     },
     /// The file does not start with a pcap or pcapng magic number.
-    #[error("{path}: not a pcap or pcapng file (starts with {magic}); expected a capture from tcpdump, Wireshark or `sluice-host trace`")]
+    #[error(
+        "{path}: not a pcap or pcapng file (starts with {magic}); expected a capture from tcpdump, Wireshark or `sluice-host trace`"
+    )]
     NotACapture {
         /// File.
         path: PathBuf,

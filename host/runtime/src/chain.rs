@@ -3,10 +3,10 @@
 //! copies beyond the one into each guest that the contract requires.
 
 use crate::batch::{BatchBuilder, RawPacket};
-use sluice_wire::abi::{MAX_BATCH, Verdict};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::instance::{BatchStatus, EmittedEvent, NfInstance, NfSpec, StageOutput};
+use sluice_wire::abi::{MAX_BATCH, Verdict};
 
 /// The fate of one packet after the whole chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,10 +43,7 @@ pub struct Chain {
 impl Chain {
     /// Instantiates every NF (in order) and runs their `init`.
     pub fn new(runtime: &Runtime, specs: &[NfSpec]) -> Result<Self, RuntimeError> {
-        let stages = specs
-            .iter()
-            .map(|s| NfInstance::new(runtime, s.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let stages = specs.iter().map(|s| NfInstance::new(runtime, s.clone())).collect::<Result<Vec<_>, _>>()?;
         let with_flows = stages.iter().any(NfInstance::wants_flow_state);
         Ok(Chain {
             statuses: vec![BatchStatus::Ok; stages.len()],

@@ -119,7 +119,8 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Engine(format!("cache dir {}: {e}", dir.display())))?;
             let mut cc = CacheConfig::new();
             cc.with_directory(dir.clone());
-            let cache_handle_new = Cache::new(cc).map_err(|e| RuntimeError::Engine(format!("code cache in {}: {e}", dir.display())))?;
+            let cache_handle_new =
+                Cache::new(cc).map_err(|e| RuntimeError::Engine(format!("code cache in {}: {e}", dir.display())))?;
             c.cache(Some(cache_handle_new.clone()));
             cache = Some(cache_handle_new);
         }

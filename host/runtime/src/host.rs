@@ -63,7 +63,7 @@ impl HostState {
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .wall_clock(FrozenClock)
             .monotonic_clock(FrozenClock)
-            .insecure_random_seed(0x5eed_0f_51_1ce)
+            .insecure_random_seed(0x05ee_d0f5_11ce)
             .build();
         let limits = StoreLimitsBuilder::new()
             .memory_size(usize::try_from(memory_bytes).unwrap_or(usize::MAX))
@@ -72,15 +72,7 @@ impl HostState {
             .tables(16)
             .memories(4)
             .build();
-        HostState {
-            wasi,
-            table: ResourceTable::new(),
-            limits,
-            nf,
-            limiter,
-            events: Vec::new(),
-            events_dropped: 0,
-        }
+        HostState { wasi, table: ResourceTable::new(), limits, nf, limiter, events: Vec::new(), events_dropped: 0 }
     }
 
     /// Log lines dropped by the rate limit so far.

@@ -3,7 +3,6 @@
 
 use crate::batch::BatchBuilder;
 use crate::bindings::{Event, NetworkFunction, NfInfo, Rewrite, StateOp};
-use sluice_wire::abi::Verdict;
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -11,6 +10,7 @@ use crate::limits::{FailurePolicy, NfLimits};
 use crate::meters::NfMeters;
 use crate::module::NfModule;
 use crate::state::FlowTable;
+use sluice_wire::abi::Verdict;
 use std::sync::Arc;
 use std::time::Instant;
 use wasmtime::{Engine, Store, Trap};
@@ -183,7 +183,8 @@ impl NfInstance {
             });
         }
         let tick = runtime.config.epoch_tick.as_nanos().max(1);
-        let deadline_ticks = u64::try_from(spec.limits.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1;
+        let deadline_ticks =
+            u64::try_from(spec.limits.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1;
         let mut inst = NfInstance {
             name: spec.module.name.clone(),
             native: None,
@@ -436,7 +437,12 @@ impl NfInstance {
         status
     }
 
-    fn apply_updates(&mut self, keys: &[sluice_wire::FlowKey], now: u64, updates: &mut Vec<crate::bindings::FlowUpdate>) {
+    fn apply_updates(
+        &mut self,
+        keys: &[sluice_wire::FlowKey],
+        now: u64,
+        updates: &mut Vec<crate::bindings::FlowUpdate>,
+    ) {
         self.touched.clear();
         self.touched.resize(keys.len(), false);
         for u in updates.drain(..) {

@@ -69,13 +69,7 @@ pub struct FlowTable {
 impl FlowTable {
     /// An empty table.
     pub fn new(idle_timeout_ns: u64, capacity: usize) -> Self {
-        FlowTable {
-            entries: HashMap::new(),
-            idle_timeout_ns,
-            capacity,
-            last_sweep_ns: 0,
-            expired: 0,
-        }
+        FlowTable { entries: HashMap::new(), idle_timeout_ns, capacity, last_sweep_ns: 0, expired: 0 }
     }
 
     /// Changes the idle timeout (the NF says it in `init`).
@@ -196,7 +190,13 @@ mod tests {
     use sluice_wire::IpAddr128;
 
     fn k(n: u8) -> FlowKey {
-        FlowKey { src: IpAddr128::from_v4([10, 0, 0, n]), dst: IpAddr128::from_v4([10, 0, 1, 1]), src_port: 1, dst_port: 2, protocol: 6 }
+        FlowKey {
+            src: IpAddr128::from_v4([10, 0, 0, n]),
+            dst: IpAddr128::from_v4([10, 0, 1, 1]),
+            src_port: 1,
+            dst_port: 2,
+            protocol: 6,
+        }
     }
 
     #[test]

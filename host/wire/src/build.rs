@@ -146,11 +146,8 @@ impl FrameSpec {
         };
         let mut ip = match v4 {
             Some((s, d)) => {
-                let pseudo = if proto == protocol::ICMP {
-                    0
-                } else {
-                    checksum::pseudo_header_v4(s, d, proto, l4.len() as u16)
-                };
+                let pseudo =
+                    if proto == protocol::ICMP { 0 } else { checksum::pseudo_header_v4(s, d, proto, l4.len() as u16) };
                 let c = !checksum::fold(checksum::sum(pseudo, &l4));
                 let c = if c == 0 && proto == protocol::UDP { 0xffff } else { c };
                 l4[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());

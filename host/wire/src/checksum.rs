@@ -75,9 +75,7 @@ pub fn pseudo_header_v4(src: [u8; 4], dst: [u8; 4], protocol: u8, len: u16) -> u
 pub fn pseudo_header_v6(src: [u8; 16], dst: [u8; 16], next_header: u8, len: u32) -> u32 {
     let mut acc = sum(0, &src);
     acc = sum(acc, &dst);
-    acc.wrapping_add(len >> 16)
-        .wrapping_add(len & 0xffff)
-        .wrapping_add(u32::from(next_header))
+    acc.wrapping_add(len >> 16).wrapping_add(len & 0xffff).wrapping_add(u32::from(next_header))
 }
 
 #[cfg(test)]

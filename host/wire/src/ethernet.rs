@@ -60,11 +60,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
     /// Ensures every accessor stays in bounds.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        if self.buffer.as_ref().len() < HEADER_LEN { Err(Error::Truncated) } else { Ok(()) }
     }
 
     /// Returns the underlying buffer.
@@ -134,7 +130,7 @@ mod tests {
 
     #[test]
     fn vlan_tags_are_skipped() {
-        let mut f = vec![0u8; 22];
+        let mut f = [0u8; 22];
         f[12..14].copy_from_slice(&ethertype::QINQ.to_be_bytes());
         f[14..16].copy_from_slice(&0x0064u16.to_be_bytes());
         f[16..18].copy_from_slice(&ethertype::VLAN.to_be_bytes());
@@ -145,7 +141,7 @@ mod tests {
 
     #[test]
     fn three_tags_are_malformed() {
-        let mut f = vec![0u8; 30];
+        let mut f = [0u8; 30];
         for off in [12, 16, 20] {
             f[off..off + 2].copy_from_slice(&ethertype::VLAN.to_be_bytes());
         }

@@ -20,11 +20,7 @@ impl IpAddr128 {
 
     /// The IPv4 address, if this is an IPv4-mapped address.
     pub const fn to_v4(self) -> Option<[u8; 4]> {
-        if self.0 >> 32 == V4_MAPPED_PREFIX >> 32 {
-            Some((self.0 as u32).to_be_bytes())
-        } else {
-            None
-        }
+        if self.0 >> 32 == V4_MAPPED_PREFIX >> 32 { Some((self.0 as u32).to_be_bytes()) } else { None }
     }
 
     /// The 16 bytes of the address.
@@ -113,10 +109,7 @@ impl FlowKey {
         let mut h = mix(k.src.hi(), k.src.lo());
         h = mix(h, k.dst.hi());
         h = mix(h, k.dst.lo());
-        h = mix(
-            h,
-            (u64::from(k.src_port) << 24) | (u64::from(k.dst_port) << 8) | u64::from(k.protocol),
-        );
+        h = mix(h, (u64::from(k.src_port) << 24) | (u64::from(k.dst_port) << 8) | u64::from(k.protocol));
         // Zero means "no flow" in the batch metadata.
         if h == 0 { 1 } else { h }
     }
@@ -131,11 +124,7 @@ fn mix(a: u64, b: u64) -> u64 {
 
 impl core::fmt::Display for FlowKey {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "{} {}:{} -> {}:{}",
-            self.protocol, self.src, self.src_port, self.dst, self.dst_port
-        )
+        write!(f, "{} {}:{} -> {}:{}", self.protocol, self.src, self.src_port, self.dst, self.dst_port)
     }
 }
 

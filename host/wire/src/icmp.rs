@@ -1,6 +1,6 @@
 //! ICMP and ICMPv6 headers (the common part and echo messages).
 
-use crate::bytes::{u16_at, u8_at};
+use crate::bytes::{u8_at, u16_at};
 use crate::{Error, Result};
 
 /// Field positions of the ICMP header.
@@ -51,11 +51,7 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
 
     /// Checks the buffer holds the 8-byte header.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        if self.buffer.as_ref().len() < HEADER_LEN { Err(Error::Truncated) } else { Ok(()) }
     }
 
     /// Message type.
@@ -87,10 +83,6 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
     /// or ICMPv6 (`v6 = true`).
     pub fn is_echo(&self, v6: bool) -> bool {
         let t = self.msg_type();
-        if v6 {
-            t == V6_ECHO_REQUEST || t == V6_ECHO_REPLY
-        } else {
-            t == V4_ECHO_REQUEST || t == V4_ECHO_REPLY
-        }
+        if v6 { t == V6_ECHO_REQUEST || t == V6_ECHO_REPLY } else { t == V4_ECHO_REQUEST || t == V4_ECHO_REPLY }
     }
 }

@@ -1,6 +1,6 @@
 //! IPv4 headers.
 
-use crate::bytes::{array, set_slice, set_u16, set_u8, u16_at, u8_at};
+use crate::bytes::{array, set_slice, set_u8, set_u16, u8_at, u16_at};
 use crate::checksum;
 use crate::{Error, Result};
 
@@ -141,10 +141,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Whether the header checksum is correct.
     pub fn verify_checksum(&self) -> bool {
         let hl = self.header_len();
-        self.buffer
-            .as_ref()
-            .get(..hl)
-            .is_some_and(|h| checksum::fold(checksum::sum(0, h)) == 0xffff)
+        self.buffer.as_ref().get(..hl).is_some_and(|h| checksum::fold(checksum::sum(0, h)) == 0xffff)
     }
 
     /// The payload as far as it was captured and as far as the total length
@@ -210,9 +207,7 @@ mod tests {
     use super::*;
 
     fn header() -> Vec<u8> {
-        let mut h = vec![
-            0x45, 0, 0, 20, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 192, 168, 1, 1,
-        ];
+        let mut h = vec![0x45, 0, 0, 20, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 192, 168, 1, 1];
         let c = checksum::checksum(&h);
         h[10..12].copy_from_slice(&c.to_be_bytes());
         h

@@ -1,6 +1,6 @@
 //! IPv6 headers and the extension headers between them and the transport.
 
-use crate::bytes::{array, set_slice, u16_at, u32_at, u8_at};
+use crate::bytes::{array, set_slice, u8_at, u16_at, u32_at};
 use crate::{Error, Result};
 
 /// Field positions of the IPv6 header.
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn extension_headers_are_followed() {
-        let mut p = vec![0u8; 40 + 8 + 8 + 8];
+        let mut p = [0u8; 40 + 8 + 8 + 8];
         p[0] = 0x60;
         p[4..6].copy_from_slice(&24u16.to_be_bytes());
         p[6] = ext::HOP_BY_HOP;
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn later_fragment_has_no_transport() {
-        let mut p = vec![0u8; 48];
+        let mut p = [0u8; 48];
         p[0] = 0x60;
         p[6] = ext::FRAGMENT;
         p[40] = 6;
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn extension_loop_is_bounded() {
-        let mut p = vec![0u8; 40 + 8 * 20];
+        let mut p = [0u8; 40 + 8 * 20];
         p[0] = 0x60;
         p[6] = ext::DEST_OPTS;
         for i in 0..20 {

@@ -113,8 +113,8 @@ fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer
     }
     let l4 = l3 + l4_rel;
     let l4_bytes = frame.get(l4..).unwrap_or(&[]);
-    let ports = transport_ports(proto, l4_bytes, ethertype == ethertype::IPV6, out)
-        .map_err(|e| (Layer::Transport, e))?;
+    let ports =
+        transport_ports(proto, l4_bytes, ethertype == ethertype::IPV6, out).map_err(|e| (Layer::Transport, e))?;
     if let Some((sp, dp)) = ports {
         key.src_port = sp;
         key.dst_port = dp;
@@ -216,8 +216,16 @@ mod tests {
     }
 
     fn any_frame() -> impl Strategy<Value = Vec<u8>> {
-        (any::<[u8; 4]>(), any::<[u8; 4]>(), any::<u16>(), any::<u16>(), 0u8..3, proptest::collection::vec(any::<u8>(), 0..64), proptest::option::of(0u16..4095)).prop_map(
-            |(s, d, sp, dp, t, payload, vlan)| {
+        (
+            any::<[u8; 4]>(),
+            any::<[u8; 4]>(),
+            any::<u16>(),
+            any::<u16>(),
+            0u8..3,
+            proptest::collection::vec(any::<u8>(), 0..64),
+            proptest::option::of(0u16..4095),
+        )
+            .prop_map(|(s, d, sp, dp, t, payload, vlan)| {
                 let mut spec = FrameSpec::udp4(s, sp, d, dp).with_payload(payload);
                 spec.vlan = vlan;
                 spec.transport = match t {
@@ -226,8 +234,7 @@ mod tests {
                     _ => Transport::IcmpEcho { ident: sp },
                 };
                 spec.build()
-            },
-        )
+            })
     }
 
     proptest! {

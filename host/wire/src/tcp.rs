@@ -1,6 +1,6 @@
 //! TCP headers.
 
-use crate::bytes::{set_u16, u16_at, u32_at, u8_at};
+use crate::bytes::{set_u16, u8_at, u16_at, u32_at};
 use crate::checksum;
 use crate::{Error, Result};
 

@@ -216,7 +216,13 @@ mod tests {
     use super::*;
 
     fn key(src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16, proto: u8) -> FlowKey {
-        FlowKey { src: IpAddr128::from_v4(src), dst: IpAddr128::from_v4(dst), src_port: sp, dst_port: dp, protocol: proto }
+        FlowKey {
+            src: IpAddr128::from_v4(src),
+            dst: IpAddr128::from_v4(dst),
+            src_port: sp,
+            dst_port: dp,
+            protocol: proto,
+        }
     }
 
     #[test]

@@ -74,15 +74,9 @@ pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 #[unsafe(link_section = "sluice-sdk-version")]
 #[used]
 #[allow(unsafe_code)]
-static SDK_VERSION_SECTION: [u8; SDK_VERSION.len()] = {
-    let mut out = [0u8; SDK_VERSION.len()];
-    let b = SDK_VERSION.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        out[i] = b[i];
-        i += 1;
-    }
-    out
+static SDK_VERSION_SECTION: [u8; SDK_VERSION.len()] = match SDK_VERSION.as_bytes().first_chunk() {
+    Some(bytes) => *bytes,
+    None => [0; SDK_VERSION.len()],
 };
 
 impl NfInfo {
@@ -142,6 +136,12 @@ pub mod __private {
     /// components are single-threaded, so this is just a global).
     pub struct Slot<T>(RefCell<Option<T>>);
 
+    impl<T: NetworkFunction> Default for Slot<T> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
     impl<T: NetworkFunction> Slot<T> {
         /// An empty slot.
         pub const fn new() -> Self {
@@ -187,7 +187,7 @@ macro_rules! export_nf {
                     __SLUICE_NF.with(|s| s.process(batch))
                 }
             }
-            $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
+    $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
         };
     };
 }

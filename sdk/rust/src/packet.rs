@@ -121,8 +121,12 @@ impl<'a> Packet<'a> {
             (IpAddr128::from_v6(ip.src()), IpAddr128::from_v6(ip.dst()), proto)
         };
         let (src_port, dst_port) = match (proto, self.l4()) {
-            (protocol::TCP, Some(l4)) => TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).unwrap_or((0, 0)),
-            (protocol::UDP, Some(l4)) => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).unwrap_or((0, 0)),
+            (protocol::TCP, Some(l4)) => {
+                TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).unwrap_or((0, 0))
+            }
+            (protocol::UDP, Some(l4)) => {
+                UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).unwrap_or((0, 0))
+            }
             (protocol::ICMP | protocol::ICMPV6, Some(l4)) => IcmpPacket::new_checked(l4)
                 .ok()
                 .filter(|i| i.is_echo(proto == protocol::ICMPV6))

@@ -4,11 +4,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice_wire::ethernet::EthernetFrame;
+use sluice_wire::icmp::IcmpPacket;
 use sluice_wire::ipv4::Ipv4Packet;
 use sluice_wire::ipv6::Ipv6Packet;
 use sluice_wire::tcp::TcpPacket;
 use sluice_wire::udp::UdpPacket;
-use sluice_wire::icmp::IcmpPacket;
 
 fuzz_target!(|data: &[u8]| {
     let l = sluice_wire::parse(data);

@@ -74,7 +74,11 @@ impl NetworkFunction for Hostile {
             "reject" => return Err("hostile: config rejected on purpose (mode 'reject')".into()),
             other => return Err(format!("hostile: unknown mode '{other}'")),
         };
-        let info = if matches!(mode, Mode::BigState | Mode::CountPanic) { NfInfo::with_flow_state(0) } else { NfInfo::stateless() };
+        let info = if matches!(mode, Mode::BigState | Mode::CountPanic) {
+            NfInfo::with_flow_state(0)
+        } else {
+            NfInfo::stateless()
+        };
         Ok((Hostile { mode, after, seen: 0, hoard: Vec::new() }, info))
     }
 
@@ -83,7 +87,8 @@ impl NetworkFunction for Hostile {
         if self.mode == Mode::CountPanic {
             for i in 0..batch.len() {
                 let Some(f) = batch.packet(i).and_then(|p| p.flow()) else { continue };
-                let n = batch.flow_state(f).and_then(|s| <[u8; 8]>::try_from(s).ok()).map(u64::from_le_bytes).unwrap_or(0);
+                let n =
+                    batch.flow_state(f).and_then(|s| <[u8; 8]>::try_from(s).ok()).map(u64::from_le_bytes).unwrap_or(0);
                 batch.set_flow_state(f, (n + 1).to_le_bytes().to_vec());
             }
         }

@@ -1,0 +1,128 @@
+//! The `sluice-host` binary as a user runs it: exit codes and messages.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice-host"));
+    c.env("SLUICE_CACHE_DIR", "").env_remove("SLUICE_CONFIG");
+    c
+}
+
+fn nfs_dir() -> PathBuf {
+    std::env::var("SLUICE_NFS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nfs"))
+}
+
+fn nf(name: &str) -> PathBuf {
+    let p = nfs_dir().join(format!("{name}.wasm"));
+    assert!(p.exists(), "{} missing: run `make nfs`", p.display());
+    p
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn synth(dir: &Path) -> PathBuf {
+    let p = dir.join("in.pcap");
+    let o = bin().args(["synth", "--out"]).arg(&p).args(["--sessions", "300"]).output().unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    p
+}
+
+#[test]
+fn run_prints_a_summary_and_writes_output_and_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = synth(dir.path());
+    let out = dir.path().join("out.pcap");
+    let report = dir.path().join("r.json");
+    let o = bin()
+        .args(["run", "--nf"])
+        .arg(nf("counter"))
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("packets:") && stdout.contains("Mpps"), "{stdout}");
+    assert!(stdout.contains(&format!("output: {}", out.display())), "{stdout}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    for key in ["packets_in", "packets_out", "packets_dropped", "batches"] {
+        assert!(r[key].is_u64(), "{key} missing in {r}");
+    }
+    for key in ["name", "invocations", "packets", "bytes", "cpu_ns", "traps"] {
+        assert!(!r["nfs"][0][key].is_null(), "nfs[0].{key} missing in {r}");
+    }
+    assert_eq!(r["packets_in"], r["packets_out"]);
+}
+
+#[test]
+fn a_rejected_config_exits_2_with_the_nfs_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = synth(dir.path());
+    let cfg = dir.path().join("host.toml");
+    std::fs::write(&cfg, "[nf.firewall.config]\nrules = [{ action = \"maybe\" }]\n").unwrap();
+    let o = bin().arg("--config").arg(&cfg).args(["run", "--nf"]).arg(nf("firewall")).arg("--in").arg(&input).output().unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("NF 'firewall' rejected its configuration") && stderr.contains("maybe"), "{stderr}");
+}
+
+#[test]
+fn bad_inputs_exit_1_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pcap");
+    std::fs::write(&junk, b"not a capture").unwrap();
+    let o = bin().args(["run", "--nf"]).arg(nf("counter")).arg("--in").arg(&junk).output().unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr.contains("not a pcap or pcapng file"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let not_wasm = dir.path().join("x.wasm");
+    std::fs::write(&not_wasm, b"hello").unwrap();
+    let o = bin().args(["run", "--nf"]).arg(&not_wasm).arg("--in").arg(&junk).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("not a WebAssembly binary"), "{:?}", text(&o));
+
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "batch-size = \"many\"\n").unwrap();
+    let o = bin().arg("--config").arg(&cfg).args(["run", "--nf"]).arg(nf("counter")).arg("--in").arg(&junk).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("bad.toml"), "{:?}", text(&o));
+
+    let o = bin().env("SLUICE_WORKERS", "lots").args(["run", "--nf"]).arg(nf("counter")).arg("--in").arg(&junk).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("SLUICE_WORKERS"), "{:?}", text(&o));
+}
+
+#[test]
+fn check_tells_good_modules_from_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let o = bin().arg("check").arg(nf("firewall")).arg(&core).output().unwrap();
+    let (stdout, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout.contains("ok: ") && stdout.contains("sha256"), "{stdout}");
+    assert!(stdout.contains("core WebAssembly module"), "{stdout}");
+}
+
+#[test]
+fn help_describes_the_commands() {
+    let o = bin().arg("--help").output().unwrap();
+    let (stdout, _) = text(&o);
+    assert!(o.status.success());
+    for cmd in ["run", "check", "synth"] {
+        assert!(stdout.contains(cmd), "{stdout}");
+    }
+}
