@@ -71,7 +71,15 @@ fn a_rejected_config_exits_2_with_the_nfs_message() {
     let input = synth(dir.path());
     let cfg = dir.path().join("host.toml");
     std::fs::write(&cfg, "[nf.firewall.config]\nrules = [{ action = \"maybe\" }]\n").unwrap();
-    let o = bin().arg("--config").arg(&cfg).args(["run", "--nf"]).arg(nf("firewall")).arg("--in").arg(&input).output().unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["run", "--nf"])
+        .arg(nf("firewall"))
+        .arg("--in")
+        .arg(&input)
+        .output()
+        .unwrap();
     let (_, stderr) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("NF 'firewall' rejected its configuration") && stderr.contains("maybe"), "{stderr}");
@@ -96,11 +104,26 @@ fn bad_inputs_exit_1_with_a_clear_message() {
 
     let cfg = dir.path().join("bad.toml");
     std::fs::write(&cfg, "batch-size = \"many\"\n").unwrap();
-    let o = bin().arg("--config").arg(&cfg).args(["run", "--nf"]).arg(nf("counter")).arg("--in").arg(&junk).output().unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["run", "--nf"])
+        .arg(nf("counter"))
+        .arg("--in")
+        .arg(&junk)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("bad.toml"), "{:?}", text(&o));
 
-    let o = bin().env("SLUICE_WORKERS", "lots").args(["run", "--nf"]).arg(nf("counter")).arg("--in").arg(&junk).output().unwrap();
+    let o = bin()
+        .env("SLUICE_WORKERS", "lots")
+        .args(["run", "--nf"])
+        .arg(nf("counter"))
+        .arg("--in")
+        .arg(&junk)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("SLUICE_WORKERS"), "{:?}", text(&o));
 }
