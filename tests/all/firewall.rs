@@ -111,8 +111,13 @@ fn exactly_the_expected_packets_pass_at_every_batch_size() {
         assert_eq!(report.nfs[0].meters.traps, 0);
         assert_eq!(report.nfs[0].meters.invocations, cases().len().div_ceil(batch) as u64);
         // Denied connections are reported as events, with the packet's flow.
-        let denies = report.events.iter().filter(|e| e.kind == "firewall.deny").count();
-        assert!(denies >= 5, "{denies} deny events");
+        let denies: Vec<_> = report.events.iter().filter(|e| e.kind == "firewall.deny").collect();
+        assert!(denies.len() >= 5, "{} deny events", denies.len());
+        let scan = denies.iter().find(|e| e.fields.get("rule").map(String::as_str) == Some("default")).unwrap();
+        assert_eq!(scan.nf, "firewall");
+        assert!(scan.flow.as_deref().is_some_and(|f| f.contains("203.0.113.9")), "{scan:?}");
+        let smtp_host = denies.iter().find(|e| e.fields.get("rule").map(String::as_str) == Some("1")).unwrap();
+        assert!(smtp_host.flow.as_deref().is_some_and(|f| f.contains("10.0.0.66")), "{smtp_host:?}");
     }
 }
 

@@ -79,6 +79,17 @@ fn panic_traps() {
 }
 
 #[test]
+fn fuel_limit_stops_a_loop_deterministically() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, out) = run_hostile(dir.path(), "loop", "fail-closed", "fuel = 200000");
+    let h = &r.nfs[1];
+    assert_eq!(h.trap_causes.get("out of fuel").copied(), Some(2), "{:?}", h.trap_causes);
+    assert!(out.is_empty());
+    // Fail-closed: the NF after it saw nothing.
+    assert_eq!(r.nfs[2].meters.packets, 0);
+}
+
+#[test]
 fn fail_closed_drops_the_batch_and_later_nfs_see_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (r, out) = run_hostile(dir.path(), "panic:1", "fail-closed", "");

@@ -200,6 +200,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut take_events = |evs: Vec<EmittedEvent>| {
         for e in evs {
             events_total += 1;
+            tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
             if events.len() < MAX_REPORTED_EVENTS {
                 events.push(event_record(e));
             }

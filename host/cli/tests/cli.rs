@@ -23,6 +23,16 @@ fn nf(name: &str) -> PathBuf {
     p
 }
 
+/// `sluice-host [--config cfg] run --nf <nf> --in <input>`.
+fn run_cmd(config: Option<&Path>, nf: &Path, input: &Path) -> Command {
+    let mut c = bin();
+    if let Some(cfg) = config {
+        c.arg("--config").arg(cfg);
+    }
+    c.args(["run", "--nf"]).arg(nf).arg("--in").arg(input);
+    c
+}
+
 fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
@@ -40,17 +50,7 @@ fn run_prints_a_summary_and_writes_output_and_report() {
     let input = synth(dir.path());
     let out = dir.path().join("out.pcap");
     let report = dir.path().join("r.json");
-    let o = bin()
-        .args(["run", "--nf"])
-        .arg(nf("counter"))
-        .arg("--in")
-        .arg(&input)
-        .arg("--out")
-        .arg(&out)
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
+    let o = run_cmd(None, &nf("counter"), &input).arg("--out").arg(&out).arg("--report").arg(&report).output().unwrap();
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("packets:") && stdout.contains("Mpps"), "{stdout}");
@@ -71,15 +71,7 @@ fn a_rejected_config_exits_2_with_the_nfs_message() {
     let input = synth(dir.path());
     let cfg = dir.path().join("host.toml");
     std::fs::write(&cfg, "[nf.firewall.config]\nrules = [{ action = \"maybe\" }]\n").unwrap();
-    let o = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["run", "--nf"])
-        .arg(nf("firewall"))
-        .arg("--in")
-        .arg(&input)
-        .output()
-        .unwrap();
+    let o = run_cmd(Some(&cfg), &nf("firewall"), &input).output().unwrap();
     let (_, stderr) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("NF 'firewall' rejected its configuration") && stderr.contains("maybe"), "{stderr}");
@@ -90,7 +82,7 @@ fn bad_inputs_exit_1_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.pcap");
     std::fs::write(&junk, b"not a capture").unwrap();
-    let o = bin().args(["run", "--nf"]).arg(nf("counter")).arg("--in").arg(&junk).output().unwrap();
+    let o = run_cmd(None, &nf("counter"), &junk).output().unwrap();
     let (_, stderr) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr.contains("not a pcap or pcapng file"), "{stderr}");
@@ -98,32 +90,17 @@ fn bad_inputs_exit_1_with_a_clear_message() {
 
     let not_wasm = dir.path().join("x.wasm");
     std::fs::write(&not_wasm, b"hello").unwrap();
-    let o = bin().args(["run", "--nf"]).arg(&not_wasm).arg("--in").arg(&junk).output().unwrap();
+    let o = run_cmd(None, &not_wasm, &junk).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("not a WebAssembly binary"), "{:?}", text(&o));
 
     let cfg = dir.path().join("bad.toml");
     std::fs::write(&cfg, "batch-size = \"many\"\n").unwrap();
-    let o = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["run", "--nf"])
-        .arg(nf("counter"))
-        .arg("--in")
-        .arg(&junk)
-        .output()
-        .unwrap();
+    let o = run_cmd(Some(&cfg), &nf("counter"), &junk).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("bad.toml"), "{:?}", text(&o));
 
-    let o = bin()
-        .env("SLUICE_WORKERS", "lots")
-        .args(["run", "--nf"])
-        .arg(nf("counter"))
-        .arg("--in")
-        .arg(&junk)
-        .output()
-        .unwrap();
+    let o = run_cmd(None, &nf("counter"), &junk).env("SLUICE_WORKERS", "lots").output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("SLUICE_WORKERS"), "{:?}", text(&o));
 }

@@ -44,16 +44,7 @@ impl Chain {
     /// Instantiates every NF (in order) and runs their `init`.
     pub fn new(runtime: &Runtime, specs: &[NfSpec]) -> Result<Self, RuntimeError> {
         let stages = specs.iter().map(|s| NfInstance::new(runtime, s.clone())).collect::<Result<Vec<_>, _>>()?;
-        let with_flows = stages.iter().any(NfInstance::wants_flow_state);
-        Ok(Chain {
-            statuses: vec![BatchStatus::Ok; stages.len()],
-            stages,
-            builder: BatchBuilder::new(with_flows),
-            out: StageOutput::default(),
-            results: Vec::new(),
-            alive: Vec::new(),
-            next_alive: Vec::new(),
-        })
+        Ok(Self::from_instances(stages))
     }
 
     /// A chain of already-created instances (e.g. native NFs).
