@@ -8,7 +8,9 @@
 use crate::bindings::Batch;
 use sluice_wire::FlowKey;
 use sluice_wire::abi::{Descriptor, MAX_BATCH, NO_FLOW, NO_L3, NO_L4, packet_flags};
-use std::collections::HashMap;
+/// Flow keys come off the wire, so the maps are seeded per process (no
+/// hash flooding), with foldhash rather than SipHash for speed.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A packet as it arrives from packet I/O.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +49,7 @@ impl BatchBuilder {
     pub fn new(with_flows: bool) -> Self {
         BatchBuilder {
             batch: Batch { data: Vec::new(), descriptors: Vec::new(), flow_states: Vec::new() },
-            flow_index: HashMap::new(),
+            flow_index: HashMap::default(),
             flow_keys: Vec::new(),
             max_ts: 0,
             with_flows,

@@ -80,6 +80,9 @@ pub struct Runtime {
     pub(crate) linker: Linker<HostState>,
     pub(crate) config: RuntimeConfig,
     cache: Option<Cache>,
+    /// Shared by all instances: creating a clock calibrates it, which is
+    /// too slow to repeat per instance.
+    pub(crate) clock: quanta::Clock,
     _ticker: EpochTicker,
 }
 
@@ -133,7 +136,7 @@ impl Runtime {
         )
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
-        Ok(Runtime { engine, linker, config, cache, _ticker: ticker })
+        Ok(Runtime { engine, linker, config, cache, clock: quanta::Clock::new(), _ticker: ticker })
     }
 
     /// The engine's settings.

@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -23,15 +24,21 @@ pub struct LogLimiter {
     rate: f64,
     tokens: f64,
     last: Instant,
-    /// Lines dropped so far.
-    pub dropped: u64,
+    /// Lines dropped so far; an atomic so the host can read it after every
+    /// batch without taking the limiter's lock.
+    dropped: Arc<AtomicU64>,
 }
 
 impl LogLimiter {
     /// A limiter allowing `per_second` lines per second.
     pub fn new(per_second: u32) -> Self {
         let rate = f64::from(per_second.max(1));
-        LogLimiter { rate, tokens: rate, last: Instant::now(), dropped: 0 }
+        LogLimiter { rate, tokens: rate, last: Instant::now(), dropped: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// A handle on the count of dropped lines.
+    pub fn dropped(&self) -> Arc<AtomicU64> {
+        self.dropped.clone()
     }
 
     /// Whether a line may be written now.
@@ -44,7 +51,7 @@ impl LogLimiter {
             self.tokens -= 1.0;
             true
         } else {
-            self.dropped += 1;
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             false
         }
     }
@@ -185,7 +192,7 @@ mod tests {
         let mut l = LogLimiter::new(5);
         let allowed = (0..100).filter(|_| l.allow()).count();
         assert!((5..=6).contains(&allowed), "{allowed}");
-        assert_eq!(l.dropped as usize, 100 - allowed);
+        assert_eq!(l.dropped().load(Ordering::Relaxed) as usize, 100 - allowed);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use crate::bindings::sluice::nf::{host_log, types};
 use crate::bindings::{Event, Level};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -18,6 +19,7 @@ pub struct HostState {
     pub(crate) limits: StoreLimits,
     nf: Arc<str>,
     limiter: Arc<Mutex<LogLimiter>>,
+    log_dropped: Arc<AtomicU64>,
     /// Events of the current call.
     pub(crate) events: Vec<Event>,
     /// Events dropped by the per-batch cap.
@@ -49,7 +51,9 @@ impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
 impl HostState {
     /// State for a new instance of NF `nf` with a memory cap and a log rate.
     pub fn new(nf: Arc<str>, memory_bytes: u64, log_lines_per_second: u32) -> Self {
-        let limiter = Arc::new(Mutex::new(LogLimiter::new(log_lines_per_second)));
+        let log_limiter = LogLimiter::new(log_lines_per_second);
+        let log_dropped = log_limiter.dropped();
+        let limiter = Arc::new(Mutex::new(log_limiter));
         // No preopened directories, no environment, no arguments, no
         // sockets, no name lookups, frozen clocks: the only inputs an NF has
         // are its config and its batches. Randomness stays (guest std hash
@@ -72,12 +76,21 @@ impl HostState {
             .tables(16)
             .memories(4)
             .build();
-        HostState { wasi, table: ResourceTable::new(), limits, nf, limiter, events: Vec::new(), events_dropped: 0 }
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limits,
+            nf,
+            limiter,
+            log_dropped,
+            events: Vec::new(),
+            events_dropped: 0,
+        }
     }
 
     /// Log lines dropped by the rate limit so far.
     pub fn log_dropped(&self) -> u64 {
-        self.limiter.lock().map(|l| l.dropped).unwrap_or(0)
+        self.log_dropped.load(Ordering::Relaxed)
     }
 }
 

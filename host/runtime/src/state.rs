@@ -8,7 +8,9 @@
 //! and refused (SNF §5.3), which is what makes replays of peer state safe.
 
 use sluice_wire::FlowKey;
-use std::collections::HashMap;
+/// Flow keys come off the wire, so the maps are seeded per process (no
+/// hash flooding), with foldhash rather than SipHash for speed.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// One flow's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +71,7 @@ pub struct FlowTable {
 impl FlowTable {
     /// An empty table.
     pub fn new(idle_timeout_ns: u64, capacity: usize) -> Self {
-        FlowTable { entries: HashMap::new(), idle_timeout_ns, capacity, last_sweep_ns: 0, expired: 0 }
+        FlowTable { entries: HashMap::default(), idle_timeout_ns, capacity, last_sweep_ns: 0, expired: 0 }
     }
 
     /// Changes the idle timeout (the NF says it in `init`).
