@@ -41,7 +41,7 @@ test-nfs: setup
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/sluice_nf_hostile.wasm $(TEST_NF_OUT)/hostile.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/wrong-world.wasm $(TEST_NF_OUT)/wrong-world.wasm
 
-demo: build
+demo: build test-nfs
 	@mkdir -p $(DEMO_DIR)
 	@./target/release/sluice-host synth --out $(DEMO_DIR)/office.pcap --sessions 20000 --seed 7
 	@echo
@@ -53,6 +53,13 @@ demo: build
 	@echo
 	@echo "forwarded packets: $(DEMO_DIR)/office.out.pcap"
 	@echo "per-NF meters and firewall deny events: $(DEMO_DIR)/report.json"
+	@echo
+	@echo "== the same trace with a misbehaving NF in the middle of the chain: each instance of it"
+	@echo "   handles 100 batches, then spins forever. The 10 ms deadline stops it, fail-open lets"
+	@echo "   that batch through, a new instance takes over, and the other NFs are unaffected."
+	@./target/release/sluice-host --config deploy/local/demo-hostile.toml run \
+		--nf $(NF_OUT)/firewall.wasm,$(TEST_NF_OUT)/hostile.wasm,$(NF_OUT)/counter.wasm \
+		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.hostile.out.pcap
 
 lint: setup
 	$(CARGO) fmt --all --check

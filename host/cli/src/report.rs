@@ -84,6 +84,8 @@ pub struct Report {
     pub nfs: Vec<NfReport>,
     /// Events emitted in total.
     pub events_total: u64,
+    /// Events by NF and kind (all of them, not only the reported ones).
+    pub events_by_kind: BTreeMap<String, u64>,
     /// The first [`MAX_REPORTED_EVENTS`] events.
     pub events: Vec<EventRecord>,
 }
@@ -120,6 +122,10 @@ impl Report {
                     m.policy_packets
                 ));
             }
+        }
+        if !self.events_by_kind.is_empty() {
+            let kinds: Vec<String> = self.events_by_kind.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            s.push_str(&format!("  events: {}\n", kinds.join(", ")));
         }
         if let Some(at) = self.input.truncated_at {
             s.push_str(&format!(

@@ -177,6 +177,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut batches = 0u64;
     let mut events: Vec<EventRecord> = Vec::new();
     let mut events_total = 0u64;
+    let mut events_by_kind: BTreeMap<String, u64> = BTreeMap::new();
     let chunk_len = config.batch_size * workers * 64;
     let mut fates: Vec<Option<PacketResult>> = Vec::new();
     let tallies: Vec<Vec<Tally>>;
@@ -200,6 +201,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut take_events = |evs: Vec<EmittedEvent>| {
         for e in evs {
             events_total += 1;
+            *events_by_kind.entry(format!("{}/{}", e.nf, e.event.kind)).or_default() += 1;
             tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
             if events.len() < MAX_REPORTED_EVENTS {
                 events.push(event_record(e));
@@ -342,6 +344,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         },
         nfs,
         events_total,
+        events_by_kind,
         events,
     })
 }

@@ -106,6 +106,24 @@ fn bad_inputs_exit_1_with_a_clear_message() {
 }
 
 #[test]
+fn a_trapping_nf_is_contained_and_the_run_exits_0() {
+    let hostile = std::env::var("SLUICE_TEST_NFS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nfs-test"))
+        .join("hostile.wasm");
+    assert!(hostile.exists(), "{} missing: run `make test-nfs`", hostile.display());
+    let dir = tempfile::tempdir().unwrap();
+    let input = synth(dir.path());
+    let cfg = dir.path().join("host.toml");
+    std::fs::write(&cfg, "[nf.hostile]\nfailure-policy = \"fail-open\"\nconfig-text = \"panic:3\"\n").unwrap();
+    let o = run_cmd(Some(&cfg), &hostile, &input).output().unwrap();
+    let (stdout, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("trap causes: panic"), "{stdout}");
+    assert!(stderr.contains("NF trapped") && stderr.contains("hostile"), "{stderr}");
+}
+
+#[test]
 fn check_tells_good_modules_from_bad() {
     let dir = tempfile::tempdir().unwrap();
     let core = dir.path().join("core.wasm");

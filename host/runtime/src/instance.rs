@@ -66,6 +66,14 @@ impl std::fmt::Display for TrapCause {
     }
 }
 
+/// One line about a trap: the trap itself, without the guest backtrace.
+fn trap_summary(err: &wasmtime::Error) -> String {
+    match err.downcast_ref::<Trap>() {
+        Some(t) => t.to_string(),
+        None => format!("{err}").lines().next().unwrap_or("trap").to_string(),
+    }
+}
+
 fn classify(err: &wasmtime::Error) -> TrapCause {
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => TrapCause::Deadline,
@@ -420,12 +428,21 @@ impl NfInstance {
             Err(e) => {
                 let cause = classify(&e);
                 self.meters.traps += 1;
-                tracing::warn!(
-                    nf = %self.name,
-                    cause = %cause,
-                    policy = ?self.spec.limits.failure_policy,
-                    "NF trapped; applying failure policy and re-creating the instance: {e:#}"
-                );
+                // A trap per batch would flood the log: the first few and
+                // then every power of two are logged (all are counted); the
+                // guest backtrace is at debug level.
+                let n = self.meters.traps;
+                if n <= 3 || n.is_power_of_two() {
+                    tracing::warn!(
+                        nf = %self.name,
+                        cause = %cause,
+                        policy = ?self.spec.limits.failure_policy,
+                        traps = n,
+                        "NF trapped; applied the failure policy to the batch and will re-create the instance: {}",
+                        trap_summary(&e)
+                    );
+                }
+                tracing::debug!(nf = %self.name, "trap detail: {e:?}");
                 // The instance may be in any state after a trap: drop it and
                 // re-create it (lazily, at the next batch). Flow state lives
                 // here, not in the instance, so nothing is lost.
