@@ -9,6 +9,8 @@ NF_PROFILE := nf
 NF_DIRS := $(patsubst nfs-wasm/%/Cargo.toml,%,$(wildcard nfs-wasm/*/Cargo.toml))
 NF_OUT := target/nfs
 TEST_NF_OUT := target/nfs-test
+# The host is built with DPDK packet I/O; `make setup` installs libdpdk-dev.
+FEATURES := --features sluice-host/dpdk
 DEMO_DIR := target/demo
 
 .PHONY: help setup build nfs test-nfs demo test lint unit fuzz-smoke fuzz bench clean
@@ -23,7 +25,7 @@ setup:
 	@bash deploy/setup.sh
 
 build: setup nfs
-	$(CARGO) build --release --locked
+	$(CARGO) build --release --locked $(FEATURES)
 
 # Every NF in nfs-wasm/<name>/ becomes target/nfs/<name>.wasm.
 nfs: setup
@@ -63,12 +65,12 @@ demo: build test-nfs
 
 lint: setup
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release --locked --workspace --all-targets $(FEATURES) -- -D warnings
 	$(CARGO) clippy --release --locked --target $(NF_TARGET) $(foreach n,$(NF_DIRS),-p sluice-nf-$(n)) -p sluice-nf-hostile -- -D warnings
 
 unit: nfs test-nfs
 	SLUICE_NFS_DIR=$(CURDIR)/$(NF_OUT) SLUICE_TEST_NFS_DIR=$(CURDIR)/$(TEST_NF_OUT) \
-		$(CARGO) test --release --locked --workspace
+		$(CARGO) test --release --locked --workspace $(FEATURES)
 
 # A short coverage-guided fuzz run of the packet parser (nightly + cargo-fuzz).
 fuzz-smoke: setup
@@ -81,7 +83,7 @@ test: lint unit fuzz-smoke
 	@echo "all tests passed"
 
 bench: build
-	$(CARGO) run --release --locked -p sluice-bench -- --nfs $(NF_OUT) --write docs/benchmarks.md
+	$(CARGO) run --release --locked $(FEATURES) -p sluice-bench -- --nfs $(NF_OUT) --host target/release/sluice-host --write docs/benchmarks.md
 
 clean:
 	$(CARGO) clean

@@ -3,6 +3,8 @@
 //! over this.
 
 pub mod config;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod report;
 pub mod run;
 pub mod synth;

@@ -48,6 +48,48 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Process packets from DPDK ports through one NF or a chain.
+    ///
+    /// EAL arguments follow `--`. Without NICs or hugepages (tests, a
+    /// laptop): `-- --no-huge --no-pci -m 512 --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap`.
+    /// Stops on SIGINT/SIGTERM, after --max-packets, or after --idle-exit-ms
+    /// without traffic, and prints per-port and per-queue counters.
+    #[cfg(feature = "dpdk")]
+    Dpdk {
+        /// NF components, comma-separated or repeated (a chain in order).
+        #[arg(long = "nf", required = true, value_delimiter = ',')]
+        nfs: Vec<PathBuf>,
+        /// DPDK port ids to use (default: every port found).
+        #[arg(long, value_delimiter = ',')]
+        ports: Vec<u16>,
+        /// Default output of a port is its pair (0<->1, 2<->3) instead of itself.
+        #[arg(long)]
+        pairs: bool,
+        /// Packets per batch (at most, per worker and port; up to 256).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Worker threads = RX/TX queue pairs per port.
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Stop after this many received packets.
+        #[arg(long)]
+        max_packets: Option<u64>,
+        /// Stop when no packet arrived for this long (ms).
+        #[arg(long)]
+        idle_exit_ms: Option<u64>,
+        /// Mbufs in the packet pool.
+        #[arg(long, default_value_t = 8191)]
+        mbufs: u32,
+        /// RX/TX descriptors per queue.
+        #[arg(long, default_value_t = 512)]
+        descriptors: u16,
+        /// Write a JSON report here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// EAL arguments.
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
     /// Check that a module is a component fitting the sluice:nf world.
     Check {
         /// Modules to check.
@@ -109,6 +151,57 @@ fn real_main() -> anyhow::Result<ExitCode> {
             print!("{}", rep.summary());
             if let Some(path) = report {
                 sluice_host::write_report(&rep, &path).with_context(|| format!("writing report {}", path.display()))?;
+                println!("report: {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        #[cfg(feature = "dpdk")]
+        Command::Dpdk {
+            nfs,
+            ports,
+            pairs,
+            batch,
+            workers,
+            max_packets,
+            idle_exit_ms,
+            mbufs,
+            descriptors,
+            report,
+            eal,
+        } => {
+            let mut config = HostConfig::load(cli.config.as_deref())?;
+            if let Some(b) = batch {
+                config.batch_size = b;
+            }
+            if let Some(w) = workers {
+                config.workers = w;
+            }
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+            }
+            let opts = sluice_host::dpdk::DpdkOptions {
+                nfs,
+                ports,
+                pairs,
+                eal_args: eal,
+                max_packets,
+                idle_exit: idle_exit_ms.map(std::time::Duration::from_millis),
+                mbufs,
+                descriptors,
+            };
+            let rep = match sluice_host::dpdk::run_dpdk(&config, &opts, stop) {
+                Ok(r) => r,
+                Err(RunError::Runtime(e @ sluice_runtime::RuntimeError::ConfigRejected { .. })) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            print!("{}", rep.summary());
+            if let Some(path) = report {
+                let json = serde_json::to_vec_pretty(&rep)?;
+                std::fs::write(&path, json).with_context(|| format!("writing report {}", path.display()))?;
                 println!("report: {}", path.display());
             }
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,438 @@
+//! `sluice-host dpdk`: NFs over DPDK ports.
+//!
+//! One worker thread per RX/TX queue pair: worker `w` owns queue `w` of
+//! every port, with its own instance of every NF. With more than one worker
+//! the ports spread flows over queues by RSS with a symmetric key, so both
+//! directions of a connection reach the same worker and its flow state
+//! (devices without RSS, like most virtual ones, spread by their own rule).
+//! A worker receives up to one batch from each of its queues, runs the
+//! chain once over it, and sends each forwarded packet (rewritten in place
+//! when an NF changed it) out of its port; dropped packets are freed.
+//!
+//! Output ports: verdict port 0 is the default output (the port the packet
+//! came in on, or its pair with `--pairs`); port k ≥ 1 is the k-th port of
+//! `--ports`.
+
+use crate::config::HostConfig;
+use crate::report::NfReport;
+use crate::run::{RunError, load_specs};
+use serde::Serialize;
+use sluice_dpdk::{DpdkError, Eal, Mbuf, Queue};
+use sluice_runtime::{Chain, Fate, NfMeters, RawPacket, Runtime};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+impl From<DpdkError> for RunError {
+    fn from(e: DpdkError) -> Self {
+        RunError::Usage(e.to_string())
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct DpdkOptions {
+    /// NF modules, in chain order.
+    pub nfs: Vec<PathBuf>,
+    /// DPDK port ids to use; empty means every port DPDK found.
+    pub ports: Vec<u16>,
+    /// Forward port 0 out of the paired port (0↔1, 2↔3, …) instead of the
+    /// ingress port.
+    pub pairs: bool,
+    /// EAL arguments (everything after `--`).
+    pub eal_args: Vec<String>,
+    /// Stop after this many received packets (over all workers).
+    pub max_packets: Option<u64>,
+    /// Stop a worker when it has received nothing for this long.
+    pub idle_exit: Option<Duration>,
+    /// Mbufs in the pool.
+    pub mbufs: u32,
+    /// RX/TX descriptors per queue.
+    pub descriptors: u16,
+}
+
+/// Counters of one queue pair (one worker on one port).
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct QueueCounters {
+    /// Packets received.
+    pub rx: u64,
+    /// Packets sent.
+    pub tx: u64,
+    /// Packets an NF (or its failure policy) dropped.
+    pub dropped_by_nf: u64,
+    /// Packets dropped because the TX ring was full.
+    pub dropped_tx_full: u64,
+    /// Packets dropped because a verdict named no configured port, or a
+    /// rewrite did not fit an mbuf.
+    pub dropped_other: u64,
+}
+
+impl QueueCounters {
+    fn add(&mut self, o: &QueueCounters) {
+        self.rx += o.rx;
+        self.tx += o.tx;
+        self.dropped_by_nf += o.dropped_by_nf;
+        self.dropped_tx_full += o.dropped_tx_full;
+        self.dropped_other += o.dropped_other;
+    }
+}
+
+/// One port in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct PortReport {
+    /// DPDK port id.
+    pub port: u16,
+    /// Device name.
+    pub name: String,
+    /// Whether RSS spreads flows over queues.
+    pub rss: bool,
+    /// Device counters: received, sent, missed, rx_nombuf, errors.
+    pub ipackets: u64,
+    /// Sent by the device.
+    pub opackets: u64,
+    /// Dropped by the device (RX ring full).
+    pub imissed: u64,
+    /// RX mbuf allocation failures.
+    pub rx_nombuf: u64,
+    /// Receive errors.
+    pub ierrors: u64,
+    /// Transmit errors.
+    pub oerrors: u64,
+    /// Per-queue counters (received on this port).
+    pub queues: Vec<QueueCounters>,
+}
+
+/// The report of one `sluice-host dpdk` run.
+#[derive(Debug, Clone, Serialize)]
+pub struct DpdkReport {
+    /// Totals over all queues.
+    #[serde(flatten)]
+    pub totals: QueueCounters,
+    /// Batches (chain calls).
+    pub batches: u64,
+    /// Traps over all NFs.
+    pub traps: u64,
+    /// Workers.
+    pub workers: usize,
+    /// Packets per batch (at most).
+    pub batch_size: usize,
+    /// Wall time, ns.
+    pub wall_ns: u64,
+    /// Received Mpps over the wall time.
+    pub mpps: f64,
+    /// Ports.
+    pub ports: Vec<PortReport>,
+    /// Per-NF meters.
+    pub nfs: Vec<NfReport>,
+}
+
+impl DpdkReport {
+    /// The human-readable summary.
+    pub fn summary(&self) -> String {
+        let t = &self.totals;
+        let mut s = format!(
+            "packets: {} rx, {} tx, {} dropped by NFs, {} dropped (TX full), {} dropped (other) | batches: {} | traps: {} | {:.3} Mpps | wall {:.3} s | {} worker(s), batch {}\n",
+            t.rx,
+            t.tx,
+            t.dropped_by_nf,
+            t.dropped_tx_full,
+            t.dropped_other,
+            self.batches,
+            self.traps,
+            self.mpps,
+            self.wall_ns as f64 / 1e9,
+            self.workers,
+            self.batch_size
+        );
+        for p in &self.ports {
+            s.push_str(&format!(
+                "  port {} ({}){}: device rx {} tx {} missed {} rx_nombuf {} errors {}/{}\n",
+                p.port,
+                p.name,
+                if p.rss { ", rss" } else { "" },
+                p.ipackets,
+                p.opackets,
+                p.imissed,
+                p.rx_nombuf,
+                p.ierrors,
+                p.oerrors
+            ));
+            for (q, c) in p.queues.iter().enumerate() {
+                s.push_str(&format!(
+                    "    queue {q}: rx {} tx {} dropped by NFs {} TX full {} other {}\n",
+                    c.rx, c.tx, c.dropped_by_nf, c.dropped_tx_full, c.dropped_other
+                ));
+            }
+        }
+        for nf in &self.nfs {
+            let m = &nf.meters;
+            s.push_str(&format!(
+                "  [{}] {:<12} {:>9} pkts {:>8} calls  drop {:>9}  traps {:>3}  errors {:>3}\n",
+                nf.position, nf.name, m.packets, m.invocations, m.dropped, m.traps, m.errors
+            ));
+        }
+        s
+    }
+}
+
+struct WorkerResult {
+    /// Counters per port index.
+    counters: Vec<QueueCounters>,
+    meters: Vec<NfMeters>,
+    batches: u64,
+}
+
+/// Runs the chain over DPDK ports until stopped (signal, `max_packets` or
+/// `idle_exit`).
+pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) -> Result<DpdkReport, RunError> {
+    if opts.nfs.is_empty() {
+        return Err(RunError::Usage("give at least one --nf <module.wasm>".into()));
+    }
+    let batch = config.batch_size.clamp(1, 256);
+    let workers = config.workers.clamp(1, 64);
+    let runtime = Runtime::new(config.runtime())?;
+    let specs = load_specs(&runtime, config, &opts.nfs)?;
+
+    let eal = Eal::init(&opts.eal_args)?;
+    let available = eal.port_count();
+    if available == 0 {
+        return Err(RunError::Usage(
+            "DPDK found no ports: bind a NIC to DPDK (dpdk-devbind.py) or add a virtual device, e.g. --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap".into(),
+        ));
+    }
+    let port_ids: Vec<u16> = if opts.ports.is_empty() { (0..available).collect() } else { opts.ports.clone() };
+    for &p in &port_ids {
+        eal.check_port(p)?;
+    }
+    let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
+    let pool = eal.mempool("sluice_mbufs", opts.mbufs, socket)?;
+    let mut ports = Vec::new();
+    for &p in &port_ids {
+        ports.push(eal.start_port(p, workers as u16, opts.descriptors, &pool)?);
+    }
+
+    // Every worker's chain is instantiated before traffic starts, so a
+    // rejected config fails the run up front.
+    let mut chains = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        chains.push(Chain::new(&runtime, &specs)?);
+    }
+
+    let received = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let results: Vec<Result<WorkerResult, RunError>> = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (w, chain) in chains.into_iter().enumerate() {
+            let queues: Vec<Queue> = ports.iter().filter_map(|p| p.queue(w as u16)).collect();
+            let stop = stop.clone();
+            let received = received.clone();
+            let eal = &eal;
+            let port_ids = &port_ids;
+            handles.push(scope.spawn(move || -> Result<WorkerResult, RunError> {
+                let _guard = eal.register_thread()?;
+                Ok(worker_loop(chain, queues, port_ids, opts, batch, &stop, &received))
+            }));
+        }
+        handles.into_iter().enumerate().map(|(w, h)| h.join().unwrap_or(Err(RunError::Worker(w)))).collect()
+    });
+    let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+
+    let mut per_port: Vec<Vec<QueueCounters>> = vec![Vec::new(); ports.len()];
+    let mut nfs: Vec<NfReport> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| NfReport {
+            name: s.module.name().to_string(),
+            digest: s.module.digest().to_string(),
+            position: i,
+            meters: NfMeters::default(),
+            trap_causes: BTreeMap::new(),
+        })
+        .collect();
+    let mut totals = QueueCounters::default();
+    let mut batches = 0;
+    for r in results {
+        let r = r?;
+        batches += r.batches;
+        for (pi, c) in r.counters.iter().enumerate() {
+            totals.add(c);
+            if let Some(v) = per_port.get_mut(pi) {
+                v.push(c.clone());
+            }
+        }
+        for (nf, m) in nfs.iter_mut().zip(&r.meters) {
+            nf.meters.add(m);
+        }
+    }
+    let port_reports = ports
+        .iter()
+        .zip(per_port)
+        .map(|(p, queues)| {
+            let s = p.stats();
+            PortReport {
+                port: p.id(),
+                name: p.name().to_string(),
+                rss: p.rss(),
+                ipackets: s.ipackets,
+                opackets: s.opackets,
+                imissed: s.imissed,
+                rx_nombuf: s.rx_nombuf,
+                ierrors: s.ierrors,
+                oerrors: s.oerrors,
+                queues,
+            }
+        })
+        .collect();
+    // Ports stop (flushing e.g. pcap output) before the pool and EAL go.
+    drop(ports);
+    drop(pool);
+    drop(eal);
+    Ok(DpdkReport {
+        mpps: if wall_ns > 0 { totals.rx as f64 * 1e3 / wall_ns as f64 } else { 0.0 },
+        totals,
+        batches,
+        traps: nfs.iter().map(|n| n.meters.traps).sum(),
+        workers,
+        batch_size: batch,
+        wall_ns,
+        ports: port_reports,
+        nfs,
+    })
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_nanos()).unwrap_or(0)).unwrap_or(0)
+}
+
+/// The default output of a packet that came in on port index `pi`.
+fn default_out(pi: usize, pairs: bool, n: usize) -> usize {
+    if pairs && n > 1 { (pi ^ 1).min(n - 1) } else { pi }
+}
+
+fn worker_loop(
+    mut chain: Chain,
+    mut queues: Vec<Queue>,
+    port_ids: &[u16],
+    opts: &DpdkOptions,
+    batch: usize,
+    stop: &AtomicBool,
+    received: &AtomicU64,
+) -> WorkerResult {
+    let n_ports = queues.len();
+    let mut counters = vec![QueueCounters::default(); n_ports];
+    let mut mbufs: Vec<Mbuf> = Vec::with_capacity(batch * n_ports);
+    let mut ingress: Vec<usize> = Vec::with_capacity(batch * n_ports);
+    let mut scratch: Vec<Vec<u8>> = Vec::new();
+    let mut out: Vec<Vec<Mbuf>> = (0..n_ports).map(|_| Vec::with_capacity(batch)).collect();
+    let mut batches = 0u64;
+    let mut last_rx = Instant::now();
+    let per_port = u16::try_from(batch).unwrap_or(u16::MAX);
+
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(max) = opts.max_packets
+            && received.load(Ordering::Relaxed) >= max
+        {
+            break;
+        }
+        mbufs.clear();
+        ingress.clear();
+        for (pi, q) in queues.iter_mut().enumerate() {
+            let got = q.rx_burst(&mut mbufs, per_port);
+            ingress.extend(std::iter::repeat_n(pi, got));
+            if let Some(c) = counters.get_mut(pi) {
+                c.rx += got as u64;
+            }
+        }
+        if mbufs.is_empty() {
+            if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
+                break;
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        last_rx = Instant::now();
+        received.fetch_add(mbufs.len() as u64, Ordering::Relaxed);
+        let ts = now_ns();
+
+        // Multi-segment packets are copied into one buffer; single-segment
+        // ones are read in place.
+        let mut used = 0;
+        for m in &mbufs {
+            if m.data().is_none() {
+                if scratch.len() <= used {
+                    scratch.push(Vec::new());
+                }
+                if let Some(buf) = scratch.get_mut(used) {
+                    m.read_into(buf);
+                }
+                used += 1;
+            }
+        }
+        let mut next_scratch = 0;
+        let raw: Vec<RawPacket<'_>> = mbufs
+            .iter()
+            .zip(&ingress)
+            .map(|(m, &pi)| {
+                let data = match m.data() {
+                    Some(d) => d,
+                    None => {
+                        let d = scratch.get(next_scratch).map(Vec::as_slice).unwrap_or(&[]);
+                        next_scratch += 1;
+                        d
+                    }
+                };
+                RawPacket {
+                    data,
+                    wire_len: m.len() as u32,
+                    timestamp_ns: ts,
+                    ingress_port: port_ids.get(pi).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        let decisions: Vec<(Fate, Option<Vec<u8>>)> =
+            chain.process(&raw).iter().map(|r| (r.fate.clone(), r.data.clone())).collect();
+        drop(raw);
+        batches += 1;
+
+        for ((mut m, pi), (fate, data)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(decisions) {
+            let Some(c) = counters.get_mut(pi) else { continue };
+            match fate {
+                Fate::Dropped(_) => c.dropped_by_nf += 1,
+                Fate::Forward(port) => {
+                    let target = if port == 0 {
+                        Some(default_out(pi, opts.pairs, n_ports))
+                    } else {
+                        Some(usize::from(port) - 1).filter(|&t| t < n_ports)
+                    };
+                    let fits = data.as_deref().is_none_or(|d| m.set_data(d).is_ok());
+                    match (target, fits) {
+                        (Some(t), true) => {
+                            if let Some(o) = out.get_mut(t) {
+                                o.push(m);
+                            }
+                        }
+                        _ => c.dropped_other += 1,
+                    }
+                }
+            }
+        }
+        for (t, pkts) in out.iter_mut().enumerate() {
+            if pkts.is_empty() {
+                continue;
+            }
+            let Some(&port) = port_ids.get(t) else { continue };
+            let queued = pkts.len() as u64;
+            let sent = queues.get_mut(t).map(|q| q.tx_burst(port, pkts)).unwrap_or(0) as u64;
+            // Counted against the egress port's queue of this worker.
+            if let Some(c) = counters.get_mut(t) {
+                c.tx += sent;
+                c.dropped_tx_full += queued - sent;
+            }
+            pkts.clear(); // frees what the device did not take
+        }
+    }
+    let meters = chain.stages().iter().map(|s| s.meters().clone()).collect();
+    WorkerResult { counters, meters, batches }
+}

@@ -1,0 +1,172 @@
+//! `sluice-host dpdk` against real DPDK with virtual devices (no NIC or
+//! hugepages needed: `--no-huge --no-pci`). Each test runs the binary in
+//! its own process with its own `--file-prefix`, as EAL is once per process.
+
+#![cfg(feature = "dpdk")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice-host"));
+    c.env("SLUICE_CACHE_DIR", "").env_remove("SLUICE_CONFIG");
+    c
+}
+
+fn nf(name: &str) -> PathBuf {
+    let dir = std::env::var("SLUICE_NFS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nfs"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(p.exists(), "{} missing: run `make nfs`", p.display());
+    p
+}
+
+fn eal(prefix: &str, vdevs: &[String]) -> Vec<String> {
+    let mut a = vec![
+        "--no-huge".to_string(),
+        "--no-pci".into(),
+        "-m".into(),
+        "512".into(),
+        format!("--file-prefix=sluice-test-{prefix}-{}", std::process::id()),
+        "--log-level=lib.eal:error".into(),
+    ];
+    a.extend(vdevs.iter().cloned());
+    a
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn frames(path: &Path) -> Vec<Vec<u8>> {
+    let t = sluice_pcap::Trace::open(path).unwrap();
+    t.packets().iter().map(|p| t.data(p).to_vec()).collect()
+}
+
+const FIREWALL: &str = r#"
+[nf.firewall.config]
+default = "deny"
+rules = [
+  { action = "allow", proto = "tcp", src = "10.0.0.0/24", dst-ports = "80" },
+  { action = "allow", proto = "tcp", src = "10.0.0.0/24", dst-ports = "443" },
+  { action = "allow", proto = "udp", src = "10.0.0.0/24", dst-ports = "53" },
+  { action = "allow", proto = "icmp", src = "10.0.0.0/24" },
+]
+"#;
+
+#[test]
+fn firewall_output_through_dpdk_equals_the_pcap_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let o = bin().args(["synth", "--sessions", "400", "--out"]).arg(&input).output().unwrap();
+    assert!(o.status.success());
+    let cfg = dir.path().join("host.toml");
+    std::fs::write(&cfg, FIREWALL).unwrap();
+
+    let pcap_out = dir.path().join("pcap.out.pcap");
+    let o = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["run", "--nf"])
+        .arg(nf("firewall"))
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&pcap_out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    let dpdk_out = dir.path().join("dpdk.out.pcap");
+    let report = dir.path().join("dpdk.json");
+    let vdev = format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), dpdk_out.display());
+    let o = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["dpdk", "--idle-exit-ms", "300", "--nf"])
+        .arg(nf("firewall"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(eal("pcap", &[vdev]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    let expected = frames(&pcap_out);
+    let got = frames(&dpdk_out);
+    assert!(!expected.is_empty());
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "DPDK output differs from the pcap backend's");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["rx"], frames(&input).len() as u64);
+    assert_eq!(r["tx"], expected.len() as u64);
+    assert_eq!(r["nfs"][0]["name"], "firewall");
+}
+
+#[test]
+fn two_workers_on_a_multi_queue_device_account_for_every_packet() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let o = bin()
+        .args(["dpdk", "--workers", "2", "--max-packets", "200000", "--nf"])
+        .arg(nf("firewall"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(eal("null", &["--vdev=net_null0,size=64".to_string(), "--vdev=net_null1,size=64".to_string()]))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    let rx = n(&r["rx"]);
+    assert!(rx >= 200_000, "{r}");
+    assert_eq!(rx, n(&r["tx"]) + n(&r["dropped_by_nf"]) + n(&r["dropped_tx_full"]) + n(&r["dropped_other"]), "{r}");
+    // The null device's frames are zeros: not IP, so the firewall drops them.
+    assert_eq!(n(&r["dropped_by_nf"]), rx);
+    assert_eq!(r["workers"], 2);
+    for port in r["ports"].as_array().unwrap() {
+        let queues = port["queues"].as_array().unwrap();
+        assert_eq!(queues.len(), 2);
+        assert!(queues.iter().all(|q| n(&q["rx"]) > 0), "{port}");
+        assert_eq!(n(&port["ipackets"]), queues.iter().map(|q| n(&q["rx"])).sum::<u64>(), "{port}");
+    }
+    assert_eq!(n(&r["nfs"][0]["packets"]), rx);
+}
+
+#[test]
+fn bad_eal_arguments_are_a_clear_error() {
+    let o = bin()
+        .args(["dpdk", "--nf"])
+        .arg(nf("noop"))
+        .arg("--")
+        .args(eal("bad", &["--no-such-eal-flag".to_string()]))
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("EAL initialization failed") && stderr.contains("--no-huge"), "{stderr}");
+}
+
+#[test]
+fn a_missing_port_is_a_clear_error() {
+    let o = bin()
+        .args(["dpdk", "--ports", "3", "--nf"])
+        .arg(nf("noop"))
+        .arg("--")
+        .args(eal("missing", &["--vdev=net_null0".to_string()]))
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no DPDK port 3: 1 port(s) available"), "{stderr}");
+
+    let o = bin().args(["dpdk", "--nf"]).arg(nf("noop")).arg("--").args(eal("none", &[])).output().unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("DPDK found no ports"), "{stderr}");
+}

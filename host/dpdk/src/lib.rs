@@ -1,0 +1,457 @@
+//! DPDK packet I/O for the Sluice host.
+//!
+//! This crate is the DPDK FFI boundary: the only place in Sluice with
+//! `unsafe` code. DPDK's fast path is `static inline` C and its structs
+//! change between releases, so Rust calls a short C shim (`csrc/shim.c`)
+//! that exposes plain functions, and wraps them here in a safe API:
+//! [`Eal`] (process-wide init), [`Mempool`], [`Port`] (configure, start,
+//! stats), [`Queue`] (one RX/TX queue pair, owned by one worker thread) and
+//! [`Mbuf`] (an owned packet buffer, freed on drop).
+//!
+//! Built only with the host's `dpdk` feature; needs `libdpdk-dev` 22.11.
+
+#![allow(unsafe_code)] // The FFI boundary; every block says why it is sound.
+
+mod sys;
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What went wrong in DPDK.
+#[derive(Debug, thiserror::Error)]
+pub enum DpdkError {
+    /// EAL initialization failed.
+    #[error(
+        "DPDK EAL initialization failed ({reason}); check the EAL arguments after `--` (for testing without hugepages or NICs use `--no-huge --no-pci -m 512 --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap`)"
+    )]
+    EalInit {
+        /// DPDK's reason.
+        reason: String,
+    },
+    /// EAL was already initialized in this process.
+    #[error("DPDK EAL is already initialized in this process")]
+    AlreadyInitialized,
+    /// An argument contains a NUL byte.
+    #[error("EAL argument {0:?} contains a NUL byte")]
+    BadArgument(String),
+    /// No port with this id.
+    #[error(
+        "no DPDK port {port}: {available} port(s) available; add one with --vdev or bind a NIC with dpdk-devbind.py"
+    )]
+    NoSuchPort {
+        /// Requested port.
+        port: u16,
+        /// Ports DPDK knows.
+        available: u16,
+    },
+    /// Creating the mbuf pool failed.
+    #[error(
+        "cannot create the mbuf pool of {mbufs} mbufs ({reason}); give EAL more memory (-m <MiB>) or use fewer mbufs"
+    )]
+    Mempool {
+        /// Pool size.
+        mbufs: u32,
+        /// DPDK's reason.
+        reason: String,
+    },
+    /// Configuring or starting a port failed.
+    #[error("cannot start DPDK port {port} ({name}) with {queues} queue(s): {reason}")]
+    PortStart {
+        /// Port.
+        port: u16,
+        /// Device name.
+        name: String,
+        /// Queues asked for.
+        queues: u16,
+        /// DPDK's reason.
+        reason: String,
+    },
+    /// A rewritten packet does not fit one mbuf.
+    #[error("a rewritten packet of {len} bytes does not fit one mbuf")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// A per-thread registration failed.
+    #[error("cannot register the worker thread with DPDK: {0}")]
+    Thread(String),
+}
+
+fn strerror(err: c_int) -> String {
+    // SAFETY: rte_strerror returns a pointer to a static or thread-local
+    // NUL-terminated string for any error number.
+    unsafe { CStr::from_ptr(sys::sl_strerror(err.abs())) }.to_string_lossy().into_owned()
+}
+
+static EAL_UP: AtomicBool = AtomicBool::new(false);
+
+/// The initialized DPDK environment. One per process; cleaned up on drop
+/// (after every port, queue, pool and mbuf is gone: they borrow it).
+#[derive(Debug)]
+pub struct Eal {
+    _private: (),
+}
+
+impl Eal {
+    /// Initializes EAL with `args` (without a program name; one is added).
+    pub fn init(args: &[String]) -> Result<Eal, DpdkError> {
+        if EAL_UP.swap(true, Ordering::SeqCst) {
+            return Err(DpdkError::AlreadyInitialized);
+        }
+        let mut owned = Vec::with_capacity(args.len() + 1);
+        owned.push(CString::new("sluice-host").map_err(|_| DpdkError::BadArgument("sluice-host".into()))?);
+        for a in args {
+            owned.push(CString::new(a.as_str()).map_err(|_| DpdkError::BadArgument(a.clone()))?);
+        }
+        let mut argv: Vec<*mut c_char> = owned.iter().map(|s| s.as_ptr().cast_mut()).collect();
+        argv.push(std::ptr::null_mut());
+        let argc = c_int::try_from(owned.len()).unwrap_or(c_int::MAX);
+        // SAFETY: argv holds argc valid NUL-terminated strings (kept alive by
+        // `owned` for the call) and a terminating null; EAL may permute the
+        // pointer array, which we own, but does not write through them.
+        let r = unsafe { sys::sl_eal_init(argc, argv.as_mut_ptr()) };
+        if r < 0 {
+            EAL_UP.store(false, Ordering::SeqCst);
+            return Err(DpdkError::EalInit { reason: strerror(r) });
+        }
+        Ok(Eal { _private: () })
+    }
+
+    /// Ports DPDK found (NICs bound to DPDK plus `--vdev` devices).
+    pub fn port_count(&self) -> u16 {
+        // SAFETY: EAL is initialized (self exists).
+        unsafe { sys::sl_eth_dev_count_avail() }
+    }
+
+    /// The device name of a port.
+    pub fn port_name(&self, port: u16) -> Option<String> {
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: buf is writable for its length; the shim NUL-terminates.
+        let r = unsafe { sys::sl_eth_dev_name(port, buf.as_mut_ptr(), buf.len()) };
+        if r != 0 {
+            return None;
+        }
+        // SAFETY: the shim wrote a NUL-terminated string into buf.
+        Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    /// Registers the calling (non-EAL) thread so that it gets an lcore id
+    /// and per-lcore mempool caches. Unregistered when the guard drops.
+    pub fn register_thread(&self) -> Result<ThreadGuard, DpdkError> {
+        // SAFETY: EAL is initialized; registration is per calling thread.
+        let r = unsafe { sys::sl_thread_register() };
+        if r < 0 {
+            return Err(DpdkError::Thread(strerror(r)));
+        }
+        Ok(ThreadGuard { _not_send: std::marker::PhantomData })
+    }
+
+    /// Whether DPDK has a port with this id.
+    pub fn has_port(&self, port: u16) -> bool {
+        // SAFETY: EAL is initialized; any port id may be asked about.
+        unsafe { sys::sl_eth_dev_is_valid_port(port) != 0 }
+    }
+
+    /// Fails with [`DpdkError::NoSuchPort`] unless the port exists.
+    pub fn check_port(&self, port: u16) -> Result<(), DpdkError> {
+        if self.has_port(port) { Ok(()) } else { Err(DpdkError::NoSuchPort { port, available: self.port_count() }) }
+    }
+
+    /// The NUMA socket of a port (for its mempool); -1 (any) if unknown.
+    pub fn socket_of(&self, port: u16) -> i32 {
+        if !self.has_port(port) {
+            return -1;
+        }
+        // SAFETY: EAL is initialized and the port exists.
+        let s = unsafe { sys::sl_socket_id(port) };
+        if s < 0 { -1 } else { s }
+    }
+
+    /// Creates a packet-mbuf pool of `mbufs` buffers.
+    pub fn mempool(&self, name: &str, mbufs: u32, socket: i32) -> Result<Mempool, DpdkError> {
+        let cname = CString::new(name).map_err(|_| DpdkError::BadArgument(name.into()))?;
+        // SAFETY: EAL is initialized; the name is a valid C string; a
+        // cache of 256 is within RTE_MEMPOOL_CACHE_MAX_SIZE.
+        let p = unsafe { sys::sl_pktmbuf_pool_create(cname.as_ptr(), mbufs, 256.min(mbufs / 4), socket) };
+        NonNull::new(p).map(|ptr| Mempool { ptr }).ok_or_else(|| DpdkError::Mempool {
+            mbufs,
+            reason: "rte_pktmbuf_pool_create failed (not enough EAL memory?)".into(),
+        })
+    }
+
+    /// Configures and starts port `port` with `queues` RX/TX queue pairs.
+    pub fn start_port(&self, port: u16, queues: u16, descriptors: u16, pool: &Mempool) -> Result<Port, DpdkError> {
+        self.check_port(port)?;
+        let name = self.port_name(port).unwrap_or_else(|| format!("port {port}"));
+        let mut rss: c_int = 0;
+        let mut max_queues: u16 = 0;
+        // SAFETY: the port is valid, the pool outlives the port (both are
+        // dropped before Eal), and the out-pointers are valid locals.
+        let r = unsafe { sys::sl_port_start(port, queues, descriptors, pool.ptr.as_ptr(), &mut rss, &mut max_queues) };
+        if r != 0 {
+            let reason = if r == -EINVAL && queues > max_queues {
+                format!("the device supports at most {max_queues} queue(s); use fewer workers")
+            } else {
+                strerror(r)
+            };
+            return Err(DpdkError::PortStart { port, name, queues, reason });
+        }
+        Ok(Port { id: port, name, queues, rss: rss != 0 })
+    }
+}
+
+/// `EINVAL` on Linux, the only platform DPDK's Linux EAL runs on.
+const EINVAL: c_int = 22;
+
+impl Drop for Eal {
+    fn drop(&mut self) {
+        // SAFETY: no DPDK object outlives the Eal (they borrow it or are
+        // dropped first by their owners); cleanup releases EAL resources.
+        unsafe { sys::sl_eal_cleanup() };
+        EAL_UP.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Keeps a worker thread registered with EAL.
+#[derive(Debug)]
+pub struct ThreadGuard {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for ThreadGuard {
+    fn drop(&mut self) {
+        // SAFETY: created by a successful sl_thread_register on this thread
+        // (the guard is !Send, so it drops on the same thread).
+        unsafe { sys::sl_thread_unregister() };
+    }
+}
+
+/// A pool of packet buffers.
+#[derive(Debug)]
+pub struct Mempool {
+    ptr: NonNull<sys::RteMempool>,
+}
+
+// SAFETY: DPDK mempools are thread-safe (multi-producer/multi-consumer
+// rings with per-lcore caches).
+unsafe impl Send for Mempool {}
+// SAFETY: as above; shared use from several threads is the design.
+unsafe impl Sync for Mempool {}
+
+impl Drop for Mempool {
+    fn drop(&mut self) {
+        // SAFETY: the pool was created by sl_pktmbuf_pool_create and its
+        // ports are stopped before it is dropped (Port is dropped first).
+        unsafe { sys::sl_mempool_free(self.ptr.as_ptr()) };
+    }
+}
+
+/// Device counters of a port.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received.
+    pub ipackets: u64,
+    /// Packets sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Packets the device dropped because RX queues were full.
+    pub imissed: u64,
+    /// Receive errors.
+    pub ierrors: u64,
+    /// Transmit errors.
+    pub oerrors: u64,
+    /// RX mbuf allocation failures.
+    pub rx_nombuf: u64,
+}
+
+/// A started port.
+#[derive(Debug)]
+pub struct Port {
+    id: u16,
+    name: String,
+    queues: u16,
+    rss: bool,
+}
+
+impl Port {
+    /// Port id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether RSS spreads flows over the queues (symmetric key).
+    pub fn rss(&self) -> bool {
+        self.rss
+    }
+
+    /// Number of queue pairs.
+    pub fn queues(&self) -> u16 {
+        self.queues
+    }
+
+    /// Queue pair `q` of this port, for one worker thread.
+    pub fn queue(&self, q: u16) -> Option<Queue> {
+        (q < self.queues).then_some(Queue { port: self.id, queue: q })
+    }
+
+    /// The device's counters.
+    pub fn stats(&self) -> PortStats {
+        let mut s = sys::SlPortStats::default();
+        // SAFETY: the port is started; `s` is a valid out-pointer.
+        unsafe { sys::sl_port_stats(self.id, &mut s) };
+        PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        }
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        // SAFETY: the port was started by us; stopping and closing it once.
+        unsafe { sys::sl_port_stop(self.id) };
+    }
+}
+
+/// One RX/TX queue pair of a port. DPDK queues are not thread-safe: each
+/// is used by exactly one worker, which `Queue` being `Send` but not `Clone`
+/// and taking `&mut self` enforces.
+#[derive(Debug)]
+pub struct Queue {
+    port: u16,
+    queue: u16,
+}
+
+impl Queue {
+    /// Port id.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Queue index.
+    pub fn index(&self) -> u16 {
+        self.queue
+    }
+
+    /// Receives up to `max` packets, appending them to `out`.
+    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: u16) -> usize {
+        let mut raw: [*mut sys::RteMbuf; 256] = [std::ptr::null_mut(); 256];
+        let n = max.min(raw.len() as u16);
+        // SAFETY: `raw` has room for `n` pointers; this queue is used by
+        // this thread only (&mut self).
+        let got = unsafe { sys::sl_rx_burst(self.port, self.queue, raw.as_mut_ptr(), n) } as usize;
+        out.extend(raw.iter().take(got).filter_map(|p| NonNull::new(*p)).map(|ptr| Mbuf { ptr }));
+        got
+    }
+
+    /// Sends `pkts` out of `port`'s queue of the same index as this one;
+    /// returns how many the device took. The rest stay in `pkts` (the
+    /// caller decides to retry or drop them).
+    pub fn tx_burst(&mut self, port: u16, pkts: &mut Vec<Mbuf>) -> usize {
+        let mut sent_total = 0;
+        while !pkts.is_empty() {
+            let n = pkts.len().min(256);
+            let mut raw: Vec<*mut sys::RteMbuf> = pkts.iter().take(n).map(|m| m.ptr.as_ptr()).collect();
+            // SAFETY: `raw` holds `n` valid mbuf pointers that we own; the
+            // device takes ownership of the first `sent`.
+            let sent = unsafe { sys::sl_tx_burst(port, self.queue, raw.as_mut_ptr(), n as u16) } as usize;
+            // The device owns the sent mbufs now: forget them without freeing.
+            for m in pkts.drain(..sent) {
+                std::mem::forget(m);
+            }
+            sent_total += sent;
+            if sent < n {
+                break;
+            }
+        }
+        sent_total
+    }
+}
+
+/// An owned packet buffer; freed when dropped.
+#[derive(Debug)]
+pub struct Mbuf {
+    ptr: NonNull<sys::RteMbuf>,
+}
+
+// SAFETY: an mbuf is owned by exactly one Mbuf value; moving it to another
+// thread moves that ownership (DPDK frees to the pool from any thread).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    fn info(&self) -> sys::SlMbufInfo {
+        let mut i =
+            sys::SlMbufInfo { data: std::ptr::null(), data_len: 0, pkt_len: 0, nb_segs: 0, port: 0, rss_hash: 0 };
+        // SAFETY: the mbuf is valid while we own it; `i` is a valid out-pointer.
+        unsafe { sys::sl_mbuf_info(self.ptr.as_ptr(), &mut i) };
+        i
+    }
+
+    /// The packet's bytes when it is one segment (the common case), without
+    /// copying; `None` for a multi-segment packet (use [`read_into`]).
+    ///
+    /// [`read_into`]: Self::read_into
+    pub fn data(&self) -> Option<&[u8]> {
+        let i = self.info();
+        if i.nb_segs != 1 || i.data.is_null() {
+            return None;
+        }
+        // SAFETY: the first segment holds `data_len` readable bytes at
+        // `data` for as long as we own the mbuf (the borrow of self).
+        Some(unsafe { std::slice::from_raw_parts(i.data, i.data_len as usize) })
+    }
+
+    /// Total length of the packet (all segments).
+    pub fn len(&self) -> usize {
+        self.info().pkt_len as usize
+    }
+
+    /// Whether the packet is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The port it arrived on.
+    pub fn port(&self) -> u16 {
+        self.info().port
+    }
+
+    /// Copies the whole packet (any number of segments) into `buf`.
+    pub fn read_into(&self, buf: &mut Vec<u8>) {
+        let len = self.len();
+        buf.resize(len, 0);
+        // SAFETY: `buf` has `len` writable bytes; the shim copies at most that.
+        let n = unsafe { sys::sl_mbuf_read(self.ptr.as_ptr(), buf.as_mut_ptr(), len as u32) } as usize;
+        buf.truncate(n);
+    }
+
+    /// Replaces the packet's bytes (an NF rewrote it). Fails if they do not
+    /// fit one mbuf.
+    pub fn set_data(&mut self, data: &[u8]) -> Result<(), DpdkError> {
+        // SAFETY: we own the mbuf; `data` is readable for its length.
+        let r = unsafe { sys::sl_mbuf_set(self.ptr.as_ptr(), data.as_ptr(), data.len() as u32) };
+        if r == 0 { Ok(()) } else { Err(DpdkError::TooLong { len: data.len() }) }
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf and drop it once.
+        unsafe { sys::sl_mbuf_free(self.ptr.as_ptr()) };
+    }
+}
