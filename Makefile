@@ -83,7 +83,7 @@ test: lint unit fuzz-smoke
 	@echo "all tests passed"
 
 bench: build
-	$(CARGO) run --release --locked $(FEATURES) -p sluice-bench -- --nfs $(NF_OUT) --host target/release/sluice-host --write docs/benchmarks.md
+	$(CARGO) run --release --locked -p sluice-bench -- --nfs $(NF_OUT) --host target/release/sluice-host --write docs/benchmarks.md
 
 clean:
 	$(CARGO) clean

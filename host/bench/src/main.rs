@@ -7,6 +7,7 @@
 //! native run measured in the same process, so they mean the same on any
 //! machine; absolute ns are printed alongside.
 
+mod dpdk;
 mod native;
 
 use anyhow::{Context, Result};
@@ -34,6 +35,10 @@ struct Args {
     /// Samples per measurement; the median is reported.
     #[arg(long, default_value_t = 7)]
     samples: usize,
+    /// A `sluice-host` built with DPDK: adds the DPDK throughput table
+    /// (needs dpdk-testpmd for the ceiling).
+    #[arg(long)]
+    host: Option<PathBuf>,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -228,7 +233,12 @@ fn main() -> Result<()> {
     }
     bar.finish_and_clear();
 
-    let md = render(&rows, &cold, &sizes_info);
+    let mut md = render(&rows, &cold, &sizes_info);
+    if let Some(host) = &args.host {
+        eprintln!("DPDK throughput (about a minute)...");
+        let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
+        md.push_str(&dpdk::section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
+    }
     print!("{md}");
     if let Some(p) = args.write {
         std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;

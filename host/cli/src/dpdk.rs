@@ -356,11 +356,12 @@ fn worker_loop(
         received.fetch_add(mbufs.len() as u64, Ordering::Relaxed);
         let ts = now_ns();
 
-        // Multi-segment packets are copied into one buffer; single-segment
-        // ones are read in place.
+        // Single-segment packets are read in place; multi-segment ones are
+        // first copied into one buffer.
+        let views: Vec<sluice_dpdk::MbufView<'_>> = mbufs.iter().map(Mbuf::view).collect();
         let mut used = 0;
-        for m in &mbufs {
-            if m.data().is_none() {
+        for (m, v) in mbufs.iter().zip(&views) {
+            if v.data.is_none() {
                 if scratch.len() <= used {
                     scratch.push(Vec::new());
                 }
@@ -371,11 +372,11 @@ fn worker_loop(
             }
         }
         let mut next_scratch = 0;
-        let raw: Vec<RawPacket<'_>> = mbufs
+        let raw: Vec<RawPacket<'_>> = views
             .iter()
             .zip(&ingress)
-            .map(|(m, &pi)| {
-                let data = match m.data() {
+            .map(|(v, &pi)| {
+                let data = match v.data {
                     Some(d) => d,
                     None => {
                         let d = scratch.get(next_scratch).map(Vec::as_slice).unwrap_or(&[]);
@@ -385,7 +386,7 @@ fn worker_loop(
                 };
                 RawPacket {
                     data,
-                    wire_len: m.len() as u32,
+                    wire_len: v.len as u32,
                     timestamp_ns: ts,
                     ingress_port: port_ids.get(pi).copied().unwrap_or(0),
                 }
@@ -394,6 +395,7 @@ fn worker_loop(
         let decisions: Vec<(Fate, Option<Vec<u8>>)> =
             chain.process(&raw).iter().map(|r| (r.fate.clone(), r.data.clone())).collect();
         drop(raw);
+        drop(views);
         batches += 1;
 
         for ((mut m, pi), (fate, data)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(decisions) {

@@ -170,3 +170,32 @@ fn a_missing_port_is_a_clear_error() {
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("DPDK found no ports"), "{stderr}");
 }
+
+#[test]
+fn sigint_stops_cleanly_with_final_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let child = bin()
+        .args(["dpdk", "--nf"])
+        .arg(nf("counter"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(eal("sigint", &["--vdev=net_null0".to_string()]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it is forwarding, then interrupt it as a user would.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let o = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("port 0 (net_null0)") && stdout.contains("queue 0: rx"), "{stdout}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let rx = r["rx"].as_u64().unwrap();
+    assert!(rx > 0);
+    assert_eq!(rx, r["tx"].as_u64().unwrap() + r["dropped_tx_full"].as_u64().unwrap());
+}

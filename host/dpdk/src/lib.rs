@@ -364,9 +364,12 @@ impl Queue {
     /// caller decides to retry or drop them).
     pub fn tx_burst(&mut self, port: u16, pkts: &mut Vec<Mbuf>) -> usize {
         let mut sent_total = 0;
+        let mut raw: [*mut sys::RteMbuf; 256] = [std::ptr::null_mut(); 256];
         while !pkts.is_empty() {
-            let n = pkts.len().min(256);
-            let mut raw: Vec<*mut sys::RteMbuf> = pkts.iter().take(n).map(|m| m.ptr.as_ptr()).collect();
+            let n = pkts.len().min(raw.len());
+            for (slot, m) in raw.iter_mut().zip(pkts.iter()) {
+                *slot = m.ptr.as_ptr();
+            }
             // SAFETY: `raw` holds `n` valid mbuf pointers that we own; the
             // device takes ownership of the first `sent`.
             let sent = unsafe { sys::sl_tx_burst(port, self.queue, raw.as_mut_ptr(), n as u16) } as usize;
@@ -381,6 +384,17 @@ impl Queue {
         }
         sent_total
     }
+}
+
+/// What [`Mbuf::view`] returns.
+#[derive(Debug, Clone, Copy)]
+pub struct MbufView<'a> {
+    /// The bytes, if the packet is one segment.
+    pub data: Option<&'a [u8]>,
+    /// Total length.
+    pub len: usize,
+    /// Ingress port.
+    pub port: u16,
 }
 
 /// An owned packet buffer; freed when dropped.
@@ -407,13 +421,19 @@ impl Mbuf {
     ///
     /// [`read_into`]: Self::read_into
     pub fn data(&self) -> Option<&[u8]> {
+        self.view().data
+    }
+
+    /// Bytes (if one segment), total length and ingress port, in one call
+    /// into DPDK.
+    pub fn view(&self) -> MbufView<'_> {
         let i = self.info();
-        if i.nb_segs != 1 || i.data.is_null() {
-            return None;
-        }
-        // SAFETY: the first segment holds `data_len` readable bytes at
-        // `data` for as long as we own the mbuf (the borrow of self).
-        Some(unsafe { std::slice::from_raw_parts(i.data, i.data_len as usize) })
+        let data = (i.nb_segs == 1 && !i.data.is_null()).then(|| {
+            // SAFETY: the first segment holds `data_len` readable bytes at
+            // `data` for as long as we own the mbuf (the borrow of self).
+            unsafe { std::slice::from_raw_parts(i.data, i.data_len as usize) }
+        });
+        MbufView { data, len: i.pkt_len as usize, port: i.port }
     }
 
     /// Total length of the packet (all segments).

@@ -97,12 +97,12 @@ impl BatchBuilder {
             d.flags |= packet_flags::IPV6;
         }
         if let Some(k) = layers.key {
-            if !k.is_normalized() {
+            let (norm, reversed) = k.normalize();
+            if reversed {
                 d.flags |= packet_flags::REVERSE;
             }
-            d.flow_hash = k.symmetric_hash();
+            d.flow_hash = norm.hash_normalized();
             if self.with_flows {
-                let norm = k.normalized();
                 let next = self.flow_keys.len() as u16;
                 let idx = *self.flow_index.entry(norm).or_insert(next);
                 if idx == next {

@@ -105,11 +105,21 @@ impl FlowKey {
     /// the same, so the host can pin a connection to one worker. The
     /// function is fixed (not seeded) so host and guests agree on it.
     pub fn symmetric_hash(&self) -> u64 {
-        let k = self.normalized();
-        let mut h = mix(k.src.hi(), k.src.lo());
-        h = mix(h, k.dst.hi());
-        h = mix(h, k.dst.lo());
-        h = mix(h, (u64::from(k.src_port) << 24) | (u64::from(k.dst_port) << 8) | u64::from(k.protocol));
+        self.normalized().hash_normalized()
+    }
+
+    /// The normalized key and whether this key was reversed to get it
+    /// (i.e. whether the packet travels against the normalized direction).
+    pub fn normalize(&self) -> (FlowKey, bool) {
+        if self.is_normalized() { (*self, false) } else { (self.reversed(), true) }
+    }
+
+    /// [`symmetric_hash`](Self::symmetric_hash) of a key that is already
+    /// normalized (saves normalizing twice on the hot path).
+    pub fn hash_normalized(&self) -> u64 {
+        let fold = |a: IpAddr128| a.hi() ^ a.lo().rotate_left(29);
+        let ports = (u64::from(self.src_port) << 24) | (u64::from(self.dst_port) << 8) | u64::from(self.protocol);
+        let h = mix(mix(fold(self.src), fold(self.dst)), ports);
         // Zero means "no flow" in the batch metadata.
         if h == 0 { 1 } else { h }
     }
