@@ -111,7 +111,9 @@ fn testpmd_mpps(dir: &Path, trace: &Path, queues: usize) -> Result<f64> {
     let total = lines
         .iter()
         .skip_while(|l| !l.contains("Accumulated forward statistics for all ports"))
-        .find_map(|l| l.trim().strip_prefix("RX-packets:").and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok()))
+        .find_map(|l| {
+            l.trim().strip_prefix("RX-packets:").and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok())
+        })
         .with_context(|| format!("testpmd printed no totals:\n{}", lines.join("\n")))?;
     Ok(total / elapsed / 1e6)
 }
