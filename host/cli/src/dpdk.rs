@@ -19,7 +19,6 @@ use crate::run::{RunError, load_specs};
 use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Mbuf, Queue};
 use sluice_runtime::{Chain, Fate, NfMeters, RawPacket, Runtime};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -240,17 +239,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
 
     let mut per_port: Vec<Vec<QueueCounters>> = vec![Vec::new(); ports.len()];
-    let mut nfs: Vec<NfReport> = specs
-        .iter()
-        .enumerate()
-        .map(|(i, s)| NfReport {
-            name: s.module.name().to_string(),
-            digest: s.module.digest().to_string(),
-            position: i,
-            meters: NfMeters::default(),
-            trap_causes: BTreeMap::new(),
-        })
-        .collect();
+    let mut nfs = NfReport::for_chain(&specs);
     let mut totals = QueueCounters::default();
     let mut batches = 0;
     for r in results {

@@ -132,28 +132,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run { nfs, input, output, report, batch, workers, quiet } => {
-            let mut config = HostConfig::load(cli.config.as_deref())?;
-            if let Some(b) = batch {
-                config.batch_size = b;
-            }
-            if let Some(w) = workers {
-                config.workers = w;
-            }
+            let config = load_config(cli.config.as_deref(), batch, workers)?;
             let opts = RunOptions { nfs, input, output, progress: !quiet && std::io::stderr().is_terminal() };
-            let rep = match sluice_host::run(&config, &opts) {
-                Ok(r) => r,
-                Err(RunError::Runtime(e @ sluice_runtime::RuntimeError::ConfigRejected { .. })) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            print!("{}", rep.summary());
-            if let Some(path) = report {
-                sluice_host::write_report(&rep, &path).with_context(|| format!("writing report {}", path.display()))?;
-                println!("report: {}", path.display());
-            }
-            Ok(ExitCode::SUCCESS)
+            finish(sluice_host::run(&config, &opts), sluice_host::Report::summary, report)
         }
         #[cfg(feature = "dpdk")]
         Command::Dpdk {
@@ -169,13 +150,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             report,
             eal,
         } => {
-            let mut config = HostConfig::load(cli.config.as_deref())?;
-            if let Some(b) = batch {
-                config.batch_size = b;
-            }
-            if let Some(w) = workers {
-                config.workers = w;
-            }
+            let config = load_config(cli.config.as_deref(), batch, workers)?;
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
@@ -190,21 +165,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 mbufs,
                 descriptors,
             };
-            let rep = match sluice_host::dpdk::run_dpdk(&config, &opts, stop) {
-                Ok(r) => r,
-                Err(RunError::Runtime(e @ sluice_runtime::RuntimeError::ConfigRejected { .. })) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            print!("{}", rep.summary());
-            if let Some(path) = report {
-                let json = serde_json::to_vec_pretty(&rep)?;
-                std::fs::write(&path, json).with_context(|| format!("writing report {}", path.display()))?;
-                println!("report: {}", path.display());
-            }
-            Ok(ExitCode::SUCCESS)
+            finish(sluice_host::dpdk::run_dpdk(&config, &opts, stop), sluice_host::dpdk::DpdkReport::summary, report)
         }
         Command::Check { modules } => {
             let config = HostConfig::load(cli.config.as_deref())?;
@@ -228,4 +189,43 @@ fn real_main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The host config with command-line overrides.
+fn load_config(
+    path: Option<&std::path::Path>,
+    batch: Option<usize>,
+    workers: Option<usize>,
+) -> anyhow::Result<HostConfig> {
+    let mut config = HostConfig::load(path)?;
+    if let Some(b) = batch {
+        config.batch_size = b;
+    }
+    if let Some(w) = workers {
+        config.workers = w;
+    }
+    Ok(config)
+}
+
+/// Prints a run's summary and writes its report; a refused NF config exits
+/// with status 2 and the NF's message.
+fn finish<R: serde::Serialize>(
+    result: Result<R, RunError>,
+    summary: fn(&R) -> String,
+    report: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let rep = match result {
+        Ok(r) => r,
+        Err(RunError::Runtime(e @ sluice_runtime::RuntimeError::ConfigRejected { .. })) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    print!("{}", summary(&rep));
+    if let Some(path) = report {
+        sluice_host::write_report(&rep, &path).with_context(|| format!("writing report {}", path.display()))?;
+        println!("report: {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -20,6 +20,23 @@ pub struct NfReport {
     pub trap_causes: BTreeMap<String, u64>,
 }
 
+impl NfReport {
+    /// Empty reports for the NFs of a chain, in order.
+    pub fn for_chain(specs: &[sluice_runtime::NfSpec]) -> Vec<NfReport> {
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| NfReport {
+                name: s.module.name().to_string(),
+                digest: s.module.digest().to_string(),
+                position: i,
+                meters: NfMeters::default(),
+                trap_causes: BTreeMap::new(),
+            })
+            .collect()
+    }
+}
+
 /// A structured event, as written to the report.
 #[derive(Debug, Clone, Serialize)]
 pub struct EventRecord {

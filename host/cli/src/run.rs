@@ -303,17 +303,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         s.finish()?;
     }
 
-    let mut nfs: Vec<NfReport> = specs
-        .iter()
-        .enumerate()
-        .map(|(i, s)| NfReport {
-            name: s.module.name().to_string(),
-            digest: s.module.digest().to_string(),
-            position: i,
-            meters: NfMeters::default(),
-            trap_causes: BTreeMap::new(),
-        })
-        .collect();
+    let mut nfs = NfReport::for_chain(&specs);
     for worker in &tallies {
         for (nf, t) in nfs.iter_mut().zip(worker) {
             nf.meters.add(&t.meters);
@@ -367,8 +357,8 @@ fn event_record(e: EmittedEvent) -> EventRecord {
     }
 }
 
-/// Writes the report as pretty JSON.
-pub fn write_report(report: &Report, path: &Path) -> Result<(), std::io::Error> {
+/// Writes a report as pretty JSON.
+pub fn write_report(report: &impl serde::Serialize, path: &Path) -> Result<(), std::io::Error> {
     let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
     std::fs::write(path, json)
 }

@@ -193,12 +193,32 @@ impl NfInstance {
                 reason: "a fuel limit needs fuel metering enabled in the runtime config".into(),
             });
         }
+        let mut inst = Self::unstarted(runtime, spec, None);
+        inst.start()?;
+        Ok(inst)
+    }
+
+    /// Wraps a native NF (see [`NativeNf`]). `spec` names the Wasm build of
+    /// the same NF: its name, digest and config are used, and of its limits
+    /// only the flow-state ones apply (nothing can interrupt native code).
+    pub fn new_native(runtime: &Runtime, spec: NfSpec, mut nf: Box<dyn NativeNf>) -> Result<Self, RuntimeError> {
+        let info = nf
+            .init(&spec.config)
+            .map_err(|message| RuntimeError::ConfigRejected { nf: spec.module.name.to_string(), message })?;
+        let mut inst = Self::unstarted(runtime, spec, Some(nf));
+        inst.meters.instantiations = 1;
+        inst.accept(info);
+        Ok(inst)
+    }
+
+    /// An instance with its state and meters but no running guest yet.
+    fn unstarted(runtime: &Runtime, spec: NfSpec, native: Option<Box<dyn NativeNf>>) -> Self {
         let tick = runtime.config.epoch_tick.as_nanos().max(1);
         let deadline_ticks =
             u64::try_from(spec.limits.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1;
-        let mut inst = NfInstance {
+        NfInstance {
             name: spec.module.name.clone(),
-            native: None,
+            native,
             engine: runtime.engine.clone(),
             fuel_enabled: runtime.config.fuel,
             deadline_ticks,
@@ -211,45 +231,29 @@ impl NfInstance {
             log_dropped_base: 0,
             clock: runtime.clock.clone(),
             spec,
-        };
-        inst.start()?;
-        Ok(inst)
+        }
     }
 
-    /// Wraps a native NF (see [`NativeNf`]). `spec` names the Wasm build of
-    /// the same NF: its name, digest and config are used, and of its limits
-    /// only the flow-state ones apply (nothing can interrupt native code).
-    pub fn new_native(runtime: &Runtime, spec: NfSpec, mut nf: Box<dyn NativeNf>) -> Result<Self, RuntimeError> {
-        let info = nf
-            .init(&spec.config)
-            .map_err(|message| RuntimeError::ConfigRejected { nf: spec.module.name.to_string(), message })?;
-        let mut table = FlowTable::new(DEFAULT_FLOW_IDLE_TIMEOUT_NS, spec.limits.max_flows);
-        if info.flow_idle_timeout_ns > 0 {
-            table.set_idle_timeout_ns(info.flow_idle_timeout_ns);
-        }
-        Ok(NfInstance {
-            name: spec.module.name.clone(),
-            native: Some(nf),
-            engine: runtime.engine.clone(),
-            fuel_enabled: false,
-            deadline_ticks: 0,
-            live: None,
-            info,
-            table,
-            meters: NfMeters { instantiations: 1, ..NfMeters::default() },
-            events: Vec::new(),
-            touched: Vec::new(),
-            log_dropped_base: 0,
-            clock: runtime.clock.clone(),
-            spec,
-        })
+    /// Takes what the NF said in `init`.
+    fn accept(&mut self, info: NfInfo) {
+        self.table.set_idle_timeout_ns(if info.flow_idle_timeout_ns == 0 {
+            DEFAULT_FLOW_IDLE_TIMEOUT_NS
+        } else {
+            info.flow_idle_timeout_ns
+        });
+        self.info = info;
     }
 
-    fn arm(&self, store: &mut Store<HostState>) {
-        store.set_epoch_deadline(self.deadline_ticks);
-        if self.fuel_enabled {
-            let _ = store.set_fuel(self.spec.limits.fuel_per_batch.unwrap_or(u64::MAX));
+    /// Sets the per-call budget: the deadline, and fuel if metered.
+    fn arm(store: &mut Store<HostState>, deadline_ticks: u64, fuel: Option<u64>) {
+        store.set_epoch_deadline(deadline_ticks);
+        if let Some(f) = fuel {
+            let _ = store.set_fuel(f);
         }
+    }
+
+    fn fuel(&self) -> Option<u64> {
+        self.fuel_enabled.then(|| self.spec.limits.fuel_per_batch.unwrap_or(u64::MAX))
     }
 
     /// Creates a fresh instance and runs `init`.
@@ -259,7 +263,7 @@ impl NfInstance {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.epoch_deadline_trap();
-        self.arm(&mut store);
+        Self::arm(&mut store, self.deadline_ticks, self.fuel());
         self.meters.instantiations += 1;
         let bindings = self.spec.module.pre.instantiate(&mut store).map_err(|e| RuntimeError::Start {
             nf: name.to_string(),
@@ -275,12 +279,7 @@ impl NfInstance {
                 });
             }
         };
-        self.table.set_idle_timeout_ns(if info.flow_idle_timeout_ns == 0 {
-            DEFAULT_FLOW_IDLE_TIMEOUT_NS
-        } else {
-            info.flow_idle_timeout_ns
-        });
-        self.info = info;
+        self.accept(info);
         self.log_dropped_base = self.meters.log_dropped;
         self.live = Some(Live { store, bindings });
         Ok(())
@@ -366,14 +365,12 @@ impl NfInstance {
                 self.apply_policy(n, out);
                 return BatchStatus::Unavailable(msg);
             }
+            let fuel = self.fuel();
             let Some(live) = self.live.as_mut() else {
                 self.apply_policy(n, out);
                 return BatchStatus::Unavailable("no instance".into());
             };
-            live.store.set_epoch_deadline(self.deadline_ticks);
-            if self.fuel_enabled {
-                let _ = live.store.set_fuel(self.spec.limits.fuel_per_batch.unwrap_or(u64::MAX));
-            }
+            Self::arm(&mut live.store, self.deadline_ticks, fuel);
             let t0 = self.clock.raw();
             let result = live.bindings.sluice_nf_nf().call_process(&mut live.store, batch);
             self.meters.cpu_ns += self.clock.delta_as_nanos(t0, self.clock.raw());
