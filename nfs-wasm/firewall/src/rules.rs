@@ -1,7 +1,8 @@
 //! The firewall's configuration: rules and how they match.
 
 use serde::Deserialize;
-use sluice_sdk::{FlowKey, IpAddr128};
+use sluice_sdk::FlowKey;
+use sluice_sdk::matchers::{Cidr, Ports};
 
 /// What a rule (or the default) does with a new connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -11,78 +12,6 @@ pub enum Action {
     Allow,
     /// Drop it.
     Deny,
-}
-
-/// An address prefix; IPv4 prefixes are stored IPv4-mapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    net: u128,
-    mask: u128,
-}
-
-impl Cidr {
-    fn any() -> Self {
-        Cidr { net: 0, mask: 0 }
-    }
-
-    fn parse(s: &str) -> Result<Self, String> {
-        if s == "any" || s == "*" {
-            return Ok(Cidr::any());
-        }
-        let (addr, len) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let ip: std::net::IpAddr = addr.parse().map_err(|_| format!("bad address '{addr}' in '{s}'"))?;
-        let v4 = ip.is_ipv4();
-        let max = if v4 { 32 } else { 128 };
-        let len: u32 = match len {
-            Some(l) => l.parse().map_err(|_| format!("bad prefix length '{l}' in '{s}'"))?,
-            None => max,
-        };
-        if len > max {
-            return Err(format!("prefix length {len} is longer than {max} in '{s}'"));
-        }
-        let bits = if v4 { len + 96 } else { len };
-        let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
-        let net = IpAddr128::from(ip).0;
-        if net & !mask != 0 {
-            return Err(format!("'{s}' has host bits set; did you mean '{}/{len}'?", IpAddr128(net & mask)));
-        }
-        Ok(Cidr { net, mask })
-    }
-
-    fn contains(&self, a: IpAddr128) -> bool {
-        a.0 & self.mask == self.net
-    }
-}
-
-/// An inclusive port range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ports {
-    lo: u16,
-    hi: u16,
-}
-
-impl Ports {
-    fn parse(s: &str) -> Result<Self, String> {
-        if s == "any" || s == "*" {
-            return Ok(Ports { lo: 0, hi: u16::MAX });
-        }
-        let num = |p: &str| p.trim().parse::<u16>().map_err(|_| format!("bad port '{p}' in '{s}'"));
-        let (lo, hi) = match s.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(s)?, num(s)?),
-        };
-        if lo > hi {
-            return Err(format!("port range '{s}' is empty (start after end)"));
-        }
-        Ok(Ports { lo, hi })
-    }
-
-    fn contains(&self, p: u16) -> bool {
-        (self.lo..=self.hi).contains(&p)
-    }
 }
 
 /// One rule, as compiled from config.
@@ -214,6 +143,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_sdk::IpAddr128;
 
     fn key(src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16, proto: u8) -> FlowKey {
         FlowKey {

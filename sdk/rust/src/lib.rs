@@ -41,6 +41,7 @@
 #![deny(missing_docs)]
 
 mod batch;
+pub mod matchers;
 mod packet;
 
 pub use batch::Batch;
