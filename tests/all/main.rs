@@ -7,5 +7,6 @@
 mod chain;
 mod firewall;
 mod hostile;
+mod ids;
 mod modules;
 mod pcap_input;

@@ -55,6 +55,15 @@ const FIREWALL_CONFIG: &str = r#"{"default":"deny","rules":[
  {"action":"allow","proto":"tcp","src":"2001:db8::/32"},
  {"action":"allow","proto":"tcp","src":"10.0.0.0/8","dst-ports":"1-65535"}]}"#;
 
+/// IDS rules for the benchmark: both case modes, stream and positioned
+/// rules; the generated payloads match none, so every byte is scanned.
+const IDS_CONFIG: &str = r#"{"mode":"ids","rules":[
+ "alert tcp any any -> any any (msg:\"exe\"; content:\"evil.exe\"; sid:1;)",
+ "alert tcp any any -> any any (msg:\"sh\"; content:\"/bin/sh\"; nocase; sid:2;)",
+ "alert tcp any any -> any 443 (msg:\"magic\"; content:\"MAGIC\"; offset:0; depth:16; sid:3;)",
+ "alert tcp any any <> any any (msg:\"passwd\"; content:\"/etc/passwd\"; sid:4;)",
+ "alert tcp any any -> any any (msg:\"cmd\"; content:\"cmd.exe\"; nocase; sid:5;)"]}"#;
+
 /// `n` frames of `size` bytes over `flows` TCP connections: each flow
 /// opens with a SYN from the client; the rest alternate direction.
 fn traffic(size: usize, flows: usize, n: usize) -> Vec<Vec<u8>> {
@@ -176,6 +185,12 @@ fn main() -> Result<()> {
             kind: "stateful",
             native: || Box::new(SdkNative::<sluice_nf_firewall::Firewall>::new()),
         },
+        NfCase {
+            name: "ids",
+            config: IDS_CONFIG,
+            kind: "payload scan",
+            native: || Box::new(SdkNative::<sluice_nf_ids::Ids>::new()),
+        },
     ];
     let sizes = [64usize, 1500];
     let batches = [1usize, 8, 32, 128];
@@ -216,7 +231,7 @@ fn main() -> Result<()> {
     bar.set_message("cold vs warm");
     let mut cold = Vec::new();
     let packets64 = frames.first().map(|(_, f)| raw(f)).unwrap_or_default();
-    for case in cases.iter().filter(|c| c.name != "counter") {
+    for case in cases.iter().filter(|c| c.name == "noop" || c.name == "firewall") {
         let module = runtime.load_file(&args.nfs.join(format!("{}.wasm", case.name)))?;
         let spec = NfSpec { module, config: case.config.as_bytes().into(), limits: NfLimits::default() };
         let batch: Vec<RawPacket<'_>> = packets64.iter().take(32).copied().collect();
