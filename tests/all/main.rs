@@ -8,5 +8,6 @@ mod chain;
 mod firewall;
 mod hostile;
 mod ids;
+mod lb;
 mod modules;
 mod pcap_input;

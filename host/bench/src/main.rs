@@ -55,6 +55,12 @@ const FIREWALL_CONFIG: &str = r#"{"default":"deny","rules":[
  {"action":"allow","proto":"tcp","src":"2001:db8::/32"},
  {"action":"allow","proto":"tcp","src":"10.0.0.0/8","dst-ports":"1-65535"}]}"#;
 
+/// The generator's servers are 10.200.0.1..16:443; the VIP is the first,
+/// so a sixteenth of the traffic is balanced (rewritten) and its replies
+/// rewritten back.
+const LB_CONFIG: &str = r#"{"vip":"10.200.0.1","port":443,"protocol":"tcp",
+ "backends":["10.50.0.1","10.50.0.2","10.50.0.3","10.50.0.4"]}"#;
+
 /// IDS rules for the benchmark: both case modes, stream and positioned
 /// rules; the generated payloads match none, so every byte is scanned.
 const IDS_CONFIG: &str = r#"{"mode":"ids","rules":[
@@ -184,6 +190,12 @@ fn main() -> Result<()> {
             config: FIREWALL_CONFIG,
             kind: "stateful",
             native: || Box::new(SdkNative::<sluice_nf_firewall::Firewall>::new()),
+        },
+        NfCase {
+            name: "lb",
+            config: LB_CONFIG,
+            kind: "L4 LB (rewrites)",
+            native: || Box::new(SdkNative::<sluice_nf_lb::LoadBalancer>::new()),
         },
         NfCase {
             name: "ids",

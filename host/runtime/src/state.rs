@@ -159,6 +159,11 @@ impl FlowTable {
         self.expired += (before - self.entries.len()) as u64;
     }
 
+    /// The keys of every flow with state (e.g. to export them all).
+    pub fn keys(&self) -> impl Iterator<Item = &FlowKey> {
+        self.entries.keys()
+    }
+
     /// Exports one flow's state and clock.
     pub fn export(&self, key: &FlowKey) -> Option<ExportedFlow> {
         self.entries.get(key).map(|e| ExportedFlow {

@@ -29,6 +29,7 @@ pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod parse;
+pub mod rewrite;
 pub mod tcp;
 pub mod udp;
 

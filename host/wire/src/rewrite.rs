@@ -1,0 +1,158 @@
+//! Rewriting a packet's source or destination endpoint (address and port)
+//! with every checksum kept valid — what NAT and load balancers do.
+//!
+//! The IPv4 header checksum and the TCP/UDP checksums (whose pseudo-header
+//! covers the addresses) are updated incrementally (RFC 1624), so the cost
+//! does not depend on the payload size. ICMP checksums do not cover the IP
+//! header, so only the address changes for ICMP.
+
+use crate::flow::IpAddr128;
+use crate::ipv4::Ipv4Packet;
+use crate::ipv6::Ipv6Packet;
+use crate::parse::{Layers, protocol};
+use crate::tcp::TcpPacket;
+use crate::udp::UdpPacket;
+use crate::{Error, Result};
+
+/// Which endpoint to rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The sender.
+    Source,
+    /// The receiver.
+    Destination,
+}
+
+/// Sets the address (and, for TCP/UDP, optionally the port) of one endpoint
+/// of the IP packet in `frame`, whose layers `l` were parsed from it.
+/// The new address must be of the packet's IP version.
+pub fn set_endpoint(frame: &mut [u8], l: &Layers, which: Endpoint, addr: IpAddr128, port: Option<u16>) -> Result<()> {
+    let l3 = usize::from(l.l3_offset.ok_or(Error::Malformed)?);
+    let key = l.key.ok_or(Error::Malformed)?;
+    let ip_bytes = frame.get_mut(l3..).ok_or(Error::Truncated)?;
+    let (old, new): (Vec<u8>, Vec<u8>) = if let Some(v4) = addr.to_v4() {
+        let mut ip = Ipv4Packet::new_checked(&mut *ip_bytes)?;
+        match which {
+            Endpoint::Source => {
+                let old = ip.src();
+                ip.set_src(v4);
+                (old.to_vec(), v4.to_vec())
+            }
+            Endpoint::Destination => {
+                let old = ip.dst();
+                ip.set_dst(v4);
+                (old.to_vec(), v4.to_vec())
+            }
+        }
+    } else {
+        let mut ip = Ipv6Packet::new_checked(&mut *ip_bytes)?;
+        let v6 = addr.to_v6();
+        match which {
+            Endpoint::Source => {
+                let old = ip.src();
+                ip.set_src(v6);
+                (old.to_vec(), v6.to_vec())
+            }
+            Endpoint::Destination => {
+                let old = ip.dst();
+                ip.set_dst(v6);
+                (old.to_vec(), v6.to_vec())
+            }
+        }
+    };
+    if old.len() != new.len() {
+        return Err(Error::Malformed);
+    }
+    let Some(l4) = l.l4_offset.map(usize::from) else { return Ok(()) };
+    let t = frame.get_mut(l4..).ok_or(Error::Truncated)?;
+    match key.protocol {
+        protocol::TCP => {
+            let mut tcp = TcpPacket::new_checked(t)?;
+            tcp.update_checksum_for_address(&old, &new);
+            match (which, port) {
+                (Endpoint::Source, Some(p)) => tcp.set_src_port(p),
+                (Endpoint::Destination, Some(p)) => tcp.set_dst_port(p),
+                _ => {}
+            }
+        }
+        protocol::UDP => {
+            let mut udp = UdpPacket::new_checked(t)?;
+            udp.update_checksum_for_address(&old, &new);
+            match (which, port) {
+                (Endpoint::Source, Some(p)) => udp.set_src_port(p),
+                (Endpoint::Destination, Some(p)) => udp.set_dst_port(p),
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{FrameSpec, Transport};
+    use crate::checksum;
+    use crate::parse::parse;
+
+    fn transport_ok(frame: &[u8]) -> bool {
+        let l = parse(frame);
+        let k = l.key.unwrap();
+        let l3 = usize::from(l.l3_offset.unwrap());
+        let l4 = usize::from(l.l4_offset.unwrap());
+        let t = &frame[l4..];
+        let pseudo = match (k.src.to_v4(), k.dst.to_v4()) {
+            (Some(s), Some(d)) => {
+                assert!(Ipv4Packet::new_checked(&frame[l3..]).unwrap().verify_checksum());
+                checksum::pseudo_header_v4(s, d, k.protocol, t.len() as u16)
+            }
+            _ => checksum::pseudo_header_v6(k.src.to_v6(), k.dst.to_v6(), k.protocol, t.len() as u32),
+        };
+        match k.protocol {
+            protocol::TCP => TcpPacket::new_checked(t).unwrap().verify_checksum(pseudo),
+            _ => UdpPacket::new_checked(t).unwrap().verify_checksum(pseudo),
+        }
+    }
+
+    #[test]
+    fn checksums_stay_valid_for_v4_tcp_and_udp() {
+        for spec in [
+            FrameSpec::tcp4([10, 0, 0, 1], 1234, [203, 0, 113, 10], 80, 2).with_payload(b"GET /".to_vec()),
+            FrameSpec::udp4([10, 0, 0, 1], 1234, [203, 0, 113, 10], 53).with_payload(b"query".to_vec()),
+        ] {
+            let mut f = spec.build();
+            assert!(transport_ok(&f));
+            let l = parse(&f);
+            set_endpoint(&mut f, &l, Endpoint::Destination, IpAddr128::from_v4([10, 1, 0, 7]), Some(8080)).unwrap();
+            let k = parse(&f).key.unwrap();
+            assert_eq!((k.dst, k.dst_port), (IpAddr128::from_v4([10, 1, 0, 7]), 8080));
+            assert!(transport_ok(&f));
+            let l = parse(&f);
+            set_endpoint(&mut f, &l, Endpoint::Source, IpAddr128::from_v4([198, 51, 100, 1]), None).unwrap();
+            assert_eq!(parse(&f).key.unwrap().src_port, 1234);
+            assert!(transport_ok(&f));
+        }
+    }
+
+    #[test]
+    fn checksums_stay_valid_for_v6() {
+        let a = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        let b = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let c = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]);
+        let mut f = FrameSpec {
+            src: a,
+            dst: b,
+            transport: Transport::Tcp { src_port: 5, dst_port: 443, flags: 2 },
+            payload: vec![1, 2, 3],
+            vlan: None,
+        }
+        .build();
+        let l = parse(&f);
+        set_endpoint(&mut f, &l, Endpoint::Destination, c, Some(8443)).unwrap();
+        assert!(transport_ok(&f));
+        // A v4 address on a v6 packet is refused, not half-applied.
+        let l = parse(&f);
+        assert!(set_endpoint(&mut f, &l, Endpoint::Source, IpAddr128::from_v4([1, 2, 3, 4]), None).is_err());
+    }
+}
