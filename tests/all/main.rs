@@ -11,3 +11,4 @@ mod ids;
 mod lb;
 mod modules;
 mod pcap_input;
+mod policing;

@@ -57,3 +57,12 @@ pub fn host_config(dir: &Path, toml: &str) -> sluice_host::HostConfig {
     c.cache_dir = workspace().join("target/sluice-cache");
     c
 }
+
+/// Writes frames with explicit timestamps (ns).
+pub fn write_pcap_at(path: &Path, frames: &[(u64, Vec<u8>)]) {
+    let mut sink = PcapSink::create(path).unwrap();
+    for (ts, f) in frames {
+        sink.write(*ts, f.len() as u32, f).unwrap();
+    }
+    sink.finish().unwrap();
+}

@@ -198,6 +198,18 @@ fn main() -> Result<()> {
             native: || Box::new(SdkNative::<sluice_nf_lb::LoadBalancer>::new()),
         },
         NfCase {
+            name: "ratelimit",
+            config: r#"{"packets-per-second":1000000,"packet-burst":1000}"#,
+            kind: "policer",
+            native: || Box::new(SdkNative::<sluice_nf_ratelimit::RateLimiter>::new()),
+        },
+        NfCase {
+            name: "udp-whitelist",
+            config: r#"{"clients":["10.1.0.0/16"]}"#,
+            kind: "stateful (TCP passes)",
+            native: || Box::new(SdkNative::<sluice_nf_udp_whitelist::UdpWhitelist>::new()),
+        },
+        NfCase {
             name: "ids",
             config: IDS_CONFIG,
             kind: "payload scan",
