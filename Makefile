@@ -62,6 +62,12 @@ demo: build test-nfs
 	@./target/release/sluice-host --config deploy/local/demo-hostile.toml run \
 		--nf $(NF_OUT)/firewall.wasm,$(TEST_NF_OUT)/hostile.wasm,$(NF_OUT)/counter.wasm \
 		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.hostile.out.pcap
+	@echo
+	@echo "== a branching chain (deploy/local/demo-chain.toml): the firewall labels web connections for"
+	@echo "   the IDS and sends the rest to a counter; both branches join at the egress counter"
+	@./target/release/sluice-host --config deploy/local/demo-chain-host.toml run \
+		--chain deploy/local/demo-chain.toml \
+		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.chain.out.pcap
 
 lint: setup
 	$(CARGO) fmt --all --check

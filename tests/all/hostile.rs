@@ -34,8 +34,13 @@ fn run_hostile(dir: &Path, mode: &str, policy: &str, extra: &str) -> (Report, Ve
         ),
     );
     config.max_memory_mb = 64;
-    let opts =
-        RunOptions { nfs: vec![head, test_nf("hostile"), tail], input, output: Some(output.clone()), progress: false };
+    let opts = RunOptions {
+        nfs: vec![head, test_nf("hostile"), tail],
+        chain: None,
+        input,
+        output: Some(output.clone()),
+        progress: false,
+    };
     let report = run(&config, &opts).unwrap();
     (report, read_pcap(&output))
 }
@@ -134,7 +139,7 @@ fn rejected_config_names_the_nf_and_its_reason() {
     let input = dir.path().join("in.pcap");
     write_pcap(&input, &frames(1));
     let config = host_config(dir.path(), "[nf.hostile]\nconfig-text = \"reject\"\n");
-    let opts = RunOptions { nfs: vec![test_nf("hostile")], input, output: None, progress: false };
+    let opts = RunOptions { nfs: vec![test_nf("hostile")], chain: None, input, output: None, progress: false };
     let e = run(&config, &opts).unwrap_err().to_string();
     assert_eq!(e, "NF 'hostile' rejected its configuration: hostile: config rejected on purpose (mode 'reject')");
 }

@@ -33,8 +33,10 @@ impl From<DpdkError> for RunError {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct DpdkOptions {
-    /// NF modules, in chain order.
+    /// NF modules of a linear chain, in order (ignored with `chain`).
     pub nfs: Vec<PathBuf>,
+    /// A chain file instead of `nfs`.
+    pub chain: Option<PathBuf>,
     /// DPDK port ids to use; empty means every port DPDK found.
     pub ports: Vec<u16>,
     /// Forward port 0 out of the paired port (0↔1, 2↔3, …) instead of the
@@ -186,13 +188,11 @@ struct WorkerResult {
 /// Runs the chain over DPDK ports until stopped (signal, `max_packets` or
 /// `idle_exit`).
 pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) -> Result<DpdkReport, RunError> {
-    if opts.nfs.is_empty() {
-        return Err(RunError::Usage("give at least one --nf <module.wasm>".into()));
-    }
+    let chain = crate::run::chain_def(opts.chain.as_deref(), &opts.nfs)?;
     let batch = config.batch_size.clamp(1, 256);
     let workers = config.workers.clamp(1, 64);
     let runtime = Runtime::new(config.runtime())?;
-    let specs = load_specs(&runtime, config, &opts.nfs)?;
+    let specs = load_specs(&runtime, config, &chain)?;
 
     let eal = Eal::init(&opts.eal_args)?;
     let available = eal.port_count();
@@ -216,7 +216,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     // rejected config fails the run up front.
     let mut chains = Vec::with_capacity(workers);
     for _ in 0..workers {
-        chains.push(Chain::new(&runtime, &specs)?);
+        chains.push(Chain::with_routes(&runtime, &specs, chain.routes.clone())?);
     }
 
     let received = Arc::new(AtomicU64::new(0));

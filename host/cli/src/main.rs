@@ -26,9 +26,13 @@ enum Command {
     /// is printed and --report writes the per-NF meters as JSON.
     Run {
         /// NF components, comma-separated or repeated; with several, they
-        /// form a chain in the given order.
-        #[arg(long = "nf", required = true, value_delimiter = ',')]
+        /// form a linear chain in the given order.
+        #[arg(long = "nf", value_delimiter = ',', required_unless_present = "chain", conflicts_with = "chain")]
         nfs: Vec<PathBuf>,
+        /// A chain file: NFs and where each sends its packets (branches by
+        /// label, joins); see host/cli/src/chain.rs.
+        #[arg(long)]
+        chain: Option<PathBuf>,
         /// Input capture (pcap or pcapng, Ethernet).
         #[arg(long = "in")]
         input: PathBuf,
@@ -57,8 +61,11 @@ enum Command {
     #[cfg(feature = "dpdk")]
     Dpdk {
         /// NF components, comma-separated or repeated (a chain in order).
-        #[arg(long = "nf", required = true, value_delimiter = ',')]
+        #[arg(long = "nf", value_delimiter = ',', required_unless_present = "chain", conflicts_with = "chain")]
         nfs: Vec<PathBuf>,
+        /// A chain file instead of --nf.
+        #[arg(long)]
+        chain: Option<PathBuf>,
         /// DPDK port ids to use (default: every port found).
         #[arg(long, value_delimiter = ',')]
         ports: Vec<u16>,
@@ -131,14 +138,15 @@ fn main() -> ExitCode {
 fn real_main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { nfs, input, output, report, batch, workers, quiet } => {
+        Command::Run { nfs, chain, input, output, report, batch, workers, quiet } => {
             let config = load_config(cli.config.as_deref(), batch, workers)?;
-            let opts = RunOptions { nfs, input, output, progress: !quiet && std::io::stderr().is_terminal() };
+            let opts = RunOptions { nfs, chain, input, output, progress: !quiet && std::io::stderr().is_terminal() };
             finish(sluice_host::run(&config, &opts), sluice_host::Report::summary, report)
         }
         #[cfg(feature = "dpdk")]
         Command::Dpdk {
             nfs,
+            chain,
             ports,
             pairs,
             batch,
@@ -157,6 +165,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             let opts = sluice_host::dpdk::DpdkOptions {
                 nfs,
+                chain,
                 ports,
                 pairs,
                 eal_args: eal,

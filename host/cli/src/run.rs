@@ -7,6 +7,7 @@
 //! back in input order before writing, so the output is the same for any
 //! number of workers.
 
+use crate::chain::ChainDef;
 use crate::config::{ConfigError, HostConfig};
 use crate::report::{EventRecord, InputReport, MAX_REPORTED_EVENTS, NfReport, Report};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -42,8 +43,10 @@ pub enum RunError {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// NF modules, in chain order.
+    /// NF modules of a linear chain, in order (ignored with `chain`).
     pub nfs: Vec<PathBuf>,
+    /// A chain file (NFs and their routes) instead of `nfs`.
+    pub chain: Option<PathBuf>,
     /// Input capture.
     pub input: PathBuf,
     /// Output capture (forwarded packets).
@@ -109,12 +112,25 @@ fn to_raw<'a>(trace: &'a Trace, p: &PacketRef) -> RawPacket<'a> {
     RawPacket { data: trace.data(p), wire_len: p.wire_len, timestamp_ns: p.timestamp_ns, ingress_port: p.port }
 }
 
-/// Loads every NF module once (compiled code is shared by workers).
-pub fn load_specs(runtime: &Runtime, config: &HostConfig, nfs: &[PathBuf]) -> Result<Vec<NfSpec>, RunError> {
+/// The chain a run asks for: a chain file, or the linear chain of `nfs`.
+pub fn chain_def(chain: Option<&Path>, nfs: &[PathBuf]) -> Result<ChainDef, RunError> {
+    match chain {
+        Some(path) => Ok(ChainDef::load(path)?),
+        None if nfs.is_empty() => {
+            Err(RunError::Usage("give --nf <module.wasm> (one or more) or --chain <chain.toml>".into()))
+        }
+        None => Ok(ChainDef::linear(nfs)),
+    }
+}
+
+/// Loads every NF module of a chain once (compiled code is shared by
+/// workers), each named as the chain names it.
+pub fn load_specs(runtime: &Runtime, config: &HostConfig, chain: &ChainDef) -> Result<Vec<NfSpec>, RunError> {
     let mut seen = std::collections::HashSet::new();
     let mut specs = Vec::new();
-    for path in nfs {
-        let module = runtime.load_file(path)?;
+    for (name, path) in &chain.nfs {
+        let bytes = std::fs::read(path).map_err(|source| RuntimeError::Read { path: path.clone(), source })?;
+        let module = runtime.load(name, &bytes)?;
         let name = module.name().to_string();
         if !seen.insert(name.clone()) {
             return Err(RunError::Usage(format!(
@@ -134,15 +150,13 @@ pub fn load_specs(runtime: &Runtime, config: &HostConfig, nfs: &[PathBuf]) -> Re
 
 /// Runs the chain over the input and writes the output and report.
 pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
-    if opts.nfs.is_empty() {
-        return Err(RunError::Usage("give at least one --nf <module.wasm>".into()));
-    }
+    let chain = chain_def(opts.chain.as_deref(), &opts.nfs)?;
     if config.batch_size == 0 || config.batch_size > 4096 {
         return Err(RunError::Usage(format!("batch size {} is out of range 1..=4096", config.batch_size)));
     }
     let workers = config.workers.clamp(1, 256);
     let runtime = Runtime::new(config.runtime())?;
-    let specs = load_specs(&runtime, config, &opts.nfs)?;
+    let specs = load_specs(&runtime, config, &chain)?;
     let trace = Arc::new(Trace::open(&opts.input)?);
     let mut sink = match &opts.output {
         Some(p) => Some(PcapSink::create(p)?),
@@ -154,7 +168,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut worker_engines = Vec::with_capacity(workers);
     for _ in 0..workers {
         worker_engines.push(Worker {
-            chain: Chain::new(&runtime, &specs)?,
+            chain: Chain::with_routes(&runtime, &specs, chain.routes.clone())?,
             tallies: vec![Tally::default(); specs.len()],
             batch_size: config.batch_size,
         });

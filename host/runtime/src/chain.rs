@@ -1,6 +1,15 @@
-//! A linear chain of NFs run as sequential function calls over one batch
-//! on one worker (Serpens' run-to-completion model): no queues, and no
-//! copies beyond the one into each guest that the contract requires.
+//! A chain of NFs run as sequential function calls over one batch on one
+//! worker (Serpens' run-to-completion model, §III-B): no queues between
+//! NFs, and no copies beyond the one into each guest that the contract
+//! requires.
+//!
+//! A chain is a DAG of NFs listed in an order where every route goes
+//! forward. Each NF has a `next` NF (or none: the packet leaves the chain)
+//! and may route labels elsewhere: a packet an NF gives `label(l)` goes to
+//! the NF routed for `l` (Serpens' *distribute*), any other forwarded packet
+//! to `next`. Several NFs may route to the same NF (*aggregate*): it gets
+//! their packets merged back into arrival order. A linear chain is the
+//! special case where every NF's `next` is the one after it.
 
 use crate::batch::{BatchBuilder, RawPacket};
 use crate::engine::Runtime;
@@ -28,37 +37,99 @@ pub struct PacketResult {
     pub label: Option<u16>,
 }
 
-/// NF instances of one worker, called in order on every batch.
+/// Where an NF's packets go next.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    /// The NF (index in the chain) for forwarded and unrouted labelled
+    /// packets; `None`: they leave the chain.
+    pub next: Option<usize>,
+    /// Label → NF index.
+    pub labels: Vec<(u16, usize)>,
+}
+
+impl Routes {
+    /// The linear routes of `n` NFs: each to the one after it.
+    pub fn linear(n: usize) -> Vec<Routes> {
+        (0..n).map(|i| Routes { next: (i + 1 < n).then_some(i + 1), labels: Vec::new() }).collect()
+    }
+
+    fn target(&self, label: Option<u16>) -> Option<usize> {
+        label.and_then(|l| self.labels.iter().find(|(k, _)| *k == l).map(|(_, t)| *t)).or(self.next)
+    }
+}
+
+/// Checks that every route points to a later NF (so chains cannot loop).
+pub fn check_routes(names: &[&str], routes: &[Routes]) -> Result<(), String> {
+    if names.len() != routes.len() {
+        return Err(format!("{} NFs but {} route entries", names.len(), routes.len()));
+    }
+    for (i, r) in routes.iter().enumerate() {
+        let name = names.get(i).copied().unwrap_or("?");
+        for t in r.next.iter().chain(r.labels.iter().map(|(_, t)| t)) {
+            let target =
+                names.get(*t).copied().ok_or_else(|| format!("NF '{name}' routes to NF #{t}, which does not exist"))?;
+            if *t <= i {
+                return Err(format!(
+                    "NF '{name}' routes to '{target}', which comes before it; list the NFs so that every route goes forward (chains cannot loop)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// NF instances of one worker, called in chain order on every batch.
 #[derive(Debug)]
 pub struct Chain {
     stages: Vec<NfInstance>,
+    routes: Vec<Routes>,
     builder: BatchBuilder,
     out: StageOutput,
     results: Vec<PacketResult>,
-    alive: Vec<usize>,
-    next_alive: Vec<usize>,
+    /// Packets waiting at each NF (indices into `results`).
+    inbox: Vec<Vec<usize>>,
+    /// The packets the builder holds, and whether their bytes are current.
+    built: Vec<usize>,
     statuses: Vec<BatchStatus>,
 }
 
 impl Chain {
-    /// Instantiates every NF (in order) and runs their `init`.
+    /// A linear chain: instantiates every NF (in order) and runs `init`.
     pub fn new(runtime: &Runtime, specs: &[NfSpec]) -> Result<Self, RuntimeError> {
-        let stages = specs.iter().map(|s| NfInstance::new(runtime, s.clone())).collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::from_instances(stages))
+        Self::with_routes(runtime, specs, Routes::linear(specs.len()))
     }
 
-    /// A chain of already-created instances (e.g. native NFs).
+    /// A chain with explicit routes (see [`check_routes`]).
+    pub fn with_routes(runtime: &Runtime, specs: &[NfSpec], routes: Vec<Routes>) -> Result<Self, RuntimeError> {
+        let names: Vec<&str> = specs.iter().map(|s| s.module.name()).collect();
+        check_routes(&names, &routes).map_err(|reason| RuntimeError::Chain { reason })?;
+        let stages = specs.iter().map(|s| NfInstance::new(runtime, s.clone())).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::assemble(stages, routes))
+    }
+
+    /// A linear chain of already-created instances (e.g. native NFs).
     pub fn from_instances(stages: Vec<NfInstance>) -> Self {
+        let routes = Routes::linear(stages.len());
+        Self::assemble(stages, routes)
+    }
+
+    fn assemble(stages: Vec<NfInstance>, routes: Vec<Routes>) -> Self {
         let with_flows = stages.iter().any(NfInstance::wants_flow_state);
         Chain {
             statuses: vec![BatchStatus::Ok; stages.len()],
+            inbox: vec![Vec::new(); stages.len()],
             stages,
+            routes,
             builder: BatchBuilder::new(with_flows),
             out: StageOutput::default(),
             results: Vec::new(),
-            alive: Vec::new(),
-            next_alive: Vec::new(),
+            built: Vec::new(),
         }
+    }
+
+    /// Where each NF sends its packets.
+    pub fn routes(&self) -> &[Routes] {
+        &self.routes
     }
 
     /// The NF instances, in chain order.
@@ -96,60 +167,81 @@ impl Chain {
     /// Runs `packets` (at most [`MAX_BATCH`]) as one batch; their results
     /// start at `base` in `self.results`.
     fn process_batch(&mut self, packets: &[RawPacket<'_>], base: usize) {
-        self.alive.clear();
-        self.alive.extend(base..base + packets.len());
+        for inbox in &mut self.inbox {
+            inbox.clear();
+        }
+        let Some(first) = self.inbox.first_mut() else { return };
+        first.extend(base..base + packets.len());
+        self.built.clear();
         self.builder.clear();
         for p in packets {
             // Cannot fail: at most MAX_BATCH packets.
             let _ = self.builder.push(*p);
         }
-        let last = self.stages.len().saturating_sub(1);
-        for (s, stage) in self.stages.iter_mut().enumerate() {
-            if self.alive.is_empty() {
-                break;
+        self.built.extend(base..base + packets.len());
+        for s in 0..self.stages.len() {
+            let Some(slot) = self.inbox.get_mut(s) else { continue };
+            let mut mine = std::mem::take(slot);
+            if mine.is_empty() {
+                continue;
             }
+            // Packets from several branches come back in arrival order.
+            mine.sort_unstable();
+            if mine != self.built {
+                // This NF sees exactly its packets, with their current bytes.
+                self.builder.clear();
+                for &orig in &mine {
+                    let (Some(p), Some(r)) = (packets.get(orig - base), self.results.get(orig)) else { continue };
+                    let data = r.data.as_deref().unwrap_or(p.data);
+                    let wire_len = if r.data.is_some() { data.len() as u32 } else { p.wire_len };
+                    let _ = self.builder.push(RawPacket { data, wire_len, ..*p });
+                }
+                self.built.clone_from(&mine);
+            }
+            let Some(stage) = self.stages.get_mut(s) else { continue };
             let status = stage.process(&mut self.builder, &mut self.out);
             if let Some(slot) = self.statuses.get_mut(s) {
                 *slot = status;
             }
-            let mut changed = !self.out.rewrites.is_empty();
-            self.next_alive.clear();
-            for (j, &orig) in self.alive.iter().enumerate() {
+            let routes = self.routes.get(s).cloned().unwrap_or_default();
+            for (j, &orig) in mine.iter().enumerate() {
                 let Some(r) = self.results.get_mut(orig) else { continue };
-                match self.out.verdicts.get(j).copied().unwrap_or(Verdict::Drop) {
+                let label = match self.out.verdicts.get(j).copied().unwrap_or(Verdict::Drop) {
                     Verdict::Drop => {
                         r.fate = Fate::Dropped(s);
-                        changed = true;
+                        continue;
                     }
                     Verdict::Forward(port) => {
                         r.fate = Fate::Forward(port);
-                        self.next_alive.push(orig);
+                        None
                     }
                     Verdict::Label(l) => {
                         r.fate = Fate::Forward(0);
                         r.label = Some(l);
-                        self.next_alive.push(orig);
+                        Some(l)
                     }
+                };
+                if let Some(t) = routes.target(label)
+                    && let Some(inbox) = self.inbox.get_mut(t)
+                {
+                    inbox.push(orig);
                 }
             }
+            if !self.out.rewrites.is_empty() {
+                // The builder no longer holds current bytes.
+                self.built.clear();
+            }
             for rw in self.out.rewrites.drain(..) {
-                if let Some(&orig) = self.alive.get(rw.packet as usize)
+                if let Some(&orig) = mine.get(rw.packet as usize)
                     && let Some(r) = self.results.get_mut(orig)
                     && !matches!(r.fate, Fate::Dropped(_))
                 {
                     r.data = Some(rw.data);
                 }
             }
-            std::mem::swap(&mut self.alive, &mut self.next_alive);
-            if changed && s < last {
-                // The next NF sees only survivors, with their new bytes.
-                self.builder.clear();
-                for &orig in &self.alive {
-                    let (Some(p), Some(r)) = (packets.get(orig - base), self.results.get(orig)) else { continue };
-                    let data = r.data.as_deref().unwrap_or(p.data);
-                    let wire_len = if r.data.is_some() { data.len() as u32 } else { p.wire_len };
-                    let _ = self.builder.push(RawPacket { data, wire_len, ..*p });
-                }
+            mine.clear();
+            if let Some(slot) = self.inbox.get_mut(s) {
+                *slot = mine;
             }
         }
     }

@@ -62,6 +62,12 @@ pub enum RuntimeError {
         /// Cause.
         reason: String,
     },
+    /// A chain's routes are inconsistent.
+    #[error("chain: {reason}")]
+    Chain {
+        /// What is wrong.
+        reason: String,
+    },
     /// Limits inconsistent with the runtime.
     #[error("NF '{nf}': {reason}")]
     Limits {

@@ -28,6 +28,25 @@ enum Phase {
     Closing = 4,
 }
 
+/// A connection's state: its phase, and the label its allowing rule gave
+/// (stored after the phase byte as a little-endian u16 when present).
+fn decode_state(s: &[u8]) -> Option<(Phase, Option<u16>)> {
+    let phase = Phase::from_state(s)?;
+    let label = match s.get(1..3) {
+        Some(&[a, b]) => Some(u16::from_le_bytes([a, b])),
+        _ => None,
+    };
+    Some((phase, label))
+}
+
+fn encode_state(phase: Phase, label: Option<u16>) -> Vec<u8> {
+    let mut v = vec![phase as u8];
+    if let Some(l) = label {
+        v.extend_from_slice(&l.to_le_bytes());
+    }
+    v
+}
+
 impl Phase {
     fn from_state(s: &[u8]) -> Option<Phase> {
         match s.first()? {
@@ -73,11 +92,15 @@ impl NetworkFunction for Firewall {
             };
             let tcp_flags = p.tcp().map(|t| t.flags());
             let flow = p.flow();
-            let phase = flow.and_then(|f| batch.flow_state(f)).and_then(Phase::from_state);
+            let state = flow.and_then(|f| batch.flow_state(f)).and_then(decode_state);
             let from_src = key.is_normalized();
 
-            if let (Some(phase), Some(f)) = (phase, flow) {
-                // A known, allowed connection: pass, and follow TCP teardown.
+            if let (Some((phase, label)), Some(f)) = (state, flow) {
+                // A known, allowed connection: pass (with its label), and
+                // follow TCP teardown.
+                if let Some(l) = label {
+                    batch.set_verdict(i, Verdict::Label(l));
+                }
                 match tcp_flags {
                     Some(fl) if fl & flags::RST != 0 => batch.remove_flow_state(f),
                     Some(fl) if fl & flags::FIN != 0 => {
@@ -88,7 +111,7 @@ impl NetworkFunction for Firewall {
                             (p, _) => p,
                         };
                         if next != phase {
-                            batch.set_flow_state(f, vec![next as u8]);
+                            batch.set_flow_state(f, encode_state(next, label));
                         }
                     }
                     Some(_) if phase == Phase::Closing => batch.remove_flow_state(f),
@@ -101,6 +124,10 @@ impl NetworkFunction for Firewall {
             let action = rule.map(|(_, r)| r.action).unwrap_or(self.config.default);
             match action {
                 Action::Allow => {
+                    let label = rule.and_then(|(_, r)| r.label);
+                    if let Some(l) = label {
+                        batch.set_verdict(i, Verdict::Label(l));
+                    }
                     // Only a connection opening creates state: a stray TCP
                     // segment of an unknown connection passes on the rule
                     // alone but does not open the reverse direction.
@@ -109,7 +136,7 @@ impl NetworkFunction for Firewall {
                         None => true,
                     };
                     if opens && let Some(f) = flow {
-                        batch.set_flow_state(f, vec![Phase::Open as u8]);
+                        batch.set_flow_state(f, encode_state(Phase::Open, label));
                     }
                 }
                 Action::Deny => {

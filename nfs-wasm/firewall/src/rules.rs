@@ -19,6 +19,9 @@ pub enum Action {
 pub struct Rule {
     /// Allow or deny.
     pub action: Action,
+    /// Label given to the packets of connections this rule allows, so a
+    /// chain can send them to another NF (e.g. an IDS).
+    pub label: Option<u16>,
     protocol: Option<u8>,
     src: Cidr,
     dst: Cidr,
@@ -40,6 +43,8 @@ impl Rule {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawRule {
     action: Action,
+    #[serde(default)]
+    label: Option<u16>,
     #[serde(default = "any")]
     proto: String,
     #[serde(default = "any")]
@@ -111,8 +116,12 @@ impl Config {
                     at(format!("unknown protocol '{other}' (use tcp, udp, icmp, icmpv6, any or a number)"))
                 })?),
             };
+            if r.label.is_some() && r.action == Action::Deny {
+                return Err(at("a label only makes sense on an allow rule".into()));
+            }
             rules.push(Rule {
                 action: r.action,
+                label: r.label,
                 protocol,
                 src: Cidr::parse(&r.src).map_err(at)?,
                 dst: Cidr::parse(&r.dst).map_err(at)?,
