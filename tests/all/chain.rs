@@ -23,8 +23,14 @@ fn counter_after_firewall_counts_survivors_only() {
         rules = [{ action = "allow", proto = "tcp", dst-ports = "80" }]
         "#,
     );
-    let opts =
-        RunOptions { nfs: vec![nf("firewall"), nf("counter")], chain: None, input, output: None, progress: false };
+    let opts = RunOptions {
+        nfs: vec![nf("firewall"), nf("counter")],
+        chain: None,
+        swaps: vec![],
+        input,
+        output: None,
+        progress: false,
+    };
     let r = run(&config, &opts).unwrap();
     assert_eq!(r.nfs[0].meters.dropped, 10);
     assert_eq!(r.nfs[1].meters.packets, 40);
@@ -118,6 +124,7 @@ fn a_branching_chain_distributes_by_label_and_joins_in_order() {
         let opts = RunOptions {
             nfs: vec![],
             chain: Some(branching_chain(dir.path())),
+            swaps: vec![],
             input: input.clone(),
             output: Some(output.clone()),
             progress: false,
@@ -153,7 +160,7 @@ fn a_chain_file_that_loops_is_refused() {
     .unwrap();
     let input = dir.path().join("in.pcap");
     write_pcap(&input, &[FrameSpec::udp4([10, 0, 0, 1], 1, [10, 0, 0, 2], 2).build()]);
-    let opts = RunOptions { nfs: vec![], chain: Some(chain), input, output: None, progress: false };
+    let opts = RunOptions { nfs: vec![], chain: Some(chain), swaps: vec![], input, output: None, progress: false };
     let e = run(&host_config(dir.path(), ""), &opts).unwrap_err().to_string();
     assert!(e.contains("'b' routes to 'a', which comes before it"), "{e}");
 }

@@ -88,8 +88,14 @@ fn passing(dir: &Path, batch: usize, workers: usize) -> (Vec<Vec<u8>>, sluice_ho
     let mut config = host_config(dir, RULES);
     config.batch_size = batch;
     config.workers = workers;
-    let opts =
-        RunOptions { nfs: vec![nf("firewall")], chain: None, input, output: Some(output.clone()), progress: false };
+    let opts = RunOptions {
+        nfs: vec![nf("firewall")],
+        chain: None,
+        swaps: vec![],
+        input,
+        output: Some(output.clone()),
+        progress: false,
+    };
     let report = run(&config, &opts).unwrap();
     (read_pcap(&output), report)
 }
@@ -156,7 +162,8 @@ fn a_bad_rule_is_reported_with_the_nfs_own_message() {
         rules = [{ action = "allow" }, { action = "allow", src = "10.0.0.0/33" }]
         "#,
     );
-    let opts = RunOptions { nfs: vec![nf("firewall")], chain: None, input, output: None, progress: false };
+    let opts =
+        RunOptions { nfs: vec![nf("firewall")], chain: None, swaps: vec![], input, output: None, progress: false };
     let err = run(&config, &opts).unwrap_err().to_string();
     assert!(err.contains("rejected its configuration"), "{err}");
     assert!(err.contains("rule 2") && err.contains("33"), "{err}");

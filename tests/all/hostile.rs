@@ -37,6 +37,7 @@ fn run_hostile(dir: &Path, mode: &str, policy: &str, extra: &str) -> (Report, Ve
     let opts = RunOptions {
         nfs: vec![head, test_nf("hostile"), tail],
         chain: None,
+        swaps: vec![],
         input,
         output: Some(output.clone()),
         progress: false,
@@ -139,7 +140,8 @@ fn rejected_config_names_the_nf_and_its_reason() {
     let input = dir.path().join("in.pcap");
     write_pcap(&input, &frames(1));
     let config = host_config(dir.path(), "[nf.hostile]\nconfig-text = \"reject\"\n");
-    let opts = RunOptions { nfs: vec![test_nf("hostile")], chain: None, input, output: None, progress: false };
+    let opts =
+        RunOptions { nfs: vec![test_nf("hostile")], chain: None, swaps: vec![], input, output: None, progress: false };
     let e = run(&config, &opts).unwrap_err().to_string();
     assert_eq!(e, "NF 'hostile' rejected its configuration: hostile: config rejected on purpose (mode 'reject')");
 }

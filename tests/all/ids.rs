@@ -33,7 +33,14 @@ fn run_ids(frames: &[Vec<u8>], mode: &str, batch: usize, workers: usize) -> (Rep
     let mut config = host_config(dir.path(), &RULES.replace("MODE", mode));
     config.batch_size = batch;
     config.workers = workers;
-    let opts = RunOptions { nfs: vec![nf("ids")], chain: None, input, output: Some(output.clone()), progress: false };
+    let opts = RunOptions {
+        nfs: vec![nf("ids")],
+        chain: None,
+        swaps: vec![],
+        input,
+        output: Some(output.clone()),
+        progress: false,
+    };
     let r = run(&config, &opts).unwrap();
     (r, read_pcap(&output))
 }
@@ -129,7 +136,7 @@ fn a_bad_rule_is_refused_with_its_line() {
         """
         "#,
     );
-    let opts = RunOptions { nfs: vec![nf("ids")], chain: None, input, output: None, progress: false };
+    let opts = RunOptions { nfs: vec![nf("ids")], chain: None, swaps: vec![], input, output: None, progress: false };
     let e = run(&config, &opts).unwrap_err().to_string();
     assert!(e.contains("rejected its configuration") && e.contains("line 3") && e.contains("depth"), "{e}");
 }

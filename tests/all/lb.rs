@@ -64,7 +64,14 @@ fn connections_spread_stick_and_replies_come_from_the_vip() {
         dir.path(),
         &format!("[nf.lb]\nconfig-text = '{}'\n", lb_config(&["10.1.0.1", "10.1.0.2", "10.1.0.3"])),
     );
-    let opts = RunOptions { nfs: vec![nf("lb")], chain: None, input, output: Some(output.clone()), progress: false };
+    let opts = RunOptions {
+        nfs: vec![nf("lb")],
+        chain: None,
+        swaps: vec![],
+        input,
+        output: Some(output.clone()),
+        progress: false,
+    };
     let r = run(&config, &opts).unwrap();
     assert_eq!(r.nfs[0].meters.rewritten, 601);
     let out = read_pcap(&output);
@@ -158,7 +165,7 @@ fn a_bad_backend_is_refused() {
     write_pcap(&input, &[to_vip(1, SYN)]);
     let config =
         host_config(dir.path(), &format!("[nf.lb]\nconfig-text = '{}'\n", lb_config(&["10.1.0.1", "backend-two"])));
-    let opts = RunOptions { nfs: vec![nf("lb")], chain: None, input, output: None, progress: false };
+    let opts = RunOptions { nfs: vec![nf("lb")], chain: None, swaps: vec![], input, output: None, progress: false };
     let e = run(&config, &opts).unwrap_err().to_string();
     assert!(e.contains("backend-two"), "{e}");
 }

@@ -12,3 +12,4 @@ mod lb;
 mod modules;
 mod pcap_input;
 mod policing;
+mod swap;

@@ -5,7 +5,7 @@ use sluice_tests::{host_config, nf, write_pcap};
 use sluice_wire::build::FrameSpec;
 
 fn opts(input: std::path::PathBuf) -> RunOptions {
-    RunOptions { nfs: vec![nf("counter")], chain: None, input, output: None, progress: false }
+    RunOptions { nfs: vec![nf("counter")], chain: None, swaps: vec![], input, output: None, progress: false }
 }
 
 #[test]

@@ -16,7 +16,14 @@ fn run_nf(name: &str, config: &str, frames: &[(u64, Vec<u8>)], batch: usize, wor
     let mut c = host_config(dir.path(), config);
     c.batch_size = batch;
     c.workers = workers;
-    let opts = RunOptions { nfs: vec![nf(name)], chain: None, input, output: Some(output.clone()), progress: false };
+    let opts = RunOptions {
+        nfs: vec![nf(name)],
+        chain: None,
+        swaps: vec![],
+        input,
+        output: Some(output.clone()),
+        progress: false,
+    };
     (run(&c, &opts).unwrap(), read_pcap(&output))
 }
 
@@ -88,7 +95,7 @@ fn bad_configs_are_refused_with_the_reason() {
         let input = dir.path().join("in.pcap");
         write_pcap_at(&input, &frames);
         let c = host_config(dir.path(), config);
-        let opts = RunOptions { nfs: vec![nf(name)], chain: None, input, output: None, progress: false };
+        let opts = RunOptions { nfs: vec![nf(name)], chain: None, swaps: vec![], input, output: None, progress: false };
         let e = run(&c, &opts).unwrap_err().to_string();
         assert!(e.contains(needle), "{name}: {e}");
     }

@@ -33,6 +33,11 @@ enum Command {
         /// label, joins); see host/cli/src/chain.rs.
         #[arg(long)]
         chain: Option<PathBuf>,
+        /// Hot-swap an NF to another version before a given packet:
+        /// `<nf>=<module.wasm>@<packet index>` (repeatable). Flow state is
+        /// kept; an incompatible version is refused and the old one runs on.
+        #[arg(long = "swap")]
+        swaps: Vec<sluice_host::run::SwapAt>,
         /// Input capture (pcap or pcapng, Ethernet).
         #[arg(long = "in")]
         input: PathBuf,
@@ -138,9 +143,10 @@ fn main() -> ExitCode {
 fn real_main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { nfs, chain, input, output, report, batch, workers, quiet } => {
+        Command::Run { nfs, chain, swaps, input, output, report, batch, workers, quiet } => {
             let config = load_config(cli.config.as_deref(), batch, workers)?;
-            let opts = RunOptions { nfs, chain, input, output, progress: !quiet && std::io::stderr().is_terminal() };
+            let opts =
+                RunOptions { nfs, chain, swaps, input, output, progress: !quiet && std::io::stderr().is_terminal() };
             finish(sluice_host::run(&config, &opts), sluice_host::Report::summary, report)
         }
         #[cfg(feature = "dpdk")]

@@ -54,6 +54,19 @@ pub struct EventRecord {
     pub fields: BTreeMap<String, String>,
 }
 
+/// A hot swap performed during a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SwapRecord {
+    /// NF swapped.
+    pub nf: String,
+    /// First packet the new version processed.
+    pub at_packet: u64,
+    /// SHA-256 of the new version.
+    pub digest: String,
+    /// `ok`, or why it was refused (the old version kept running).
+    pub result: String,
+}
+
 /// What reading the input found.
 #[derive(Debug, Clone, Serialize)]
 pub struct InputReport {
@@ -101,6 +114,8 @@ pub struct Report {
     pub nfs: Vec<NfReport>,
     /// Events emitted in total.
     pub events_total: u64,
+    /// Hot swaps, in order.
+    pub swaps: Vec<SwapRecord>,
     /// Events by NF and kind (all of them, not only the reported ones).
     pub events_by_kind: BTreeMap<String, u64>,
     /// The first [`MAX_REPORTED_EVENTS`] events.
@@ -139,6 +154,15 @@ impl Report {
                     m.policy_packets
                 ));
             }
+        }
+        for sw in &self.swaps {
+            s.push_str(&format!(
+                "  swap of {} at packet {} to {}: {}\n",
+                sw.nf,
+                sw.at_packet,
+                sw.digest.get(..12).unwrap_or(&sw.digest),
+                sw.result
+            ));
         }
         if !self.events_by_kind.is_empty() {
             let kinds: Vec<String> = self.events_by_kind.iter().map(|(k, v)| format!("{v} {k}")).collect();

@@ -9,7 +9,7 @@
 
 use crate::chain::ChainDef;
 use crate::config::{ConfigError, HostConfig};
-use crate::report::{EventRecord, InputReport, MAX_REPORTED_EVENTS, NfReport, Report};
+use crate::report::{EventRecord, InputReport, MAX_REPORTED_EVENTS, NfReport, Report, SwapRecord};
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_pcap::{PacketRef, PcapError, PcapSink, Trace};
 use sluice_runtime::{
@@ -40,6 +40,62 @@ pub enum RunError {
     Worker(usize),
 }
 
+/// A hot swap during a run: before packet `at`, NF `nf` becomes `module`.
+#[derive(Debug, Clone)]
+pub struct SwapAt {
+    /// Index of the first packet the new version processes.
+    pub at: usize,
+    /// Name of the NF in the chain.
+    pub nf: String,
+    /// The new version's component.
+    pub module: PathBuf,
+}
+
+impl std::str::FromStr for SwapAt {
+    type Err = String;
+
+    /// `name=module.wasm@packet`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let err = || format!("'{s}': write a swap as <nf>=<module.wasm>@<packet index>");
+        let (nf, rest) = s.split_once('=').ok_or_else(err)?;
+        let (module, at) = rest.rsplit_once('@').ok_or_else(err)?;
+        Ok(SwapAt { at: at.parse().map_err(|_| err())?, nf: nf.to_string(), module: PathBuf::from(module) })
+    }
+}
+
+/// Jobs for a worker.
+enum Job {
+    Packets(Vec<usize>),
+    Swap(String, NfSpec),
+}
+
+/// A worker's answers.
+enum Reply {
+    Done(WorkerOutput),
+    Swapped(Result<(), String>),
+}
+
+/// Loads the new versions of hot swaps (so a bad module fails the run
+/// before it starts); each gets the config of the NF it replaces.
+fn load_swaps(
+    runtime: &Runtime,
+    config: &HostConfig,
+    chain: &ChainDef,
+    swaps: &[SwapAt],
+) -> Result<Vec<(usize, String, NfSpec)>, RunError> {
+    let mut out = Vec::new();
+    for s in swaps {
+        if !chain.nfs.iter().any(|(n, _)| *n == s.nf) {
+            return Err(RunError::Usage(format!("--swap names NF '{}', which is not in the chain", s.nf)));
+        }
+        let bytes = std::fs::read(&s.module).map_err(|source| RuntimeError::Read { path: s.module.clone(), source })?;
+        let module = runtime.load(&s.nf, &bytes)?;
+        let spec = NfSpec { module, config: config.nf_config_bytes(&s.nf)?.into(), limits: config.limits(&s.nf) };
+        out.push((s.at, s.nf.clone(), spec));
+    }
+    Ok(out)
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -47,6 +103,8 @@ pub struct RunOptions {
     pub nfs: Vec<PathBuf>,
     /// A chain file (NFs and their routes) instead of `nfs`.
     pub chain: Option<PathBuf>,
+    /// Hot swaps to perform during the run.
+    pub swaps: Vec<SwapAt>,
     /// Input capture.
     pub input: PathBuf,
     /// Output capture (forwarded packets).
@@ -157,6 +215,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let workers = config.workers.clamp(1, 256);
     let runtime = Runtime::new(config.runtime())?;
     let specs = load_specs(&runtime, config, &chain)?;
+    let swaps = load_swaps(&runtime, config, &chain, &opts.swaps)?;
     let trace = Arc::new(Trace::open(&opts.input)?);
     let mut sink = match &opts.output {
         Some(p) => Some(PcapSink::create(p)?),
@@ -194,7 +253,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut events_by_kind: BTreeMap<String, u64> = BTreeMap::new();
     let chunk_len = config.batch_size * workers * 64;
     let mut fates: Vec<Option<PacketResult>> = Vec::new();
-    let tallies: Vec<Vec<Tally>>;
+    let mut swap_records: Vec<SwapRecord> = Vec::new();
 
     let mut write_chunk =
         |range: std::ops::Range<usize>, fates: &mut Vec<Option<PacketResult>>| -> Result<(), RunError> {
@@ -223,28 +282,12 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         }
     };
 
-    if workers == 1 {
-        let Some(mut w) = worker_engines.pop() else { return Err(RunError::Worker(0)) };
-        let indices: Vec<usize> = (0..total).collect();
-        for chunk in indices.chunks(chunk_len.max(1)) {
-            let out = w.run(&trace, chunk);
-            batches += out.batches;
-            fates.clear();
-            fates.resize(chunk.len(), None);
-            let base = chunk.first().copied().unwrap_or(0);
-            for (i, r) in out.results {
-                if let Some(slot) = fates.get_mut(i - base) {
-                    *slot = Some(r);
-                }
-            }
-            take_events(out.events);
-            write_chunk(base..base + chunk.len(), &mut fates)?;
-            bar.inc(chunk.len() as u64);
-        }
-        tallies = vec![w.finish()];
+    // Dispatch by symmetric flow hash, so both directions of a connection
+    // meet one worker; non-IP packets go to worker 0.
+    let owner: Vec<usize> = if workers == 1 {
+        Vec::new()
     } else {
-        // Dispatch by symmetric flow hash; non-IP packets go to worker 0.
-        let owner: Vec<usize> = trace
+        trace
             .packets()
             .iter()
             .map(|p| {
@@ -253,64 +296,105 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                     .map(|k| (k.symmetric_hash() % workers as u64) as usize)
                     .unwrap_or(0)
             })
-            .collect();
-        let result = std::thread::scope(|scope| -> Result<Vec<Vec<Tally>>, RunError> {
-            let mut to_workers = Vec::new();
-            let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, WorkerOutput)>();
-            let mut handles = Vec::new();
-            for (wi, mut w) in worker_engines.drain(..).enumerate() {
-                let (tx, rx) = crossbeam_channel::bounded::<Vec<usize>>(2);
-                to_workers.push(tx);
-                let done = done_tx.clone();
-                let trace = trace.clone();
-                handles.push(scope.spawn(move || {
-                    while let Ok(indices) = rx.recv() {
-                        let out = w.run(&trace, &indices);
-                        if done.send((wi, out)).is_err() {
-                            break;
+            .collect()
+    };
+    // Chunks end at swap points, so a swap takes effect exactly between
+    // the packets before and after it, on every worker.
+    let mut pending_swaps = swaps.clone();
+    pending_swaps.sort_by_key(|s| s.0);
+    let runtime = &runtime;
+    let result = std::thread::scope(|scope| -> Result<Vec<Vec<Tally>>, RunError> {
+        let mut to_workers = Vec::new();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<Reply>();
+        let mut handles = Vec::new();
+        for (wi, mut w) in worker_engines.drain(..).enumerate() {
+            let (tx, rx) = crossbeam_channel::bounded::<Job>(2);
+            to_workers.push(tx);
+            let done = done_tx.clone();
+            let trace = trace.clone();
+            handles.push(scope.spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    let reply = match job {
+                        Job::Packets(indices) => Reply::Done(w.run(&trace, &indices)),
+                        Job::Swap(name, spec) => {
+                            Reply::Swapped(w.chain.swap(runtime, &name, spec).map_err(|e| e.to_string()))
                         }
-                    }
-                    w.finish()
-                }));
-            }
-            drop(done_tx);
-            let all: Vec<usize> = (0..total).collect();
-            for chunk in all.chunks(chunk_len.max(1)) {
-                let mut per: Vec<Vec<usize>> = vec![Vec::new(); workers];
-                for &i in chunk {
-                    let w = owner.get(i).copied().unwrap_or(0);
-                    if let Some(v) = per.get_mut(w) {
-                        v.push(i);
+                    };
+                    if done.send(reply).is_err() {
+                        break;
                     }
                 }
-                for (wi, (tx, idx)) in to_workers.iter().zip(per).enumerate() {
-                    tx.send(idx).map_err(|_| RunError::Worker(wi))?;
+                let _ = wi;
+                w.finish()
+            }));
+        }
+        drop(done_tx);
+        let mut start_at = 0;
+        while start_at < total || pending_swaps.first().is_some_and(|s| s.0 <= start_at) {
+            while let Some((at, name, spec)) = pending_swaps.first().cloned().filter(|s| s.0 <= start_at) {
+                pending_swaps.remove(0);
+                for (wi, tx) in to_workers.iter().enumerate() {
+                    tx.send(Job::Swap(name.clone(), spec.clone())).map_err(|_| RunError::Worker(wi))?;
                 }
-                fates.clear();
-                fates.resize(chunk.len(), None);
-                let base = chunk.first().copied().unwrap_or(0);
+                let mut outcome = Ok(());
                 for _ in 0..workers {
-                    let (_, out) = done_rx.recv().map_err(|_| RunError::Worker(0))?;
-                    batches += out.batches;
-                    for (i, r) in out.results {
-                        if let Some(slot) = fates.get_mut(i - base) {
-                            *slot = Some(r);
-                        }
+                    if let Reply::Swapped(Err(e)) = done_rx.recv().map_err(|_| RunError::Worker(0))? {
+                        outcome = Err(e);
                     }
-                    take_events(out.events);
                 }
-                write_chunk(base..base + chunk.len(), &mut fates)?;
-                bar.inc(chunk.len() as u64);
+                match &outcome {
+                    Ok(()) => tracing::info!(nf = %name, at, digest = %spec.module.digest(), "hot swap done"),
+                    Err(e) => tracing::error!(nf = %name, at, "{e}"),
+                }
+                swap_records.push(SwapRecord {
+                    nf: name,
+                    at_packet: at as u64,
+                    digest: spec.module.digest().to_string(),
+                    result: match outcome {
+                        Ok(()) => "ok".into(),
+                        Err(e) => e,
+                    },
+                });
             }
-            drop(to_workers);
-            let mut out = Vec::new();
-            for (wi, h) in handles.into_iter().enumerate() {
-                out.push(h.join().map_err(|_| RunError::Worker(wi))?);
+            if start_at >= total {
+                break;
             }
-            Ok(out)
-        });
-        tallies = result?;
-    }
+            let next_swap = pending_swaps.first().map(|s| s.0).unwrap_or(usize::MAX);
+            let end = (start_at + chunk_len.max(1)).min(total).min(next_swap.max(start_at + 1));
+            let mut per: Vec<Vec<usize>> = vec![Vec::new(); workers];
+            for i in start_at..end {
+                let w = owner.get(i).copied().unwrap_or(0);
+                if let Some(v) = per.get_mut(w) {
+                    v.push(i);
+                }
+            }
+            for (wi, (tx, idx)) in to_workers.iter().zip(per).enumerate() {
+                tx.send(Job::Packets(idx)).map_err(|_| RunError::Worker(wi))?;
+            }
+            fates.clear();
+            fates.resize(end - start_at, None);
+            for _ in 0..workers {
+                let Reply::Done(out) = done_rx.recv().map_err(|_| RunError::Worker(0))? else { continue };
+                batches += out.batches;
+                for (i, r) in out.results {
+                    if let Some(slot) = fates.get_mut(i - start_at) {
+                        *slot = Some(r);
+                    }
+                }
+                take_events(out.events);
+            }
+            write_chunk(start_at..end, &mut fates)?;
+            bar.inc((end - start_at) as u64);
+            start_at = end;
+        }
+        drop(to_workers);
+        let mut out = Vec::new();
+        for (wi, h) in handles.into_iter().enumerate() {
+            out.push(h.join().map_err(|_| RunError::Worker(wi))?);
+        }
+        Ok(out)
+    });
+    let tallies = result?;
     let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     bar.finish_and_clear();
     if let Some(s) = sink {
@@ -349,6 +433,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         nfs,
         events_total,
         events_by_kind,
+        swaps: swap_records,
         events,
     })
 }

@@ -127,6 +127,23 @@ impl Chain {
         }
     }
 
+    /// Hot-swaps the NF named `name` to another version (see
+    /// [`NfInstance::swap`]); takes effect with the next batch.
+    pub fn swap(&mut self, runtime: &Runtime, name: &str, spec: NfSpec) -> Result<(), RuntimeError> {
+        let stage = self.stages.iter_mut().find(|s| s.name() == name).ok_or_else(|| RuntimeError::Swap {
+            nf: name.to_string(),
+            reason: "no NF of that name in the chain".into(),
+        })?;
+        let with_flows_before = stage.wants_flow_state();
+        stage.swap(runtime, spec)?;
+        if stage.wants_flow_state() && !with_flows_before {
+            // The new version wants flow state: collect flows from now on.
+            self.builder = BatchBuilder::new(true);
+            self.built.clear();
+        }
+        Ok(())
+    }
+
     /// Where each NF sends its packets.
     pub fn routes(&self) -> &[Routes] {
         &self.routes

@@ -62,6 +62,14 @@ pub enum RuntimeError {
         /// Cause.
         reason: String,
     },
+    /// A hot swap was refused; the running version continues.
+    #[error("hot swap of NF '{nf}' refused: {reason}")]
+    Swap {
+        /// NF name.
+        nf: String,
+        /// Why.
+        reason: String,
+    },
     /// A chain's routes are inconsistent.
     #[error("chain: {reason}")]
     Chain {

@@ -320,6 +320,46 @@ impl NfInstance {
         &mut self.table
     }
 
+    /// Replaces the running NF by another version between two batches (hot
+    /// swap). The new version is instantiated and its `init` run first; if
+    /// that fails, or the new version asks for no flow state where this one
+    /// keeps some (its flows' state would be lost), the swap is refused and
+    /// this version keeps running untouched. Otherwise the next batch goes
+    /// to the new version, with all flow state, meters and pending events
+    /// carried over: no packet is lost or processed twice.
+    pub fn swap(&mut self, runtime: &Runtime, spec: NfSpec) -> Result<(), RuntimeError> {
+        let nf = self.name.to_string();
+        if self.native.is_some() {
+            return Err(RuntimeError::Swap { nf, reason: "a native NF cannot be swapped".into() });
+        }
+        // Start the new version in a scratch instance: nothing of ours is
+        // touched until it has accepted its config.
+        let mut next = Self::unstarted(runtime, spec.clone(), None);
+        next.name = self.name.clone();
+        next.start().map_err(|e| RuntimeError::Swap { nf: nf.clone(), reason: e.to_string() })?;
+        if self.info.wants_flow_state && !next.info.wants_flow_state {
+            return Err(RuntimeError::Swap {
+                nf,
+                reason: format!(
+                    "the new version ({}) keeps no flow state, so the state of this version's {} flow(s) would be lost; refusing",
+                    spec.module.digest(),
+                    self.table.len()
+                ),
+            });
+        }
+        self.live = next.live.take();
+        self.info = next.info;
+        self.deadline_ticks = next.deadline_ticks;
+        self.fuel_enabled = next.fuel_enabled;
+        self.spec = spec;
+        self.table.set_capacity(self.spec.limits.max_flows);
+        let info = self.info;
+        self.accept(info);
+        self.meters.instantiations += 1;
+        self.log_dropped_base = self.meters.log_dropped;
+        Ok(())
+    }
+
     /// Takes the events emitted since the last call.
     pub fn drain_events(&mut self) -> Vec<EmittedEvent> {
         std::mem::take(&mut self.events)

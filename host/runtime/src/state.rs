@@ -79,6 +79,12 @@ impl FlowTable {
         self.idle_timeout_ns = ns;
     }
 
+    /// Changes the capacity (a new NF version may allow more or fewer
+    /// flows; existing flows are kept either way).
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+    }
+
     /// Number of flows with state.
     pub fn len(&self) -> usize {
         self.entries.len()
