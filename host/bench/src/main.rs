@@ -210,6 +210,12 @@ fn main() -> Result<()> {
             native: || Box::new(SdkNative::<sluice_nf_udp_whitelist::UdpWhitelist>::new()),
         },
         NfCase {
+            name: "dns-filter",
+            config: r#"{"block":["ads.example","malware.test"]}"#,
+            kind: "stateless (no DNS in traffic)",
+            native: || Box::new(SdkNative::<sluice_nf_dns_filter::DnsFilter>::new()),
+        },
+        NfCase {
             name: "ids",
             config: IDS_CONFIG,
             kind: "payload scan",

@@ -186,6 +186,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         set_u16(self.buffer.as_mut(), field::CHECKSUM, c);
     }
 
+    /// Sets the total length (header and payload); fix the checksum after.
+    pub fn set_total_len(&mut self, len: u16) {
+        set_u16(self.buffer.as_mut(), field::LENGTH, len);
+    }
+
     /// Recomputes the header checksum from scratch.
     pub fn fill_checksum(&mut self) {
         set_u16(self.buffer.as_mut(), field::CHECKSUM, 0);

@@ -173,6 +173,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
         set_slice(self.buffer.as_mut(), field::DST, &addr);
     }
 
+    /// Sets the payload length.
+    pub fn set_payload_len(&mut self, len: u16) {
+        crate::bytes::set_u16(self.buffer.as_mut(), field::LENGTH, len);
+    }
+
     /// Sets the hop limit.
     pub fn set_hop_limit(&mut self, v: u8) {
         crate::bytes::set_u8(self.buffer.as_mut(), field::HOP_LIMIT, v);

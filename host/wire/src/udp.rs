@@ -128,6 +128,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
         }
     }
 
+    /// Sets the length field (header and payload).
+    pub fn set_len(&mut self, len: u16) {
+        set_u16(self.buffer.as_mut(), field::LENGTH, len);
+    }
+
     /// Recomputes the checksum from scratch.
     pub fn fill_checksum(&mut self, pseudo_header_sum: u32) {
         set_u16(self.buffer.as_mut(), field::CHECKSUM, 0);
