@@ -217,7 +217,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let specs = load_specs(&runtime, config, &chain)?;
     let swaps = load_swaps(&runtime, config, &chain, &opts.swaps)?;
     let trace = Arc::new(Trace::open(&opts.input)?);
-    let mut sink = match &opts.output {
+    let sink = match &opts.output {
         Some(p) => Some(PcapSink::create(p)?),
         None => None,
     };
@@ -246,41 +246,12 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     };
 
     let start = Instant::now();
-    let mut packets_out = 0u64;
+    let mut out =
+        Collector { sink, packets_out: 0, events: Vec::new(), events_total: 0, events_by_kind: BTreeMap::new() };
     let mut batches = 0u64;
-    let mut events: Vec<EventRecord> = Vec::new();
-    let mut events_total = 0u64;
-    let mut events_by_kind: BTreeMap<String, u64> = BTreeMap::new();
     let chunk_len = config.batch_size * workers * 64;
     let mut fates: Vec<Option<PacketResult>> = Vec::new();
     let mut swap_records: Vec<SwapRecord> = Vec::new();
-
-    let mut write_chunk =
-        |range: std::ops::Range<usize>, fates: &mut Vec<Option<PacketResult>>| -> Result<(), RunError> {
-            for (i, r) in range.zip(fates.drain(..)) {
-                let Some(r) = r else { continue };
-                if let Fate::Forward(_) = r.fate {
-                    packets_out += 1;
-                    if let (Some(s), Some(p)) = (sink.as_mut(), trace.packets().get(i)) {
-                        match &r.data {
-                            Some(d) => s.write(p.timestamp_ns, d.len() as u32, d)?,
-                            None => s.write(p.timestamp_ns, p.wire_len, trace.data(p))?,
-                        }
-                    }
-                }
-            }
-            Ok(())
-        };
-    let mut take_events = |evs: Vec<EmittedEvent>| {
-        for e in evs {
-            events_total += 1;
-            *events_by_kind.entry(format!("{}/{}", e.nf, e.event.kind)).or_default() += 1;
-            tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
-            if events.len() < MAX_REPORTED_EVENTS {
-                events.push(event_record(e));
-            }
-        }
-    };
 
     // Dispatch by symmetric flow hash, so both directions of a connection
     // meet one worker; non-IP packets go to worker 0.
@@ -303,11 +274,12 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut pending_swaps = swaps.clone();
     pending_swaps.sort_by_key(|s| s.0);
     let runtime = &runtime;
+    let collector = &mut out;
     let result = std::thread::scope(|scope| -> Result<Vec<Vec<Tally>>, RunError> {
         let mut to_workers = Vec::new();
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Reply>();
         let mut handles = Vec::new();
-        for (wi, mut w) in worker_engines.drain(..).enumerate() {
+        for mut w in worker_engines.drain(..) {
             let (tx, rx) = crossbeam_channel::bounded::<Job>(2);
             to_workers.push(tx);
             let done = done_tx.clone();
@@ -324,7 +296,6 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                         break;
                     }
                 }
-                let _ = wi;
                 w.finish()
             }));
         }
@@ -374,30 +345,30 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
             fates.clear();
             fates.resize(end - start_at, None);
             for _ in 0..workers {
-                let Reply::Done(out) = done_rx.recv().map_err(|_| RunError::Worker(0))? else { continue };
-                batches += out.batches;
-                for (i, r) in out.results {
+                let Reply::Done(done) = done_rx.recv().map_err(|_| RunError::Worker(0))? else { continue };
+                batches += done.batches;
+                for (i, r) in done.results {
                     if let Some(slot) = fates.get_mut(i - start_at) {
                         *slot = Some(r);
                     }
                 }
-                take_events(out.events);
+                collector.take_events(done.events);
             }
-            write_chunk(start_at..end, &mut fates)?;
+            collector.write(&trace, start_at..end, &mut fates)?;
             bar.inc((end - start_at) as u64);
             start_at = end;
         }
         drop(to_workers);
-        let mut out = Vec::new();
+        let mut tallies = Vec::new();
         for (wi, h) in handles.into_iter().enumerate() {
-            out.push(h.join().map_err(|_| RunError::Worker(wi))?);
+            tallies.push(h.join().map_err(|_| RunError::Worker(wi))?);
         }
-        Ok(out)
+        Ok(tallies)
     });
     let tallies = result?;
     let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     bar.finish_and_clear();
-    if let Some(s) = sink {
+    if let Some(s) = out.sink.take() {
         s.finish()?;
     }
 
@@ -414,8 +385,8 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let packets_in = total as u64;
     Ok(Report {
         packets_in,
-        packets_out,
-        packets_dropped: packets_in - packets_out,
+        packets_out: out.packets_out,
+        packets_dropped: packets_in - out.packets_out,
         batches,
         traps: nfs.iter().map(|n| n.meters.traps).sum(),
         workers,
@@ -431,11 +402,56 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
             truncation_reason: stats.truncation_reason.clone(),
         },
         nfs,
-        events_total,
-        events_by_kind,
+        events_total: out.events_total,
+        events_by_kind: out.events_by_kind,
         swaps: swap_records,
-        events,
+        events: out.events,
     })
+}
+
+/// Where a run's results go: forwarded packets to the output file, events
+/// to the report (the first [`MAX_REPORTED_EVENTS`]) and the debug log.
+struct Collector {
+    sink: Option<PcapSink>,
+    packets_out: u64,
+    events: Vec<EventRecord>,
+    events_total: u64,
+    events_by_kind: BTreeMap<String, u64>,
+}
+
+impl Collector {
+    /// Writes the forwarded packets of input range `range`, in input order.
+    fn write(
+        &mut self,
+        trace: &Trace,
+        range: std::ops::Range<usize>,
+        fates: &mut Vec<Option<PacketResult>>,
+    ) -> Result<(), RunError> {
+        for (i, r) in range.zip(fates.drain(..)) {
+            let Some(r) = r else { continue };
+            if let Fate::Forward(_) = r.fate {
+                self.packets_out += 1;
+                if let (Some(s), Some(p)) = (self.sink.as_mut(), trace.packets().get(i)) {
+                    match &r.data {
+                        Some(d) => s.write(p.timestamp_ns, d.len() as u32, d)?,
+                        None => s.write(p.timestamp_ns, p.wire_len, trace.data(p))?,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn take_events(&mut self, evs: Vec<EmittedEvent>) {
+        for e in evs {
+            self.events_total += 1;
+            *self.events_by_kind.entry(format!("{}/{}", e.nf, e.event.kind)).or_default() += 1;
+            tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
+            if self.events.len() < MAX_REPORTED_EVENTS {
+                self.events.push(event_record(e));
+            }
+        }
+    }
 }
 
 fn event_record(e: EmittedEvent) -> EventRecord {

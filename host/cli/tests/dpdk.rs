@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice-host"));
-    c.env("SLUICE_CACHE_DIR", "").env_remove("SLUICE_CONFIG");
+    c.env("SLUICE_CACHE_DIR", "").env("SLUICE_LOG", "warn").env_remove("SLUICE_CONFIG");
     c
 }
 
