@@ -78,12 +78,18 @@ unit: nfs test-nfs
 	SLUICE_NFS_DIR=$(CURDIR)/$(NF_OUT) SLUICE_TEST_NFS_DIR=$(CURDIR)/$(TEST_NF_OUT) \
 		$(CARGO) test --release --locked --workspace $(FEATURES)
 
-# A short coverage-guided fuzz run of the packet parser (nightly + cargo-fuzz).
+# Short coverage-guided fuzz runs of the packet parser and the capture
+# reader (nightly + cargo-fuzz).
+FUZZ_TARGETS := parse pcap
 fuzz-smoke: setup
-	cd host/wire/fuzz && $(CARGO) +nightly fuzz run parse --release -- -max_total_time=$${FUZZ_SECONDS:-30} -rss_limit_mb=2048
+	cd host/wire/fuzz && for t in $(FUZZ_TARGETS); do \
+		$(CARGO) +nightly fuzz run $$t --release -- -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 || exit 1; \
+	done
 
 fuzz: setup
-	cd host/wire/fuzz && $(CARGO) +nightly fuzz run parse --release -- -max_total_time=$${FUZZ_SECONDS:-600}
+	cd host/wire/fuzz && for t in $(FUZZ_TARGETS); do \
+		$(CARGO) +nightly fuzz run $$t --release -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; \
+	done
 
 test: lint unit fuzz-smoke
 	@echo "all tests passed"
