@@ -8,7 +8,8 @@
 //! ```toml
 //! batch-size = 32            # SLUICE_BATCH_SIZE
 //! workers = 1                # SLUICE_WORKERS
-//! cache-dir = "target/sluice-cache"   # SLUICE_CACHE_DIR; "" disables
+//! cache-dir = "/var/cache/sluice"     # SLUICE_CACHE_DIR; "" disables; default
+//!                                      # $XDG_CACHE_HOME/sluice or ~/.cache/sluice
 //! max-memory-mb = 256        # SLUICE_MAX_MEMORY_MB: pool slot size
 //! fuel = false               # SLUICE_FUEL: compile in fuel metering
 //!
@@ -134,8 +135,15 @@ fn default_batch() -> usize {
 fn default_workers() -> usize {
     1
 }
+/// The user's cache directory for compiled code: `$XDG_CACHE_HOME/sluice`,
+/// else `~/.cache/sluice`; none (no cache) if neither is known.
 fn default_cache_dir() -> PathBuf {
-    PathBuf::from("target/sluice-cache")
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
+        .map(|d| d.join("sluice"))
+        .unwrap_or_default()
 }
 fn default_max_memory() -> u64 {
     256
