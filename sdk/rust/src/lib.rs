@@ -51,6 +51,9 @@ pub use sluice_wire::{FlowKey, IpAddr128};
 
 /// The generated `sluice:nf` bindings. Not part of the SDK's stable API:
 /// use the re-exports at the crate root.
+// SAFETY: the unsafe code here is wit-bindgen's generated canonical-ABI
+// glue (reading and writing guest memory the host laid out); none is
+// written by hand.
 #[doc(hidden)]
 #[allow(unsafe_code, missing_docs, clippy::all)]
 pub mod wit {
@@ -71,6 +74,8 @@ pub use wit::sluice::nf::types::{BatchResult, Event, FlowUpdate, Level, NfInfo, 
 /// came from.
 pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+// SAFETY: `link_section` only names the custom section the bytes go to;
+// nothing reads or writes this static at run time.
 #[cfg(target_arch = "wasm32")]
 #[unsafe(link_section = "sluice-sdk-version")]
 #[used]
