@@ -314,7 +314,7 @@ fn render(rows: &[Row], cold: &[(&str, f64, f64)], sizes: &[(&str, usize, f64)])
     s.push_str("# Benchmarks\n\n");
     s.push_str("Produced by `make bench`, which runs\n`cargo run --release -p sluice-bench -- --nfs target/nfs --write docs/benchmarks.md`.\n\n");
     s.push_str(&format!(
-        "Machine: {}, {} cores. Packets from an in-memory generator (8192 TCP packets over 1024 flows, every flow opened by a SYN, then alternating directions). Each figure is the median of several samples.\n\n",
+        "Machine: {}, {} cores. Packets from an in-memory generator (8192 TCP packets over 1024 flows, every flow opened by a SYN, then alternating directions). Each figure is the median of several samples; on a small shared virtual machine, repeated runs of `make bench` still differ by up to about 15%, so compare ratios from one run.\n\n",
         cpu_model(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     ));
