@@ -1,8 +1,7 @@
 //! The DNS filter: blocked names (and subdomains) answered with NXDOMAIN
 //! or dropped; everything else untouched.
 
-use sluice_host::{RunOptions, run};
-use sluice_tests::{host_config, nf, read_pcap, write_pcap};
+use sluice_tests::{nf, run_host, stamped};
 use sluice_wire::IpAddr128;
 use sluice_wire::build::{FrameSpec, Transport};
 use sluice_wire::checksum::{pseudo_header_v4, pseudo_header_v6};
@@ -36,23 +35,9 @@ fn q6(id: u16, name: &str) -> Vec<u8> {
 }
 
 fn run_filter(action: &str, frames: &[Vec<u8>]) -> (sluice_host::Report, Vec<Vec<u8>>) {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.pcap");
-    let output = dir.path().join("out.pcap");
-    write_pcap(&input, frames);
-    let config = host_config(
-        dir.path(),
-        &format!("[nf.dns-filter.config]\naction = \"{action}\"\nblock = [\"ads.example\", \"Malware.Test.\"]\n"),
-    );
-    let opts = RunOptions {
-        nfs: vec![nf("dns-filter")],
-        chain: None,
-        swaps: vec![],
-        input,
-        output: Some(output.clone()),
-        progress: false,
-    };
-    (run(&config, &opts).unwrap(), read_pcap(&output))
+    let config =
+        format!("[nf.dns-filter.config]\naction = \"{action}\"\nblock = [\"ads.example\", \"Malware.Test.\"]\n");
+    run_host(&config, vec![nf("dns-filter")], &stamped(frames), |_, _| {})
 }
 
 #[test]

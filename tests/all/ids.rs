@@ -2,7 +2,7 @@
 //! nocase/offset/depth, in IDS and IPS mode, on one and two workers.
 
 use sluice_host::{Report, RunOptions, run};
-use sluice_tests::{host_config, nf, read_pcap, write_pcap};
+use sluice_tests::{host_config, nf, run_host, stamped, write_pcap};
 use sluice_wire::build::FrameSpec;
 use sluice_wire::tcp::flags::{ACK, PSH};
 
@@ -26,23 +26,10 @@ fn reply(dport: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 fn run_ids(frames: &[Vec<u8>], mode: &str, batch: usize, workers: usize) -> (Report, Vec<Vec<u8>>) {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.pcap");
-    let output = dir.path().join("out.pcap");
-    write_pcap(&input, frames);
-    let mut config = host_config(dir.path(), &RULES.replace("MODE", mode));
-    config.batch_size = batch;
-    config.workers = workers;
-    let opts = RunOptions {
-        nfs: vec![nf("ids")],
-        chain: None,
-        swaps: vec![],
-        input,
-        output: Some(output.clone()),
-        progress: false,
-    };
-    let r = run(&config, &opts).unwrap();
-    (r, read_pcap(&output))
+    run_host(&RULES.replace("MODE", mode), vec![nf("ids")], &stamped(frames), |c, _| {
+        c.batch_size = batch;
+        c.workers = workers;
+    })
 }
 
 /// (sid, packet index in the trace) of every alert, sorted.

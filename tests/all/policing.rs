@@ -2,29 +2,17 @@
 //! packet time, made from host-owned flow state.
 
 use sluice_host::{Report, RunOptions, run};
-use sluice_tests::{host_config, nf, read_pcap, write_pcap_at};
+use sluice_tests::{host_config, nf, run_host, write_pcap_at};
 use sluice_wire::build::FrameSpec;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const MS: u64 = 1_000_000;
 
 fn run_nf(name: &str, config: &str, frames: &[(u64, Vec<u8>)], batch: usize, workers: usize) -> (Report, Vec<Vec<u8>>) {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.pcap");
-    let output = dir.path().join("out.pcap");
-    write_pcap_at(&input, frames);
-    let mut c = host_config(dir.path(), config);
-    c.batch_size = batch;
-    c.workers = workers;
-    let opts = RunOptions {
-        nfs: vec![nf(name)],
-        chain: None,
-        swaps: vec![],
-        input,
-        output: Some(output.clone()),
-        progress: false,
-    };
-    (run(&c, &opts).unwrap(), read_pcap(&output))
+    run_host(config, vec![nf(name)], frames, |c, _| {
+        c.batch_size = batch;
+        c.workers = workers;
+    })
 }
 
 #[test]

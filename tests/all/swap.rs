@@ -3,9 +3,8 @@
 //! refused and the old one keeps running.
 
 use sluice_host::run::SwapAt;
-use sluice_host::{RunOptions, run};
 use sluice_runtime::{Chain, Fate, NfLimits, NfSpec, RawPacket, Runtime, RuntimeConfig};
-use sluice_tests::{host_config, nf, nf_as, read_pcap, test_nf, write_pcap};
+use sluice_tests::{nf, nf_as, run_host, stamped, test_nf};
 use sluice_wire::build::FrameSpec;
 use sluice_wire::tcp::flags::{ACK, SYN};
 
@@ -28,23 +27,11 @@ fn trace() -> Vec<Vec<u8>> {
 }
 
 fn run_with(swaps: Vec<SwapAt>, workers: usize, batch: usize) -> (sluice_host::Report, Vec<Vec<u8>>) {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.pcap");
-    let output = dir.path().join("out.pcap");
-    write_pcap(&input, &trace());
-    let mut c = host_config(dir.path(), INSIDE_ONLY);
-    c.workers = workers;
-    c.batch_size = batch;
-    let opts = RunOptions {
-        nfs: vec![nf("firewall")],
-        chain: None,
-        swaps,
-        input,
-        output: Some(output.clone()),
-        progress: false,
-    };
-    let r = run(&c, &opts).unwrap();
-    (r, read_pcap(&output))
+    run_host(INSIDE_ONLY, vec![nf("firewall")], &stamped(&trace()), |c, o| {
+        c.workers = workers;
+        c.batch_size = batch;
+        o.swaps = swaps;
+    })
 }
 
 #[test]

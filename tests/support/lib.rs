@@ -66,3 +66,36 @@ pub fn write_pcap_at(path: &Path, frames: &[(u64, Vec<u8>)]) {
     }
     sink.finish().unwrap();
 }
+
+/// `frames` stamped 1 ms apart, as `write_pcap` does.
+pub fn stamped(frames: &[Vec<u8>]) -> Vec<(u64, Vec<u8>)> {
+    frames.iter().enumerate().map(|(i, f)| (1_700_000_000_000_000_000 + i as u64 * 1_000_000, f.clone())).collect()
+}
+
+/// Runs the host over `frames` (timestamp, bytes) with the host config
+/// `config` (TOML) and the NFs `nfs`; `tweak` may change the config and
+/// options (batch size, workers, chain, swaps) first. Returns the report
+/// and the forwarded frames.
+pub fn run_host(
+    config: &str,
+    nfs: Vec<PathBuf>,
+    frames: &[(u64, Vec<u8>)],
+    tweak: impl FnOnce(&mut sluice_host::HostConfig, &mut sluice_host::RunOptions),
+) -> (sluice_host::Report, Vec<Vec<u8>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let output = dir.path().join("out.pcap");
+    write_pcap_at(&input, frames);
+    let mut c = host_config(dir.path(), config);
+    let mut opts = sluice_host::RunOptions {
+        nfs,
+        chain: None,
+        swaps: vec![],
+        input,
+        output: Some(output.clone()),
+        progress: false,
+    };
+    tweak(&mut c, &mut opts);
+    let report = sluice_host::run(&c, &opts).unwrap();
+    (report, read_pcap(&output))
+}
