@@ -199,3 +199,54 @@ fn sigint_stops_cleanly_with_final_stats() {
     assert!(rx > 0);
     assert_eq!(rx, r["tx"].as_u64().unwrap() + r["dropped_tx_full"].as_u64().unwrap());
 }
+
+#[test]
+fn rewritten_packets_go_out_with_their_new_bytes() {
+    // The load balancer rewrites every packet to the VIP; through DPDK the
+    // new bytes are written into the mbufs. Packets of many sizes.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let mut sink = sluice_pcap::PcapSink::create(&input).unwrap();
+    for i in 0..200u16 {
+        let f = sluice_wire::build::FrameSpec::tcp4([198, 51, 100, 7], 20_000 + i, [203, 0, 113, 10], 80, 0x02)
+            .with_frame_len(60 + usize::from(i) * 7)
+            .build();
+        sink.write(1_000 + u64::from(i), f.len() as u32, &f).unwrap();
+    }
+    sink.finish().unwrap();
+    let cfg = dir.path().join("host.toml");
+    std::fs::write(
+        &cfg,
+        "[nf.lb]\nconfig-text = '{\"vip\":\"203.0.113.10\",\"port\":80,\"table-size\":251,\"backends\":[\"10.1.0.1:8080\",\"10.1.0.2:8080\"]}'\n",
+    )
+    .unwrap();
+    let pcap_out = dir.path().join("pcap.out.pcap");
+    let o = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["run", "--nf"])
+        .arg(nf("lb"))
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&pcap_out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let dpdk_out = dir.path().join("dpdk.out.pcap");
+    let vdev = format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), dpdk_out.display());
+    let o = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["dpdk", "--idle-exit-ms", "300", "--nf"])
+        .arg(nf("lb"))
+        .arg("--")
+        .args(eal("rewrite", &[vdev]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let expected = frames(&pcap_out);
+    assert_eq!(expected.len(), 200);
+    assert_ne!(expected, frames(&input), "the LB rewrote the packets");
+    assert!(frames(&dpdk_out) == expected, "DPDK output differs from the pcap backend's");
+}
