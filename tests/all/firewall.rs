@@ -1,7 +1,7 @@
 //! Golden tests of the firewall: exactly which packets pass.
 
 use sluice_host::{RunOptions, run};
-use sluice_tests::{host_config, nf, read_pcap, write_pcap};
+use sluice_tests::{host_config, nf, read_pcap, run_host, stamped, write_pcap};
 use sluice_wire::IpAddr128;
 use sluice_wire::build::{FrameSpec, Transport};
 use sluice_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
@@ -81,31 +81,20 @@ pub fn cases() -> Vec<(Vec<u8>, bool, &'static str)> {
     ]
 }
 
-fn passing(dir: &Path, batch: usize, workers: usize) -> (Vec<Vec<u8>>, sluice_host::Report) {
-    let input = dir.join("in.pcap");
-    let output = dir.join(format!("out-{batch}-{workers}.pcap"));
-    write_pcap(&input, &cases().into_iter().map(|c| c.0).collect::<Vec<_>>());
-    let mut config = host_config(dir, RULES);
-    config.batch_size = batch;
-    config.workers = workers;
-    let opts = RunOptions {
-        nfs: vec![nf("firewall")],
-        chain: None,
-        swaps: vec![],
-        input,
-        output: Some(output.clone()),
-        progress: false,
-    };
-    let report = run(&config, &opts).unwrap();
-    (read_pcap(&output), report)
+fn passing(batch: usize, workers: usize) -> (Vec<Vec<u8>>, sluice_host::Report) {
+    let frames: Vec<Vec<u8>> = cases().into_iter().map(|c| c.0).collect();
+    let (report, out) = run_host(RULES, vec![nf("firewall")], &stamped(&frames), |c, _| {
+        c.batch_size = batch;
+        c.workers = workers;
+    });
+    (out, report)
 }
 
 #[test]
 fn exactly_the_expected_packets_pass_at_every_batch_size() {
-    let dir = tempfile::tempdir().unwrap();
     let expected: Vec<Vec<u8>> = cases().into_iter().filter(|c| c.1).map(|c| c.0).collect();
     for batch in [1, 3, 32] {
-        let (out, report) = passing(dir.path(), batch, 1);
+        let (out, report) = passing(batch, 1);
         if out != expected {
             let cases = cases();
             for (frame, pass, why) in &cases {
@@ -130,9 +119,8 @@ fn exactly_the_expected_packets_pass_at_every_batch_size() {
 
 #[test]
 fn two_workers_give_the_same_output_as_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let (one, _) = passing(dir.path(), 4, 1);
-    let (two, report) = passing(dir.path(), 4, 2);
+    let (one, _) = passing(4, 1);
+    let (two, report) = passing(4, 2);
     assert_eq!(one, two);
     assert_eq!(report.workers, 2);
 }

@@ -45,6 +45,41 @@ fn frames(path: &Path) -> Vec<Vec<u8>> {
     t.packets().iter().map(|p| t.data(p).to_vec()).collect()
 }
 
+/// Runs `nf` over `input` with the host config `cfg` through the pcap
+/// backend and through DPDK's `net_pcap` device (writing the DPDK report to
+/// `report`), and returns both outputs: (pcap backend, DPDK).
+fn pcap_and_dpdk(dir: &Path, cfg: &Path, nf: &Path, input: &Path, report: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let pcap_out = dir.join("pcap.out.pcap");
+    let o = bin()
+        .arg("--config")
+        .arg(cfg)
+        .args(["run", "--nf"])
+        .arg(nf)
+        .arg("--in")
+        .arg(input)
+        .arg("--out")
+        .arg(&pcap_out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let dpdk_out = dir.join("dpdk.out.pcap");
+    let prefix = nf.file_stem().and_then(|s| s.to_str()).unwrap_or("nf");
+    let vdev = format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), dpdk_out.display());
+    let o = bin()
+        .arg("--config")
+        .arg(cfg)
+        .args(["dpdk", "--idle-exit-ms", "300", "--nf"])
+        .arg(nf)
+        .arg("--report")
+        .arg(report)
+        .arg("--")
+        .args(eal(&format!("pcap-{prefix}"), &[vdev]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    (frames(&pcap_out), frames(&dpdk_out))
+}
+
 const FIREWALL: &str = r#"
 [nf.firewall.config]
 default = "deny"
@@ -65,38 +100,8 @@ fn firewall_output_through_dpdk_equals_the_pcap_backend() {
     let cfg = dir.path().join("host.toml");
     std::fs::write(&cfg, FIREWALL).unwrap();
 
-    let pcap_out = dir.path().join("pcap.out.pcap");
-    let o = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["run", "--nf"])
-        .arg(nf("firewall"))
-        .arg("--in")
-        .arg(&input)
-        .arg("--out")
-        .arg(&pcap_out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{:?}", text(&o));
-
-    let dpdk_out = dir.path().join("dpdk.out.pcap");
     let report = dir.path().join("dpdk.json");
-    let vdev = format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), dpdk_out.display());
-    let o = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["dpdk", "--idle-exit-ms", "300", "--nf"])
-        .arg(nf("firewall"))
-        .arg("--report")
-        .arg(&report)
-        .arg("--")
-        .args(eal("pcap", &[vdev]))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{:?}", text(&o));
-
-    let expected = frames(&pcap_out);
-    let got = frames(&dpdk_out);
+    let (expected, got) = pcap_and_dpdk(dir.path(), &cfg, &nf("firewall"), &input, &report);
     assert!(!expected.is_empty());
     assert_eq!(got.len(), expected.len());
     assert!(got == expected, "DPDK output differs from the pcap backend's");
@@ -220,33 +225,8 @@ fn rewritten_packets_go_out_with_their_new_bytes() {
         "[nf.lb]\nconfig-text = '{\"vip\":\"203.0.113.10\",\"port\":80,\"table-size\":251,\"backends\":[\"10.1.0.1:8080\",\"10.1.0.2:8080\"]}'\n",
     )
     .unwrap();
-    let pcap_out = dir.path().join("pcap.out.pcap");
-    let o = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["run", "--nf"])
-        .arg(nf("lb"))
-        .arg("--in")
-        .arg(&input)
-        .arg("--out")
-        .arg(&pcap_out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{:?}", text(&o));
-    let dpdk_out = dir.path().join("dpdk.out.pcap");
-    let vdev = format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), dpdk_out.display());
-    let o = bin()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["dpdk", "--idle-exit-ms", "300", "--nf"])
-        .arg(nf("lb"))
-        .arg("--")
-        .args(eal("rewrite", &[vdev]))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{:?}", text(&o));
-    let expected = frames(&pcap_out);
+    let (expected, got) = pcap_and_dpdk(dir.path(), &cfg, &nf("lb"), &input, &dir.path().join("r.json"));
     assert_eq!(expected.len(), 200);
     assert_ne!(expected, frames(&input), "the LB rewrote the packets");
-    assert!(frames(&dpdk_out) == expected, "DPDK output differs from the pcap backend's");
+    assert!(got == expected, "DPDK output differs from the pcap backend's");
 }
