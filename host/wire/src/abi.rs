@@ -101,6 +101,53 @@ pub fn split_flow_states(states: &[u8]) -> Vec<core::ops::Range<usize>> {
     out
 }
 
+/// Appends one item to a framed list (`sluice:nf@0.2.0` `state`: a 4-byte
+/// little-endian length, then the bytes). The same framing as
+/// `flow-states`.
+pub fn push_frame(out: &mut Vec<u8>, item: &[u8]) {
+    push_flow_state(out, item);
+}
+
+/// Iterates over the items of a framed list. Yields `Err(index)` once, for
+/// the first item whose header or bytes are cut short, and then stops.
+pub fn frames(bytes: &[u8]) -> Frames<'_> {
+    Frames { rest: bytes, index: 0, failed: false }
+}
+
+/// Iterator returned by [`frames`].
+#[derive(Debug, Clone)]
+pub struct Frames<'a> {
+    rest: &'a [u8],
+    index: u32,
+    failed: bool,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<&'a [u8], u32>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() || self.failed {
+            return None;
+        }
+        let index = self.index;
+        self.index += 1;
+        let item = self.rest.split_first_chunk::<4>().and_then(|(len, rest)| {
+            let len = u32::from_le_bytes(*len) as usize;
+            Some((rest.get(..len)?, rest.get(len..)?))
+        });
+        match item {
+            Some((item, rest)) => {
+                self.rest = rest;
+                Some(Ok(item))
+            }
+            None => {
+                self.failed = true;
+                Some(Err(index))
+            }
+        }
+    }
+}
+
 /// Bits of descriptor flags.
 pub mod packet_flags {
     /// The packet travels against its flow's normalized direction.
@@ -152,6 +199,19 @@ impl Verdict {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn frames_round_trip_and_stop_at_a_cut() {
+        let mut b = Vec::new();
+        for item in [&b"ab"[..], b"", b"xyz"] {
+            push_frame(&mut b, item);
+        }
+        let items: Vec<_> = frames(&b).collect();
+        assert_eq!(items, vec![Ok(&b"ab"[..]), Ok(&b""[..]), Ok(&b"xyz"[..])]);
+        let cut: Vec<_> = frames(&b[..b.len() - 1]).collect();
+        assert_eq!(cut, vec![Ok(&b"ab"[..]), Ok(&b""[..]), Err(2)]);
+        assert_eq!(frames(&[1, 0]).collect::<Vec<_>>(), vec![Err(0)]);
+    }
     use super::*;
 
     #[test]

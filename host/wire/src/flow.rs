@@ -123,6 +123,46 @@ impl FlowKey {
         // Zero means "no flow" in the batch metadata.
         if h == 0 { 1 } else { h }
     }
+
+    /// Length of [`to_bytes`](Self::to_bytes).
+    pub const ENCODED_LEN: usize = 37;
+
+    /// The key as 37 bytes: source and destination address (16 bytes each,
+    /// IPv4 as `::ffff:a.b.c.d`), source and destination port (big-endian),
+    /// protocol. This is how `sluice:nf@0.2.0` names a flow to an NF (the
+    /// `expired` export) and how exported flow state names its flow.
+    pub fn to_bytes(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut out = [0u8; Self::ENCODED_LEN];
+        let (src, rest) = out.split_at_mut(16);
+        src.copy_from_slice(&self.src.0.to_be_bytes());
+        let (dst, rest) = rest.split_at_mut(16);
+        dst.copy_from_slice(&self.dst.0.to_be_bytes());
+        let (sp, rest) = rest.split_at_mut(2);
+        sp.copy_from_slice(&self.src_port.to_be_bytes());
+        let (dp, proto) = rest.split_at_mut(2);
+        dp.copy_from_slice(&self.dst_port.to_be_bytes());
+        if let Some(p) = proto.first_mut() {
+            *p = self.protocol;
+        }
+        out
+    }
+
+    /// The inverse of [`to_bytes`](Self::to_bytes); `None` unless `b` is
+    /// exactly 37 bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<FlowKey> {
+        let b: &[u8; Self::ENCODED_LEN] = b.try_into().ok()?;
+        let (src, rest) = b.split_first_chunk::<16>()?;
+        let (dst, rest) = rest.split_first_chunk::<16>()?;
+        let (sp, rest) = rest.split_first_chunk::<2>()?;
+        let (dp, rest) = rest.split_first_chunk::<2>()?;
+        Some(FlowKey {
+            src: IpAddr128(u128::from_be_bytes(*src)),
+            dst: IpAddr128(u128::from_be_bytes(*dst)),
+            src_port: u16::from_be_bytes(*sp),
+            dst_port: u16::from_be_bytes(*dp),
+            protocol: *rest.first()?,
+        })
+    }
 }
 
 /// A 64-bit mixing step (multiply-xorshift, as in wyhash/FxHash family).
@@ -168,6 +208,13 @@ mod tests {
             proptest::prop_assert_eq!(k.symmetric_hash(), k.reversed().symmetric_hash());
             proptest::prop_assert_eq!(k.normalized(), k.reversed().normalized());
             proptest::prop_assert!(k.normalized().is_normalized());
+        }
+
+        #[test]
+        fn bytes_round_trip(src in proptest::num::u128::ANY, dst in proptest::num::u128::ANY, sp in proptest::num::u16::ANY, dp in proptest::num::u16::ANY, p in proptest::num::u8::ANY) {
+            let k = FlowKey { src: IpAddr128(src), dst: IpAddr128(dst), src_port: sp, dst_port: dp, protocol: p };
+            proptest::prop_assert_eq!(FlowKey::from_bytes(&k.to_bytes()), Some(k));
+            proptest::prop_assert_eq!(FlowKey::from_bytes(&k.to_bytes()[..36]), None);
         }
     }
 }

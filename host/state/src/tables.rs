@@ -1,0 +1,920 @@
+//! The tables of one NF instance on one worker.
+
+use crate::HashMap;
+use crate::error::StateError;
+use crate::shared::{Domain, EventualShared, Pool};
+use crate::spec::{Access, Consistency, Kind, MAX_TABLES, Scope, TableSpec};
+use sluice_wire::FlowKey;
+use sluice_wire::abi::{frames, push_frame};
+use std::sync::Arc;
+
+/// Bytes an entry costs besides its key and value (map slot, timestamps):
+/// what the memory budget charges per entry.
+pub const ENTRY_OVERHEAD: usize = 48;
+
+/// Default state memory budget per NF instance: 64 MiB.
+pub const DEFAULT_BUDGET_BYTES: usize = 64 << 20;
+
+/// Counters of state use, for meters and billing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StateMeters {
+    /// Items read or written (keys, resources), not calls.
+    pub ops: u64,
+    /// State calls.
+    pub calls: u64,
+    /// Calls that returned an error.
+    pub errors: u64,
+    /// Items refused for capacity, budget, size or an exhausted pool.
+    pub rejected: u64,
+    /// Entries removed for idleness.
+    pub expired: u64,
+    /// Merges of eventual replicas into the shared view.
+    pub merges: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Slot<V> {
+    value: V,
+    last_ns: u64,
+    /// Updates so far: the entry's logical clock.
+    clock: u64,
+}
+
+#[derive(Debug)]
+enum Store {
+    Counters(HashMap<u64, Slot<u64>>),
+    FlowCounters(HashMap<FlowKey, Slot<u64>>),
+    Bytes(HashMap<Box<[u8]>, Slot<Vec<u8>>>),
+    FlowBytes(HashMap<FlowKey, Slot<Vec<u8>>>),
+    Eventual { pending: HashMap<u64, u64>, shared: Arc<EventualShared>, last_merge_ns: u64 },
+    Pool(Arc<Pool>),
+}
+
+impl Store {
+    fn new(spec: &TableSpec, domain: &Domain) -> Store {
+        match (spec.scope, spec.kind, spec.consistency) {
+            (_, _, Consistency::Eventual { merge, .. }) => Store::Eventual {
+                pending: HashMap::default(),
+                shared: domain.eventual(&spec.name, merge),
+                last_merge_ns: 0,
+            },
+            (_, _, Consistency::Release { first, count, chunk }) => Store::Pool(domain.pool(spec, first, count, chunk)),
+            (Scope::PerFlow, Kind::Counter, _) => Store::FlowCounters(HashMap::default()),
+            (Scope::PerFlow, Kind::Bytes, _) => Store::FlowBytes(HashMap::default()),
+            (Scope::Global, Kind::Counter, _) => Store::Counters(HashMap::default()),
+            (Scope::Global, Kind::Bytes, _) => Store::Bytes(HashMap::default()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Store::Counters(m) => m.len(),
+            Store::FlowCounters(m) => m.len(),
+            Store::Bytes(m) => m.len(),
+            Store::FlowBytes(m) => m.len(),
+            Store::Eventual { pending, .. } => pending.len(),
+            Store::Pool(_) => 0,
+        }
+    }
+
+    /// Bytes charged to the budget.
+    fn cost(&self) -> usize {
+        match self {
+            Store::Counters(m) => m.len() * (16 + ENTRY_OVERHEAD),
+            Store::FlowCounters(m) => m.len() * (FlowKey::ENCODED_LEN + 8 + ENTRY_OVERHEAD),
+            Store::Bytes(m) => m.iter().map(|(k, v)| k.len() + v.value.len() + ENTRY_OVERHEAD).sum(),
+            Store::FlowBytes(m) => m.values().map(|v| FlowKey::ENCODED_LEN + v.value.len() + ENTRY_OVERHEAD).sum(),
+            Store::Eventual { pending, .. } => pending.len() * (16 + ENTRY_OVERHEAD),
+            Store::Pool(_) => 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Store::Counters(m) => m.clear(),
+            Store::FlowCounters(m) => m.clear(),
+            Store::Bytes(m) => m.clear(),
+            Store::FlowBytes(m) => m.clear(),
+            Store::Eventual { pending, .. } => pending.clear(),
+            Store::Pool(_) => {}
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Table {
+    spec: TableSpec,
+    store: Store,
+    last_sweep_ns: u64,
+    /// Declared by the running version (a table of an older version stays,
+    /// with its contents, but is not used).
+    declared: bool,
+}
+
+/// One per-flow table entry of an exported flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowTableEntry {
+    /// Table name.
+    pub table: String,
+    /// The value (counters: 8 bytes little-endian).
+    pub value: Vec<u8>,
+    /// The entry's logical clock.
+    pub clock: u64,
+}
+
+/// The state tables of one NF instance on one worker. Owned by the host:
+/// moved into the sandbox's host state for a call and back out after, so
+/// it outlives any instance of the NF.
+#[derive(Debug)]
+pub struct Tables {
+    domain: Arc<Domain>,
+    worker: usize,
+    tables: Vec<Table>,
+    in_init: bool,
+    incompatible: Option<String>,
+    flows: Vec<FlowKey>,
+    now_ns: u64,
+    budget: usize,
+    used: usize,
+    meters: StateMeters,
+    expired: Vec<(u32, Vec<u8>)>,
+}
+
+/// Capacity and budget cut-offs checked before an insert.
+enum Room {
+    Ok,
+    Full,
+    Budget,
+}
+
+/// A restore point for a swap that may be refused.
+#[derive(Debug)]
+pub struct Checkpoint {
+    specs: Vec<(TableSpec, bool)>,
+    read_only: Vec<(usize, Store)>,
+}
+
+fn flow_index(b: &[u8]) -> Option<usize> {
+    <[u8; 4]>::try_from(b).ok().map(|b| u32::from_le_bytes(b) as usize)
+}
+
+fn idx(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+fn stale(last_ns: u64, now: u64, timeout: u64) -> bool {
+    timeout > 0 && now.saturating_sub(last_ns) > timeout
+}
+
+impl Tables {
+    /// Tables for a new worker of the NF whose shared state is `domain`,
+    /// with a memory budget in bytes.
+    pub fn new(domain: &Arc<Domain>, budget_bytes: usize) -> Self {
+        Tables {
+            worker: domain.attach(),
+            domain: domain.clone(),
+            tables: Vec::new(),
+            in_init: false,
+            incompatible: None,
+            flows: Vec::new(),
+            now_ns: 0,
+            budget: budget_bytes,
+            used: 0,
+            meters: StateMeters::default(),
+            expired: Vec::new(),
+        }
+    }
+
+    /// This worker's index in the domain.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// The shared state this worker belongs to.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.domain
+    }
+
+    /// Changes the budget (a new version may have other limits).
+    pub fn set_budget(&mut self, budget_bytes: usize) {
+        self.budget = budget_bytes;
+    }
+
+    /// Meters so far.
+    pub fn meters(&self) -> &StateMeters {
+        &self.meters
+    }
+
+    /// Bytes charged against the budget.
+    pub fn used_bytes(&self) -> usize {
+        self.used
+    }
+
+    /// The declared tables and their entry counts on this worker.
+    pub fn tables(&self) -> impl Iterator<Item = (&TableSpec, usize)> {
+        self.tables.iter().filter(|t| t.declared).map(|t| (&t.spec, t.store.len()))
+    }
+
+    /// Whether any table is declared.
+    pub fn is_empty(&self) -> bool {
+        !self.tables.iter().any(|t| t.declared)
+    }
+
+    /// Whether a per-flow table is declared (the host then tells the
+    /// tables each batch's flows).
+    pub fn has_per_flow(&self) -> bool {
+        self.tables.iter().any(|t| t.declared && t.spec.scope == Scope::PerFlow)
+    }
+
+    /// Starts an `init`: declarations are allowed, and the running
+    /// version's declarations are forgotten until made again.
+    pub fn begin_init(&mut self) {
+        self.in_init = true;
+        self.incompatible = None;
+        for t in &mut self.tables {
+            t.declared = false;
+        }
+    }
+
+    /// Ends an `init`. Fails if the NF declared a table incompatibly (even
+    /// if it ignored the error it got).
+    pub fn end_init(&mut self) -> Result<(), String> {
+        self.in_init = false;
+        match self.incompatible.take() {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// Saves what a refused swap must restore: the declarations and the
+    /// read-only tables (the only ones `init` rewrites).
+    pub fn checkpoint(&self) -> Checkpoint {
+        let specs = self.tables.iter().map(|t| (t.spec.clone(), t.declared)).collect();
+        let read_only = self
+            .tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.spec.access == Access::ReadOnly)
+            .map(|(i, t)| (i, clone_local(&t.store, &t.spec, &self.domain)))
+            .collect();
+        Checkpoint { specs, read_only }
+    }
+
+    /// Restores a checkpoint after a refused swap.
+    pub fn rollback(&mut self, cp: Checkpoint) {
+        self.tables.truncate(cp.specs.len());
+        for (t, (spec, declared)) in self.tables.iter_mut().zip(cp.specs) {
+            t.spec = spec;
+            t.declared = declared;
+        }
+        for (i, store) in cp.read_only {
+            if let Some(t) = self.tables.get_mut(i) {
+                t.store = store;
+            }
+        }
+        self.in_init = false;
+        self.incompatible = None;
+        self.recount();
+    }
+
+    fn recount(&mut self) {
+        self.used = self.tables.iter().map(|t| t.store.cost()).sum();
+    }
+
+    /// Sets the flows and packet time of the batch about to be processed.
+    pub fn begin_batch(&mut self, flows: &[FlowKey], now_ns: u64) {
+        self.flows.clear();
+        self.flows.extend_from_slice(flows);
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    /// After a batch: merges eventual replicas that are due and sweeps
+    /// idle entries (collected for `take_expired` where the NF asked).
+    // `retain` hands the byte keys over as `&Box<[u8]>`.
+    #[allow(clippy::borrowed_box)]
+    pub fn end_batch(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+        let now = self.now_ns;
+        for (i, t) in self.tables.iter_mut().enumerate() {
+            if let Store::Eventual { pending, shared, last_merge_ns } = &mut t.store {
+                let interval = match t.spec.consistency {
+                    Consistency::Eventual { merge_interval_ns, .. } => merge_interval_ns,
+                    _ => 0,
+                };
+                if now.saturating_sub(*last_merge_ns) >= interval {
+                    let before = pending.len();
+                    shared.merge_in(pending);
+                    self.used = self.used.saturating_sub(before * (16 + ENTRY_OVERHEAD));
+                    *last_merge_ns = now;
+                    self.meters.merges += 1;
+                }
+                continue;
+            }
+            let timeout = t.spec.idle_timeout_ns;
+            if timeout == 0 || now.saturating_sub(t.last_sweep_ns) < (timeout / 8).max(1_000_000) {
+                continue;
+            }
+            t.last_sweep_ns = now;
+            let mut notes = Vec::new();
+            let notify = t.spec.notify_expired && t.declared;
+            let mut freed = 0usize;
+            let mut n = 0u64;
+            macro_rules! sweep {
+                ($m:expr, $key:expr, $val:expr, $cost:expr) => {
+                    $m.retain(|k, s| {
+                        if !stale(s.last_ns, now, timeout) {
+                            return true;
+                        }
+                        n += 1;
+                        freed += $cost(k, s);
+                        if notify {
+                            push_frame(&mut notes, &$key(k));
+                            push_frame(&mut notes, &$val(s));
+                        }
+                        false
+                    })
+                };
+            }
+            match &mut t.store {
+                Store::Counters(m) => sweep!(
+                    m,
+                    |k: &u64| k.to_le_bytes().to_vec(),
+                    |s: &Slot<u64>| s.value.to_le_bytes().to_vec(),
+                    |_: &u64, _: &Slot<u64>| 16 + ENTRY_OVERHEAD
+                ),
+                Store::FlowCounters(m) => sweep!(
+                    m,
+                    |k: &FlowKey| k.to_bytes().to_vec(),
+                    |s: &Slot<u64>| s.value.to_le_bytes().to_vec(),
+                    |_: &FlowKey, _: &Slot<u64>| FlowKey::ENCODED_LEN + 8 + ENTRY_OVERHEAD
+                ),
+                Store::Bytes(m) => sweep!(
+                    m,
+                    |k: &Box<[u8]>| k.to_vec(),
+                    |s: &Slot<Vec<u8>>| s.value.clone(),
+                    |k: &Box<[u8]>, s: &Slot<Vec<u8>>| k.len() + s.value.len() + ENTRY_OVERHEAD
+                ),
+                Store::FlowBytes(m) => sweep!(
+                    m,
+                    |k: &FlowKey| k.to_bytes().to_vec(),
+                    |s: &Slot<Vec<u8>>| s.value.clone(),
+                    |_: &FlowKey, s: &Slot<Vec<u8>>| FlowKey::ENCODED_LEN + s.value.len() + ENTRY_OVERHEAD
+                ),
+                Store::Eventual { .. } | Store::Pool(_) => {}
+            }
+            self.used = self.used.saturating_sub(freed);
+            self.meters.expired += n;
+            if !notes.is_empty() {
+                self.expired.push((idx(i), notes));
+            }
+        }
+    }
+
+    /// Expired entries to hand to the NF: `(table, framed key/value pairs)`.
+    pub fn take_expired(&mut self) -> Vec<(u32, Vec<u8>)> {
+        std::mem::take(&mut self.expired)
+    }
+
+    /// Merges every eventual replica now (end of a run, or before a report).
+    pub fn flush(&mut self) {
+        for t in &mut self.tables {
+            if let Store::Eventual { pending, shared, last_merge_ns } = &mut t.store {
+                shared.merge_in(pending);
+                *last_merge_ns = self.now_ns;
+                self.meters.merges += 1;
+            }
+        }
+        self.recount();
+    }
+
+    /// The contents of a local counter table (global scope), sorted.
+    pub fn counters(&self, name: &str) -> Option<Vec<(u64, u64)>> {
+        let t = self.tables.iter().find(|t| t.spec.name == name)?;
+        match &t.store {
+            Store::Counters(m) => {
+                let mut v: Vec<(u64, u64)> = m.iter().map(|(k, s)| (*k, s.value)).collect();
+                v.sort_unstable();
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
+    fn table(&mut self, t: u32) -> Result<&mut Table, StateError> {
+        match self.tables.get_mut(t as usize) {
+            Some(table) if table.declared => Ok(table),
+            _ => Err(StateError::UnknownTable(t)),
+        }
+    }
+
+    fn room(used: usize, budget: usize, len: usize, cap: usize, cost: usize) -> Room {
+        if len >= cap {
+            Room::Full
+        } else if used + cost > budget {
+            Room::Budget
+        } else {
+            Room::Ok
+        }
+    }
+
+    /// Records the outcome of a call in the meters.
+    fn account<T>(&mut self, r: Result<T, StateError>) -> Result<T, StateError> {
+        self.meters.calls += 1;
+        if let Err(e) = &r {
+            self.meters.errors += 1;
+            if matches!(e, StateError::Full(_) | StateError::OverBudget(_) | StateError::TooLarge(_)) {
+                self.meters.rejected += 1;
+            }
+        }
+        r
+    }
+
+    /// `declare`.
+    pub fn declare(&mut self, spec: TableSpec) -> Result<u32, StateError> {
+        let r = self.declare_inner(spec);
+        self.account(r)
+    }
+
+    fn declare_inner(&mut self, spec: TableSpec) -> Result<u32, StateError> {
+        if !self.in_init {
+            return Err(StateError::NotNow);
+        }
+        spec.validate()?;
+        if let Some(i) = self.tables.iter().position(|t| t.spec.name == spec.name) {
+            let Some(t) = self.tables.get_mut(i) else { return Err(StateError::UnknownTable(idx(i))) };
+            if let Some(why) = t.spec.incompatibility(&spec) {
+                self.incompatible.get_or_insert_with(|| why.clone());
+                return Err(StateError::Incompatible(why));
+            }
+            if t.declared {
+                return Err(StateError::BadSpec(format!("table '{}' is declared twice", spec.name)));
+            }
+            if spec.access == Access::ReadOnly {
+                // `init` is the only writer: it refills from empty.
+                t.store.clear();
+            }
+            t.spec = spec;
+            t.declared = true;
+            self.recount();
+            return Ok(idx(i));
+        }
+        if self.tables.len() >= MAX_TABLES {
+            return Err(StateError::BadSpec(format!("more than {MAX_TABLES} tables")));
+        }
+        let store = Store::new(&spec, &self.domain);
+        self.tables.push(Table { spec, store, last_sweep_ns: self.now_ns, declared: true });
+        Ok(idx(self.tables.len() - 1))
+    }
+
+    fn writable(&self, t: u32) -> Result<(), StateError> {
+        match self.tables.get(t as usize) {
+            Some(table) if table.declared => {
+                if table.spec.access == Access::ReadOnly && !self.in_init {
+                    Err(StateError::NotNow)
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(StateError::UnknownTable(t)),
+        }
+    }
+
+    fn flow(&self, i: usize, item: usize) -> Result<FlowKey, StateError> {
+        self.flows.get(i).copied().ok_or(StateError::BadInput(idx(item)))
+    }
+
+    /// `counter-add`.
+    pub fn counter_add(&mut self, t: u32, keys: &[u64], deltas: &[i64]) -> Result<(), StateError> {
+        let r = self.counter_add_inner(t, keys, deltas);
+        self.account(r)
+    }
+
+    fn counter_add_inner(&mut self, t: u32, keys: &[u64], deltas: &[i64]) -> Result<(), StateError> {
+        self.writable(t)?;
+        if keys.len() != deltas.len() {
+            return Err(StateError::BadInput(idx(keys.len().min(deltas.len()))));
+        }
+        let now = self.now_ns;
+        let budget = self.budget;
+        let mut used = self.used;
+        // Per-flow keys are resolved before borrowing the table.
+        let flow_keys: Vec<FlowKey> = match self.tables.get(t as usize).map(|x| &x.store) {
+            Some(Store::FlowCounters(_)) => keys
+                .iter()
+                .enumerate()
+                .map(|(item, k)| self.flow(usize::try_from(*k).unwrap_or(usize::MAX), item))
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        let table = self.table(t)?;
+        let cap = table.spec.capacity();
+        let timeout = table.spec.idle_timeout_ns;
+        let add = |v: u64, d: i64| {
+            if d >= 0 { v.saturating_add(d.unsigned_abs()) } else { v.saturating_sub(d.unsigned_abs()) }
+        };
+        let result = match &mut table.store {
+            Store::Counters(m) => {
+                let mut r = Ok(());
+                for (i, (k, d)) in keys.iter().zip(deltas).enumerate() {
+                    match m.get_mut(k) {
+                        Some(s) if !stale(s.last_ns, now, timeout) => {
+                            s.value = add(s.value, *d);
+                            s.last_ns = now;
+                            s.clock += 1;
+                        }
+                        existing => {
+                            if existing.is_none() {
+                                match Self::room(used, budget, m.len(), cap, 16 + ENTRY_OVERHEAD) {
+                                    Room::Ok => used += 16 + ENTRY_OVERHEAD,
+                                    Room::Full => {
+                                        r = Err(StateError::Full(idx(i)));
+                                        break;
+                                    }
+                                    Room::Budget => {
+                                        r = Err(StateError::OverBudget(idx(i)));
+                                        break;
+                                    }
+                                }
+                            }
+                            m.insert(*k, Slot { value: add(0, *d), last_ns: now, clock: 1 });
+                        }
+                    }
+                }
+                r
+            }
+            Store::FlowCounters(m) => {
+                let mut r = Ok(());
+                let cost = FlowKey::ENCODED_LEN + 8 + ENTRY_OVERHEAD;
+                for (i, (k, d)) in flow_keys.iter().zip(deltas).enumerate() {
+                    match m.get_mut(k) {
+                        Some(s) if !stale(s.last_ns, now, timeout) => {
+                            s.value = add(s.value, *d);
+                            s.last_ns = now;
+                            s.clock += 1;
+                        }
+                        existing => {
+                            let clock = existing.map(|s| s.clock).unwrap_or(0) + 1;
+                            if clock == 1 {
+                                match Self::room(used, budget, m.len(), cap, cost) {
+                                    Room::Ok => used += cost,
+                                    Room::Full => {
+                                        r = Err(StateError::Full(idx(i)));
+                                        break;
+                                    }
+                                    Room::Budget => {
+                                        r = Err(StateError::OverBudget(idx(i)));
+                                        break;
+                                    }
+                                }
+                            }
+                            m.insert(*k, Slot { value: add(0, *d), last_ns: now, clock });
+                        }
+                    }
+                }
+                r
+            }
+            Store::Eventual { pending, shared, .. } => {
+                let merge = shared.merge;
+                let mut r = Ok(());
+                for (i, (k, d)) in keys.iter().zip(deltas).enumerate() {
+                    if *d < 0 {
+                        r = Err(StateError::BadInput(idx(i)));
+                        break;
+                    }
+                    let d = d.unsigned_abs();
+                    match pending.get_mut(k) {
+                        Some(v) => *v = merge.apply(*v, d),
+                        None => {
+                            match Self::room(used, budget, pending.len(), cap, 16 + ENTRY_OVERHEAD) {
+                                Room::Ok => used += 16 + ENTRY_OVERHEAD,
+                                Room::Full => {
+                                    r = Err(StateError::Full(idx(i)));
+                                    break;
+                                }
+                                Room::Budget => {
+                                    r = Err(StateError::OverBudget(idx(i)));
+                                    break;
+                                }
+                            }
+                            pending.insert(*k, d);
+                        }
+                    }
+                }
+                r
+            }
+            _ => Err(StateError::WrongKind),
+        };
+        self.used = used;
+        self.meters.ops += keys.len() as u64;
+        result
+    }
+
+    /// `counter-get`: appends one value per key to `out`.
+    pub fn counter_get(&mut self, t: u32, keys: &[u64], out: &mut Vec<u64>) -> Result<(), StateError> {
+        let r = self.counter_get_inner(t, keys, out);
+        self.account(r)
+    }
+
+    fn counter_get_inner(&mut self, t: u32, keys: &[u64], out: &mut Vec<u64>) -> Result<(), StateError> {
+        let now = self.now_ns;
+        let flow_keys: Vec<FlowKey> = match self.tables.get(t as usize).map(|x| &x.store) {
+            Some(Store::FlowCounters(_)) => keys
+                .iter()
+                .enumerate()
+                .map(|(item, k)| self.flow(usize::try_from(*k).unwrap_or(usize::MAX), item))
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        let table = self.table(t)?;
+        let timeout = table.spec.idle_timeout_ns;
+        match &mut table.store {
+            Store::Counters(m) => {
+                for k in keys {
+                    out.push(match m.get_mut(k) {
+                        Some(s) if !stale(s.last_ns, now, timeout) => {
+                            s.last_ns = now;
+                            s.value
+                        }
+                        _ => 0,
+                    });
+                }
+            }
+            Store::FlowCounters(m) => {
+                for k in &flow_keys {
+                    out.push(match m.get_mut(k) {
+                        Some(s) if !stale(s.last_ns, now, timeout) => {
+                            s.last_ns = now;
+                            s.value
+                        }
+                        _ => 0,
+                    });
+                }
+            }
+            Store::Eventual { pending, shared, .. } => shared.read(keys, pending, out),
+            _ => return Err(StateError::WrongKind),
+        }
+        self.meters.ops += keys.len() as u64;
+        Ok(())
+    }
+
+    /// `get-many`: appends one framed value per framed key to `out`.
+    pub fn get_many(&mut self, t: u32, keys: &[u8], out: &mut Vec<u8>) -> Result<(), StateError> {
+        let r = self.get_many_inner(t, keys, out);
+        self.account(r)
+    }
+
+    fn get_many_inner(&mut self, t: u32, keys: &[u8], out: &mut Vec<u8>) -> Result<(), StateError> {
+        let now = self.now_ns;
+        let flows = std::mem::take(&mut self.flows);
+        let result = (|| {
+            let table = self.table(t)?;
+            let timeout = table.spec.idle_timeout_ns;
+            let mut n = 0u64;
+            match &mut table.store {
+                Store::Bytes(m) => {
+                    for key in frames(keys) {
+                        let key = key.map_err(StateError::BadInput)?;
+                        n += 1;
+                        match m.get_mut(key) {
+                            Some(s) if !stale(s.last_ns, now, timeout) => {
+                                s.last_ns = now;
+                                push_frame(out, &s.value);
+                            }
+                            _ => push_frame(out, &[]),
+                        }
+                    }
+                }
+                Store::FlowBytes(m) => {
+                    for (item, key) in frames(keys).enumerate() {
+                        let key = key.map_err(StateError::BadInput)?;
+                        n += 1;
+                        let flow = flow_index(key).and_then(|i| flows.get(i)).ok_or(StateError::BadInput(idx(item)))?;
+                        match m.get_mut(flow) {
+                            Some(s) if !stale(s.last_ns, now, timeout) => {
+                                s.last_ns = now;
+                                push_frame(out, &s.value);
+                            }
+                            _ => push_frame(out, &[]),
+                        }
+                    }
+                }
+                _ => return Err(StateError::WrongKind),
+            }
+            Ok(n)
+        })();
+        self.flows = flows;
+        let n = result?;
+        self.meters.ops += n;
+        Ok(())
+    }
+
+    /// `put-many`.
+    pub fn put_many(&mut self, t: u32, entries: &[u8]) -> Result<(), StateError> {
+        let r = self.put_many_inner(t, entries);
+        self.account(r)
+    }
+
+    fn put_many_inner(&mut self, t: u32, entries: &[u8]) -> Result<(), StateError> {
+        self.writable(t)?;
+        let now = self.now_ns;
+        let budget = self.budget;
+        let mut used = self.used;
+        let flows = std::mem::take(&mut self.flows);
+        let mut n = 0u64;
+        let result = (|| {
+            let table = self.table(t)?;
+            let cap = table.spec.capacity();
+            let key_size = table.spec.key_size as usize;
+            let max_value = table.spec.max_value_size as usize;
+            let mut items = frames(entries);
+            let mut item = 0u32;
+            loop {
+                let Some(key) = items.next() else { return Ok(()) };
+                let key = key.map_err(|_| StateError::BadInput(item))?;
+                let value = match items.next() {
+                    Some(Ok(v)) => v,
+                    _ => return Err(StateError::BadInput(item)),
+                };
+                if value.len() > max_value {
+                    return Err(StateError::TooLarge(item));
+                }
+                n += 1;
+                match &mut table.store {
+                    Store::Bytes(m) => {
+                        let key_ok = if key_size == 0 {
+                            !key.is_empty() && key.len() <= crate::spec::MAX_KEY_SIZE as usize
+                        } else {
+                            key.len() == key_size
+                        };
+                        if !key_ok {
+                            return Err(StateError::BadInput(item));
+                        }
+                        let old = m.get(key).map(|s| (s.value.len(), s.clock));
+                        if value.is_empty() {
+                            if let Some((len, _)) = old {
+                                m.remove(key);
+                                used = used.saturating_sub(key.len() + len + ENTRY_OVERHEAD);
+                            }
+                        } else {
+                            let (old_cost, clock) = match old {
+                                Some((len, clock)) => (key.len() + len + ENTRY_OVERHEAD, clock),
+                                None => (0, 0),
+                            };
+                            let new_cost = key.len() + value.len() + ENTRY_OVERHEAD;
+                            let len = if old.is_some() { 0 } else { m.len() };
+                            match Self::room(used.saturating_sub(old_cost), budget, len, cap, new_cost) {
+                                Room::Ok => used = used.saturating_sub(old_cost) + new_cost,
+                                Room::Full => return Err(StateError::Full(item)),
+                                Room::Budget => return Err(StateError::OverBudget(item)),
+                            }
+                            m.insert(key.into(), Slot { value: value.to_vec(), last_ns: now, clock: clock + 1 });
+                        }
+                    }
+                    Store::FlowBytes(m) => {
+                        let flow = *flow_index(key).and_then(|i| flows.get(i)).ok_or(StateError::BadInput(item))?;
+                        let old = m.get(&flow).map(|s| (s.value.len(), s.clock));
+                        let base = FlowKey::ENCODED_LEN + ENTRY_OVERHEAD;
+                        if value.is_empty() {
+                            if let Some((len, _)) = old {
+                                m.remove(&flow);
+                                used = used.saturating_sub(base + len);
+                            }
+                        } else {
+                            let (old_cost, clock) = match old {
+                                Some((len, clock)) => (base + len, clock),
+                                None => (0, 0),
+                            };
+                            let len = if old.is_some() { 0 } else { m.len() };
+                            match Self::room(used.saturating_sub(old_cost), budget, len, cap, base + value.len()) {
+                                Room::Ok => used = used.saturating_sub(old_cost) + base + value.len(),
+                                Room::Full => return Err(StateError::Full(item)),
+                                Room::Budget => return Err(StateError::OverBudget(item)),
+                            }
+                            m.insert(flow, Slot { value: value.to_vec(), last_ns: now, clock: clock + 1 });
+                        }
+                    }
+                    _ => return Err(StateError::WrongKind),
+                }
+                item += 1;
+            }
+        })();
+        self.flows = flows;
+        self.used = used;
+        self.meters.ops += n;
+        result
+    }
+
+    fn pool(&mut self, t: u32) -> Result<Arc<Pool>, StateError> {
+        match &self.table(t)?.store {
+            Store::Pool(p) => Ok(p.clone()),
+            _ => Err(StateError::WrongKind),
+        }
+    }
+
+    /// `acquire`: appends the resources to `out`.
+    pub fn acquire(&mut self, t: u32, values: &[u8], out: &mut Vec<u64>) -> Result<(), StateError> {
+        let r = (|| {
+            let pool = self.pool(t)?;
+            let max = self.tables.get(t as usize).map(|x| x.spec.max_value_size as usize).unwrap_or(0);
+            let mut items = Vec::new();
+            for (i, v) in frames(values).enumerate() {
+                let v = v.map_err(StateError::BadInput)?;
+                if v.len() > max {
+                    return Err(StateError::TooLarge(idx(i)));
+                }
+                items.push(v);
+            }
+            let short = pool.acquire(self.worker, items.iter().copied(), out);
+            self.meters.ops += items.len() as u64;
+            self.meters.rejected += short;
+            Ok(())
+        })();
+        self.account(r)
+    }
+
+    /// `lookup`: appends one framed value per resource to `out`.
+    pub fn lookup(&mut self, t: u32, resources: &[u64], out: &mut Vec<u8>) -> Result<(), StateError> {
+        let r = self.pool(t).map(|p| {
+            p.lookup(resources, out);
+        });
+        self.meters.ops += resources.len() as u64;
+        self.account(r)
+    }
+
+    /// `release`.
+    pub fn release(&mut self, t: u32, resources: &[u64]) -> Result<(), StateError> {
+        let worker = self.worker;
+        let r = self.pool(t).map(|p| {
+            p.release(worker, resources);
+        });
+        self.meters.ops += resources.len() as u64;
+        self.account(r)
+    }
+
+    /// The worker holding a pool resource (tests, reports).
+    pub fn pool_holder(&self, name: &str, resource: u64) -> Option<usize> {
+        self.tables.iter().find(|t| t.spec.name == name).and_then(|t| match &t.store {
+            Store::Pool(p) => p.holder(resource),
+            _ => None,
+        })
+    }
+
+    /// A flow's entries in every per-flow table, for moving the flow to
+    /// another host.
+    pub fn export_flow(&self, flow: &FlowKey) -> Vec<FlowTableEntry> {
+        let mut out = Vec::new();
+        for t in &self.tables {
+            let entry = match &t.store {
+                Store::FlowCounters(m) => m.get(flow).map(|s| (s.value.to_le_bytes().to_vec(), s.clock)),
+                Store::FlowBytes(m) => m.get(flow).map(|s| (s.value.clone(), s.clock)),
+                _ => None,
+            };
+            if let Some((value, clock)) = entry {
+                out.push(FlowTableEntry { table: t.spec.name.clone(), value, clock });
+            }
+        }
+        out
+    }
+
+    /// Imports a flow's per-flow table entries. An entry whose clock is not
+    /// newer than the local one is stale and skipped; returns how many
+    /// were imported. Entries of unknown tables are skipped too.
+    pub fn import_flow(&mut self, flow: FlowKey, entries: &[FlowTableEntry]) -> usize {
+        let now = self.now_ns;
+        let mut n = 0;
+        for e in entries {
+            let Some(t) = self.tables.iter_mut().find(|t| t.spec.name == e.table) else { continue };
+            match &mut t.store {
+                Store::FlowCounters(m) => {
+                    let Ok(b) = <[u8; 8]>::try_from(e.value.as_slice()) else { continue };
+                    if m.get(&flow).is_some_and(|s| s.clock >= e.clock) {
+                        continue;
+                    }
+                    m.insert(flow, Slot { value: u64::from_le_bytes(b), last_ns: now, clock: e.clock });
+                    n += 1;
+                }
+                Store::FlowBytes(m) => {
+                    if m.get(&flow).is_some_and(|s| s.clock >= e.clock) {
+                        continue;
+                    }
+                    m.insert(flow, Slot { value: e.value.clone(), last_ns: now, clock: e.clock });
+                    n += 1;
+                }
+                _ => {}
+            }
+        }
+        self.recount();
+        n
+    }
+}
+
+/// A copy of a local store (read-only tables are small: configuration).
+fn clone_local(store: &Store, spec: &TableSpec, domain: &Domain) -> Store {
+    match store {
+        Store::Counters(m) => Store::Counters(m.clone()),
+        Store::FlowCounters(m) => Store::FlowCounters(m.clone()),
+        Store::Bytes(m) => Store::Bytes(m.clone()),
+        Store::FlowBytes(m) => Store::FlowBytes(m.clone()),
+        Store::Eventual { .. } | Store::Pool(_) => Store::new(spec, domain),
+    }
+}

@@ -1,0 +1,328 @@
+//! Behaviour of state tables as an NF sees it through the `state` calls.
+
+use sluice_state::*;
+use sluice_wire::{FlowKey, IpAddr128};
+use std::sync::Arc;
+
+fn spec(name: &str, scope: Scope, access: Access, kind: Kind, consistency: Consistency) -> TableSpec {
+    TableSpec {
+        name: name.into(),
+        scope,
+        access,
+        kind,
+        consistency,
+        key_size: 0,
+        max_value_size: 64,
+        capacity: 0,
+        idle_timeout_ns: 0,
+        notify_expired: false,
+    }
+}
+
+fn eventual(name: &str, merge: Merge) -> TableSpec {
+    spec(name, Scope::Global, Access::ReadWrite, Kind::Counter, Consistency::Eventual { merge, merge_interval_ns: 0 })
+}
+
+fn pool(name: &str, count: u64) -> TableSpec {
+    spec(name, Scope::Global, Access::ReadWrite, Kind::Bytes, Consistency::Release { first: 1000, count, chunk: 4 })
+}
+
+fn flow(n: u8) -> FlowKey {
+    FlowKey {
+        src: IpAddr128::from_v4([10, 0, 0, n]),
+        dst: IpAddr128::from_v4([192, 0, 2, 1]),
+        src_port: 1000 + u16::from(n),
+        dst_port: 80,
+        protocol: 6,
+    }
+}
+
+fn declared(tables: &mut Tables, specs: &[TableSpec]) -> Vec<u32> {
+    tables.begin_init();
+    let handles = specs.iter().map(|s| tables.declare(s.clone()).unwrap()).collect();
+    tables.end_init().unwrap();
+    handles
+}
+
+fn framed(items: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in items {
+        sluice_wire::abi::push_frame(&mut out, i);
+    }
+    out
+}
+
+fn unframe(b: &[u8]) -> Vec<Vec<u8>> {
+    sluice_wire::abi::frames(b).map(|f| f.unwrap().to_vec()).collect()
+}
+
+#[test]
+fn declare_only_in_init_and_refuse_bad_specs() {
+    let d = Domain::new();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    assert_eq!(t.declare(eventual("hits", Merge::Sum)), Err(StateError::NotNow));
+    t.begin_init();
+    let bad = spec("x", Scope::Global, Access::ReadWrite, Kind::Counter, Consistency::Local);
+    assert!(matches!(t.declare(bad), Err(StateError::BadSpec(m)) if m.contains("eventual or release")));
+    let bad = spec("Bad Name", Scope::Global, Access::ReadOnly, Kind::Counter, Consistency::Local);
+    assert!(matches!(t.declare(bad), Err(StateError::BadSpec(_))));
+    let bad = eventual("bytes", Merge::Sum);
+    let bad = TableSpec { kind: Kind::Bytes, ..bad };
+    assert!(matches!(t.declare(bad), Err(StateError::BadSpec(m)) if m.contains("counter")));
+    assert_eq!(t.declare(eventual("hits", Merge::Sum)), Ok(0));
+    assert!(t.end_init().is_ok());
+    assert_eq!(t.meters().errors, 4);
+}
+
+#[test]
+fn redeclaring_keeps_contents_and_refuses_other_layouts() {
+    let d = Domain::new();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let s = spec("seen", Scope::Global, Access::ReadWrite, Kind::Bytes, Consistency::Local);
+    let s = TableSpec {
+        consistency: Consistency::Eventual { merge: Merge::Max, merge_interval_ns: 0 },
+        kind: Kind::Counter,
+        ..s
+    };
+    let [h] = declared(&mut t, std::slice::from_ref(&s))[..] else { panic!() };
+    t.counter_add(h, &[7], &[42]).unwrap();
+    // Same table after a re-init (a trap, or a new version).
+    let [h2] = declared(&mut t, std::slice::from_ref(&s))[..] else { panic!() };
+    let mut out = Vec::new();
+    t.counter_get(h2, &[7], &mut out).unwrap();
+    assert_eq!(out, [42]);
+    // Another merge is another layout.
+    t.begin_init();
+    let other = eventual("seen", Merge::Sum);
+    assert!(matches!(t.declare(other), Err(StateError::Incompatible(m)) if m.contains("consistency")));
+    // Refused even if the NF ignores the error.
+    assert!(t.end_init().unwrap_err().contains("table 'seen'"));
+}
+
+#[test]
+fn read_only_tables_are_written_only_in_init() {
+    let d = Domain::new();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    t.begin_init();
+    let ro = spec("block", Scope::Global, Access::ReadOnly, Kind::Bytes, Consistency::Local);
+    let h = t.declare(ro).unwrap();
+    t.put_many(h, &framed(&[&[10, 0, 0, 1], b"x"])).unwrap();
+    t.end_init().unwrap();
+    assert_eq!(t.put_many(h, &framed(&[&[10, 0, 0, 2], b"y"])), Err(StateError::NotNow));
+    let mut out = Vec::new();
+    t.get_many(h, &framed(&[&[10, 0, 0, 1], &[10, 0, 0, 2]]), &mut out).unwrap();
+    assert_eq!(unframe(&out), vec![b"x".to_vec(), vec![]]);
+}
+
+#[test]
+fn capacity_and_budget_are_errors_not_traps() {
+    let d = Domain::new();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let s = TableSpec { capacity: 2, ..spec("c", Scope::Global, Access::ReadOnly, Kind::Counter, Consistency::Local) };
+    t.begin_init();
+    let h = t.declare(s).unwrap();
+    assert_eq!(t.counter_add(h, &[1, 2, 3, 1], &[1, 1, 1, 1]), Err(StateError::Full(2)));
+    t.end_init().unwrap();
+    assert_eq!(t.counters("c").unwrap(), vec![(1, 1), (2, 1)]);
+    assert_eq!(t.meters().rejected, 1);
+
+    let mut small = Tables::new(&d, 3 * (16 + ENTRY_OVERHEAD));
+    let b = TableSpec {
+        max_value_size: 1000,
+        ..spec("b", Scope::Global, Access::ReadOnly, Kind::Bytes, Consistency::Local)
+    };
+    small.begin_init();
+    let h = small.declare(b).unwrap();
+    assert_eq!(small.put_many(h, &framed(&[b"k1", &[0; 10], b"k2", &[0; 200]])), Err(StateError::OverBudget(1)));
+    assert_eq!(small.put_many(h, &framed(&[b"k3", &[0; 1001]])), Err(StateError::TooLarge(0)));
+    assert_eq!(small.put_many(h, &framed(&[b"k3"])), Err(StateError::BadInput(0)));
+    // Removing frees budget.
+    small.put_many(h, &framed(&[b"k1", b""])).unwrap();
+    small.put_many(h, &framed(&[b"k2", &[0; 100]])).unwrap();
+    small.end_init().unwrap();
+}
+
+#[test]
+fn per_flow_tables_key_by_batch_flow_and_export_with_clock() {
+    let d = Domain::new();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let bytes = spec("map", Scope::PerFlow, Access::ReadWrite, Kind::Bytes, Consistency::Local);
+    let ctr = spec("pkts", Scope::PerFlow, Access::ReadWrite, Kind::Counter, Consistency::Local);
+    let [hb, hc] = declared(&mut t, &[bytes, ctr])[..] else { panic!() };
+    t.begin_batch(&[flow(1), flow(2)], 10);
+    t.put_many(hb, &framed(&[&1u32.to_le_bytes(), b"two"])).unwrap();
+    t.counter_add(hc, &[0, 1, 1], &[1, 1, 1]).unwrap();
+    assert_eq!(t.counter_add(hc, &[2], &[1]), Err(StateError::BadInput(0)));
+    // Next batch: flow 2 is now index 0.
+    t.begin_batch(&[flow(2)], 20);
+    let mut out = Vec::new();
+    t.get_many(hb, &framed(&[&0u32.to_le_bytes()]), &mut out).unwrap();
+    assert_eq!(unframe(&out), vec![b"two".to_vec()]);
+    let exported = t.export_flow(&flow(2));
+    assert_eq!(exported.len(), 2);
+    assert_eq!(exported[1].value, 2u64.to_le_bytes());
+
+    // Another host imports it; a replay of the same clocks is stale.
+    let d2 = Domain::new();
+    let mut u = Tables::new(&d2, DEFAULT_BUDGET_BYTES);
+    let [hb2, _] = declared(
+        &mut u,
+        &[
+            spec("map", Scope::PerFlow, Access::ReadWrite, Kind::Bytes, Consistency::Local),
+            spec("pkts", Scope::PerFlow, Access::ReadWrite, Kind::Counter, Consistency::Local),
+        ],
+    )[..] else {
+        panic!()
+    };
+    assert_eq!(u.import_flow(flow(2), &exported), 2);
+    assert_eq!(u.import_flow(flow(2), &exported), 0);
+    u.begin_batch(&[flow(2)], 30);
+    let mut out = Vec::new();
+    u.get_many(hb2, &framed(&[&0u32.to_le_bytes()]), &mut out).unwrap();
+    assert_eq!(unframe(&out), vec![b"two".to_vec()]);
+}
+
+#[test]
+fn idle_entries_expire_and_are_handed_back() {
+    let d = Domain::new();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let s = TableSpec {
+        idle_timeout_ns: 1_000_000_000,
+        notify_expired: true,
+        ..spec("map", Scope::PerFlow, Access::ReadWrite, Kind::Bytes, Consistency::Local)
+    };
+    let [h] = declared(&mut t, &[s])[..] else { panic!() };
+    t.begin_batch(&[flow(1), flow(2)], 1_000_000_000);
+    t.put_many(h, &framed(&[&0u32.to_le_bytes(), b"a", &1u32.to_le_bytes(), b"b"])).unwrap();
+    t.end_batch(1_000_000_000);
+    // Flow 2 stays busy.
+    t.begin_batch(&[flow(2)], 1_800_000_000);
+    let mut out = Vec::new();
+    t.get_many(h, &framed(&[&0u32.to_le_bytes()]), &mut out).unwrap();
+    t.end_batch(1_800_000_000);
+    assert!(t.take_expired().is_empty());
+    t.begin_batch(&[], 2_500_000_000);
+    t.end_batch(2_500_000_000);
+    let expired = t.take_expired();
+    assert_eq!(expired.len(), 1);
+    let items = unframe(&expired[0].1);
+    assert_eq!(items, vec![flow(1).to_bytes().to_vec(), b"a".to_vec()]);
+    assert_eq!(t.meters().expired, 1);
+    assert_eq!(t.used_bytes(), FlowKey::ENCODED_LEN + 1 + ENTRY_OVERHEAD);
+}
+
+#[test]
+fn eventual_replicas_merge_to_the_trace_totals() {
+    let d = Domain::new();
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+                let [sum, max] = declared(&mut t, &[eventual("bytes", Merge::Sum), eventual("peak", Merge::Max)])[..]
+                else {
+                    panic!()
+                };
+                for i in 0..1000u64 {
+                    t.begin_batch(&[], i);
+                    t.counter_add(sum, &[i % 7, 99], &[1, 2]).unwrap();
+                    t.counter_add(max, &[1], &[(w * 1000 + i) as i64]).unwrap();
+                    t.end_batch(i);
+                }
+                t.flush();
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let bytes = d.eventual_snapshot("bytes").unwrap();
+    assert_eq!(bytes.iter().find(|(k, _)| *k == 99).unwrap().1, 4 * 1000 * 2);
+    assert_eq!(bytes.iter().filter(|(k, _)| *k < 7).map(|(_, v)| v).sum::<u64>(), 4000);
+    assert_eq!(d.eventual_snapshot("peak").unwrap(), vec![(1, 3999)]);
+}
+
+#[test]
+fn a_pool_resource_is_held_by_one_flow_at_a_time() {
+    let d = Domain::new();
+    let held = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let (d, held) = (d.clone(), held.clone());
+            std::thread::spawn(move || {
+                let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+                let [p] = declared(&mut t, &[pool("ports", 64)])[..] else { panic!() };
+                let mut mine = Vec::new();
+                for round in 0..300u32 {
+                    let mut got = Vec::new();
+                    let v = (w * 1000 + round).to_le_bytes();
+                    t.acquire(p, &framed(&[&v, &v]), &mut got).unwrap();
+                    for r in &got {
+                        assert!((1000..1064).contains(r));
+                        assert!(held.lock().unwrap().insert(*r), "resource {r} handed out twice");
+                    }
+                    mine.extend(got);
+                    if mine.len() > 10 {
+                        let give: Vec<u64> = mine.drain(..6).collect();
+                        for r in &give {
+                            held.lock().unwrap().remove(r);
+                        }
+                        t.release(p, &give).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let stats = d.pool_stats();
+    assert_eq!(stats[0].1.size, 64);
+    assert_eq!(stats[0].1.bound as usize, held.lock().unwrap().len());
+}
+
+#[test]
+fn an_exhausted_pool_hands_out_fewer_and_lookup_sees_bindings() {
+    let d = Domain::new();
+    let mut a = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let mut b = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let [pa] = declared(&mut a, &[pool("ports", 3)])[..] else { panic!() };
+    let [pb] = declared(&mut b, &[pool("ports", 3)])[..] else { panic!() };
+    let mut got = Vec::new();
+    a.acquire(pa, &framed(&[b"x", b"y"]), &mut got).unwrap();
+    assert_eq!(got, vec![1000, 1001]);
+    // Worker b takes the rest, stealing from a's share when needed.
+    let mut got_b = Vec::new();
+    b.acquire(pb, &framed(&[b"z", b"w"]), &mut got_b).unwrap();
+    assert_eq!(got_b, vec![1002]);
+    assert_eq!(b.meters().rejected, 1);
+    let mut out = Vec::new();
+    b.lookup(pb, &[1000, 1002, 5], &mut out).unwrap();
+    assert_eq!(unframe(&out), vec![b"x".to_vec(), b"z".to_vec(), vec![]]);
+    a.release(pa, &[1000]).unwrap();
+    let mut again = Vec::new();
+    b.acquire(pb, &framed(&[b"v"]), &mut again).unwrap();
+    assert_eq!(again, vec![1000]);
+    assert!(d.pool_stats()[0].1.rebalances >= 1);
+}
+
+#[test]
+fn native_calls_reach_the_installed_tables() {
+    let d = Domain::new();
+    let mut t = Some(Box::new(Tables::new(&d, DEFAULT_BUDGET_BYTES)));
+    assert!(with_current(|_| ()).is_none());
+    let h = with_installed(&mut t, || {
+        with_current(|t| {
+            t.begin_init();
+            let h = t.declare(eventual("n", Merge::Sum)).unwrap();
+            t.end_init().unwrap();
+            t.counter_add(h, &[1], &[5]).unwrap();
+            h
+        })
+        .unwrap()
+    });
+    let mut out = Vec::new();
+    t.as_mut().unwrap().counter_get(h, &[1], &mut out).unwrap();
+    assert_eq!(out, [5]);
+    assert!(with_current(|_| ()).is_none());
+}
