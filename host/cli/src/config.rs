@@ -89,6 +89,8 @@ pub struct NfSection {
     pub max_flows: Option<usize>,
     /// Largest per-flow state value.
     pub max_flow_state_bytes: Option<usize>,
+    /// Memory budget of the NF's state tables per worker, MiB.
+    pub state_budget_mb: Option<usize>,
     /// Log rate limit.
     pub log_lines_per_second: Option<u32>,
     /// The NF's config as a table, passed to `init` as JSON.
@@ -253,6 +255,10 @@ impl HostConfig {
                 .unwrap_or(d.failure_policy),
             max_flow_state_bytes: s.and_then(|s| s.max_flow_state_bytes).unwrap_or(d.max_flow_state_bytes),
             max_flows: s.and_then(|s| s.max_flows).unwrap_or(d.max_flows),
+            state_budget_bytes: s
+                .and_then(|s| s.state_budget_mb)
+                .map(|m| m.saturating_mul(1 << 20))
+                .unwrap_or(d.state_budget_bytes),
             log_lines_per_second: s.and_then(|s| s.log_lines_per_second).unwrap_or(d.log_lines_per_second),
         }
     }

@@ -18,6 +18,28 @@ pub struct NfReport {
     pub meters: NfMeters,
     /// Traps by cause.
     pub trap_causes: BTreeMap<String, u64>,
+    /// The NF's declared state tables at the end of the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<TableReport>,
+}
+
+/// Most entries of one table written to the report (the largest values).
+pub const MAX_REPORTED_ENTRIES: usize = 1000;
+
+/// A declared state table at the end of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct TableReport {
+    /// The declaration.
+    pub spec: sluice_state::TableSpec,
+    /// Entries held, summed over workers (eventual: merged entries).
+    pub entries: u64,
+    /// Eventual tables: the merged values, largest first (at most
+    /// [`MAX_REPORTED_ENTRIES`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<(u64, u64)>,
+    /// Release tables: the pool's counters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<sluice_state::PoolStats>,
 }
 
 impl NfReport {
@@ -32,6 +54,7 @@ impl NfReport {
                 position: i,
                 meters: NfMeters::default(),
                 trap_causes: BTreeMap::new(),
+                tables: Vec::new(),
             })
             .collect()
     }
@@ -152,6 +175,31 @@ impl Report {
                     "      trap causes: {}; policy applied to {} packets\n",
                     causes.join(", "),
                     m.policy_packets
+                ));
+            }
+            for t in &nf.tables {
+                let mode = match t.spec.consistency {
+                    sluice_state::Consistency::Local => "local".to_string(),
+                    sluice_state::Consistency::Eventual { merge, .. } => format!("eventual/{merge:?}").to_lowercase(),
+                    sluice_state::Consistency::Release { .. } => "release".to_string(),
+                };
+                let mut line = format!(
+                    "      table {:<14} {:?} {:?} {:?} {mode}: {} entries",
+                    t.spec.name, t.spec.scope, t.spec.access, t.spec.kind, t.entries
+                );
+                if let Some(p) = &t.pool {
+                    line.push_str(&format!(
+                        " | pool {} held of {}, {} rebalances, {} refused",
+                        p.bound, p.size, p.rebalances, p.exhausted
+                    ));
+                }
+                s.push_str(&line);
+                s.push('\n');
+            }
+            if m.table_calls > 0 {
+                s.push_str(&format!(
+                    "      state: {} calls, {} items, {} errors, {} refused, {} expired, {} bytes held\n",
+                    m.table_calls, m.table_ops, m.table_errors, m.table_rejected, m.table_expired, m.table_bytes
                 ));
             }
         }

@@ -9,7 +9,9 @@
 
 use crate::chain::ChainDef;
 use crate::config::{ConfigError, HostConfig};
-use crate::report::{EventRecord, InputReport, MAX_REPORTED_EVENTS, NfReport, Report, SwapRecord};
+use crate::report::{
+    EventRecord, InputReport, MAX_REPORTED_ENTRIES, MAX_REPORTED_EVENTS, NfReport, Report, SwapRecord, TableReport,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_pcap::{PacketRef, PcapError, PcapSink, Trace};
 use sluice_runtime::{
@@ -158,11 +160,14 @@ impl Worker {
         out
     }
 
-    fn finish(mut self) -> Vec<Tally> {
+    fn finish(mut self) -> (Vec<Tally>, Chain) {
+        for stage in self.chain.stages_mut() {
+            stage.flush_state();
+        }
         for (t, s) in self.tallies.iter_mut().zip(self.chain.stages()) {
             t.meters = s.meters().clone();
         }
-        self.tallies
+        (self.tallies, self.chain)
     }
 }
 
@@ -224,10 +229,12 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
 
     // Instantiate every worker's chain up front so that a rejected config
     // fails the run before any packet is processed.
+    // One state domain per NF, shared by its instances on every worker.
+    let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::new()).collect();
     let mut worker_engines = Vec::with_capacity(workers);
     for _ in 0..workers {
         worker_engines.push(Worker {
-            chain: Chain::with_routes(&runtime, &specs, chain.routes.clone())?,
+            chain: Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?,
             tallies: vec![Tally::default(); specs.len()],
             batch_size: config.batch_size,
         });
@@ -275,7 +282,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     pending_swaps.sort_by_key(|s| s.0);
     let runtime = &runtime;
     let collector = &mut out;
-    let result = std::thread::scope(|scope| -> Result<Vec<Vec<Tally>>, RunError> {
+    let result = std::thread::scope(|scope| -> Result<Vec<(Vec<Tally>, Chain)>, RunError> {
         let mut to_workers = Vec::new();
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Reply>();
         let mut handles = Vec::new();
@@ -365,7 +372,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         }
         Ok(tallies)
     });
-    let tallies = result?;
+    let finished = result?;
     let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     bar.finish_and_clear();
     if let Some(s) = out.sink.take() {
@@ -373,13 +380,16 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     }
 
     let mut nfs = NfReport::for_chain(&specs);
-    for worker in &tallies {
+    for (worker, _) in &finished {
         for (nf, t) in nfs.iter_mut().zip(worker) {
             nf.meters.add(&t.meters);
             for (k, v) in &t.trap_causes {
                 *nf.trap_causes.entry(k.clone()).or_default() += v;
             }
         }
+    }
+    for (i, (nf, domain)) in nfs.iter_mut().zip(&domains).enumerate() {
+        nf.tables = table_reports(finished.iter().filter_map(|(_, c)| c.stages().get(i)), domain);
     }
     let stats = trace.stats();
     let packets_in = total as u64;
@@ -407,6 +417,41 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         swaps: swap_records,
         events: out.events,
     })
+}
+
+/// The state tables of one NF, over all its workers' instances.
+pub fn table_reports<'a>(
+    instances: impl Iterator<Item = &'a sluice_runtime::NfInstance>,
+    domain: &sluice_state::Domain,
+) -> Vec<TableReport> {
+    let mut out: Vec<TableReport> = Vec::new();
+    for inst in instances {
+        let Some(tables) = inst.tables() else { continue };
+        for (spec, entries) in tables.tables() {
+            match out.iter_mut().find(|t| t.spec.name == spec.name) {
+                Some(t) => t.entries += entries as u64,
+                None => out.push(TableReport { spec: spec.clone(), entries: entries as u64, values: Vec::new(), pool: None }),
+            }
+        }
+    }
+    let pools = domain.pool_stats();
+    for t in &mut out {
+        match t.spec.consistency {
+            sluice_state::Consistency::Eventual { .. } => {
+                let mut values = domain.eventual_snapshot(&t.spec.name).unwrap_or_default();
+                t.entries = values.len() as u64;
+                values.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                values.truncate(MAX_REPORTED_ENTRIES);
+                t.values = values;
+            }
+            sluice_state::Consistency::Release { .. } => {
+                t.pool = pools.iter().find(|(n, _)| *n == t.spec.name).map(|(_, s)| *s);
+                t.entries = t.pool.map(|p| p.bound).unwrap_or(0);
+            }
+            sluice_state::Consistency::Local => {}
+        }
+    }
+    out
 }
 
 /// Where a run's results go: forwarded packets to the output file, events

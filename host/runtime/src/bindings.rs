@@ -1,9 +1,26 @@
-//! The one place that runs `bindgen!` over `wit/`: the whole host sees one
-//! set of generated `sluice:nf` types.
+//! The one place that runs `bindgen!` over `wit/`: one module per released
+//! version of `sluice:nf`. Both versions share `types` field for field, so
+//! 0.2.0's types are mapped onto 0.1.0's: the whole host sees one set of
+//! batch and result types whatever version an NF was built against.
 
-wasmtime::component::bindgen!({
-    path: "../../wit",
-    world: "network-function",
-});
+/// `sluice:nf@0.1.0`: batches and events, no state tables.
+pub mod v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.1.0",
+        world: "network-function",
+    });
+}
 
-pub use sluice::nf::types::{Batch, BatchResult, Event, FlowUpdate, Level, NfInfo, Rewrite, StateOp};
+/// `sluice:nf@0.2.0`: 0.1.0 plus the `state` import and the `expired`
+/// export.
+pub mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.2.0",
+        world: "network-function",
+        with: {
+            "sluice:nf/types@0.2.0": super::v0_1::sluice::nf::types,
+        },
+    });
+}
+
+pub use v0_1::sluice::nf::types::{Batch, BatchResult, Event, FlowUpdate, Level, NfInfo, Rewrite, StateOp};

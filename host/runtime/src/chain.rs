@@ -101,9 +101,31 @@ impl Chain {
 
     /// A chain with explicit routes (see [`check_routes`]).
     pub fn with_routes(runtime: &Runtime, specs: &[NfSpec], routes: Vec<Routes>) -> Result<Self, RuntimeError> {
+        let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::new()).collect();
+        Self::with_domains(runtime, specs, routes, &domains)
+    }
+
+    /// One worker's chain where several workers run the same NFs:
+    /// `domains[i]` holds NF `i`'s state shared between workers (eventual
+    /// tables, pools) and must be the same for every worker's chain.
+    pub fn with_domains(
+        runtime: &Runtime,
+        specs: &[NfSpec],
+        routes: Vec<Routes>,
+        domains: &[std::sync::Arc<sluice_state::Domain>],
+    ) -> Result<Self, RuntimeError> {
         let names: Vec<&str> = specs.iter().map(|s| s.module.name()).collect();
         check_routes(&names, &routes).map_err(|reason| RuntimeError::Chain { reason })?;
-        let stages = specs.iter().map(|s| NfInstance::new(runtime, s.clone())).collect::<Result<Vec<_>, _>>()?;
+        if domains.len() != specs.len() {
+            return Err(RuntimeError::Chain {
+                reason: format!("{} state domains for {} NFs", domains.len(), specs.len()),
+            });
+        }
+        let stages = specs
+            .iter()
+            .zip(domains)
+            .map(|(s, d)| NfInstance::new_in(runtime, s.clone(), d))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self::assemble(stages, routes))
     }
 
@@ -114,7 +136,7 @@ impl Chain {
     }
 
     fn assemble(stages: Vec<NfInstance>, routes: Vec<Routes>) -> Self {
-        let with_flows = stages.iter().any(NfInstance::wants_flow_state);
+        let with_flows = stages.iter().any(NfInstance::needs_flows);
         Chain {
             statuses: vec![BatchStatus::Ok; stages.len()],
             inbox: vec![Vec::new(); stages.len()],
@@ -134,9 +156,9 @@ impl Chain {
             nf: name.to_string(),
             reason: "no NF of that name in the chain".into(),
         })?;
-        let with_flows_before = stage.wants_flow_state();
+        let with_flows_before = stage.needs_flows();
         stage.swap(runtime, spec)?;
-        if stage.wants_flow_state() && !with_flows_before {
+        if stage.needs_flows() && !with_flows_before {
             // The new version wants flow state: collect flows from now on.
             self.builder = BatchBuilder::new(true);
             self.built.clear();

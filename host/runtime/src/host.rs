@@ -1,7 +1,9 @@
 //! The per-instance host state and the `sluice:nf` imports.
 
-use crate::bindings::sluice::nf::{host_log, types};
+use crate::bindings::v0_1::sluice::nf::{host_log, types};
+use crate::bindings::v0_2::sluice::nf::{host_log as host_log_v2, state as wit_state};
 use crate::bindings::{Event, Level};
+use sluice_state::{StateError, TableSpec, Tables};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,9 @@ pub struct HostState {
     pub(crate) events: Vec<Event>,
     /// Events dropped by the per-batch cap.
     pub(crate) events_dropped: u64,
+    /// The NF's state tables, moved in for a call and out after it (the
+    /// instance owns them; see `NfInstance`).
+    pub(crate) tables: Option<Box<Tables>>,
 }
 
 /// A wall and monotonic clock that always reads zero: NFs get time only
@@ -85,6 +90,7 @@ impl HostState {
             log_dropped,
             events: Vec::new(),
             events_dropped: 0,
+            tables: None,
         }
     }
 
@@ -122,5 +128,131 @@ impl host_log::Host for HostState {
         let n = events.len();
         self.events.extend(events.into_iter().take(room));
         self.events_dropped += n.saturating_sub(room) as u64;
+    }
+}
+
+impl host_log_v2::Host for HostState {
+    fn log(&mut self, level: Level, message: String) {
+        host_log::Host::log(self, level, message)
+    }
+
+    fn emit(&mut self, events: Vec<Event>) {
+        host_log::Host::emit(self, events)
+    }
+}
+
+fn spec_from_wit(s: wit_state::TableSpec) -> TableSpec {
+    use sluice_state::{Access, Consistency, Kind, Merge, Scope};
+    let merge = |m: wit_state::Merge| match m {
+        wit_state::Merge::Sum => Merge::Sum,
+        wit_state::Merge::Max => Merge::Max,
+        wit_state::Merge::Min => Merge::Min,
+    };
+    TableSpec {
+        name: s.name,
+        scope: match s.scope {
+            wit_state::Scope::PerFlow => Scope::PerFlow,
+            wit_state::Scope::Global => Scope::Global,
+        },
+        access: match s.access {
+            wit_state::Access::ReadOnly => Access::ReadOnly,
+            wit_state::Access::ReadWrite => Access::ReadWrite,
+        },
+        kind: match s.kind {
+            wit_state::ValueKind::Counter => Kind::Counter,
+            wit_state::ValueKind::Bytes => Kind::Bytes,
+        },
+        consistency: match s.consistency {
+            wit_state::Consistency::Local => Consistency::Local,
+            wit_state::Consistency::Eventual(e) => {
+                Consistency::Eventual { merge: merge(e.merge), merge_interval_ns: e.merge_interval_ns }
+            }
+            wit_state::Consistency::Release(p) => {
+                Consistency::Release { first: p.first, count: p.count, chunk: p.chunk }
+            }
+        },
+        key_size: s.key_size,
+        max_value_size: s.max_value_size,
+        capacity: s.capacity,
+        idle_timeout_ns: s.idle_timeout_ns,
+        notify_expired: s.notify_expired,
+    }
+}
+
+fn error_to_wit(e: StateError) -> wit_state::StateError {
+    use wit_state::StateError as W;
+    match e {
+        StateError::UnknownTable(t) => W::UnknownTable(t),
+        StateError::NotNow => W::NotNow,
+        StateError::WrongKind => W::WrongKind,
+        StateError::BadSpec(m) => W::BadSpec(m),
+        StateError::Incompatible(m) => W::Incompatible(m),
+        StateError::BadInput(i) => W::BadInput(i),
+        StateError::Full(i) => W::Full(i),
+        StateError::OverBudget(i) => W::OverBudget(i),
+        StateError::TooLarge(i) => W::TooLarge(i),
+    }
+}
+
+impl HostState {
+    /// Runs a state call on the tables that are moved in for this call.
+    fn state<R>(&mut self, f: impl FnOnce(&mut Tables) -> Result<R, StateError>) -> Result<R, wit_state::StateError> {
+        match self.tables.as_deref_mut() {
+            Some(t) => f(t).map_err(error_to_wit),
+            // Only reachable if a guest calls in while the host holds the
+            // tables, which the call protocol rules out.
+            None => Err(wit_state::StateError::NotNow),
+        }
+    }
+}
+
+impl wit_state::Host for HostState {
+    fn declare(&mut self, spec: wit_state::TableSpec) -> Result<wit_state::Table, wit_state::StateError> {
+        self.state(|t| t.declare(spec_from_wit(spec)))
+    }
+
+    fn counter_add(
+        &mut self,
+        table: wit_state::Table,
+        keys: Vec<u64>,
+        deltas: Vec<i64>,
+    ) -> Result<(), wit_state::StateError> {
+        self.state(|t| t.counter_add(table, &keys, &deltas))
+    }
+
+    fn counter_get(&mut self, table: wit_state::Table, keys: Vec<u64>) -> Result<Vec<u64>, wit_state::StateError> {
+        self.state(|t| {
+            let mut out = Vec::with_capacity(keys.len());
+            t.counter_get(table, &keys, &mut out).map(|()| out)
+        })
+    }
+
+    fn get_many(&mut self, table: wit_state::Table, keys: Vec<u8>) -> Result<Vec<u8>, wit_state::StateError> {
+        self.state(|t| {
+            let mut out = Vec::with_capacity(keys.len());
+            t.get_many(table, &keys, &mut out).map(|()| out)
+        })
+    }
+
+    fn put_many(&mut self, table: wit_state::Table, entries: Vec<u8>) -> Result<(), wit_state::StateError> {
+        self.state(|t| t.put_many(table, &entries))
+    }
+
+    fn acquire(&mut self, table: wit_state::Table, values: Vec<u8>) -> Result<Vec<u64>, wit_state::StateError> {
+        self.state(|t| {
+            let mut out = Vec::new();
+            t.acquire(table, &values, &mut out).map(|()| out)
+        })
+    }
+
+    fn lookup(&mut self, table: wit_state::Table, resources: Vec<u64>) -> Result<Vec<u8>, wit_state::StateError> {
+        self.state(|t| {
+            let mut out = Vec::new();
+            t.lookup(table, &resources, &mut out).map(|()| out)
+        })
+    }
+
+    fn release(&mut self, table: wit_state::Table, resources: Vec<u64>) -> Result<(), wit_state::StateError> {
+        self.state(|t| t.release(table, &resources))
     }
 }

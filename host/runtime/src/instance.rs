@@ -2,14 +2,15 @@
 //! fails, re-created after a trap, with its flow state kept by the host.
 
 use crate::batch::BatchBuilder;
-use crate::bindings::{Event, NetworkFunction, NfInfo, Rewrite, StateOp};
+use crate::bindings::{Event, NfInfo, Rewrite, StateOp, v0_1, v0_2};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
 use crate::limits::{FailurePolicy, NfLimits};
 use crate::meters::NfMeters;
-use crate::module::NfModule;
+use crate::module::{NfModule, Pre};
 use crate::state::FlowTable;
+use sluice_state::{Domain, Tables};
 use sluice_wire::abi::Verdict;
 use std::sync::Arc;
 use wasmtime::{Engine, Store, Trap};
@@ -119,6 +120,17 @@ pub struct EmittedEvent {
     pub timestamp_ns: u64,
 }
 
+/// One flow's state as it leaves a worker for another host (SNF §5.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowExport {
+    /// The normalized flow key.
+    pub key: sluice_wire::FlowKey,
+    /// Flow-state bytes with their logical clock, if any.
+    pub flow: Option<crate::state::ExportedFlow>,
+    /// Entries of per-flow tables, each with its logical clock.
+    pub tables: Vec<sluice_state::FlowTableEntry>,
+}
+
 /// The NF's decisions for one batch.
 #[derive(Debug, Default)]
 pub struct StageOutput {
@@ -128,9 +140,50 @@ pub struct StageOutput {
     pub rewrites: Vec<Rewrite>,
 }
 
+/// The exports of a running instance, by contract version.
+enum Guest {
+    V1(v0_1::NetworkFunction),
+    V2(v0_2::NetworkFunction),
+}
+
 struct Live {
     store: Store<HostState>,
-    bindings: NetworkFunction,
+    guest: Guest,
+}
+
+impl Live {
+    fn init(&mut self, config: &[u8]) -> wasmtime::Result<Result<NfInfo, String>> {
+        match &self.guest {
+            Guest::V1(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
+            Guest::V2(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
+        }
+    }
+
+    fn process(&mut self, batch: &crate::bindings::Batch) -> wasmtime::Result<Result<crate::bindings::BatchResult, String>> {
+        match &self.guest {
+            Guest::V1(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
+            Guest::V2(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
+        }
+    }
+
+    fn expired(&mut self, table: u32, entries: &[u8]) -> wasmtime::Result<Result<(), String>> {
+        match &self.guest {
+            Guest::V1(_) => Ok(Ok(())),
+            Guest::V2(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
+        }
+    }
+
+    /// Moves the tables into the store for a call.
+    fn lend(&mut self, tables: &mut Option<Box<Tables>>) {
+        self.store.data_mut().tables = tables.take();
+    }
+
+    /// Takes them back after the call (also after a trap).
+    fn reclaim(&mut self, tables: &mut Option<Box<Tables>>) {
+        if let Some(t) = self.store.data_mut().tables.take() {
+            *tables = Some(t);
+        }
+    }
 }
 
 /// An NF compiled into the host and called as a plain Rust function: no
@@ -142,8 +195,13 @@ struct Live {
 pub trait NativeNf: Send {
     /// Like the `init` export.
     fn init(&mut self, config: &[u8]) -> Result<NfInfo, String>;
-    /// Like the `process` export.
+    /// Like the `process` export. State calls of a native NF reach the
+    /// instance's tables through `sluice_state::with_current`.
     fn process(&mut self, batch: &crate::bindings::Batch) -> Result<crate::bindings::BatchResult, String>;
+    /// Like the `expired` export.
+    fn expired(&mut self, _table: u32, _entries: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// One NF instance with its host-owned state and meters.
@@ -157,6 +215,8 @@ pub struct NfInstance {
     live: Option<Live>,
     info: NfInfo,
     table: FlowTable,
+    /// Declared state tables; `None` only while lent to a call.
+    tables: Option<Box<Tables>>,
     meters: NfMeters,
     events: Vec<EmittedEvent>,
     touched: Vec<bool>,
@@ -177,6 +237,13 @@ impl NfInstance {
     /// Instantiates the NF and calls `init` with its config. A refused
     /// config is [`RuntimeError::ConfigRejected`] with the NF's message.
     pub fn new(runtime: &Runtime, spec: NfSpec) -> Result<Self, RuntimeError> {
+        Self::new_in(runtime, spec, &Domain::new())
+    }
+
+    /// Like [`new`](Self::new), for one worker of several: `domain` holds
+    /// the NF's state shared between workers (eventual tables, pools), and
+    /// every worker's instance of the NF must get the same one.
+    pub fn new_in(runtime: &Runtime, spec: NfSpec, domain: &Arc<Domain>) -> Result<Self, RuntimeError> {
         let nf = spec.module.name.to_string();
         if spec.limits.memory_bytes > runtime.config.max_memory_bytes {
             return Err(RuntimeError::Limits {
@@ -193,7 +260,7 @@ impl NfInstance {
                 reason: "a fuel limit needs fuel metering enabled in the runtime config".into(),
             });
         }
-        let mut inst = Self::unstarted(runtime, spec, None);
+        let mut inst = Self::unstarted(runtime, spec, None, domain);
         inst.start()?;
         Ok(inst)
     }
@@ -201,18 +268,36 @@ impl NfInstance {
     /// Wraps a native NF (see [`NativeNf`]). `spec` names the Wasm build of
     /// the same NF: its name, digest and config are used, and of its limits
     /// only the flow-state ones apply (nothing can interrupt native code).
-    pub fn new_native(runtime: &Runtime, spec: NfSpec, mut nf: Box<dyn NativeNf>) -> Result<Self, RuntimeError> {
-        let info = nf
-            .init(&spec.config)
-            .map_err(|message| RuntimeError::ConfigRejected { nf: spec.module.name.to_string(), message })?;
-        let mut inst = Self::unstarted(runtime, spec, Some(nf));
+    pub fn new_native(runtime: &Runtime, spec: NfSpec, nf: Box<dyn NativeNf>) -> Result<Self, RuntimeError> {
+        Self::new_native_in(runtime, spec, nf, &Domain::new())
+    }
+
+    /// [`new_native`](Self::new_native) for one worker of several (see
+    /// [`new_in`](Self::new_in)).
+    pub fn new_native_in(
+        runtime: &Runtime,
+        spec: NfSpec,
+        mut nf: Box<dyn NativeNf>,
+        domain: &Arc<Domain>,
+    ) -> Result<Self, RuntimeError> {
+        let name = spec.module.name.to_string();
+        let mut inst = Self::unstarted(runtime, spec, None, domain);
+        if let Some(t) = inst.tables.as_deref_mut() {
+            t.begin_init();
+        }
+        let config = inst.spec.config.clone();
+        let info = sluice_state::with_installed(&mut inst.tables, || nf.init(&config));
+        let declared = inst.tables.as_deref_mut().map(|t| t.end_init()).unwrap_or(Ok(()));
+        let info = info.map_err(|message| RuntimeError::ConfigRejected { nf: name.clone(), message })?;
+        declared.map_err(|reason| RuntimeError::Start { nf: name, reason })?;
+        inst.native = Some(nf);
         inst.meters.instantiations = 1;
         inst.accept(info);
         Ok(inst)
     }
 
     /// An instance with its state and meters but no running guest yet.
-    fn unstarted(runtime: &Runtime, spec: NfSpec, native: Option<Box<dyn NativeNf>>) -> Self {
+    fn unstarted(runtime: &Runtime, spec: NfSpec, native: Option<Box<dyn NativeNf>>, domain: &Arc<Domain>) -> Self {
         let tick = runtime.config.epoch_tick.as_nanos().max(1);
         let deadline_ticks =
             u64::try_from(spec.limits.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1;
@@ -225,6 +310,7 @@ impl NfInstance {
             live: None,
             info: NfInfo { wants_flow_state: false, flow_idle_timeout_ns: 0 },
             table: FlowTable::new(DEFAULT_FLOW_IDLE_TIMEOUT_NS, spec.limits.max_flows),
+            tables: Some(Box::new(Tables::new(domain, spec.limits.state_budget_bytes))),
             meters: NfMeters::default(),
             events: Vec::new(),
             touched: Vec::new(),
@@ -265,11 +351,23 @@ impl NfInstance {
         store.epoch_deadline_trap();
         Self::arm(&mut store, self.deadline_ticks, self.fuel());
         self.meters.instantiations += 1;
-        let bindings = self.spec.module.pre.instantiate(&mut store).map_err(|e| RuntimeError::Start {
+        let start_err = |e: wasmtime::Error| RuntimeError::Start {
             nf: name.to_string(),
             reason: format!("instantiation failed: {e:#}"),
-        })?;
-        let info = match bindings.sluice_nf_nf().call_init(&mut store, &self.spec.config) {
+        };
+        let guest = match &self.spec.module.pre {
+            Pre::V1(pre) => Guest::V1(pre.instantiate(&mut store).map_err(start_err)?),
+            Pre::V2(pre) => Guest::V2(pre.instantiate(&mut store).map_err(start_err)?),
+        };
+        let mut live = Live { store, guest };
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.begin_init();
+        }
+        live.lend(&mut self.tables);
+        let result = live.init(&self.spec.config);
+        live.reclaim(&mut self.tables);
+        let declared = self.tables.as_deref_mut().map(|t| t.end_init()).unwrap_or(Ok(()));
+        let info = match result {
             Ok(Ok(info)) => info,
             Ok(Err(message)) => return Err(RuntimeError::ConfigRejected { nf: name.to_string(), message }),
             Err(e) => {
@@ -279,9 +377,10 @@ impl NfInstance {
                 });
             }
         };
+        declared.map_err(|reason| RuntimeError::Start { nf: name.to_string(), reason })?;
         self.accept(info);
         self.log_dropped_base = self.meters.log_dropped;
-        self.live = Some(Live { store, bindings });
+        self.live = Some(live);
         Ok(())
     }
 
@@ -303,6 +402,12 @@ impl NfInstance {
     /// What the NF said about itself in `init`.
     pub fn wants_flow_state(&self) -> bool {
         self.info.wants_flow_state
+    }
+
+    /// Whether batches for this NF need their distinct flows collected
+    /// (for flow state or per-flow tables).
+    pub fn needs_flows(&self) -> bool {
+        self.info.wants_flow_state || self.tables.as_deref().is_some_and(Tables::has_per_flow)
     }
 
     /// Meters so far.
@@ -332,20 +437,36 @@ impl NfInstance {
         if self.native.is_some() {
             return Err(RuntimeError::Swap { nf, reason: "a native NF cannot be swapped".into() });
         }
-        // Start the new version in a scratch instance: nothing of ours is
-        // touched until it has accepted its config.
-        let mut next = Self::unstarted(runtime, spec.clone(), None);
+        // Start the new version in a scratch instance that borrows our
+        // tables (it must find the tables it declares, and refuse
+        // incompatible ones); nothing else of ours is touched until it has
+        // accepted its config, and a refusal rolls the tables back.
+        let Some(tables) = self.tables.as_deref() else {
+            return Err(RuntimeError::Swap { nf, reason: "state tables are in use".into() });
+        };
+        let checkpoint = tables.checkpoint();
+        let domain = tables.domain().clone();
+        let mut next = Self::unstarted(runtime, spec.clone(), None, &domain);
         next.name = self.name.clone();
-        next.start().map_err(|e| RuntimeError::Swap { nf: nf.clone(), reason: e.to_string() })?;
+        next.tables = self.tables.take();
+        let started = next.start();
+        self.tables = next.tables.take();
+        let refuse = |this: &mut Self, reason: String| {
+            if let Some(t) = this.tables.as_deref_mut() {
+                t.rollback(checkpoint);
+            }
+            Err(RuntimeError::Swap { nf: nf.clone(), reason })
+        };
+        if let Err(e) = started {
+            return refuse(self, e.to_string());
+        }
         if self.info.wants_flow_state && !next.info.wants_flow_state {
-            return Err(RuntimeError::Swap {
-                nf,
-                reason: format!(
-                    "the new version ({}) keeps no flow state, so the state of this version's {} flow(s) would be lost; refusing",
-                    spec.module.digest(),
-                    self.table.len()
-                ),
-            });
+            let reason = format!(
+                "the new version ({}) keeps no flow state, so the state of this version's {} flow(s) would be lost; refusing",
+                spec.module.digest(),
+                self.table.len()
+            );
+            return refuse(self, reason);
         }
         self.live = next.live.take();
         self.info = next.info;
@@ -353,11 +474,59 @@ impl NfInstance {
         self.fuel_enabled = next.fuel_enabled;
         self.spec = spec;
         self.table.set_capacity(self.spec.limits.max_flows);
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.set_budget(self.spec.limits.state_budget_bytes);
+        }
         let info = self.info;
         self.accept(info);
         self.meters.instantiations += 1;
         self.log_dropped_base = self.meters.log_dropped;
         Ok(())
+    }
+
+    /// The NF's declared state tables on this worker.
+    pub fn tables(&self) -> Option<&Tables> {
+        self.tables.as_deref()
+    }
+
+    /// The declared state tables, mutable (flush, export/import).
+    pub fn tables_mut(&mut self) -> Option<&mut Tables> {
+        self.tables.as_deref_mut()
+    }
+
+    /// Merges this worker's eventual replicas into the shared view (end
+    /// of a run, or before a report).
+    pub fn flush_state(&mut self) {
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.flush();
+            self.meters.set_tables(t.meters(), t.used_bytes());
+        }
+    }
+
+    /// Everything this worker holds for one flow: its flow-state bytes and
+    /// logical clock, and its entries in per-flow tables. `None` if none.
+    pub fn export_flow(&self, key: &sluice_wire::FlowKey) -> Option<FlowExport> {
+        let key = key.normalized();
+        let flow = self.table.export(&key);
+        let tables = self.tables.as_deref().map(|t| t.export_flow(&key)).unwrap_or_default();
+        if flow.is_none() && tables.is_empty() {
+            return None;
+        }
+        Some(FlowExport { key, flow, tables })
+    }
+
+    /// Imports a flow exported by [`export_flow`](Self::export_flow) on
+    /// another host. Parts whose logical clock is not newer than the local
+    /// one are stale and refused; the flow-state part's refusal is the
+    /// error, table entries are skipped individually.
+    pub fn import_flow(&mut self, f: FlowExport) -> Result<(), crate::state::ImportError> {
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.import_flow(f.key, &f.tables);
+        }
+        match f.flow {
+            Some(flow) => self.table.import(flow),
+            None => Ok(()),
+        }
     }
 
     /// Takes the events emitted since the last call.
@@ -392,9 +561,16 @@ impl NfInstance {
             self.meters.state_ops += flow_keys.len() as u64;
         }
 
+        let uses_tables = self.tables.as_deref().is_some_and(|t| !t.is_empty());
+        if uses_tables && let Some(t) = self.tables.as_deref_mut() {
+            // Per-flow tables are keyed by the batch's flow indices.
+            let flows: &[sluice_wire::FlowKey] = if t.has_per_flow() { flow_keys } else { &[] };
+            t.begin_batch(flows, now);
+        }
+
         let result = if let Some(native) = self.native.as_mut() {
             let t0 = self.clock.raw();
-            let r = native.process(batch);
+            let r = sluice_state::with_installed(&mut self.tables, || native.process(batch));
             self.meters.cpu_ns += self.clock.delta_as_nanos(t0, self.clock.raw());
             Ok(r)
         } else {
@@ -411,9 +587,11 @@ impl NfInstance {
                 return BatchStatus::Unavailable("no instance".into());
             };
             Self::arm(&mut live.store, self.deadline_ticks, fuel);
+            live.lend(&mut self.tables);
             let t0 = self.clock.raw();
-            let result = live.bindings.sluice_nf_nf().call_process(&mut live.store, batch);
+            let result = live.process(batch);
             self.meters.cpu_ns += self.clock.delta_as_nanos(t0, self.clock.raw());
+            live.reclaim(&mut self.tables);
 
             // Events and log drops are collected even from a batch that failed.
             let data = live.store.data_mut();
@@ -449,6 +627,9 @@ impl NfInstance {
                     }
                     self.meters.rewritten += r.rewrites.len() as u64;
                     out.rewrites = r.rewrites;
+                    if uses_tables {
+                        self.end_tables(now);
+                    }
                     return BatchStatus::Ok;
                 }
                 Err(msg) => {
@@ -492,8 +673,53 @@ impl NfInstance {
                 self.table.touch(key, now);
             }
         }
+        if uses_tables {
+            self.end_tables(now);
+        }
         self.apply_policy(n, out);
         status
+    }
+
+    /// After a batch: merges and sweeps the tables, and hands expired
+    /// entries to the NF (one `expired` call per table that has any).
+    fn end_tables(&mut self, now: u64) {
+        let Some(t) = self.tables.as_deref_mut() else { return };
+        t.end_batch(now);
+        let expired = t.take_expired();
+        let fuel = self.fuel();
+        for (table, entries) in expired {
+            let outcome = if let Some(native) = self.native.as_mut() {
+                sluice_state::with_installed(&mut self.tables, || native.expired(table, &entries))
+            } else if let Some(live) = self.live.as_mut() {
+                if !matches!(live.guest, Guest::V2(_)) {
+                    continue;
+                }
+                Self::arm(&mut live.store, self.deadline_ticks, fuel);
+                live.lend(&mut self.tables);
+                let t0 = self.clock.raw();
+                let r = live.expired(table, &entries);
+                self.meters.cpu_ns += self.clock.delta_as_nanos(t0, self.clock.raw());
+                live.reclaim(&mut self.tables);
+                match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.meters.traps += 1;
+                        tracing::warn!(nf = %self.name, cause = %classify(&e), "NF trapped in `expired`; re-creating it: {}", trap_summary(&e));
+                        self.live = None;
+                        Ok(())
+                    }
+                }
+            } else {
+                Ok(())
+            };
+            if let Err(msg) = outcome {
+                self.meters.errors += 1;
+                tracing::warn!(nf = %self.name, table, "`expired` failed: {msg}");
+            }
+        }
+        if let Some(t) = self.tables.as_deref() {
+            self.meters.set_tables(t.meters(), t.used_bytes());
+        }
     }
 
     fn apply_updates(

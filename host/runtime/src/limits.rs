@@ -54,6 +54,13 @@ pub struct NfLimits {
     ///
     /// Why: a SYN flood would otherwise grow the table without bound.
     pub max_flows: usize,
+    /// Bytes of declared state tables (`sluice:nf@0.2.0` `state`) one
+    /// instance may hold: keys, values and a fixed overhead per entry.
+    /// Writes past it fail with `over-budget`, which the NF handles.
+    ///
+    /// Why: table memory is host memory billed to the tenant; the budget
+    /// makes it a quota rather than an open tab.
+    pub state_budget_bytes: usize,
     /// Log lines per second an instance may write (guest stdout/stderr and
     /// `host-log.log`); more are dropped and counted.
     ///
@@ -70,6 +77,7 @@ impl Default for NfLimits {
             failure_policy: FailurePolicy::FailClosed,
             max_flow_state_bytes: 4096,
             max_flows: 1 << 20,
+            state_budget_bytes: sluice_state::DEFAULT_BUDGET_BYTES,
             log_lines_per_second: 50,
         }
     }

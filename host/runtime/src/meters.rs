@@ -39,6 +39,25 @@ pub struct NfMeters {
     pub log_dropped: u64,
     /// Instances created (1 + re-creations after traps).
     pub instantiations: u64,
+    /// Calls into the `state` import (`sluice:nf@0.2.0` tables).
+    #[serde(default)]
+    pub table_calls: u64,
+    /// Keys and resources those calls read or wrote.
+    #[serde(default)]
+    pub table_ops: u64,
+    /// State calls that returned an error to the NF.
+    #[serde(default)]
+    pub table_errors: u64,
+    /// Items refused for capacity, memory budget, size or an exhausted pool.
+    #[serde(default)]
+    pub table_rejected: u64,
+    /// Table entries removed for idleness.
+    #[serde(default)]
+    pub table_expired: u64,
+    /// Bytes of table state held (at the last batch), charged against the
+    /// NF's state budget; what billing charges for state.
+    #[serde(default)]
+    pub table_bytes: u64,
 }
 
 impl NfMeters {
@@ -59,5 +78,21 @@ impl NfMeters {
         self.events += o.events;
         self.log_dropped += o.log_dropped;
         self.instantiations += o.instantiations;
+        self.table_calls += o.table_calls;
+        self.table_ops += o.table_ops;
+        self.table_errors += o.table_errors;
+        self.table_rejected += o.table_rejected;
+        self.table_expired += o.table_expired;
+        self.table_bytes += o.table_bytes;
+    }
+
+    /// Takes the table counters (cumulative over the instance's life).
+    pub fn set_tables(&mut self, m: &sluice_state::StateMeters, bytes: usize) {
+        self.table_calls = m.calls;
+        self.table_ops = m.ops;
+        self.table_errors = m.errors;
+        self.table_rejected = m.rejected;
+        self.table_expired = m.expired;
+        self.table_bytes = bytes as u64;
     }
 }

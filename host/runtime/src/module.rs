@@ -1,6 +1,6 @@
 //! Loading an NF module: validate, compile (cached), pre-instantiate.
 
-use crate::bindings::NetworkFunctionPre;
+use crate::bindings::{v0_1, v0_2};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -15,9 +15,19 @@ use wasmtime::component::Component;
 pub struct NfModule {
     pub(crate) name: Arc<str>,
     pub(crate) digest: String,
-    pub(crate) pre: NetworkFunctionPre<HostState>,
+    pub(crate) pre: Pre,
     pub(crate) size: usize,
 }
+
+/// A pre-instantiated component of one of the released contract versions.
+#[derive(Clone)]
+pub(crate) enum Pre {
+    V1(v0_1::NetworkFunctionPre<HostState>),
+    V2(v0_2::NetworkFunctionPre<HostState>),
+}
+
+/// The `nf` export of each contract version, newest first.
+const NF_EXPORTS: [(&str, &str); 2] = [("sluice:nf/nf@0.2.0", "0.2.0"), ("sluice:nf/nf@0.1.0", "0.1.0")];
 
 impl std::fmt::Debug for NfModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,6 +54,14 @@ impl NfModule {
     pub fn size(&self) -> usize {
         self.size
     }
+
+    /// The `sluice:nf` version the component was built against.
+    pub fn contract_version(&self) -> &'static str {
+        match self.pre {
+            Pre::V1(_) => "0.1.0",
+            Pre::V2(_) => "0.2.0",
+        }
+    }
 }
 
 impl Runtime {
@@ -61,12 +79,28 @@ impl Runtime {
         let digest = hex::encode(Sha256::digest(bytes));
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| RuntimeError::Invalid { nf: nf.clone(), reason: format!("{e:#}") })?;
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| RuntimeError::WrongWorld { nf: nf.clone(), reason: format!("{e:#}") })?;
-        let pre = NetworkFunctionPre::new(instance_pre)
-            .map_err(|e| RuntimeError::WrongWorld { nf: nf.clone(), reason: format!("{e:#}") })?;
+        let exports: Vec<String> =
+            component.component_type().exports(&self.engine).map(|(name, _)| name.to_string()).collect();
+        let Some((_, version)) = NF_EXPORTS.iter().find(|(e, _)| exports.iter().any(|x| x == e)) else {
+            return Err(RuntimeError::WrongWorld {
+                nf,
+                reason: format!(
+                    "the component exports none of {} (it exports: {}); build it against wit/ with a Sluice SDK",
+                    NF_EXPORTS.map(|e| e.0).join(", "),
+                    if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
+                ),
+            });
+        };
+        let wrong = |e: wasmtime::Error| RuntimeError::WrongWorld {
+            nf: nf.clone(),
+            reason: format!("as a sluice:nf@{version} component: {e:#}"),
+        };
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong)?;
+        let pre = if *version == "0.2.0" {
+            Pre::V2(v0_2::NetworkFunctionPre::new(instance_pre).map_err(wrong)?)
+        } else {
+            Pre::V1(v0_1::NetworkFunctionPre::new(instance_pre).map_err(wrong)?)
+        };
         Ok(NfModule { name: name.into(), digest, pre, size: bytes.len() })
     }
 

@@ -43,6 +43,7 @@
 mod batch;
 pub mod matchers;
 mod packet;
+pub mod state;
 
 pub use batch::Batch;
 pub use packet::Packet;
@@ -58,7 +59,7 @@ pub use sluice_wire::{FlowKey, IpAddr128};
 #[allow(unsafe_code, missing_docs, clippy::all)]
 pub mod wit {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "../../wit/v0.2.0",
         world: "network-function",
         pub_export_macro: true,
         export_macro_name: "__export_network_function",
@@ -113,6 +114,16 @@ pub trait NetworkFunction: Sized + 'static {
     /// `Verdict::Forward(0)`; set others with [`Batch::set_verdict`].
     /// Returning `Err` applies the NF's failure policy to the whole batch.
     fn process(&mut self, batch: &mut Batch) -> Result<(), String>;
+
+    /// Entries the host removed from `table` for idleness (tables declared
+    /// with [`notify_expired`](state::TableSpec::notify_expired)): framed
+    /// key, value, key, value, ... (see [`state::frames`]). Per-flow keys
+    /// are [`FlowKey::to_bytes`]. Called after `process`; state calls are
+    /// allowed (e.g. releasing a NAT port).
+    fn expired(&mut self, table: state::Table, entries: &[u8]) -> Result<(), String> {
+        let _ = (table, entries);
+        Ok(())
+    }
 }
 
 /// Writes a line to the host log (rate-limited by the host).
@@ -161,6 +172,13 @@ pub mod __private {
             Ok(info)
         }
 
+        /// `expired` export.
+        pub fn expired(&self, table: u32, entries: Vec<u8>) -> Result<(), String> {
+            let mut guard = self.0.borrow_mut();
+            let nf = guard.as_mut().ok_or_else(|| "expired called before a successful init".to_string())?;
+            nf.expired(table, &entries)
+        }
+
         /// `process` export.
         pub fn process(&self, batch: crate::wit::sluice::nf::types::Batch) -> Result<BatchResult, String> {
             let mut guard = self.0.borrow_mut();
@@ -191,6 +209,9 @@ macro_rules! export_nf {
                     batch: $crate::wit::sluice::nf::types::Batch,
                 ) -> ::std::result::Result<$crate::BatchResult, ::std::string::String> {
                     __SLUICE_NF.with(|s| s.process(batch))
+                }
+                fn expired(table: u32, entries: ::std::vec::Vec<u8>) -> ::std::result::Result<(), ::std::string::String> {
+                    __SLUICE_NF.with(|s| s.expired(table, entries))
                 }
             }
     $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);

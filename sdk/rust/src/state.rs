@@ -1,0 +1,335 @@
+//! Host-owned state tables (`sluice:nf@0.2.0` `state`).
+//!
+//! Declare tables in [`NetworkFunction::init`](crate::NetworkFunction::init)
+//! with [`declare`]; keep the returned handles in the NF value. Every call
+//! takes many keys at once, so gather a batch's keys first and make one call
+//! per table per batch. Errors are values ([`StateError`]): a full table or
+//! a used-up budget never traps.
+//!
+//! ```no_run
+//! use sluice_sdk::state::{self, Counters, Merge, TableSpec};
+//!
+//! # fn init() -> Result<Counters, sluice_sdk::state::StateError> {
+//! // Bytes per source host, summed over workers every 100 ms of packet time.
+//! let per_host = Counters::declare(TableSpec::eventual_counter("bytes-by-host", Merge::Sum, 100_000_000))?;
+//! per_host.add(&[0x0a00_0001], &[1500])?;
+//! # Ok(per_host) }
+//! ```
+//!
+//! The same calls work when the NF is compiled natively into a host (the
+//! benchmarks' baseline): they then reach the tables the host installed for
+//! the call.
+
+pub use crate::wit::sluice::nf::state::{
+    Access, Consistency, EventualSpec, Merge, PoolSpec, Scope, StateError, TableSpec, ValueKind,
+};
+pub use sluice_wire::abi::{frames, push_frame};
+
+/// A table handle, as `declare` returned it.
+pub type Table = u32;
+
+impl TableSpec {
+    fn base(name: &str, scope: Scope, access: Access, kind: ValueKind, consistency: Consistency) -> Self {
+        TableSpec {
+            name: name.to_string(),
+            scope,
+            access,
+            kind,
+            consistency,
+            key_size: 0,
+            max_value_size: 256,
+            capacity: 0,
+            idle_timeout_ns: 0,
+            notify_expired: false,
+        }
+    }
+
+    /// Byte values per flow, keyed by the batch's flow index.
+    pub fn per_flow_bytes(name: &str, max_value_size: u32) -> Self {
+        TableSpec {
+            max_value_size,
+            ..Self::base(name, Scope::PerFlow, Access::ReadWrite, ValueKind::Bytes, Consistency::Local)
+        }
+    }
+
+    /// Counters per flow, keyed by the batch's flow index.
+    pub fn per_flow_counter(name: &str) -> Self {
+        Self::base(name, Scope::PerFlow, Access::ReadWrite, ValueKind::Counter, Consistency::Local)
+    }
+
+    /// Global counters, one replica per worker, merged with `merge` every
+    /// `merge_interval_ns` of packet time.
+    pub fn eventual_counter(name: &str, merge: Merge, merge_interval_ns: u64) -> Self {
+        Self::base(
+            name,
+            Scope::Global,
+            Access::ReadWrite,
+            ValueKind::Counter,
+            Consistency::Eventual(EventualSpec { merge, merge_interval_ns }),
+        )
+    }
+
+    /// Configuration-like byte values written in `init` and replicated to
+    /// every worker. `key_size` 0 allows keys of 1 to 256 bytes.
+    pub fn read_only_bytes(name: &str, key_size: u32, max_value_size: u32) -> Self {
+        TableSpec {
+            key_size,
+            max_value_size,
+            ..Self::base(name, Scope::Global, Access::ReadOnly, ValueKind::Bytes, Consistency::Local)
+        }
+    }
+
+    /// Configuration-like counters written in `init`.
+    pub fn read_only_counter(name: &str) -> Self {
+        Self::base(name, Scope::Global, Access::ReadOnly, ValueKind::Counter, Consistency::Local)
+    }
+
+    /// A pool of the integers `first..first + count` split between workers
+    /// (release consistency), each bound to a value of up to
+    /// `max_value_size` bytes while held.
+    pub fn pool(name: &str, first: u64, count: u64, max_value_size: u32) -> Self {
+        TableSpec {
+            max_value_size,
+            ..Self::base(
+                name,
+                Scope::Global,
+                Access::ReadWrite,
+                ValueKind::Bytes,
+                Consistency::Release(PoolSpec { first, count, chunk: 0 }),
+            )
+        }
+    }
+
+    /// Most entries per worker.
+    pub fn capacity(mut self, capacity: u32) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Removes entries idle for this long (packet time).
+    pub fn idle_timeout_ns(mut self, ns: u64) -> Self {
+        self.idle_timeout_ns = ns;
+        self
+    }
+
+    /// Hands expired entries to [`NetworkFunction::expired`](crate::NetworkFunction::expired).
+    pub fn notify_expired(mut self) -> Self {
+        self.notify_expired = true;
+        self
+    }
+}
+
+
+/// A counter table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counters(pub Table);
+
+impl Counters {
+    /// Declares a counter table (in `init`).
+    pub fn declare(spec: TableSpec) -> Result<Self, StateError> {
+        declare(spec).map(Counters)
+    }
+
+    /// Adds `deltas[i]` to `keys[i]` (for max/min tables: offers the value).
+    pub fn add(&self, keys: &[u64], deltas: &[i64]) -> Result<(), StateError> {
+        imp::counter_add(self.0, keys, deltas)
+    }
+
+    /// Reads counters (0 for absent keys).
+    pub fn get(&self, keys: &[u64]) -> Result<Vec<u64>, StateError> {
+        imp::counter_get(self.0, keys)
+    }
+}
+
+/// A byte table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytes(pub Table);
+
+impl Bytes {
+    /// Declares a byte table (in `init`).
+    pub fn declare(spec: TableSpec) -> Result<Self, StateError> {
+        declare(spec).map(Bytes)
+    }
+
+    /// Reads values: `keys` framed (see [`push_frame`]); the result has one
+    /// frame per key, empty for absent ones.
+    pub fn get_many(&self, keys: &[u8]) -> Result<Vec<u8>, StateError> {
+        imp::get_many(self.0, keys)
+    }
+
+    /// Writes values: framed key, value, key, value, ... (empty value:
+    /// remove).
+    pub fn put_many(&self, entries: &[u8]) -> Result<(), StateError> {
+        imp::put_many(self.0, entries)
+    }
+
+    /// The framed key of flow `flow` of the batch, for per-flow tables.
+    pub fn flow_key(out: &mut Vec<u8>, flow: u32) {
+        push_frame(out, &flow.to_le_bytes());
+    }
+}
+
+/// A pool of integer resources (release consistency).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool(pub Table);
+
+impl Pool {
+    /// Declares a pool (in `init`).
+    pub fn declare(spec: TableSpec) -> Result<Self, StateError> {
+        declare(spec).map(Pool)
+    }
+
+    /// Takes one resource per framed value; fewer when the pool is used up.
+    pub fn acquire(&self, values: &[u8]) -> Result<Vec<u64>, StateError> {
+        imp::acquire(self.0, values)
+    }
+
+    /// The framed values bound to resources (empty: not held).
+    pub fn lookup(&self, resources: &[u64]) -> Result<Vec<u8>, StateError> {
+        imp::lookup(self.0, resources)
+    }
+
+    /// Gives resources back.
+    pub fn release(&self, resources: &[u64]) -> Result<(), StateError> {
+        imp::release(self.0, resources)
+    }
+}
+
+/// Declares a table, or finds the one declared earlier under this name.
+/// Only in `init`.
+pub fn declare(spec: TableSpec) -> Result<Table, StateError> {
+    imp::declare(spec)
+}
+
+#[cfg(target_arch = "wasm32")]
+mod imp {
+    use super::{StateError, Table, TableSpec};
+    use crate::wit::sluice::nf::state as host;
+
+    pub fn declare(spec: TableSpec) -> Result<Table, StateError> {
+        host::declare(&spec)
+    }
+    pub fn counter_add(t: Table, keys: &[u64], deltas: &[i64]) -> Result<(), StateError> {
+        host::counter_add(t, keys, deltas)
+    }
+    pub fn counter_get(t: Table, keys: &[u64]) -> Result<Vec<u64>, StateError> {
+        host::counter_get(t, keys)
+    }
+    pub fn get_many(t: Table, keys: &[u8]) -> Result<Vec<u8>, StateError> {
+        host::get_many(t, keys)
+    }
+    pub fn put_many(t: Table, entries: &[u8]) -> Result<(), StateError> {
+        host::put_many(t, entries)
+    }
+    pub fn acquire(t: Table, values: &[u8]) -> Result<Vec<u64>, StateError> {
+        host::acquire(t, values)
+    }
+    pub fn lookup(t: Table, resources: &[u64]) -> Result<Vec<u8>, StateError> {
+        host::lookup(t, resources)
+    }
+    pub fn release(t: Table, resources: &[u64]) -> Result<(), StateError> {
+        host::release(t, resources)
+    }
+}
+
+/// Natively, the calls go to the tables the host installed for this call
+/// (`sluice_state::with_installed`); with none installed (a unit test of
+/// an NF outside any host) they fail with `not-now`.
+#[cfg(not(target_arch = "wasm32"))]
+mod imp {
+    use super::{Access, Consistency, Merge, Scope, StateError, Table, TableSpec, ValueKind};
+    use sluice_state as s;
+
+    fn call<R>(f: impl FnOnce(&mut s::Tables) -> Result<R, s::StateError>) -> Result<R, StateError> {
+        match s::with_current(f) {
+            Some(r) => r.map_err(from_state),
+            None => Err(StateError::NotNow),
+        }
+    }
+
+    fn from_state(e: s::StateError) -> StateError {
+        match e {
+            s::StateError::UnknownTable(t) => StateError::UnknownTable(t),
+            s::StateError::NotNow => StateError::NotNow,
+            s::StateError::WrongKind => StateError::WrongKind,
+            s::StateError::BadSpec(m) => StateError::BadSpec(m),
+            s::StateError::Incompatible(m) => StateError::Incompatible(m),
+            s::StateError::BadInput(i) => StateError::BadInput(i),
+            s::StateError::Full(i) => StateError::Full(i),
+            s::StateError::OverBudget(i) => StateError::OverBudget(i),
+            s::StateError::TooLarge(i) => StateError::TooLarge(i),
+        }
+    }
+
+    fn to_state(spec: TableSpec) -> s::TableSpec {
+        let merge = |m: Merge| match m {
+            Merge::Sum => s::Merge::Sum,
+            Merge::Max => s::Merge::Max,
+            Merge::Min => s::Merge::Min,
+        };
+        s::TableSpec {
+            name: spec.name,
+            scope: match spec.scope {
+                Scope::PerFlow => s::Scope::PerFlow,
+                Scope::Global => s::Scope::Global,
+            },
+            access: match spec.access {
+                Access::ReadOnly => s::Access::ReadOnly,
+                Access::ReadWrite => s::Access::ReadWrite,
+            },
+            kind: match spec.kind {
+                ValueKind::Counter => s::Kind::Counter,
+                ValueKind::Bytes => s::Kind::Bytes,
+            },
+            consistency: match spec.consistency {
+                Consistency::Local => s::Consistency::Local,
+                Consistency::Eventual(e) => {
+                    s::Consistency::Eventual { merge: merge(e.merge), merge_interval_ns: e.merge_interval_ns }
+                }
+                Consistency::Release(p) => s::Consistency::Release { first: p.first, count: p.count, chunk: p.chunk },
+            },
+            key_size: spec.key_size,
+            max_value_size: spec.max_value_size,
+            capacity: spec.capacity,
+            idle_timeout_ns: spec.idle_timeout_ns,
+            notify_expired: spec.notify_expired,
+        }
+    }
+
+    pub fn declare(spec: TableSpec) -> Result<Table, StateError> {
+        call(|t| t.declare(to_state(spec)))
+    }
+    pub fn counter_add(t: Table, keys: &[u64], deltas: &[i64]) -> Result<(), StateError> {
+        call(|s| s.counter_add(t, keys, deltas))
+    }
+    pub fn counter_get(t: Table, keys: &[u64]) -> Result<Vec<u64>, StateError> {
+        call(|s| {
+            let mut out = Vec::with_capacity(keys.len());
+            s.counter_get(t, keys, &mut out).map(|()| out)
+        })
+    }
+    pub fn get_many(t: Table, keys: &[u8]) -> Result<Vec<u8>, StateError> {
+        call(|s| {
+            let mut out = Vec::new();
+            s.get_many(t, keys, &mut out).map(|()| out)
+        })
+    }
+    pub fn put_many(t: Table, entries: &[u8]) -> Result<(), StateError> {
+        call(|s| s.put_many(t, entries))
+    }
+    pub fn acquire(t: Table, values: &[u8]) -> Result<Vec<u64>, StateError> {
+        call(|s| {
+            let mut out = Vec::new();
+            s.acquire(t, values, &mut out).map(|()| out)
+        })
+    }
+    pub fn lookup(t: Table, resources: &[u64]) -> Result<Vec<u8>, StateError> {
+        call(|s| {
+            let mut out = Vec::new();
+            s.lookup(t, resources, &mut out).map(|()| out)
+        })
+    }
+    pub fn release(t: Table, resources: &[u64]) -> Result<(), StateError> {
+        call(|s| s.release(t, resources))
+    }
+}
