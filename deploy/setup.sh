@@ -10,8 +10,9 @@ need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
 
 # Debian packages: a C toolchain (wasmtime's build scripts), pkg-config,
 # DPDK 22.11 (libdpdk-dev for the host's DPDK I/O, dpdk-dev for the
-# dpdk-testpmd forwarding baseline of the benchmarks).
-apt_pkgs=(build-essential pkg-config curl ca-certificates libdpdk-dev dpdk-dev)
+# dpdk-testpmd forwarding baseline of the benchmarks), tshark (the NAT test
+# validates rewritten checksums with it).
+apt_pkgs=(build-essential pkg-config curl ca-certificates libdpdk-dev dpdk-dev tshark)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -168,6 +168,13 @@ fn flow_state_survives_a_trap_and_re_instantiation() {
     let key = sluice_wire::parse(&frame).key.unwrap().normalized();
     let entry = chain.stages()[0].flow_table().get(&key).expect("state kept");
     assert_eq!(u64::from_le_bytes(entry.value.clone().try_into().unwrap()), 8);
+    // The per-flow table kept counting across both traps: a table write is
+    // applied when made, so the trapped batches' counts (made before the
+    // panic) stay, unlike their discarded flow-state updates.
+    let exported = chain.stages()[0].export_flow(&key).expect("flow exported");
+    let packets = exported.tables.iter().find(|e| e.table == "packets").expect("table entry");
+    assert_eq!(u64::from_le_bytes(packets.value.clone().try_into().unwrap()), 12);
+    assert_eq!(exported.flow.as_ref().map(|f| f.clock), Some(4));
     // Re-creation is lazy: the instance after the last trap is not made.
     assert_eq!(chain.stages()[0].meters().instantiations, 2);
 }

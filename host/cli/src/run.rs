@@ -430,7 +430,12 @@ pub fn table_reports<'a>(
         for (spec, entries) in tables.tables() {
             match out.iter_mut().find(|t| t.spec.name == spec.name) {
                 Some(t) => t.entries += entries as u64,
-                None => out.push(TableReport { spec: spec.clone(), entries: entries as u64, values: Vec::new(), pool: None }),
+                None => out.push(TableReport {
+                    spec: spec.clone(),
+                    entries: entries as u64,
+                    values: Vec::new(),
+                    pool: None,
+                }),
             }
         }
     }

@@ -3,8 +3,8 @@
 use crate::bindings::v0_1::sluice::nf::{host_log, types};
 use crate::bindings::v0_2::sluice::nf::{host_log as host_log_v2, state as wit_state};
 use crate::bindings::{Event, Level};
-use sluice_state::{StateError, TableSpec, Tables};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
+use sluice_state::{StateError, TableSpec, Tables};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use wasmtime::{StoreLimits, StoreLimitsBuilder};

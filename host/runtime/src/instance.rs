@@ -159,7 +159,10 @@ impl Live {
         }
     }
 
-    fn process(&mut self, batch: &crate::bindings::Batch) -> wasmtime::Result<Result<crate::bindings::BatchResult, String>> {
+    fn process(
+        &mut self,
+        batch: &crate::bindings::Batch,
+    ) -> wasmtime::Result<Result<crate::bindings::BatchResult, String>> {
         match &self.guest {
             Guest::V1(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V2(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),

@@ -71,7 +71,12 @@ pub struct Monitor {
 impl Monitor {
     /// Adds the batch's (key, delta) pairs to a table, one call, with
     /// equal keys folded first.
-    fn add(table: Counters, pairs: &mut Vec<(u64, i64)>, keys: &mut Vec<u64>, deltas: &mut Vec<i64>) -> Result<(), String> {
+    fn add(
+        table: Counters,
+        pairs: &mut Vec<(u64, i64)>,
+        keys: &mut Vec<u64>,
+        deltas: &mut Vec<i64>,
+    ) -> Result<(), String> {
         pairs.sort_unstable_by_key(|p| p.0);
         keys.clear();
         deltas.clear();
@@ -118,12 +123,9 @@ impl Monitor {
 
 impl NetworkFunction for Monitor {
     fn init(config: &[u8]) -> Result<(Self, NfInfo), String> {
-        let raw: RawConfig = if config.is_empty() {
-            serde_json::from_slice(b"{}")
-        } else {
-            serde_json::from_slice(config)
-        }
-        .map_err(|e| format!("monitor config: {e}"))?;
+        let raw: RawConfig =
+            if config.is_empty() { serde_json::from_slice(b"{}") } else { serde_json::from_slice(config) }
+                .map_err(|e| format!("monitor config: {e}"))?;
         if raw.top == 0 || raw.top > 100 {
             return Err(format!("monitor config: top must be 1..=100, got {}", raw.top));
         }

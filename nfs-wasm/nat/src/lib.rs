@@ -181,8 +181,10 @@ impl Nat {
 impl NetworkFunction for Nat {
     fn init(config: &[u8]) -> Result<(Self, NfInfo), String> {
         let raw = parse_config(config)?;
-        let public: std::net::Ipv4Addr =
-            raw.public_ip.parse().map_err(|_| format!("nat config: public-ip '{}' is not an IPv4 address", raw.public_ip))?;
+        let public: std::net::Ipv4Addr = raw
+            .public_ip
+            .parse()
+            .map_err(|_| format!("nat config: public-ip '{}' is not an IPv4 address", raw.public_ip))?;
         let inside = raw
             .inside
             .iter()
@@ -195,10 +197,12 @@ impl NetworkFunction for Nat {
             TableSpec::per_flow_bytes("mappings", 2).idle_timeout_ns(timeout).notify_expired().capacity(raw.port_count),
         )
         .map_err(state_err)?;
-        let ports =
-            Pool::declare(TableSpec::pool("ports", u64::from(raw.port_first), u64::from(raw.port_count), 13))
-                .map_err(state_err)?;
-        Ok((Nat { public: public.octets(), inside, mappings, ports, dirs: Vec::new(), refused: 0 }, NfInfo::stateless()))
+        let ports = Pool::declare(TableSpec::pool("ports", u64::from(raw.port_first), u64::from(raw.port_count), 13))
+            .map_err(state_err)?;
+        Ok((
+            Nat { public: public.octets(), inside, mappings, ports, dirs: Vec::new(), refused: 0 },
+            NfInfo::stateless(),
+        ))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -354,7 +358,8 @@ mod tests {
 
     #[test]
     fn bindings_round_trip() {
-        let b = Binding { inside: [10, 0, 0, 1], inside_port: 5555, remote: [1, 2, 3, 4], remote_port: 443, protocol: 6 };
+        let b =
+            Binding { inside: [10, 0, 0, 1], inside_port: 5555, remote: [1, 2, 3, 4], remote_port: 443, protocol: 6 };
         assert_eq!(Binding::decode(&b.encode()), Some(b));
         assert_eq!(Binding::decode(&b.encode()[..12]), None);
     }
@@ -363,8 +368,10 @@ mod tests {
     fn bad_configs_are_refused_with_the_field() {
         let err = |c: &str| parse_config(c.as_bytes()).unwrap_err();
         assert!(err(r#"{"public-ip":"1.2.3.4","inside":[],"port-first":1024}"#).contains("inside"));
-        assert!(err(r#"{"public-ip":"1.2.3.4","inside":["10.0.0.0/8"],"port-first":60000,"port-count":10000}"#)
-            .contains("ports"));
+        assert!(
+            err(r#"{"public-ip":"1.2.3.4","inside":["10.0.0.0/8"],"port-first":60000,"port-count":10000}"#)
+                .contains("ports")
+        );
         assert!(err(r#"{"inside":["10.0.0.0/8"]}"#).contains("public-ip"));
     }
 }

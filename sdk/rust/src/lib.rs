@@ -210,11 +210,14 @@ macro_rules! export_nf {
                 ) -> ::std::result::Result<$crate::BatchResult, ::std::string::String> {
                     __SLUICE_NF.with(|s| s.process(batch))
                 }
-                fn expired(table: u32, entries: ::std::vec::Vec<u8>) -> ::std::result::Result<(), ::std::string::String> {
-                    __SLUICE_NF.with(|s| s.expired(table, entries))
+                fn expired(
+                    table: u32,
+                    entries: ::std::vec::Vec<u8>,
+                ) -> ::std::result::Result<(), ::std::string::String> {
+            __SLUICE_NF.with(|s| s.expired(table, entries))
                 }
             }
-    $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
+            $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
         };
     };
 }

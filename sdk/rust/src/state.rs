@@ -119,7 +119,6 @@ impl TableSpec {
     }
 }
 
-
 /// A counter table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counters(pub Table);

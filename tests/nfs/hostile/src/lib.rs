@@ -14,7 +14,12 @@
 //! - `reject`: refuses its config in `init`;
 //! - `count-panic`: counts packets per flow in host-owned flow state (a
 //!   little-endian u64) on every batch, and panics on every batch after
-//!   `after` — so tests can check that state survives the trap.
+//!   `after` — so tests can check that state survives the trap; it also
+//!   counts them in a per-flow counter table `packets`;
+//! - `clash`: declares a table `totals` as per-flow bytes — incompatible
+//!   with the monitor's eventual counter table of that name — ignores the
+//!   error it gets, and otherwise forwards everything (a swap to it must
+//!   be refused anyway).
 
 #![allow(clippy::panic, clippy::indexing_slicing)] // misbehaving is the point
 
@@ -32,6 +37,7 @@ enum Mode {
     Print,
     BigState,
     CountPanic,
+    Clash,
 }
 
 /// The hostile NF.
@@ -41,6 +47,7 @@ pub struct Hostile {
     after: u64,
     seen: u64,
     hoard: Vec<Vec<u8>>,
+    packets: Option<sluice_sdk::state::Counters>,
 }
 
 /// Recursion the optimizer cannot turn into a loop, with everything in Wasm
@@ -71,6 +78,7 @@ impl NetworkFunction for Hostile {
             "print" => Mode::Print,
             "big-state" => Mode::BigState,
             "count-panic" => Mode::CountPanic,
+            "clash" => Mode::Clash,
             "reject" => return Err("hostile: config rejected on purpose (mode 'reject')".into()),
             other => return Err(format!("hostile: unknown mode '{other}'")),
         };
@@ -79,7 +87,20 @@ impl NetworkFunction for Hostile {
         } else {
             NfInfo::stateless()
         };
-        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new() }, info))
+        // count-panic also counts in a host table, to show that tables
+        // outlive the instance too.
+        let packets = if mode == Mode::CountPanic {
+            Some(
+                sluice_sdk::state::Counters::declare(sluice_sdk::state::TableSpec::per_flow_counter("packets"))
+                    .map_err(|e| format!("hostile: {e}"))?,
+            )
+        } else {
+            None
+        };
+        if mode == Mode::Clash {
+            let _ = sluice_sdk::state::declare(sluice_sdk::state::TableSpec::per_flow_bytes("totals", 8));
+        }
+        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new(), packets }, info))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -90,6 +111,10 @@ impl NetworkFunction for Hostile {
                 let n =
                     batch.flow_state(f).and_then(|s| <[u8; 8]>::try_from(s).ok()).map(u64::from_le_bytes).unwrap_or(0);
                 batch.set_flow_state(f, (n + 1).to_le_bytes().to_vec());
+            }
+            if let Some(t) = self.packets {
+                let flows: Vec<u64> = batch.packets().filter_map(|p| p.flow()).map(u64::from).collect();
+                t.add(&flows, &vec![1; flows.len()]).map_err(|e| format!("hostile: {e}"))?;
             }
         }
         if self.seen <= self.after {
@@ -132,6 +157,7 @@ impl NetworkFunction for Hostile {
                 }
                 Ok(())
             }
+            Mode::Clash => Ok(()),
         }
     }
 }
