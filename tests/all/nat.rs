@@ -33,8 +33,13 @@ impl TwoWorkers {
         let domain = Domain::new();
         let chains = (0..2)
             .map(|_| {
-                Chain::with_domains(&runtime, std::slice::from_ref(&spec), Routes::linear(1), &[domain.clone()])
-                    .unwrap()
+                Chain::with_domains(
+                    &runtime,
+                    std::slice::from_ref(&spec),
+                    Routes::linear(1),
+                    std::slice::from_ref(&domain),
+                )
+                .unwrap()
             })
             .collect();
         TwoWorkers { chains, domain }

@@ -58,6 +58,10 @@ const FIREWALL_CONFIG: &str = r#"{"default":"deny","rules":[
 /// The generator's servers are 10.200.0.1..16:443; the VIP is the first,
 /// so a sixteenth of the traffic is balanced (rewritten) and its replies
 /// rewritten back.
+const NAT_CONFIG: &str = r#"{"public-ip":"203.0.113.1","inside":["10.1.0.0/16"]}"#;
+
+const MONITOR_CONFIG: &str = r#"{"report-interval-s":0}"#;
+
 const LB_CONFIG: &str = r#"{"vip":"10.200.0.1","port":443,"protocol":"tcp",
  "backends":["10.50.0.1","10.50.0.2","10.50.0.3","10.50.0.4"]}"#;
 
@@ -216,6 +220,18 @@ fn main() -> Result<()> {
             native: || Box::new(SdkNative::<sluice_nf_dns_filter::DnsFilter>::new()),
         },
         NfCase {
+            name: "nat",
+            config: NAT_CONFIG,
+            kind: "source NAT (rewrites, pool)",
+            native: || Box::new(SdkNative::<sluice_nf_nat::Nat>::new()),
+        },
+        NfCase {
+            name: "monitor",
+            config: MONITOR_CONFIG,
+            kind: "eventual counters",
+            native: || Box::new(SdkNative::<sluice_nf_monitor::Monitor>::new()),
+        },
+        NfCase {
             name: "ids",
             config: IDS_CONFIG,
             kind: "payload scan",
@@ -278,7 +294,23 @@ fn main() -> Result<()> {
     }
     bar.finish_and_clear();
 
+    // NAT and monitor on 1 and 2 workers: global state shared between
+    // workers (the NAT's port pool, the monitor's eventual counters).
+    eprintln!("workers (about half a minute)...");
+    let mut scaling = Vec::new();
+    let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
+    for case in cases.iter().filter(|c| c.name == "nat" || c.name == "monitor") {
+        let module = runtime.load_file(&args.nfs.join(format!("{}.wasm", case.name)))?;
+        let spec = NfSpec { module, config: case.config.as_bytes().into(), limits: NfLimits::default() };
+        for workers in [1usize, 2] {
+            let native = workers_mpps(&runtime, &spec, Some(case.native), frames64, workers, &bench)?;
+            let wasm = workers_mpps(&runtime, &spec, None, frames64, workers, &bench)?;
+            scaling.push(Scaling { nf: case.name, workers, native, wasm });
+        }
+    }
+
     let mut md = render(&rows, &cold, &sizes_info);
+    md.push_str(&render_scaling(&scaling, &rows));
     if let Some(host) = &args.host {
         eprintln!("DPDK throughput (about a minute)...");
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
@@ -290,6 +322,144 @@ fn main() -> Result<()> {
         eprintln!("wrote {}", p.display());
     }
     Ok(())
+}
+
+struct Scaling {
+    nf: &'static str,
+    workers: usize,
+    native: f64,
+    wasm: f64,
+}
+
+/// Throughput in Mpps of `workers` threads, each with its own instance of
+/// the NF (native if `native` is given) sharing one state domain, each
+/// processing its share of the traffic (split by symmetric flow hash, as the
+/// host does) in batches of 32.
+fn workers_mpps(
+    runtime: &Runtime,
+    spec: &NfSpec,
+    native: Option<fn() -> Box<dyn NativeNf>>,
+    frames: &[Vec<u8>],
+    workers: usize,
+    bench: &Bench,
+) -> Result<f64> {
+    let domain = sluice_state::Domain::new();
+    let mut shares: Vec<Vec<Vec<u8>>> = vec![Vec::new(); workers];
+    for f in frames {
+        let w = sluice_wire::parse(f).key.map(|k| (k.symmetric_hash() % workers as u64) as usize).unwrap_or(0);
+        if let Some(s) = shares.get_mut(w) {
+            s.push(f.clone());
+        }
+    }
+    let mut chains = Vec::new();
+    for _ in 0..workers {
+        chains.push(match native {
+            Some(make) => {
+                Chain::from_instances(vec![NfInstance::new_native_in(runtime, spec.clone(), make(), &domain)?])
+            }
+            None => Chain::with_domains(
+                runtime,
+                std::slice::from_ref(spec),
+                sluice_runtime::Routes::linear(1),
+                std::slice::from_ref(&domain),
+            )?,
+        });
+    }
+    let run_for = bench.sample * bench.samples as u32;
+    let done: Vec<u64> = std::thread::scope(|scope| {
+        let handles: Vec<_> = chains
+            .into_iter()
+            .zip(&shares)
+            .map(|(mut chain, share)| {
+                scope.spawn(move || {
+                    let packets = raw(share);
+                    for c in packets.chunks(32) {
+                        chain.process(c);
+                    }
+                    let start = Instant::now();
+                    let mut n = 0u64;
+                    while start.elapsed() < run_for {
+                        for c in packets.chunks(32) {
+                            chain.process(c);
+                        }
+                        n += packets.len() as u64;
+                    }
+                    (n, start.elapsed())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().map(|(n, t)| (n as f64 / t.as_secs_f64()) as u64).unwrap_or(0)).collect()
+    });
+    Ok(done.iter().sum::<u64>() as f64 / 1e6)
+}
+
+fn render_scaling(scaling: &[Scaling], rows: &[Row]) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "
+## Global state on 1 and 2 workers
+
+",
+    );
+    s.push_str("64-byte packets, batch 32; each worker thread has its own instance and its share of the flows (split by symmetric hash, as the host does), and the workers share the NF's global state: the NAT's port pool (release consistency: a lock per `acquire`/`lookup` call) and the monitor's five eventual counter tables (replicas merged every 100 ms of packet time). Throughput summed over the workers.
+
+");
+    s.push_str(
+        "| NF | workers | native Mpps | Wasm Mpps | ratio | Wasm speed-up over 1 worker |
+|---|---:|---:|---:|---:|---:|
+",
+    );
+    for r in scaling {
+        let one = scaling.iter().find(|o| o.nf == r.nf && o.workers == 1).map(|o| o.wasm).unwrap_or(f64::NAN);
+        s.push_str(&format!(
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2}× |
+",
+            r.nf,
+            r.workers,
+            r.native,
+            r.wasm,
+            r.wasm / r.native,
+            r.wasm / one
+        ));
+    }
+    s.push_str(&format!(
+        "
+This machine has {} cores; the generator and the main thread share them with the workers.
+",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    ));
+    let find = |nf: &str| rows.iter().find(|r| r.nf == nf && r.size == 64 && r.batch == 32);
+    if let (Some(m), Some(c)) = (find("monitor"), find("counter")) {
+        s.push_str(
+            "
+## State access per packet
+
+",
+        );
+        s.push_str("The monitor does the counter's per-packet work plus keeping five host tables (per-flow and per-host packets and bytes, totals): five `counter-add` calls per batch whose keys are folded in the guest. The difference between the two is what host-owned state costs per packet (64-byte packets, batch 32).
+
+");
+        s.push_str(
+            "| | counter ns/pkt | monitor ns/pkt | state cost ns/pkt |
+|---|---:|---:|---:|
+",
+        );
+        s.push_str(&format!(
+            "| native | {:.1} | {:.1} | {:.1} |
+",
+            c.native,
+            m.native,
+            m.native - c.native
+        ));
+        s.push_str(&format!(
+            "| Wasm | {:.1} | {:.1} | {:.1} |
+",
+            c.wasm,
+            m.wasm,
+            m.wasm - c.wasm
+        ));
+    }
+    s
 }
 
 fn cpu_model() -> String {

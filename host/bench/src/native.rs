@@ -63,4 +63,9 @@ impl<T: NetworkFunction + Send> NativeNf for SdkNative<T> {
         nf.process(&mut b)?;
         Ok(from_guest(b.finish()))
     }
+
+    fn expired(&mut self, table: u32, entries: &[u8]) -> Result<(), String> {
+        let nf = self.0.as_mut().ok_or("expired before init")?;
+        nf.expired(table, entries)
+    }
 }

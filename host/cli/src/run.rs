@@ -68,7 +68,7 @@ impl std::str::FromStr for SwapAt {
 /// Jobs for a worker.
 enum Job {
     Packets(Vec<usize>),
-    Swap(String, NfSpec),
+    Swap(String, Box<NfSpec>),
 }
 
 /// A worker's answers.
@@ -296,7 +296,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                     let reply = match job {
                         Job::Packets(indices) => Reply::Done(w.run(&trace, &indices)),
                         Job::Swap(name, spec) => {
-                            Reply::Swapped(w.chain.swap(runtime, &name, spec).map_err(|e| e.to_string()))
+                            Reply::Swapped(w.chain.swap(runtime, &name, *spec).map_err(|e| e.to_string()))
                         }
                     };
                     if done.send(reply).is_err() {
@@ -312,7 +312,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
             while let Some((at, name, spec)) = pending_swaps.first().cloned().filter(|s| s.0 <= start_at) {
                 pending_swaps.remove(0);
                 for (wi, tx) in to_workers.iter().enumerate() {
-                    tx.send(Job::Swap(name.clone(), spec.clone())).map_err(|_| RunError::Worker(wi))?;
+                    tx.send(Job::Swap(name.clone(), Box::new(spec.clone()))).map_err(|_| RunError::Worker(wi))?;
                 }
                 let mut outcome = Ok(());
                 for _ in 0..workers {

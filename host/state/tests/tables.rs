@@ -1,5 +1,7 @@
 //! Behaviour of state tables as an NF sees it through the `state` calls.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
 use sluice_state::*;
 use sluice_wire::{FlowKey, IpAddr128};
 use std::sync::Arc;

@@ -10,6 +10,7 @@ mod rules;
 
 pub use rules::{Action, Config, Rule};
 
+use sluice_sdk::state::{Counters, Merge, StateError, TableSpec};
 use sluice_sdk::wire::tcp::flags;
 use sluice_sdk::{Batch, Event, Level, NetworkFunction, NfInfo, Verdict, emit};
 
@@ -63,20 +64,22 @@ impl Phase {
 #[derive(Debug)]
 pub struct Firewall {
     config: Config,
+    /// Connections decided per rule, summed over workers (`rule-hits`).
+    hits: Counters,
+    /// This batch's hits per rule key, folded into one `counter-add`.
+    batch_hits: Vec<(u64, i64)>,
 }
 
-impl Firewall {
-    /// Builds the firewall from parsed config (used by native callers).
-    pub fn new(config: Config) -> Self {
-        Firewall { config }
-    }
-}
+/// Key of `rule-hits` for connections decided by the default action.
+pub const DEFAULT_RULE_KEY: u64 = u32::MAX as u64;
 
 impl NetworkFunction for Firewall {
     fn init(config: &[u8]) -> Result<(Self, NfInfo), String> {
         let config = Config::parse(config)?;
         let timeout = config.idle_timeout_ns();
-        Ok((Firewall { config }, NfInfo::with_flow_state(timeout)))
+        let hits = Counters::declare(TableSpec::eventual_counter("rule-hits", Merge::Sum, 1_000_000_000))
+            .map_err(|e| format!("firewall: cannot declare table 'rule-hits': {e}"))?;
+        Ok((Firewall { config, hits, batch_hits: Vec::new() }, NfInfo::with_flow_state(timeout)))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -121,6 +124,11 @@ impl NetworkFunction for Firewall {
             }
 
             let rule = self.config.matching_rule(&key);
+            let hit = rule.map(|(n, _)| n as u64).unwrap_or(DEFAULT_RULE_KEY);
+            match self.batch_hits.iter_mut().find(|(k, _)| *k == hit) {
+                Some((_, n)) => *n += 1,
+                None => self.batch_hits.push((hit, 1)),
+            }
             let action = rule.map(|(_, r)| r.action).unwrap_or(self.config.default);
             match action {
                 Action::Allow => {
@@ -158,7 +166,23 @@ impl NetworkFunction for Firewall {
         if !denied.is_empty() {
             emit(&denied);
         }
-        Ok(())
+        self.flush_hits()
+    }
+}
+
+impl Firewall {
+    /// One `counter-add` for the batch's rule hits.
+    fn flush_hits(&mut self) -> Result<(), String> {
+        if self.batch_hits.is_empty() {
+            return Ok(());
+        }
+        let (keys, deltas): (Vec<u64>, Vec<i64>) = self.batch_hits.drain(..).unzip();
+        match self.hits.add(&keys, &deltas) {
+            // Statistics only: a full table must not stop the traffic (the
+            // host counts the refusal).
+            Ok(()) | Err(StateError::Full(_) | StateError::OverBudget(_)) => Ok(()),
+            Err(e) => Err(format!("firewall: counting rule hits: {e}")),
+        }
     }
 }
 

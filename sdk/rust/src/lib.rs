@@ -214,10 +214,10 @@ macro_rules! export_nf {
                     table: u32,
                     entries: ::std::vec::Vec<u8>,
                 ) -> ::std::result::Result<(), ::std::string::String> {
-            __SLUICE_NF.with(|s| s.expired(table, entries))
+                    __SLUICE_NF.with(|s| s.expired(table, entries))
                 }
             }
-            $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
+    $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
         };
     };
 }
