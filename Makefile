@@ -66,10 +66,18 @@ demo: build test-nfs
 		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.hostile.out.pcap
 	@echo
 	@echo "== a branching chain (deploy/local/demo-chain.toml): the firewall labels web connections for"
-	@echo "   the IDS and sends the rest to a counter; both branches join at the egress counter"
+	@echo "   the IDS and sends the rest to the monitor; both branches join at the egress counter"
 	@./target/release/sluice-host --config deploy/local/demo-chain-host.toml run \
 		--chain deploy/local/demo-chain.toml \
 		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.chain.out.pcap
+	@echo
+	@echo "== source NAT then the monitor on two workers (deploy/local/demo-nat.toml): connections from"
+	@echo "   10.0.0.0/24 leave as 203.0.113.1 with ports from a pool the workers share; the monitor's"
+	@echo "   per-host counters are merged across workers (report: $(DEMO_DIR)/nat-report.json)"
+	@./target/release/sluice-host --config deploy/local/demo-nat.toml run \
+		--nf $(NF_OUT)/nat.wasm,$(NF_OUT)/monitor.wasm \
+		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.nat.out.pcap \
+		--report $(DEMO_DIR)/nat-report.json
 
 lint: setup
 	$(CARGO) fmt --all --check

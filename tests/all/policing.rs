@@ -88,3 +88,36 @@ fn bad_configs_are_refused_with_the_reason() {
         assert!(e.contains(needle), "{name}: {e}");
     }
 }
+
+#[test]
+fn a_source_is_policed_over_all_its_flows() {
+    // One source opens 40 flows, one packet each, 1 ms apart: per flow
+    // every packet passes; per source (100 packets/s, burst 5) only the
+    // burst and what refills (one per 10 ms) pass. Another source is
+    // independent.
+    let mut frames = Vec::new();
+    for i in 0..40u64 {
+        let f = FrameSpec::udp4([10, 0, 0, 7], 1000 + i as u16, [192, 0, 2, 1], 53).build();
+        frames.push((T0 + i * MS, f));
+    }
+    frames.push((T0 + 40 * MS, FrameSpec::udp4([10, 0, 0, 8], 1, [192, 0, 2, 1], 53).build()));
+    let per_flow = "[nf.ratelimit.config]\npackets-per-second = 100\npacket-burst = 5\n";
+    let (_, out) = run_nf("ratelimit", per_flow, &frames, 8, 1);
+    assert_eq!(out.len(), 41);
+    let per_source = format!("{per_flow}per = \"source\"\n");
+    for batch in [1, 8, 64] {
+        let (r, out) = run_nf("ratelimit", &per_source, &frames, batch, 1);
+        // 5 burst + refills at 10 ms steps over 39 ms (3) + the other source.
+        assert_eq!(out.len(), 5 + 3 + 1, "batch {batch}");
+        assert_eq!(r.nfs[0].tables.len(), 2);
+        assert_eq!(r.nfs[0].meters.table_errors, 0);
+    }
+    let bad = "[nf.ratelimit.config]\npackets-per-second = 100\nper = \"tenant\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    write_pcap_at(&input, &frames);
+    let c = host_config(dir.path(), bad);
+    let opts = RunOptions { nfs: vec![nf("ratelimit")], chain: None, swaps: vec![], input, output: None, progress: false };
+    let err = run(&c, &opts).unwrap_err().to_string();
+    assert!(err.contains("per = 'tenant'"), "{err}");
+}

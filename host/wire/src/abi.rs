@@ -1,7 +1,7 @@
 //! Encodings of the `sluice:nf` batch that host and guests share: packet
 //! descriptors, framed flow states and verdicts. Kept here, next to the
 //! parser both sides use, so the two ends cannot drift apart. The layout is
-//! specified in `wit/nf.wit` (`record batch`).
+//! specified in `wit/v0.2.0/nf.wit` (and identically in `wit/v0.1.0/nf.wit`) (`record batch`).
 
 /// u64 words per packet descriptor.
 pub const DESCRIPTOR_WORDS: usize = 4;

@@ -4,7 +4,8 @@
 //! (policing) and counted in events. See README.md.
 
 use serde::Deserialize;
-use sluice_sdk::{Batch, Event, Level, NetworkFunction, NfInfo, Verdict, emit};
+use sluice_sdk::state::{Counters, Merge, StateError, TableSpec};
+use sluice_sdk::{Batch, Event, IpAddr128, Level, NetworkFunction, NfInfo, Verdict, emit};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -21,6 +22,42 @@ struct RawConfig {
     report_every: u64,
     #[serde(default)]
     idle_timeout_s: Option<u64>,
+    /// `flow` (default) or `source`.
+    #[serde(default)]
+    per: Option<String>,
+    /// Per-source mode: how often workers' views are merged, ms.
+    #[serde(default)]
+    merge_interval_ms: Option<u64>,
+}
+
+/// Per-source policing state: GCRA "theoretical arrival times" (ns) per
+/// source in eventual tables merged with `max`, so workers that police the
+/// same source combine by taking the latest.
+#[derive(Debug, Clone, Copy)]
+struct PerSource {
+    packets_tat: Counters,
+    bytes_tat: Counters,
+}
+
+/// A source's key: an IPv4 address as its number; IPv6 a 63-bit hash with
+/// the top bit set.
+fn source_key(a: IpAddr128) -> u64 {
+    match a.to_v4() {
+        Some(v4) => u64::from(u32::from_be_bytes(v4)),
+        None => (a.hi() ^ a.lo().rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | (1 << 63),
+    }
+}
+
+/// GCRA: the packet conforms if, after adding its cost, the arrival time
+/// it books is no further ahead of now than the burst allows. Returns the
+/// new arrival time if it conforms.
+fn gcra(tat: u64, now: u64, cost: f64, b: Bucket) -> Option<u64> {
+    // Integer nanoseconds: timestamps near 2^60 lose precision as f64.
+    let interval = 1e9 / b.rate;
+    let cost_ns = (cost * interval).round() as u64;
+    let tolerance_ns = (b.burst * interval).round() as u64;
+    let booked = tat.max(now).saturating_add(cost_ns);
+    (booked.saturating_sub(now) <= tolerance_ns).then_some(booked)
 }
 
 /// One token bucket's parameters.
@@ -69,6 +106,7 @@ pub struct RateLimiter {
     report_every: u64,
     dropped: u64,
     next_report: u64,
+    per_source: Option<PerSource>,
 }
 
 fn bucket(rate: Option<f64>, burst: Option<f64>, what: &str) -> Result<Option<Bucket>, String> {
@@ -97,12 +135,98 @@ impl NetworkFunction for RateLimiter {
             return Err("ratelimit config: set packets-per-second and/or bytes-per-second".into());
         }
         let timeout = raw.idle_timeout_s.map(|s| s.saturating_mul(1_000_000_000)).unwrap_or(0);
-        let nf =
-            RateLimiter { packets, bytes, report_every: raw.report_every, dropped: 0, next_report: raw.report_every };
-        Ok((nf, NfInfo::with_flow_state(timeout)))
+        let per_source = match raw.per.as_deref() {
+            None | Some("flow") => None,
+            Some("source") => {
+                let merge_ns = raw.merge_interval_ms.unwrap_or(10).saturating_mul(1_000_000);
+                let table = |name: &str| {
+                    let mut spec = TableSpec::eventual_counter(name, Merge::Max, merge_ns);
+                    if timeout > 0 {
+                        spec = spec.idle_timeout_ns(timeout);
+                    }
+                    Counters::declare(spec).map_err(|e| format!("ratelimit: cannot declare table '{name}': {e}"))
+                };
+                Some(PerSource { packets_tat: table("source-packets-tat")?, bytes_tat: table("source-bytes-tat")? })
+            }
+            Some(other) => return Err(format!("ratelimit config: per = '{other}': use \"flow\" or \"source\"")),
+        };
+        let info = if per_source.is_some() { NfInfo::stateless() } else { NfInfo::with_flow_state(timeout) };
+        let nf = RateLimiter {
+            packets,
+            bytes,
+            report_every: raw.report_every,
+            dropped: 0,
+            next_report: raw.report_every,
+            per_source,
+        };
+        Ok((nf, info))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
+        if let Some(ps) = self.per_source {
+            self.police_sources(batch, ps)?;
+        } else {
+            self.police_flows(batch);
+        }
+        if self.report_every > 0 && self.dropped >= self.next_report {
+            self.next_report = self.dropped + self.report_every;
+            emit(&[Event {
+                kind: "ratelimit.dropped".into(),
+                level: Level::Info,
+                packet: None,
+                fields: vec![("dropped".into(), self.dropped.to_string())],
+            }]);
+        }
+        Ok(())
+    }
+}
+
+impl RateLimiter {
+    /// Per source: one read and one write per table for the whole batch.
+    fn police_sources(&mut self, batch: &mut Batch, ps: PerSource) -> Result<(), String> {
+        let sources: Vec<Option<u64>> =
+            (0..batch.len()).map(|i| batch.packet(i).and_then(|p| p.key()).map(|k| source_key(k.src))).collect();
+        let mut keys: Vec<u64> = sources.iter().flatten().copied().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let err = |e: sluice_sdk::state::StateError| format!("ratelimit: source state: {e}");
+        let mut ptat = ps.packets_tat.get(&keys).map_err(err)?;
+        let mut btat = ps.bytes_tat.get(&keys).map_err(err)?;
+        for (i, src) in sources.iter().enumerate() {
+            let (Some(src), Some(p)) = (src, batch.packet(i)) else { continue };
+            let Ok(k) = keys.binary_search(src) else { continue };
+            let now = p.timestamp_ns();
+            let (Some(pt), Some(bt)) = (ptat.get(k).copied(), btat.get(k).copied()) else { continue };
+            let np = self.packets.map(|b| gcra(pt, now, 1.0, b));
+            let nb = self.bytes.map(|b| gcra(bt, now, f64::from(p.wire_len()), b));
+            if matches!(np, Some(None)) || matches!(nb, Some(None)) {
+                batch.set_verdict(i, Verdict::Drop);
+                self.dropped += 1;
+                continue;
+            }
+            if let (Some(Some(t)), Some(slot)) = (np, ptat.get_mut(k)) {
+                *slot = t;
+            }
+            if let (Some(Some(t)), Some(slot)) = (nb, btat.get_mut(k)) {
+                *slot = t;
+            }
+        }
+        let as_delta = |v: &[u64]| v.iter().map(|t| i64::try_from(*t).unwrap_or(i64::MAX)).collect::<Vec<_>>();
+        // A full table leaves new sources unpoliced for now; the host counts it.
+        for (table, tats) in [(ps.packets_tat, &ptat), (ps.bytes_tat, &btat)] {
+            match table.add(&keys, &as_delta(tats)) {
+                Ok(()) | Err(StateError::Full(_) | StateError::OverBudget(_)) => {}
+                Err(e) => return Err(format!("ratelimit: source state: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Per flow: token buckets in the flow state handed in with the batch.
+    fn police_flows(&mut self, batch: &mut Batch) {
         for i in 0..batch.len() {
             let Some(p) = batch.packet(i) else { continue };
             let Some(flow) = p.flow() else { continue };
@@ -138,16 +262,6 @@ impl NetworkFunction for RateLimiter {
             }
             batch.set_flow_state(flow, t.encode());
         }
-        if self.report_every > 0 && self.dropped >= self.next_report {
-            self.next_report = self.dropped + self.report_every;
-            emit(&[Event {
-                kind: "ratelimit.dropped".into(),
-                level: Level::Info,
-                packet: None,
-                fields: vec![("dropped".into(), self.dropped.to_string())],
-            }]);
-        }
-        Ok(())
     }
 }
 
