@@ -117,7 +117,8 @@ fn a_source_is_policed_over_all_its_flows() {
     let input = dir.path().join("in.pcap");
     write_pcap_at(&input, &frames);
     let c = host_config(dir.path(), bad);
-    let opts = RunOptions { nfs: vec![nf("ratelimit")], chain: None, swaps: vec![], input, output: None, progress: false };
+    let opts =
+        RunOptions { nfs: vec![nf("ratelimit")], chain: None, swaps: vec![], input, output: None, progress: false };
     let err = run(&c, &opts).unwrap_err().to_string();
     assert!(err.contains("per = 'tenant'"), "{err}");
 }

@@ -183,10 +183,20 @@ impl Report {
                     sluice_state::Consistency::Eventual { merge, .. } => format!("eventual/{merge:?}").to_lowercase(),
                     sluice_state::Consistency::Release { .. } => "release".to_string(),
                 };
-                let mut line = format!(
-                    "      table {:<14} {:?} {:?} {:?} {mode}: {} entries",
-                    t.spec.name, t.spec.scope, t.spec.access, t.spec.kind, t.entries
-                );
+                let scope = match t.spec.scope {
+                    sluice_state::Scope::PerFlow => "per-flow",
+                    sluice_state::Scope::Global => "global",
+                };
+                let access = match t.spec.access {
+                    sluice_state::Access::ReadOnly => "read-only",
+                    sluice_state::Access::ReadWrite => "read-write",
+                };
+                let kind = match t.spec.kind {
+                    sluice_state::Kind::Counter => "counter",
+                    sluice_state::Kind::Bytes => "bytes",
+                };
+                let mut line =
+                    format!("      table {:<14} {scope} {access} {kind} {mode}: {} entries", t.spec.name, t.entries);
                 if let Some(p) = &t.pool {
                     line.push_str(&format!(
                         " | pool {} held of {}, {} rebalances, {} refused",
