@@ -42,6 +42,16 @@ impl IpAddr128 {
     pub const fn from_parts(hi: u64, lo: u64) -> Self {
         IpAddr128(((hi as u128) << 64) | lo as u128)
     }
+
+    /// The address as a `u64` key for counter tables: an IPv4 address as
+    /// its 32-bit number (readable in reports), an IPv6 address as a 63-bit
+    /// hash with the top bit set (so the two never collide).
+    pub const fn key64(self) -> u64 {
+        match self.to_v4() {
+            Some(v4) => u32::from_be_bytes(v4) as u64,
+            None => (self.hi() ^ self.lo().rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | (1 << 63),
+        }
+    }
 }
 
 impl core::fmt::Display for IpAddr128 {

@@ -41,13 +41,9 @@ pub const TOTAL_PACKETS: u64 = 0;
 /// Key of `totals`: all bytes (on the wire).
 pub const TOTAL_BYTES: u64 = 1;
 
-/// A host's key in the per-host tables: an IPv4 address as its 32-bit
-/// number; an IPv6 address as a 63-bit hash with the top bit set.
+/// A host's key in the per-host tables (see [`IpAddr128::key64`]).
 pub fn host_key(a: IpAddr128) -> u64 {
-    match a.to_v4() {
-        Some(v4) => u64::from(u32::from_be_bytes(v4)),
-        None => (a.hi() ^ a.lo().rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | (1 << 63),
-    }
+    a.key64()
 }
 
 /// The monitor.

@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 use sluice_sdk::state::{Counters, Merge, StateError, TableSpec};
-use sluice_sdk::{Batch, Event, IpAddr128, Level, NetworkFunction, NfInfo, Verdict, emit};
+use sluice_sdk::{Batch, Event, Level, NetworkFunction, NfInfo, Verdict, emit};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -37,15 +37,6 @@ struct RawConfig {
 struct PerSource {
     packets_tat: Counters,
     bytes_tat: Counters,
-}
-
-/// A source's key: an IPv4 address as its number; IPv6 a 63-bit hash with
-/// the top bit set.
-fn source_key(a: IpAddr128) -> u64 {
-    match a.to_v4() {
-        Some(v4) => u64::from(u32::from_be_bytes(v4)),
-        None => (a.hi() ^ a.lo().rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | (1 << 63),
-    }
 }
 
 /// GCRA: the packet conforms if, after adding its cost, the arrival time
@@ -185,7 +176,7 @@ impl RateLimiter {
     /// Per source: one read and one write per table for the whole batch.
     fn police_sources(&mut self, batch: &mut Batch, ps: PerSource) -> Result<(), String> {
         let sources: Vec<Option<u64>> =
-            (0..batch.len()).map(|i| batch.packet(i).and_then(|p| p.key()).map(|k| source_key(k.src))).collect();
+            (0..batch.len()).map(|i| batch.packet(i).and_then(|p| p.key()).map(|k| k.src.key64())).collect();
         let mut keys: Vec<u64> = sources.iter().flatten().copied().collect();
         keys.sort_unstable();
         keys.dedup();
