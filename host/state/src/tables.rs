@@ -140,13 +140,6 @@ pub struct Tables {
     expired: Vec<(u32, Vec<u8>)>,
 }
 
-/// Capacity and budget cut-offs checked before an insert.
-enum Room {
-    Ok,
-    Full,
-    Budget,
-}
-
 /// A restore point for a swap that may be refused.
 #[derive(Debug)]
 pub struct Checkpoint {
@@ -407,13 +400,22 @@ impl Tables {
         }
     }
 
-    fn room(used: usize, budget: usize, len: usize, cap: usize, cost: usize) -> Room {
+    /// Charges `cost` bytes for a new entry of a table holding `len` of
+    /// `cap`: the new total, or why it does not fit (at item `item`).
+    fn charge(
+        used: usize,
+        budget: usize,
+        len: usize,
+        cap: usize,
+        cost: usize,
+        item: usize,
+    ) -> Result<usize, StateError> {
         if len >= cap {
-            Room::Full
+            Err(StateError::Full(idx(item)))
         } else if used + cost > budget {
-            Room::Budget
+            Err(StateError::OverBudget(idx(item)))
         } else {
-            Room::Ok
+            Ok(used + cost)
         }
     }
 
@@ -524,14 +526,10 @@ impl Tables {
                         }
                         existing => {
                             if existing.is_none() {
-                                match Self::room(used, budget, m.len(), cap, 16 + ENTRY_OVERHEAD) {
-                                    Room::Ok => used += 16 + ENTRY_OVERHEAD,
-                                    Room::Full => {
-                                        r = Err(StateError::Full(idx(i)));
-                                        break;
-                                    }
-                                    Room::Budget => {
-                                        r = Err(StateError::OverBudget(idx(i)));
+                                match Self::charge(used, budget, m.len(), cap, 16 + ENTRY_OVERHEAD, i) {
+                                    Ok(total) => used = total,
+                                    Err(e) => {
+                                        r = Err(e);
                                         break;
                                     }
                                 }
@@ -555,14 +553,10 @@ impl Tables {
                         existing => {
                             let clock = existing.map(|s| s.clock).unwrap_or(0) + 1;
                             if clock == 1 {
-                                match Self::room(used, budget, m.len(), cap, cost) {
-                                    Room::Ok => used += cost,
-                                    Room::Full => {
-                                        r = Err(StateError::Full(idx(i)));
-                                        break;
-                                    }
-                                    Room::Budget => {
-                                        r = Err(StateError::OverBudget(idx(i)));
+                                match Self::charge(used, budget, m.len(), cap, cost, i) {
+                                    Ok(total) => used = total,
+                                    Err(e) => {
+                                        r = Err(e);
                                         break;
                                     }
                                 }
@@ -585,14 +579,10 @@ impl Tables {
                     match pending.get_mut(k) {
                         Some(v) => *v = merge.apply(*v, d),
                         None => {
-                            match Self::room(used, budget, pending.len(), cap, 16 + ENTRY_OVERHEAD) {
-                                Room::Ok => used += 16 + ENTRY_OVERHEAD,
-                                Room::Full => {
-                                    r = Err(StateError::Full(idx(i)));
-                                    break;
-                                }
-                                Room::Budget => {
-                                    r = Err(StateError::OverBudget(idx(i)));
+                            match Self::charge(used, budget, pending.len(), cap, 16 + ENTRY_OVERHEAD, i) {
+                                Ok(total) => used = total,
+                                Err(e) => {
+                                    r = Err(e);
                                     break;
                                 }
                             }
@@ -762,11 +752,8 @@ impl Tables {
                             };
                             let new_cost = key.len() + value.len() + ENTRY_OVERHEAD;
                             let len = if old.is_some() { 0 } else { m.len() };
-                            match Self::room(used.saturating_sub(old_cost), budget, len, cap, new_cost) {
-                                Room::Ok => used = used.saturating_sub(old_cost) + new_cost,
-                                Room::Full => return Err(StateError::Full(item)),
-                                Room::Budget => return Err(StateError::OverBudget(item)),
-                            }
+                            used =
+                                Self::charge(used.saturating_sub(old_cost), budget, len, cap, new_cost, item as usize)?;
                             m.insert(key.into(), Slot { value: value.to_vec(), last_ns: now, clock: clock + 1 });
                         }
                     }
@@ -785,11 +772,14 @@ impl Tables {
                                 None => (0, 0),
                             };
                             let len = if old.is_some() { 0 } else { m.len() };
-                            match Self::room(used.saturating_sub(old_cost), budget, len, cap, base + value.len()) {
-                                Room::Ok => used = used.saturating_sub(old_cost) + base + value.len(),
-                                Room::Full => return Err(StateError::Full(item)),
-                                Room::Budget => return Err(StateError::OverBudget(item)),
-                            }
+                            used = Self::charge(
+                                used.saturating_sub(old_cost),
+                                budget,
+                                len,
+                                cap,
+                                base + value.len(),
+                                item as usize,
+                            )?;
                             m.insert(flow, Slot { value: value.to_vec(), last_ns: now, clock: clock + 1 });
                         }
                     }
