@@ -485,6 +485,20 @@ impl Tables {
         self.flows.get(i).copied().ok_or(StateError::BadInput(idx(item)))
     }
 
+    /// For a per-flow counter table, the flows its keys (batch flow
+    /// indices) name; empty for other tables. Resolved before the table is
+    /// borrowed mutably.
+    fn counter_flow_keys(&self, t: u32, keys: &[u64]) -> Result<Vec<FlowKey>, StateError> {
+        match self.tables.get(t as usize).map(|x| &x.store) {
+            Some(Store::FlowCounters(_)) => keys
+                .iter()
+                .enumerate()
+                .map(|(item, k)| self.flow(usize::try_from(*k).unwrap_or(usize::MAX), item))
+                .collect(),
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// `counter-add`.
     pub fn counter_add(&mut self, t: u32, keys: &[u64], deltas: &[i64]) -> Result<(), StateError> {
         let r = self.counter_add_inner(t, keys, deltas);
@@ -500,14 +514,7 @@ impl Tables {
         let budget = self.budget;
         let mut used = self.used;
         // Per-flow keys are resolved before borrowing the table.
-        let flow_keys: Vec<FlowKey> = match self.tables.get(t as usize).map(|x| &x.store) {
-            Some(Store::FlowCounters(_)) => keys
-                .iter()
-                .enumerate()
-                .map(|(item, k)| self.flow(usize::try_from(*k).unwrap_or(usize::MAX), item))
-                .collect::<Result<_, _>>()?,
-            _ => Vec::new(),
-        };
+        let flow_keys: Vec<FlowKey> = self.counter_flow_keys(t, keys)?;
         let table = self.table(t)?;
         let cap = table.spec.capacity();
         let timeout = table.spec.idle_timeout_ns;
@@ -607,39 +614,12 @@ impl Tables {
 
     fn counter_get_inner(&mut self, t: u32, keys: &[u64], out: &mut Vec<u64>) -> Result<(), StateError> {
         let now = self.now_ns;
-        let flow_keys: Vec<FlowKey> = match self.tables.get(t as usize).map(|x| &x.store) {
-            Some(Store::FlowCounters(_)) => keys
-                .iter()
-                .enumerate()
-                .map(|(item, k)| self.flow(usize::try_from(*k).unwrap_or(usize::MAX), item))
-                .collect::<Result<_, _>>()?,
-            _ => Vec::new(),
-        };
+        let flow_keys: Vec<FlowKey> = self.counter_flow_keys(t, keys)?;
         let table = self.table(t)?;
         let timeout = table.spec.idle_timeout_ns;
         match &mut table.store {
-            Store::Counters(m) => {
-                for k in keys {
-                    out.push(match m.get_mut(k) {
-                        Some(s) if !stale(s.last_ns, now, timeout) => {
-                            s.last_ns = now;
-                            s.value
-                        }
-                        _ => 0,
-                    });
-                }
-            }
-            Store::FlowCounters(m) => {
-                for k in &flow_keys {
-                    out.push(match m.get_mut(k) {
-                        Some(s) if !stale(s.last_ns, now, timeout) => {
-                            s.last_ns = now;
-                            s.value
-                        }
-                        _ => 0,
-                    });
-                }
-            }
+            Store::Counters(m) => read_counters(m, keys, now, timeout, out),
+            Store::FlowCounters(m) => read_counters(m, &flow_keys, now, timeout, out),
             Store::Eventual { pending, shared, .. } => shared.read(keys, pending, out),
             _ => return Err(StateError::WrongKind),
         }
@@ -895,6 +875,26 @@ impl Tables {
         }
         self.recount();
         n
+    }
+}
+
+/// Appends the live value of each key (0 if absent or idle), marking the
+/// entries read.
+fn read_counters<K: std::hash::Hash + Eq>(
+    m: &mut HashMap<K, Slot<u64>>,
+    keys: &[K],
+    now: u64,
+    timeout: u64,
+    out: &mut Vec<u64>,
+) {
+    for k in keys {
+        out.push(match m.get_mut(k) {
+            Some(s) if !stale(s.last_ns, now, timeout) => {
+                s.last_ns = now;
+                s.value
+            }
+            _ => 0,
+        });
     }
 }
 
