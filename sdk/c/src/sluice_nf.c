@@ -1,0 +1,515 @@
+/*
+ * The C SDK's runtime: implements the component's `nf` exports over the
+ * NF's nf_init / nf_process / nf_expired, and the helpers of sluice_nf.h.
+ *
+ * Ownership follows wit-bindgen's C conventions: the batch handed to
+ * `process` belongs to us (freed here when the call ends), and the lists of
+ * the result are malloc'd and freed by the generated post-return function.
+ */
+#include "sluice_nf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WORDS 4u
+
+enum pending { KEEP = 0, SET = 1, REMOVE = 2 };
+
+struct flow_slot {
+    const uint8_t *in;   /* the state handed in (points into the batch) */
+    uint32_t in_len;
+    uint8_t op;          /* enum pending */
+    uint8_t *out;        /* malloc'd new state when op == SET */
+    uint32_t out_len;
+};
+
+struct event_buf {
+    sluice_nf_types_event_t *ptr;
+    size_t len, cap;
+};
+
+struct sluice_batch {
+    sluice_nf_types_batch_t *in;
+    uint32_t n;
+    uint32_t *verdicts;
+    uint8_t **rewrites; /* per packet, NULL unless rewritten */
+    struct flow_slot *flows;
+    uint32_t nflows;
+    struct event_buf events;
+};
+
+bool sluice_fail(sluice_error_t *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static void set_string(network_function_string_t *s, const char *text) {
+    size_t len = strlen(text);
+    s->ptr = malloc(len ? len : 1);
+    s->len = s->ptr ? len : 0;
+    if (s->ptr && len) memcpy(s->ptr, text, len);
+}
+
+/* ---- config ---------------------------------------------------------------- */
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+const char *sluice_config_get(const uint8_t *config, size_t config_len, const char *key, size_t *len) {
+    const char *p = (const char *)config, *end = p + config_len;
+    size_t klen = strlen(key);
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol) eol = end;
+        const char *a = p;
+        while (a < eol && is_space(*a)) a++;
+        const char *eq = memchr(a, '=', (size_t)(eol - a));
+        if (eq && *a != '#') {
+            const char *kend = eq;
+            while (kend > a && is_space(kend[-1])) kend--;
+            if ((size_t)(kend - a) == klen && memcmp(a, key, klen) == 0) {
+                const char *v = eq + 1, *vend = eol;
+                while (v < vend && is_space(*v)) v++;
+                while (vend > v && is_space(vend[-1])) vend--;
+                *len = (size_t)(vend - v);
+                return v;
+            }
+        }
+        p = eol + 1;
+    }
+    *len = 0;
+    return NULL;
+}
+
+bool sluice_parse_ipv4_cidr(const char *text, size_t len, uint32_t *addr, uint32_t *mask) {
+    uint32_t parts[5] = {0, 0, 0, 0, 32};
+    size_t part = 0, digits = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (c >= '0' && c <= '9') {
+            parts[part] = parts[part] * 10 + (uint32_t)(c - '0');
+            if (++digits > 3) return false;
+        } else if ((c == '.' && part < 3) || (c == '/' && part == 3)) {
+            if (!digits) return false;
+            part++;
+            digits = 0;
+            if (c == '/') parts[4] = 0;
+        } else {
+            return false;
+        }
+    }
+    if (!digits || part < 3) return false;
+    for (int i = 0; i < 4; i++)
+        if (parts[i] > 255) return false;
+    if (parts[4] > 32) return false;
+    *addr = parts[0] << 24 | parts[1] << 16 | parts[2] << 8 | parts[3];
+    *mask = parts[4] == 0 ? 0 : 0xffffffffu << (32 - parts[4]);
+    return true;
+}
+
+/* ---- packets --------------------------------------------------------------- */
+
+uint32_t sluice_batch_len(const sluice_batch_t *b) { return b->n; }
+
+sluice_packet_t sluice_batch_packet(const sluice_batch_t *b, uint32_t i) {
+    sluice_packet_t p;
+    memset(&p, 0, sizeof p);
+    p.flow = SLUICE_NO_FLOW;
+    p.l4_offset = 0xffff;
+    p.l3_offset = 0xff;
+    if (i >= b->n) return p;
+    const uint64_t *d = b->in->descriptors.ptr + (size_t)i * WORDS;
+    uint32_t end = (uint32_t)d[0];
+    uint32_t start = i == 0 ? 0 : (uint32_t)d[-(int)WORDS];
+    if (end > b->in->data.len || start > end) return p;
+    p.data = b->in->data.ptr + start;
+    p.len = end - start;
+    p.wire_len = (uint32_t)(d[0] >> 32);
+    p.timestamp_ns = d[1];
+    p.flow_hash = d[2];
+    p.flow = (uint32_t)(d[3] & 0xffff);
+    p.ingress_port = (uint16_t)(d[3] >> 16);
+    p.l4_offset = (uint16_t)(d[3] >> 32);
+    p.l3_offset = (uint8_t)(d[3] >> 48);
+    p.flags = (uint8_t)(d[3] >> 56);
+    return p;
+}
+
+uint16_t sluice_be16(const uint8_t *data, size_t len, size_t at) {
+    if (!data || at + 2 > len) return 0;
+    return (uint16_t)(data[at] << 8 | data[at + 1]);
+}
+
+uint32_t sluice_be32(const uint8_t *data, size_t len, size_t at) {
+    if (!data || at + 4 > len) return 0;
+    return (uint32_t)data[at] << 24 | (uint32_t)data[at + 1] << 16 | (uint32_t)data[at + 2] << 8 | data[at + 3];
+}
+
+bool sluice_put_be16(uint8_t *data, size_t len, size_t at, uint16_t v) {
+    if (!data || at + 2 > len) return false;
+    data[at] = (uint8_t)(v >> 8);
+    data[at + 1] = (uint8_t)v;
+    return true;
+}
+
+/* The same acceptance rules as the host's parser and the Rust SDK: a
+ * header is only read when all of it (options included) was captured. */
+bool sluice_is_ipv4(const sluice_packet_t *p) {
+    if (p->l3_offset == 0xff || (p->flags & SLUICE_FLAG_IPV6)) return false;
+    size_t l3 = p->l3_offset;
+    if (l3 + 20 > p->len || (p->data[l3] >> 4) != 4) return false;
+    size_t hl = (size_t)(p->data[l3] & 0x0f) * 4;
+    return hl >= 20 && l3 + hl <= p->len && sluice_be16(p->data, p->len, l3 + 2) >= hl;
+}
+
+uint8_t sluice_ip_proto(const sluice_packet_t *p) {
+    if (p->l3_offset == 0xff) return 0;
+    if (!(p->flags & SLUICE_FLAG_IPV6)) return sluice_is_ipv4(p) ? p->data[p->l3_offset + 9] : 0;
+    size_t at = (size_t)p->l3_offset + 6;
+    return at < p->len ? p->data[at] : 0;
+}
+
+uint32_t sluice_ipv4_src(const sluice_packet_t *p) {
+    return sluice_is_ipv4(p) ? sluice_be32(p->data, p->len, (size_t)p->l3_offset + 12) : 0;
+}
+
+uint32_t sluice_ipv4_dst(const sluice_packet_t *p) {
+    return sluice_is_ipv4(p) ? sluice_be32(p->data, p->len, (size_t)p->l3_offset + 16) : 0;
+}
+
+bool sluice_is_tcp(const sluice_packet_t *p) {
+    if (p->l4_offset == 0xffff || sluice_ip_proto(p) != 6) return false;
+    size_t l4 = p->l4_offset;
+    if (l4 + 20 > p->len) return false;
+    size_t hl = (size_t)(p->data[l4 + 12] >> 4) * 4;
+    return hl >= 20 && l4 + hl <= p->len;
+}
+
+bool sluice_is_udp(const sluice_packet_t *p) {
+    return p->l4_offset != 0xffff && sluice_ip_proto(p) == 17 && (size_t)p->l4_offset + 8 <= p->len;
+}
+
+uint16_t sluice_src_port(const sluice_packet_t *p) {
+    return sluice_is_tcp(p) || sluice_is_udp(p) ? sluice_be16(p->data, p->len, p->l4_offset) : 0;
+}
+
+uint16_t sluice_dst_port(const sluice_packet_t *p) {
+    return sluice_is_tcp(p) || sluice_is_udp(p) ? sluice_be16(p->data, p->len, (size_t)p->l4_offset + 2) : 0;
+}
+
+uint8_t sluice_tcp_flags(const sluice_packet_t *p) {
+    return sluice_is_tcp(p) ? p->data[p->l4_offset + 13] : 0;
+}
+
+uint16_t sluice_csum_update16(uint16_t sum, uint16_t old_word, uint16_t new_word) {
+    uint32_t s = (uint32_t)(uint16_t)~sum + (uint32_t)(uint16_t)~old_word + new_word;
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    return (uint16_t)~s;
+}
+
+/* ---- decisions ------------------------------------------------------------- */
+
+void sluice_set_verdict(sluice_batch_t *b, uint32_t i, uint32_t verdict) {
+    if (i < b->n) b->verdicts[i] = verdict;
+}
+
+uint32_t sluice_verdict(const sluice_batch_t *b, uint32_t i) { return i < b->n ? b->verdicts[i] : SLUICE_DROP; }
+
+uint8_t *sluice_rewrite(sluice_batch_t *b, uint32_t i) {
+    if (i >= b->n) return NULL;
+    if (!b->rewrites) {
+        b->rewrites = calloc(b->n, sizeof *b->rewrites);
+        if (!b->rewrites) return NULL;
+    }
+    if (!b->rewrites[i]) {
+        sluice_packet_t p = sluice_batch_packet(b, i);
+        if (!p.len) return NULL;
+        b->rewrites[i] = malloc(p.len);
+        if (b->rewrites[i]) memcpy(b->rewrites[i], p.data, p.len);
+    }
+    return b->rewrites[i];
+}
+
+/* ---- flow state ------------------------------------------------------------ */
+
+static bool index_flow_states(sluice_batch_t *b) {
+    const uint8_t *s = b->in->flow_states.ptr;
+    size_t len = b->in->flow_states.len, at = 0, n = 0;
+    while (at + 4 <= len) {
+        uint32_t l = (uint32_t)s[at] | (uint32_t)s[at + 1] << 8 | (uint32_t)s[at + 2] << 16 | (uint32_t)s[at + 3] << 24;
+        if (l > len - at - 4) break;
+        at += 4 + l;
+        n++;
+    }
+    if (!n) return true;
+    b->flows = calloc(n, sizeof *b->flows);
+    if (!b->flows) return false;
+    b->nflows = (uint32_t)n;
+    at = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t l = (uint32_t)s[at] | (uint32_t)s[at + 1] << 8 | (uint32_t)s[at + 2] << 16 | (uint32_t)s[at + 3] << 24;
+        b->flows[i].in = s + at + 4;
+        b->flows[i].in_len = l;
+        at += 4 + l;
+    }
+    return true;
+}
+
+const uint8_t *sluice_flow_state(const sluice_batch_t *b, uint32_t flow, uint32_t *len) {
+    *len = 0;
+    if (flow >= b->nflows) return NULL;
+    const struct flow_slot *f = &b->flows[flow];
+    switch (f->op) {
+    case SET:
+        *len = f->out_len;
+        return f->out;
+    case REMOVE:
+        return NULL;
+    default:
+        if (!f->in_len) return NULL;
+        *len = f->in_len;
+        return f->in;
+    }
+}
+
+bool sluice_set_flow_state(sluice_batch_t *b, uint32_t flow, const void *data, uint32_t len) {
+    if (flow >= b->nflows) return false;
+    if (!len) {
+        sluice_remove_flow_state(b, flow);
+        return true;
+    }
+    uint8_t *copy = malloc(len);
+    if (!copy) return false;
+    memcpy(copy, data, len);
+    struct flow_slot *f = &b->flows[flow];
+    free(f->out);
+    f->out = copy;
+    f->out_len = len;
+    f->op = SET;
+    return true;
+}
+
+void sluice_remove_flow_state(sluice_batch_t *b, uint32_t flow) {
+    if (flow >= b->nflows) return;
+    struct flow_slot *f = &b->flows[flow];
+    free(f->out);
+    f->out = NULL;
+    f->out_len = 0;
+    f->op = REMOVE;
+}
+
+/* ---- log and events -------------------------------------------------------- */
+
+void sluice_log(uint8_t level, const char *message) {
+    network_function_string_t s = {(uint8_t *)message, strlen(message)};
+    sluice_nf_host_log_log(level, &s);
+}
+
+bool sluice_event(sluice_batch_t *b, const char *kind, uint8_t level, int64_t packet, const char *const *fields,
+                  size_t nfields) {
+    struct event_buf *e = &b->events;
+    if (e->len == e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 8;
+        sluice_nf_types_event_t *p = realloc(e->ptr, cap * sizeof *p);
+        if (!p) return false;
+        e->ptr = p;
+        e->cap = cap;
+    }
+    sluice_nf_types_event_t *ev = &e->ptr[e->len];
+    memset(ev, 0, sizeof *ev);
+    set_string(&ev->kind, kind);
+    ev->level = level;
+    ev->packet.is_some = packet >= 0;
+    ev->packet.val = packet >= 0 ? (uint32_t)packet : 0;
+    if (nfields) {
+        ev->fields.ptr = calloc(nfields, sizeof *ev->fields.ptr);
+        if (!ev->fields.ptr) return false;
+        ev->fields.len = nfields;
+        for (size_t i = 0; i < nfields; i++) {
+            set_string(&ev->fields.ptr[i].f0, fields[2 * i]);
+            set_string(&ev->fields.ptr[i].f1, fields[2 * i + 1]);
+        }
+    }
+    e->len++;
+    return true;
+}
+
+static void flush_events(struct event_buf *e) {
+    if (e->len) {
+        sluice_nf_host_log_list_event_t list = {e->ptr, e->len};
+        sluice_nf_host_log_emit(&list);
+        for (size_t i = 0; i < e->len; i++) sluice_nf_types_event_free(&e->ptr[i]);
+    }
+    free(e->ptr);
+    e->ptr = NULL;
+    e->len = e->cap = 0;
+}
+
+/* ---- tables ---------------------------------------------------------------- */
+
+static bool state_fail(sluice_error_t *err, const char *what, sluice_nf_state_state_error_t *e) {
+    static const char *const names[] = {"unknown table", "not now", "wrong kind", "bad spec", "incompatible",
+                                        "bad input",     "full",    "over budget", "too large"};
+    const char *name = e->tag < 9 ? names[e->tag] : "unknown error";
+    if (e->tag == SLUICE_NF_STATE_STATE_ERROR_BAD_SPEC || e->tag == SLUICE_NF_STATE_STATE_ERROR_INCOMPATIBLE) {
+        network_function_string_t *m = e->tag == SLUICE_NF_STATE_STATE_ERROR_BAD_SPEC ? &e->val.bad_spec : &e->val.incompatible;
+        sluice_fail(err, "%s: %s: %.*s", what, name, (int)m->len, (const char *)m->ptr);
+    } else {
+        sluice_fail(err, "%s: %s", what, name);
+    }
+    sluice_nf_state_state_error_free(e);
+    return false;
+}
+
+bool sluice_declare(sluice_nf_state_table_spec_t *spec, sluice_table_t *table, sluice_error_t *err) {
+    sluice_nf_state_state_error_t e;
+    if (sluice_nf_state_declare(spec, table, &e)) return true;
+    return state_fail(err, "declaring a table", &e);
+}
+
+bool sluice_declare_sum_counter(const char *name, uint64_t merge_interval_ns, sluice_table_t *table,
+                                sluice_error_t *err) {
+    sluice_nf_state_table_spec_t spec;
+    memset(&spec, 0, sizeof spec);
+    spec.name.ptr = (uint8_t *)name;
+    spec.name.len = strlen(name);
+    spec.scope = SLUICE_NF_STATE_SCOPE_GLOBAL;
+    spec.access = SLUICE_NF_STATE_ACCESS_READ_WRITE;
+    spec.kind = SLUICE_NF_STATE_VALUE_KIND_COUNTER;
+    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_EVENTUAL;
+    spec.consistency.val.eventual.merge = SLUICE_NF_STATE_MERGE_SUM;
+    spec.consistency.val.eventual.merge_interval_ns = merge_interval_ns;
+    spec.max_value_size = 8;
+    return sluice_declare(&spec, table, err);
+}
+
+bool sluice_counter_add(sluice_table_t table, uint64_t *keys, int64_t *deltas, size_t n, sluice_error_t *err) {
+    network_function_list_u64_t k = {keys, n};
+    network_function_list_s64_t d = {deltas, n};
+    sluice_nf_state_state_error_t e;
+    if (sluice_nf_state_counter_add(table, &k, &d, &e)) return true;
+    return state_fail(err, "counter-add", &e);
+}
+
+bool sluice_counter_get(sluice_table_t table, uint64_t *keys, uint64_t *out, size_t n, sluice_error_t *err) {
+    network_function_list_u64_t k = {keys, n}, r = {0};
+    sluice_nf_state_state_error_t e;
+    if (!sluice_nf_state_counter_get(table, &k, &r, &e)) return state_fail(err, "counter-get", &e);
+    for (size_t i = 0; i < n; i++) out[i] = i < r.len ? r.ptr[i] : 0;
+    network_function_list_u64_free(&r);
+    return true;
+}
+
+/* ---- the exports ----------------------------------------------------------- */
+
+__attribute__((weak)) bool nf_expired(uint32_t table, const uint8_t *entries, size_t len, sluice_error_t *err) {
+    (void)table, (void)entries, (void)len, (void)err;
+    return true;
+}
+
+bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluice_nf_nf_nf_info_t *ret,
+                               network_function_string_t *err) {
+    sluice_info_t info = {false, 0};
+    sluice_error_t e = {{0}};
+    bool ok = nf_init(config->ptr, config->len, &info, &e);
+    network_function_list_u8_free(config);
+    if (!ok) {
+        set_string(err, e.message[0] ? e.message : "init failed");
+        return false;
+    }
+    ret->wants_flow_state = info.wants_flow_state;
+    ret->flow_idle_timeout_ns = info.flow_idle_timeout_ns;
+    return true;
+}
+
+static void release_batch(sluice_batch_t *b) {
+    if (b->rewrites) {
+        for (uint32_t i = 0; i < b->n; i++) free(b->rewrites[i]);
+        free(b->rewrites);
+    }
+    if (b->flows) {
+        for (uint32_t i = 0; i < b->nflows; i++) free(b->flows[i].out);
+        free(b->flows);
+    }
+    free(b->verdicts);
+    sluice_nf_types_batch_free(b->in);
+}
+
+bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_sluice_nf_nf_batch_result_t *ret,
+                                  network_function_string_t *err) {
+    sluice_batch_t b;
+    memset(&b, 0, sizeof b);
+    b.in = batch;
+    b.n = (uint32_t)(batch->descriptors.len / WORDS);
+    b.verdicts = malloc((b.n ? b.n : 1) * sizeof *b.verdicts);
+    if (!b.verdicts || !index_flow_states(&b)) {
+        release_batch(&b);
+        set_string(err, "out of memory");
+        return false;
+    }
+    for (uint32_t i = 0; i < b.n; i++) b.verdicts[i] = sluice_forward(0);
+
+    sluice_error_t e = {{0}};
+    bool ok = nf_process(&b, &e);
+    flush_events(&b.events);
+    if (!ok) {
+        release_batch(&b);
+        set_string(err, e.message[0] ? e.message : "process failed");
+        return false;
+    }
+
+    memset(ret, 0, sizeof *ret);
+    ret->verdicts.ptr = b.verdicts;
+    ret->verdicts.len = b.n;
+    b.verdicts = NULL;
+    size_t nrew = 0, nupd = 0;
+    for (uint32_t i = 0; b.rewrites && i < b.n; i++) nrew += b.rewrites[i] != NULL;
+    for (uint32_t i = 0; i < b.nflows; i++) nupd += b.flows[i].op != KEEP;
+    if (nrew) {
+        ret->rewrites.ptr = calloc(nrew, sizeof *ret->rewrites.ptr);
+        for (uint32_t i = 0, k = 0; ret->rewrites.ptr && i < b.n; i++) {
+            if (!b.rewrites[i]) continue;
+            sluice_packet_t p = sluice_batch_packet(&b, i);
+            ret->rewrites.ptr[k].packet = i;
+            ret->rewrites.ptr[k].data.ptr = b.rewrites[i];
+            ret->rewrites.ptr[k].data.len = p.len;
+            b.rewrites[i] = NULL;
+            k++;
+        }
+        ret->rewrites.len = ret->rewrites.ptr ? nrew : 0;
+    }
+    if (nupd) {
+        ret->flow_updates.ptr = calloc(nupd, sizeof *ret->flow_updates.ptr);
+        for (uint32_t i = 0, k = 0; ret->flow_updates.ptr && i < b.nflows; i++) {
+            struct flow_slot *f = &b.flows[i];
+            if (f->op == KEEP) continue;
+            sluice_nf_types_flow_update_t *u = &ret->flow_updates.ptr[k++];
+            u->flow = i;
+            if (f->op == SET) {
+                u->op.tag = SLUICE_NF_TYPES_STATE_OP_SET;
+                u->op.val.set.ptr = f->out;
+                u->op.val.set.len = f->out_len;
+                f->out = NULL;
+            } else {
+                u->op.tag = SLUICE_NF_TYPES_STATE_OP_REMOVE;
+            }
+        }
+        ret->flow_updates.len = ret->flow_updates.ptr ? nupd : 0;
+    }
+    release_batch(&b);
+    return true;
+}
+
+bool exports_sluice_nf_nf_expired(exports_sluice_nf_nf_table_t table, network_function_list_u8_t *entries,
+                                  network_function_string_t *err) {
+    sluice_error_t e = {{0}};
+    bool ok = nf_expired(table, entries->ptr, entries->len, &e);
+    network_function_list_u8_free(entries);
+    if (!ok) set_string(err, e.message[0] ? e.message : "expired failed");
+    return ok;
+}

@@ -1,0 +1,199 @@
+//! Building a project into a `sluice:nf` component, one toolchain per
+//! language, and checking the result the way a gateway upload is checked.
+//!
+//! - Rust: `cargo build --target wasm32-wasip2` (cargo makes the component).
+//! - C: Debian's clang + lld + wasi-libc compile a reactor core module with
+//!   the generated bindings in `sdk/c/gen`; wit-component wraps it with the
+//!   WASI preview1 adapter of the same wasmtime version as the host.
+//! - Python: componentize-py (PyPI) with `sdk/python` on the module path.
+//! - JavaScript: esbuild bundles the NF with `sdk/js` into one module, and
+//!   componentize-js (npm, installed in `sdk/js/node_modules`) builds it.
+
+use crate::error::{CliError, io};
+use crate::project::Project;
+use crate::sdk::Sdk;
+use crate::{Lang, check};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How to build.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// Cargo's target directory for Rust projects (default: the project's
+    /// own `target/`). Sharing one across projects saves rebuilding the SDK.
+    pub cargo_target_dir: Option<PathBuf>,
+    /// Compiled-code cache for the contract check (speeds up re-checks).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// A built and checked component.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// Where it was written.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: usize,
+    /// The contract version it was checked against.
+    pub contract: &'static str,
+    /// SHA-256 of the component, hex.
+    pub digest: String,
+    /// Time spent in the language's toolchain.
+    pub build_time: Duration,
+}
+
+/// Builds `project` into `build/<name>.wasm` and checks it.
+pub fn build(project: &Project, sdk: &Sdk, opts: &BuildOptions) -> Result<Built, CliError> {
+    let build_dir = project.build_dir();
+    std::fs::create_dir_all(&build_dir).map_err(io("creating", &build_dir))?;
+    let out = project.component();
+    let source = project.source();
+    if !source.is_file() {
+        return Err(CliError::Manifest {
+            path: project.dir.join(crate::project::MANIFEST),
+            reason: format!("the NF source {} does not exist", source.display()),
+        });
+    }
+    let started = Instant::now();
+    match project.manifest.lang {
+        Lang::Rust => build_rust(project, opts, &out)?,
+        Lang::C => build_c(project, sdk, &source, &out)?,
+        Lang::Python => build_python(project, sdk, &source, &out)?,
+        Lang::Js => build_js(project, sdk, &source, &out)?,
+    }
+    let build_time = started.elapsed();
+    let checked = check::check_file(&out, &project.manifest.name, opts.cache_dir.as_deref())?;
+    Ok(Built { path: out, size: checked.size, contract: checked.contract, digest: checked.digest, build_time })
+}
+
+fn build_rust(project: &Project, opts: &BuildOptions, out: &Path) -> Result<(), CliError> {
+    let target_dir = opts.cargo_target_dir.clone().unwrap_or_else(|| project.dir.join("target"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.arg("build")
+        .arg("--release")
+        .args(["--target", "wasm32-wasip2"])
+        .arg("--manifest-path")
+        .arg(project.dir.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .current_dir(&project.dir);
+    run(cmd, "cargo", Lang::Rust, "cargo (rustup, with `rustup target add wasm32-wasip2`)", &project.manifest.name)?;
+    let crate_file = format!("{}.wasm", project.manifest.name.replace('-', "_"));
+    let built = target_dir.join("wasm32-wasip2").join("release").join(crate_file);
+    std::fs::copy(&built, out).map_err(io("copying", &built))?;
+    Ok(())
+}
+
+fn build_c(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(), CliError> {
+    let c = sdk.lang_dir(Lang::C);
+    let core = project.build_dir().join(format!("{}.core.wasm", project.manifest.name));
+    let mut cmd = Command::new(std::env::var_os("SLUICE_CLANG").unwrap_or_else(|| "clang".into()));
+    cmd.args(["--target=wasm32-wasi", "-O2", "-std=c11", "-Wall", "-Wextra", "-mexec-model=reactor"])
+        .arg("-I")
+        .arg(c.join("include"))
+        .arg("-I")
+        .arg(c.join("gen"))
+        .arg("-I")
+        .arg(&project.dir)
+        .arg(source)
+        .arg(c.join("src/sluice_nf.c"))
+        .arg(c.join("gen/network_function.c"))
+        .arg(c.join("gen/network_function_component_type.o"))
+        .arg("-Wl,--strip-debug")
+        .arg("-o")
+        .arg(&core)
+        .current_dir(&project.dir);
+    run(cmd, "clang", Lang::C, "apt install clang lld wasi-libc libclang-rt-14-dev-wasm32 (or `make setup`)", source)?;
+    let bytes = std::fs::read(&core).map_err(io("reading", &core))?;
+    let component = componentize(&bytes).map_err(|reason| CliError::Componentize { path: core.clone(), reason })?;
+    std::fs::write(out, component).map_err(io("writing", out))
+}
+
+/// Wraps a core module that carries its `sluice:nf` component-type section
+/// into a component, adapting WASI preview1 imports (wasi-libc's) to the
+/// preview2 interfaces the host provides.
+pub fn componentize(core: &[u8]) -> Result<Vec<u8>, String> {
+    wit_component::ComponentEncoder::default()
+        .module(core)
+        .and_then(|e| {
+            e.adapter(
+                "wasi_snapshot_preview1",
+                wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+            )
+        })
+        .and_then(|e| e.validate(true).encode())
+        .map_err(|e| format!("{e:#}"))
+}
+
+fn build_python(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(), CliError> {
+    let module = source.file_stem().and_then(|s| s.to_str()).unwrap_or("nf");
+    let src_dir = source.parent().unwrap_or(&project.dir);
+    let mut cmd = Command::new(std::env::var_os("SLUICE_COMPONENTIZE_PY").unwrap_or_else(|| "componentize-py".into()));
+    cmd.arg("-d")
+        .arg(sdk.wit_dir())
+        .args(["-w", "network-function", "componentize", module, "-p"])
+        .arg(src_dir)
+        .arg("-p")
+        .arg(sdk.lang_dir(Lang::Python))
+        .arg("-o")
+        .arg(out)
+        .current_dir(&project.dir);
+    run(cmd, "componentize-py", Lang::Python, "pip install componentize-py==0.25.1 (or `make setup`)", source)
+}
+
+fn build_js(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(), CliError> {
+    let js = sdk.lang_dir(Lang::Js);
+    let bin = js.join("node_modules/.bin");
+    let work = project.build_dir().join("js");
+    std::fs::create_dir_all(&work).map_err(io("creating", &work))?;
+    let bundle = work.join("bundle.js");
+    let mut esbuild = Command::new(bin.join("esbuild"));
+    esbuild
+        .arg(source)
+        .args(["--bundle", "--format=esm", "--platform=neutral", "--log-level=warning"])
+        .arg(format!("--alias:@sluice/nf={}", js.join("src/index.js").display()))
+        .arg("--external:sluice:nf/*")
+        .arg(format!("--outfile={}", bundle.display()))
+        .current_dir(&project.dir);
+    run(esbuild, "esbuild", Lang::Js, "run `npm ci` in sdk/js (or `make setup`)", source)?;
+    // componentize-js reads the WIT through a sandbox that only sees the
+    // bundle's directory, so the contract is copied next to it.
+    let wit = work.join("wit");
+    std::fs::create_dir_all(&wit).map_err(io("creating", &wit))?;
+    let nf_wit = sdk.wit_dir().join("nf.wit");
+    std::fs::copy(&nf_wit, wit.join("nf.wit")).map_err(io("copying", &nf_wit))?;
+    let mut cmd = Command::new(bin.join("componentize-js"));
+    cmd.arg(&bundle)
+        .arg("-w")
+        .arg(&wit)
+        .args(["-n", "network-function", "-d", "http", "-d", "fetch-event", "-o"])
+        .arg(out)
+        .current_dir(&work);
+    run(cmd, "componentize-js", Lang::Js, "run `npm ci` in sdk/js (or `make setup`)", source)
+}
+
+/// Runs a toolchain command; a missing program or a failure becomes an
+/// error carrying the end of its output.
+fn run(mut cmd: Command, tool: &str, lang: Lang, hint: &'static str, what: impl AsRef<Path>) -> Result<(), CliError> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let output = cmd.output().map_err(|e| CliError::MissingTool {
+        lang: lang.name(),
+        tool: tool.to_string(),
+        detail: format!("running {program}: {e}"),
+        hint,
+    })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stdout));
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines.get(lines.len().saturating_sub(40)..).unwrap_or_default().join("\n");
+    Err(CliError::ToolFailed {
+        tool: tool.to_string(),
+        status: output.status.to_string(),
+        what: what.as_ref().display().to_string(),
+        output: tail,
+    })
+}

@@ -1,0 +1,148 @@
+//! `sluice nf new`: a buildable project from a template.
+//!
+//! The templates are the `counter` and `firewall` cases of the conformance
+//! suite (`tests/conformance/`), so every template in every language is
+//! built and checked byte for byte against the others by `make test`.
+
+use crate::error::{CliError, io};
+use crate::project::{MANIFEST, Manifest, check_name};
+use crate::sdk::Sdk;
+use crate::Lang;
+use std::path::{Path, PathBuf};
+
+/// A starting point for a new NF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Template {
+    /// Forwards everything and counts packets and bytes in a host table.
+    Counter,
+    /// Lets connections from inside out and their replies back in; drops
+    /// the rest. Keeps per-flow state.
+    Firewall,
+}
+
+impl std::str::FromStr for Template {
+    type Err = CliError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "counter" => Ok(Template::Counter),
+            "firewall" => Ok(Template::Firewall),
+            other => Err(CliError::UnknownTemplate(other.to_string())),
+        }
+    }
+}
+
+impl Template {
+    fn name(self) -> &'static str {
+        match self {
+            Template::Counter => "counter",
+            Template::Firewall => "firewall",
+        }
+    }
+
+    /// The NF source of this template in `lang`.
+    pub fn source(self, lang: Lang) -> &'static str {
+        macro_rules! case {
+            ($case:literal) => {
+                match lang {
+                    Lang::Rust => include_str!(concat!("../../../tests/conformance/", $case, "/nf.rs")),
+                    Lang::C => include_str!(concat!("../../../tests/conformance/", $case, "/nf.c")),
+                    Lang::Python => include_str!(concat!("../../../tests/conformance/", $case, "/nf.py")),
+                    Lang::Js => include_str!(concat!("../../../tests/conformance/", $case, "/nf.js")),
+                }
+            };
+        }
+        match self {
+            Template::Counter => case!("counter"),
+            Template::Firewall => case!("firewall"),
+        }
+    }
+
+    /// The NF configuration the template expects (`config-text`).
+    pub fn config(self) -> &'static str {
+        match self {
+            Template::Counter => "",
+            Template::Firewall => "inside=10.0.0.0/8",
+        }
+    }
+}
+
+/// Creates `<parent>/<name>/`: the manifest, the NF source, a host config
+/// for `sluice-host run`, and a README saying how to build and run it.
+/// Returns the project directory.
+pub fn new_project(
+    sdk: &Sdk,
+    parent: &Path,
+    name: &str,
+    lang: Lang,
+    template: Template,
+) -> Result<PathBuf, CliError> {
+    check_name(name)?;
+    let dir = parent.join(name);
+    if dir.exists() {
+        return Err(CliError::Exists(dir));
+    }
+    write_sources(sdk, &dir, name, lang, template.source(lang))?;
+    let host = format!(
+        "# Host configuration for `sluice-host --config host.toml run`.\nbatch-size = 32\n\n[nf.{name}]\nfailure-policy = \"fail-closed\"\nconfig-text = \"{}\"\n",
+        template.config()
+    );
+    write(&dir.join("host.toml"), &host)?;
+    let readme = format!(
+        "# {name}\n\nA Sluice network function in {lang}, from the `{template}` template.\n\n\
+         ```sh\nsluice nf build            # -> build/{name}.wasm, checked against sluice:nf@{v}\n\
+         sluice-host synth --out trace.pcap --sessions 1000\n\
+         sluice-host --config host.toml run --nf build/{name}.wasm --in trace.pcap --out out.pcap\n```\n\n\
+         The NF's configuration is `config-text` in `host.toml`. The SDK's README \
+         ({sdk_readme}) describes the API.\n",
+        template = template.name(),
+        v = crate::sdk::CONTRACT_VERSION,
+        sdk_readme = sdk.lang_dir(lang).join("README.md").display(),
+    );
+    write(&dir.join("README.md"), &readme)?;
+    Ok(dir)
+}
+
+/// Writes a project's manifest and language files around `source` (used
+/// by `new` and by the conformance harness for each case's sources).
+pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str) -> Result<(), CliError> {
+    check_name(name)?;
+    let manifest = Manifest { name: name.to_string(), lang, source: None };
+    let text = toml::to_string(&manifest).map_err(|e| CliError::Manifest {
+        path: dir.join(MANIFEST),
+        reason: e.to_string(),
+    })?;
+    write(&dir.join(MANIFEST), &text)?;
+    write(&dir.join(lang.main_source()), source)?;
+    match lang {
+        Lang::Rust => {
+            let cargo = format!(
+                "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\npath = \"src/lib.rs\"\n\n\
+                 [dependencies]\nsluice-sdk = {{ path = \"{}\" }}\n\n\
+                 [profile.release]\nopt-level = 3\nlto = true\ncodegen-units = 1\nstrip = true\n\n\
+                 # A project of its own, even inside another workspace.\n[workspace]\n",
+                sdk.lang_dir(Lang::Rust).display()
+            );
+            write(&dir.join("Cargo.toml"), &cargo)?;
+            write(&dir.join(".gitignore"), "/target\n/build\n")?;
+        }
+        Lang::Js => {
+            let types = sdk.lang_dir(Lang::Js).join("src/index.d.ts");
+            let jsconfig = format!(
+                "{{\n  \"compilerOptions\": {{\n    \"checkJs\": true,\n    \"module\": \"es2022\",\n    \"target\": \"es2022\",\n    \"paths\": {{ \"@sluice/nf\": [\"{}\"] }}\n  }}\n}}\n",
+                types.display()
+            );
+            write(&dir.join("jsconfig.json"), &jsconfig)?;
+            write(&dir.join(".gitignore"), "/build\n")?;
+        }
+        Lang::C | Lang::Python => write(&dir.join(".gitignore"), "/build\n")?,
+    }
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), CliError> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+    }
+    std::fs::write(path, text).map_err(io("writing", path))
+}

@@ -1,0 +1,336 @@
+"""Write Sluice network functions in Python.
+
+An NF is a class with ``init(self, config: bytes) -> NfInfo`` and
+``process(self, batch: Batch) -> None`` (and optionally
+``expired(self, table: int, entries: bytes) -> None``), exported at the end
+of the NF's module with ``Nf = export(MyNf)``. The host calls ``init`` once
+per instance with the tenant's configuration and ``process`` once per batch
+of packets, never once per packet. Inside ``process``, :class:`Batch` gives
+packet views, per-flow state (including changes made earlier in the same
+batch) and setters for verdicts, rewrites and state; none of them calls the
+host. Raise an exception to refuse a configuration or fail a batch: its
+message goes to the host, which applies the NF's failure policy.
+
+The contract is ``wit/v0.2.0/nf.wit`` (``sluice:nf@0.2.0``); componentize-py
+generates the ``wit_world`` bindings this package wraps when it builds the NF.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, Optional, Sequence, Tuple
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.imports import host_log
+from wit_world.imports import state as _state
+from wit_world.imports import types
+
+__all__ = [
+    "DROP", "NO_FLOW", "Batch", "Counters", "Level", "NfInfo", "Packet", "StateError",
+    "config_value", "csum_update16", "export", "forward", "label", "log", "parse_ipv4_cidr",
+    "stateless", "with_flow_state",
+]
+
+#: Drop the packet.
+DROP = 0
+#: The flow index of a packet that has no flow (not IP).
+NO_FLOW = 0xFFFF
+NO_L4 = 0xFFFF
+NO_L3 = 0xFF
+FLAG_REVERSE, FLAG_FRAGMENT, FLAG_TRUNCATED, FLAG_IPV6 = 1, 2, 4, 8
+TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
+
+Level = types.Level
+NfInfo = types.NfInfo
+
+
+def forward(port: int = 0) -> int:
+    """Verdict: forward the packet out of ``port`` (0: the default output)."""
+    return (1 << 16) | (port & 0xFFFF)
+
+
+def label(value: int) -> int:
+    """Verdict: send the packet to the chain branch selected by ``value``."""
+    return (2 << 16) | (value & 0xFFFF)
+
+
+def stateless() -> NfInfo:
+    """What a stateless NF returns from ``init``."""
+    return NfInfo(wants_flow_state=False, flow_idle_timeout_ns=0)
+
+
+def with_flow_state(idle_timeout_ns: int = 0) -> NfInfo:
+    """What an NF that keeps per-flow state returns from ``init`` (idle
+    timeout 0: the host's default, 120 s)."""
+    return NfInfo(wants_flow_state=True, flow_idle_timeout_ns=idle_timeout_ns)
+
+
+def log(level: Level, message: str) -> None:
+    """A line in the host log (rate-limited by the host)."""
+    host_log.log(level, message)
+
+
+def config_value(config: bytes, key: str) -> Optional[str]:
+    """The value of ``key`` in a config of ``key=value`` lines (spaces
+    around both ignored, ``#`` starts a comment line), or None."""
+    for line in config.decode("utf-8").splitlines():
+        line = line.strip()
+        if line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        if k.strip() == key:
+            return v.strip()
+    return None
+
+
+def parse_ipv4_cidr(text: str) -> Tuple[int, int]:
+    """``a.b.c.d[/n]`` as (network, mask) integers; ValueError if malformed."""
+    addr, _, length = text.partition("/")
+    parts = addr.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 3 and int(p) <= 255 for p in parts):
+        raise ValueError(f"bad IPv4 address in '{text}'")
+    n = int(length) if length else 32
+    if not length.isdigit() and length or n > 32:
+        raise ValueError(f"bad prefix length in '{text}'")
+    a = (int(parts[0]) << 24) | (int(parts[1]) << 16) | (int(parts[2]) << 8) | int(parts[3])
+    mask = 0 if n == 0 else (0xFFFFFFFF << (32 - n)) & 0xFFFFFFFF
+    return a & mask, mask
+
+
+def csum_update16(checksum: int, old: int, new: int) -> int:
+    """RFC 1624 incremental update of a one's-complement checksum when a
+    16-bit word changes from ``old`` to ``new``."""
+    s = (~checksum & 0xFFFF) + (~old & 0xFFFF) + new
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+class Packet:
+    """One packet of a batch: its bytes and what the host parsed out of
+    them. Accessors return 0/False/None when a header was not captured."""
+
+    __slots__ = ("data", "wire_len", "timestamp_ns", "flow_hash", "flow", "ingress_port",
+                 "l4_offset", "l3_offset", "flags")
+
+    def __init__(self, data: bytes, w0: int, w1: int, w2: int, w3: int):
+        self.data = data
+        self.wire_len = w0 >> 32
+        self.timestamp_ns = w1
+        self.flow_hash = w2
+        self.flow = w3 & 0xFFFF
+        self.ingress_port = (w3 >> 16) & 0xFFFF
+        self.l4_offset = (w3 >> 32) & 0xFFFF
+        self.l3_offset = (w3 >> 48) & 0xFF
+        self.flags = (w3 >> 56) & 0xFF
+
+    def is_ipv4(self) -> bool:
+        """An IPv4 packet whose whole IP header was captured."""
+        l3, d = self.l3_offset, self.data
+        if l3 == NO_L3 or self.flags & FLAG_IPV6 or l3 + 20 > len(d) or d[l3] >> 4 != 4:
+            return False
+        hl = (d[l3] & 0x0F) * 4
+        return hl >= 20 and l3 + hl <= len(d) and ((d[l3 + 2] << 8) | d[l3 + 3]) >= hl
+
+    def ip_proto(self) -> int:
+        """The IP protocol (for IPv6 the first next header); 0 if not IP."""
+        if self.l3_offset == NO_L3:
+            return 0
+        if not self.flags & FLAG_IPV6:
+            return self.data[self.l3_offset + 9] if self.is_ipv4() else 0
+        at = self.l3_offset + 6
+        return self.data[at] if at < len(self.data) else 0
+
+    def ipv4_src(self) -> int:
+        """IPv4 source address as an integer (0 if not IPv4)."""
+        return struct.unpack_from("!I", self.data, self.l3_offset + 12)[0] if self.is_ipv4() else 0
+
+    def ipv4_dst(self) -> int:
+        """IPv4 destination address as an integer (0 if not IPv4)."""
+        return struct.unpack_from("!I", self.data, self.l3_offset + 16)[0] if self.is_ipv4() else 0
+
+    def is_tcp(self) -> bool:
+        """A TCP packet whose whole TCP header was captured."""
+        l4, d = self.l4_offset, self.data
+        if l4 == NO_L4 or self.ip_proto() != 6 or l4 + 20 > len(d):
+            return False
+        hl = (d[l4 + 12] >> 4) * 4
+        return hl >= 20 and l4 + hl <= len(d)
+
+    def is_udp(self) -> bool:
+        """A UDP packet whose UDP header was captured."""
+        return self.l4_offset != NO_L4 and self.ip_proto() == 17 and self.l4_offset + 8 <= len(self.data)
+
+    def src_port(self) -> int:
+        return struct.unpack_from("!H", self.data, self.l4_offset)[0] if self.is_tcp() or self.is_udp() else 0
+
+    def dst_port(self) -> int:
+        return struct.unpack_from("!H", self.data, self.l4_offset + 2)[0] if self.is_tcp() or self.is_udp() else 0
+
+    def tcp_flags(self) -> int:
+        """TCP flags byte (TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK, ...), 0 if not TCP."""
+        return self.data[self.l4_offset + 13] if self.is_tcp() else 0
+
+
+_KEEP, _SET, _REMOVE = 0, 1, 2
+
+
+class Batch:
+    """A batch of packets with their flow state, plus the NF's decisions.
+    Every packet starts with the verdict ``forward(0)``."""
+
+    def __init__(self, raw: types.Batch):
+        self._data = raw.data
+        self._desc = raw.descriptors
+        n = len(raw.descriptors) // 4
+        self.verdicts = [forward(0)] * n
+        self._rewrites: dict = {}
+        self._events: list = []
+        states, s, at = [], raw.flow_states, 0
+        while at + 4 <= len(s):
+            length = int.from_bytes(s[at:at + 4], "little")
+            if length > len(s) - at - 4:
+                break
+            states.append(s[at + 4:at + 4 + length])
+            at += 4 + length
+        self._states = states
+        self._pending = [(_KEEP, b"")] * len(states)
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def packet(self, i: int) -> Packet:
+        d = self._desc
+        w = 4 * i
+        start = (d[w - 4] & 0xFFFFFFFF) if i else 0
+        end = d[w] & 0xFFFFFFFF
+        return Packet(self._data[start:end], d[w], d[w + 1], d[w + 2], d[w + 3])
+
+    def packets(self) -> Iterator[Packet]:
+        """All packets in order."""
+        return (self.packet(i) for i in range(len(self.verdicts)))
+
+    def set_verdict(self, i: int, verdict: int) -> None:
+        self.verdicts[i] = verdict
+
+    def flow_state(self, flow: int) -> Optional[bytes]:
+        """The state of ``flow`` as of now: what the host handed in, or what
+        this batch set since; None if it has none."""
+        if flow >= len(self._states):
+            return None
+        op, value = self._pending[flow]
+        if op == _SET:
+            return value
+        if op == _REMOVE:
+            return None
+        return self._states[flow] or None
+
+    def set_flow_state(self, flow: int, state: bytes) -> None:
+        """Stores ``state`` (1..4096 bytes) for ``flow``."""
+        if flow < len(self._pending):
+            self._pending[flow] = (_SET, bytes(state)) if state else (_REMOVE, b"")
+
+    def remove_flow_state(self, flow: int) -> None:
+        """Forgets the state of ``flow``."""
+        if flow < len(self._pending):
+            self._pending[flow] = (_REMOVE, b"")
+
+    def rewrite(self, i: int, data: bytes) -> None:
+        """Replaces the bytes of packet ``i``."""
+        if 0 <= i < len(self.verdicts):
+            self._rewrites[i] = bytes(data)
+
+    def emit(self, kind: str, level: Level, packet: Optional[int], fields: Sequence[Tuple[str, str]]) -> None:
+        """Queues an event; a batch's events reach the host in one call."""
+        self._events.append(types.Event(kind, level, packet, list(fields)))
+
+    def _finish(self) -> types.BatchResult:
+        if self._events:
+            host_log.emit(self._events)
+        rewrites = [types.Rewrite(i, d) for i, d in sorted(self._rewrites.items())]
+        updates = []
+        for flow, (op, value) in enumerate(self._pending):
+            if op == _SET:
+                updates.append(types.FlowUpdate(flow, types.StateOp_Set(value)))
+            elif op == _REMOVE:
+                updates.append(types.FlowUpdate(flow, types.StateOp_Remove()))
+        return types.BatchResult(self.verdicts, rewrites, updates)
+
+
+class StateError(Exception):
+    """A host table operation failed (the message names the state error)."""
+
+
+def _state_call(what: str, f, *args):
+    try:
+        return f(*args)
+    except Err as e:
+        raise StateError(f"{what}: {type(e.value).__name__.replace('StateError_', '')} {vars(e.value)}") from None
+
+
+class Counters:
+    """A host counter table (see the ``state`` interface of the contract)."""
+
+    def __init__(self, table: int):
+        self.table = table
+
+    @staticmethod
+    def declare(spec: _state.TableSpec) -> "Counters":
+        """Declares a table from a full spec (only in ``init``)."""
+        return Counters(_state_call("declare", _state.declare, spec))
+
+    @staticmethod
+    def sum(name: str, merge_interval_ns: int = 0) -> "Counters":
+        """A global counter table whose workers' replicas are summed every
+        ``merge_interval_ns`` of packet time (only in ``init``)."""
+        spec = _state.TableSpec(
+            name=name, scope=_state.Scope.GLOBAL, access=_state.Access.READ_WRITE,
+            kind=_state.ValueKind.COUNTER,
+            consistency=_state.Consistency_Eventual(_state.EventualSpec(_state.Merge.SUM, merge_interval_ns)),
+            key_size=0, max_value_size=8, capacity=0, idle_timeout_ns=0, notify_expired=False)
+        return Counters.declare(spec)
+
+    def add(self, keys: Sequence[int], deltas: Sequence[int]) -> None:
+        _state_call("counter-add", _state.counter_add, self.table, list(keys), list(deltas))
+
+    def get(self, keys: Sequence[int]) -> list:
+        return _state_call("counter-get", _state.counter_get, self.table, list(keys))
+
+
+def export(cls):
+    """The component's ``nf`` export for the NF class ``cls``: assign it to
+    ``Nf`` at the end of the NF module (``Nf = export(MyNf)``)."""
+
+    class Nf(exports.Nf):
+        _nf = None
+
+        def init(self, config: bytes) -> types.NfInfo:
+            try:
+                nf = cls()
+                info = nf.init(bytes(config))
+            except Exception as e:  # the host shows the message to the tenant
+                raise Err(str(e) or type(e).__name__)
+            Nf._nf = nf
+            return info if info is not None else stateless()
+
+        def process(self, batch: types.Batch) -> types.BatchResult:
+            if Nf._nf is None:
+                raise Err("process called before a successful init")
+            b = Batch(batch)
+            try:
+                Nf._nf.process(b)
+            except Exception as e:
+                raise Err(f"{type(e).__name__}: {e}")
+            return b._finish()
+
+        def expired(self, table: int, entries: bytes) -> None:
+            handler = getattr(Nf._nf, "expired", None)
+            if handler is None:
+                return
+            try:
+                handler(table, bytes(entries))
+            except Exception as e:
+                raise Err(f"{type(e).__name__}: {e}")
+
+    return Nf
