@@ -93,7 +93,7 @@ fn outbound() -> Vec<Vec<u8>> {
     v
 }
 
-fn tshark_bad_checksums(pcap: &std::path::Path) -> usize {
+pub(crate) fn tshark_bad_checksums(pcap: &std::path::Path) -> usize {
     let out = std::process::Command::new("tshark")
         .args(["-r", pcap.to_str().unwrap(), "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE"])
         .args([

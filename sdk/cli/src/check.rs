@@ -20,8 +20,9 @@ pub struct Checked {
 /// linker under the NF name `name`.
 pub fn check_file(path: &Path, name: &str, cache_dir: Option<&Path>) -> Result<Checked, CliError> {
     let bytes = std::fs::read(path).map_err(io("reading", path))?;
-    let runtime = Runtime::new(RuntimeConfig { cache_dir: cache_dir.map(Path::to_path_buf), ..RuntimeConfig::default() })
-        .map_err(|source| CliError::Check { path: path.to_path_buf(), source })?;
+    let runtime =
+        Runtime::new(RuntimeConfig { cache_dir: cache_dir.map(Path::to_path_buf), ..RuntimeConfig::default() })
+            .map_err(|source| CliError::Check { path: path.to_path_buf(), source })?;
     let module = runtime.load(name, &bytes).map_err(|source| CliError::Check { path: path.to_path_buf(), source })?;
     Ok(Checked { size: module.size(), contract: module.contract_version(), digest: module.digest().to_string() })
 }

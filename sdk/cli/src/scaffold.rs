@@ -4,10 +4,10 @@
 //! suite (`tests/conformance/`), so every template in every language is
 //! built and checked byte for byte against the others by `make test`.
 
+use crate::Lang;
 use crate::error::{CliError, io};
 use crate::project::{MANIFEST, Manifest, check_name};
 use crate::sdk::Sdk;
-use crate::Lang;
 use std::path::{Path, PathBuf};
 
 /// A starting point for a new NF.
@@ -70,13 +70,7 @@ impl Template {
 /// Creates `<parent>/<name>/`: the manifest, the NF source, a host config
 /// for `sluice-host run`, and a README saying how to build and run it.
 /// Returns the project directory.
-pub fn new_project(
-    sdk: &Sdk,
-    parent: &Path,
-    name: &str,
-    lang: Lang,
-    template: Template,
-) -> Result<PathBuf, CliError> {
+pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: Template) -> Result<PathBuf, CliError> {
     check_name(name)?;
     let dir = parent.join(name);
     if dir.exists() {
@@ -108,10 +102,8 @@ pub fn new_project(
 pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str) -> Result<(), CliError> {
     check_name(name)?;
     let manifest = Manifest { name: name.to_string(), lang, source: None };
-    let text = toml::to_string(&manifest).map_err(|e| CliError::Manifest {
-        path: dir.join(MANIFEST),
-        reason: e.to_string(),
-    })?;
+    let text = toml::to_string(&manifest)
+        .map_err(|e| CliError::Manifest { path: dir.join(MANIFEST), reason: e.to_string() })?;
     write(&dir.join(MANIFEST), &text)?;
     write(&dir.join(lang.main_source()), source)?;
     match lang {

@@ -1,0 +1,165 @@
+//! The cross-language conformance suite: every case in
+//! `tests/conformance/<case>/` holds an input capture, the NF's config
+//! (`config.txt`), the expected output (`expected.pcap`, byte for byte,
+//! and `expected.json`: meters, events and tables) and the same NF in each
+//! language (`nf.rs`, `nf.c`, `nf.py`, `nf.js`). Each present source is
+//! built with `sluice nf build`'s code path and run through the real host;
+//! a missing source skips that language for that case, and says so.
+//!
+//! `SLUICE_BLESS=1` rewrites the expected files from the Rust NF (review
+//! the diff: the other languages must then agree with it).
+
+use serde_json::{Value, json};
+use sluice_cli::{BuildOptions, Lang, Project, Sdk};
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Builds the case's NF in `lang` (if its source exists) into a component
+/// named after the case.
+fn build(case: &str, lang: Lang, scratch: &Path) -> Option<PathBuf> {
+    let dir = workspace().join("tests/conformance").join(case);
+    let source = dir.join(format!("nf.{}", lang.extension()));
+    if !source.exists() {
+        println!("skip {case}/{lang}: no {}", source.file_name().unwrap().to_string_lossy());
+        return None;
+    }
+    let sdk = Sdk::locate(Some(&workspace())).unwrap();
+    let project_dir = scratch.join(lang.name());
+    let text = std::fs::read_to_string(&source).unwrap();
+    sluice_cli::scaffold::write_sources(&sdk, &project_dir, case, lang, &text).unwrap();
+    let project = Project::open(&project_dir).unwrap();
+    let opts = BuildOptions {
+        cargo_target_dir: Some(workspace().join("target/conformance-rust")),
+        cache_dir: Some(workspace().join("target/sluice-cache")),
+    };
+    let built = sluice_cli::build(&project, &sdk, &opts).unwrap_or_else(|e| panic!("{case}/{lang}: {e}"));
+    assert_eq!(built.contract, "0.2.0");
+    Some(built.path)
+}
+
+/// What a run must reproduce besides the output bytes.
+fn summary(report: &sluice_host::Report) -> Value {
+    let nf = &report.nfs[0];
+    let m = &nf.meters;
+    let events: Vec<Value> = report
+        .events
+        .iter()
+        .map(|e| json!({"kind": e.kind, "level": e.level, "timestamp_ns": e.timestamp_ns, "flow": e.flow, "fields": e.fields}))
+        .collect();
+    let tables: serde_json::Map<String, Value> =
+        nf.tables.iter().map(|t| (t.spec.name.clone(), json!({"entries": t.entries, "values": t.values}))).collect();
+    json!({
+        "packets_in": report.packets_in,
+        "packets_out": report.packets_out,
+        "packets_dropped": report.packets_dropped,
+        "meters": {
+            "invocations": m.invocations,
+            "packets": m.packets,
+            "forwarded": m.forwarded,
+            "dropped": m.dropped,
+            "rewritten": m.rewritten,
+            "state_ops": m.state_ops,
+            "events": m.events,
+            "table_calls": m.table_calls,
+            "table_ops": m.table_ops,
+            "traps": m.traps,
+            "errors": m.errors,
+        },
+        "events": events,
+        "tables": tables,
+    })
+}
+
+fn run(case: &str, component: &Path, scratch: &Path) -> (Vec<u8>, Value) {
+    let dir = workspace().join("tests/conformance").join(case);
+    let config = std::fs::read_to_string(dir.join("config.txt")).unwrap_or_default();
+    let toml = format!(
+        "batch-size = 32\n[nf.{case}]\nfailure-policy = \"fail-closed\"\nconfig-text = {}\n",
+        toml_string(&config)
+    );
+    let mut c = sluice_tests::host_config(scratch, &toml);
+    c.workers = 1;
+    let output = scratch.join(format!("{}.out.pcap", component.file_stem().unwrap().to_string_lossy()));
+    let opts = sluice_host::RunOptions {
+        nfs: vec![component.to_path_buf()],
+        chain: None,
+        swaps: vec![],
+        input: dir.join("input.pcap"),
+        output: Some(output.clone()),
+        progress: false,
+    };
+    let report = sluice_host::run(&c, &opts).unwrap();
+    (std::fs::read(&output).unwrap(), summary(&report))
+}
+
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.trim_end().replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"))
+}
+
+fn conformance(case: &str) {
+    let dir = workspace().join("tests/conformance").join(case);
+    let bless = std::env::var_os("SLUICE_BLESS").is_some();
+    let mut ran = Vec::new();
+    for lang in Lang::ALL {
+        let scratch = tempfile::tempdir().unwrap();
+        let Some(component) = build(case, lang, scratch.path()) else { continue };
+        let (pcap, summary) = run(case, &component, scratch.path());
+        assert_eq!(summary["meters"]["traps"], 0, "{case}/{lang} trapped: {summary:#}");
+        assert_eq!(summary["meters"]["errors"], 0, "{case}/{lang} failed batches: {summary:#}");
+        if bless && lang == Lang::Rust {
+            std::fs::write(dir.join("expected.pcap"), &pcap).unwrap();
+            std::fs::write(dir.join("expected.json"), serde_json::to_string_pretty(&summary).unwrap() + "\n").unwrap();
+        }
+        let expected_pcap = std::fs::read(dir.join("expected.pcap")).unwrap();
+        let expected: Value = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        assert!(
+            pcap == expected_pcap,
+            "{case}/{lang}: output differs from expected.pcap ({} vs {} bytes)",
+            pcap.len(),
+            expected_pcap.len()
+        );
+        assert_eq!(summary, expected, "{case}/{lang}: meters, events or tables differ from expected.json");
+        println!("{case}/{lang}: identical ({} output bytes)", pcap.len());
+        ran.push(lang);
+    }
+    assert!(ran.contains(&Lang::Rust), "{case}: the Rust NF is the reference and must be present");
+}
+
+#[test]
+fn counter_in_every_language() {
+    conformance("counter");
+}
+
+#[test]
+fn firewall_in_every_language() {
+    conformance("firewall");
+}
+
+#[test]
+fn rewriter_in_every_language() {
+    conformance("rewriter");
+}
+
+#[test]
+fn events_in_every_language() {
+    conformance("events");
+}
+
+/// The reference output of the rewriter is right on its own terms, not
+/// only equal across languages: tshark finds no more bad checksums than
+/// the input had, and no address of the translated prefix is left.
+#[test]
+fn rewriter_reference_output_has_valid_checksums() {
+    let dir = workspace().join("tests/conformance/rewriter");
+    let bad_in = crate::nat::tshark_bad_checksums(&dir.join("input.pcap"));
+    let bad_out = crate::nat::tshark_bad_checksums(&dir.join("expected.pcap"));
+    assert_eq!(bad_out, bad_in, "the translation broke checksums");
+    let frames = sluice_tests::read_pcap(&dir.join("expected.pcap"));
+    let translated = frames.iter().filter(|f| f.windows(3).any(|w| w == [192, 0, 2])).count();
+    assert!(translated > 100, "only {translated} frames carry 192.0.2.0/24");
+    let left = frames.iter().filter(|f| f.windows(3).any(|w| w == [198, 51, 100])).count();
+    assert_eq!(left, 0, "{left} frames still carry 198.51.100.0/24");
+}
