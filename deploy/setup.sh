@@ -11,8 +11,15 @@ need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
 # Debian packages: a C toolchain (wasmtime's build scripts), pkg-config,
 # DPDK 22.11 (libdpdk-dev for the host's DPDK I/O, dpdk-dev for the
 # dpdk-testpmd forwarding baseline of the benchmarks), tshark (the NAT test
-# validates rewritten checksums with it).
-apt_pkgs=(build-essential pkg-config curl ca-certificates libdpdk-dev dpdk-dev tshark)
+# validates rewritten checksums with it), and the guest toolchains of the
+# SDKs: clang + lld + wasi-libc for C, Node.js + npm for JavaScript, Python
+# with pip for Python.
+apt_pkgs=(build-essential pkg-config curl ca-certificates libdpdk-dev dpdk-dev tshark
+  clang lld wasi-libc libclang-rt-14-dev-wasm32)
+command -v node >/dev/null || apt_pkgs+=(nodejs)
+command -v npm >/dev/null || apt_pkgs+=(npm)
+command -v python3 >/dev/null || apt_pkgs+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || apt_pkgs+=(python3-pip)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -61,6 +68,27 @@ fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz
   did+=("cargo-fuzz")
+fi
+
+# Python SDK: componentize-py from PyPI, pinned (it embeds the CPython it
+# builds NFs with).
+componentize_py=0.25.1
+if [ "$(componentize-py --version 2>/dev/null | awk '{print $2}')" != "$componentize_py" ]; then
+  python3 -m pip install -q "componentize-py==$componentize_py" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "componentize-py==$componentize_py"
+  did+=("componentize-py $componentize_py")
+fi
+if ! command -v componentize-py >/dev/null; then
+  echo "setup: componentize-py was installed but is not on PATH; add Python's script directory to PATH" >&2
+  exit 1
+fi
+
+# JavaScript SDK: componentize-js and esbuild from npm, at the versions in
+# sdk/js/package-lock.json.
+if [ ! -x sdk/js/node_modules/.bin/componentize-js ] || [ ! -x sdk/js/node_modules/.bin/esbuild ] ||
+  [ sdk/js/package-lock.json -nt sdk/js/node_modules/.package-lock.json ]; then
+  (cd sdk/js && npm install --no-audit --no-fund --loglevel=error)
+  did+=("npm: sdk/js")
 fi
 
 if [ ${#did[@]} -eq 0 ]; then

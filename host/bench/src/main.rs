@@ -8,6 +8,7 @@
 //! machine; absolute ns are printed alongside.
 
 mod dpdk;
+mod languages;
 mod native;
 
 use anyhow::{Context, Result};
@@ -39,6 +40,13 @@ struct Args {
     /// (needs dpdk-testpmd for the ceiling).
     #[arg(long)]
     host: Option<PathBuf>,
+    /// The Sluice checkout whose SDKs and conformance firewall the
+    /// per-language table builds (needs the toolchains of `make setup`).
+    #[arg(long, default_value = ".")]
+    sdk_root: PathBuf,
+    /// Skip the per-language table.
+    #[arg(long)]
+    no_languages: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -311,6 +319,15 @@ fn main() -> Result<()> {
 
     let mut md = render(&rows, &cold, &sizes_info);
     md.push_str(&render_scaling(&scaling, &rows));
+    if !args.no_languages {
+        eprintln!(
+            "the firewall in each guest language (a few minutes: builds, then Python and JavaScript are slow)..."
+        );
+        let lang_frames = traffic(64, 256, 2048);
+        let scratch = args.sdk_root.join("target/bench-languages");
+        let lang_rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &bench)?;
+        md.push_str(&languages::render(&lang_rows, lang_frames.len()));
+    }
     if let Some(host) = &args.host {
         eprintln!("DPDK throughput (about a minute)...");
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);

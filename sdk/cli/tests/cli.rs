@@ -1,0 +1,93 @@
+//! The `sluice` binary as a developer uses it: scaffold in every language,
+//! build, check, and the errors a newcomer meets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn sluice(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).current_dir(dir).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn workspace() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+#[test]
+fn new_then_build_in_every_language() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = workspace().join("target/conformance-rust");
+    for lang in ["rust", "c", "python", "js"] {
+        let name = format!("fw-{lang}");
+        let o = sluice(tmp.path(), &["nf", "new", &name, "--lang", lang, "--template", "firewall"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let project = tmp.path().join(&name);
+        for f in ["sluice.toml", "host.toml", "README.md"] {
+            assert!(project.join(f).is_file(), "{lang}: no {f}");
+        }
+        let o = sluice(&project, &["nf", "build", "--cargo-target-dir", target.to_str().unwrap()]);
+        assert!(o.status.success(), "{lang}: {}", text(&o));
+        assert!(text(&o).contains("sluice:nf@0.2.0"), "{}", text(&o));
+        let component = project.join("build").join(format!("{name}.wasm"));
+        let o = sluice(tmp.path(), &["nf", "check", component.to_str().unwrap()]);
+        assert!(o.status.success() && text(&o).contains(": ok"), "{}", text(&o));
+    }
+}
+
+#[test]
+fn scaffolding_refuses_bad_names_templates_and_overwrites() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sluice(tmp.path(), &["nf", "new", "Bad_Name", "--lang", "c"]);
+    assert!(!o.status.success() && text(&o).contains("bad NF name"), "{}", text(&o));
+    let o = sluice(tmp.path(), &["nf", "new", "x", "--lang", "cobol"]);
+    assert!(!o.status.success() && text(&o).contains("unknown language 'cobol'"), "{}", text(&o));
+    let o = sluice(tmp.path(), &["nf", "new", "x", "--lang", "c", "--template", "nat"]);
+    assert!(!o.status.success() && text(&o).contains("no template 'nat'"), "{}", text(&o));
+    assert!(sluice(tmp.path(), &["nf", "new", "x", "--lang", "c"]).status.success());
+    let o = sluice(tmp.path(), &["nf", "new", "x", "--lang", "python"]);
+    assert!(!o.status.success() && text(&o).contains("already exists"), "{}", text(&o));
+}
+
+#[test]
+fn build_errors_say_what_and_where() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Not a project.
+    let o = sluice(tmp.path(), &["nf", "build"]);
+    assert!(!o.status.success() && text(&o).contains("sluice.toml"), "{}", text(&o));
+    // A C compile error reaches the user with the compiler's message.
+    assert!(sluice(tmp.path(), &["nf", "new", "broken", "--lang", "c"]).status.success());
+    let project = tmp.path().join("broken");
+    std::fs::write(project.join("nf.c"), "#include <sluice_nf.h>\nint nf_init(void) { return undeclared; }\n").unwrap();
+    let o = sluice(&project, &["nf", "build"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("clang failed") && text(&o).contains("undeclared"), "{}", text(&o));
+    // A Python NF whose module does not export the interface fails the build.
+    assert!(sluice(tmp.path(), &["nf", "new", "empty", "--lang", "python"]).status.success());
+    let project = tmp.path().join("empty");
+    std::fs::write(project.join("nf.py"), "x = 1\n").unwrap();
+    let o = sluice(&project, &["nf", "build"]);
+    assert!(!o.status.success() && text(&o).contains("componentize-py failed"), "{}", text(&o));
+}
+
+#[test]
+fn check_rejects_what_the_gateway_rejects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junk = tmp.path().join("junk.wasm");
+    std::fs::write(&junk, b"definitely not wasm").unwrap();
+    let o = sluice(tmp.path(), &["nf", "check", junk.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("not a WebAssembly binary"), "{}", text(&o));
+    let core = tmp.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let o = sluice(tmp.path(), &["nf", "check", core.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("core WebAssembly module"), "{}", text(&o));
+    let wrong = workspace().join("target/nfs-test/wrong-world.wasm");
+    if wrong.exists() {
+        let o = sluice(tmp.path(), &["nf", "check", wrong.to_str().unwrap()]);
+        assert!(!o.status.success() && text(&o).contains("exports none of"), "{}", text(&o));
+    }
+}

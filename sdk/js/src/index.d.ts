@@ -1,0 +1,93 @@
+// Types of @sluice/nf: write Sluice network functions in JavaScript.
+
+export type Level = "debug" | "info" | "warn" | "error";
+
+export interface NfInfo {
+  wantsFlowState: boolean;
+  flowIdleTimeoutNs: bigint;
+}
+
+export const DROP: 0;
+export const NO_FLOW: 0xffff;
+export const NO_L4: 0xffff;
+export const NO_L3: 0xff;
+export const FLAG_REVERSE: 1;
+export const FLAG_FRAGMENT: 2;
+export const FLAG_TRUNCATED: 4;
+export const FLAG_IPV6: 8;
+export const TCP_FIN: 0x01;
+export const TCP_SYN: 0x02;
+export const TCP_RST: 0x04;
+export const TCP_ACK: 0x10;
+
+/** Verdict: forward out of `port` (0: the default output). */
+export function forward(port?: number): number;
+/** Verdict: send to the chain branch selected by `value`. */
+export function label(value: number): number;
+export function stateless(): NfInfo;
+export function withFlowState(idleTimeoutNs?: bigint | number): NfInfo;
+export function log(level: Level, message: string): void;
+/** The value of `key` in a config of `key=value` lines. */
+export function configValue(config: Uint8Array, key: string): string | undefined;
+/** `a.b.c.d[/n]` as [network, mask], unsigned 32-bit numbers. */
+export function parseIpv4Cidr(text: string): [number, number];
+/** RFC 1624 incremental checksum update. */
+export function csumUpdate16(checksum: number, oldWord: number, newWord: number): number;
+
+export class Packet {
+  readonly index: number;
+  readonly data: Uint8Array;
+  readonly wireLen: number;
+  /** Index of the packet's flow in the batch, or NO_FLOW. */
+  readonly flow: number;
+  readonly ingressPort: number;
+  readonly l4Offset: number;
+  readonly l3Offset: number;
+  readonly flags: number;
+  readonly timestampNs: bigint;
+  readonly flowHash: bigint;
+  isIpv4(): boolean;
+  ipProto(): number;
+  ipv4Src(): number;
+  ipv4Dst(): number;
+  isTcp(): boolean;
+  isUdp(): boolean;
+  srcPort(): number;
+  dstPort(): number;
+  tcpFlags(): number;
+}
+
+export class Batch {
+  readonly length: number;
+  packet(i: number): Packet;
+  packets(): IterableIterator<Packet>;
+  setVerdict(i: number, verdict: number): void;
+  flowState(flow: number): Uint8Array | undefined;
+  setFlowState(flow: number, state: Uint8Array | ArrayLike<number>): void;
+  removeFlowState(flow: number): void;
+  rewrite(i: number, data: Uint8Array | ArrayLike<number>): void;
+  emit(kind: string, level: Level, packet: number | undefined, fields: Array<[string, string]>): void;
+}
+
+export class StateError extends Error {}
+
+export class Counters {
+  readonly table: number;
+  static declare(spec: object): Counters;
+  static sum(name: string, mergeIntervalNs?: bigint | number): Counters;
+  add(keys: ArrayLike<number | bigint>, deltas: ArrayLike<number | bigint>): void;
+  get(keys: ArrayLike<number | bigint>): BigUint64Array;
+}
+
+export interface NetworkFunction {
+  init(config: Uint8Array): NfInfo | undefined;
+  process(batch: Batch): void;
+  expired?(table: number, entries: Uint8Array): void;
+}
+
+/** The component's `nf` export: `export const nf = exportNf(MyNf)`. */
+export function exportNf(nfClass: new () => NetworkFunction): {
+  init(config: Uint8Array): NfInfo;
+  process(batch: unknown): unknown;
+  expired(table: number, entries: Uint8Array): void;
+};
