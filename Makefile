@@ -16,7 +16,7 @@ DEMO_DIR := target/demo
 .PHONY: help setup build nfs test-nfs demo test lint unit fuzz-smoke fuzz bench clean
 
 help:
-	@echo "make demo   - build everything and run a sample trace through firewall, IDS, monitor, NAT, and NFs in C, Python, JS"
+	@echo "make demo   - build everything and run a sample trace through firewall, IDS, monitor, NAT, and NFs in C, Python, JS, Go"
 	@echo "make test   - lint, build the NFs, run every test (unit, integration, fuzz smoke)"
 	@echo "make bench  - benchmarks; writes docs/benchmarks.md"
 	@echo "make setup  - install what the above need (idempotent)"
@@ -79,24 +79,26 @@ demo: build test-nfs
 		--in $(DEMO_DIR)/office.pcap --out $(DEMO_DIR)/office.nat.out.pcap \
 		--report $(DEMO_DIR)/nat-report.json
 	@echo
-	@echo "== one firewall, three languages: 'sluice nf new --template firewall' in C, Python and JavaScript,"
+	@echo "== one firewall, four more languages: 'sluice nf new --template firewall' in C, Python, JavaScript and Go,"
 	@echo "   'sluice nf build' (each checked against the contract), then the office trace through each"
 	@rm -rf $(DEMO_DIR)/langs && mkdir -p $(DEMO_DIR)/langs
-	@for l in c python js; do \
+	@for l in c python js go; do \
 		$(CURDIR)/target/release/sluice nf new fw-$$l --lang $$l --template firewall --dir $(DEMO_DIR)/langs >/dev/null && \
 		(cd $(DEMO_DIR)/langs/fw-$$l && $(CURDIR)/target/release/sluice nf build) || exit 1; \
 	done
-	@for l in c python js; do \
+	@for l in c python js go; do \
 		./target/release/sluice-host --config $(DEMO_DIR)/langs/fw-$$l/host.toml run --quiet \
 			--nf $(DEMO_DIR)/langs/fw-$$l/build/fw-$$l.wasm --in $(DEMO_DIR)/office.pcap \
 			--out $(DEMO_DIR)/langs/fw-$$l.out.pcap | sed -n 2p || exit 1; \
 	done
 	@cmp $(DEMO_DIR)/langs/fw-c.out.pcap $(DEMO_DIR)/langs/fw-python.out.pcap && \
 		cmp $(DEMO_DIR)/langs/fw-c.out.pcap $(DEMO_DIR)/langs/fw-js.out.pcap && \
-		echo "identical output from C, Python and JavaScript ($(DEMO_DIR)/langs/fw-*.out.pcap)"
+		cmp $(DEMO_DIR)/langs/fw-c.out.pcap $(DEMO_DIR)/langs/fw-go.out.pcap && \
+		echo "identical output from C, Python, JavaScript and Go ($(DEMO_DIR)/langs/fw-*.out.pcap)"
 
 lint: setup
 	$(CARGO) fmt --all --check
+	@test -z "$$(gofmt -l sdk/go tests/conformance)" || { echo "gofmt: run gofmt -w on:"; gofmt -l sdk/go tests/conformance; exit 1; }
 	$(CARGO) clippy --release --locked --workspace --all-targets $(FEATURES) -- -D warnings
 	$(CARGO) clippy --release --locked --target $(NF_TARGET) $(foreach n,$(NF_DIRS),-p sluice-nf-$(n)) -p sluice-nf-hostile -- -D warnings
 

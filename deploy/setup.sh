@@ -83,6 +83,18 @@ if ! command -v componentize-py >/dev/null; then
   exit 1
 fi
 
+# Go SDK: Go 1.24 or newer (//go:wasmexport). Debian 12's golang is 1.19,
+# so this one is not installed here.
+if ! go_version=$(go env GOVERSION 2>/dev/null); then
+  echo "setup: Go NFs (sdk/go, the conformance suite) need Go 1.24 or newer on PATH; install it from go.dev/dl" >&2
+  exit 1
+fi
+go_minor=$(echo "$go_version" | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+if [ -z "$go_minor" ] || [ "$go_minor" -lt 24 ]; then
+  echo "setup: $go_version is too old for Go NFs (//go:wasmexport needs Go 1.24 or newer); install a newer Go from go.dev/dl" >&2
+  exit 1
+fi
+
 # JavaScript SDK: componentize-js and esbuild from npm, at the versions in
 # sdk/js/package-lock.json.
 if [ ! -x sdk/js/node_modules/.bin/componentize-js ] || [ ! -x sdk/js/node_modules/.bin/esbuild ] ||

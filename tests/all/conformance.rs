@@ -2,7 +2,7 @@
 //! `tests/conformance/<case>/` holds an input capture, the NF's config
 //! (`config.txt`), the expected output (`expected.pcap`, byte for byte,
 //! and `expected.json`: meters, events and tables) and the same NF in each
-//! language (`nf.rs`, `nf.c`, `nf.py`, `nf.js`). Each present source is
+//! language (`nf.rs`, `nf.c`, `nf.py`, `nf.js`, `nf.go`). Each present source is
 //! built with `sluice nf build`'s code path and run through the real host;
 //! a missing source skips that language for that case, and says so.
 //!

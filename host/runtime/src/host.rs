@@ -31,8 +31,10 @@ pub struct HostState {
     pub(crate) tables: Option<Box<Tables>>,
 }
 
-/// A wall and monotonic clock that always reads zero: NFs get time only
-/// from packet timestamps, which keeps replays deterministic.
+/// A wall and monotonic clock that never moves: NFs get time only from
+/// packet timestamps, which keeps replays deterministic. The monotonic
+/// clock reads one second rather than zero because some language runtimes
+/// (Go's) refuse to start on a monotonic clock that reads zero.
 struct FrozenClock;
 
 impl wasmtime_wasi::HostWallClock for FrozenClock {
@@ -49,7 +51,7 @@ impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
         1_000_000_000
     }
     fn now(&self) -> u64 {
-        0
+        1_000_000_000
     }
 }
 

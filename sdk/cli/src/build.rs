@@ -8,6 +8,10 @@
 //! - Python: componentize-py (PyPI) with `sdk/python` on the module path.
 //! - JavaScript: esbuild bundles the NF with `sdk/js` into one module, and
 //!   componentize-js (npm, installed in `sdk/js/node_modules`) builds it.
+//! - Go: `GOOS=wasip1 go build -buildmode=c-shared` makes a reactor core
+//!   module with `sdk/go`'s hand-written canonical-ABI glue; the contract's
+//!   component type is embedded here, and its WASI imports are answered by
+//!   a stateless shim (`wasi_shim`) instead of the standard adapter.
 
 use crate::error::{CliError, io};
 use crate::project::Project;
@@ -60,6 +64,7 @@ pub fn build(project: &Project, sdk: &Sdk, opts: &BuildOptions) -> Result<Built,
         Lang::C => build_c(project, sdk, &source, &out)?,
         Lang::Python => build_python(project, sdk, &source, &out)?,
         Lang::Js => build_js(project, sdk, &source, &out)?,
+        Lang::Go => build_go(project, sdk, &out)?,
     }
     let build_time = started.elapsed();
     let checked = check::check_file(&out, &project.manifest.name, opts.cache_dir.as_deref())?;
@@ -123,6 +128,47 @@ pub fn componentize(core: &[u8]) -> Result<Vec<u8>, String> {
             )
         })
         .and_then(|e| e.validate(true).encode())
+        .map_err(|e| format!("{e:#}"))
+}
+
+fn build_go(project: &Project, sdk: &Sdk, out: &Path) -> Result<(), CliError> {
+    let core = project.build_dir().join(format!("{}.core.wasm", project.manifest.name));
+    let mut cmd = Command::new(std::env::var_os("SLUICE_GO").unwrap_or_else(|| "go".into()));
+    cmd.args(["build", "-buildmode=c-shared", "-trimpath", "-o"])
+        .arg(&core)
+        .arg(".")
+        .env("GOOS", "wasip1")
+        .env("GOARCH", "wasm")
+        .env("GOFLAGS", "-mod=mod")
+        .current_dir(&project.dir);
+    run(
+        cmd,
+        "go",
+        Lang::Go,
+        "install Go 1.24 or newer (go.dev/dl, or Debian's golang when it is new enough)",
+        &project.dir,
+    )?;
+    let mut bytes = std::fs::read(&core).map_err(io("reading", &core))?;
+    let fail = |reason: String| CliError::Componentize { path: core.clone(), reason };
+    embed_contract(&mut bytes, &sdk.wit_dir()).map_err(fail)?;
+    let shim = crate::wasi_shim::build(&bytes, &sdk.wit_dir()).map_err(fail)?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&bytes)
+        .and_then(|e| e.adapter("wasi_snapshot_preview1", &shim))
+        .and_then(|e| e.validate(true).encode())
+        .map_err(|e| fail(format!("{e:#}")))?;
+    std::fs::write(out, component).map_err(io("writing", out))
+}
+
+/// Adds the `sluice:nf` world's component-type section to a core module
+/// whose toolchain cannot (Go's), so that wit-component knows which of its
+/// imports and exports are the contract's.
+fn embed_contract(core: &mut Vec<u8>, wit_dir: &Path) -> Result<(), String> {
+    let mut resolve = wit_parser::Resolve::default();
+    let (pkg, _) =
+        resolve.push_dir(wit_dir).map_err(|e| format!("reading the contract {}: {e:#}", wit_dir.display()))?;
+    let world = resolve.select_world(&[pkg], Some("network-function")).map_err(|e| format!("{e:#}"))?;
+    wit_component::embed_component_metadata(core, &resolve, world, wit_component::StringEncoding::UTF8)
         .map_err(|e| format!("{e:#}"))
 }
 

@@ -19,11 +19,14 @@ pub enum Lang {
     /// JavaScript (or TypeScript-checked JavaScript) with `@sluice/nf`
     /// (`sdk/js`), bundled by esbuild and built by componentize-js.
     Js,
+    /// Go with `sluice.dev/nf` (`sdk/go`), built by Go's wasip1 port as a
+    /// reactor and wrapped like C.
+    Go,
 }
 
 impl Lang {
     /// Every language, in the order tools list them.
-    pub const ALL: [Lang; 4] = [Lang::Rust, Lang::C, Lang::Python, Lang::Js];
+    pub const ALL: [Lang; 5] = [Lang::Rust, Lang::C, Lang::Python, Lang::Js, Lang::Go];
 
     /// The language's name on the command line and in `sluice.toml`.
     pub fn name(self) -> &'static str {
@@ -32,6 +35,7 @@ impl Lang {
             Lang::C => "c",
             Lang::Python => "python",
             Lang::Js => "js",
+            Lang::Go => "go",
         }
     }
 
@@ -42,6 +46,7 @@ impl Lang {
             Lang::C => "c",
             Lang::Python => "py",
             Lang::Js => "js",
+            Lang::Go => "go",
         }
     }
 
@@ -52,6 +57,7 @@ impl Lang {
             Lang::C => "nf.c",
             Lang::Python => "nf.py",
             Lang::Js => "nf.js",
+            Lang::Go => "nf.go",
         }
     }
 
@@ -77,7 +83,8 @@ impl FromStr for Lang {
             "c" => Ok(Lang::C),
             "python" | "py" => Ok(Lang::Python),
             "js" | "javascript" => Ok(Lang::Js),
-            other => Err(format!("unknown language '{other}': use one of rust, c, python, js")),
+            "go" | "golang" => Ok(Lang::Go),
+            other => Err(format!("unknown language '{other}': use one of rust, c, python, js, go")),
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod lang;
 pub mod project;
 pub mod scaffold;
 pub mod sdk;
+mod wasi_shim;
 
 pub use build::{BuildOptions, Built, build};
 pub use error::CliError;

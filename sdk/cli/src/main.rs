@@ -5,8 +5,8 @@ use clap::{Parser, Subcommand};
 use sluice_cli::{BuildOptions, Lang, Project, Sdk, Template};
 use std::path::PathBuf;
 
-/// Sluice developer CLI: write network functions in Rust, C, Python or
-/// JavaScript and build them into sandboxed sluice:nf components.
+/// Sluice developer CLI: write network functions in Rust, C, Python,
+/// JavaScript or Go and build them into sandboxed sluice:nf components.
 #[derive(Parser)]
 #[command(version, propagate_version = true)]
 struct Cli {
@@ -31,7 +31,7 @@ enum NfCommand {
     New {
         /// Project and NF name (a-z, 0-9, '-').
         name: String,
-        /// Language: rust, c, python or js.
+        /// Language: rust, c, python, js or go.
         #[arg(long, short)]
         lang: Lang,
         /// counter (forward and count) or firewall (stateful, inside-out).

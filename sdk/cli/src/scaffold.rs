@@ -49,6 +49,7 @@ impl Template {
                     Lang::C => include_str!(concat!("../../../tests/conformance/", $case, "/nf.c")),
                     Lang::Python => include_str!(concat!("../../../tests/conformance/", $case, "/nf.py")),
                     Lang::Js => include_str!(concat!("../../../tests/conformance/", $case, "/nf.js")),
+                    Lang::Go => include_str!(concat!("../../../tests/conformance/", $case, "/nf.go")),
                 }
             };
         }
@@ -125,6 +126,14 @@ pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str
                 types.display()
             );
             write(&dir.join("jsconfig.json"), &jsconfig)?;
+            write(&dir.join(".gitignore"), "/build\n")?;
+        }
+        Lang::Go => {
+            let gomod = format!(
+                "module {name}\n\ngo 1.24\n\nrequire sluice.dev/nf v0.0.0\n\n// The Go SDK from the Sluice checkout.\nreplace sluice.dev/nf => {}\n",
+                sdk.lang_dir(Lang::Go).display()
+            );
+            write(&dir.join("go.mod"), &gomod)?;
             write(&dir.join(".gitignore"), "/build\n")?;
         }
         Lang::C | Lang::Python => write(&dir.join(".gitignore"), "/build\n")?,

@@ -22,7 +22,7 @@ fn workspace() -> &'static Path {
 fn new_then_build_in_every_language() {
     let tmp = tempfile::tempdir().unwrap();
     let target = workspace().join("target/conformance-rust");
-    for lang in ["rust", "c", "python", "js"] {
+    for lang in ["rust", "c", "python", "js", "go"] {
         let name = format!("fw-{lang}");
         let o = sluice(tmp.path(), &["nf", "new", &name, "--lang", lang, "--template", "firewall"]);
         assert!(o.status.success(), "{}", text(&o));

@@ -1,0 +1,3 @@
+module sluice.dev/nf
+
+go 1.24

@@ -1,0 +1,161 @@
+//go:build wasip1
+
+package nf
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// StateError is a failed host table operation.
+type StateError struct {
+	Op     string
+	Kind   string
+	Index  uint32
+	Detail string
+}
+
+func (e *StateError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("%s: %s: %s", e.Op, e.Kind, e.Detail)
+	}
+	return fmt.Sprintf("%s: %s (%d)", e.Op, e.Kind, e.Index)
+}
+
+// Scopes, accesses, kinds and merges of a TableSpec.
+const (
+	PerFlow uint32 = 0
+	Global  uint32 = 1
+
+	ReadOnly  uint32 = 0
+	ReadWrite uint32 = 1
+
+	CounterKind uint32 = 0
+	BytesKind   uint32 = 1
+
+	MergeSum uint32 = 0
+	MergeMax uint32 = 1
+	MergeMin uint32 = 2
+)
+
+// TableSpec declares a table (see the state interface of the contract).
+// Consistency: Eventual set for eventual tables, Pool for release tables,
+// neither for local ones.
+type TableSpec struct {
+	Name                string
+	Scope, Access, Kind uint32
+	Eventual            *EventualSpec
+	Pool                *PoolSpec
+	KeySize, MaxValue   uint32
+	Capacity            uint32
+	IdleTimeoutNs       uint64
+	NotifyExpired       bool
+}
+
+// EventualSpec: how the replicas of an eventual table merge.
+type EventualSpec struct {
+	Merge           uint32
+	MergeIntervalNs uint64
+}
+
+// PoolSpec: the resources of a release table.
+type PoolSpec struct {
+	First, Count uint64
+	Chunk        uint32
+}
+
+// Declare declares a table (only in Init) and returns its handle.
+func Declare(spec TableSpec) (uint32, error) {
+	tag, c1, c2, c3 := uint32(0), uint64(0), uint64(0), uint32(0)
+	switch {
+	case spec.Eventual != nil:
+		tag, c1, c2 = 1, uint64(spec.Eventual.Merge), spec.Eventual.MergeIntervalNs
+	case spec.Pool != nil:
+		tag, c1, c2, c3 = 2, spec.Pool.First, spec.Pool.Count, spec.Pool.Chunk
+	}
+	notify := uint32(0)
+	if spec.NotifyExpired {
+		notify = 1
+	}
+	buf, area, ret := scratch(16)
+	np, nn := strPtr(spec.Name)
+	stateDeclare(np, nn, spec.Scope, spec.Access, spec.Kind, tag, c1, c2, c3, spec.KeySize, spec.MaxValue,
+		spec.Capacity, spec.IdleTimeoutNs, notify, ret)
+	runtime.KeepAlive(spec.Name)
+	if err := stateResult(area, "declare"); err != nil {
+		return 0, err
+	}
+	t := get32(area, 4)
+	runtime.KeepAlive(buf)
+	return t, nil
+}
+
+// Counters is a host counter table.
+type Counters struct{ Table uint32 }
+
+// SumCounters declares a global counter table whose workers' replicas are
+// summed every mergeIntervalNs of packet time (only in Init).
+func SumCounters(name string, mergeIntervalNs uint64) (Counters, error) {
+	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: CounterKind,
+		Eventual: &EventualSpec{Merge: MergeSum, MergeIntervalNs: mergeIntervalNs}, MaxValue: 8})
+	return Counters{t}, err
+}
+
+// Add adds deltas[i] to the counter keys[i].
+func (c Counters) Add(keys []uint64, deltas []int64) error {
+	buf, area, ret := scratch(16)
+	stateCounterAdd(c.Table, ptrOf(keys), uint32(len(keys)), ptrOf(deltas), uint32(len(deltas)), ret)
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(deltas)
+	err := stateResult(area, "counter-add")
+	runtime.KeepAlive(buf)
+	return err
+}
+
+// Get reads counters.
+func (c Counters) Get(keys []uint64) ([]uint64, error) {
+	buf, area, ret := scratch(16)
+	stateCounterGet(c.Table, ptrOf(keys), uint32(len(keys)), ret)
+	runtime.KeepAlive(keys)
+	if err := stateResult(area, "counter-get"); err != nil {
+		return nil, err
+	}
+	out := append([]uint64(nil), u64sAt(get32(area, 4), get32(area, 8))...)
+	runtime.KeepAlive(buf)
+	return out, nil
+}
+
+// Bytes is a host byte table.
+type Bytes struct{ Table uint32 }
+
+// GetMany reads values: keys framed (4-byte little-endian length, bytes),
+// the result framed in the same order.
+func (t Bytes) GetMany(keys []byte) ([]byte, error) {
+	buf, area, ret := scratch(16)
+	stateGetMany(t.Table, ptrOf(keys), uint32(len(keys)), ret)
+	runtime.KeepAlive(keys)
+	if err := stateResult(area, "get-many"); err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), bytesAt(get32(area, 4), get32(area, 8))...)
+	runtime.KeepAlive(buf)
+	return out, nil
+}
+
+// PutMany writes framed key, value, key, value, ... (an empty value
+// removes the key).
+func (t Bytes) PutMany(entries []byte) error {
+	buf, area, ret := scratch(16)
+	statePutMany(t.Table, ptrOf(entries), uint32(len(entries)), ret)
+	runtime.KeepAlive(entries)
+	err := stateResult(area, "put-many")
+	runtime.KeepAlive(buf)
+	return err
+}
+
+// PushFrame appends one framed item to a key or entry list.
+func PushFrame(out []byte, item []byte) []byte {
+	n := uint32(len(item))
+	out = append(out, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
+	return append(out, item...)
+}
