@@ -78,8 +78,15 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
         return Err(CliError::Exists(dir));
     }
     write_sources(sdk, &dir, name, lang, template.source(lang))?;
+    // The interpreters inside Python and JavaScript components take
+    // microseconds per packet, so their batches get a longer leash than
+    // the host's 10 ms default.
+    let deadline = match lang {
+        Lang::Python | Lang::Js => "deadline-ms = 100\n",
+        Lang::Rust | Lang::C | Lang::Go => "",
+    };
     let host = format!(
-        "# Host configuration for `sluice-host --config host.toml run`.\nbatch-size = 32\n\n[nf.{name}]\nfailure-policy = \"fail-closed\"\nconfig-text = \"{}\"\n",
+        "# Host configuration for `sluice-host --config host.toml run`.\nbatch-size = 32\n\n[nf.{name}]\nfailure-policy = \"fail-closed\"\n{deadline}config-text = \"{}\"\n",
         template.config()
     );
     write(&dir.join("host.toml"), &host)?;

@@ -105,6 +105,9 @@ export class Packet {
     this.l4Offset = hi3 & 0xffff;
     this.l3Offset = (hi3 >>> 16) & 0xff;
     this.flags = hi3 >>> 24;
+    this._v4 = undefined;
+    this._proto = undefined;
+    this._tcp = undefined;
   }
 
   /** Arrival time, ns since the Unix epoch (bigint). */
@@ -119,18 +122,31 @@ export class Packet {
 
   /** An IPv4 packet whose whole IP header was captured. */
   isIpv4() {
-    const l3 = this.l3Offset, d = this.data;
-    if (l3 === NO_L3 || this.flags & FLAG_IPV6 || l3 + 20 > d.length || d[l3] >> 4 !== 4) return false;
-    const hl = (d[l3] & 0x0f) * 4;
-    return hl >= 20 && l3 + hl <= d.length && be16(d, l3 + 2) >= hl;
+    // Memoized: the engine inside the component interprets, so the
+    // accessors that build on this one should not repeat its checks.
+    if (this._v4 === undefined) {
+      const l3 = this.l3Offset, d = this.data;
+      if (l3 === NO_L3 || this.flags & FLAG_IPV6 || l3 + 20 > d.length || d[l3] >> 4 !== 4) {
+        this._v4 = false;
+      } else {
+        const hl = (d[l3] & 0x0f) * 4;
+        this._v4 = hl >= 20 && l3 + hl <= d.length && be16(d, l3 + 2) >= hl;
+      }
+    }
+    return this._v4;
   }
 
   /** The IP protocol (for IPv6 the first next header); 0 if not IP. */
   ipProto() {
-    if (this.l3Offset === NO_L3) return 0;
-    if (!(this.flags & FLAG_IPV6)) return this.isIpv4() ? this.data[this.l3Offset + 9] : 0;
-    const at = this.l3Offset + 6;
-    return at < this.data.length ? this.data[at] : 0;
+    if (this._proto === undefined) {
+      if (this.l3Offset === NO_L3) this._proto = 0;
+      else if (!(this.flags & FLAG_IPV6)) this._proto = this.isIpv4() ? this.data[this.l3Offset + 9] : 0;
+      else {
+        const at = this.l3Offset + 6;
+        this._proto = at < this.data.length ? this.data[at] : 0;
+      }
+    }
+    return this._proto;
   }
 
   ipv4Src() {
@@ -143,10 +159,15 @@ export class Packet {
 
   /** A TCP packet whose whole TCP header was captured. */
   isTcp() {
-    const l4 = this.l4Offset, d = this.data;
-    if (l4 === NO_L4 || this.ipProto() !== 6 || l4 + 20 > d.length) return false;
-    const hl = (d[l4 + 12] >> 4) * 4;
-    return hl >= 20 && l4 + hl <= d.length;
+    if (this._tcp === undefined) {
+      const l4 = this.l4Offset, d = this.data;
+      if (l4 === NO_L4 || this.ipProto() !== 6 || l4 + 20 > d.length) this._tcp = false;
+      else {
+        const hl = (d[l4 + 12] >> 4) * 4;
+        this._tcp = hl >= 20 && l4 + hl <= d.length;
+      }
+    }
+    return this._tcp;
   }
 
   /** A UDP packet whose UDP header was captured. */

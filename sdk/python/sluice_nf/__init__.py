@@ -27,7 +27,8 @@ from wit_world.imports import state as _state
 from wit_world.imports import types
 
 __all__ = [
-    "DROP", "NO_FLOW", "Batch", "Counters", "Level", "NfInfo", "Packet", "StateError",
+    "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
+    "Batch", "Counters", "Level", "NfInfo", "Packet", "StateError",
     "config_value", "csum_update16", "export", "forward", "label", "log", "parse_ipv4_cidr",
     "stateless", "with_flow_state",
 ]
@@ -112,7 +113,7 @@ class Packet:
     them. Accessors return 0/False/None when a header was not captured."""
 
     __slots__ = ("data", "wire_len", "timestamp_ns", "flow_hash", "flow", "ingress_port",
-                 "l4_offset", "l3_offset", "flags")
+                 "l4_offset", "l3_offset", "flags", "_v4", "_proto", "_tcp")
 
     def __init__(self, data: bytes, w0: int, w1: int, w2: int, w3: int):
         self.data = data
@@ -124,23 +125,34 @@ class Packet:
         self.l4_offset = (w3 >> 32) & 0xFFFF
         self.l3_offset = (w3 >> 48) & 0xFF
         self.flags = (w3 >> 56) & 0xFF
+        # Memoized checks: the interpreter inside the component pays for
+        # every repeated call.
+        self._v4 = None
+        self._proto = None
+        self._tcp = None
 
     def is_ipv4(self) -> bool:
         """An IPv4 packet whose whole IP header was captured."""
-        l3, d = self.l3_offset, self.data
-        if l3 == NO_L3 or self.flags & FLAG_IPV6 or l3 + 20 > len(d) or d[l3] >> 4 != 4:
-            return False
-        hl = (d[l3] & 0x0F) * 4
-        return hl >= 20 and l3 + hl <= len(d) and ((d[l3 + 2] << 8) | d[l3 + 3]) >= hl
+        if self._v4 is None:
+            l3, d = self.l3_offset, self.data
+            if l3 == NO_L3 or self.flags & FLAG_IPV6 or l3 + 20 > len(d) or d[l3] >> 4 != 4:
+                self._v4 = False
+            else:
+                hl = (d[l3] & 0x0F) * 4
+                self._v4 = hl >= 20 and l3 + hl <= len(d) and ((d[l3 + 2] << 8) | d[l3 + 3]) >= hl
+        return self._v4
 
     def ip_proto(self) -> int:
         """The IP protocol (for IPv6 the first next header); 0 if not IP."""
-        if self.l3_offset == NO_L3:
-            return 0
-        if not self.flags & FLAG_IPV6:
-            return self.data[self.l3_offset + 9] if self.is_ipv4() else 0
-        at = self.l3_offset + 6
-        return self.data[at] if at < len(self.data) else 0
+        if self._proto is None:
+            if self.l3_offset == NO_L3:
+                self._proto = 0
+            elif not self.flags & FLAG_IPV6:
+                self._proto = self.data[self.l3_offset + 9] if self.is_ipv4() else 0
+            else:
+                at = self.l3_offset + 6
+                self._proto = self.data[at] if at < len(self.data) else 0
+        return self._proto
 
     def ipv4_src(self) -> int:
         """IPv4 source address as an integer (0 if not IPv4)."""
@@ -152,11 +164,14 @@ class Packet:
 
     def is_tcp(self) -> bool:
         """A TCP packet whose whole TCP header was captured."""
-        l4, d = self.l4_offset, self.data
-        if l4 == NO_L4 or self.ip_proto() != 6 or l4 + 20 > len(d):
-            return False
-        hl = (d[l4 + 12] >> 4) * 4
-        return hl >= 20 and l4 + hl <= len(d)
+        if self._tcp is None:
+            l4, d = self.l4_offset, self.data
+            if l4 == NO_L4 or self.ip_proto() != 6 or l4 + 20 > len(d):
+                self._tcp = False
+            else:
+                hl = (d[l4 + 12] >> 4) * 4
+                self._tcp = hl >= 20 and l4 + hl <= len(d)
+        return self._tcp
 
     def is_udp(self) -> bool:
         """A UDP packet whose UDP header was captured."""
