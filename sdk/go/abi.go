@@ -265,6 +265,15 @@ func stateGetMany(table, keysPtr, keysLen, ret uint32)
 //go:wasmimport sluice:nf/state@0.2.0 put-many
 func statePutMany(table, entriesPtr, entriesLen, ret uint32)
 
+//go:wasmimport sluice:nf/state@0.2.0 acquire
+func stateAcquire(table, valuesPtr, valuesLen, ret uint32)
+
+//go:wasmimport sluice:nf/state@0.2.0 lookup
+func stateLookup(table, idsPtr, idsLen, ret uint32)
+
+//go:wasmimport sluice:nf/state@0.2.0 release
+func stateRelease(table, idsPtr, idsLen, ret uint32)
+
 // scratch is an 8-byte-aligned return area for an import call.
 func scratch(n int) ([]uint64, []byte, uint32) {
 	buf := make([]uint64, (n+7)/8)

@@ -153,6 +153,79 @@ func (t Bytes) PutMany(entries []byte) error {
 	return err
 }
 
+// PerFlowBytes declares byte values per flow, keyed by the batch's flow
+// index framed as 4 bytes little-endian (only in Init).
+func PerFlowBytes(name string, maxValueSize uint32) (Bytes, error) {
+	t, err := Declare(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: BytesKind, MaxValue: maxValueSize})
+	return Bytes{t}, err
+}
+
+// Pool is a release table: integer resources shared by the host's
+// workers, each bound to a value while held.
+type Pool struct{ Table uint32 }
+
+// DeclarePool declares the resources first .. first+count, each bound to
+// a value of up to maxValueSize bytes while held (only in Init).
+func DeclarePool(name string, first, count uint64, maxValueSize uint32) (Pool, error) {
+	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: BytesKind,
+		Pool: &PoolSpec{First: first, Count: count}, MaxValue: maxValueSize})
+	return Pool{t}, err
+}
+
+// Acquire takes one resource per framed value, bound to it; fewer than
+// asked when the pool is exhausted.
+func (p Pool) Acquire(values []byte) ([]uint64, error) {
+	buf, area, ret := scratch(16)
+	stateAcquire(p.Table, ptrOf(values), uint32(len(values)), ret)
+	runtime.KeepAlive(values)
+	if err := stateResult(area, "acquire"); err != nil {
+		return nil, err
+	}
+	out := append([]uint64(nil), u64sAt(get32(area, 4), get32(area, 8))...)
+	runtime.KeepAlive(buf)
+	return out, nil
+}
+
+// Lookup returns the values bound to resources, framed in order.
+func (p Pool) Lookup(ids []uint64) ([]byte, error) {
+	buf, area, ret := scratch(16)
+	stateLookup(p.Table, ptrOf(ids), uint32(len(ids)), ret)
+	runtime.KeepAlive(ids)
+	if err := stateResult(area, "lookup"); err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), bytesAt(get32(area, 4), get32(area, 8))...)
+	runtime.KeepAlive(buf)
+	return out, nil
+}
+
+// Release gives resources back.
+func (p Pool) Release(ids []uint64) error {
+	buf, area, ret := scratch(16)
+	stateRelease(p.Table, ptrOf(ids), uint32(len(ids)), ret)
+	runtime.KeepAlive(ids)
+	err := stateResult(area, "release")
+	runtime.KeepAlive(buf)
+	return err
+}
+
+// Unframe splits a framed list into its items.
+func Unframe(data []byte) ([][]byte, error) {
+	var items [][]byte
+	for at := 0; at < len(data); {
+		if at+4 > len(data) {
+			return nil, fmt.Errorf("framing cut short at byte %d", at)
+		}
+		n := int(get32(data, at))
+		if n > len(data)-at-4 {
+			return nil, fmt.Errorf("framing cut short at byte %d", at)
+		}
+		items = append(items, data[at+4:at+4+n])
+		at += 4 + n
+	}
+	return items, nil
+}
+
 // PushFrame appends one framed item to a key or entry list.
 func PushFrame(out []byte, item []byte) []byte {
 	n := uint32(len(item))

@@ -49,8 +49,11 @@ fn summary(report: &sluice_host::Report) -> Value {
         .iter()
         .map(|e| json!({"kind": e.kind, "level": e.level, "timestamp_ns": e.timestamp_ns, "flow": e.flow, "fields": e.fields}))
         .collect();
-    let tables: serde_json::Map<String, Value> =
-        nf.tables.iter().map(|t| (t.spec.name.clone(), json!({"entries": t.entries, "values": t.values}))).collect();
+    let tables: serde_json::Map<String, Value> = nf
+        .tables
+        .iter()
+        .map(|t| (t.spec.name.clone(), json!({"entries": t.entries, "values": t.values, "pool": t.pool})))
+        .collect();
     json!({
         "packets_in": report.packets_in,
         "packets_out": report.packets_out,
@@ -149,6 +152,11 @@ fn rewriter_in_every_language() {
 #[test]
 fn events_in_every_language() {
     conformance("events");
+}
+
+#[test]
+fn tables_in_every_language() {
+    conformance("tables");
 }
 
 /// The reference output of the rewriter is right on its own terms, not

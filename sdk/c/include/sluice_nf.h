@@ -191,6 +191,41 @@ bool sluice_counter_add(sluice_table_t table, uint64_t *keys, int64_t *deltas, s
 /* Reads n counters into out. */
 bool sluice_counter_get(sluice_table_t table, uint64_t *keys, uint64_t *out, size_t n, sluice_error_t *err);
 
+/* Keys and values of byte tables and pools travel framed: a 4-byte
+ * little-endian length, then the bytes, for each item. A growable buffer
+ * to build such lists (free with sluice_buf_free): */
+typedef struct {
+    uint8_t *ptr;
+    size_t len, cap;
+} sluice_buf_t;
+bool sluice_frame_push(sluice_buf_t *b, const void *item, uint32_t len);
+void sluice_buf_free(sluice_buf_t *b);
+/* Reads the item at *at of a framed list and advances *at; false at the
+ * end or if the framing is cut short. */
+bool sluice_frame_next(const uint8_t *data, size_t len, size_t *at, const uint8_t **item, uint32_t *item_len);
+
+/* Declares byte values per flow, keyed by the batch's flow index framed
+ * as 4 bytes little-endian (only in nf_init). */
+bool sluice_declare_per_flow_bytes(const char *name, uint32_t max_value_size, sluice_table_t *table,
+                                   sluice_error_t *err);
+/* Declares a pool of the resources first .. first + count, each bound to
+ * a value of up to max_value_size bytes while held (only in nf_init). */
+bool sluice_declare_pool(const char *name, uint64_t first, uint64_t count, uint32_t max_value_size,
+                         sluice_table_t *table, sluice_error_t *err);
+/* Reads values for framed keys; *out (framed, in key order) is malloc'd:
+ * free(out->ptr). */
+bool sluice_get_many(sluice_table_t table, const uint8_t *keys, size_t len, sluice_buf_t *out, sluice_error_t *err);
+/* Writes framed key, value, ... (an empty value removes the key). */
+bool sluice_put_many(sluice_table_t table, const uint8_t *entries, size_t len, sluice_error_t *err);
+/* Takes one resource per framed value; *ids is malloc'd (free(*ids)), *n
+ * may be less than asked when the pool is exhausted. */
+bool sluice_acquire(sluice_table_t table, const uint8_t *values, size_t len, uint64_t **ids, size_t *n,
+                    sluice_error_t *err);
+/* The values bound to resources, framed; free(out->ptr). */
+bool sluice_lookup(sluice_table_t table, uint64_t *ids, size_t n, sluice_buf_t *out, sluice_error_t *err);
+/* Gives resources back. */
+bool sluice_release(sluice_table_t table, uint64_t *ids, size_t n, sluice_error_t *err);
+
 /* ---- what the NF defines ------------------------------------------------ */
 
 bool nf_init(const uint8_t *config, size_t len, sluice_info_t *info, sluice_error_t *err);

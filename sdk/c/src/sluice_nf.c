@@ -372,19 +372,16 @@ bool sluice_declare(sluice_nf_state_table_spec_t *spec, sluice_table_t *table, s
     return state_fail(err, "declaring a table", &e);
 }
 
+static void base_spec(sluice_nf_state_table_spec_t *spec, const char *name, uint8_t scope, uint8_t kind,
+                      uint32_t max_value_size);
+
 bool sluice_declare_sum_counter(const char *name, uint64_t merge_interval_ns, sluice_table_t *table,
                                 sluice_error_t *err) {
     sluice_nf_state_table_spec_t spec;
-    memset(&spec, 0, sizeof spec);
-    spec.name.ptr = (uint8_t *)name;
-    spec.name.len = strlen(name);
-    spec.scope = SLUICE_NF_STATE_SCOPE_GLOBAL;
-    spec.access = SLUICE_NF_STATE_ACCESS_READ_WRITE;
-    spec.kind = SLUICE_NF_STATE_VALUE_KIND_COUNTER;
+    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
     spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_EVENTUAL;
     spec.consistency.val.eventual.merge = SLUICE_NF_STATE_MERGE_SUM;
     spec.consistency.val.eventual.merge_interval_ns = merge_interval_ns;
-    spec.max_value_size = 8;
     return sluice_declare(&spec, table, err);
 }
 
@@ -403,6 +400,109 @@ bool sluice_counter_get(sluice_table_t table, uint64_t *keys, uint64_t *out, siz
     for (size_t i = 0; i < n; i++) out[i] = i < r.len ? r.ptr[i] : 0;
     network_function_list_u64_free(&r);
     return true;
+}
+
+bool sluice_frame_push(sluice_buf_t *b, const void *item, uint32_t len) {
+    if (b->len + 4 + len > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->len + 4 + len) cap *= 2;
+        uint8_t *p = realloc(b->ptr, cap);
+        if (!p) return false;
+        b->ptr = p;
+        b->cap = cap;
+    }
+    uint8_t *at = b->ptr + b->len;
+    at[0] = (uint8_t)len, at[1] = (uint8_t)(len >> 8), at[2] = (uint8_t)(len >> 16), at[3] = (uint8_t)(len >> 24);
+    if (len) memcpy(at + 4, item, len);
+    b->len += 4 + len;
+    return true;
+}
+
+void sluice_buf_free(sluice_buf_t *b) {
+    free(b->ptr);
+    b->ptr = NULL;
+    b->len = b->cap = 0;
+}
+
+bool sluice_frame_next(const uint8_t *data, size_t len, size_t *at, const uint8_t **item, uint32_t *item_len) {
+    if (*at + 4 > len) return false;
+    const uint8_t *p = data + *at;
+    uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    if (n > len - *at - 4) return false;
+    *item = p + 4;
+    *item_len = n;
+    *at += 4 + n;
+    return true;
+}
+
+static void base_spec(sluice_nf_state_table_spec_t *spec, const char *name, uint8_t scope, uint8_t kind,
+                      uint32_t max_value_size) {
+    memset(spec, 0, sizeof *spec);
+    spec->name.ptr = (uint8_t *)name;
+    spec->name.len = strlen(name);
+    spec->scope = scope;
+    spec->access = SLUICE_NF_STATE_ACCESS_READ_WRITE;
+    spec->kind = kind;
+    spec->consistency.tag = SLUICE_NF_STATE_CONSISTENCY_LOCAL;
+    spec->max_value_size = max_value_size;
+}
+
+bool sluice_declare_per_flow_bytes(const char *name, uint32_t max_value_size, sluice_table_t *table,
+                                   sluice_error_t *err) {
+    sluice_nf_state_table_spec_t spec;
+    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_PER_FLOW, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    return sluice_declare(&spec, table, err);
+}
+
+bool sluice_declare_pool(const char *name, uint64_t first, uint64_t count, uint32_t max_value_size,
+                         sluice_table_t *table, sluice_error_t *err) {
+    sluice_nf_state_table_spec_t spec;
+    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_RELEASE;
+    spec.consistency.val.release.first = first;
+    spec.consistency.val.release.count = count;
+    return sluice_declare(&spec, table, err);
+}
+
+bool sluice_get_many(sluice_table_t table, const uint8_t *keys, size_t len, sluice_buf_t *out, sluice_error_t *err) {
+    network_function_list_u8_t k = {(uint8_t *)keys, len}, r = {0};
+    sluice_nf_state_state_error_t e;
+    if (!sluice_nf_state_get_many(table, &k, &r, &e)) return state_fail(err, "get-many", &e);
+    out->ptr = r.ptr, out->len = out->cap = r.len;
+    return true;
+}
+
+bool sluice_put_many(sluice_table_t table, const uint8_t *entries, size_t len, sluice_error_t *err) {
+    network_function_list_u8_t k = {(uint8_t *)entries, len};
+    sluice_nf_state_state_error_t e;
+    if (sluice_nf_state_put_many(table, &k, &e)) return true;
+    return state_fail(err, "put-many", &e);
+}
+
+bool sluice_acquire(sluice_table_t table, const uint8_t *values, size_t len, uint64_t **ids, size_t *n,
+                    sluice_error_t *err) {
+    network_function_list_u8_t v = {(uint8_t *)values, len};
+    network_function_list_u64_t r = {0};
+    sluice_nf_state_state_error_t e;
+    if (!sluice_nf_state_acquire(table, &v, &r, &e)) return state_fail(err, "acquire", &e);
+    *ids = r.ptr, *n = r.len;
+    return true;
+}
+
+bool sluice_lookup(sluice_table_t table, uint64_t *ids, size_t n, sluice_buf_t *out, sluice_error_t *err) {
+    network_function_list_u64_t k = {ids, n};
+    network_function_list_u8_t r = {0};
+    sluice_nf_state_state_error_t e;
+    if (!sluice_nf_state_lookup(table, &k, &r, &e)) return state_fail(err, "lookup", &e);
+    out->ptr = r.ptr, out->len = out->cap = r.len;
+    return true;
+}
+
+bool sluice_release(sluice_table_t table, uint64_t *ids, size_t n, sluice_error_t *err) {
+    network_function_list_u64_t k = {ids, n};
+    sluice_nf_state_state_error_t e;
+    if (sluice_nf_state_release(table, &k, &e)) return true;
+    return state_fail(err, "release", &e);
 }
 
 /* ---- the exports ----------------------------------------------------------- */

@@ -79,6 +79,27 @@ export class Counters {
   get(keys: ArrayLike<number | bigint>): BigUint64Array;
 }
 
+/** Frames items for the state interface (4-byte LE length + bytes each). */
+export function frame(items: Uint8Array[]): Uint8Array;
+/** The items of a framed list. */
+export function unframe(data: Uint8Array): Uint8Array[];
+
+export class Bytes {
+  readonly table: number;
+  static declare(spec: object): Bytes;
+  static perFlow(name: string, maxValueSize: number): Bytes;
+  getMany(keys: Uint8Array): Uint8Array;
+  putMany(entries: Uint8Array): void;
+}
+
+export class Pool {
+  readonly table: number;
+  static declare(name: string, first: number | bigint, count: number | bigint, maxValueSize: number, chunk?: number): Pool;
+  acquire(values: Uint8Array): BigUint64Array;
+  lookup(resources: ArrayLike<number | bigint>): Uint8Array;
+  release(resources: ArrayLike<number | bigint>): void;
+}
+
 export interface NetworkFunction {
   init(config: Uint8Array): NfInfo | undefined;
   process(batch: Batch): void;

@@ -15,7 +15,7 @@
 // provides the `sluice:nf/*` imports when it builds the NF.
 
 import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.2.0";
-import { counterAdd, counterGet, declare } from "sluice:nf/state@0.2.0";
+import { acquire, counterAdd, counterGet, declare, getMany, lookup, putMany, release } from "sluice:nf/state@0.2.0";
 
 /** Drop the packet. */
 export const DROP = 0;
@@ -330,6 +330,89 @@ export class Counters {
 
   get(keys) {
     return stateCall("counter-get", () => counterGet(this.table, BigUint64Array.from(keys, BigInt)));
+  }
+}
+
+/** Frames items (Uint8Arrays) the way the state interface takes keys and
+ * values: a 4-byte little-endian length, then the bytes, for each. */
+export function frame(items) {
+  const total = items.reduce((n, it) => n + 4 + it.length, 0);
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const it of items) {
+    new DataView(out.buffer).setUint32(at, it.length, true);
+    out.set(it, at + 4);
+    at += 4 + it.length;
+  }
+  return out;
+}
+
+/** The items of a framed list (throws if it is cut short). */
+export function unframe(data) {
+  const items = [];
+  for (let at = 0; at < data.length; ) {
+    if (at + 4 > data.length) throw new Error(`framing cut short at byte ${at}`);
+    const n = (data[at] | (data[at + 1] << 8) | (data[at + 2] << 16) | (data[at + 3] << 24)) >>> 0;
+    if (at + 4 + n > data.length) throw new Error(`framing cut short at byte ${at}`);
+    items.push(data.subarray(at + 4, at + 4 + n));
+    at += 4 + n;
+  }
+  return items;
+}
+
+function spec(name, scope, kind, consistency, maxValueSize) {
+  return { name, scope, access: "read-write", kind, consistency, keySize: 0, maxValueSize, capacity: 0, idleTimeoutNs: 0n, notifyExpired: false };
+}
+
+/** A host byte table: framed keys and values (see `frame`). */
+export class Bytes {
+  constructor(table) {
+    this.table = table;
+  }
+
+  static declare(spec) {
+    return new Bytes(stateCall("declare", () => declare(spec)));
+  }
+
+  /** Byte values per flow, keyed by the batch's flow index (framed as 4
+   * bytes little-endian); only in `init`. */
+  static perFlow(name, maxValueSize) {
+    return Bytes.declare(spec(name, "per-flow", "bytes", { tag: "local" }, maxValueSize));
+  }
+
+  getMany(keys) {
+    return stateCall("get-many", () => getMany(this.table, keys));
+  }
+
+  putMany(entries) {
+    stateCall("put-many", () => putMany(this.table, entries));
+  }
+}
+
+/** A release table: integer resources shared by the host's workers, each
+ * bound to a value while held. */
+export class Pool {
+  constructor(table) {
+    this.table = table;
+  }
+
+  /** The resources `first .. first + count` (only in `init`). */
+  static declare(name, first, count, maxValueSize, chunk = 0) {
+    const consistency = { tag: "release", val: { first: BigInt(first), count: BigInt(count), chunk } };
+    return new Pool(stateCall("declare", () => declare(spec(name, "global", "bytes", consistency, maxValueSize))));
+  }
+
+  /** Resources (bigint) bound to the framed values, in order. */
+  acquire(values) {
+    return stateCall("acquire", () => acquire(this.table, values));
+  }
+
+  lookup(resources) {
+    return stateCall("lookup", () => lookup(this.table, BigUint64Array.from(resources, BigInt)));
+  }
+
+  release(resources) {
+    stateCall("release", () => release(this.table, BigUint64Array.from(resources, BigInt)));
   }
 }
 

@@ -28,7 +28,7 @@ from wit_world.imports import types
 
 __all__ = [
     "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
-    "Batch", "Counters", "Level", "NfInfo", "Packet", "StateError",
+    "Batch", "Bytes", "Counters", "Level", "NfInfo", "Packet", "Pool", "StateError", "frame", "unframe",
     "config_value", "csum_update16", "export", "forward", "label", "log", "parse_ipv4_cidr",
     "stateless", "with_flow_state",
 ]
@@ -311,6 +311,84 @@ class Counters:
 
     def get(self, keys: Sequence[int]) -> list:
         return _state_call("counter-get", _state.counter_get, self.table, list(keys))
+
+
+def frame(items: Sequence[bytes]) -> bytes:
+    """Frames items the way the state interface takes keys and values: a
+    4-byte little-endian length, then the bytes, for each."""
+    out = bytearray()
+    for item in items:
+        out += len(item).to_bytes(4, "little")
+        out += item
+    return bytes(out)
+
+
+def unframe(data: bytes) -> list:
+    """The items of a framed list (ValueError if it is cut short)."""
+    items, at = [], 0
+    while at < len(data):
+        if at + 4 > len(data):
+            raise ValueError(f"framing cut short at byte {at}")
+        n = int.from_bytes(data[at:at + 4], "little")
+        if at + 4 + n > len(data):
+            raise ValueError(f"framing cut short at byte {at}")
+        items.append(data[at + 4:at + 4 + n])
+        at += 4 + n
+    return items
+
+
+def _spec(name, scope, access, kind, consistency, max_value_size, key_size=0):
+    return _state.TableSpec(
+        name=name, scope=scope, access=access, kind=kind, consistency=consistency,
+        key_size=key_size, max_value_size=max_value_size, capacity=0, idle_timeout_ns=0, notify_expired=False)
+
+
+class Bytes:
+    """A host byte table: framed keys and values (see ``frame``)."""
+
+    def __init__(self, table: int):
+        self.table = table
+
+    @staticmethod
+    def declare(spec: _state.TableSpec) -> "Bytes":
+        return Bytes(_state_call("declare", _state.declare, spec))
+
+    @staticmethod
+    def per_flow(name: str, max_value_size: int) -> "Bytes":
+        """Byte values per flow, keyed by the batch's flow index (framed as
+        4 bytes little-endian); only in ``init``."""
+        return Bytes.declare(_spec(name, _state.Scope.PER_FLOW, _state.Access.READ_WRITE,
+                                   _state.ValueKind.BYTES, _state.Consistency_Local(), max_value_size))
+
+    def get_many(self, keys: bytes) -> bytes:
+        return _state_call("get-many", _state.get_many, self.table, keys)
+
+    def put_many(self, entries: bytes) -> None:
+        _state_call("put-many", _state.put_many, self.table, entries)
+
+
+class Pool:
+    """A release table: integer resources shared by the host's workers,
+    each bound to a value while held."""
+
+    def __init__(self, table: int):
+        self.table = table
+
+    @staticmethod
+    def declare(name: str, first: int, count: int, max_value_size: int, chunk: int = 0) -> "Pool":
+        """The resources ``first .. first + count`` (only in ``init``)."""
+        spec = _spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
+                     _state.Consistency_Release(_state.PoolSpec(first, count, chunk)), max_value_size)
+        return Pool(_state_call("declare", _state.declare, spec))
+
+    def acquire(self, values: bytes) -> list:
+        return _state_call("acquire", _state.acquire, self.table, values)
+
+    def lookup(self, resources: Sequence[int]) -> bytes:
+        return _state_call("lookup", _state.lookup, self.table, list(resources))
+
+    def release(self, resources: Sequence[int]) -> None:
+        _state_call("release", _state.release, self.table, list(resources))
 
 
 def export(cls):

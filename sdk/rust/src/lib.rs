@@ -126,6 +126,17 @@ pub trait NetworkFunction: Sized + 'static {
     }
 }
 
+/// The value of `key` in a configuration of `key=value` lines (spaces
+/// around both ignored, `#` starts a comment line): the simple format every
+/// SDK reads the same way. NFs with richer configuration parse JSON or
+/// TOML themselves.
+pub fn config_value<'a>(config: &'a str, key: &str) -> Option<&'a str> {
+    config.lines().map(str::trim).filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == key).then(|| v.trim())
+    })
+}
+
 /// Writes a line to the host log (rate-limited by the host).
 pub fn log(level: Level, message: &str) {
     #[cfg(target_arch = "wasm32")]

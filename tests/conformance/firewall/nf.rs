@@ -5,17 +5,10 @@
 
 use sluice_sdk::matchers::Cidr;
 use sluice_sdk::wire::abi::NO_FLOW;
-use sluice_sdk::{Batch, IpAddr128, NetworkFunction, NfInfo, Verdict};
+use sluice_sdk::{Batch, IpAddr128, NetworkFunction, NfInfo, Verdict, config_value};
 
 struct Firewall {
     inside: Cidr,
-}
-
-fn config_value<'a>(config: &'a str, key: &str) -> Option<&'a str> {
-    config.lines().map(str::trim).filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (k, v) = l.split_once('=')?;
-        (k.trim() == key).then(|| v.trim())
-    })
 }
 
 impl NetworkFunction for Firewall {

@@ -5,18 +5,11 @@
 
 use sluice_sdk::wire::abi::{NO_L3, NO_L4};
 use sluice_sdk::wire::checksum::update_u16;
-use sluice_sdk::{Batch, NetworkFunction, NfInfo};
+use sluice_sdk::{Batch, NetworkFunction, NfInfo, config_value};
 
 struct Rewriter {
     from: (u32, u32),
     to: (u32, u32),
-}
-
-fn config_value<'a>(config: &'a str, key: &str) -> Option<&'a str> {
-    config.lines().map(str::trim).filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (k, v) = l.split_once('=')?;
-        (k.trim() == key).then(|| v.trim())
-    })
 }
 
 /// `a.b.c.d/n` as (network, mask).
