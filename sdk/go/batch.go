@@ -175,9 +175,32 @@ func (b *Batch) Emit(kind string, level uint8, packet int, fields ...[2]string) 
 // 28 bytes (kind @0, level @8, packet option @12/@16, fields @20), each
 // field a tuple of two strings (16 bytes).
 func (b *Batch) flushEvents() {
-	if len(b.events) == 0 {
+	emitEvents(b.events)
+	b.events = nil
+}
+
+// Emit sends events now, in one call, outside a batch (e.g. from
+// Expired): each a kind, level and fields.
+func Emit(events ...Event) {
+	evs := make([]event, len(events))
+	for i, e := range events {
+		evs[i] = event{e.Kind, e.Level, -1, e.Fields}
+	}
+	emitEvents(evs)
+}
+
+// Event is an event sent with Emit.
+type Event struct {
+	Kind   string
+	Level  uint8
+	Fields [][2]string
+}
+
+func emitEvents(events []event) {
+	if len(events) == 0 {
 		return
 	}
+	b := struct{ events []event }{events}
 	alive := make([]any, 0, len(b.events))
 	evs := make([]uint64, (28*len(b.events)+7)/8)
 	mem := unsafe.Slice((*byte)(unsafe.Pointer(&evs[0])), 28*len(b.events))
@@ -208,7 +231,6 @@ func (b *Batch) flushEvents() {
 		}
 	}
 	hostEmit(ptrOf(evs), uint32(len(b.events)))
-	b.events = nil
 	runtime.KeepAlive(alive)
 	runtime.KeepAlive(evs)
 }

@@ -156,7 +156,15 @@ func (t Bytes) PutMany(entries []byte) error {
 // PerFlowBytes declares byte values per flow, keyed by the batch's flow
 // index framed as 4 bytes little-endian (only in Init).
 func PerFlowBytes(name string, maxValueSize uint32) (Bytes, error) {
-	t, err := Declare(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: BytesKind, MaxValue: maxValueSize})
+	return PerFlowBytesExpiring(name, maxValueSize, 0, false)
+}
+
+// PerFlowBytesExpiring is PerFlowBytes with an idle timeout (packet time);
+// with notifyExpired, expired entries reach the NF's Expired (keys: the
+// 37-byte flow keys).
+func PerFlowBytesExpiring(name string, maxValueSize uint32, idleTimeoutNs uint64, notifyExpired bool) (Bytes, error) {
+	t, err := Declare(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: BytesKind, MaxValue: maxValueSize,
+		IdleTimeoutNs: idleTimeoutNs, NotifyExpired: notifyExpired})
 	return Bytes{t}, err
 }
 

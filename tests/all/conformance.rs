@@ -159,6 +159,11 @@ fn tables_in_every_language() {
     conformance("tables");
 }
 
+#[test]
+fn expiry_in_every_language() {
+    conformance("expiry");
+}
+
 /// The reference output of the rewriter is right on its own terms, not
 /// only equal across languages: tshark finds no more bad checksums than
 /// the input had, and no address of the translated prefix is left.

@@ -308,7 +308,7 @@ impl Tables {
                 continue;
             }
             t.last_sweep_ns = now;
-            let mut notes = Vec::new();
+            let mut notes: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
             let notify = t.spec.notify_expired && t.declared;
             let mut freed = 0usize;
             let mut n = 0u64;
@@ -321,8 +321,7 @@ impl Tables {
                         n += 1;
                         freed += $cost(k, s);
                         if notify {
-                            push_frame(&mut notes, &$key(k));
-                            push_frame(&mut notes, &$val(s));
+                            notes.push(($key(k), $val(s)));
                         }
                         false
                     })
@@ -358,7 +357,16 @@ impl Tables {
             self.used = self.used.saturating_sub(freed);
             self.meters.expired += n;
             if !notes.is_empty() {
-                self.expired.push((idx(i), notes));
+                // Maps iterate in hash order, which differs between runs;
+                // sorted by key, a replay hands the NF the same entries in
+                // the same order.
+                notes.sort_unstable();
+                let mut framed = Vec::new();
+                for (k, v) in &notes {
+                    push_frame(&mut framed, k);
+                    push_frame(&mut framed, v);
+                }
+                self.expired.push((idx(i), framed));
             }
         }
     }

@@ -214,6 +214,31 @@ fn idle_entries_expire_and_are_handed_back() {
 }
 
 #[test]
+fn expired_entries_come_back_sorted_by_key() {
+    let d = Domain::new();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let s = TableSpec {
+        idle_timeout_ns: 1_000_000_000,
+        notify_expired: true,
+        ..spec("map", Scope::PerFlow, Access::ReadWrite, Kind::Bytes, Consistency::Local)
+    };
+    let [h] = declared(&mut t, &[s])[..] else { panic!() };
+    let flows: Vec<_> = [9u8, 3, 200, 1, 77, 5, 42, 150].iter().map(|&p| flow(p)).collect();
+    t.begin_batch(&flows, 1_000_000_000);
+    let keys: Vec<[u8; 4]> = (0..flows.len() as u32).map(u32::to_le_bytes).collect();
+    let entries: Vec<&[u8]> = keys.iter().flat_map(|k| [&k[..], b"v"]).collect();
+    t.put_many(h, &framed(&entries)).unwrap();
+    t.end_batch(1_000_000_000);
+    t.begin_batch(&[], 3_000_000_000);
+    t.end_batch(3_000_000_000);
+    let expired = t.take_expired();
+    let got: Vec<Vec<u8>> = unframe(&expired[0].1).into_iter().step_by(2).collect();
+    let mut want: Vec<Vec<u8>> = flows.iter().map(|f| f.to_bytes().to_vec()).collect();
+    want.sort();
+    assert_eq!(got, want, "a replay must hand the NF expired entries in one order");
+}
+
+#[test]
 fn eventual_replicas_merge_to_the_trace_totals() {
     let d = Domain::new();
     let workers: Vec<_> = (0..4)

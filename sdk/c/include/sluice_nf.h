@@ -176,6 +176,9 @@ void sluice_log(uint8_t level, const char *message);
 bool sluice_event(sluice_batch_t *b, const char *kind, uint8_t level, int64_t packet, const char *const *fields,
                   size_t nfields);
 
+/* Sends one event now, outside a batch (e.g. from nf_expired). */
+bool sluice_emit(const char *kind, uint8_t level, const char *const *fields, size_t nfields);
+
 /* ---- host tables (see the `state` interface in the WIT) ----------------- */
 
 typedef uint32_t sluice_table_t;
@@ -208,6 +211,10 @@ bool sluice_frame_next(const uint8_t *data, size_t len, size_t *at, const uint8_
  * as 4 bytes little-endian (only in nf_init). */
 bool sluice_declare_per_flow_bytes(const char *name, uint32_t max_value_size, sluice_table_t *table,
                                    sluice_error_t *err);
+/* The same with an idle timeout (packet time); with notify_expired, the
+ * host hands expired entries to nf_expired (key: the 37-byte flow key). */
+bool sluice_declare_per_flow_bytes_expiring(const char *name, uint32_t max_value_size, uint64_t idle_timeout_ns,
+                                            bool notify_expired, sluice_table_t *table, sluice_error_t *err);
 /* Declares a pool of the resources first .. first + count, each bound to
  * a value of up to max_value_size bytes while held (only in nf_init). */
 bool sluice_declare_pool(const char *name, uint64_t first, uint64_t count, uint32_t max_value_size,

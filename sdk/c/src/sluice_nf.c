@@ -339,6 +339,16 @@ bool sluice_event(sluice_batch_t *b, const char *kind, uint8_t level, int64_t pa
     return true;
 }
 
+static void flush_events(struct event_buf *e);
+
+bool sluice_emit(const char *kind, uint8_t level, const char *const *fields, size_t nfields) {
+    sluice_batch_t scratch;
+    memset(&scratch, 0, sizeof scratch);
+    if (!sluice_event(&scratch, kind, level, -1, fields, nfields)) return false;
+    flush_events(&scratch.events);
+    return true;
+}
+
 static void flush_events(struct event_buf *e) {
     if (e->len) {
         sluice_nf_host_log_list_event_t list = {e->ptr, e->len};
@@ -451,6 +461,15 @@ bool sluice_declare_per_flow_bytes(const char *name, uint32_t max_value_size, sl
                                    sluice_error_t *err) {
     sluice_nf_state_table_spec_t spec;
     base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_PER_FLOW, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    return sluice_declare(&spec, table, err);
+}
+
+bool sluice_declare_per_flow_bytes_expiring(const char *name, uint32_t max_value_size, uint64_t idle_timeout_ns,
+                                            bool notify_expired, sluice_table_t *table, sluice_error_t *err) {
+    sluice_nf_state_table_spec_t spec;
+    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_PER_FLOW, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    spec.idle_timeout_ns = idle_timeout_ns;
+    spec.notify_expired = notify_expired;
     return sluice_declare(&spec, table, err);
 }
 

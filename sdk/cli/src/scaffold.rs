@@ -124,6 +124,13 @@ pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str
                 sdk.lang_dir(Lang::Rust).display()
             );
             write(&dir.join("Cargo.toml"), &cargo)?;
+            // Start from the versions the SDK is built and tested with
+            // (cargo drops what the project does not use), so a build
+            // needs no registry lookup and matches the host's.
+            let lock = sdk.root().join("Cargo.lock");
+            if lock.is_file() {
+                std::fs::copy(&lock, dir.join("Cargo.lock")).map_err(io("copying", &lock))?;
+            }
             write(&dir.join(".gitignore"), "/target\n/build\n")?;
         }
         Lang::Js => {

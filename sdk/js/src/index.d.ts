@@ -27,6 +27,8 @@ export function label(value: number): number;
 export function stateless(): NfInfo;
 export function withFlowState(idleTimeoutNs?: bigint | number): NfInfo;
 export function log(level: Level, message: string): void;
+/** Sends events now, in one call, outside a batch (e.g. from `expired`). */
+export function emit(events: Array<{ kind: string; level: Level; fields: Array<[string, string]> }>): void;
 /** The value of `key` in a config of `key=value` lines. */
 export function configValue(config: Uint8Array, key: string): string | undefined;
 /** `a.b.c.d[/n]` as [network, mask], unsigned 32-bit numbers. */
@@ -87,7 +89,11 @@ export function unframe(data: Uint8Array): Uint8Array[];
 export class Bytes {
   readonly table: number;
   static declare(spec: object): Bytes;
-  static perFlow(name: string, maxValueSize: number): Bytes;
+  static perFlow(
+    name: string,
+    maxValueSize: number,
+    options?: { idleTimeoutNs?: bigint | number; notifyExpired?: boolean },
+  ): Bytes;
   getMany(keys: Uint8Array): Uint8Array;
   putMany(entries: Uint8Array): void;
 }

@@ -51,6 +51,12 @@ export function log(level, message) {
   hostLog(level, message);
 }
 
+/** Sends events now, in one call, outside a batch (e.g. from `expired`):
+ * each `{ kind, level, fields }`. */
+export function emit(events) {
+  if (events.length) hostEmit(events.map((e) => ({ kind: e.kind, level: e.level, packet: undefined, fields: e.fields })));
+}
+
 /** The value of `key` in a config of `key=value` lines, or undefined. */
 export function configValue(config, key) {
   const text = new TextDecoder().decode(config);
@@ -360,8 +366,19 @@ export function unframe(data) {
   return items;
 }
 
-function spec(name, scope, kind, consistency, maxValueSize) {
-  return { name, scope, access: "read-write", kind, consistency, keySize: 0, maxValueSize, capacity: 0, idleTimeoutNs: 0n, notifyExpired: false };
+function spec(name, scope, kind, consistency, maxValueSize, idleTimeoutNs = 0n, notifyExpired = false) {
+  return {
+    name,
+    scope,
+    access: "read-write",
+    kind,
+    consistency,
+    keySize: 0,
+    maxValueSize,
+    capacity: 0,
+    idleTimeoutNs: BigInt(idleTimeoutNs),
+    notifyExpired,
+  };
 }
 
 /** A host byte table: framed keys and values (see `frame`). */
@@ -375,9 +392,11 @@ export class Bytes {
   }
 
   /** Byte values per flow, keyed by the batch's flow index (framed as 4
-   * bytes little-endian); only in `init`. */
-  static perFlow(name, maxValueSize) {
-    return Bytes.declare(spec(name, "per-flow", "bytes", { tag: "local" }, maxValueSize));
+   * bytes little-endian); only in `init`. With `notifyExpired`, entries
+   * idle for `idleTimeoutNs` of packet time reach the NF's `expired` (keys:
+   * 37-byte flow keys). */
+  static perFlow(name, maxValueSize, { idleTimeoutNs = 0n, notifyExpired = false } = {}) {
+    return Bytes.declare(spec(name, "per-flow", "bytes", { tag: "local" }, maxValueSize, idleTimeoutNs, notifyExpired));
   }
 
   getMany(keys) {

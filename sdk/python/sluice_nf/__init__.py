@@ -30,7 +30,7 @@ __all__ = [
     "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
     "Batch", "Bytes", "Counters", "Level", "NfInfo", "Packet", "Pool", "StateError", "frame", "unframe",
     "config_value", "csum_update16", "export", "forward", "label", "log", "parse_ipv4_cidr",
-    "stateless", "with_flow_state",
+    "emit", "stateless", "with_flow_state",
 ]
 
 #: Drop the packet.
@@ -70,6 +70,13 @@ def with_flow_state(idle_timeout_ns: int = 0) -> NfInfo:
 def log(level: Level, message: str) -> None:
     """A line in the host log (rate-limited by the host)."""
     host_log.log(level, message)
+
+
+def emit(events: Sequence[Tuple[str, Level, Sequence[Tuple[str, str]]]]) -> None:
+    """Sends events now, in one call, outside a batch (e.g. from
+    ``expired``): each a (kind, level, fields) tuple."""
+    if events:
+        host_log.emit([types.Event(kind, level, None, list(fields)) for kind, level, fields in events])
 
 
 def config_value(config: bytes, key: str) -> Optional[str]:
@@ -337,10 +344,10 @@ def unframe(data: bytes) -> list:
     return items
 
 
-def _spec(name, scope, access, kind, consistency, max_value_size, key_size=0):
+def _spec(name, scope, access, kind, consistency, max_value_size, idle_timeout_ns=0, notify_expired=False):
     return _state.TableSpec(
-        name=name, scope=scope, access=access, kind=kind, consistency=consistency,
-        key_size=key_size, max_value_size=max_value_size, capacity=0, idle_timeout_ns=0, notify_expired=False)
+        name=name, scope=scope, access=access, kind=kind, consistency=consistency, key_size=0,
+        max_value_size=max_value_size, capacity=0, idle_timeout_ns=idle_timeout_ns, notify_expired=notify_expired)
 
 
 class Bytes:
@@ -354,11 +361,13 @@ class Bytes:
         return Bytes(_state_call("declare", _state.declare, spec))
 
     @staticmethod
-    def per_flow(name: str, max_value_size: int) -> "Bytes":
+    def per_flow(name: str, max_value_size: int, idle_timeout_ns: int = 0, notify_expired: bool = False) -> "Bytes":
         """Byte values per flow, keyed by the batch's flow index (framed as
-        4 bytes little-endian); only in ``init``."""
-        return Bytes.declare(_spec(name, _state.Scope.PER_FLOW, _state.Access.READ_WRITE,
-                                   _state.ValueKind.BYTES, _state.Consistency_Local(), max_value_size))
+        4 bytes little-endian); only in ``init``. With ``notify_expired``,
+        entries idle for ``idle_timeout_ns`` of packet time reach the NF's
+        ``expired`` (keys: 37-byte flow keys)."""
+        return Bytes.declare(_spec(name, _state.Scope.PER_FLOW, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
+                                   _state.Consistency_Local(), max_value_size, idle_timeout_ns, notify_expired))
 
     def get_many(self, keys: bytes) -> bytes:
         return _state_call("get-many", _state.get_many, self.table, keys)
