@@ -1,8 +1,8 @@
 //go:build wasip1
 
 // The canonical-ABI glue between the component model and Go: the exports
-// of sluice:nf/nf@0.2.0, the imports of host-log and state, and
-// cabi_realloc. Layouts follow the component model's canonical ABI for
+// of sluice:nf/nf@0.2.0, the imports of host-log and state, and the
+// realloc functions the host allocates guest memory with. Layouts follow the component model's canonical ABI for
 // the records of wit/v0.2.0/nf.wit (offsets are noted where they are not
 // obvious); the build embeds the contract's component type, and
 // wit-component checks every signature here against it.
@@ -18,12 +18,17 @@ import "unsafe"
 // arena, which is emptied when an export call ends and grown, between
 // calls, to twice the largest call seen. The host holds only offsets into
 // it, which Go's collector does not need to see.
+//
+// 4 MiB holds a batch of 256 jumbo frames. A larger call falls back to
+// Go's allocator, which may trap (the host then re-creates the instance
+// and applies the failure policy) — so the arena starts big enough for
+// any batch the host sends by default.
 var (
-	arena     = make([]uint64, 1<<17) // 1 MiB
+	arena     = make([]uint64, 1<<19)
 	arenaUsed uintptr
 	arenaPeak uintptr
-	// overflow keeps the rare allocation that did not fit the arena alive
-	// until the call ends.
+	// overflow keeps an allocation that did not fit the arena alive until
+	// the call ends.
 	overflow [][]uint64
 )
 
