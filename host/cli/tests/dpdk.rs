@@ -202,7 +202,12 @@ fn sigint_stops_cleanly_with_final_stats() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let rx = r["rx"].as_u64().unwrap();
     assert!(rx > 0);
-    assert_eq!(rx, r["tx"].as_u64().unwrap() + r["dropped_tx_full"].as_u64().unwrap());
+    // Every received packet is accounted for. The counter forwards all of
+    // them, but on a loaded machine a batch can pass its deadline, and the
+    // failure policy then drops it: counted, not lost.
+    let n = |k: &str| r[k].as_u64().unwrap();
+    assert_eq!(rx, n("tx") + n("dropped_tx_full") + n("dropped_by_nf") + n("dropped_other"), "{r:#}");
+    assert_eq!(n("dropped_other"), 0, "{r:#}");
 }
 
 #[test]
