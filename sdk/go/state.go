@@ -90,6 +90,15 @@ func Declare(spec TableSpec) (uint32, error) {
 	return t, nil
 }
 
+// stateCall makes one state import call with a result area and reads the
+// result's error side; the area (ok payload at offset 4) comes back for
+// the caller to read. The closure keeps the call's arguments alive.
+func stateCall(what string, call func(ret uint32)) ([]byte, error) {
+	_, area, ret := scratch(16)
+	call(ret)
+	return area, stateResult(area, what)
+}
+
 // Counters is a host counter table.
 type Counters struct{ Table uint32 }
 
@@ -103,26 +112,19 @@ func SumCounters(name string, mergeIntervalNs uint64) (Counters, error) {
 
 // Add adds deltas[i] to the counter keys[i].
 func (c Counters) Add(keys []uint64, deltas []int64) error {
-	buf, area, ret := scratch(16)
-	stateCounterAdd(c.Table, ptrOf(keys), uint32(len(keys)), ptrOf(deltas), uint32(len(deltas)), ret)
-	runtime.KeepAlive(keys)
-	runtime.KeepAlive(deltas)
-	err := stateResult(area, "counter-add")
-	runtime.KeepAlive(buf)
+	_, err := stateCall("counter-add", func(ret uint32) {
+		stateCounterAdd(c.Table, ptrOf(keys), uint32(len(keys)), ptrOf(deltas), uint32(len(deltas)), ret)
+	})
 	return err
 }
 
 // Get reads counters.
 func (c Counters) Get(keys []uint64) ([]uint64, error) {
-	buf, area, ret := scratch(16)
-	stateCounterGet(c.Table, ptrOf(keys), uint32(len(keys)), ret)
-	runtime.KeepAlive(keys)
-	if err := stateResult(area, "counter-get"); err != nil {
+	area, err := stateCall("counter-get", func(ret uint32) { stateCounterGet(c.Table, ptrOf(keys), uint32(len(keys)), ret) })
+	if err != nil {
 		return nil, err
 	}
-	out := append([]uint64(nil), u64sAt(get32(area, 4), get32(area, 8))...)
-	runtime.KeepAlive(buf)
-	return out, nil
+	return append([]uint64(nil), u64sAt(get32(area, 4), get32(area, 8))...), nil
 }
 
 // Bytes is a host byte table.
@@ -131,25 +133,17 @@ type Bytes struct{ Table uint32 }
 // GetMany reads values: keys framed (4-byte little-endian length, bytes),
 // the result framed in the same order.
 func (t Bytes) GetMany(keys []byte) ([]byte, error) {
-	buf, area, ret := scratch(16)
-	stateGetMany(t.Table, ptrOf(keys), uint32(len(keys)), ret)
-	runtime.KeepAlive(keys)
-	if err := stateResult(area, "get-many"); err != nil {
+	area, err := stateCall("get-many", func(ret uint32) { stateGetMany(t.Table, ptrOf(keys), uint32(len(keys)), ret) })
+	if err != nil {
 		return nil, err
 	}
-	out := append([]byte(nil), bytesAt(get32(area, 4), get32(area, 8))...)
-	runtime.KeepAlive(buf)
-	return out, nil
+	return append([]byte(nil), bytesAt(get32(area, 4), get32(area, 8))...), nil
 }
 
 // PutMany writes framed key, value, key, value, ... (an empty value
 // removes the key).
 func (t Bytes) PutMany(entries []byte) error {
-	buf, area, ret := scratch(16)
-	statePutMany(t.Table, ptrOf(entries), uint32(len(entries)), ret)
-	runtime.KeepAlive(entries)
-	err := stateResult(area, "put-many")
-	runtime.KeepAlive(buf)
+	_, err := stateCall("put-many", func(ret uint32) { statePutMany(t.Table, ptrOf(entries), uint32(len(entries)), ret) })
 	return err
 }
 
@@ -183,37 +177,25 @@ func DeclarePool(name string, first, count uint64, maxValueSize uint32) (Pool, e
 // Acquire takes one resource per framed value, bound to it; fewer than
 // asked when the pool is exhausted.
 func (p Pool) Acquire(values []byte) ([]uint64, error) {
-	buf, area, ret := scratch(16)
-	stateAcquire(p.Table, ptrOf(values), uint32(len(values)), ret)
-	runtime.KeepAlive(values)
-	if err := stateResult(area, "acquire"); err != nil {
+	area, err := stateCall("acquire", func(ret uint32) { stateAcquire(p.Table, ptrOf(values), uint32(len(values)), ret) })
+	if err != nil {
 		return nil, err
 	}
-	out := append([]uint64(nil), u64sAt(get32(area, 4), get32(area, 8))...)
-	runtime.KeepAlive(buf)
-	return out, nil
+	return append([]uint64(nil), u64sAt(get32(area, 4), get32(area, 8))...), nil
 }
 
 // Lookup returns the values bound to resources, framed in order.
 func (p Pool) Lookup(ids []uint64) ([]byte, error) {
-	buf, area, ret := scratch(16)
-	stateLookup(p.Table, ptrOf(ids), uint32(len(ids)), ret)
-	runtime.KeepAlive(ids)
-	if err := stateResult(area, "lookup"); err != nil {
+	area, err := stateCall("lookup", func(ret uint32) { stateLookup(p.Table, ptrOf(ids), uint32(len(ids)), ret) })
+	if err != nil {
 		return nil, err
 	}
-	out := append([]byte(nil), bytesAt(get32(area, 4), get32(area, 8))...)
-	runtime.KeepAlive(buf)
-	return out, nil
+	return append([]byte(nil), bytesAt(get32(area, 4), get32(area, 8))...), nil
 }
 
 // Release gives resources back.
 func (p Pool) Release(ids []uint64) error {
-	buf, area, ret := scratch(16)
-	stateRelease(p.Table, ptrOf(ids), uint32(len(ids)), ret)
-	runtime.KeepAlive(ids)
-	err := stateResult(area, "release")
-	runtime.KeepAlive(buf)
+	_, err := stateCall("release", func(ret uint32) { stateRelease(p.Table, ptrOf(ids), uint32(len(ids)), ret) })
 	return err
 }
 
