@@ -102,6 +102,53 @@ enum Command {
         #[arg(last = true)]
         eal: Vec<String>,
     },
+    /// Join a cluster over NATS and run what the gateway deploys to this
+    /// host's group.
+    ///
+    /// The host heartbeats its status, fetches modules by digest from the
+    /// cluster's object store, and publishes meter records (per deployment,
+    /// NF and version, every --window-ms) to the meter stream. Traffic comes
+    /// from --in: a capture replayed into every deployment when it starts,
+    /// or a spool directory whose captures go through every deployment.
+    /// Stops on SIGINT/SIGTERM after flushing its meters.
+    Serve {
+        /// NATS server URL.
+        #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+        nats: String,
+        /// Cluster name (prefix of every subject, stream and bucket).
+        #[arg(long, env = "SLUICE_CLUSTER", default_value = "default")]
+        cluster: String,
+        /// Host group to serve: deployments target groups.
+        #[arg(long, env = "SLUICE_GROUP", default_value = "default")]
+        group: String,
+        /// Host id, unique in the cluster (default: the machine's hostname).
+        #[arg(long = "host-id", env = "SLUICE_HOST_ID")]
+        host_id: Option<String>,
+        /// Traffic: a capture file to replay, or a spool directory.
+        #[arg(long = "in")]
+        input: Option<PathBuf>,
+        /// With a capture file: passes per deployment (0 = forever).
+        #[arg(long = "loop", default_value_t = 1)]
+        loops: u32,
+        /// Replay at most this many packets per second per deployment.
+        #[arg(long)]
+        pps: Option<u64>,
+        /// Meter window, ms.
+        #[arg(long, default_value_t = 1000)]
+        window_ms: u64,
+        /// Heartbeat interval, ms (three missed mean the host is gone).
+        #[arg(long, default_value_t = 1000)]
+        heartbeat_ms: u64,
+        /// Module cache and meter outbox (default: ~/.local/state/sluice/<host-id>).
+        #[arg(long, env = "SLUICE_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Keep a JSON report of everything metered here (updated every second).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Packets per batch.
+        #[arg(long)]
+        batch: Option<usize>,
+    },
     /// Check that a module is a component fitting the sluice:nf world.
     Check {
         /// Modules to check.
@@ -182,6 +229,54 @@ fn real_main() -> anyhow::Result<ExitCode> {
             };
             finish(sluice_host::dpdk::run_dpdk(&config, &opts, stop), sluice_host::dpdk::DpdkReport::summary, report)
         }
+        Command::Serve {
+            nats,
+            cluster,
+            group,
+            host_id,
+            input,
+            loops,
+            pps,
+            window_ms,
+            heartbeat_ms,
+            state_dir,
+            report,
+            batch,
+        } => {
+            let config = load_config(cli.config.as_deref(), batch, None)?;
+            let host = match host_id {
+                Some(h) => h,
+                None => default_host_id(),
+            };
+            let input = match input {
+                None => sluice_agent::Input::None,
+                Some(dir) if dir.is_dir() => sluice_agent::Input::Spool { dir },
+                Some(path) => sluice_agent::Input::Replay { path, loops },
+            };
+            let state_dir = state_dir.unwrap_or_else(|| default_state_dir(&host));
+            let cfg = sluice_agent::AgentConfig {
+                host: host.clone(),
+                group,
+                input,
+                pps,
+                window: std::time::Duration::from_millis(window_ms.max(10)),
+                heartbeat: std::time::Duration::from_millis(heartbeat_ms.max(10)),
+                state_dir,
+                report,
+                runtime: config.runtime(),
+                batch_size: config.batch_size,
+                limits: config.limits(""),
+            };
+            let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            rt.block_on(async move {
+                let bus = sluice_control::NatsBus::connect(&nats, &cluster, &format!("sluice-host {host}")).await?;
+                let report = sluice_agent::serve(std::sync::Arc::new(bus), cfg, shutdown_signal()).await?;
+                let packets: u64 = report.deployments.values().map(|d| d.packets_in).sum();
+                println!("host {host}: {} deployment(s), {packets} packets metered", report.deployments.len());
+                anyhow::Ok(())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { modules } => {
             let config = HostConfig::load(cli.config.as_deref())?;
             let runtime = sluice_runtime::Runtime::new(config.runtime())?;
@@ -204,6 +299,38 @@ fn real_main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// The machine's hostname, reduced to the characters a host id may hold.
+fn default_host_id() -> String {
+    let raw = std::fs::read_to_string("/etc/hostname").ok().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_default();
+    let id: String = raw.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).take(64).collect();
+    if id.is_empty() { "host".into() } else { id }
+}
+
+/// `$XDG_STATE_HOME/sluice/<host>` or `~/.local/state/sluice/<host>`.
+fn default_state_dir(host: &str) -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("sluice").join(host)
 }
 
 /// The host config with command-line overrides.

@@ -1,0 +1,1049 @@
+//! The HTTP API under `/v1`, documented by the OpenAPI document generated
+//! from these handlers (`/openapi.json`, Swagger UI at `/docs`).
+
+use crate::auth::{Admin, Tenant, hash, new_key, random_hex};
+use crate::billing::{self, BillLine};
+use crate::error::{ApiError, ErrorBody};
+use crate::state::{AppState, stored_nfs};
+use crate::store::{DeploymentRow, ModuleRow, TenantRow, UsageSums};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use sluice_control::{HostState, ModuleRef, NfLimitsSpec, NfPlacement, subjects::check_token};
+use sluice_runtime::{Chain, FailurePolicy, NfLimits, NfSpec, Routes, RuntimeError};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use utoipa::{IntoParams, ToSchema};
+
+fn now() -> i64 {
+    i64::try_from(sluice_control::now_ms()).unwrap_or(i64::MAX)
+}
+
+fn check_name(what: &str, s: &str) -> Result<(), ApiError> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "{what} '{s}' is not valid: use 1-64 letters, digits, '-' or '_', starting with a letter or digit"
+        )))
+    }
+}
+
+fn check_version(v: &str) -> Result<(), ApiError> {
+    let ok = !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "version '{v}' is not valid: use 1-64 letters, digits, '.', '_', '+' or '-' (e.g. 1.2.0)"
+        )))
+    }
+}
+
+// ---------------------------------------------------------------- tenants
+
+/// A new tenant.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct TenantCreate {
+    /// Unique name (letters, digits, '-', '_').
+    pub name: String,
+}
+
+/// A tenant.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TenantOut {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Created, ms since the epoch.
+    pub created_ms: i64,
+}
+
+/// A tenant with its first API key (shown once).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TenantCreated {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// The API key: send it as `Authorization: Bearer <key>`. Only its hash is stored.
+    pub api_key: String,
+}
+
+/// A new API key (shown once).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct KeyCreated {
+    /// The key.
+    pub api_key: String,
+    /// Its first characters, for telling keys apart.
+    pub prefix: String,
+}
+
+/// Create a tenant and its first API key (admin).
+#[utoipa::path(post, path = "/v1/tenants", tag = "tenants", request_body = TenantCreate,
+    security(("bearer" = [])),
+    responses((status = 201, body = TenantCreated), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn create_tenant(
+    State(st): State<AppState>,
+    _: Admin,
+    body: Result<Json<TenantCreate>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<TenantCreated>), ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    check_name("tenant name", &req.name)?;
+    let id = format!("t_{}", random_hex(6)?);
+    let (key, prefix) = new_key()?;
+    let row = TenantRow { id: id.clone(), name: req.name.clone(), created_ms: now() };
+    if !st.store.create_tenant(&row, &hash(&key), &prefix)? {
+        return Err(ApiError::conflict(format!("a tenant named '{}' exists already", req.name)));
+    }
+    tracing::info!(tenant = %id, name = %req.name, "tenant created");
+    Ok((StatusCode::CREATED, Json(TenantCreated { id, name: req.name, api_key: key })))
+}
+
+/// List tenants (admin).
+#[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])),
+    responses((status = 200, body = [TenantOut]), (status = 403, body = ErrorBody)))]
+pub async fn list_tenants(State(st): State<AppState>, _: Admin) -> Result<Json<Vec<TenantOut>>, ApiError> {
+    Ok(Json(
+        st.store.tenants()?.into_iter().map(|t| TenantOut { id: t.id, name: t.name, created_ms: t.created_ms }).collect(),
+    ))
+}
+
+/// Add an API key to a tenant (admin).
+#[utoipa::path(post, path = "/v1/tenants/{id}/keys", tag = "tenants", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Tenant id")),
+    responses((status = 201, body = KeyCreated), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn create_key(
+    State(st): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let (key, prefix) = new_key()?;
+    if !st.store.add_key(&id, &hash(&key), &prefix, now())? {
+        return Err(ApiError::not_found("tenant", &id));
+    }
+    Ok((StatusCode::CREATED, Json(KeyCreated { api_key: key, prefix })))
+}
+
+/// The calling tenant.
+#[utoipa::path(get, path = "/v1/me", tag = "tenants", security(("bearer" = [])),
+    responses((status = 200, body = TenantOut), (status = 401, body = ErrorBody)))]
+pub async fn me(tenant: Tenant) -> Json<TenantOut> {
+    Json(TenantOut { id: tenant.id, name: tenant.name, created_ms: 0 })
+}
+
+// ---------------------------------------------------------------- hosts
+
+/// A host as the gateway last heard from it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct HostOut {
+    /// Host id.
+    pub host: String,
+    /// Group.
+    pub group: String,
+    /// Heard from within three heartbeat intervals.
+    pub alive: bool,
+    /// Ms since its last heartbeat.
+    pub last_seen_ms_ago: u64,
+    /// Process start, ms since the epoch.
+    pub started_ms: u64,
+    /// Software version.
+    pub version: String,
+    /// Deployments it runs.
+    pub deployments: usize,
+}
+
+/// List hosts (admin).
+#[utoipa::path(get, path = "/v1/hosts", tag = "hosts", security(("bearer" = [])),
+    responses((status = 200, body = [HostOut]), (status = 403, body = ErrorBody)))]
+pub async fn list_hosts(State(st): State<AppState>, _: Admin) -> Json<Vec<HostOut>> {
+    Json(
+        st.hosts()
+            .into_iter()
+            .map(|h| HostOut {
+                alive: h.alive(),
+                last_seen_ms_ago: u64::try_from(h.at.elapsed().as_millis()).unwrap_or(u64::MAX),
+                host: h.heartbeat.host,
+                group: h.heartbeat.group,
+                started_ms: h.heartbeat.started_ms,
+                version: h.heartbeat.version,
+                deployments: h.heartbeat.deployments.len(),
+            })
+            .collect(),
+    )
+}
+
+// ---------------------------------------------------------------- modules
+
+/// An uploaded module.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ModuleOut {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// SHA-256 of the component, hex.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: i64,
+    /// The `sluice:nf` contract version it targets.
+    pub contract: String,
+    /// Uploaded, ms since the epoch.
+    pub created_ms: i64,
+    /// Deployments using it.
+    pub deployed_in: Vec<String>,
+}
+
+fn module_out(st: &AppState, m: ModuleRow) -> Result<ModuleOut, ApiError> {
+    let deployed_in = st.store.module_users(&m.id)?;
+    Ok(ModuleOut {
+        id: m.id,
+        name: m.name,
+        version: m.version,
+        digest: m.digest,
+        size: m.size,
+        contract: m.contract,
+        created_ms: m.created_ms,
+        deployed_in,
+    })
+}
+
+/// Name and version of an upload.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct UploadParams {
+    /// Module name.
+    pub name: String,
+    /// Module version.
+    pub version: String,
+}
+
+/// Upload a module (the raw `.wasm` as the body).
+///
+/// The component is validated, compiled and pre-instantiated against the
+/// host's linker, exactly as hosts will load it.
+#[utoipa::path(post, path = "/v1/modules", tag = "modules", security(("bearer" = [])), params(UploadParams),
+    request_body(content = Vec<u8>, content_type = "application/wasm"),
+    responses((status = 201, body = ModuleOut),
+        (status = 400, description = "not WebAssembly, or bad name/version", body = ErrorBody),
+        (status = 409, description = "name and version exist", body = ErrorBody),
+        (status = 413, description = "over the size limit", body = ErrorBody),
+        (status = 422, description = "a core module, an invalid component, or not the sluice:nf world", body = ErrorBody)))]
+pub async fn upload_module(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Query(q): Query<UploadParams>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<ModuleOut>), ApiError> {
+    let limit = st.config.max_module_bytes();
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the module is larger than the {limit}-byte limit (max-module-mb); shrink it (release build, strip) or ask the operator"),
+            )
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {}", e.body_text()))
+        }
+    })?;
+    check_name("module name", &q.name)?;
+    check_version(&q.version)?;
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request("empty body: send the .wasm file as the request body"));
+    }
+    if st.store.module(&tenant.id, &format!("{}@{}", q.name, q.version))?.is_some() {
+        return Err(ApiError::conflict(format!(
+            "module {}@{} exists already; versions are immutable, upload under a new version",
+            q.name, q.version
+        )));
+    }
+    let runtime = st.runtime.clone();
+    let name = q.name.clone();
+    let data = bytes.clone();
+    let loaded = tokio::task::spawn_blocking(move || runtime.load(&name, &data).map(|m| m.contract_version()))
+        .await
+        .map_err(ApiError::internal)?;
+    let contract = loaded.map_err(|e| match e {
+        RuntimeError::NotWasm { .. } => ApiError::bad_request(e.to_string()).with_code("not_wasm"),
+        RuntimeError::CoreModule { .. } => ApiError::unprocessable("core_module", e.to_string()),
+        RuntimeError::WrongWorld { .. } => ApiError::unprocessable("wrong_world", e.to_string()),
+        other => ApiError::unprocessable("invalid_component", other.to_string()),
+    })?;
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    let path = st.blob_path(&digest);
+    if !path.exists() {
+        let tmp = path.with_extension(format!("tmp-{}", random_hex(4)?));
+        tokio::fs::write(&tmp, &bytes).await.map_err(ApiError::internal)?;
+        tokio::fs::rename(&tmp, &path).await.map_err(ApiError::internal)?;
+    }
+    let row = ModuleRow {
+        id: format!("m_{}", random_hex(6)?),
+        tenant_id: tenant.id.clone(),
+        name: q.name.clone(),
+        version: q.version.clone(),
+        digest,
+        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        contract: contract.to_string(),
+        created_ms: now(),
+    };
+    if !st.store.insert_module(&row)? {
+        return Err(ApiError::conflict(format!("module {}@{} exists already", q.name, q.version)));
+    }
+    tracing::info!(tenant = %tenant.id, module = %row.id, name = %row.name, version = %row.version, "module uploaded");
+    Ok((StatusCode::CREATED, Json(module_out(&st, row)?)))
+}
+
+impl ApiError {
+    fn with_code(mut self, code: &'static str) -> Self {
+        self.code = code;
+        self
+    }
+}
+
+/// List the tenant's modules.
+#[utoipa::path(get, path = "/v1/modules", tag = "modules", security(("bearer" = [])),
+    responses((status = 200, body = [ModuleOut]), (status = 401, body = ErrorBody)))]
+pub async fn list_modules(State(st): State<AppState>, tenant: Tenant) -> Result<Json<Vec<ModuleOut>>, ApiError> {
+    let rows = st.store.modules(&tenant.id)?;
+    Ok(Json(rows.into_iter().map(|m| module_out(&st, m)).collect::<Result<_, _>>()?))
+}
+
+/// Get a module by id or `name@version`.
+#[utoipa::path(get, path = "/v1/modules/{id}", tag = "modules", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Module id or name@version")),
+    responses((status = 200, body = ModuleOut), (status = 404, body = ErrorBody)))]
+pub async fn get_module(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<ModuleOut>, ApiError> {
+    let m = st.store.module(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("module", &id))?;
+    Ok(Json(module_out(&st, m)?))
+}
+
+/// Delete a module (refused while a deployment uses it).
+#[utoipa::path(delete, path = "/v1/modules/{id}", tag = "modules", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Module id or name@version")),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, description = "deployed", body = ErrorBody)))]
+pub async fn delete_module(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let m = st.store.module(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("module", &id))?;
+    match st.store.delete_module(&tenant.id, &m.id)? {
+        Err(users) => Err(ApiError::conflict(format!(
+            "module {}@{} is used by deployment(s) {}; delete or update them first",
+            m.name,
+            m.version,
+            users.join(", ")
+        ))),
+        Ok(false) => Err(ApiError::not_found("module", &id)),
+        Ok(true) => {
+            if !st.store.digest_in_use(&m.digest)? {
+                let _ = tokio::fs::remove_file(st.blob_path(&m.digest)).await;
+            }
+            Ok(StatusCode::NO_CONTENT)
+        }
+    }
+}
+
+// ---------------------------------------------------------------- deployments
+
+/// Limits of one NF; unset ones take the host's defaults.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsIn {
+    /// `fail-open` or `fail-closed`.
+    pub failure_policy: Option<String>,
+    /// CPU deadline per batch, ms (1-1000).
+    pub deadline_ms: Option<u64>,
+    /// Memory cap, MiB (1-4096).
+    pub memory_mb: Option<u64>,
+}
+
+/// One NF of a chain.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NfIn {
+    /// Name in the chain (default: the module's name).
+    pub name: Option<String>,
+    /// Module id or `name@version`.
+    pub module: String,
+    /// The NF's configuration: a string is passed verbatim, anything else as JSON.
+    #[schema(value_type = Object)]
+    pub config: Option<serde_json::Value>,
+    /// NF that gets the forwarded packets (none: they leave the chain).
+    pub next: Option<String>,
+    /// Label → NF for labelled packets.
+    #[serde(default)]
+    pub labels: BTreeMap<u16, String>,
+    /// Limits.
+    #[serde(default)]
+    pub limits: LimitsIn,
+}
+
+/// A deployment request: one module, or a chain in `nfs`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentIn {
+    /// Name, unique per tenant (ignored by updates).
+    pub name: Option<String>,
+    /// Host group (default `default`).
+    pub group: Option<String>,
+    /// A single module (id or `name@version`) instead of `nfs`.
+    pub module: Option<String>,
+    /// Its configuration (with `module`).
+    #[schema(value_type = Object)]
+    pub config: Option<serde_json::Value>,
+    /// Its limits (with `module`).
+    pub limits: Option<LimitsIn>,
+    /// A chain, in order; every route must go forward. Without `next`, an
+    /// NF's packets go to the NF after it (the last one's leave).
+    pub nfs: Option<Vec<NfIn>>,
+}
+
+/// One NF of a deployment, resolved.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct NfOut {
+    /// Name in the chain.
+    pub name: String,
+    /// Module id.
+    pub module: String,
+    /// Module name.
+    pub module_name: String,
+    /// Module version.
+    pub version: String,
+    /// Module digest.
+    pub digest: String,
+    /// Configuration text.
+    pub config: String,
+    /// Next NF.
+    pub next: Option<String>,
+    /// Label routes.
+    pub labels: BTreeMap<u16, String>,
+}
+
+/// A deployment's state on one host.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct HostStatusOut {
+    /// Host id.
+    pub host: String,
+    /// `pending`, `running` or `failed`.
+    pub state: String,
+    /// The revision the state is about.
+    pub revision: u64,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// Packets processed on the host.
+    pub packets: u64,
+}
+
+/// A deployment.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeploymentOut {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Host group.
+    pub group: String,
+    /// Revision (1, then +1 per update).
+    pub revision: i64,
+    /// The chain.
+    pub nfs: Vec<NfOut>,
+    /// Overall: `running` (every live host of the group runs this
+    /// revision), `failed` (a host could not), or `pending`.
+    pub status: String,
+    /// Why it is not running, if known.
+    pub reason: Option<String>,
+    /// Per live host of the group.
+    pub hosts: Vec<HostStatusOut>,
+    /// Created, ms.
+    pub created_ms: i64,
+    /// Last changed, ms.
+    pub updated_ms: i64,
+}
+
+fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
+    let revision = u64::try_from(row.revision).unwrap_or(0);
+    let mut hosts = Vec::new();
+    for h in st.hosts().into_iter().filter(|h| h.alive() && h.heartbeat.group == row.group) {
+        let s = h.heartbeat.deployments.iter().find(|d| d.deployment == row.id);
+        hosts.push(HostStatusOut {
+            host: h.heartbeat.host.clone(),
+            state: match s.map(|s| s.state) {
+                Some(HostState::Running) => "running",
+                Some(HostState::Failed) => "failed",
+                _ => "pending",
+            }
+            .into(),
+            revision: s.map(|s| s.revision).unwrap_or(0),
+            reason: s.and_then(|s| s.reason.clone()),
+            packets: s.map(|s| s.packets).unwrap_or(0),
+        });
+    }
+    let (status, reason) = if hosts.is_empty() {
+        ("pending", Some(format!("no live host in group '{}'", row.group)))
+    } else if let Some(f) = hosts.iter().find(|h| h.state == "failed" && h.revision == revision) {
+        ("failed", f.reason.clone().map(|r| format!("{}: {r}", f.host)))
+    } else if hosts.iter().all(|h| h.state == "running" && h.revision == revision) {
+        ("running", None)
+    } else {
+        ("pending", None)
+    };
+    let nfs = stored_nfs(&row)
+        .into_iter()
+        .map(|n| NfOut {
+            name: n.name,
+            module: n.module.id,
+            module_name: n.module.name,
+            version: n.module.version,
+            digest: n.module.digest,
+            config: n.config,
+            next: n.next,
+            labels: n.labels,
+        })
+        .collect();
+    DeploymentOut {
+        id: row.id,
+        name: row.name,
+        group: row.group,
+        revision: row.revision,
+        nfs,
+        status: status.into(),
+        reason,
+        hosts,
+        created_ms: row.created_ms,
+        updated_ms: row.updated_ms,
+    }
+}
+
+fn config_text(v: Option<serde_json::Value>) -> String {
+    match v {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s,
+        Some(other) => other.to_string(),
+    }
+}
+
+fn limits_spec(l: LimitsIn, nf: &str) -> Result<NfLimitsSpec, ApiError> {
+    if let Some(p) = &l.failure_policy
+        && p != "fail-open"
+        && p != "fail-closed"
+    {
+        return Err(ApiError::bad_request(format!("NF '{nf}': failure_policy '{p}' must be fail-open or fail-closed")));
+    }
+    if l.deadline_ms.is_some_and(|d| !(1..=1000).contains(&d)) {
+        return Err(ApiError::bad_request(format!("NF '{nf}': deadline_ms must be 1-1000")));
+    }
+    if l.memory_mb.is_some_and(|m| !(1..=4096).contains(&m)) {
+        return Err(ApiError::bad_request(format!("NF '{nf}': memory_mb must be 1-4096")));
+    }
+    Ok(NfLimitsSpec { failure_policy: l.failure_policy, deadline_ms: l.deadline_ms, memory_mb: l.memory_mb })
+}
+
+/// Resolves a request into the chain hosts will run, checking every module
+/// reference, name and route, and starting every NF once with its config
+/// (so a config the NF rejects is refused here, not on the hosts).
+async fn resolve(st: &AppState, tenant: &Tenant, req: &DeploymentIn) -> Result<(Vec<NfPlacement>, Vec<String>), ApiError> {
+    let nfs_in: Vec<NfIn> = match (&req.module, &req.nfs) {
+        (Some(m), None) => vec![NfIn {
+            name: None,
+            module: m.clone(),
+            config: req.config.clone(),
+            next: None,
+            labels: BTreeMap::new(),
+            limits: req.limits.clone().unwrap_or_default(),
+        }],
+        (None, Some(n)) if !n.is_empty() => {
+            if req.config.is_some() || req.limits.is_some() {
+                return Err(ApiError::bad_request("with 'nfs', give config and limits per NF"));
+            }
+            n.clone()
+        }
+        (None, _) => return Err(ApiError::bad_request("give 'module' (one NF) or a non-empty 'nfs' (a chain)")),
+        (Some(_), Some(_)) => return Err(ApiError::bad_request("give either 'module' or 'nfs', not both")),
+    };
+    if nfs_in.len() > 16 {
+        return Err(ApiError::bad_request("a chain may have at most 16 NFs"));
+    }
+    let mut placements = Vec::new();
+    let mut module_ids = Vec::new();
+    for nf in &nfs_in {
+        let m = st.store.module(&tenant.id, &nf.module)?.ok_or_else(|| ApiError::not_found("module", &nf.module))?;
+        let name = nf.name.clone().unwrap_or_else(|| m.name.clone());
+        check_name("NF name", &name)?;
+        if placements.iter().any(|p: &NfPlacement| p.name == name) {
+            return Err(ApiError::bad_request(format!(
+                "two NFs are named '{name}'; give each a distinct 'name'"
+            )));
+        }
+        module_ids.push(m.id.clone());
+        placements.push(NfPlacement {
+            name: name.clone(),
+            module: ModuleRef {
+                id: m.id,
+                name: m.name,
+                version: m.version,
+                digest: m.digest,
+                size: u64::try_from(m.size).unwrap_or(0),
+            },
+            config: config_text(nf.config.clone()),
+            next: nf.next.clone(),
+            labels: nf.labels.clone(),
+            limits: limits_spec(nf.limits.clone(), &name)?,
+        });
+    }
+    // Without explicit routes, a chain is linear.
+    if nfs_in.iter().all(|n| n.next.is_none() && n.labels.is_empty()) {
+        let names: Vec<String> = placements.iter().map(|p| p.name.clone()).collect();
+        for (p, next) in placements.iter_mut().zip(names.iter().skip(1)) {
+            p.next = Some(next.clone());
+        }
+    }
+    let index = |to: &str| {
+        placements
+            .iter()
+            .position(|p| p.name == to)
+            .ok_or_else(|| ApiError::bad_request(format!("a route names NF '{to}', which is not in the chain")))
+    };
+    let mut routes = Vec::new();
+    for p in &placements {
+        let mut labels = Vec::new();
+        for (l, to) in &p.labels {
+            labels.push((*l, index(to)?));
+        }
+        routes.push(Routes { next: p.next.as_deref().map(index).transpose()?, labels });
+    }
+    let names: Vec<&str> = placements.iter().map(|p| p.name.as_str()).collect();
+    sluice_runtime::check_routes(&names, &routes).map_err(ApiError::bad_request)?;
+    trial_start(st, &placements, routes).await?;
+    Ok((placements, module_ids))
+}
+
+async fn trial_start(st: &AppState, placements: &[NfPlacement], routes: Vec<Routes>) -> Result<(), ApiError> {
+    let mut blobs = Vec::new();
+    for p in placements {
+        let bytes = tokio::fs::read(st.blob_path(&p.module.digest))
+            .await
+            .map_err(|e| ApiError::internal(format!("module blob {} is missing: {e}", p.module.digest)))?;
+        blobs.push(bytes);
+    }
+    let runtime = st.runtime.clone();
+    let placements = placements.to_vec();
+    tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+        let mut specs = Vec::new();
+        for (p, bytes) in placements.iter().zip(&blobs) {
+            let module = runtime.load(&p.name, bytes).map_err(|e| ApiError::unprocessable("invalid_component", e.to_string()))?;
+            let mut limits = NfLimits { deadline: Duration::from_secs(1), ..NfLimits::default() };
+            if p.limits.failure_policy.as_deref() == Some("fail-open") {
+                limits.failure_policy = FailurePolicy::FailOpen;
+            }
+            if let Some(mb) = p.limits.memory_mb {
+                limits.memory_bytes = mb << 20;
+            }
+            specs.push(NfSpec { module, config: p.config.as_bytes().to_vec().into(), limits });
+        }
+        match Chain::with_routes(&runtime, &specs, routes) {
+            Ok(_) => Ok(()),
+            Err(e @ RuntimeError::ConfigRejected { .. }) => Err(ApiError::unprocessable("config_rejected", e.to_string())),
+            Err(e) => Err(ApiError::unprocessable("start_failed", e.to_string())),
+        }
+    })
+    .await
+    .map_err(ApiError::internal)?
+}
+
+async fn publish(st: &AppState, groups: &[&str]) {
+    for g in groups {
+        if let Err(e) = st.publish_group(g).await {
+            // Stored; the reconcile loop publishes it when the bus is back.
+            tracing::warn!(group = %g, "deployment stored but not yet published: {e}");
+        }
+    }
+}
+
+/// Deploy a module or a chain onto a host group.
+#[utoipa::path(post, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
+    responses((status = 201, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, description = "unknown module", body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, description = "the NF rejected its configuration", body = ErrorBody)))]
+pub async fn create_deployment(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    body: Result<Json<DeploymentIn>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<DeploymentOut>), ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let group = req.group.clone().unwrap_or_else(|| "default".into());
+    check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
+    let name = match &req.name {
+        Some(n) => n.clone(),
+        None => nfs.first().map(|n| n.name.clone()).unwrap_or_default(),
+    };
+    check_name("deployment name", &name)?;
+    if st.store.deployment(&tenant.id, &name)?.is_some() {
+        return Err(ApiError::conflict(format!("a deployment named '{name}' exists; update it with PUT")));
+    }
+    let t = now();
+    let row = DeploymentRow {
+        id: format!("d_{}", random_hex(6)?),
+        tenant_id: tenant.id.clone(),
+        name,
+        group: group.clone(),
+        revision: 1,
+        spec: serde_json::to_string(&nfs).map_err(ApiError::internal)?,
+        created_ms: t,
+        updated_ms: t,
+    };
+    st.store.put_deployment(&row, &module_ids)?;
+    tracing::info!(tenant = %tenant.id, deployment = %row.id, group = %group, "deployment created");
+    publish(&st, &[&group]).await;
+    Ok((StatusCode::CREATED, Json(deployment_out(&st, row))))
+}
+
+/// List the tenant's deployments with their status.
+#[utoipa::path(get, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])),
+    responses((status = 200, body = [DeploymentOut]), (status = 401, body = ErrorBody)))]
+pub async fn list_deployments(State(st): State<AppState>, tenant: Tenant) -> Result<Json<Vec<DeploymentOut>>, ApiError> {
+    Ok(Json(st.store.deployments(&tenant.id)?.into_iter().map(|r| deployment_out(&st, r)).collect()))
+}
+
+/// Get a deployment (by id or name) with its per-host status.
+#[utoipa::path(get, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Deployment id or name")),
+    responses((status = 200, body = DeploymentOut), (status = 404, body = ErrorBody)))]
+pub async fn get_deployment(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<DeploymentOut>, ApiError> {
+    let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
+    Ok(Json(deployment_out(&st, row)))
+}
+
+/// Update a deployment: new module versions, configs or chain. Hosts
+/// hot-swap NFs whose module or config changed, keeping their state.
+#[utoipa::path(put, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
+    params(("id" = String, Path, description = "Deployment id or name")),
+    responses((status = 200, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn update_deployment(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+    body: Result<Json<DeploymentIn>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<DeploymentOut>, ApiError> {
+    let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let group = req.group.clone().unwrap_or_else(|| row.group.clone());
+    check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
+    let old_group = row.group.clone();
+    let new = DeploymentRow {
+        group: group.clone(),
+        revision: row.revision + 1,
+        spec: serde_json::to_string(&nfs).map_err(ApiError::internal)?,
+        updated_ms: now(),
+        ..row
+    };
+    st.store.put_deployment(&new, &module_ids)?;
+    tracing::info!(tenant = %tenant.id, deployment = %new.id, revision = new.revision, "deployment updated");
+    if old_group == group {
+        publish(&st, &[&group]).await;
+    } else {
+        publish(&st, &[&group, &old_group]).await;
+    }
+    Ok(Json(deployment_out(&st, new)))
+}
+
+/// Delete a deployment: its hosts stop it after flushing its meters.
+#[utoipa::path(delete, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Deployment id or name")),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete_deployment(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
+    st.store.delete_deployment(&tenant.id, &row.id)?;
+    publish(&st, &[&row.group]).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---------------------------------------------------------------- usage and bills
+
+/// A time range: RFC 3339 or ms since the epoch. Default: everything.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct RangeParams {
+    /// Start (inclusive), e.g. `2026-11-01T00:00:00Z` or `1793491200000`.
+    pub from: Option<String>,
+    /// End (exclusive).
+    pub to: Option<String>,
+    /// Bucket size of series, ms (default 60000).
+    pub step_ms: Option<i64>,
+}
+
+fn parse_time(s: &str) -> Result<i64, ApiError> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+        .map_err(|_| ApiError::bad_request(format!("'{s}' is not a time: use RFC 3339 (2026-11-21T10:00:00Z) or ms since the epoch")))
+}
+
+fn range(p: &RangeParams) -> Result<(i64, i64), ApiError> {
+    let from = p.from.as_deref().map(parse_time).transpose()?.unwrap_or(0);
+    let to = p.to.as_deref().map(parse_time).transpose()?.unwrap_or(i64::MAX);
+    if from >= to {
+        return Err(ApiError::bad_request("'from' must be before 'to'"));
+    }
+    Ok((from, to))
+}
+
+/// Usage of one NF version in one deployment.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, ToSchema)]
+pub struct UsageRow {
+    /// Deployment id.
+    pub deployment: String,
+    /// Deployment name (empty if deleted).
+    pub deployment_name: String,
+    /// NF name in the chain.
+    pub nf: String,
+    /// Module name.
+    pub module: String,
+    /// Module version.
+    pub version: String,
+    /// `process` calls (one per batch).
+    pub invocations: u64,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Guest CPU time, ns.
+    pub cpu_ns: u64,
+    /// Flow-state and state-table operations.
+    pub state_ops: u64,
+    /// Traps.
+    pub traps: u64,
+    /// Batches refused by the NF.
+    pub errors: u64,
+    /// Events emitted.
+    pub events: u64,
+    /// Meter records summed.
+    pub records: u64,
+}
+
+fn usage_row(u: UsageSums, names: &BTreeMap<String, String>) -> UsageRow {
+    UsageRow {
+        deployment_name: names.get(&u.deployment).cloned().unwrap_or_default(),
+        deployment: u.deployment,
+        nf: u.nf,
+        module: u.module,
+        version: u.version,
+        invocations: u.invocations,
+        packets: u.packets,
+        bytes: u.bytes,
+        cpu_ns: u.cpu_ns,
+        state_ops: u.state_ops,
+        traps: u.traps,
+        errors: u.errors,
+        events: u.events,
+        records: u.records,
+    }
+}
+
+/// A tenant's usage over a range.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UsageOut {
+    /// Tenant id.
+    pub tenant: String,
+    /// Range start, ms.
+    pub from_ms: i64,
+    /// Range end, ms.
+    pub to_ms: i64,
+    /// By deployment, NF and version.
+    pub rows: Vec<UsageRow>,
+    /// Sums of the rows.
+    pub total: UsageRow,
+}
+
+fn usage_of(st: &AppState, tenant: &Tenant, from: i64, to: i64) -> Result<(Vec<UsageRow>, UsageSums), ApiError> {
+    let sums = st.store.usage(&tenant.id, from, to)?;
+    let total = billing::sum(&sums);
+    let names: BTreeMap<String, String> =
+        st.store.deployments(&tenant.id)?.into_iter().map(|d| (d.id, d.name)).collect();
+    Ok((sums.into_iter().map(|u| usage_row(u, &names)).collect(), total))
+}
+
+/// Usage by deployment, NF and version (meter windows starting in the range).
+#[utoipa::path(get, path = "/v1/usage", tag = "usage", security(("bearer" = [])), params(RangeParams),
+    responses((status = 200, body = UsageOut), (status = 400, body = ErrorBody)))]
+pub async fn usage(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Query(p): Query<RangeParams>,
+) -> Result<Json<UsageOut>, ApiError> {
+    let (from, to) = range(&p)?;
+    let (rows, total) = usage_of(&st, &tenant, from, to)?;
+    Ok(Json(UsageOut { tenant: tenant.id, from_ms: from, to_ms: to, rows, total: usage_row(total, &BTreeMap::new()) }))
+}
+
+/// One bucket of a series.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PointOut {
+    /// Bucket start, ms.
+    pub t_ms: i64,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Guest CPU, ns.
+    pub cpu_ns: u64,
+    /// Invocations.
+    pub invocations: u64,
+}
+
+/// The series of one NF version.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeriesOut {
+    /// NF.
+    pub nf: String,
+    /// Version.
+    pub version: String,
+    /// Buckets with data, in time order.
+    pub points: Vec<PointOut>,
+}
+
+/// Usage over time.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UsageSeriesOut {
+    /// Bucket size, ms.
+    pub step_ms: i64,
+    /// Per NF and version.
+    pub series: Vec<SeriesOut>,
+}
+
+/// Usage over time, bucketed, per NF and version (for charts).
+#[utoipa::path(get, path = "/v1/usage/series", tag = "usage", security(("bearer" = [])), params(RangeParams),
+    responses((status = 200, body = UsageSeriesOut), (status = 400, body = ErrorBody)))]
+pub async fn usage_series(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Query(p): Query<RangeParams>,
+) -> Result<Json<UsageSeriesOut>, ApiError> {
+    let (from, to) = range(&p)?;
+    let step = p.step_ms.unwrap_or(60_000);
+    if step < 1000 {
+        return Err(ApiError::bad_request("step_ms must be at least 1000"));
+    }
+    let mut series: Vec<SeriesOut> = Vec::new();
+    for pt in st.store.series(&tenant.id, from, to, step)? {
+        let point = PointOut { t_ms: pt.t_ms, packets: pt.packets, bytes: pt.bytes, cpu_ns: pt.cpu_ns, invocations: pt.invocations };
+        match series.iter_mut().find(|s| s.nf == pt.nf && s.version == pt.version) {
+            Some(s) => s.points.push(point),
+            None => series.push(SeriesOut { nf: pt.nf, version: pt.version, points: vec![point] }),
+        }
+    }
+    Ok(Json(UsageSeriesOut { step_ms: step, series }))
+}
+
+/// Which bill.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct BillParams {
+    /// Month, `YYYY-MM` (UTC).
+    pub period: String,
+    /// `json` (default) or `csv`.
+    pub format: Option<String>,
+}
+
+/// A bill.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BillOut {
+    /// Tenant id.
+    pub tenant: String,
+    /// Tenant name.
+    pub tenant_name: String,
+    /// `YYYY-MM`.
+    pub period: String,
+    /// Period start, ms.
+    pub from_ms: i64,
+    /// Period end, ms.
+    pub to_ms: i64,
+    /// Currency.
+    pub currency: String,
+    /// Priced items.
+    pub lines: Vec<BillLine>,
+    /// Amount due.
+    pub total: f64,
+    /// The usage billed, by deployment, NF and version.
+    pub usage: Vec<UsageRow>,
+}
+
+/// The bill of a period, priced by the gateway's plan (JSON or CSV).
+#[utoipa::path(get, path = "/v1/bill", tag = "usage", security(("bearer" = [])), params(BillParams),
+    responses((status = 200, body = BillOut), (status = 200, content_type = "text/csv", description = "with format=csv"), (status = 400, body = ErrorBody)))]
+pub async fn bill(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Query(p): Query<BillParams>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (from, to) = billing::period_range(&p.period).map_err(ApiError::bad_request)?;
+    let (rows, total) = usage_of(&st, &tenant, from, to)?;
+    let plan = &st.config.billing;
+    let lines = billing::lines(plan, &total);
+    let csv = match p.format.as_deref() {
+        Some("csv") => true,
+        Some("json") => false,
+        Some(other) => return Err(ApiError::bad_request(format!("format '{other}' is not json or csv"))),
+        None => headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()).is_some_and(|a| a.starts_with("text/csv")),
+    };
+    let out = BillOut {
+        tenant: tenant.id.clone(),
+        tenant_name: tenant.name.clone(),
+        period: p.period.clone(),
+        from_ms: from,
+        to_ms: to,
+        currency: plan.currency.clone(),
+        total: billing::total(&lines),
+        lines,
+        usage: rows,
+    };
+    if !csv {
+        return Ok(Json(out).into_response());
+    }
+    let f = billing::csv_field;
+    let mut text = String::from("tenant,period,item,unit,quantity,included,billable,unit_price,amount,currency\n");
+    for l in &out.lines {
+        text.push_str(&format!(
+            "{},{},{},{},{:.6},{:.6},{:.6},{},{:.2},{}\n",
+            f(&out.tenant_name),
+            out.period,
+            f(&l.item),
+            f(&l.unit),
+            l.quantity,
+            l.included,
+            l.billable,
+            l.unit_price,
+            l.amount,
+            f(&out.currency)
+        ));
+    }
+    text.push_str(&format!("{},{},total,,,,,,{:.2},{}\n", f(&out.tenant_name), out.period, out.total, f(&out.currency)));
+    let filename = format!("attachment; filename=\"sluice-bill-{}-{}.csv\"", out.tenant_name, out.period);
+    Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (header::CONTENT_DISPOSITION, filename)], text)
+        .into_response())
+}

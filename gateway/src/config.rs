@@ -1,0 +1,244 @@
+//! Gateway configuration: one TOML file plus `SLUICE_*` environment
+//! variables (which win), plus command-line flags (which win over both).
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"          # SLUICE_LISTEN
+//! data-dir = "/var/lib/sluice"       # SLUICE_DATA_DIR: gateway.db and blobs/
+//! admin-token = "change-me"          # SLUICE_ADMIN_TOKEN (required)
+//! max-module-mb = 32                 # SLUICE_MAX_MODULE_MB: upload size limit
+//! cluster = "default"                # SLUICE_CLUSTER
+//! nats = "nats://127.0.0.1:4222"     # SLUICE_NATS_URL
+//!
+//! [billing]                          # the price plan
+//! currency = "USD"
+//! per-million-packets = 0.05
+//! per-gb = 0.02
+//! per-cpu-second = 0.10
+//! per-million-invocations = 0.20
+//! [billing.included]                 # free allowances per tenant and period
+//! packets = 1_000_000
+//! gb = 1.0
+//! cpu-seconds = 10.0
+//! invocations = 100_000
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Unreadable file.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Bad TOML or unknown keys.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// Parser message.
+        message: String,
+    },
+    /// Bad environment variable.
+    #[error("environment variable {name}={value}: {reason}")]
+    Env {
+        /// Variable.
+        name: String,
+        /// Value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A missing or inconsistent setting.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Free allowances per tenant and billing period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Included {
+    /// Packets.
+    pub packets: u64,
+    /// Gigabytes (10^9 bytes).
+    pub gb: f64,
+    /// Guest CPU seconds.
+    pub cpu_seconds: f64,
+    /// NF invocations (batches).
+    pub invocations: u64,
+}
+
+impl Default for Included {
+    fn default() -> Self {
+        Included { packets: 1_000_000, gb: 1.0, cpu_seconds: 10.0, invocations: 100_000 }
+    }
+}
+
+/// The price plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct PricePlan {
+    /// Currency code printed on bills.
+    pub currency: String,
+    /// Price per million packets.
+    pub per_million_packets: f64,
+    /// Price per GB (10^9 bytes) processed.
+    pub per_gb: f64,
+    /// Price per second of guest CPU time.
+    pub per_cpu_second: f64,
+    /// Price per million invocations.
+    pub per_million_invocations: f64,
+    /// Allowances.
+    pub included: Included,
+}
+
+impl Default for PricePlan {
+    fn default() -> Self {
+        PricePlan {
+            currency: "USD".into(),
+            per_million_packets: 0.05,
+            per_gb: 0.02,
+            per_cpu_second: 0.10,
+            per_million_invocations: 0.20,
+            included: Included::default(),
+        }
+    }
+}
+
+/// The gateway's settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GatewayConfig {
+    /// HTTP listen address.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Database and module blobs.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// Token of the operator (creates tenants and keys).
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// Largest module accepted, MiB.
+    #[serde(default = "default_max_module_mb")]
+    pub max_module_mb: u64,
+    /// Cluster name.
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// NATS URL.
+    #[serde(default = "default_nats")]
+    pub nats: String,
+    /// Price plan.
+    #[serde(default)]
+    pub billing: PricePlan,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("sluice-data")
+}
+fn default_max_module_mb() -> u64 {
+    32
+}
+fn default_cluster() -> String {
+    "default".into()
+}
+fn default_nats() -> String {
+    "nats://127.0.0.1:4222".into()
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: default_listen(),
+            data_dir: default_data_dir(),
+            admin_token: None,
+            max_module_mb: default_max_module_mb(),
+            cluster: default_cluster(),
+            nats: default_nats(),
+            billing: PricePlan::default(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// Reads the file (if any), then applies `SLUICE_*` variables.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut cfg = match path {
+            Some(p) => {
+                let text =
+                    std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
+                toml::from_str(&text).map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?
+            }
+            None => GatewayConfig::default(),
+        };
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if let Some(v) = var("SLUICE_LISTEN") {
+            cfg.listen = v;
+        }
+        if let Some(v) = var("SLUICE_DATA_DIR") {
+            cfg.data_dir = v.into();
+        }
+        if let Some(v) = var("SLUICE_ADMIN_TOKEN") {
+            cfg.admin_token = Some(v);
+        }
+        if let Some(v) = var("SLUICE_MAX_MODULE_MB") {
+            cfg.max_module_mb = v.parse().map_err(|_| ConfigError::Env {
+                name: "SLUICE_MAX_MODULE_MB".into(),
+                value: v.clone(),
+                reason: "not a whole number of MiB".into(),
+            })?;
+        }
+        if let Some(v) = var("SLUICE_CLUSTER") {
+            cfg.cluster = v;
+        }
+        if let Some(v) = var("SLUICE_NATS_URL") {
+            cfg.nats = v;
+        }
+        Ok(cfg)
+    }
+
+    /// Checks settings that have no usable default.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match &self.admin_token {
+            None => Err(ConfigError::Invalid(
+                "no admin token: set SLUICE_ADMIN_TOKEN or admin-token in the config file (tenants are created with it)".into(),
+            )),
+            Some(t) if t.len() < 8 => Err(ConfigError::Invalid("the admin token must be at least 8 characters".into())),
+            Some(_) if self.max_module_mb == 0 => Err(ConfigError::Invalid("max-module-mb must be at least 1".into())),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The upload limit in bytes.
+    pub fn max_module_bytes(&self) -> usize {
+        usize::try_from(self.max_module_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn plan_from_toml() {
+        let c: GatewayConfig = toml::from_str(
+            "admin-token = 'secret-token'\n[billing]\nper-gb = 0.5\n[billing.included]\npackets = 10\n",
+        )
+        .unwrap();
+        assert_eq!(c.billing.per_gb, 0.5);
+        assert_eq!(c.billing.included.packets, 10);
+        assert_eq!(c.billing.included.gb, 1.0);
+        assert_eq!(c.billing.per_million_packets, 0.05);
+        c.validate().unwrap();
+        assert!(toml::from_str::<GatewayConfig>("listn = 'x'").is_err());
+        assert!(GatewayConfig::default().validate().is_err());
+    }
+}

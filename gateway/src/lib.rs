@@ -1,0 +1,176 @@
+//! The Sluice gateway: how tenants reach Sluice.
+//!
+//! What it owns, and why here: tenants and their API keys, uploaded
+//! modules (checked with the host's own loader, stored by digest),
+//! deployments onto host groups (published to the hosts over the control
+//! [`Bus`]), the meter records hosts send back (stored idempotently in
+//! SQLite), usage and billing reports priced by the configured plan, and a
+//! dashboard. Everything a tenant sees is scoped to it: another tenant's
+//! object is a 404.
+//!
+//! - [`api`]: the HTTP handlers under `/v1` (OpenAPI at `/openapi.json`, Swagger UI at `/docs`);
+//! - [`store`]: SQLite;
+//! - [`state`]: shared state and the gateway side of the control plane;
+//! - [`billing`]: pricing;
+//! - [`config`]: settings.
+
+pub mod api;
+pub mod auth;
+pub mod billing;
+pub mod config;
+pub mod dashboard;
+pub mod error;
+pub mod state;
+pub mod store;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use sluice_control::Bus;
+use sluice_runtime::{Runtime, RuntimeConfig};
+use state::AppState;
+use std::sync::Arc;
+use std::time::Duration;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+
+pub use config::GatewayConfig;
+
+/// Errors that stop the gateway from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// Configuration.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// Database.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The module checker.
+    #[error(transparent)]
+    Runtime(#[from] sluice_runtime::RuntimeError),
+    /// Files.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What.
+        what: &'static str,
+        /// Path.
+        path: std::path::PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Sluice gateway", description = "Upload WebAssembly network functions, deploy them onto host groups, read usage and bills. Authenticate with `Authorization: Bearer <API key>` (tenants) or the admin token (tenant management)."),
+    paths(
+        api::create_tenant, api::list_tenants, api::create_key, api::me, api::list_hosts,
+        api::upload_module, api::list_modules, api::get_module, api::delete_module,
+        api::create_deployment, api::list_deployments, api::get_deployment, api::update_deployment, api::delete_deployment,
+        api::usage, api::usage_series, api::bill,
+    ),
+    modifiers(&BearerAuth),
+    tags((name = "tenants"), (name = "hosts"), (name = "modules"), (name = "deployments"), (name = "usage"))
+)]
+pub struct ApiDoc;
+
+/// A gateway ready to serve.
+pub struct Gateway {
+    /// Shared state (tests and `sluice dev` reach the store through it).
+    pub state: AppState,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Opens the database and blob directory and checks the settings.
+    pub fn new(config: GatewayConfig, bus: Arc<dyn Bus>) -> Result<Self, GatewayError> {
+        config.validate()?;
+        let io = |what, path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| GatewayError::Io { what, path, source }
+        };
+        let blobs = config.data_dir.join("blobs");
+        std::fs::create_dir_all(&blobs).map_err(io("creating", &blobs))?;
+        let store = store::Store::open(&config.data_dir.join("gateway.db"))?;
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: Some(config.data_dir.join("code-cache")),
+            ..RuntimeConfig::default()
+        })?;
+        let admin_hash = auth::hash(config.admin_token.as_deref().unwrap_or_default());
+        Ok(Gateway {
+            state: AppState {
+                store: Arc::new(store),
+                config: Arc::new(config),
+                bus,
+                runtime: Arc::new(runtime),
+                hosts: Arc::default(),
+                admin_hash,
+                blobs,
+            },
+        })
+    }
+
+    /// The HTTP routes.
+    pub fn router(&self) -> Router {
+        let limit = self.state.config.max_module_bytes();
+        let v1 = Router::new()
+            .route("/tenants", post(api::create_tenant).get(api::list_tenants))
+            .route("/tenants/{id}/keys", post(api::create_key))
+            .route("/me", get(api::me))
+            .route("/hosts", get(api::list_hosts))
+            .route(
+                "/modules",
+                post(api::upload_module).get(api::list_modules).layer(DefaultBodyLimit::max(limit)),
+            )
+            .route("/modules/{id}", get(api::get_module).delete(api::delete_module))
+            .route("/deployments", post(api::create_deployment).get(api::list_deployments))
+            .route(
+                "/deployments/{id}",
+                get(api::get_deployment).put(api::update_deployment).delete(api::delete_deployment),
+            )
+            .route("/usage", get(api::usage))
+            .route("/usage/series", get(api::usage_series))
+            .route("/bill", get(api::bill));
+        Router::new()
+            .nest("/v1", v1)
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/", get(dashboard::redirect))
+            .route("/dashboard", get(dashboard::page))
+            .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
+            .with_state(self.state.clone())
+    }
+
+    /// Serves on `listener` until `shutdown`, with the control-plane tasks
+    /// (heartbeats, meters, desired-state reconciliation) running beside.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let tasks = [
+            tokio::spawn(state::follow_heartbeats(self.state.clone())),
+            tokio::spawn(state::consume_meters(self.state.clone())),
+            tokio::spawn(state::reconcile(self.state.clone(), Duration::from_secs(10))),
+        ];
+        let result = axum::serve(listener, self.router()).with_graceful_shutdown(shutdown).await;
+        for t in tasks {
+            t.abort();
+        }
+        result
+    }
+}

@@ -1,0 +1,606 @@
+//! The gateway's metadata in SQLite: tenants, API keys (hashed), modules,
+//! deployments and meter records.
+//!
+//! Meter records are keyed by their id, and inserted with `INSERT OR
+//! IGNORE`: a record delivered twice is stored once. That, and acking a
+//! record only after its insert committed, is what makes billing exact
+//! under redelivery. WAL mode lets readers (reports) run beside the writer.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use sluice_control::MeterRecord;
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
+/// Storage errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    /// A stored document could not be decoded.
+    #[error("database holds a malformed {what}: {reason}")]
+    Corrupt {
+        /// What.
+        what: &'static str,
+        /// Cause.
+        reason: String,
+    },
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS tenants (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    hash TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    prefix TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS modules (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    contract TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    UNIQUE (tenant_id, name, version)
+);
+CREATE TABLE IF NOT EXISTS deployments (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    name TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    UNIQUE (tenant_id, name)
+);
+CREATE TABLE IF NOT EXISTS deployment_modules (
+    deployment_id TEXT NOT NULL REFERENCES deployments(id) ON DELETE CASCADE,
+    module_id TEXT NOT NULL REFERENCES modules(id),
+    PRIMARY KEY (deployment_id, module_id)
+);
+CREATE TABLE IF NOT EXISTS meters (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    deployment_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    nf TEXT NOT NULL,
+    module TEXT NOT NULL,
+    version TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    window_start_ms INTEGER NOT NULL,
+    window_end_ms INTEGER NOT NULL,
+    invocations INTEGER NOT NULL,
+    packets INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    cpu_ns INTEGER NOT NULL,
+    state_ops INTEGER NOT NULL,
+    traps INTEGER NOT NULL,
+    errors INTEGER NOT NULL,
+    events INTEGER NOT NULL,
+    received_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS meters_tenant_time ON meters (tenant_id, window_start_ms);
+"#;
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRow {
+    /// Id.
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// Creation time, ms.
+    pub created_ms: i64,
+}
+
+/// A module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleRow {
+    /// Id.
+    pub id: String,
+    /// Owner.
+    pub tenant_id: String,
+    /// Name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// SHA-256, hex.
+    pub digest: String,
+    /// Bytes.
+    pub size: i64,
+    /// `sluice:nf` version it targets.
+    pub contract: String,
+    /// Upload time, ms.
+    pub created_ms: i64,
+}
+
+/// A deployment (its spec is JSON: [`crate::api::DeploymentSpecDoc`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentRow {
+    /// Id.
+    pub id: String,
+    /// Owner.
+    pub tenant_id: String,
+    /// Name.
+    pub name: String,
+    /// Host group.
+    pub group: String,
+    /// Revision.
+    pub revision: i64,
+    /// The chain with resolved modules, JSON.
+    pub spec: String,
+    /// Created, ms.
+    pub created_ms: i64,
+    /// Last changed, ms.
+    pub updated_ms: i64,
+}
+
+/// Sums of meter records grouped by NF, module and version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageSums {
+    /// NF name in the chain.
+    pub nf: String,
+    /// Module name.
+    pub module: String,
+    /// Module version.
+    pub version: String,
+    /// Deployment id.
+    pub deployment: String,
+    /// Sums.
+    pub invocations: u64,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Guest ns.
+    pub cpu_ns: u64,
+    /// State operations.
+    pub state_ops: u64,
+    /// Traps.
+    pub traps: u64,
+    /// Refused batches.
+    pub errors: u64,
+    /// Events.
+    pub events: u64,
+    /// Records summed.
+    pub records: u64,
+}
+
+/// One point of a usage time series.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeriesPoint {
+    /// NF.
+    pub nf: String,
+    /// Module version.
+    pub version: String,
+    /// Bucket start, ms.
+    pub t_ms: i64,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Guest ns.
+    pub cpu_ns: u64,
+    /// Invocations.
+    pub invocations: u64,
+}
+
+/// The SQLite database.
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+fn u(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    /// Opens (creating) the database at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store { conn: Mutex::new(conn) })
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Creates a tenant with its first key. `None` if the name is taken.
+    pub fn create_tenant(&self, t: &TenantRow, key_hash: &str, prefix: &str) -> Result<bool, StoreError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let n = tx.execute(
+            "INSERT OR IGNORE INTO tenants (id, name, created_ms) VALUES (?1, ?2, ?3)",
+            params![t.id, t.name, t.created_ms],
+        )?;
+        if n == 0 {
+            return Ok(false);
+        }
+        tx.execute(
+            "INSERT INTO api_keys (hash, tenant_id, prefix, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![key_hash, t.id, prefix, t.created_ms],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// Adds a key to a tenant. `false` if there is no such tenant.
+    pub fn add_key(&self, tenant_id: &str, key_hash: &str, prefix: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let db = self.db();
+        let exists: Option<String> =
+            db.query_row("SELECT id FROM tenants WHERE id = ?1", [tenant_id], |r| r.get(0)).optional()?;
+        if exists.is_none() {
+            return Ok(false);
+        }
+        db.execute(
+            "INSERT INTO api_keys (hash, tenant_id, prefix, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![key_hash, tenant_id, prefix, now_ms],
+        )?;
+        Ok(true)
+    }
+
+    /// The tenant a key hash belongs to.
+    pub fn tenant_by_key(&self, key_hash: &str) -> Result<Option<TenantRow>, StoreError> {
+        Ok(self
+            .db()
+            .query_row(
+                "SELECT t.id, t.name, t.created_ms FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.hash = ?1",
+                [key_hash],
+                |r| Ok(TenantRow { id: r.get(0)?, name: r.get(1)?, created_ms: r.get(2)? }),
+            )
+            .optional()?)
+    }
+
+    /// Every tenant.
+    pub fn tenants(&self) -> Result<Vec<TenantRow>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT id, name, created_ms FROM tenants ORDER BY created_ms, id")?;
+        let rows = st.query_map([], |r| Ok(TenantRow { id: r.get(0)?, name: r.get(1)?, created_ms: r.get(2)? }))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Stores a module; `false` if the tenant already has this name and version.
+    pub fn insert_module(&self, m: &ModuleRow) -> Result<bool, StoreError> {
+        let n = self.db().execute(
+            "INSERT OR IGNORE INTO modules (id, tenant_id, name, version, digest, size, contract, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![m.id, m.tenant_id, m.name, m.version, m.digest, m.size, m.contract, m.created_ms],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn module_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ModuleRow> {
+        Ok(ModuleRow {
+            id: r.get(0)?,
+            tenant_id: r.get(1)?,
+            name: r.get(2)?,
+            version: r.get(3)?,
+            digest: r.get(4)?,
+            size: r.get(5)?,
+            contract: r.get(6)?,
+            created_ms: r.get(7)?,
+        })
+    }
+
+    /// A tenant's modules.
+    pub fn modules(&self, tenant_id: &str) -> Result<Vec<ModuleRow>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare(
+            "SELECT id, tenant_id, name, version, digest, size, contract, created_ms FROM modules WHERE tenant_id = ?1 ORDER BY name, created_ms",
+        )?;
+        let rows = st.query_map([tenant_id], Self::module_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One of a tenant's modules, by id or `name@version`.
+    pub fn module(&self, tenant_id: &str, reference: &str) -> Result<Option<ModuleRow>, StoreError> {
+        let db = self.db();
+        let cols = "SELECT id, tenant_id, name, version, digest, size, contract, created_ms FROM modules";
+        let row = match reference.split_once('@') {
+            Some((name, version)) => db
+                .query_row(
+                    &format!("{cols} WHERE tenant_id = ?1 AND name = ?2 AND version = ?3"),
+                    params![tenant_id, name, version],
+                    Self::module_row,
+                )
+                .optional()?,
+            None => db
+                .query_row(&format!("{cols} WHERE tenant_id = ?1 AND id = ?2"), params![tenant_id, reference], Self::module_row)
+                .optional()?,
+        };
+        Ok(row)
+    }
+
+    /// Names of the deployments using a module.
+    pub fn module_users(&self, module_id: &str) -> Result<Vec<String>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare(
+            "SELECT d.name FROM deployment_modules dm JOIN deployments d ON d.id = dm.deployment_id WHERE dm.module_id = ?1 ORDER BY d.name",
+        )?;
+        let rows = st.query_map([module_id], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Deletes a module unless a deployment uses it: `Err(names)` then.
+    pub fn delete_module(&self, tenant_id: &str, id: &str) -> Result<Result<bool, Vec<String>>, StoreError> {
+        let users = self.module_users(id)?;
+        if !users.is_empty() {
+            return Ok(Err(users));
+        }
+        let n = self.db().execute("DELETE FROM modules WHERE tenant_id = ?1 AND id = ?2", params![tenant_id, id])?;
+        Ok(Ok(n == 1))
+    }
+
+    /// Whether any module (of any tenant) still has this digest.
+    pub fn digest_in_use(&self, digest: &str) -> Result<bool, StoreError> {
+        let n: i64 = self.db().query_row("SELECT COUNT(*) FROM modules WHERE digest = ?1", [digest], |r| r.get(0))?;
+        Ok(n > 0)
+    }
+
+    /// Inserts or replaces a deployment and the modules it uses.
+    pub fn put_deployment(&self, d: &DeploymentRow, module_ids: &[String]) -> Result<(), StoreError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        tx.execute(
+            "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (id) DO UPDATE SET grp = excluded.grp, revision = excluded.revision, spec = excluded.spec, updated_ms = excluded.updated_ms",
+            params![d.id, d.tenant_id, d.name, d.group, d.revision, d.spec, d.created_ms, d.updated_ms],
+        )?;
+        tx.execute("DELETE FROM deployment_modules WHERE deployment_id = ?1", [&d.id])?;
+        for m in module_ids {
+            tx.execute("INSERT OR IGNORE INTO deployment_modules (deployment_id, module_id) VALUES (?1, ?2)", params![d.id, m])?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn deployment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeploymentRow> {
+        Ok(DeploymentRow {
+            id: r.get(0)?,
+            tenant_id: r.get(1)?,
+            name: r.get(2)?,
+            group: r.get(3)?,
+            revision: r.get(4)?,
+            spec: r.get(5)?,
+            created_ms: r.get(6)?,
+            updated_ms: r.get(7)?,
+        })
+    }
+
+    const DEPLOYMENT_COLS: &str = "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms FROM deployments";
+
+    /// A tenant's deployments.
+    pub fn deployments(&self, tenant_id: &str) -> Result<Vec<DeploymentRow>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare(&format!("{} WHERE tenant_id = ?1 ORDER BY created_ms, id", Self::DEPLOYMENT_COLS))?;
+        let rows = st.query_map([tenant_id], Self::deployment_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every deployment of a host group (all tenants).
+    pub fn group_deployments(&self, group: &str) -> Result<Vec<DeploymentRow>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare(&format!("{} WHERE grp = ?1 ORDER BY created_ms, id", Self::DEPLOYMENT_COLS))?;
+        let rows = st.query_map([group], Self::deployment_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every host group with deployments.
+    pub fn groups(&self) -> Result<Vec<String>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT DISTINCT grp FROM deployments ORDER BY grp")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One of a tenant's deployments, by id or name.
+    pub fn deployment(&self, tenant_id: &str, id_or_name: &str) -> Result<Option<DeploymentRow>, StoreError> {
+        Ok(self
+            .db()
+            .query_row(
+                &format!("{} WHERE tenant_id = ?1 AND (id = ?2 OR name = ?2)", Self::DEPLOYMENT_COLS),
+                params![tenant_id, id_or_name],
+                Self::deployment_row,
+            )
+            .optional()?)
+    }
+
+    /// Deletes one of a tenant's deployments.
+    pub fn delete_deployment(&self, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
+        let n = self.db().execute("DELETE FROM deployments WHERE tenant_id = ?1 AND id = ?2", params![tenant_id, id])?;
+        Ok(n == 1)
+    }
+
+    /// Stores meter records idempotently (one transaction); returns how
+    /// many were new.
+    pub fn insert_meters(&self, recs: &[MeterRecord], now_ms: i64) -> Result<usize, StoreError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let mut new = 0;
+        {
+            let mut st = tx.prepare_cached(
+                "INSERT OR IGNORE INTO meters (id, tenant_id, deployment_id, host, nf, module, version, digest, window_start_ms, window_end_ms,
+                 invocations, packets, bytes, cpu_ns, state_ops, traps, errors, events, received_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+            )?;
+            for r in recs {
+                new += st.execute(params![
+                    r.id,
+                    r.tenant,
+                    r.deployment,
+                    r.host,
+                    r.nf,
+                    r.module,
+                    r.version,
+                    r.digest,
+                    i(r.window_start_ms),
+                    i(r.window_end_ms),
+                    i(r.invocations),
+                    i(r.packets),
+                    i(r.bytes),
+                    i(r.cpu_ns),
+                    i(r.state_ops),
+                    i(r.traps),
+                    i(r.errors),
+                    i(r.events),
+                    now_ms
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(new)
+    }
+
+    /// A tenant's usage with window start in `[from, to)`, by NF, module,
+    /// version and deployment.
+    pub fn usage(&self, tenant_id: &str, from_ms: i64, to_ms: i64) -> Result<Vec<UsageSums>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare(
+            "SELECT nf, module, version, deployment_id, SUM(invocations), SUM(packets), SUM(bytes), SUM(cpu_ns), SUM(state_ops),
+                    SUM(traps), SUM(errors), SUM(events), COUNT(*)
+             FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
+             GROUP BY deployment_id, nf, module, version ORDER BY deployment_id, nf, module, version",
+        )?;
+        let rows = st.query_map(params![tenant_id, from_ms, to_ms], |r| {
+            Ok(UsageSums {
+                nf: r.get(0)?,
+                module: r.get(1)?,
+                version: r.get(2)?,
+                deployment: r.get(3)?,
+                invocations: u(r.get(4)?),
+                packets: u(r.get(5)?),
+                bytes: u(r.get(6)?),
+                cpu_ns: u(r.get(7)?),
+                state_ops: u(r.get(8)?),
+                traps: u(r.get(9)?),
+                errors: u(r.get(10)?),
+                events: u(r.get(11)?),
+                records: u(r.get(12)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// A tenant's usage over time in buckets of `step_ms`, per NF and version.
+    pub fn series(&self, tenant_id: &str, from_ms: i64, to_ms: i64, step_ms: i64) -> Result<Vec<SeriesPoint>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare(
+            "SELECT nf, version, (window_start_ms / ?4) * ?4 AS t, SUM(packets), SUM(bytes), SUM(cpu_ns), SUM(invocations)
+             FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
+             GROUP BY nf, version, t ORDER BY nf, version, t",
+        )?;
+        let rows = st.query_map(params![tenant_id, from_ms, to_ms, step_ms.max(1)], |r| {
+            Ok(SeriesPoint {
+                nf: r.get(0)?,
+                version: r.get(1)?,
+                t_ms: r.get(2)?,
+                packets: u(r.get(3)?),
+                bytes: u(r.get(4)?),
+                cpu_ns: u(r.get(5)?),
+                invocations: u(r.get(6)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How many meter records are stored (all tenants).
+    pub fn meter_count(&self) -> Result<u64, StoreError> {
+        let n: i64 = self.db().query_row("SELECT COUNT(*) FROM meters", [], |r| r.get(0))?;
+        Ok(u(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    fn rec(id: &str, packets: u64) -> MeterRecord {
+        MeterRecord {
+            id: id.into(),
+            host: "h".into(),
+            tenant: "t1".into(),
+            deployment: "d1".into(),
+            nf: "fw".into(),
+            module: "firewall".into(),
+            version: "1.0.0".into(),
+            digest: "x".into(),
+            window_start_ms: 1000,
+            window_end_ms: 2000,
+            invocations: 1,
+            packets,
+            bytes: packets * 64,
+            cpu_ns: 10,
+            state_ops: 2,
+            traps: 0,
+            errors: 0,
+            events: 0,
+        }
+    }
+
+    #[test]
+    fn meter_records_are_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        assert_eq!(s.insert_meters(&[rec("a", 5), rec("b", 7)], 0).unwrap(), 2);
+        assert_eq!(s.insert_meters(&[rec("a", 5), rec("c", 1)], 0).unwrap(), 1);
+        let u = s.usage("t1", 0, 10_000).unwrap();
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].packets, 13);
+        assert_eq!(u[0].records, 3);
+        assert!(s.usage("t2", 0, 10_000).unwrap().is_empty());
+        assert!(s.usage("t1", 1001, 10_000).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_deployed_module_cannot_be_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        s.create_tenant(&TenantRow { id: "t1".into(), name: "acme".into(), created_ms: 0 }, "h", "p").unwrap();
+        assert!(!s.create_tenant(&TenantRow { id: "t2".into(), name: "acme".into(), created_ms: 0 }, "h2", "p").unwrap());
+        let m = ModuleRow {
+            id: "m1".into(),
+            tenant_id: "t1".into(),
+            name: "fw".into(),
+            version: "1".into(),
+            digest: "d".into(),
+            size: 1,
+            contract: "0.2.0".into(),
+            created_ms: 0,
+        };
+        assert!(s.insert_module(&m).unwrap());
+        assert!(!s.insert_module(&ModuleRow { id: "m2".into(), ..m.clone() }).unwrap());
+        assert_eq!(s.module("t1", "fw@1").unwrap().unwrap().id, "m1");
+        assert!(s.module("t2", "m1").unwrap().is_none());
+        let d = DeploymentRow {
+            id: "d1".into(),
+            tenant_id: "t1".into(),
+            name: "edge".into(),
+            group: "g".into(),
+            revision: 1,
+            spec: "{}".into(),
+            created_ms: 0,
+            updated_ms: 0,
+        };
+        s.put_deployment(&d, &["m1".into()]).unwrap();
+        assert_eq!(s.delete_module("t1", "m1").unwrap(), Err(vec!["edge".to_string()]));
+        assert!(s.delete_deployment("t1", "d1").unwrap());
+        assert_eq!(s.delete_module("t1", "m1").unwrap(), Ok(true));
+    }
+}

@@ -1,0 +1,343 @@
+//! One deployment on this host: its chain of NF instances, the traffic it
+//! is given, and its meter windows. Runs on its own thread (NF calls are
+//! synchronous and CPU-bound); the agent talks to it over a channel.
+
+use crate::report::{AgentReport, DeploymentReport};
+use sluice_control::{DeploymentSpec, DeploymentStatus, HostState, MeterRecord, NfPlacement, now_ms};
+use sluice_pcap::Trace;
+use sluice_runtime::{Chain, Fate, FailurePolicy, NfLimits, NfMeters, NfSpec, RawPacket, Routes, Runtime};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Module bytes by digest.
+pub type Blobs = HashMap<String, Arc<Vec<u8>>>;
+
+/// What the agent tells a deployment.
+pub enum Control {
+    /// Process a trace.
+    Trace(Arc<Trace>),
+    /// Move to another revision (hot swap where the chain keeps its shape).
+    Update(Box<DeploymentSpec>, Blobs),
+    /// Flush meters and stop.
+    Stop,
+}
+
+/// What a deployment thread shares with the agent.
+#[derive(Clone)]
+pub struct Shared {
+    /// Engine.
+    pub runtime: Arc<Runtime>,
+    /// Host id (meter records name it).
+    pub host: String,
+    /// Boot id (part of record ids).
+    pub boot: String,
+    /// Record sequence, shared by the host's deployments.
+    pub seq: Arc<AtomicU64>,
+    /// Packets per NF call.
+    pub batch_size: usize,
+    /// Host default limits.
+    pub limits: NfLimits,
+    /// Meter window.
+    pub window: Duration,
+    /// Packets per second to replay at (none: as fast as possible).
+    pub pps: Option<u64>,
+    /// Statuses, reported by heartbeats.
+    pub status: Arc<Mutex<BTreeMap<String, DeploymentStatus>>>,
+    /// The host report.
+    pub report: Arc<Mutex<AgentReport>>,
+    /// To the meter publisher.
+    pub meters: mpsc::UnboundedSender<MeterRecord>,
+    /// Pokes the heartbeat task after a status change.
+    pub changed: Arc<tokio::sync::Notify>,
+}
+
+fn limits_for(base: &NfLimits, nf: &NfPlacement) -> Result<NfLimits, String> {
+    let mut l = base.clone();
+    if let Some(ms) = nf.limits.deadline_ms {
+        l.deadline = Duration::from_millis(ms);
+    }
+    if let Some(mb) = nf.limits.memory_mb {
+        l.memory_bytes = mb << 20;
+    }
+    match nf.limits.failure_policy.as_deref() {
+        None => {}
+        Some("fail-open") => l.failure_policy = FailurePolicy::FailOpen,
+        Some("fail-closed") => l.failure_policy = FailurePolicy::FailClosed,
+        Some(other) => return Err(format!("NF '{}': failure policy '{other}' is not fail-open or fail-closed", nf.name)),
+    }
+    Ok(l)
+}
+
+/// The NF specs and routes of a deployment, with modules compiled.
+pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(Vec<NfSpec>, Vec<Routes>), String> {
+    let index: HashMap<&str, usize> = spec.nfs.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    if index.len() != spec.nfs.len() {
+        return Err("two NFs of the chain have the same name".into());
+    }
+    let route = |from: &str, to: &str| {
+        index.get(to).copied().ok_or_else(|| format!("NF '{from}' routes to '{to}', which is not in the chain"))
+    };
+    let mut specs = Vec::new();
+    let mut routes = Vec::new();
+    for nf in &spec.nfs {
+        let bytes = blobs.get(&nf.module.digest).ok_or_else(|| format!("module {} was not fetched", nf.module.digest))?;
+        let module = shared.runtime.load(&nf.name, bytes).map_err(|e| e.to_string())?;
+        specs.push(NfSpec { module, config: nf.config.as_bytes().to_vec().into(), limits: limits_for(&shared.limits, nf)? });
+        let mut labels = Vec::new();
+        for (l, to) in &nf.labels {
+            labels.push((*l, route(&nf.name, to)?));
+        }
+        routes.push(Routes { next: nf.next.as_deref().map(|to| route(&nf.name, to)).transpose()?, labels });
+    }
+    Ok((specs, routes))
+}
+
+/// A running chain and its meter window.
+struct Active {
+    spec: DeploymentSpec,
+    chain: Chain,
+    /// Cumulative meters of each NF at the start of the window.
+    base: Vec<NfMeters>,
+    window_start_ms: u64,
+    window_started: Instant,
+}
+
+/// The deployment thread: starts the chain, then serves `rx` until `Stop`.
+pub fn run(shared: Shared, spec: DeploymentSpec, blobs: Blobs, rx: crossbeam_channel::Receiver<Control>, replay: Vec<Arc<Trace>>) {
+    let id = spec.id.clone();
+    {
+        let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+        let d = r.deployments.entry(id.clone()).or_default();
+        d.name = spec.name.clone();
+        d.tenant = spec.tenant.clone();
+    }
+    let mut active = start(&shared, spec, &blobs);
+    let mut queue: VecDeque<Arc<Trace>> = VecDeque::new();
+    if active.is_some() {
+        queue.extend(replay.iter().cloned());
+    }
+    loop {
+        let msg = match queue.pop_front() {
+            Some(t) => Control::Trace(t),
+            None => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => Control::Stop,
+            },
+        };
+        match msg {
+            Control::Trace(trace) => {
+                let Some(a) = active.as_mut() else { continue };
+                match process(&shared, a, &trace, &rx, &mut queue) {
+                    Flow::Continue => {}
+                    Flow::Update(spec, blobs) => active = update(&shared, active.take(), *spec, &blobs),
+                    Flow::Stop => break,
+                }
+                if let Some(a) = active.as_mut() {
+                    flush(&shared, a);
+                }
+                shared.report.lock().unwrap_or_else(PoisonError::into_inner).traces += 1;
+            }
+            Control::Update(spec, blobs) => active = update(&shared, active.take(), *spec, &blobs),
+            Control::Stop => break,
+        }
+    }
+    if let Some(a) = active.as_mut() {
+        flush(&shared, a);
+    }
+    tracing::info!(deployment = %id, "deployment stopped");
+}
+
+enum Flow {
+    Continue,
+    Update(Box<DeploymentSpec>, Blobs),
+    Stop,
+}
+
+fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: Option<String>) {
+    let mut map = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
+    let packets = map.get(&spec.id).map(|s| s.packets).unwrap_or(0);
+    map.insert(spec.id.clone(), DeploymentStatus { deployment: spec.id.clone(), revision: spec.revision, state, reason, packets });
+    drop(map);
+    shared.changed.notify_one();
+}
+
+fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active> {
+    let made = build(shared, &spec, blobs).and_then(|(specs, routes)| {
+        Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string())
+    });
+    match made {
+        Ok(chain) => {
+            tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
+            set_status(shared, &spec, HostState::Running, None);
+            let base = vec![NfMeters::default(); spec.nfs.len()];
+            Some(Active { spec, chain, base, window_start_ms: now_ms(), window_started: Instant::now() })
+        }
+        Err(reason) => {
+            tracing::warn!(deployment = %spec.id, revision = spec.revision, "deployment failed: {reason}");
+            set_status(shared, &spec, HostState::Failed, Some(reason));
+            None
+        }
+    }
+}
+
+/// Applies a new revision. Same NFs and routes: each NF whose module or
+/// config changed is hot-swapped, keeping its state. Otherwise the chain
+/// is rebuilt. A refused update leaves the running revision in place.
+fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active> {
+    let Some(mut a) = active else { return start(shared, spec, blobs) };
+    flush(shared, &mut a);
+    let same_shape = a.spec.nfs.len() == spec.nfs.len()
+        && a.spec.nfs.iter().zip(&spec.nfs).all(|(o, n)| o.name == n.name && o.next == n.next && o.labels == n.labels);
+    if !same_shape {
+        return match build(shared, &spec, blobs)
+            .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()))
+        {
+            Ok(chain) => {
+                set_status(shared, &spec, HostState::Running, None);
+                let base = vec![NfMeters::default(); spec.nfs.len()];
+                Some(Active { spec, chain, base, window_start_ms: now_ms(), window_started: Instant::now() })
+            }
+            Err(reason) => {
+                let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
+                set_status(shared, &spec, HostState::Failed, Some(reason));
+                Some(a)
+            }
+        };
+    }
+    let (specs, _) = match build(shared, &spec, blobs) {
+        Ok(x) => x,
+        Err(reason) => {
+            let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
+            set_status(shared, &spec, HostState::Failed, Some(reason));
+            return Some(a);
+        }
+    };
+    for ((old, new), nf_spec) in a.spec.nfs.clone().iter().zip(&spec.nfs).zip(specs) {
+        if old.module.digest == new.module.digest && old.config == new.config && old.limits == new.limits {
+            continue;
+        }
+        if let Err(e) = a.chain.swap(&shared.runtime, &new.name, nf_spec) {
+            let reason = format!("{e}; revision {} keeps running", a.spec.revision);
+            set_status(shared, &spec, HostState::Failed, Some(reason));
+            return Some(a);
+        }
+        tracing::info!(deployment = %spec.id, nf = %new.name, version = %new.module.version, "hot swap done");
+        if let Some(o) = a.spec.nfs.iter_mut().find(|o| o.name == new.name) {
+            *o = new.clone();
+        }
+    }
+    set_status(shared, &spec, HostState::Running, None);
+    a.spec = spec;
+    Some(a)
+}
+
+/// Runs a trace through the chain, batch by batch, between batches
+/// handling control messages and closing meter windows.
+fn process(
+    shared: &Shared,
+    a: &mut Active,
+    trace: &Trace,
+    rx: &crossbeam_channel::Receiver<Control>,
+    queue: &mut VecDeque<Arc<Trace>>,
+) -> Flow {
+    let started = Instant::now();
+    let mut done: u64 = 0;
+    let mut raw: Vec<RawPacket<'_>> = Vec::with_capacity(shared.batch_size);
+    let (mut packets_in, mut packets_out) = (0u64, 0u64);
+    let mut outcome = Flow::Continue;
+    for chunk in trace.packets().chunks(shared.batch_size.max(1)) {
+        while let Ok(msg) = rx.try_recv() {
+            match msg {
+                Control::Trace(t) => queue.push_back(t),
+                Control::Update(spec, blobs) => {
+                    outcome = Flow::Update(spec, blobs);
+                }
+                Control::Stop => outcome = Flow::Stop,
+            }
+        }
+        if !matches!(outcome, Flow::Continue) {
+            break;
+        }
+        raw.clear();
+        raw.extend(chunk.iter().map(|p| RawPacket {
+            data: trace.data(p),
+            wire_len: p.wire_len,
+            timestamp_ns: p.timestamp_ns,
+            ingress_port: p.port,
+        }));
+        let results = a.chain.process(&raw);
+        packets_in += raw.len() as u64;
+        packets_out += results.iter().filter(|r| matches!(r.fate, Fate::Forward(_))).count() as u64;
+        // Events go to the host log; the gateway bills their count.
+        for e in a.chain.drain_events() {
+            tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, "event");
+        }
+        done += raw.len() as u64;
+        if a.window_started.elapsed() >= shared.window {
+            flush(shared, a);
+        }
+        if let Some(pps) = shared.pps.filter(|p| *p > 0) {
+            let due = Duration::from_secs_f64(done as f64 / pps as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    {
+        let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+        let d = r.deployments.entry(a.spec.id.clone()).or_insert_with(DeploymentReport::default);
+        d.packets_in += packets_in;
+        d.packets_out += packets_out;
+    }
+    if let Some(s) = shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&a.spec.id) {
+        s.packets += packets_in;
+    }
+    outcome
+}
+
+/// Closes the meter window: one record per NF that did work.
+fn flush(shared: &Shared, a: &mut Active) {
+    let end = now_ms().max(a.window_start_ms + 1);
+    for ((stage, base), nf) in a.chain.stages().iter().zip(a.base.iter_mut()).zip(&a.spec.nfs) {
+        let now = stage.meters().clone();
+        let d = |f: fn(&NfMeters) -> u64| f(&now).saturating_sub(f(base));
+        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+        let rec = MeterRecord {
+            id: format!("{}-{}-{seq}", shared.host, shared.boot),
+            host: shared.host.clone(),
+            tenant: a.spec.tenant.clone(),
+            deployment: a.spec.id.clone(),
+            nf: nf.name.clone(),
+            module: nf.module.name.clone(),
+            version: nf.module.version.clone(),
+            digest: nf.module.digest.clone(),
+            window_start_ms: a.window_start_ms,
+            window_end_ms: end,
+            invocations: d(|m| m.invocations),
+            packets: d(|m| m.packets),
+            bytes: d(|m| m.bytes),
+            cpu_ns: d(|m| m.cpu_ns),
+            state_ops: d(|m| m.state_ops + m.table_ops),
+            traps: d(|m| m.traps),
+            errors: d(|m| m.errors),
+            events: d(|m| m.events),
+        };
+        *base = now;
+        if rec.is_empty() {
+            continue;
+        }
+        {
+            let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+            let dep = r.deployments.entry(a.spec.id.clone()).or_insert_with(DeploymentReport::default);
+            dep.nfs.entry(format!("{}@{}", rec.nf, rec.version)).or_default().add(&rec);
+        }
+        if shared.meters.send(rec).is_err() {
+            tracing::error!(deployment = %a.spec.id, "the meter publisher is gone; a record was lost");
+        }
+    }
+    a.window_start_ms = end;
+    a.window_started = Instant::now();
+}

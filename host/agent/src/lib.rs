@@ -1,0 +1,385 @@
+//! The cluster side of a Sluice host (`sluice-host serve`, and the host
+//! half of `sluice dev`).
+//!
+//! What it owns, and why here: joining a host group over the control
+//! [`Bus`](sluice_control::Bus) (heartbeats carrying each deployment's
+//! status), converging on the group's desired deployments (fetching modules
+//! by digest, compiling them once, hot-swapping NFs on updates), feeding
+//! them traffic, and turning the runtime's per-invocation meters into meter
+//! records per window, published through a crash-safe outbox. The packet
+//! path itself is `sluice-runtime`'s; this crate only schedules it.
+//!
+//! Traffic, in this version, comes from pcap files: replayed from a file
+//! (`Input::Replay`, e.g. for load tests) or picked up from a spool
+//! directory (`Input::Spool`: every capture dropped there goes through
+//! every deployment of the host, then moves to `done/`).
+
+pub mod deployment;
+pub mod outbox;
+pub mod report;
+
+use deployment::{Blobs, Control, Shared};
+use futures::StreamExt;
+use report::AgentReport;
+use sluice_control::{Bus, DeploymentSpec, DesiredSet, Heartbeat, HostState, DeploymentStatus, now_ms};
+use sluice_pcap::Trace;
+use sluice_runtime::{NfLimits, Runtime, RuntimeConfig};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Where traffic comes from.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// No traffic (deployments start and idle).
+    None,
+    /// Replay a capture through every deployment when it starts, `loops`
+    /// times (0: forever).
+    Replay {
+        /// The capture.
+        path: PathBuf,
+        /// Passes.
+        loops: u32,
+    },
+    /// Watch a directory; each capture put there (write it elsewhere and
+    /// rename it in) goes through every running deployment, then moves to
+    /// `done/` (or `failed/` with the reason next to it).
+    Spool {
+        /// The directory.
+        dir: PathBuf,
+    },
+}
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Host id (unique in the cluster; `[A-Za-z0-9_-]`).
+    pub host: String,
+    /// Host group it serves.
+    pub group: String,
+    /// Traffic.
+    pub input: Input,
+    /// Replay rate limit, packets per second.
+    pub pps: Option<u64>,
+    /// Meter window.
+    pub window: Duration,
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// Module cache and meter outbox.
+    pub state_dir: PathBuf,
+    /// Where to write the host's own report (updated as it goes).
+    pub report: Option<PathBuf>,
+    /// Engine settings.
+    pub runtime: RuntimeConfig,
+    /// Packets per NF call.
+    pub batch_size: usize,
+    /// Default NF limits (a deployment may override some).
+    pub limits: NfLimits,
+}
+
+/// Errors that stop the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The engine could not start.
+    #[error(transparent)]
+    Runtime(#[from] sluice_runtime::RuntimeError),
+    /// The bus failed at startup.
+    #[error(transparent)]
+    Bus(#[from] sluice_control::BusError),
+    /// A bad setting.
+    #[error("{0}")]
+    Config(String),
+    /// Input capture.
+    #[error(transparent)]
+    Pcap(#[from] sluice_pcap::PcapError),
+    /// Local files.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+struct Running {
+    revision: u64,
+    tx: crossbeam_channel::Sender<Control>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn random_hex(bytes: usize) -> String {
+    use sha2::Digest;
+    // Unique enough per process: time, pid and an address, hashed.
+    let seed = format!("{:?}{}{:p}", std::time::SystemTime::now(), std::process::id(), &bytes);
+    hex::encode(sha2::Sha256::digest(seed.as_bytes())).chars().take(bytes * 2).collect()
+}
+
+/// Runs the agent until `shutdown` resolves; returns its report.
+pub async fn serve(
+    bus: Arc<dyn Bus>,
+    cfg: AgentConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<AgentReport, AgentError> {
+    sluice_control::subjects::check_token("host", &cfg.host).map_err(|e| AgentError::Config(e.to_string()))?;
+    sluice_control::subjects::check_token("group", &cfg.group).map_err(|e| AgentError::Config(e.to_string()))?;
+    if cfg.batch_size == 0 || cfg.batch_size > 4096 {
+        return Err(AgentError::Config(format!("batch size {} is out of range 1..=4096", cfg.batch_size)));
+    }
+    let io = |what, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| AgentError::Io { what, path, source }
+    };
+    let modules_dir = cfg.state_dir.join("modules");
+    std::fs::create_dir_all(&modules_dir).map_err(io("creating", &modules_dir))?;
+    let replay = match &cfg.input {
+        Input::Replay { path, .. } => Some(Arc::new(Trace::open(path)?)),
+        _ => None,
+    };
+    if let Input::Spool { dir } = &cfg.input {
+        for sub in ["done", "failed"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(io("creating", &dir.join(sub)))?;
+        }
+    }
+    let boot = random_hex(6);
+    let started_ms = now_ms();
+    let report = Arc::new(Mutex::new(AgentReport { host: cfg.host.clone(), boot: boot.clone(), ..Default::default() }));
+    let (meter_tx, meter_rx) = tokio::sync::mpsc::unbounded_channel();
+    let shared = Shared {
+        runtime: Arc::new(Runtime::new(cfg.runtime.clone())?),
+        host: cfg.host.clone(),
+        boot: boot.clone(),
+        seq: Arc::new(AtomicU64::new(0)),
+        batch_size: cfg.batch_size,
+        limits: cfg.limits.clone(),
+        window: cfg.window,
+        pps: cfg.pps,
+        status: Arc::new(Mutex::new(BTreeMap::new())),
+        report: report.clone(),
+        meters: meter_tx,
+        changed: Arc::new(tokio::sync::Notify::new()),
+    };
+    let publisher = tokio::spawn(outbox::run(bus.clone(), cfg.state_dir.join("outbox"), meter_rx, Duration::from_secs(10)));
+    let mut desired = bus.watch_desired(&cfg.group).await?;
+    let mut running: HashMap<String, Running> = HashMap::new();
+    let mut current = DesiredSet { group: cfg.group.clone(), deployments: Vec::new() };
+    let mut beat = tokio::time::interval(cfg.heartbeat);
+    let mut spool_tick = tokio::time::interval(Duration::from_millis(200));
+    let mut report_tick = tokio::time::interval(Duration::from_secs(1));
+    tokio::pin!(shutdown);
+    tracing::info!(host = %cfg.host, group = %cfg.group, boot = %boot, "host joined");
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            set = desired.next() => {
+                let Some(set) = set else {
+                    tracing::error!("the desired-deployment feed ended; stopping");
+                    break;
+                };
+                converge(bus.as_ref(), &shared, &cfg, &modules_dir, &set, &mut running, replay.as_ref()).await;
+                current = set;
+                heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await;
+            }
+            _ = shared.changed.notified() => heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await,
+            _ = beat.tick() => {
+                // Deployments that could not start (a module fetch failed) are retried.
+                if current.deployments.iter().any(|d| !running.contains_key(&d.id)) {
+                    converge(bus.as_ref(), &shared, &cfg, &modules_dir, &current, &mut running, replay.as_ref()).await;
+                }
+                heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await;
+            }
+            _ = spool_tick.tick(), if matches!(cfg.input, Input::Spool { .. }) => {
+                if let Input::Spool { dir } = &cfg.input {
+                    spool(dir, &running).await;
+                }
+            }
+            _ = report_tick.tick() => write_report(cfg.report.as_deref(), &report),
+        }
+    }
+    tracing::info!(host = %cfg.host, "stopping: flushing meters");
+    for (_, r) in running.drain() {
+        let _ = r.tx.send(Control::Stop);
+        let _ = tokio::task::spawn_blocking(move || r.thread.join()).await;
+    }
+    drop(shared);
+    let left = publisher.await.unwrap_or(0);
+    if left > 0 {
+        tracing::warn!("{left} meter record(s) could not be published; they stay in the outbox for the next start");
+    }
+    write_report(cfg.report.as_deref(), &report);
+    let out = report.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    Ok(out)
+}
+
+fn write_report(path: Option<&Path>, report: &Mutex<AgentReport>) {
+    let Some(path) = path else { return };
+    let json = serde_json::to_vec_pretty(&*report.lock().unwrap_or_else(PoisonError::into_inner));
+    let tmp = path.with_extension("tmp");
+    if let Err(e) = json.map_err(std::io::Error::other).and_then(|b| std::fs::write(&tmp, b)).and_then(|()| std::fs::rename(&tmp, path)) {
+        tracing::warn!(path = %path.display(), "cannot write the host report: {e}");
+    }
+}
+
+async fn heartbeat(bus: &dyn Bus, cfg: &AgentConfig, boot: &str, started_ms: u64, shared: &Shared, set: &DesiredSet) {
+    let deployments: Vec<DeploymentStatus> = {
+        let status = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
+        status.values().filter(|s| set.deployments.iter().any(|d| d.id == s.deployment)).cloned().collect()
+    };
+    let hb = Heartbeat {
+        host: cfg.host.clone(),
+        group: cfg.group.clone(),
+        boot: boot.to_string(),
+        started_ms,
+        sent_ms: now_ms(),
+        interval_ms: u64::try_from(cfg.heartbeat.as_millis()).unwrap_or(u64::MAX),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        deployments,
+    };
+    if let Err(e) = bus.heartbeat(&hb).await {
+        tracing::warn!("heartbeat not sent: {e}");
+    }
+}
+
+/// Fetches the modules of `spec` (from the local cache, else the bus).
+async fn fetch(bus: &dyn Bus, dir: &Path, spec: &DeploymentSpec) -> Result<Blobs, String> {
+    let mut out = Blobs::new();
+    for nf in &spec.nfs {
+        let digest = &nf.module.digest;
+        if out.contains_key(digest) {
+            continue;
+        }
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("NF '{}': '{digest}' is not a SHA-256 digest", nf.name));
+        }
+        let path = dir.join(format!("{digest}.wasm"));
+        let cached = tokio::fs::read(&path).await.ok().filter(|b| sluice_control::bus::verify_digest(digest, b).is_ok());
+        let bytes = match cached {
+            Some(b) => b,
+            None => {
+                let b = bus.get_module(digest).await.map_err(|e| format!("NF '{}': {e}", nf.name))?;
+                if let Err(e) = tokio::fs::write(&path, &b).await {
+                    tracing::warn!(path = %path.display(), "cannot cache module: {e}");
+                }
+                b
+            }
+        };
+        out.insert(digest.clone(), Arc::new(bytes));
+    }
+    Ok(out)
+}
+
+async fn converge(
+    bus: &dyn Bus,
+    shared: &Shared,
+    cfg: &AgentConfig,
+    modules_dir: &Path,
+    set: &DesiredSet,
+    running: &mut HashMap<String, Running>,
+    replay: Option<&Arc<Trace>>,
+) {
+    let wanted: HashMap<&str, &DeploymentSpec> = set.deployments.iter().map(|d| (d.id.as_str(), d)).collect();
+    let gone: Vec<String> = running.keys().filter(|id| !wanted.contains_key(id.as_str())).cloned().collect();
+    for id in gone {
+        if let Some(r) = running.remove(&id) {
+            tracing::info!(deployment = %id, "deployment removed");
+            let _ = r.tx.send(Control::Stop);
+            let _ = tokio::task::spawn_blocking(move || r.thread.join()).await;
+        }
+        shared.status.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+    }
+    for spec in &set.deployments {
+        if running.get(&spec.id).is_some_and(|r| r.revision == spec.revision) {
+            continue;
+        }
+        let pending = DeploymentStatus {
+            deployment: spec.id.clone(),
+            revision: spec.revision,
+            state: HostState::Pending,
+            reason: None,
+            packets: shared.status.lock().unwrap_or_else(PoisonError::into_inner).get(&spec.id).map(|s| s.packets).unwrap_or(0),
+        };
+        let blobs = match fetch(bus, modules_dir, spec).await {
+            Ok(b) => b,
+            Err(reason) => {
+                tracing::warn!(deployment = %spec.id, "cannot fetch modules: {reason}");
+                let failed = DeploymentStatus { state: HostState::Failed, reason: Some(reason), ..pending };
+                shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), failed);
+                shared.changed.notify_one();
+                continue;
+            }
+        };
+        match running.get_mut(&spec.id) {
+            Some(r) if !r.thread.is_finished() => {
+                if r.tx.send(Control::Update(Box::new(spec.clone()), blobs)).is_ok() {
+                    r.revision = spec.revision;
+                }
+            }
+            _ => {
+                shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), pending);
+                let (tx, rx) = crossbeam_channel::unbounded();
+                let replays: Vec<Arc<Trace>> = match (&cfg.input, replay) {
+                    (Input::Replay { loops, .. }, Some(t)) => {
+                        // 0 = forever: a long queue, refilled never; a day at 1 Mpps is plenty.
+                        let n = if *loops == 0 { 100_000 } else { *loops as usize };
+                        vec![t.clone(); n]
+                    }
+                    _ => Vec::new(),
+                };
+                let s = shared.clone();
+                let spec2 = spec.clone();
+                let thread = std::thread::Builder::new()
+                    .name(format!("dep-{}", spec.id))
+                    .spawn(move || deployment::run(s, spec2, blobs, rx, replays));
+                match thread {
+                    Ok(thread) => {
+                        running.insert(spec.id.clone(), Running { revision: spec.revision, tx, thread });
+                    }
+                    Err(e) => tracing::error!(deployment = %spec.id, "cannot start a thread: {e}"),
+                }
+            }
+        }
+    }
+}
+
+/// Hands every new capture in the spool to every running deployment.
+async fn spool(dir: &Path, running: &HashMap<String, Running>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| !n.starts_with('.')))
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+        .collect();
+    files.sort();
+    for path in files {
+        let name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let p = path.clone();
+        let opened = tokio::task::spawn_blocking(move || Trace::open(&p)).await;
+        match opened {
+            Ok(Ok(trace)) => {
+                let trace = Arc::new(trace);
+                let mut given = 0;
+                for r in running.values() {
+                    if r.tx.send(Control::Trace(trace.clone())).is_ok() {
+                        given += 1;
+                    }
+                }
+                tracing::info!(file = %path.display(), packets = trace.packets().len(), deployments = given, "capture taken from the spool");
+                let _ = std::fs::rename(&path, dir.join("done").join(&name));
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(file = %path.display(), "capture refused: {e}");
+                let _ = std::fs::rename(&path, dir.join("failed").join(&name));
+                let mut why = dir.join("failed").join(&name).into_os_string();
+                why.push(".error");
+                let _ = std::fs::write(PathBuf::from(why), format!("{e}\n"));
+            }
+            Err(e) => tracing::error!("reading a capture: {e}"),
+        }
+    }
+}

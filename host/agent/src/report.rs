@@ -1,0 +1,72 @@
+//! The host's own account of what it processed, for comparison with what
+//! the gateway bills (`sluice-host serve --report`).
+
+use serde::{Deserialize, Serialize};
+use sluice_control::MeterRecord;
+use std::collections::BTreeMap;
+
+/// Sums of meter records.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// `process` calls.
+    pub invocations: u64,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Guest time, ns.
+    pub cpu_ns: u64,
+    /// State operations.
+    pub state_ops: u64,
+    /// Traps.
+    pub traps: u64,
+    /// Refused batches.
+    pub errors: u64,
+    /// Events.
+    pub events: u64,
+    /// Records these sums came from.
+    pub records: u64,
+}
+
+impl Totals {
+    /// Adds a record.
+    pub fn add(&mut self, r: &MeterRecord) {
+        self.invocations += r.invocations;
+        self.packets += r.packets;
+        self.bytes += r.bytes;
+        self.cpu_ns += r.cpu_ns;
+        self.state_ops += r.state_ops;
+        self.traps += r.traps;
+        self.errors += r.errors;
+        self.events += r.events;
+        self.records += 1;
+    }
+}
+
+/// One deployment on this host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentReport {
+    /// Deployment name.
+    pub name: String,
+    /// Tenant id.
+    pub tenant: String,
+    /// Packets that entered the chain.
+    pub packets_in: u64,
+    /// Packets that left it forwarded.
+    pub packets_out: u64,
+    /// Per `<nf>@<version>`: the sums of the meter records produced.
+    pub nfs: BTreeMap<String, Totals>,
+}
+
+/// Everything this host process metered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentReport {
+    /// Host id.
+    pub host: String,
+    /// Boot id of the process.
+    pub boot: String,
+    /// Per deployment id.
+    pub deployments: BTreeMap<String, DeploymentReport>,
+    /// Traces read from the input (replays included).
+    pub traces: u64,
+}

@@ -1,0 +1,119 @@
+//! The operations hosts and the gateway need from the control plane.
+
+use crate::messages::{DesiredSet, Heartbeat, MeterRecord};
+use crate::subjects::NameError;
+use futures::stream::BoxStream;
+
+/// Why a bus operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// A bad name token.
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// Cannot reach or set up NATS.
+    #[error("NATS at {url}: {reason}")]
+    Connect {
+        /// Server URL.
+        url: String,
+        /// Cause.
+        reason: String,
+    },
+    /// An operation failed on the wire.
+    #[error("{op}: {reason}")]
+    Op {
+        /// What was attempted.
+        op: String,
+        /// Cause.
+        reason: String,
+    },
+    /// A module blob is not in the store.
+    #[error("module {digest} is not in the module store; upload it again through the gateway")]
+    NoModule {
+        /// Digest asked for.
+        digest: String,
+    },
+    /// A module blob does not match its digest.
+    #[error("module {digest} from the module store is corrupt (its SHA-256 is {actual})")]
+    Corrupt {
+        /// Digest asked for.
+        digest: String,
+        /// Digest of what came back.
+        actual: String,
+    },
+    /// A message could not be decoded.
+    #[error("bad {what} message: {reason}")]
+    Decode {
+        /// Kind of message.
+        what: &'static str,
+        /// Cause.
+        reason: String,
+    },
+    /// The meter feed has already been taken (one consumer per bus).
+    #[error("the meter feed of this bus is already being consumed")]
+    MetersTaken,
+}
+
+impl BusError {
+    pub(crate) fn op(op: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        BusError::Op { op: op.into(), reason: reason.to_string() }
+    }
+}
+
+/// A meter record handed to the gateway; `ack` after storing it, or it is
+/// delivered again.
+pub struct MeterDelivery {
+    /// The record.
+    pub record: MeterRecord,
+    pub(crate) ack: Ack,
+}
+
+pub(crate) enum Ack {
+    None,
+    Nats(Box<async_nats::jetstream::Message>),
+}
+
+impl std::fmt::Debug for MeterDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeterDelivery").field("record", &self.record).finish_non_exhaustive()
+    }
+}
+
+impl MeterDelivery {
+    /// Confirms the record is stored, so it is not delivered again.
+    pub async fn ack(self) -> Result<(), BusError> {
+        match self.ack {
+            Ack::None => Ok(()),
+            Ack::Nats(m) => m.ack().await.map_err(|e| BusError::op("acknowledging a meter record", e)),
+        }
+    }
+}
+
+/// The control plane as both sides use it.
+#[async_trait::async_trait]
+pub trait Bus: Send + Sync + 'static {
+    /// Host: announce liveness and deployment status (best effort).
+    async fn heartbeat(&self, hb: &Heartbeat) -> Result<(), BusError>;
+    /// Gateway: every host's heartbeats.
+    async fn heartbeats(&self) -> Result<BoxStream<'static, Heartbeat>, BusError>;
+    /// Gateway: replace the desired deployments of a group (durable).
+    async fn set_desired(&self, set: &DesiredSet) -> Result<(), BusError>;
+    /// Host: the desired deployments of `group`: the current set first (if
+    /// any), then every change.
+    async fn watch_desired(&self, group: &str) -> Result<BoxStream<'static, DesiredSet>, BusError>;
+    /// Gateway: store a module blob under its digest (idempotent).
+    async fn put_module(&self, digest: &str, bytes: &[u8]) -> Result<(), BusError>;
+    /// Host: fetch a module blob, checked against its digest.
+    async fn get_module(&self, digest: &str) -> Result<Vec<u8>, BusError>;
+    /// Host: publish a meter record; returns once it is stored durably.
+    /// Publishing the same record again is harmless.
+    async fn publish_meter(&self, rec: &MeterRecord) -> Result<(), BusError>;
+    /// Gateway: the meter records, at least once each, until acked.
+    async fn meters(&self) -> Result<BoxStream<'static, Result<MeterDelivery, BusError>>, BusError>;
+}
+
+/// Checks a blob against the digest it was asked for.
+pub fn verify_digest(digest: &str, bytes: &[u8]) -> Result<(), BusError> {
+    use sha2::Digest;
+    let actual = hex::encode(sha2::Sha256::digest(bytes));
+    if actual == digest { Ok(()) } else { Err(BusError::Corrupt { digest: digest.to_string(), actual }) }
+}

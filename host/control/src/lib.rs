@@ -1,0 +1,26 @@
+//! The Sluice control plane, shared by hosts and the gateway.
+//!
+//! What it owns, and why here:
+//! - [`subjects`]: every NATS subject, stream, bucket and key name, built by
+//!   functions in one place, so the two sides cannot drift apart.
+//! - [`messages`]: what travels: heartbeats (with each host's deployment
+//!   status), the desired deployments of a host group, and meter records.
+//! - [`Bus`]: the operations the two sides need, behind one trait, with
+//!   [`NatsBus`] (JetStream: a KV bucket for desired state, an object store
+//!   for modules, a stream for meters) for clusters and [`LocalBus`]
+//!   (in-process channels) for `sluice dev` and unit tests.
+
+pub mod bus;
+pub mod local;
+pub mod messages;
+pub mod nats;
+pub mod subjects;
+
+pub use bus::{Bus, BusError, MeterDelivery};
+pub use local::LocalBus;
+pub use messages::{
+    DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, MeterRecord, ModuleRef, NfLimitsSpec,
+    NfPlacement, now_ms,
+};
+pub use nats::NatsBus;
+pub use subjects::{Names, NameError};

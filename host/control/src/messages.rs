@@ -1,0 +1,187 @@
+//! What travels between hosts and the gateway (JSON on the wire).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A module as a deployment names it: hosts fetch it by `digest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleRef {
+    /// Gateway id of the module.
+    pub id: String,
+    /// Module name given at upload.
+    pub name: String,
+    /// Module version given at upload.
+    pub version: String,
+    /// SHA-256 of the component, hex: the blob's name in the module store.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Per-NF limits a deployment may set; unset ones take the host's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfLimitsSpec {
+    /// `fail-open` or `fail-closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<String>,
+    /// CPU deadline per batch, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// Memory cap, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+}
+
+/// One NF of a deployed chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfPlacement {
+    /// Name of the NF in the chain (unique within the deployment).
+    pub name: String,
+    /// The component to run.
+    pub module: ModuleRef,
+    /// The NF's configuration, handed to its `init` verbatim.
+    #[serde(default)]
+    pub config: String,
+    /// The NF that gets this one's forwarded packets; none: they leave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// Label → NF that gets packets this NF labels so.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<u16, String>,
+    /// Limits.
+    #[serde(default)]
+    pub limits: NfLimitsSpec,
+}
+
+/// A deployment as hosts see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentSpec {
+    /// Gateway id.
+    pub id: String,
+    /// Owning tenant's id: meter records are billed to it.
+    pub tenant: String,
+    /// Name given by the tenant.
+    pub name: String,
+    /// Incremented on every update; hosts report the revision they run.
+    pub revision: u64,
+    /// The chain, in order (every route goes forward).
+    pub nfs: Vec<NfPlacement>,
+}
+
+/// Everything that should run on the hosts of one group. Sent whole, so a
+/// host that missed an update converges on the next one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredSet {
+    /// The host group.
+    pub group: String,
+    /// Deployments.
+    pub deployments: Vec<DeploymentSpec>,
+}
+
+/// How a deployment is doing on one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostState {
+    /// Accepted, modules being fetched or compiled.
+    Pending,
+    /// Processing traffic.
+    Running,
+    /// Could not start (or an update could not be applied): see `reason`.
+    Failed,
+}
+
+/// A deployment's status on one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentStatus {
+    /// Deployment id.
+    pub deployment: String,
+    /// The revision the state refers to.
+    pub revision: u64,
+    /// State.
+    pub state: HostState,
+    /// Why it failed (or why an update was refused while the old revision runs on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Packets processed so far on this host.
+    #[serde(default)]
+    pub packets: u64,
+}
+
+/// A host's periodic sign of life, with the status of what runs on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Host id.
+    pub host: String,
+    /// Host group.
+    pub group: String,
+    /// Random per process start: tells a restart from a hiccup.
+    pub boot: String,
+    /// When the process started (ms since epoch).
+    pub started_ms: u64,
+    /// When this heartbeat was sent (ms since epoch).
+    pub sent_ms: u64,
+    /// Time to the next heartbeat; three missed ones mean the host is gone.
+    pub interval_ms: u64,
+    /// Host software version.
+    pub version: String,
+    /// Every deployment of the group, as it is on this host.
+    pub deployments: Vec<DeploymentStatus>,
+}
+
+/// The sums of the per-invocation meters of one NF of one deployment on
+/// one host over one window. `id` is unique: a record delivered twice is
+/// stored once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterRecord {
+    /// `<host>-<boot>-<sequence>`.
+    pub id: String,
+    /// Host that processed the packets.
+    pub host: String,
+    /// Tenant billed.
+    pub tenant: String,
+    /// Deployment id.
+    pub deployment: String,
+    /// NF name in the chain.
+    pub nf: String,
+    /// Module name.
+    pub module: String,
+    /// Module version.
+    pub version: String,
+    /// Module digest.
+    pub digest: String,
+    /// Window start (ms since epoch, inclusive).
+    pub window_start_ms: u64,
+    /// Window end (ms since epoch, exclusive).
+    pub window_end_ms: u64,
+    /// `process` calls.
+    pub invocations: u64,
+    /// Packets handed to the NF.
+    pub packets: u64,
+    /// Bytes handed to the NF.
+    pub bytes: u64,
+    /// Time inside the guest, ns.
+    pub cpu_ns: u64,
+    /// Flow-state and state-table operations the host did for the NF.
+    pub state_ops: u64,
+    /// Traps.
+    pub traps: u64,
+    /// Batches the NF refused with an error.
+    pub errors: u64,
+    /// Events emitted.
+    pub events: u64,
+}
+
+impl MeterRecord {
+    /// Whether the window saw no work (such records are not sent).
+    pub fn is_empty(&self) -> bool {
+        self.invocations == 0 && self.packets == 0 && self.traps == 0 && self.errors == 0 && self.events == 0
+    }
+}

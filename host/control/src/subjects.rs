@@ -1,0 +1,136 @@
+//! Every NATS name Sluice uses, built here and nowhere else.
+//!
+//! Control subjects follow `sluice.ctl.v1.<cluster>.<noun>.<verb>[.<to>]`,
+//! where the optional last token addresses a host (or a host group). Meter
+//! records travel on their own subject tree, `sluice.meter.v1.<cluster>.<host>`,
+//! captured by their own JetStream stream, so billing traffic never queues
+//! behind control traffic and vice versa. JetStream buckets and streams
+//! carry the cluster name so that several clusters can share one NATS.
+//!
+//! | what | name |
+//! |---|---|
+//! | heartbeat of a host | `sluice.ctl.v1.<cluster>.host.heartbeat.<host>` |
+//! | all heartbeats (gateway) | `sluice.ctl.v1.<cluster>.host.heartbeat.*` |
+//! | meter records of a host | `sluice.meter.v1.<cluster>.<host>` |
+//! | meter stream | `SLUICE_METERS_<cluster>` (subjects `sluice.meter.v1.<cluster>.*`) |
+//! | meter consumer of the gateway | `gateway` (durable) |
+//! | desired deployments | KV bucket `sluice-desired-<cluster>`, key = group |
+//! | module blobs | object store `sluice-modules-<cluster>`, object = SHA-256 digest |
+
+/// A name token that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} '{value}' is not a valid name: use 1-64 letters, digits, '-' or '_'")]
+pub struct NameError {
+    /// Which token (cluster, host, group).
+    pub what: &'static str,
+    /// The rejected value.
+    pub value: String,
+}
+
+/// Checks a token of a subject or bucket name: NATS subjects split on `.`,
+/// treat `*`/`>` as wildcards, and bucket names allow only `[A-Za-z0-9_-]`.
+pub fn check_token(what: &'static str, value: &str) -> Result<(), NameError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok { Ok(()) } else { Err(NameError { what, value: value.to_string() }) }
+}
+
+/// The names of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    cluster: String,
+}
+
+impl Names {
+    /// Names for `cluster` (checked).
+    pub fn new(cluster: &str) -> Result<Self, NameError> {
+        check_token("cluster", cluster)?;
+        Ok(Names { cluster: cluster.to_string() })
+    }
+
+    /// The cluster name.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    fn ctl(&self, noun: &str, verb: &str) -> String {
+        format!("sluice.ctl.v1.{}.{noun}.{verb}", self.cluster)
+    }
+
+    /// Where host `host` publishes its heartbeats.
+    pub fn heartbeat(&self, host: &str) -> Result<String, NameError> {
+        check_token("host", host)?;
+        Ok(format!("{}.{host}", self.ctl("host", "heartbeat")))
+    }
+
+    /// The heartbeats of every host (a wildcard subscription).
+    pub fn heartbeats(&self) -> String {
+        format!("{}.*", self.ctl("host", "heartbeat"))
+    }
+
+    /// Where host `host` publishes meter records.
+    pub fn meter(&self, host: &str) -> Result<String, NameError> {
+        check_token("host", host)?;
+        Ok(format!("sluice.meter.v1.{}.{host}", self.cluster))
+    }
+
+    /// Every meter subject of the cluster (the stream's filter).
+    pub fn meters(&self) -> String {
+        format!("sluice.meter.v1.{}.*", self.cluster)
+    }
+
+    /// The JetStream stream that keeps meter records.
+    pub fn meter_stream(&self) -> String {
+        format!("SLUICE_METERS_{}", self.cluster)
+    }
+
+    /// The gateway's durable consumer of the meter stream.
+    pub fn meter_consumer(&self) -> &'static str {
+        "gateway"
+    }
+
+    /// The KV bucket holding each group's desired deployments.
+    pub fn desired_bucket(&self) -> String {
+        format!("sluice-desired-{}", self.cluster)
+    }
+
+    /// The key of a group in the desired bucket.
+    pub fn desired_key(&self, group: &str) -> Result<String, NameError> {
+        check_token("group", group)?;
+        Ok(group.to_string())
+    }
+
+    /// The object store of module blobs.
+    pub fn module_bucket(&self) -> String {
+        format!("sluice-modules-{}", self.cluster)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn subjects_follow_the_scheme() {
+        let n = Names::new("prod-1").unwrap();
+        assert_eq!(n.heartbeat("h1").unwrap(), "sluice.ctl.v1.prod-1.host.heartbeat.h1");
+        assert_eq!(n.heartbeats(), "sluice.ctl.v1.prod-1.host.heartbeat.*");
+        assert_eq!(n.meter("h1").unwrap(), "sluice.meter.v1.prod-1.h1");
+        assert_eq!(n.meters(), "sluice.meter.v1.prod-1.*");
+        assert_eq!(n.meter_stream(), "SLUICE_METERS_prod-1");
+        assert_eq!(n.desired_bucket(), "sluice-desired-prod-1");
+        assert_eq!(n.module_bucket(), "sluice-modules-prod-1");
+    }
+
+    #[test]
+    fn tokens_that_would_break_subjects_are_refused() {
+        for bad in ["", "a.b", "a*", ">", "a b", &"x".repeat(65)] {
+            assert!(Names::new(bad).is_err(), "{bad:?}");
+            assert!(Names::new("c").unwrap().heartbeat(bad).is_err(), "{bad:?}");
+        }
+        let e = Names::new("c").unwrap().desired_key("a.b").unwrap_err();
+        assert!(e.to_string().contains("group 'a.b'"), "{e}");
+    }
+}
