@@ -6,6 +6,8 @@
 
 pub mod build;
 pub mod check;
+pub mod client;
+pub mod dev;
 pub mod error;
 pub mod lang;
 pub mod project;

@@ -2,11 +2,15 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use sluice_cli::client::{Client, bar, encode, human};
 use sluice_cli::{BuildOptions, Lang, Project, Sdk, Template};
 use std::path::PathBuf;
 
-/// Sluice developer CLI: write network functions in Rust, C, Python,
-/// JavaScript or Go and build them into sandboxed sluice:nf components.
+/// Sluice CLI: write network functions in Rust, C, Python, JavaScript or
+/// Go, build them into sandboxed sluice:nf components, upload and deploy
+/// them through a gateway, and read usage and bills. `sluice dev` runs a
+/// whole cluster in one process.
 #[derive(Parser)]
 #[command(version, propagate_version = true)]
 struct Cli {
@@ -14,15 +18,119 @@ struct Cli {
     /// tool was built from).
     #[arg(long, global = true, env = "SLUICE_SDK_ROOT")]
     sdk_root: Option<PathBuf>,
+    /// Gateway URL.
+    #[arg(long, global = true, env = "SLUICE_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Tenant API key (tenant commands).
+    #[arg(long, global = true, env = "SLUICE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Admin token (`tenant` commands).
+    #[arg(long, global = true, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Network function projects.
+    /// Network function projects, and modules on the gateway.
     #[command(subcommand)]
     Nf(NfCommand),
+    /// Run a gateway and one pcap-fed host in this process (in-process
+    /// bus, SQLite under --data). Drop captures into the spool directory to
+    /// send them through every deployment. Stops on Ctrl-C.
+    Dev {
+        /// HTTP listen address.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Data directory.
+        #[arg(long, default_value = "sluice-dev")]
+        data: PathBuf,
+        /// Spool directory (default: <data>/spool).
+        #[arg(long)]
+        spool: Option<PathBuf>,
+        /// Meter window, ms.
+        #[arg(long, default_value_t = 1000)]
+        window_ms: u64,
+        /// Gateway config file (price plan, upload limit).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Tenants (needs the admin token).
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Deploy a module (or a linear chain of modules, or a chain spec) onto
+    /// a host group; updates the deployment if the name exists (NFs whose
+    /// module or config changed are hot-swapped on the hosts).
+    Deploy {
+        /// Deployment name.
+        name: String,
+        /// Module id or name@version; repeat for a linear chain.
+        #[arg(long = "module", short = 'm')]
+        modules: Vec<String>,
+        /// NF configuration file, one per --module in order.
+        #[arg(long = "config-file")]
+        config_files: Vec<PathBuf>,
+        /// A full deployment request as JSON (see /docs) instead of --module.
+        #[arg(long, conflicts_with = "modules")]
+        spec: Option<PathBuf>,
+        /// Host group.
+        #[arg(long, default_value = "default")]
+        group: String,
+        /// Wait up to this many seconds for every host to run it.
+        #[arg(long, default_value_t = 30)]
+        wait: u64,
+    },
+    /// List deployments and their status per host.
+    Deployments,
+    /// Delete a deployment.
+    Undeploy {
+        /// Deployment name or id.
+        name: String,
+    },
+    /// Usage by deployment, NF and version.
+    Usage {
+        /// Start: RFC 3339 or ms since the epoch (default: everything).
+        #[arg(long)]
+        from: Option<String>,
+        /// End (exclusive).
+        #[arg(long)]
+        to: Option<String>,
+        /// Print the JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The bill of a month, priced by the gateway's plan.
+    Bill {
+        /// Month, YYYY-MM (UTC).
+        #[arg(long)]
+        period: String,
+        /// Print CSV.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+        /// Print the JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant and print its first API key.
+    Create {
+        /// Tenant name.
+        name: String,
+        /// Print only the key (for scripts).
+        #[arg(long)]
+        key_only: bool,
+    },
+    /// List tenants.
+    List,
+    /// Add an API key to a tenant.
+    Key {
+        /// Tenant id.
+        tenant: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -56,11 +164,213 @@ enum NfCommand {
         /// The component (.wasm).
         component: PathBuf,
     },
+    /// Upload a component to the gateway.
+    Upload {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Module name (default: the file stem).
+        #[arg(long)]
+        name: Option<String>,
+        /// Module version (immutable once uploaded).
+        #[arg(long)]
+        version: String,
+    },
+    /// List uploaded modules.
+    List,
+    /// Delete an uploaded module (refused while deployed).
+    Delete {
+        /// Module id or name@version.
+        module: String,
+    },
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    let tenant = || Client::new(&cli.url, cli.api_key.clone());
+    let admin = || Client::new(&cli.url, cli.admin_token.clone());
     match cli.command {
+        Command::Dev { listen, data, spool, window_ms, config } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let opts = sluice_cli::dev::DevOptions {
+                listen,
+                data_dir: data,
+                spool,
+                admin_token: cli.admin_token.clone(),
+                window: std::time::Duration::from_millis(window_ms.max(10)),
+                config,
+            };
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(sluice_cli::dev::run(
+                opts,
+                |url, _token, spool| {
+                    println!("sluice dev: gateway {url} (dashboard {url}/dashboard, API docs {url}/docs)");
+                    println!("sluice dev: one host in group 'default'; drop captures into {}", spool.display());
+                    println!("sluice dev: admin token in $SLUICE_ADMIN_TOKEN or the data directory's admin-token file");
+                },
+                async {
+                    let _ = tokio::signal::ctrl_c().await;
+                },
+            ))?;
+        }
+        Command::Tenant(TenantCommand::Create { name, key_only }) => {
+            let t: Value = admin().post("/v1/tenants", &json!({ "name": name }))?;
+            let key = t["api_key"].as_str().unwrap_or_default();
+            if key_only {
+                println!("{key}");
+            } else {
+                println!("tenant {} ({})", t["name"].as_str().unwrap_or_default(), t["id"].as_str().unwrap_or_default());
+                println!("API key (shown once): {key}");
+                println!("  export SLUICE_API_KEY={key}");
+            }
+        }
+        Command::Tenant(TenantCommand::List) => {
+            let ts: Vec<Value> = admin().get("/v1/tenants")?;
+            for t in ts {
+                println!("{:<16} {}", t["id"].as_str().unwrap_or_default(), t["name"].as_str().unwrap_or_default());
+            }
+        }
+        Command::Tenant(TenantCommand::Key { tenant }) => {
+            let k: Value = admin().post(&format!("/v1/tenants/{}/keys", encode(&tenant)), &json!({}))?;
+            println!("{}", k["api_key"].as_str().unwrap_or_default());
+        }
+        Command::Nf(NfCommand::Upload { file, name, version }) => {
+            let name = name
+                .or_else(|| file.file_stem().and_then(|s| s.to_str()).map(str::to_string))
+                .context("give --name")?;
+            let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let path = format!("/v1/modules?name={}&version={}", encode(&name), encode(&version));
+            let m: Value = tenant().post_bytes(&path, "application/wasm", &bytes)?;
+            println!(
+                "uploaded {}@{}: id {}, {} bytes, sluice:nf@{}, sha256 {}",
+                m["name"].as_str().unwrap_or_default(),
+                m["version"].as_str().unwrap_or_default(),
+                m["id"].as_str().unwrap_or_default(),
+                m["size"],
+                m["contract"].as_str().unwrap_or_default(),
+                m["digest"].as_str().unwrap_or_default()
+            );
+        }
+        Command::Nf(NfCommand::List) => {
+            let ms: Vec<Value> = tenant().get("/v1/modules")?;
+            println!("{:<16} {:<20} {:<10} {:>10}  {:<14} deployed in", "id", "name", "version", "bytes", "digest");
+            for m in ms {
+                println!(
+                    "{:<16} {:<20} {:<10} {:>10}  {:<14} {}",
+                    m["id"].as_str().unwrap_or_default(),
+                    m["name"].as_str().unwrap_or_default(),
+                    m["version"].as_str().unwrap_or_default(),
+                    m["size"].to_string(),
+                    m["digest"].as_str().unwrap_or_default().chars().take(12).collect::<String>(),
+                    m["deployed_in"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")).unwrap_or_default()
+                );
+            }
+        }
+        Command::Nf(NfCommand::Delete { module }) => {
+            tenant().delete(&format!("/v1/modules/{}", encode(&module)))?;
+            println!("deleted {module}");
+        }
+        Command::Deploy { name, modules, config_files, spec, group, wait } => {
+            let client = tenant();
+            let mut body: Value = match spec {
+                Some(p) => serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?)
+                    .with_context(|| format!("{} is not JSON", p.display()))?,
+                None => {
+                    if modules.is_empty() {
+                        anyhow::bail!("give --module <name@version> (repeat for a chain) or --spec <file.json>");
+                    }
+                    if !config_files.is_empty() && config_files.len() != modules.len() {
+                        anyhow::bail!("give one --config-file per --module ({} modules, {} config files)", modules.len(), config_files.len());
+                    }
+                    let mut nfs = Vec::new();
+                    for (i, m) in modules.iter().enumerate() {
+                        let mut nf = json!({ "module": m });
+                        if let Some(f) = config_files.get(i) {
+                            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+                            nf["config"] = Value::String(text);
+                        }
+                        nfs.push(nf);
+                    }
+                    json!({ "nfs": nfs })
+                }
+            };
+            body["name"] = Value::String(name.clone());
+            if body.get("group").is_none() {
+                body["group"] = Value::String(group);
+            }
+            let path = format!("/v1/deployments/{}", encode(&name));
+            let d: Value = match client.get::<Value>(&path) {
+                Ok(_) => client.put(&path, &body)?,
+                Err(sluice_cli::client::ClientError::Api { status: 404, .. }) => client.post("/v1/deployments", &body)?,
+                Err(e) => return Err(e.into()),
+            };
+            println!(
+                "deployment {} ({}) revision {} on group {}",
+                d["name"].as_str().unwrap_or_default(),
+                d["id"].as_str().unwrap_or_default(),
+                d["revision"].to_string(),
+                d["group"].as_str().unwrap_or_default()
+            );
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+            let mut last = d;
+            while wait > 0 && std::time::Instant::now() < deadline {
+                last = client.get(&path)?;
+                match last["status"].as_str() {
+                    Some("running") | Some("failed") => break,
+                    _ => std::thread::sleep(std::time::Duration::from_millis(200)),
+                }
+            }
+            print_deployment(&last);
+            if last["status"] == "failed" {
+                anyhow::bail!("deployment {name} failed: {}", last["reason"].as_str().unwrap_or("see the hosts above"));
+            }
+        }
+        Command::Deployments => {
+            let ds: Vec<Value> = tenant().get("/v1/deployments")?;
+            if ds.is_empty() {
+                println!("no deployments");
+            }
+            for d in ds {
+                print_deployment(&d);
+            }
+        }
+        Command::Undeploy { name } => {
+            tenant().delete(&format!("/v1/deployments/{}", encode(&name)))?;
+            println!("deleted deployment {name}");
+        }
+        Command::Usage { from, to, json } => {
+            let mut q = Vec::new();
+            if let Some(f) = from {
+                q.push(format!("from={}", encode(&f)));
+            }
+            if let Some(t) = to {
+                q.push(format!("to={}", encode(&t)));
+            }
+            let u: Value = tenant().get(&format!("/v1/usage?{}", q.join("&")))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&u)?);
+            } else {
+                print_usage(&u);
+            }
+        }
+        Command::Bill { period, csv, json } => {
+            let path = format!("/v1/bill?period={}&format={}", encode(&period), if csv { "csv" } else { "json" });
+            if csv {
+                print!("{}", tenant().get_text(&path)?);
+            } else {
+                let b: Value = tenant().get(&path)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&b)?);
+                } else {
+                    print_bill(&b);
+                }
+            }
+        }
         Command::Nf(NfCommand::New { name, lang, template, dir }) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?;
             let template: Template = template.parse()?;
@@ -96,4 +406,96 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn print_deployment(d: &Value) {
+    let nfs: Vec<String> = d["nfs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|n| format!("{}={}@{}", n["name"].as_str().unwrap_or(""), n["module_name"].as_str().unwrap_or(""), n["version"].as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "{} ({}) rev {} group {}: {}{}  [{}]",
+        d["name"].as_str().unwrap_or_default(),
+        d["id"].as_str().unwrap_or_default(),
+        d["revision"].to_string(),
+        d["group"].as_str().unwrap_or_default(),
+        d["status"].as_str().unwrap_or_default(),
+        d["reason"].as_str().map(|r| format!(" ({r})")).unwrap_or_default(),
+        nfs.join(" -> ")
+    );
+    for h in d["hosts"].as_array().into_iter().flatten() {
+        println!(
+            "  host {:<16} {:<8} rev {} {:>10} packets{}",
+            h["host"].as_str().unwrap_or_default(),
+            h["state"].as_str().unwrap_or_default(),
+            h["revision"].to_string(),
+            h["packets"].to_string(),
+            h["reason"].as_str().map(|r| format!("  {r}")).unwrap_or_default()
+        );
+    }
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+fn print_usage(u: &Value) {
+    let rows = u["rows"].as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        println!("no usage in this range");
+        return;
+    }
+    let max = rows.iter().map(|r| num(&r["packets"])).fold(0.0, f64::max);
+    println!(
+        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10} {:>10} {:>6}  packets",
+        "deployment", "nf", "version", "invocations", "packets", "bytes", "cpu ms", "state ops", "traps"
+    );
+    for r in &rows {
+        println!(
+            "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>6}  {}",
+            r["deployment_name"].as_str().unwrap_or_default(),
+            r["nf"].as_str().unwrap_or_default(),
+            r["version"].as_str().unwrap_or_default(),
+            r["invocations"].to_string(),
+            r["packets"].to_string(),
+            r["bytes"].to_string(),
+            num(&r["cpu_ns"]) / 1e6,
+            r["state_ops"].to_string(),
+            r["traps"].to_string(),
+            bar(num(&r["packets"]), max, 24)
+        );
+    }
+    let t = &u["total"];
+    println!(
+        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>6}",
+        "total", "", "", t["invocations"].to_string(), t["packets"].to_string(), t["bytes"].to_string(), num(&t["cpu_ns"]) / 1e6, t["state_ops"].to_string(), t["traps"].to_string()
+    );
+}
+
+fn print_bill(b: &Value) {
+    let cur = b["currency"].as_str().unwrap_or_default();
+    println!("bill for {} ({}), {}", b["tenant_name"].as_str().unwrap_or_default(), b["tenant"].as_str().unwrap_or_default(), b["period"].as_str().unwrap_or_default());
+    println!("{:<12} {:>14} {:>12} {:>14} {:>10} {:>10}  {:<20} used / included", "item", "used", "included", "billable", "price", "amount", "unit");
+    for l in b["lines"].as_array().into_iter().flatten() {
+        let q = num(&l["quantity"]);
+        let inc = num(&l["included"]);
+        println!(
+            "{:<12} {:>14.6} {:>12.6} {:>14.6} {:>10} {:>10.2}  {:<20} {}",
+            l["item"].as_str().unwrap_or_default(),
+            q,
+            inc,
+            num(&l["billable"]),
+            l["unit_price"].to_string(),
+            num(&l["amount"]),
+            l["unit"].as_str().unwrap_or_default(),
+            bar(q, q.max(inc), 20)
+        );
+    }
+    println!("{:<12} {:>74.2} {cur}", "total", num(&b["total"]));
+    let packets: f64 = b["usage"].as_array().into_iter().flatten().map(|r| num(&r["packets"])).sum();
+    println!("({} packets billed across {} NF version(s))", human(packets), b["usage"].as_array().map(Vec::len).unwrap_or(0));
 }
