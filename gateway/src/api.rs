@@ -7,11 +7,11 @@ use crate::error::{ApiError, ErrorBody};
 use crate::state::{AppState, stored_nfs};
 use crate::store::{DeploymentRow, ModuleRow, TenantRow, UsageSums};
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_control::{HostState, ModuleRef, NfLimitsSpec, NfPlacement, subjects::check_token};
 use sluice_runtime::{Chain, FailurePolicy, NfLimits, NfSpec, Routes, RuntimeError};
@@ -114,7 +114,11 @@ pub async fn create_tenant(
     responses((status = 200, body = [TenantOut]), (status = 403, body = ErrorBody)))]
 pub async fn list_tenants(State(st): State<AppState>, _: Admin) -> Result<Json<Vec<TenantOut>>, ApiError> {
     Ok(Json(
-        st.store.tenants()?.into_iter().map(|t| TenantOut { id: t.id, name: t.name, created_ms: t.created_ms }).collect(),
+        st.store
+            .tenants()?
+            .into_iter()
+            .map(|t| TenantOut { id: t.id, name: t.name, created_ms: t.created_ms })
+            .collect(),
     ))
 }
 
@@ -243,20 +247,9 @@ pub async fn upload_module(
     State(st): State<AppState>,
     tenant: Tenant,
     Query(q): Query<UploadParams>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<(StatusCode, Json<ModuleOut>), ApiError> {
-    let limit = st.config.max_module_bytes();
-    let bytes = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!("the module is larger than the {limit}-byte limit (max-module-mb); shrink it (release build, strip) or ask the operator"),
-            )
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {}", e.body_text()))
-        }
-    })?;
+    let bytes = read_limited(body, st.config.max_module_bytes()).await?;
     check_name("module name", &q.name)?;
     check_version(&q.version)?;
     if bytes.is_empty() {
@@ -302,6 +295,35 @@ pub async fn upload_module(
     }
     tracing::info!(tenant = %tenant.id, module = %row.id, name = %row.name, version = %row.version, "module uploaded");
     Ok((StatusCode::CREATED, Json(module_out(&st, row)?)))
+}
+
+/// Reads a body of at most `limit` bytes. A larger one is read on (up to
+/// a hard cap) and discarded before answering 413, so the client gets the
+/// answer instead of a connection reset in the middle of its upload.
+async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let hard_cap = limit.saturating_mul(4).max(limit.saturating_add(64 << 20));
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        total = total.saturating_add(chunk.len());
+        if total <= limit {
+            buf.extend_from_slice(&chunk);
+        } else if total > hard_cap {
+            break;
+        }
+    }
+    if total > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the module is larger than the {limit}-byte limit (max-module-mb); shrink it (release build, strip) or ask the operator"
+            ),
+        ));
+    }
+    Ok(Bytes::from(buf))
 }
 
 impl ApiError {
@@ -557,7 +579,11 @@ fn limits_spec(l: LimitsIn, nf: &str) -> Result<NfLimitsSpec, ApiError> {
 /// Resolves a request into the chain hosts will run, checking every module
 /// reference, name and route, and starting every NF once with its config
 /// (so a config the NF rejects is refused here, not on the hosts).
-async fn resolve(st: &AppState, tenant: &Tenant, req: &DeploymentIn) -> Result<(Vec<NfPlacement>, Vec<String>), ApiError> {
+async fn resolve(
+    st: &AppState,
+    tenant: &Tenant,
+    req: &DeploymentIn,
+) -> Result<(Vec<NfPlacement>, Vec<String>), ApiError> {
     let nfs_in: Vec<NfIn> = match (&req.module, &req.nfs) {
         (Some(m), None) => vec![NfIn {
             name: None,
@@ -586,9 +612,7 @@ async fn resolve(st: &AppState, tenant: &Tenant, req: &DeploymentIn) -> Result<(
         let name = nf.name.clone().unwrap_or_else(|| m.name.clone());
         check_name("NF name", &name)?;
         if placements.iter().any(|p: &NfPlacement| p.name == name) {
-            return Err(ApiError::bad_request(format!(
-                "two NFs are named '{name}'; give each a distinct 'name'"
-            )));
+            return Err(ApiError::bad_request(format!("two NFs are named '{name}'; give each a distinct 'name'")));
         }
         module_ids.push(m.id.clone());
         placements.push(NfPlacement {
@@ -646,7 +670,9 @@ async fn trial_start(st: &AppState, placements: &[NfPlacement], routes: Vec<Rout
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
         let mut specs = Vec::new();
         for (p, bytes) in placements.iter().zip(&blobs) {
-            let module = runtime.load(&p.name, bytes).map_err(|e| ApiError::unprocessable("invalid_component", e.to_string()))?;
+            let module = runtime
+                .load(&p.name, bytes)
+                .map_err(|e| ApiError::unprocessable("invalid_component", e.to_string()))?;
             let mut limits = NfLimits { deadline: Duration::from_secs(1), ..NfLimits::default() };
             if p.limits.failure_policy.as_deref() == Some("fail-open") {
                 limits.failure_policy = FailurePolicy::FailOpen;
@@ -658,7 +684,9 @@ async fn trial_start(st: &AppState, placements: &[NfPlacement], routes: Vec<Rout
         }
         match Chain::with_routes(&runtime, &specs, routes) {
             Ok(_) => Ok(()),
-            Err(e @ RuntimeError::ConfigRejected { .. }) => Err(ApiError::unprocessable("config_rejected", e.to_string())),
+            Err(e @ RuntimeError::ConfigRejected { .. }) => {
+                Err(ApiError::unprocessable("config_rejected", e.to_string()))
+            }
             Err(e) => Err(ApiError::unprocessable("start_failed", e.to_string())),
         }
     })
@@ -716,7 +744,10 @@ pub async fn create_deployment(
 /// List the tenant's deployments with their status.
 #[utoipa::path(get, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])),
     responses((status = 200, body = [DeploymentOut]), (status = 401, body = ErrorBody)))]
-pub async fn list_deployments(State(st): State<AppState>, tenant: Tenant) -> Result<Json<Vec<DeploymentOut>>, ApiError> {
+pub async fn list_deployments(
+    State(st): State<AppState>,
+    tenant: Tenant,
+) -> Result<Json<Vec<DeploymentOut>>, ApiError> {
     Ok(Json(st.store.deployments(&tenant.id)?.into_iter().map(|r| deployment_out(&st, r)).collect()))
 }
 
@@ -801,7 +832,11 @@ fn parse_time(s: &str) -> Result<i64, ApiError> {
     }
     time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
-        .map_err(|_| ApiError::bad_request(format!("'{s}' is not a time: use RFC 3339 (2026-11-21T10:00:00Z) or ms since the epoch")))
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "'{s}' is not a time: use RFC 3339 (2026-11-21T10:00:00Z) or ms since the epoch"
+            ))
+        })
 }
 
 fn range(p: &RangeParams) -> Result<(i64, i64), ApiError> {
@@ -951,7 +986,13 @@ pub async fn usage_series(
     }
     let mut series: Vec<SeriesOut> = Vec::new();
     for pt in st.store.series(&tenant.id, from, to, step)? {
-        let point = PointOut { t_ms: pt.t_ms, packets: pt.packets, bytes: pt.bytes, cpu_ns: pt.cpu_ns, invocations: pt.invocations };
+        let point = PointOut {
+            t_ms: pt.t_ms,
+            packets: pt.packets,
+            bytes: pt.bytes,
+            cpu_ns: pt.cpu_ns,
+            invocations: pt.invocations,
+        };
         match series.iter_mut().find(|s| s.nf == pt.nf && s.version == pt.version) {
             Some(s) => s.points.push(point),
             None => series.push(SeriesOut { nf: pt.nf, version: pt.version, points: vec![point] }),
@@ -1042,7 +1083,13 @@ pub async fn bill(
             f(&out.currency)
         ));
     }
-    text.push_str(&format!("{},{},total,,,,,,{:.2},{}\n", f(&out.tenant_name), out.period, out.total, f(&out.currency)));
+    text.push_str(&format!(
+        "{},{},total,,,,,,{:.2},{}\n",
+        f(&out.tenant_name),
+        out.period,
+        out.total,
+        f(&out.currency)
+    ));
     let filename = format!("attachment; filename=\"sluice-bill-{}-{}.csv\"", out.tenant_name, out.period);
     Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (header::CONTENT_DISPOSITION, filename)], text)
         .into_response())

@@ -116,7 +116,13 @@ mod tests {
     #[test]
     fn allowances_are_subtracted_before_pricing() {
         let plan = PricePlan::default();
-        let t = UsageSums { packets: 3_000_000, bytes: 500_000_000, cpu_ns: 12_000_000_000, invocations: 100_000, ..Default::default() };
+        let t = UsageSums {
+            packets: 3_000_000,
+            bytes: 500_000_000,
+            cpu_ns: 12_000_000_000,
+            invocations: 100_000,
+            ..Default::default()
+        };
         let l = lines(&plan, &t);
         assert_eq!(l[0].billable, 2.0);
         assert_eq!(l[0].amount, 0.10);

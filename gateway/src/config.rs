@@ -174,7 +174,8 @@ impl GatewayConfig {
             Some(p) => {
                 let text =
                     std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
-                toml::from_str(&text).map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?
+                toml::from_str(&text)
+                    .map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?
             }
             None => GatewayConfig::default(),
         };
@@ -229,10 +230,9 @@ mod tests {
 
     #[test]
     fn plan_from_toml() {
-        let c: GatewayConfig = toml::from_str(
-            "admin-token = 'secret-token'\n[billing]\nper-gb = 0.5\n[billing.included]\npackets = 10\n",
-        )
-        .unwrap();
+        let c: GatewayConfig =
+            toml::from_str("admin-token = 'secret-token'\n[billing]\nper-gb = 0.5\n[billing.included]\npackets = 10\n")
+                .unwrap();
         assert_eq!(c.billing.per_gb, 0.5);
         assert_eq!(c.billing.included.packets, 10);
         assert_eq!(c.billing.included.gb, 1.0);

@@ -8,11 +8,10 @@
 //! dashboard. Everything a tenant sees is scoped to it: another tenant's
 //! object is a 404.
 //!
-//! - [`api`]: the HTTP handlers under `/v1` (OpenAPI at `/openapi.json`, Swagger UI at `/docs`);
-//! - [`store`]: SQLite;
-//! - [`state`]: shared state and the gateway side of the control plane;
-//! - [`billing`]: pricing;
-//! - [`config`]: settings.
+//! Modules: [`api`] (the HTTP handlers under `/v1`; OpenAPI at
+//! `/openapi.json`, Swagger UI at `/docs`), [`store`] (SQLite), [`state`]
+//! (shared state and the gateway side of the control plane), [`billing`]
+//! (pricing), [`config`] (settings), [`dashboard`] (the tenant page).
 
 pub mod api;
 pub mod auth;
@@ -127,16 +126,12 @@ impl Gateway {
 
     /// The HTTP routes.
     pub fn router(&self) -> Router {
-        let limit = self.state.config.max_module_bytes();
         let v1 = Router::new()
             .route("/tenants", post(api::create_tenant).get(api::list_tenants))
             .route("/tenants/{id}/keys", post(api::create_key))
             .route("/me", get(api::me))
             .route("/hosts", get(api::list_hosts))
-            .route(
-                "/modules",
-                post(api::upload_module).get(api::list_modules).layer(DefaultBodyLimit::max(limit)),
-            )
+            .route("/modules", post(api::upload_module).get(api::list_modules).layer(DefaultBodyLimit::disable()))
             .route("/modules/{id}", get(api::get_module).delete(api::delete_module))
             .route("/deployments", post(api::create_deployment).get(api::list_deployments))
             .route(

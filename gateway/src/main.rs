@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "sluice-gateway", version, about = "The Sluice gateway: tenants, modules, deployments, usage and bills over HTTP; hosts over NATS")]
+#[command(
+    name = "sluice-gateway",
+    version,
+    about = "The Sluice gateway: tenants, modules, deployments, usage and bills over HTTP; hosts over NATS"
+)]
 struct Cli {
     /// Configuration file (TOML); SLUICE_* variables override it. See gateway/src/config.rs.
     #[arg(long, env = "SLUICE_GATEWAY_CONFIG")]
@@ -63,7 +67,8 @@ fn run() -> anyhow::Result<()> {
         let listen = cfg.listen.clone();
         let gateway = sluice_gateway::Gateway::new(cfg, Arc::new(bus))?;
         gateway.state.publish_all().await;
-        let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("listening on {listen}"))?;
+        let listener =
+            tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("listening on {listen}"))?;
         let addr = listener.local_addr()?;
         tracing::info!("gateway listening on http://{addr} (dashboard /dashboard, API docs /docs)");
         println!("listening on http://{addr}");

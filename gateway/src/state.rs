@@ -73,7 +73,8 @@ impl AppState {
 
     /// Snapshot of the hosts.
     pub fn hosts(&self) -> Vec<HostSeen> {
-        let mut v: Vec<HostSeen> = self.hosts.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
+        let mut v: Vec<HostSeen> =
+            self.hosts.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
         v.sort_by(|a, b| a.heartbeat.host.cmp(&b.heartbeat.host));
         v
     }

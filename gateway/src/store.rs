@@ -321,7 +321,11 @@ impl Store {
                 )
                 .optional()?,
             None => db
-                .query_row(&format!("{cols} WHERE tenant_id = ?1 AND id = ?2"), params![tenant_id, reference], Self::module_row)
+                .query_row(
+                    &format!("{cols} WHERE tenant_id = ?1 AND id = ?2"),
+                    params![tenant_id, reference],
+                    Self::module_row,
+                )
                 .optional()?,
         };
         Ok(row)
@@ -364,7 +368,10 @@ impl Store {
         )?;
         tx.execute("DELETE FROM deployment_modules WHERE deployment_id = ?1", [&d.id])?;
         for m in module_ids {
-            tx.execute("INSERT OR IGNORE INTO deployment_modules (deployment_id, module_id) VALUES (?1, ?2)", params![d.id, m])?;
+            tx.execute(
+                "INSERT OR IGNORE INTO deployment_modules (deployment_id, module_id) VALUES (?1, ?2)",
+                params![d.id, m],
+            )?;
         }
         tx.commit()?;
         Ok(())
@@ -383,7 +390,8 @@ impl Store {
         })
     }
 
-    const DEPLOYMENT_COLS: &str = "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms FROM deployments";
+    const DEPLOYMENT_COLS: &str =
+        "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms FROM deployments";
 
     /// A tenant's deployments.
     pub fn deployments(&self, tenant_id: &str) -> Result<Vec<DeploymentRow>, StoreError> {
@@ -423,7 +431,8 @@ impl Store {
 
     /// Deletes one of a tenant's deployments.
     pub fn delete_deployment(&self, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = self.db().execute("DELETE FROM deployments WHERE tenant_id = ?1 AND id = ?2", params![tenant_id, id])?;
+        let n =
+            self.db().execute("DELETE FROM deployments WHERE tenant_id = ?1 AND id = ?2", params![tenant_id, id])?;
         Ok(n == 1)
     }
 
@@ -498,7 +507,13 @@ impl Store {
     }
 
     /// A tenant's usage over time in buckets of `step_ms`, per NF and version.
-    pub fn series(&self, tenant_id: &str, from_ms: i64, to_ms: i64, step_ms: i64) -> Result<Vec<SeriesPoint>, StoreError> {
+    pub fn series(
+        &self,
+        tenant_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+        step_ms: i64,
+    ) -> Result<Vec<SeriesPoint>, StoreError> {
         let db = self.db();
         let mut st = db.prepare(
             "SELECT nf, version, (window_start_ms / ?4) * ?4 AS t, SUM(packets), SUM(bytes), SUM(cpu_ns), SUM(invocations)
@@ -573,7 +588,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(&dir.path().join("g.db")).unwrap();
         s.create_tenant(&TenantRow { id: "t1".into(), name: "acme".into(), created_ms: 0 }, "h", "p").unwrap();
-        assert!(!s.create_tenant(&TenantRow { id: "t2".into(), name: "acme".into(), created_ms: 0 }, "h2", "p").unwrap());
+        assert!(
+            !s.create_tenant(&TenantRow { id: "t2".into(), name: "acme".into(), created_ms: 0 }, "h2", "p").unwrap()
+        );
         let m = ModuleRow {
             id: "m1".into(),
             tenant_id: "t1".into(),

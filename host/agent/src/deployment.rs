@@ -2,10 +2,10 @@
 //! is given, and its meter windows. Runs on its own thread (NF calls are
 //! synchronous and CPU-bound); the agent talks to it over a channel.
 
-use crate::report::{AgentReport, DeploymentReport};
+use crate::report::AgentReport;
 use sluice_control::{DeploymentSpec, DeploymentStatus, HostState, MeterRecord, NfPlacement, now_ms};
 use sluice_pcap::Trace;
-use sluice_runtime::{Chain, Fate, FailurePolicy, NfLimits, NfMeters, NfSpec, RawPacket, Routes, Runtime};
+use sluice_runtime::{Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, RawPacket, Routes, Runtime};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -66,7 +66,9 @@ fn limits_for(base: &NfLimits, nf: &NfPlacement) -> Result<NfLimits, String> {
         None => {}
         Some("fail-open") => l.failure_policy = FailurePolicy::FailOpen,
         Some("fail-closed") => l.failure_policy = FailurePolicy::FailClosed,
-        Some(other) => return Err(format!("NF '{}': failure policy '{other}' is not fail-open or fail-closed", nf.name)),
+        Some(other) => {
+            return Err(format!("NF '{}': failure policy '{other}' is not fail-open or fail-closed", nf.name));
+        }
     }
     Ok(l)
 }
@@ -83,9 +85,14 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
     let mut specs = Vec::new();
     let mut routes = Vec::new();
     for nf in &spec.nfs {
-        let bytes = blobs.get(&nf.module.digest).ok_or_else(|| format!("module {} was not fetched", nf.module.digest))?;
+        let bytes =
+            blobs.get(&nf.module.digest).ok_or_else(|| format!("module {} was not fetched", nf.module.digest))?;
         let module = shared.runtime.load(&nf.name, bytes).map_err(|e| e.to_string())?;
-        specs.push(NfSpec { module, config: nf.config.as_bytes().to_vec().into(), limits: limits_for(&shared.limits, nf)? });
+        specs.push(NfSpec {
+            module,
+            config: nf.config.as_bytes().to_vec().into(),
+            limits: limits_for(&shared.limits, nf)?,
+        });
         let mut labels = Vec::new();
         for (l, to) in &nf.labels {
             labels.push((*l, route(&nf.name, to)?));
@@ -106,7 +113,13 @@ struct Active {
 }
 
 /// The deployment thread: starts the chain, then serves `rx` until `Stop`.
-pub fn run(shared: Shared, spec: DeploymentSpec, blobs: Blobs, rx: crossbeam_channel::Receiver<Control>, replay: Vec<Arc<Trace>>) {
+pub fn run(
+    shared: Shared,
+    spec: DeploymentSpec,
+    blobs: Blobs,
+    rx: crossbeam_channel::Receiver<Control>,
+    replay: Vec<Arc<Trace>>,
+) {
     let id = spec.id.clone();
     {
         let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
@@ -159,15 +172,17 @@ enum Flow {
 fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: Option<String>) {
     let mut map = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
     let packets = map.get(&spec.id).map(|s| s.packets).unwrap_or(0);
-    map.insert(spec.id.clone(), DeploymentStatus { deployment: spec.id.clone(), revision: spec.revision, state, reason, packets });
+    map.insert(
+        spec.id.clone(),
+        DeploymentStatus { deployment: spec.id.clone(), revision: spec.revision, state, reason, packets },
+    );
     drop(map);
     shared.changed.notify_one();
 }
 
 fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active> {
-    let made = build(shared, &spec, blobs).and_then(|(specs, routes)| {
-        Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string())
-    });
+    let made = build(shared, &spec, blobs)
+        .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()));
     match made {
         Ok(chain) => {
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
@@ -288,7 +303,7 @@ fn process(
     }
     {
         let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
-        let d = r.deployments.entry(a.spec.id.clone()).or_insert_with(DeploymentReport::default);
+        let d = r.deployments.entry(a.spec.id.clone()).or_default();
         d.packets_in += packets_in;
         d.packets_out += packets_out;
     }
@@ -331,7 +346,7 @@ fn flush(shared: &Shared, a: &mut Active) {
         }
         {
             let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
-            let dep = r.deployments.entry(a.spec.id.clone()).or_insert_with(DeploymentReport::default);
+            let dep = r.deployments.entry(a.spec.id.clone()).or_default();
             dep.nfs.entry(format!("{}@{}", rec.nf, rec.version)).or_default().add(&rec);
         }
         if shared.meters.send(rec).is_err() {

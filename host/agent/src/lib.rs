@@ -21,7 +21,7 @@ pub mod report;
 use deployment::{Blobs, Control, Shared};
 use futures::StreamExt;
 use report::AgentReport;
-use sluice_control::{Bus, DeploymentSpec, DesiredSet, Heartbeat, HostState, DeploymentStatus, now_ms};
+use sluice_control::{Bus, DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, now_ms};
 use sluice_pcap::Trace;
 use sluice_runtime::{NfLimits, Runtime, RuntimeConfig};
 use std::collections::{BTreeMap, HashMap};
@@ -163,7 +163,8 @@ pub async fn serve(
         meters: meter_tx,
         changed: Arc::new(tokio::sync::Notify::new()),
     };
-    let publisher = tokio::spawn(outbox::run(bus.clone(), cfg.state_dir.join("outbox"), meter_rx, Duration::from_secs(10)));
+    let publisher =
+        tokio::spawn(outbox::run(bus.clone(), cfg.state_dir.join("outbox"), meter_rx, Duration::from_secs(10)));
     let mut desired = bus.watch_desired(&cfg.group).await?;
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut current = DesiredSet { group: cfg.group.clone(), deployments: Vec::new() };
@@ -219,7 +220,11 @@ fn write_report(path: Option<&Path>, report: &Mutex<AgentReport>) {
     let Some(path) = path else { return };
     let json = serde_json::to_vec_pretty(&*report.lock().unwrap_or_else(PoisonError::into_inner));
     let tmp = path.with_extension("tmp");
-    if let Err(e) = json.map_err(std::io::Error::other).and_then(|b| std::fs::write(&tmp, b)).and_then(|()| std::fs::rename(&tmp, path)) {
+    if let Err(e) = json
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, path))
+    {
         tracing::warn!(path = %path.display(), "cannot write the host report: {e}");
     }
 }
@@ -256,7 +261,8 @@ async fn fetch(bus: &dyn Bus, dir: &Path, spec: &DeploymentSpec) -> Result<Blobs
             return Err(format!("NF '{}': '{digest}' is not a SHA-256 digest", nf.name));
         }
         let path = dir.join(format!("{digest}.wasm"));
-        let cached = tokio::fs::read(&path).await.ok().filter(|b| sluice_control::bus::verify_digest(digest, b).is_ok());
+        let cached =
+            tokio::fs::read(&path).await.ok().filter(|b| sluice_control::bus::verify_digest(digest, b).is_ok());
         let bytes = match cached {
             Some(b) => b,
             None => {
@@ -300,7 +306,13 @@ async fn converge(
             revision: spec.revision,
             state: HostState::Pending,
             reason: None,
-            packets: shared.status.lock().unwrap_or_else(PoisonError::into_inner).get(&spec.id).map(|s| s.packets).unwrap_or(0),
+            packets: shared
+                .status
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&spec.id)
+                .map(|s| s.packets)
+                .unwrap_or(0),
         };
         let blobs = match fetch(bus, modules_dir, spec).await {
             Ok(b) => b,

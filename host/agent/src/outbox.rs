@@ -13,7 +13,12 @@ use tokio::sync::mpsc;
 
 /// Publishes records from `rx` until it closes, then returns how many are
 /// still unpublished (they stay in the outbox for the next start).
-pub async fn run(bus: Arc<dyn Bus>, dir: PathBuf, mut rx: mpsc::UnboundedReceiver<MeterRecord>, drain: Duration) -> usize {
+pub async fn run(
+    bus: Arc<dyn Bus>,
+    dir: PathBuf,
+    mut rx: mpsc::UnboundedReceiver<MeterRecord>,
+    drain: Duration,
+) -> usize {
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::error!(dir = %dir.display(), "cannot create the meter outbox ({e}); records are published without it");
     }
@@ -70,9 +75,10 @@ fn leftovers(dir: &Path) -> Vec<(PathBuf, MeterRecord)> {
         if path.extension().is_none_or(|x| x != "json") {
             continue;
         }
-        match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| {
-            serde_json::from_slice::<MeterRecord>(&b).map_err(|e| e.to_string())
-        }) {
+        match std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<MeterRecord>(&b).map_err(|e| e.to_string()))
+        {
             Ok(rec) => out.push((path, rec)),
             Err(e) => tracing::warn!(file = %path.display(), "skipping an unreadable outbox entry: {e}"),
         }

@@ -319,8 +319,14 @@ async fn shutdown_signal() {
 
 /// The machine's hostname, reduced to the characters a host id may hold.
 fn default_host_id() -> String {
-    let raw = std::fs::read_to_string("/etc/hostname").ok().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_default();
-    let id: String = raw.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).take(64).collect();
+    let raw =
+        std::fs::read_to_string("/etc/hostname").ok().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_default();
+    let id: String = raw
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .take(64)
+        .collect();
     if id.is_empty() { "host".into() } else { id }
 }
 

@@ -23,4 +23,4 @@ pub use messages::{
     NfPlacement, now_ms,
 };
 pub use nats::NatsBus;
-pub use subjects::{Names, NameError};
+pub use subjects::{NameError, Names};

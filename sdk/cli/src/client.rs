@@ -66,7 +66,9 @@ impl Client {
 
     fn auth(&self) -> Result<String, ClientError> {
         self.token.as_ref().map(|t| format!("Bearer {t}")).ok_or_else(|| {
-            ClientError::Credentials("no API key: pass --api-key or set SLUICE_API_KEY (the admin token for tenant commands)".into())
+            ClientError::Credentials(
+                "no API key: pass --api-key or set SLUICE_API_KEY (the admin token for tenant commands)".into(),
+            )
         })
     }
 
@@ -78,12 +80,11 @@ impl Client {
     ) -> Result<Vec<u8>, ClientError> {
         let mut resp = r.map_err(|e| ClientError::Unreachable { url: self.base.clone(), reason: e.to_string() })?;
         let status = resp.status().as_u16();
-        let body = resp
-            .body_mut()
-            .with_config()
-            .limit(256 << 20)
-            .read_to_vec()
-            .map_err(|e| ClientError::Decode { method, path: path.into(), reason: e.to_string() })?;
+        let body = resp.body_mut().with_config().limit(256 << 20).read_to_vec().map_err(|e| ClientError::Decode {
+            method,
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
         if status >= 400 {
             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let text = String::from_utf8_lossy(&body).into_owned();
@@ -99,7 +100,11 @@ impl Client {
     }
 
     fn json<T: DeserializeOwned>(method: &'static str, path: &str, body: &[u8]) -> Result<T, ClientError> {
-        serde_json::from_slice(body).map_err(|e| ClientError::Decode { method, path: path.into(), reason: e.to_string() })
+        serde_json::from_slice(body).map_err(|e| ClientError::Decode {
+            method,
+            path: path.into(),
+            reason: e.to_string(),
+        })
     }
 
     /// GET, JSON answer.
@@ -127,7 +132,12 @@ impl Client {
     }
 
     /// POST raw bytes.
-    pub fn post_bytes<T: DeserializeOwned>(&self, path: &str, content_type: &str, body: &[u8]) -> Result<T, ClientError> {
+    pub fn post_bytes<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<T, ClientError> {
         let r = self
             .agent
             .post(format!("{}{path}", self.base))

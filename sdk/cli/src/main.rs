@@ -1,5 +1,10 @@
 //! `sluice`: the developer and tenant CLI.
 
+// Gateway answers are read as `serde_json::Value`, whose `Index<&str>`
+// yields `Null` for a missing key instead of panicking; writes go through
+// `as_object_mut`.
+#![allow(clippy::indexing_slicing)]
+
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
@@ -184,7 +189,17 @@ enum NfCommand {
     },
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     let tenant = || Client::new(&cli.url, cli.api_key.clone());
     let admin = || Client::new(&cli.url, cli.admin_token.clone());
@@ -224,7 +239,11 @@ fn main() -> Result<()> {
             if key_only {
                 println!("{key}");
             } else {
-                println!("tenant {} ({})", t["name"].as_str().unwrap_or_default(), t["id"].as_str().unwrap_or_default());
+                println!(
+                    "tenant {} ({})",
+                    t["name"].as_str().unwrap_or_default(),
+                    t["id"].as_str().unwrap_or_default()
+                );
                 println!("API key (shown once): {key}");
                 println!("  export SLUICE_API_KEY={key}");
             }
@@ -267,7 +286,10 @@ fn main() -> Result<()> {
                     m["version"].as_str().unwrap_or_default(),
                     m["size"].to_string(),
                     m["digest"].as_str().unwrap_or_default().chars().take(12).collect::<String>(),
-                    m["deployed_in"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")).unwrap_or_default()
+                    m["deployed_in"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
+                        .unwrap_or_default()
                 );
             }
         }
@@ -278,42 +300,52 @@ fn main() -> Result<()> {
         Command::Deploy { name, modules, config_files, spec, group, wait } => {
             let client = tenant();
             let mut body: Value = match spec {
-                Some(p) => serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?)
-                    .with_context(|| format!("{} is not JSON", p.display()))?,
+                Some(p) => {
+                    serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?)
+                        .with_context(|| format!("{} is not JSON", p.display()))?
+                }
                 None => {
                     if modules.is_empty() {
                         anyhow::bail!("give --module <name@version> (repeat for a chain) or --spec <file.json>");
                     }
                     if !config_files.is_empty() && config_files.len() != modules.len() {
-                        anyhow::bail!("give one --config-file per --module ({} modules, {} config files)", modules.len(), config_files.len());
+                        anyhow::bail!(
+                            "give one --config-file per --module ({} modules, {} config files)",
+                            modules.len(),
+                            config_files.len()
+                        );
                     }
                     let mut nfs = Vec::new();
                     for (i, m) in modules.iter().enumerate() {
-                        let mut nf = json!({ "module": m });
-                        if let Some(f) = config_files.get(i) {
-                            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-                            nf["config"] = Value::String(text);
-                        }
-                        nfs.push(nf);
+                        let config = match config_files.get(i) {
+                            Some(f) => Value::String(
+                                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+                            ),
+                            None => Value::Null,
+                        };
+                        nfs.push(json!({ "module": m, "config": config }));
                     }
                     json!({ "nfs": nfs })
                 }
             };
-            body["name"] = Value::String(name.clone());
-            if body.get("group").is_none() {
-                body["group"] = Value::String(group);
-            }
+            let Some(obj) = body.as_object_mut() else {
+                anyhow::bail!("the deployment spec must be a JSON object (see {}/docs)", cli.url);
+            };
+            obj.insert("name".into(), Value::String(name.clone()));
+            obj.entry("group").or_insert(Value::String(group));
             let path = format!("/v1/deployments/{}", encode(&name));
             let d: Value = match client.get::<Value>(&path) {
                 Ok(_) => client.put(&path, &body)?,
-                Err(sluice_cli::client::ClientError::Api { status: 404, .. }) => client.post("/v1/deployments", &body)?,
+                Err(sluice_cli::client::ClientError::Api { status: 404, .. }) => {
+                    client.post("/v1/deployments", &body)?
+                }
                 Err(e) => return Err(e.into()),
             };
             println!(
                 "deployment {} ({}) revision {} on group {}",
                 d["name"].as_str().unwrap_or_default(),
                 d["id"].as_str().unwrap_or_default(),
-                d["revision"].to_string(),
+                d["revision"],
                 d["group"].as_str().unwrap_or_default()
             );
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
@@ -413,7 +445,14 @@ fn print_deployment(d: &Value) {
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|n| format!("{}={}@{}", n["name"].as_str().unwrap_or(""), n["module_name"].as_str().unwrap_or(""), n["version"].as_str().unwrap_or("")))
+                .map(|n| {
+                    format!(
+                        "{}={}@{}",
+                        n["name"].as_str().unwrap_or(""),
+                        n["module_name"].as_str().unwrap_or(""),
+                        n["version"].as_str().unwrap_or("")
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -421,7 +460,7 @@ fn print_deployment(d: &Value) {
         "{} ({}) rev {} group {}: {}{}  [{}]",
         d["name"].as_str().unwrap_or_default(),
         d["id"].as_str().unwrap_or_default(),
-        d["revision"].to_string(),
+        d["revision"],
         d["group"].as_str().unwrap_or_default(),
         d["status"].as_str().unwrap_or_default(),
         d["reason"].as_str().map(|r| format!(" ({r})")).unwrap_or_default(),
@@ -432,7 +471,7 @@ fn print_deployment(d: &Value) {
             "  host {:<16} {:<8} rev {} {:>10} packets{}",
             h["host"].as_str().unwrap_or_default(),
             h["state"].as_str().unwrap_or_default(),
-            h["revision"].to_string(),
+            h["revision"],
             h["packets"].to_string(),
             h["reason"].as_str().map(|r| format!("  {r}")).unwrap_or_default()
         );
@@ -472,14 +511,30 @@ fn print_usage(u: &Value) {
     let t = &u["total"];
     println!(
         "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>6}",
-        "total", "", "", t["invocations"].to_string(), t["packets"].to_string(), t["bytes"].to_string(), num(&t["cpu_ns"]) / 1e6, t["state_ops"].to_string(), t["traps"].to_string()
+        "total",
+        "",
+        "",
+        t["invocations"].to_string(),
+        t["packets"].to_string(),
+        t["bytes"].to_string(),
+        num(&t["cpu_ns"]) / 1e6,
+        t["state_ops"].to_string(),
+        t["traps"].to_string()
     );
 }
 
 fn print_bill(b: &Value) {
     let cur = b["currency"].as_str().unwrap_or_default();
-    println!("bill for {} ({}), {}", b["tenant_name"].as_str().unwrap_or_default(), b["tenant"].as_str().unwrap_or_default(), b["period"].as_str().unwrap_or_default());
-    println!("{:<12} {:>14} {:>12} {:>14} {:>10} {:>10}  {:<20} used / included", "item", "used", "included", "billable", "price", "amount", "unit");
+    println!(
+        "bill for {} ({}), {}",
+        b["tenant_name"].as_str().unwrap_or_default(),
+        b["tenant"].as_str().unwrap_or_default(),
+        b["period"].as_str().unwrap_or_default()
+    );
+    println!(
+        "{:<12} {:>14} {:>12} {:>14} {:>10} {:>10}  {:<20} used / included",
+        "item", "used", "included", "billable", "price", "amount", "unit"
+    );
     for l in b["lines"].as_array().into_iter().flatten() {
         let q = num(&l["quantity"]);
         let inc = num(&l["included"]);
@@ -497,5 +552,9 @@ fn print_bill(b: &Value) {
     }
     println!("{:<12} {:>74.2} {cur}", "total", num(&b["total"]));
     let packets: f64 = b["usage"].as_array().into_iter().flatten().map(|r| num(&r["packets"])).sum();
-    println!("({} packets billed across {} NF version(s))", human(packets), b["usage"].as_array().map(Vec::len).unwrap_or(0));
+    println!(
+        "({} packets billed across {} NF version(s))",
+        human(packets),
+        b["usage"].as_array().map(Vec::len).unwrap_or(0)
+    );
 }

@@ -1,0 +1,372 @@
+//! The cluster flow with separate processes over a real nats-server:
+//! upload → deploy → traffic → usage equals what the hosts report, hot
+//! swaps, bad uploads, tenant isolation, and billing that survives kill -9
+//! of the gateway and restarts of a host.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use serde_json::json;
+use support::*;
+
+fn fw_config() -> serde_json::Value {
+    json!({ "default": "allow", "rules": [{ "action": "deny", "proto": "tcp", "dst-ports": "23" }] })
+}
+
+#[test]
+fn upload_deploy_traffic_usage_equals_the_host_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = Api { base: gw.url.clone() };
+    let pcap = trace(dir.path(), 600);
+    let report = dir.path().join("h1.json");
+    let mut host = start_host(
+        &nats,
+        dir.path(),
+        "h1",
+        &[
+            "--in",
+            pcap.to_str().unwrap(),
+            "--loop",
+            "0",
+            "--pps",
+            "20000",
+            "--window-ms",
+            "200",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
+    let (_, key) = api.tenant("acme");
+    let fw = std::fs::read(nf("firewall")).unwrap();
+    let up = api.upload(Some(&key), "firewall", "1.0.0", &fw);
+    assert_eq!(up.status, 201, "{}", up.body);
+    assert_eq!(up.body["contract"], "0.2.0");
+    let up = api.upload(Some(&key), "counter", "1.0.0", &std::fs::read(nf("counter")).unwrap());
+    assert_eq!(up.status, 201, "{}", up.body);
+
+    // A chain: firewall -> counter.
+    let d = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "edge", "nfs": [
+            { "module": "firewall@1.0.0", "config": fw_config() },
+            { "module": "counter@1.0.0" } ] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    assert_eq!(d.body["nfs"][0]["next"], "counter");
+    let running = api.wait_running(&key, "edge", 1);
+    assert_eq!(running["hosts"][0]["host"], "h1");
+
+    // A module in use cannot be deleted.
+    let del = api.delete(Some(&key), "/v1/modules/firewall@1.0.0");
+    assert_eq!(del.status, 409, "{}", del.body);
+
+    // Hot swap: the same firewall as version 2.0.0 with another config.
+    assert_eq!(api.upload(Some(&key), "firewall", "2.0.0", &fw).status, 201);
+    let up = api.put(
+        Some(&key),
+        "/v1/deployments/edge",
+        &json!({ "nfs": [
+            { "module": "firewall@2.0.0", "config": { "default": "allow" } },
+            { "module": "counter@1.0.0" } ] }),
+    );
+    assert_eq!(up.status, 200, "{}", up.body);
+    assert_eq!(up.body["revision"], 2);
+    api.wait_running(&key, "edge", 2);
+    // Let version 2 see traffic, then stop the host: it flushes its last window.
+    wait_for(30, "traffic on version 2", || {
+        let u = api.get(Some(&key), "/v1/usage").body;
+        u["rows"].as_array().unwrap().iter().any(|r| r["version"] == "2.0.0").then_some(())
+    });
+    host.term();
+
+    let expected = report_totals(&[host_report(&report)]);
+    assert!(expected.contains_key("firewall@1.0.0") && expected.contains_key("firewall@2.0.0"), "{expected:?}");
+    let usage = wait_for(30, "usage to equal the host report", || {
+        let u = api.get(Some(&key), "/v1/usage").body;
+        (usage_totals(&u) == expected).then_some(u)
+    });
+    // Every packet the firewall forwarded reached the counter.
+    let rep = host_report(&report);
+    let dep = rep["deployments"].as_object().unwrap().values().next().unwrap();
+    assert!(dep["packets_in"].as_u64().unwrap() > 0);
+    let total = &usage["total"];
+    assert_eq!(
+        total["packets"].as_u64().unwrap(),
+        expected.values().map(|t| t[1]).sum::<u64>(),
+        "total packets equal the sum of the host's per-NF packets"
+    );
+
+    // The bill prices exactly this usage.
+    let period = time_period();
+    let bill = api.get(Some(&key), &format!("/v1/bill?period={period}")).body;
+    assert_eq!(bill["lines"][0]["item"], "packets");
+    let billed_packets = (bill["lines"][0]["quantity"].as_f64().unwrap() * 1e6).round() as u64;
+    assert_eq!(billed_packets, total["packets"].as_u64().unwrap());
+    let csv = api.get(Some(&key), &format!("/v1/bill?period={period}&format=csv")).body;
+    let csv = csv.as_str().unwrap();
+    assert!(csv.starts_with("tenant,period,item,unit,quantity"), "{csv}");
+    assert_eq!(csv.lines().count(), 6, "{csv}");
+
+    // Deleting the deployment frees the modules.
+    assert_eq!(api.delete(Some(&key), "/v1/deployments/edge").status, 204);
+    assert_eq!(api.delete(Some(&key), "/v1/modules/firewall@1.0.0").status, 204);
+    assert_eq!(api.get(Some(&key), "/v1/modules/firewall@1.0.0").status, 404);
+}
+
+fn time_period() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    // Civil date from days since the epoch (H. Hinnant's algorithm).
+    let z = now.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}")
+}
+
+#[test]
+fn bad_uploads_get_a_4xx_that_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_MAX_MODULE_MB", "1")]);
+    let api = Api { base: gw.url.clone() };
+    let (_, key) = api.tenant("acme");
+    let k = Some(key.as_str());
+
+    let r = api.upload(k, "junk", "1", b"these are not the bytes you are looking for");
+    assert_eq!((r.status, r.body["error"].as_str()), (400, Some("not_wasm")), "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("not a WebAssembly binary"));
+
+    // The smallest valid core module: magic and version 1.
+    let r = api.upload(k, "core", "1", b"\0asm\x01\0\0\0");
+    assert_eq!((r.status, r.body["error"].as_str()), (422, Some("core_module")), "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("not a component"));
+
+    let r = api.upload(k, "other", "1", &std::fs::read(test_nf("wrong-world")).unwrap());
+    assert_eq!((r.status, r.body["error"].as_str()), (422, Some("wrong_world")), "{}", r.body);
+
+    let mut broken = std::fs::read(nf("counter")).unwrap();
+    broken.truncate(broken.len() / 2);
+    let r = api.upload(k, "broken", "1", &broken);
+    assert_eq!((r.status, r.body["error"].as_str()), (422, Some("invalid_component")), "{}", r.body);
+
+    let r = api.upload(k, "big", "1", &vec![0u8; 2 << 20]);
+    assert_eq!((r.status, r.body["error"].as_str()), (413, Some("too_large")), "{}", r.body);
+
+    let counter = std::fs::read(nf("counter")).unwrap();
+    let r = api.upload(k, "bad.name", "1", &counter);
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = api.upload(k, "counter", "1%200", &counter);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(api.upload(k, "counter", "1.0", &counter).status, 201);
+    let r = api.upload(k, "counter", "1.0", &counter);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(api.upload(None, "counter", "2.0", &counter).status, 401);
+    assert_eq!(api.upload(Some("sk_nope"), "counter", "2.0", &counter).status, 401);
+
+    // Bad deployment requests.
+    let bad = [
+        (json!({ "name": "x" }), 400),
+        (json!({ "name": "x", "module": "nope@1" }), 404),
+        (json!({ "name": "x", "module": "counter@1.0", "group": "a.b" }), 400),
+        (json!({ "name": "x", "module": "counter@1.0", "limits": { "failure_policy": "maybe" } }), 400),
+        (json!({ "name": "x", "nfs": [{ "module": "counter@1.0", "next": "ghost" }] }), 400),
+        (json!({ "name": "x", "nfs": [{ "module": "counter@1.0" }, { "module": "counter@1.0" }] }), 400),
+        (json!({ "name": "x", "module": "counter@1.0", "surprise": 1 }), 400),
+    ];
+    for (body, status) in bad {
+        let r = api.post(k, "/v1/deployments", &body);
+        assert_eq!(r.status, status, "{body} -> {}", r.body);
+        assert!(r.body["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", r.body);
+    }
+    // The firewall refuses a config it cannot parse: refused at deploy time.
+    assert_eq!(api.upload(k, "firewall", "1", &std::fs::read(nf("firewall")).unwrap()).status, 201);
+    let r = api.post(k, "/v1/deployments", &json!({ "name": "fw", "module": "firewall@1", "config": "{not json" }));
+    assert_eq!((r.status, r.body["error"].as_str()), (422, Some("config_rejected")), "{}", r.body);
+    let r = api.get(k, "/v1/usage?from=yesterday");
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = api.get(k, "/v1/bill?period=2026-13");
+    assert_eq!(r.status, 400, "{}", r.body);
+}
+
+#[test]
+fn tenants_see_and_change_only_their_own_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = Api { base: gw.url.clone() };
+    let pcap = trace(dir.path(), 200);
+    let mut host = start_host(&nats, dir.path(), "h1", &["--in", pcap.to_str().unwrap(), "--window-ms", "100"]);
+    let (a_id, a) = api.tenant("alpha");
+    let (_, b) = api.tenant("beta");
+    let (a, b) = (Some(a.as_str()), Some(b.as_str()));
+    let up = api.upload(a, "counter", "1", &std::fs::read(nf("counter")).unwrap());
+    let module_id = up.body["id"].as_str().unwrap().to_string();
+    let d = api.post(a, "/v1/deployments", &json!({ "name": "mine", "module": "counter@1" }));
+    assert_eq!(d.status, 201, "{}", d.body);
+    let dep_id = d.body["id"].as_str().unwrap().to_string();
+    api.wait_running(a.unwrap(), "mine", 1);
+    wait_for(30, "alpha's usage", || {
+        let u = api.get(a, "/v1/usage").body;
+        (u["total"]["packets"].as_u64().unwrap_or(0) > 0).then_some(())
+    });
+
+    // Beta gets 404 for every one of alpha's objects, by id or by name.
+    for path in [
+        format!("/v1/modules/{module_id}"),
+        "/v1/modules/counter@1".to_string(),
+        format!("/v1/deployments/{dep_id}"),
+        "/v1/deployments/mine".to_string(),
+    ] {
+        assert_eq!(api.get(b, &path).status, 404, "GET {path}");
+        assert_eq!(api.delete(b, &path).status, 404, "DELETE {path}");
+    }
+    let r = api.put(b, &format!("/v1/deployments/{dep_id}"), &json!({ "module": module_id }));
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = api.post(b, "/v1/deployments", &json!({ "name": "steal", "module": module_id }));
+    assert_eq!(r.status, 404, "{}", r.body);
+    for path in ["/v1/modules", "/v1/deployments"] {
+        assert_eq!(api.get(b, path).body, json!([]), "{path}");
+        assert_eq!(api.get(a, path).body.as_array().unwrap().len(), 1, "{path}");
+    }
+    let bu = api.get(b, "/v1/usage").body;
+    assert_eq!(bu["rows"], json!([]));
+    assert_eq!(bu["total"]["packets"], 0);
+    let bb = api.get(b, "/v1/bill?period=2026-11").body;
+    assert_eq!(bb["usage"], json!([]));
+    assert_eq!(api.get(b, "/v1/usage/series?step_ms=1000").body["series"], json!([]));
+    assert_eq!(api.get(b, "/v1/me").body["name"], "beta");
+
+    // Operator endpoints need the admin token; tenant endpoints need a tenant key.
+    for key in [a, b] {
+        assert_eq!(api.get(key, "/v1/tenants").status, 403);
+        assert_eq!(api.get(key, "/v1/hosts").status, 403);
+        assert_eq!(api.post(key, "/v1/tenants", &json!({ "name": "x" })).status, 403);
+        assert_eq!(api.post(key, &format!("/v1/tenants/{a_id}/keys"), &json!({})).status, 403);
+    }
+    for path in ["/v1/modules", "/v1/deployments", "/v1/usage", "/v1/bill?period=2026-11", "/v1/me", "/v1/tenants"] {
+        assert_eq!(api.get(None, path).status, 401, "{path}");
+        assert_eq!(api.get(Some("sk_0000"), path).status, if path == "/v1/tenants" { 403 } else { 401 }, "{path}");
+    }
+    assert_eq!(api.get(Some(ADMIN), "/v1/modules").status, 401, "the admin token is not a tenant key");
+    assert_eq!(api.get(Some(ADMIN), "/v1/tenants").body.as_array().unwrap().len(), 2);
+    let hosts = api.get(Some(ADMIN), "/v1/hosts").body;
+    assert_eq!(hosts[0]["host"], "h1");
+    assert_eq!(hosts[0]["alive"], true);
+    // A second key for alpha works; the tenant name is unique.
+    let k2 = api.post(Some(ADMIN), &format!("/v1/tenants/{a_id}/keys"), &json!({})).body;
+    assert_eq!(api.get(k2["api_key"].as_str(), "/v1/modules").body.as_array().unwrap().len(), 1);
+    assert_eq!(api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": "alpha" })).status, 409);
+    assert_eq!(api.post(Some(ADMIN), "/v1/tenants/t_nobody/keys", &json!({})).status, 404);
+    host.term();
+}
+
+#[test]
+fn killing_the_gateway_mid_stream_loses_and_double_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let mut gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = Api { base: gw.url.clone() };
+    let pcap = trace(dir.path(), 400);
+    let report = dir.path().join("h1.json");
+    let (_, key) = api.tenant("acme");
+    assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    assert_eq!(api.post(Some(&key), "/v1/deployments", &json!({ "name": "c", "module": "counter@1" })).status, 201);
+    let mut host = start_host(
+        &nats,
+        dir.path(),
+        "h1",
+        &[
+            "--in",
+            pcap.to_str().unwrap(),
+            "--loop",
+            "0",
+            "--pps",
+            "30000",
+            "--window-ms",
+            "50",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
+    api.wait_running(&key, "c", 1);
+    for round in 0..3 {
+        wait_for(30, "meters to flow", || {
+            let u = api.get(Some(&key), "/v1/usage").body;
+            (u["total"]["records"].as_u64().unwrap_or(0) > 5 * (round + 1)).then_some(())
+        });
+        gw.kill9();
+        // Meters keep flowing into the stream while the gateway is down.
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        gw.restart();
+    }
+    host.term();
+    let expected = report_totals(&[host_report(&report)]);
+    let records: u64 = expected.values().map(|t| t[4]).sum();
+    assert!(records > 20, "the host produced {records} records");
+    wait_for(60, "usage to equal the host report", || {
+        let u = api.get(Some(&key), "/v1/usage").body;
+        (usage_totals(&u) == expected).then_some(())
+    });
+}
+
+#[test]
+fn a_restarted_host_resumes_and_billing_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = Api { base: gw.url.clone() };
+    let pcap = trace(dir.path(), 400);
+    let (_, key) = api.tenant("acme");
+    assert_eq!(api.upload(Some(&key), "firewall", "1", &std::fs::read(nf("firewall")).unwrap()).status, 201);
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "fw", "module": "firewall@1", "config": fw_config() }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let mut reports = Vec::new();
+    for run in 0..2 {
+        // The same host id and state directory: the host rejoins, reads the
+        // desired state from the KV bucket and starts the deployment again.
+        let report = dir.path().join(format!("h1-{run}.json"));
+        let args = [
+            "--in",
+            pcap.to_str().unwrap(),
+            "--loop",
+            "0",
+            "--pps",
+            "20000",
+            "--window-ms",
+            "100",
+            "--report",
+            report.to_str().unwrap(),
+        ];
+        let mut host = start_host(&nats, dir.path(), "h1", &args);
+        api.wait_running(&key, "fw", 1);
+        wait_for(30, "this run's meters", || {
+            std::fs::read(&report)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .filter(|r| report_totals(std::slice::from_ref(r)).values().map(|t| t[4]).sum::<u64>() >= 5)
+        });
+        host.term();
+        reports.push(host_report(&report));
+    }
+    assert_ne!(reports[0]["boot"], reports[1]["boot"]);
+    let expected = report_totals(&reports);
+    wait_for(30, "usage to equal both runs' reports", || {
+        let u = api.get(Some(&key), "/v1/usage").body;
+        (usage_totals(&u) == expected).then_some(())
+    });
+    // Nothing is left unpublished in the outbox.
+    let outbox = dir.path().join("state-h1/outbox");
+    assert_eq!(std::fs::read_dir(outbox).unwrap().count(), 0);
+}
