@@ -1,0 +1,147 @@
+//! The embedded default end to end: `sluice dev` (gateway + host + in-process
+//! bus + SQLite), driven by the `sluice` CLI as a tenant would, then the
+//! dashboard in real headless Chromium, whose charts must show the numbers
+//! the API returns.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use support::*;
+
+fn sluice(url: &str, key: Option<&str>, args: &[&str]) -> String {
+    let mut c = Command::new(sibling_bin("sluice"));
+    c.args(args).env("SLUICE_URL", url).env("SLUICE_ADMIN_TOKEN", ADMIN).env_remove("SLUICE_API_KEY");
+    if let Some(k) = key {
+        c.env("SLUICE_API_KEY", k);
+    }
+    let out = c.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "sluice {args:?} failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+#[test]
+fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let data = dir.path().join("dev");
+    let log = std::fs::File::create(dir.path().join("dev.log")).unwrap();
+    // A plan without allowances, so that a small trace costs something.
+    let plan = dir.path().join("gateway.toml");
+    std::fs::write(
+        &plan,
+        "[billing]\nper-million-packets = 100.0\nper-gb = 50.0\n[billing.included]\npackets = 0\ngb = 0.0\ncpu-seconds = 0.0\ninvocations = 0\n",
+    )
+    .unwrap();
+    let child = Command::new(sibling_bin("sluice"))
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--window-ms", "200"])
+        .arg("--data")
+        .arg(&data)
+        .arg("--config")
+        .arg(&plan)
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    let mut dev = Proc { child, name: "sluice dev".into() };
+    wait_for(60, "sluice dev to answer", || ureq::get(format!("{url}/healthz")).call().ok());
+
+    // The tenant flow through the CLI.
+    let key = sluice(&url, None, &["tenant", "create", "acme", "--key-only"]).trim().to_string();
+    assert!(key.starts_with("sk_"), "{key}");
+    let k = Some(key.as_str());
+    let fw = nf("firewall");
+    let out = sluice(&url, k, &["nf", "upload", fw.to_str().unwrap(), "--version", "1.0.0"]);
+    assert!(out.contains("uploaded firewall@1.0.0"), "{out}");
+    let cfg = dir.path().join("fw.json");
+    std::fs::write(&cfg, r#"{"default":"allow","rules":[{"action":"deny","proto":"tcp","dst-ports":"23"}]}"#).unwrap();
+    let out = sluice(&url, k, &["deploy", "edge", "-m", "firewall@1.0.0", "--config-file", cfg.to_str().unwrap()]);
+    assert!(out.contains("edge") && out.contains("running"), "{out}");
+
+    // Traffic: a capture renamed into the spool.
+    let pcap = trace(dir.path(), 500);
+    let packets = sluice_pcap_count(&pcap);
+    let spool = data.join("spool");
+    std::fs::copy(&pcap, spool.join(".incoming")).unwrap();
+    std::fs::rename(spool.join(".incoming"), spool.join("office.pcap")).unwrap();
+    let api = Api { base: url.clone() };
+    let usage = wait_for(30, "the trace to be metered", || {
+        let u = api.get(k, "/v1/usage").body;
+        (u["total"]["packets"].as_u64() == Some(packets)).then_some(u)
+    });
+    assert!(spool.join("done/office.pcap").exists());
+    let out = sluice(&url, k, &["usage"]);
+    assert!(out.contains(&packets.to_string()), "{out}");
+
+    // The dashboard, in Chromium.
+    let node_dir = workspace().join("tests/dashboard");
+    assert!(
+        node_dir.join("node_modules/playwright-core").exists(),
+        "playwright-core is missing: run `make setup` (npm install in tests/dashboard)"
+    );
+    let out = Command::new("node").arg(node_dir.join("check.mjs")).args([&url, &key]).output().unwrap();
+    assert!(out.status.success(), "dashboard check failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["page_errors"], Value::Array(vec![]), "{shown}");
+    assert_eq!(shown["foreign_requests"], Value::Array(vec![]), "the page fetched something from elsewhere: {shown}");
+
+    let total = &usage["total"];
+    for m in ["packets", "bytes", "cpu_ns", "invocations"] {
+        assert_eq!(shown["tiles"][m], total[m], "tile {m}");
+    }
+    let mut by_nf: BTreeMap<String, BTreeMap<&str, u64>> = BTreeMap::new();
+    for r in usage["rows"].as_array().unwrap() {
+        let e = by_nf.entry(format!("{}@{}", r["nf"].as_str().unwrap(), r["version"].as_str().unwrap())).or_default();
+        for m in ["packets", "bytes", "cpu_ns"] {
+            *e.entry(m).or_default() += r[m].as_u64().unwrap();
+        }
+    }
+    for m in ["packets", "bytes", "cpu_ns"] {
+        let expected: BTreeMap<String, u64> = by_nf.iter().map(|(k, v)| (k.clone(), v[m])).collect();
+        let bars: BTreeMap<String, u64> = serde_json::from_value(shown["charts"][m]["bars"].clone()).unwrap();
+        let legend: BTreeMap<String, u64> = serde_json::from_value(shown["charts"][m]["legend"].clone()).unwrap();
+        assert_eq!(bars, expected, "{m} chart bars");
+        assert_eq!(legend, expected, "{m} chart legend");
+    }
+    assert_eq!(shown["modules"], serde_json::json!(["firewall"]));
+    assert_eq!(shown["deployments"], serde_json::json!([{ "name": "edge", "status": "running" }]));
+
+    // The downloaded bill is the API's CSV bill of the month on screen.
+    let month = shown["csv_name"].as_str().unwrap().trim_start_matches("sluice-bill-").trim_end_matches(".csv").to_string();
+    let api_csv = api.get(k, &format!("/v1/bill?period={month}&format=csv")).body;
+    assert_eq!(shown["csv"].as_str().unwrap(), api_csv.as_str().unwrap());
+    let bill = api.get(k, &format!("/v1/bill?period={month}")).body;
+    assert_eq!(shown["bill_total"].as_f64(), bill["total"].as_f64());
+    assert!(bill["total"].as_f64().unwrap() > 0.0, "the plan has no allowances, so the bill is not zero: {bill}");
+    let billed = (bill["lines"][0]["quantity"].as_f64().unwrap() * 1e6).round() as u64;
+    assert_eq!(billed, packets);
+
+    // The CLI bill agrees.
+    let csv = sluice(&url, k, &["bill", "--period", &month, "--csv"]);
+    assert_eq!(csv, api_csv.as_str().unwrap());
+
+    // Ctrl-C: the dev cluster stops cleanly and keeps its data.
+    let _ = Command::new("kill").args(["-INT", &dev.child.id().to_string()]).status();
+    let st = dev.child.wait().unwrap();
+    assert!(st.success(), "sluice dev exited with {st}");
+    assert!(data.join("gateway/gateway.db").exists());
+}
+
+fn sluice_pcap_count(p: &std::path::Path) -> u64 {
+    // Every frame of the synthetic trace; the host counts what it reads.
+    let bytes = std::fs::read(p).unwrap();
+    let mut n = 0u64;
+    let mut off = 24usize;
+    while off + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
+        off += 16 + incl;
+        n += 1;
+    }
+    n
+}
