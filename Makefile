@@ -12,11 +12,14 @@ TEST_NF_OUT := target/nfs-test
 # The host is built with DPDK packet I/O; `make setup` installs libdpdk-dev.
 FEATURES := --features sluice-host/dpdk
 DEMO_DIR := target/demo
+# nats-server for the cluster tests: the one on PATH, else the one `make
+# setup` builds into Go's bin directory.
+export SLUICE_NATS_SERVER ?= $(shell command -v nats-server 2>/dev/null || echo "$$(go env GOPATH 2>/dev/null)/bin/nats-server")
 
 .PHONY: help setup build nfs test-nfs demo test lint unit fuzz-smoke fuzz bench clean
 
 help:
-	@echo "make demo   - build everything and run a sample trace through firewall, IDS, monitor, NAT, and NFs in C, Python, JS, Go"
+	@echo "make demo   - build everything, run a sample trace through firewall, IDS, monitor, NAT, NFs in C, Python, JS, Go, then the tenant flow (upload, deploy, usage, bill) on sluice dev"
 	@echo "make test   - lint, build the NFs, run every test (unit, integration, fuzz smoke)"
 	@echo "make bench  - benchmarks; writes docs/benchmarks.md"
 	@echo "make setup  - install what the above need (idempotent)"
@@ -95,6 +98,10 @@ demo: build test-nfs
 		cmp $(DEMO_DIR)/langs/fw-c.out.pcap $(DEMO_DIR)/langs/fw-js.out.pcap && \
 		cmp $(DEMO_DIR)/langs/fw-c.out.pcap $(DEMO_DIR)/langs/fw-go.out.pcap && \
 		echo "identical output from C, Python, JavaScript and Go ($(DEMO_DIR)/langs/fw-*.out.pcap)"
+	@echo
+	@echo "== the tenant flow on the embedded default (sluice dev: gateway + one host in one process):"
+	@echo "   create a tenant, upload the firewall, deploy it, push the trace, read the usage and the bill"
+	@bash deploy/local/demo-tenant.sh $(DEMO_DIR)/office.pcap
 
 lint: setup
 	$(CARGO) fmt --all --check

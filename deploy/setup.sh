@@ -13,9 +13,9 @@ need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
 # dpdk-testpmd forwarding baseline of the benchmarks), tshark (the NAT test
 # validates rewritten checksums with it), and the guest toolchains of the
 # SDKs: clang + lld + wasi-libc for C, Node.js + npm for JavaScript, Python
-# with pip for Python.
+# with pip for Python; chromium for the dashboard test.
 apt_pkgs=(build-essential pkg-config curl ca-certificates libdpdk-dev dpdk-dev tshark
-  clang lld wasi-libc libclang-rt-14-dev-wasm32)
+  clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium)
 command -v node >/dev/null || apt_pkgs+=(nodejs)
 command -v npm >/dev/null || apt_pkgs+=(npm)
 command -v python3 >/dev/null || apt_pkgs+=(python3)
@@ -101,6 +101,28 @@ if [ ! -x sdk/js/node_modules/.bin/componentize-js ] || [ ! -x sdk/js/node_modul
   [ sdk/js/package-lock.json -nt sdk/js/node_modules/.package-lock.json ]; then
   (cd sdk/js && npm install --no-audit --no-fund --loglevel=error)
   did+=("npm: sdk/js")
+fi
+
+# NATS: the control plane needs nats-server 2.10 or newer (JetStream KV and
+# object store as async-nats uses them; Debian 12 ships 2.9). Built from the
+# Go module proxy into $(go env GOPATH)/bin when missing or too old.
+nats_version=2.12.8
+nats_ok() {
+  local v
+  v=$("$1" --version 2>/dev/null | sed -n 's/^nats-server: v\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+  [ -n "$v" ] && { set -- $v; [ "$1" -gt 2 ] || { [ "$1" -eq 2 ] && [ "$2" -ge 10 ]; }; }
+}
+gobin="$(go env GOPATH)/bin"
+if ! { command -v nats-server >/dev/null && nats_ok "$(command -v nats-server)"; } && ! nats_ok "$gobin/nats-server"; then
+  GOFLAGS=-mod=mod go install "github.com/nats-io/nats-server/v2@v$nats_version"
+  did+=("nats-server $nats_version ($gobin)")
+fi
+
+# The dashboard test drives Debian's chromium with playwright-core (npm).
+if [ ! -d tests/dashboard/node_modules/playwright-core ] ||
+  [ tests/dashboard/package.json -nt tests/dashboard/node_modules/.package-lock.json ]; then
+  (cd tests/dashboard && npm install --no-audit --no-fund --loglevel=error)
+  did+=("npm: tests/dashboard")
 fi
 
 if [ ${#did[@]} -eq 0 ]; then

@@ -86,7 +86,12 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
         "playwright-core is missing: run `make setup` (npm install in tests/dashboard)"
     );
     let out = Command::new("node").arg(node_dir.join("check.mjs")).args([&url, &key]).output().unwrap();
-    assert!(out.status.success(), "dashboard check failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "dashboard check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["page_errors"], Value::Array(vec![]), "{shown}");
     assert_eq!(shown["foreign_requests"], Value::Array(vec![]), "the page fetched something from elsewhere: {shown}");
@@ -113,7 +118,8 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     assert_eq!(shown["deployments"], serde_json::json!([{ "name": "edge", "status": "running" }]));
 
     // The downloaded bill is the API's CSV bill of the month on screen.
-    let month = shown["csv_name"].as_str().unwrap().trim_start_matches("sluice-bill-").trim_end_matches(".csv").to_string();
+    let month =
+        shown["csv_name"].as_str().unwrap().trim_start_matches("sluice-bill-").trim_end_matches(".csv").to_string();
     let api_csv = api.get(k, &format!("/v1/bill?period={month}&format=csv")).body;
     assert_eq!(shown["csv"].as_str().unwrap(), api_csv.as_str().unwrap());
     let bill = api.get(k, &format!("/v1/bill?period={month}")).body;

@@ -532,9 +532,10 @@ fn print_bill(b: &Value) {
         b["period"].as_str().unwrap_or_default()
     );
     println!(
-        "{:<12} {:>14} {:>12} {:>14} {:>10} {:>10}  {:<20} used / included",
+        "{:<12} {:>14} {:>12} {:>14} {:>10} {:>10}  {:<20} share of the bill",
         "item", "used", "included", "billable", "price", "amount", "unit"
     );
+    let top = b["lines"].as_array().into_iter().flatten().map(|l| num(&l["amount"])).fold(0.0, f64::max);
     for l in b["lines"].as_array().into_iter().flatten() {
         let q = num(&l["quantity"]);
         let inc = num(&l["included"]);
@@ -547,7 +548,7 @@ fn print_bill(b: &Value) {
             l["unit_price"].to_string(),
             num(&l["amount"]),
             l["unit"].as_str().unwrap_or_default(),
-            bar(q, q.max(inc), 20)
+            bar(num(&l["amount"]), top, 20)
         );
     }
     println!("{:<12} {:>74.2} {cur}", "total", num(&b["total"]));

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The tenant flow of `make demo` on the embedded default (`sluice dev`: the
+# gateway and one pcap-fed host in one process, SQLite under target/demo/dev):
+# create a tenant, upload the firewall, deploy it, push a trace, print the
+# usage and the bill.
+set -euo pipefail
+trace=${1:?usage: demo-tenant.sh <trace.pcap>}
+S=./target/release/sluice
+D=target/demo/dev
+rm -rf "$D"
+mkdir -p "$D"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export SLUICE_URL="http://127.0.0.1:$port"
+export SLUICE_ADMIN_TOKEN="demo-admin-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+unset SLUICE_API_KEY
+
+echo "\$ sluice dev --listen 127.0.0.1:$port --data $D --config deploy/local/gateway-demo.toml &"
+"$S" dev --listen "127.0.0.1:$port" --data "$D" --config deploy/local/gateway-demo.toml --window-ms 250 >"$D/dev.log" 2>&1 &
+dev=$!
+stop() { kill -INT "$dev" 2>/dev/null && wait "$dev" 2>/dev/null || true; }
+trap stop EXIT
+for _ in $(seq 100); do
+  curl -sf "$SLUICE_URL/healthz" >/dev/null && break
+  kill -0 "$dev" 2>/dev/null || { cat "$D/dev.log"; exit 1; }
+  sleep 0.1
+done
+head -2 "$D/dev.log"
+
+echo
+echo "\$ sluice tenant create acme"
+SLUICE_API_KEY=$("$S" tenant create acme --key-only)
+export SLUICE_API_KEY
+echo "API key ${SLUICE_API_KEY:0:11}... (exported as SLUICE_API_KEY)"
+echo
+echo "\$ sluice nf upload target/nfs/firewall.wasm --version 1.0.0"
+"$S" nf upload target/nfs/firewall.wasm --version 1.0.0
+echo
+echo "\$ sluice deploy edge -m firewall@1.0.0 --config-file deploy/local/firewall-rules.json"
+"$S" deploy edge -m firewall@1.0.0 --config-file deploy/local/firewall-rules.json
+echo
+echo "\$ cp $trace $D/spool/   # the dev host sends every capture in its spool through every deployment"
+cp "$trace" "$D/spool/.incoming"
+mv "$D/spool/.incoming" "$D/spool/office.pcap"
+want=$(./target/release/sluice-host run --nf target/nfs/noop.wasm --in "$trace" --quiet | sed -n 's/^packets: *\([0-9]*\) in.*/\1/p')
+for _ in $(seq 300); do
+  got=$("$S" usage --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"]["packets"])')
+  [ "$got" = "$want" ] && break
+  sleep 0.1
+done
+echo "metered $got of $want packets"
+echo
+echo "\$ sluice usage"
+"$S" usage
+echo
+echo "\$ sluice bill --period $(date -u +%Y-%m)"
+"$S" bill --period "$(date -u +%Y-%m)"
+echo
+echo "\$ sluice bill --period $(date -u +%Y-%m) --csv"
+"$S" bill --period "$(date -u +%Y-%m)" --csv
+echo
+echo "(while it runs, the dashboard is at $SLUICE_URL/dashboard and the API docs at $SLUICE_URL/docs)"
