@@ -241,4 +241,14 @@ mod tests {
         assert!(toml::from_str::<GatewayConfig>("listn = 'x'").is_err());
         assert!(GatewayConfig::default().validate().is_err());
     }
+
+    #[test]
+    fn shipped_examples_parse() {
+        for text in
+            [include_str!("../../deploy/systemd/gateway.toml"), include_str!("../../deploy/local/gateway-demo.toml")]
+        {
+            let c: GatewayConfig = toml::from_str(text).unwrap();
+            assert!(c.billing.per_million_packets > 0.0);
+        }
+    }
 }

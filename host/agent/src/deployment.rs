@@ -142,16 +142,17 @@ pub fn run(
         };
         match msg {
             Control::Trace(trace) => {
-                let Some(a) = active.as_mut() else { continue };
-                match process(&shared, a, &trace, &rx, &mut queue) {
-                    Flow::Continue => {}
-                    Flow::Update(spec, blobs) => active = update(&shared, active.take(), *spec, &blobs),
-                    Flow::Stop => break,
+                if active.is_none() {
+                    continue;
                 }
+                let flow = process(&shared, &mut active, &trace, &rx, &mut queue);
                 if let Some(a) = active.as_mut() {
                     flush(&shared, a);
                 }
                 shared.report.lock().unwrap_or_else(PoisonError::into_inner).traces += 1;
+                if matches!(flow, Flow::Stop) {
+                    break;
+                }
             }
             Control::Update(spec, blobs) => active = update(&shared, active.take(), *spec, &blobs),
             Control::Stop => break,
@@ -165,7 +166,6 @@ pub fn run(
 
 enum Flow {
     Continue,
-    Update(Box<DeploymentSpec>, Blobs),
     Stop,
 }
 
@@ -249,11 +249,12 @@ fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: 
     Some(a)
 }
 
-/// Runs a trace through the chain, batch by batch, between batches
-/// handling control messages and closing meter windows.
+/// Runs a trace through the chain, batch by batch. Between batches it
+/// applies updates (so a swap takes effect mid-trace, losing no packet),
+/// queues further traces, and closes meter windows.
 fn process(
     shared: &Shared,
-    a: &mut Active,
+    slot: &mut Option<Active>,
     trace: &Trace,
     rx: &crossbeam_channel::Receiver<Control>,
     queue: &mut VecDeque<Arc<Trace>>,
@@ -267,13 +268,12 @@ fn process(
         while let Ok(msg) = rx.try_recv() {
             match msg {
                 Control::Trace(t) => queue.push_back(t),
-                Control::Update(spec, blobs) => {
-                    outcome = Flow::Update(spec, blobs);
-                }
+                Control::Update(spec, blobs) => *slot = update(shared, slot.take(), *spec, &blobs),
                 Control::Stop => outcome = Flow::Stop,
             }
         }
-        if !matches!(outcome, Flow::Continue) {
+        let Some(a) = slot.as_mut() else { break };
+        if matches!(outcome, Flow::Stop) {
             break;
         }
         raw.clear();
@@ -301,14 +301,16 @@ fn process(
             }
         }
     }
-    {
-        let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
-        let d = r.deployments.entry(a.spec.id.clone()).or_default();
-        d.packets_in += packets_in;
-        d.packets_out += packets_out;
-    }
-    if let Some(s) = shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&a.spec.id) {
-        s.packets += packets_in;
+    if let Some(a) = slot.as_ref() {
+        {
+            let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+            let d = r.deployments.entry(a.spec.id.clone()).or_default();
+            d.packets_in += packets_in;
+            d.packets_out += packets_out;
+        }
+        if let Some(s) = shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&a.spec.id) {
+            s.packets += packets_in;
+        }
     }
     outcome
 }
