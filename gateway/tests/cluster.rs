@@ -30,9 +30,9 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
             "--in",
             pcap.to_str().unwrap(),
             "--loop",
-            "0",
+            "12",
             "--pps",
-            "20000",
+            "15000",
             "--window-ms",
             "200",
             "--report",
@@ -76,12 +76,23 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     assert_eq!(up.status, 200, "{}", up.body);
     assert_eq!(up.body["revision"], 2);
     api.wait_running(&key, "edge", 2);
-    // Let version 2 see traffic, then stop the host: it flushes its last window.
-    wait_for(30, "traffic on version 2", || {
-        let u = api.get(Some(&key), "/v1/usage").body;
-        u["rows"].as_array().unwrap().iter().any(|r| r["version"] == "2.0.0").then_some(())
-    });
+    // The host replays the capture 12 times; the swap happened in the
+    // middle. Once it is done, stop it: it flushes its last window.
+    wait_for(60, "the 12 passes", || (host_report(&report)["traces"].as_u64() == Some(12)).then_some(()));
     host.term();
+    let trace_packets = read_count(&pcap);
+    let rep = host_report(&report);
+    let fw: u64 = ["firewall@1.0.0", "firewall@2.0.0"]
+        .iter()
+        .map(|k| {
+            rep["deployments"].as_object().unwrap().values().next().unwrap()["nfs"][k]["packets"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(
+        fw,
+        12 * trace_packets,
+        "{rep}: across the hot swap, every packet went through exactly one firewall version"
+    );
 
     let expected = report_totals(&[host_report(&report)]);
     assert!(expected.contains_key("firewall@1.0.0") && expected.contains_key("firewall@2.0.0"), "{expected:?}");
@@ -115,6 +126,16 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     assert_eq!(api.delete(Some(&key), "/v1/deployments/edge").status, 204);
     assert_eq!(api.delete(Some(&key), "/v1/modules/firewall@1.0.0").status, 204);
     assert_eq!(api.get(Some(&key), "/v1/modules/firewall@1.0.0").status, 404);
+}
+
+fn read_count(p: &std::path::Path) -> u64 {
+    let bytes = std::fs::read(p).unwrap();
+    let (mut n, mut off) = (0u64, 24usize);
+    while off + 16 <= bytes.len() {
+        off += 16 + u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
+        n += 1;
+    }
+    n
 }
 
 fn time_period() -> String {
