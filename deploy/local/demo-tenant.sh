@@ -49,6 +49,9 @@ for _ in $(seq 300); do
 done
 echo "metered $got of $want packets"
 echo
+echo "\$ sluice events --limit 5"
+"$S" events --limit 5
+echo
 echo "\$ sluice usage"
 "$S" usage
 echo

@@ -813,6 +813,75 @@ pub async fn delete_deployment(
     Ok(StatusCode::NO_CONTENT)
 }
 
+// ---------------------------------------------------------------- events
+
+/// Which events.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct EventParams {
+    /// Only this deployment (id or name).
+    pub deployment: Option<String>,
+    /// Only this kind, e.g. `firewall.deny`.
+    pub kind: Option<String>,
+    /// At most this many, newest first (default 100, at most 1000).
+    pub limit: Option<u64>,
+}
+
+/// An event an NF emitted.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EventOut {
+    /// Deployment id.
+    pub deployment: String,
+    /// NF name in the chain.
+    pub nf: String,
+    /// Module version.
+    pub version: String,
+    /// Host that processed the packet.
+    pub host: String,
+    /// Kind.
+    pub kind: String,
+    /// Level.
+    pub level: String,
+    /// Packet time, ns since the epoch.
+    pub timestamp_ns: u64,
+    /// Flow of the packet.
+    pub flow: Option<String>,
+    /// The NF's fields.
+    pub fields: BTreeMap<String, String>,
+}
+
+/// The newest events the tenant's NFs emitted (alerts, denies, ...).
+/// Delivery is best effort and the gateway keeps the newest 10,000 per
+/// tenant; the exact count of events is in the usage.
+#[utoipa::path(get, path = "/v1/events", tag = "events", security(("bearer" = [])), params(EventParams),
+    responses((status = 200, body = [EventOut]), (status = 404, body = ErrorBody)))]
+pub async fn events(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Query(p): Query<EventParams>,
+) -> Result<Json<Vec<EventOut>>, ApiError> {
+    let deployment = match &p.deployment {
+        Some(d) => Some(st.store.deployment(&tenant.id, d)?.ok_or_else(|| ApiError::not_found("deployment", d))?.id),
+        None => None,
+    };
+    let limit = p.limit.unwrap_or(100).clamp(1, 1000);
+    let rows = st.store.events(&tenant.id, deployment.as_deref(), p.kind.as_deref(), limit)?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(host, e)| EventOut {
+                deployment: e.deployment,
+                nf: e.nf,
+                version: e.version,
+                host,
+                kind: e.kind,
+                level: e.level,
+                timestamp_ns: e.timestamp_ns,
+                flow: e.flow,
+                fields: e.fields,
+            })
+            .collect(),
+    ))
+}
+
 // ---------------------------------------------------------------- usage and bills
 
 /// A time range: RFC 3339 or ms since the epoch. Default: everything.

@@ -76,10 +76,10 @@ impl utoipa::Modify for BearerAuth {
         api::create_tenant, api::list_tenants, api::create_key, api::me, api::list_hosts,
         api::upload_module, api::list_modules, api::get_module, api::delete_module,
         api::create_deployment, api::list_deployments, api::get_deployment, api::update_deployment, api::delete_deployment,
-        api::usage, api::usage_series, api::bill,
+        api::events, api::usage, api::usage_series, api::bill,
     ),
     modifiers(&BearerAuth),
-    tags((name = "tenants"), (name = "hosts"), (name = "modules"), (name = "deployments"), (name = "usage"))
+    tags((name = "tenants"), (name = "hosts"), (name = "modules"), (name = "deployments"), (name = "events"), (name = "usage"))
 )]
 pub struct ApiDoc;
 
@@ -138,6 +138,7 @@ impl Gateway {
                 "/deployments/{id}",
                 get(api::get_deployment).put(api::update_deployment).delete(api::delete_deployment),
             )
+            .route("/events", get(api::events))
             .route("/usage", get(api::usage))
             .route("/usage/series", get(api::usage_series))
             .route("/bill", get(api::bill));
@@ -160,6 +161,7 @@ impl Gateway {
         let tasks = [
             tokio::spawn(state::follow_heartbeats(self.state.clone())),
             tokio::spawn(state::consume_meters(self.state.clone())),
+            tokio::spawn(state::follow_events(self.state.clone())),
             tokio::spawn(state::reconcile(self.state.clone(), Duration::from_secs(10))),
         ];
         let result = axum::serve(listener, self.router()).with_graceful_shutdown(shutdown).await;

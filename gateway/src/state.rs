@@ -181,6 +181,33 @@ pub async fn consume_meters(state: AppState) {
     }
 }
 
+/// Events kept per tenant.
+pub const EVENTS_KEPT: u64 = 10_000;
+
+/// Stores NF events as they come (best effort, like their delivery).
+pub async fn follow_events(state: AppState) {
+    loop {
+        match state.bus.events().await {
+            Ok(mut s) => {
+                while let Some(batch) = s.next().await {
+                    if batch.dropped > 0 {
+                        tracing::debug!(host = %batch.host, dropped = batch.dropped, "host left out events over its per-window cap");
+                    }
+                    let store = state.store.clone();
+                    let now = i64::try_from(sluice_control::now_ms()).unwrap_or(i64::MAX);
+                    match tokio::task::spawn_blocking(move || store.insert_events(&batch, now, EVENTS_KEPT)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!("storing events: {e}"),
+                        Err(e) => tracing::warn!("storing events: {e}"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("event feed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Republishes desired state every `every`.
 pub async fn reconcile(state: AppState, every: Duration) {
     let mut tick = tokio::time::interval(every);

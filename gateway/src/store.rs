@@ -7,7 +7,7 @@
 //! under redelivery. WAL mode lets readers (reports) run beside the writer.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use sluice_control::MeterRecord;
+use sluice_control::{EventBatch, MeterRecord, NfEvent};
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
@@ -88,6 +88,21 @@ CREATE TABLE IF NOT EXISTS meters (
     received_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS meters_tenant_time ON meters (tenant_id, window_start_ms);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id TEXT NOT NULL,
+    deployment_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    nf TEXT NOT NULL,
+    version TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    level TEXT NOT NULL,
+    timestamp_ns INTEGER NOT NULL,
+    flow TEXT,
+    fields TEXT NOT NULL,
+    received_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_tenant ON events (tenant_id, seq);
 "#;
 
 /// A tenant.
@@ -534,6 +549,79 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Stores a batch of NF events and keeps only the newest `keep` of each
+    /// tenant it touched.
+    pub fn insert_events(&self, batch: &EventBatch, now_ms: i64, keep: u64) -> Result<(), StoreError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let mut tenants = std::collections::BTreeSet::new();
+        {
+            let mut st = tx.prepare_cached(
+                "INSERT INTO events (tenant_id, deployment_id, host, nf, version, kind, level, timestamp_ns, flow, fields, received_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?;
+            for e in &batch.events {
+                let fields = serde_json::to_string(&e.fields).unwrap_or_else(|_| "{}".into());
+                st.execute(params![
+                    e.tenant,
+                    e.deployment,
+                    batch.host,
+                    e.nf,
+                    e.version,
+                    e.kind,
+                    e.level,
+                    i(e.timestamp_ns),
+                    e.flow,
+                    fields,
+                    now_ms
+                ])?;
+                tenants.insert(e.tenant.clone());
+            }
+        }
+        for t in tenants {
+            tx.execute(
+                "DELETE FROM events WHERE tenant_id = ?1 AND seq <= (SELECT seq FROM events WHERE tenant_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+                params![t, i(keep)],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A tenant's newest events (optionally of one deployment and kind).
+    pub fn events(
+        &self,
+        tenant_id: &str,
+        deployment_id: Option<&str>,
+        kind: Option<&str>,
+        limit: u64,
+    ) -> Result<Vec<(String, NfEvent)>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare(
+            "SELECT host, deployment_id, nf, version, kind, level, timestamp_ns, flow, fields FROM events
+             WHERE tenant_id = ?1 AND (?2 IS NULL OR deployment_id = ?2) AND (?3 IS NULL OR kind = ?3)
+             ORDER BY seq DESC LIMIT ?4",
+        )?;
+        let rows = st.query_map(params![tenant_id, deployment_id, kind, i(limit)], |r| {
+            let fields: String = r.get(8)?;
+            Ok((
+                r.get::<_, String>(0)?,
+                NfEvent {
+                    tenant: tenant_id.to_string(),
+                    deployment: r.get(1)?,
+                    nf: r.get(2)?,
+                    version: r.get(3)?,
+                    kind: r.get(4)?,
+                    level: r.get(5)?,
+                    timestamp_ns: u(r.get(6)?),
+                    flow: r.get(7)?,
+                    fields: serde_json::from_str(&fields).unwrap_or_default(),
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// How many meter records are stored (all tenants).
     pub fn meter_count(&self) -> Result<u64, StoreError> {
         let n: i64 = self.db().query_row("SELECT COUNT(*) FROM meters", [], |r| r.get(0))?;
@@ -581,6 +669,36 @@ mod tests {
         assert_eq!(u[0].records, 3);
         assert!(s.usage("t2", 0, 10_000).unwrap().is_empty());
         assert!(s.usage("t1", 1001, 10_000).unwrap().is_empty());
+    }
+
+    #[test]
+    fn only_the_newest_events_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        let ev = |tenant: &str, kind: &str| NfEvent {
+            tenant: tenant.into(),
+            deployment: "d1".into(),
+            nf: "fw".into(),
+            version: "1".into(),
+            kind: kind.into(),
+            level: "info".into(),
+            timestamp_ns: 1,
+            flow: None,
+            fields: [("k".to_string(), "v".to_string())].into(),
+        };
+        let batch = EventBatch {
+            host: "h".into(),
+            events: (0..10).map(|n| ev("t1", &format!("k{n}"))).chain([ev("t2", "other")]).collect(),
+            dropped: 0,
+        };
+        s.insert_events(&batch, 0, 4).unwrap();
+        let got = s.events("t1", None, None, 100).unwrap();
+        let kinds: Vec<&str> = got.iter().map(|(_, e)| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["k9", "k8", "k7", "k6"]);
+        assert_eq!(got[0].1.fields["k"], "v");
+        assert_eq!(s.events("t1", Some("d1"), Some("k8"), 100).unwrap().len(), 1);
+        assert_eq!(s.events("t1", Some("d2"), None, 100).unwrap().len(), 0);
+        assert_eq!(s.events("t2", None, None, 100).unwrap().len(), 1);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::json;
 use support::*;
 
 fn fw_config() -> serde_json::Value {
-    json!({ "default": "allow", "rules": [{ "action": "deny", "proto": "tcp", "dst-ports": "23" }] })
+    json!({ "default": "allow", "log-denied": true, "rules": [{ "action": "deny", "proto": "tcp", "dst-ports": "23" }] })
 }
 
 #[test]
@@ -110,6 +110,18 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
         expected.values().map(|t| t[1]).sum::<u64>(),
         "total packets equal the sum of the host's per-NF packets"
     );
+
+    // The firewall's deny events reached the tenant, tagged with the version
+    // that emitted them; their exact count is in the usage.
+    let events = api.get(Some(&key), "/v1/events?deployment=edge&kind=firewall.deny&limit=1000").body;
+    let events = events.as_array().unwrap();
+    assert!(!events.is_empty());
+    assert!(
+        events.iter().all(|e| e["nf"] == "firewall" && e["host"] == "h1" && e["fields"]["rule"] == "1"),
+        "{events:?}"
+    );
+    let emitted: u64 = usage["rows"].as_array().unwrap().iter().map(|r| r["events"].as_u64().unwrap()).sum();
+    assert!(emitted >= events.len() as u64, "{emitted} emitted, {} listed", events.len());
 
     // The bill prices exactly this usage.
     let period = time_period();
@@ -245,14 +257,18 @@ fn tenants_see_and_change_only_their_own_objects() {
         "/v1/modules/counter@1".to_string(),
         format!("/v1/deployments/{dep_id}"),
         "/v1/deployments/mine".to_string(),
+        format!("/v1/events?deployment={dep_id}"),
     ] {
         assert_eq!(api.get(b, &path).status, 404, "GET {path}");
-        assert_eq!(api.delete(b, &path).status, 404, "DELETE {path}");
+        if !path.starts_with("/v1/events") {
+            assert_eq!(api.delete(b, &path).status, 404, "DELETE {path}");
+        }
     }
     let r = api.put(b, &format!("/v1/deployments/{dep_id}"), &json!({ "module": module_id }));
     assert_eq!(r.status, 404, "{}", r.body);
     let r = api.post(b, "/v1/deployments", &json!({ "name": "steal", "module": module_id }));
     assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(api.get(b, "/v1/events").body, json!([]));
     for path in ["/v1/modules", "/v1/deployments"] {
         assert_eq!(api.get(b, path).body, json!([]), "{path}");
         assert_eq!(api.get(a, path).body.as_array().unwrap().len(), 1, "{path}");
@@ -272,7 +288,15 @@ fn tenants_see_and_change_only_their_own_objects() {
         assert_eq!(api.post(key, "/v1/tenants", &json!({ "name": "x" })).status, 403);
         assert_eq!(api.post(key, &format!("/v1/tenants/{a_id}/keys"), &json!({})).status, 403);
     }
-    for path in ["/v1/modules", "/v1/deployments", "/v1/usage", "/v1/bill?period=2026-11", "/v1/me", "/v1/tenants"] {
+    for path in [
+        "/v1/modules",
+        "/v1/deployments",
+        "/v1/events",
+        "/v1/usage",
+        "/v1/bill?period=2026-11",
+        "/v1/me",
+        "/v1/tenants",
+    ] {
         assert_eq!(api.get(None, path).status, 401, "{path}");
         assert_eq!(api.get(Some("sk_0000"), path).status, if path == "/v1/tenants" { 403 } else { 401 }, "{path}");
     }

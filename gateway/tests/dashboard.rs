@@ -60,7 +60,11 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     let out = sluice(&url, k, &["nf", "upload", fw.to_str().unwrap(), "--version", "1.0.0"]);
     assert!(out.contains("uploaded firewall@1.0.0"), "{out}");
     let cfg = dir.path().join("fw.json");
-    std::fs::write(&cfg, r#"{"default":"allow","rules":[{"action":"deny","proto":"tcp","dst-ports":"23"}]}"#).unwrap();
+    std::fs::write(
+        &cfg,
+        r#"{"default":"allow","log-denied":true,"rules":[{"action":"deny","proto":"tcp","dst-ports":"23"}]}"#,
+    )
+    .unwrap();
     let out = sluice(&url, k, &["deploy", "edge", "-m", "firewall@1.0.0", "--config-file", cfg.to_str().unwrap()]);
     assert!(out.contains("edge") && out.contains("running"), "{out}");
 
@@ -115,6 +119,14 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
         assert_eq!(legend, expected, "{m} chart legend");
     }
     assert_eq!(shown["modules"], serde_json::json!(["firewall"]));
+    // The events table shows the newest 20 events, as the API lists them.
+    let events = api.get(k, "/v1/events?limit=20").body;
+    let kinds: Vec<&str> = events.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(!kinds.is_empty(), "the firewall logs denied telnet connections");
+    assert_eq!(shown["events"], serde_json::json!(kinds));
+    let out = sluice(&url, k, &["events", "--kind", "firewall.deny", "--limit", "3"]);
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(out.lines().all(|l| l.contains("firewall.deny") && l.contains("rule=1")), "{out}");
     assert_eq!(shown["deployments"], serde_json::json!([{ "name": "edge", "status": "running" }]));
 
     // The downloaded bill is the API's CSV bill of the month on screen.

@@ -49,6 +49,7 @@ try {
       deployments: [...document.querySelectorAll("#deployments tbody tr[data-name]")].map((r) => ({
         name: r.dataset.name, status: r.querySelector(".badge").textContent })),
       bill_total: Number(document.getElementById("bill-total").dataset.value),
+      events: [...document.querySelectorAll("#events tbody tr.event")].map((r) => r.children[1].textContent),
     };
   });
   // SLUICE_DASHBOARD_SCREENSHOT=<file.png> keeps a picture of the page.

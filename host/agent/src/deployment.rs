@@ -3,7 +3,9 @@
 //! synchronous and CPU-bound); the agent talks to it over a channel.
 
 use crate::report::AgentReport;
-use sluice_control::{DeploymentSpec, DeploymentStatus, HostState, MeterRecord, NfPlacement, now_ms};
+use sluice_control::{
+    DeploymentSpec, DeploymentStatus, EventBatch, HostState, MeterRecord, NfEvent, NfPlacement, now_ms,
+};
 use sluice_pcap::Trace;
 use sluice_runtime::{Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, RawPacket, Routes, Runtime};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -50,6 +52,8 @@ pub struct Shared {
     pub report: Arc<Mutex<AgentReport>>,
     /// To the meter publisher.
     pub meters: mpsc::UnboundedSender<MeterRecord>,
+    /// To the event publisher.
+    pub events: mpsc::UnboundedSender<EventBatch>,
     /// Pokes the heartbeat task after a status change.
     pub changed: Arc<tokio::sync::Notify>,
 }
@@ -110,6 +114,59 @@ struct Active {
     base: Vec<NfMeters>,
     window_start_ms: u64,
     window_started: Instant,
+    /// Events of the window, sent when it closes.
+    events: Vec<NfEvent>,
+    /// Events over [`MAX_EVENTS_PER_WINDOW`] in this window.
+    events_dropped: u64,
+}
+
+/// Events sent per deployment and window; the rest are counted (and all
+/// are metered). An NF that logs every packet would otherwise turn the
+/// event feed into a copy of the traffic.
+pub const MAX_EVENTS_PER_WINDOW: usize = 1000;
+
+impl Active {
+    fn new(spec: DeploymentSpec, chain: Chain) -> Self {
+        let base = vec![NfMeters::default(); spec.nfs.len()];
+        Active {
+            spec,
+            chain,
+            base,
+            window_start_ms: now_ms(),
+            window_started: Instant::now(),
+            events: Vec::new(),
+            events_dropped: 0,
+        }
+    }
+
+    /// Takes the chain's pending events into the window.
+    fn collect_events(&mut self) {
+        use sluice_runtime::bindings::Level;
+        for e in self.chain.drain_events() {
+            if self.events.len() >= MAX_EVENTS_PER_WINDOW {
+                self.events_dropped += 1;
+                continue;
+            }
+            let version = self.spec.nfs.iter().find(|n| *n.name == *e.nf).map(|n| n.module.version.clone());
+            self.events.push(NfEvent {
+                tenant: self.spec.tenant.clone(),
+                deployment: self.spec.id.clone(),
+                nf: e.nf.to_string(),
+                version: version.unwrap_or_default(),
+                kind: e.event.kind,
+                level: match e.event.level {
+                    Level::Debug => "debug",
+                    Level::Info => "info",
+                    Level::Warn => "warn",
+                    Level::Error => "error",
+                }
+                .into(),
+                timestamp_ns: e.timestamp_ns,
+                flow: e.flow.map(|k| k.to_string()),
+                fields: e.event.fields.into_iter().collect(),
+            });
+        }
+    }
 }
 
 /// The deployment thread: starts the chain, then serves `rx` until `Stop`.
@@ -187,8 +244,7 @@ fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active>
         Ok(chain) => {
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
             set_status(shared, &spec, HostState::Running, None);
-            let base = vec![NfMeters::default(); spec.nfs.len()];
-            Some(Active { spec, chain, base, window_start_ms: now_ms(), window_started: Instant::now() })
+            Some(Active::new(spec, chain))
         }
         Err(reason) => {
             tracing::warn!(deployment = %spec.id, revision = spec.revision, "deployment failed: {reason}");
@@ -212,8 +268,7 @@ fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: 
         {
             Ok(chain) => {
                 set_status(shared, &spec, HostState::Running, None);
-                let base = vec![NfMeters::default(); spec.nfs.len()];
-                Some(Active { spec, chain, base, window_start_ms: now_ms(), window_started: Instant::now() })
+                Some(Active::new(spec, chain))
             }
             Err(reason) => {
                 let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
@@ -286,10 +341,7 @@ fn process(
         let results = a.chain.process(&raw);
         packets_in += raw.len() as u64;
         packets_out += results.iter().filter(|r| matches!(r.fate, Fate::Forward(_))).count() as u64;
-        // Events go to the host log; the gateway bills their count.
-        for e in a.chain.drain_events() {
-            tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, "event");
-        }
+        a.collect_events();
         done += raw.len() as u64;
         if a.window_started.elapsed() >= shared.window {
             flush(shared, a);
@@ -315,8 +367,16 @@ fn process(
     outcome
 }
 
-/// Closes the meter window: one record per NF that did work.
+/// Closes the meter window: one record per NF that did work, and the
+/// window's events.
 fn flush(shared: &Shared, a: &mut Active) {
+    a.collect_events();
+    if !a.events.is_empty() || a.events_dropped > 0 {
+        let batch =
+            EventBatch { host: shared.host.clone(), events: std::mem::take(&mut a.events), dropped: a.events_dropped };
+        a.events_dropped = 0;
+        let _ = shared.events.send(batch);
+    }
     let end = now_ms().max(a.window_start_ms + 1);
     for ((stage, base), nf) in a.chain.stages().iter().zip(a.base.iter_mut()).zip(&a.spec.nfs) {
         let now = stage.meters().clone();

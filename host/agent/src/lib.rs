@@ -149,6 +149,7 @@ pub async fn serve(
     let started_ms = now_ms();
     let report = Arc::new(Mutex::new(AgentReport { host: cfg.host.clone(), boot: boot.clone(), ..Default::default() }));
     let (meter_tx, meter_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (event_tx, mut event_rx) = tokio::sync::mpsc::unbounded_channel::<sluice_control::EventBatch>();
     let shared = Shared {
         runtime: Arc::new(Runtime::new(cfg.runtime.clone())?),
         host: cfg.host.clone(),
@@ -161,10 +162,19 @@ pub async fn serve(
         status: Arc::new(Mutex::new(BTreeMap::new())),
         report: report.clone(),
         meters: meter_tx,
+        events: event_tx,
         changed: Arc::new(tokio::sync::Notify::new()),
     };
     let publisher =
         tokio::spawn(outbox::run(bus.clone(), cfg.state_dir.join("outbox"), meter_rx, Duration::from_secs(10)));
+    let event_bus = bus.clone();
+    let event_publisher = tokio::spawn(async move {
+        while let Some(batch) = event_rx.recv().await {
+            if let Err(e) = event_bus.publish_events(&batch).await {
+                tracing::warn!("{} NF event(s) not published: {e}", batch.events.len());
+            }
+        }
+    });
     let mut desired = bus.watch_desired(&cfg.group).await?;
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut current = DesiredSet { group: cfg.group.clone(), deployments: Vec::new() };
@@ -208,6 +218,7 @@ pub async fn serve(
     }
     drop(shared);
     let left = publisher.await.unwrap_or(0);
+    let _ = event_publisher.await;
     if left > 0 {
         tracing::warn!("{left} meter record(s) could not be published; they stay in the outbox for the next start");
     }

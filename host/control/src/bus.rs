@@ -1,6 +1,6 @@
 //! The operations hosts and the gateway need from the control plane.
 
-use crate::messages::{DesiredSet, Heartbeat, MeterRecord};
+use crate::messages::{DesiredSet, EventBatch, Heartbeat, MeterRecord};
 use crate::subjects::NameError;
 use futures::stream::BoxStream;
 
@@ -109,6 +109,10 @@ pub trait Bus: Send + Sync + 'static {
     async fn publish_meter(&self, rec: &MeterRecord) -> Result<(), BusError>;
     /// Gateway: the meter records, at least once each, until acked.
     async fn meters(&self) -> Result<BoxStream<'static, Result<MeterDelivery, BusError>>, BusError>;
+    /// Host: publish NF events (best effort).
+    async fn publish_events(&self, batch: &EventBatch) -> Result<(), BusError>;
+    /// Gateway: every host's NF events.
+    async fn events(&self) -> Result<BoxStream<'static, EventBatch>, BusError>;
 }
 
 /// Checks a blob against the digest it was asked for.

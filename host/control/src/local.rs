@@ -4,7 +4,7 @@
 //! delivered in order, heartbeats are best effort.
 
 use crate::bus::{Ack, Bus, BusError, MeterDelivery, verify_digest};
-use crate::messages::{DesiredSet, Heartbeat, MeterRecord};
+use crate::messages::{DesiredSet, EventBatch, Heartbeat, MeterRecord};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use std::collections::HashMap;
@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 #[derive(Debug)]
 pub struct LocalBus {
     heartbeats: broadcast::Sender<Heartbeat>,
+    events: broadcast::Sender<EventBatch>,
     desired: Mutex<HashMap<String, watch::Sender<Option<DesiredSet>>>>,
     modules: Mutex<HashMap<String, Arc<Vec<u8>>>>,
     meters_tx: mpsc::UnboundedSender<MeterRecord>,
@@ -26,6 +27,7 @@ impl Default for LocalBus {
         let (meters_tx, rx) = mpsc::unbounded_channel();
         LocalBus {
             heartbeats: broadcast::channel(256).0,
+            events: broadcast::channel(1024).0,
             desired: Mutex::new(HashMap::new()),
             modules: Mutex::new(HashMap::new()),
             meters_tx,
@@ -55,17 +57,7 @@ impl Bus for LocalBus {
     }
 
     async fn heartbeats(&self) -> Result<BoxStream<'static, Heartbeat>, BusError> {
-        let rx = self.heartbeats.subscribe();
-        Ok(futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(hb) => return Some((hb, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
-        .boxed())
+        Ok(feed(self.heartbeats.subscribe()))
     }
 
     async fn set_desired(&self, set: &DesiredSet) -> Result<(), BusError> {
@@ -112,6 +104,30 @@ impl Bus for LocalBus {
         })
         .boxed())
     }
+
+    async fn publish_events(&self, batch: &EventBatch) -> Result<(), BusError> {
+        let _ = self.events.send(batch.clone());
+        Ok(())
+    }
+
+    async fn events(&self) -> Result<BoxStream<'static, EventBatch>, BusError> {
+        Ok(feed(self.events.subscribe()))
+    }
+}
+
+/// A broadcast receiver as a stream that skips what it lagged behind on
+/// (both feeds it serves are best effort).
+fn feed<T: Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> BoxStream<'static, T> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(v) => return Some((v, rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .boxed()
 }
 
 #[cfg(test)]

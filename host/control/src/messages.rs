@@ -185,3 +185,42 @@ impl MeterRecord {
         self.invocations == 0 && self.packets == 0 && self.traps == 0 && self.errors == 0 && self.events == 0
     }
 }
+
+/// An event an NF emitted (an IDS alert, a firewall deny, ...), as the
+/// tenant sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfEvent {
+    /// Tenant.
+    pub tenant: String,
+    /// Deployment id.
+    pub deployment: String,
+    /// NF name in the chain.
+    pub nf: String,
+    /// Module version.
+    pub version: String,
+    /// Event kind, e.g. `firewall.deny`.
+    pub kind: String,
+    /// `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// Packet time, ns.
+    pub timestamp_ns: u64,
+    /// Flow of the packet, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<String>,
+    /// The NF's fields.
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
+}
+
+/// Events of one host over one window. Events are best effort (their count
+/// is metered exactly); a host sends at most a bounded number per
+/// deployment and window and counts the rest in `dropped`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventBatch {
+    /// Host.
+    pub host: String,
+    /// Events.
+    pub events: Vec<NfEvent>,
+    /// Events left out of this batch.
+    pub dropped: u64,
+}

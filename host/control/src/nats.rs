@@ -13,7 +13,7 @@
 //!   stores records idempotently).
 
 use crate::bus::{Ack, Bus, BusError, MeterDelivery, verify_digest};
-use crate::messages::{DesiredSet, Heartbeat, MeterRecord};
+use crate::messages::{DesiredSet, EventBatch, Heartbeat, MeterRecord};
 use crate::subjects::Names;
 use async_nats::jetstream::{self, consumer, kv, object_store, stream};
 use futures::StreamExt;
@@ -266,6 +266,28 @@ impl Bus for NatsBus {
                         // A record nobody can read would be redelivered forever.
                         let _ = m.ack_with(jetstream::AckKind::Term).await;
                         Err(BusError::Decode { what: "meter record", reason: e.to_string() })
+                    }
+                }
+            })
+            .boxed())
+    }
+
+    async fn publish_events(&self, batch: &EventBatch) -> Result<(), BusError> {
+        let subject = self.names.event(&batch.host)?;
+        let body = serde_json::to_vec(batch).map_err(|e| BusError::op("encoding events", e))?;
+        self.client.publish(subject, body.into()).await.map_err(|e| BusError::op("publishing events", e))
+    }
+
+    async fn events(&self) -> Result<BoxStream<'static, EventBatch>, BusError> {
+        let sub =
+            self.client.subscribe(self.names.events()).await.map_err(|e| BusError::op("subscribing to events", e))?;
+        Ok(sub
+            .filter_map(|m| async move {
+                match serde_json::from_slice::<EventBatch>(&m.payload) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        tracing::warn!(subject = %m.subject, "ignoring malformed events: {e}");
+                        None
                     }
                 }
             })

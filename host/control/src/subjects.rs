@@ -12,6 +12,7 @@
 //! | heartbeat of a host | `sluice.ctl.v1.<cluster>.host.heartbeat.<host>` |
 //! | all heartbeats (gateway) | `sluice.ctl.v1.<cluster>.host.heartbeat.*` |
 //! | meter records of a host | `sluice.meter.v1.<cluster>.<host>` |
+//! | NF events of a host | `sluice.event.v1.<cluster>.<host>` |
 //! | meter stream | `SLUICE_METERS_<cluster>` (subjects `sluice.meter.v1.<cluster>.*`) |
 //! | meter consumer of the gateway | `gateway` (durable) |
 //! | desired deployments | KV bucket `sluice-desired-<cluster>`, key = group |
@@ -80,6 +81,17 @@ impl Names {
         format!("sluice.meter.v1.{}.*", self.cluster)
     }
 
+    /// Where host `host` publishes NF events.
+    pub fn event(&self, host: &str) -> Result<String, NameError> {
+        check_token("host", host)?;
+        Ok(format!("sluice.event.v1.{}.{host}", self.cluster))
+    }
+
+    /// Every event subject of the cluster.
+    pub fn events(&self) -> String {
+        format!("sluice.event.v1.{}.*", self.cluster)
+    }
+
     /// The JetStream stream that keeps meter records.
     pub fn meter_stream(&self) -> String {
         format!("SLUICE_METERS_{}", self.cluster)
@@ -119,6 +131,8 @@ mod tests {
         assert_eq!(n.heartbeats(), "sluice.ctl.v1.prod-1.host.heartbeat.*");
         assert_eq!(n.meter("h1").unwrap(), "sluice.meter.v1.prod-1.h1");
         assert_eq!(n.meters(), "sluice.meter.v1.prod-1.*");
+        assert_eq!(n.event("h1").unwrap(), "sluice.event.v1.prod-1.h1");
+        assert_eq!(n.events(), "sluice.event.v1.prod-1.*");
         assert_eq!(n.meter_stream(), "SLUICE_METERS_prod-1");
         assert_eq!(n.desired_bucket(), "sluice-desired-prod-1");
         assert_eq!(n.module_bucket(), "sluice-modules-prod-1");

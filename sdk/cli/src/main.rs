@@ -93,6 +93,18 @@ enum Command {
         /// Deployment name or id.
         name: String,
     },
+    /// The newest events your NFs emitted (alerts, denies, ...).
+    Events {
+        /// Only this deployment.
+        #[arg(long)]
+        deployment: Option<String>,
+        /// Only this kind (e.g. firewall.deny).
+        #[arg(long)]
+        kind: Option<String>,
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: u64,
+    },
     /// Usage by deployment, NF and version.
     Usage {
         /// Start: RFC 3339 or ms since the epoch (default: everything).
@@ -374,6 +386,40 @@ fn run() -> Result<()> {
         Command::Undeploy { name } => {
             tenant().delete(&format!("/v1/deployments/{}", encode(&name)))?;
             println!("deleted deployment {name}");
+        }
+        Command::Events { deployment, kind, limit } => {
+            let mut q = vec![format!("limit={limit}")];
+            if let Some(d) = deployment {
+                q.push(format!("deployment={}", encode(&d)));
+            }
+            if let Some(k) = kind {
+                q.push(format!("kind={}", encode(&k)));
+            }
+            let evs: Vec<Value> = tenant().get(&format!("/v1/events?{}", q.join("&")))?;
+            if evs.is_empty() {
+                println!("no events");
+            }
+            for e in evs {
+                let fields: Vec<String> = e["fields"]
+                    .as_object()
+                    .map(|o| {
+                        o.iter()
+                            .filter(|(k, v)| !(k.as_str() == "flow" && **v == e["flow"]))
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                println!(
+                    "{:<6} {:<16} {}@{} {}  {}  {}",
+                    e["level"].as_str().unwrap_or_default(),
+                    e["kind"].as_str().unwrap_or_default(),
+                    e["nf"].as_str().unwrap_or_default(),
+                    e["version"].as_str().unwrap_or_default(),
+                    e["flow"].as_str().unwrap_or("-"),
+                    fields.join(" "),
+                    e["host"].as_str().unwrap_or_default()
+                );
+            }
         }
         Command::Usage { from, to, json } => {
             let mut q = Vec::new();
