@@ -139,34 +139,49 @@ pub async fn follow_heartbeats(state: AppState) {
     }
 }
 
-/// Stores meter records as they come, acking each after it is committed.
+/// Meter records stored per transaction at most: whatever has arrived
+/// when the consumer looks, so a burst costs one commit per batch while a
+/// trickle is still stored (and acked) record by record.
+const METER_BATCH: usize = 512;
+
+/// Stores meter records as they come, acking each only after the
+/// transaction holding it has committed.
 pub async fn consume_meters(state: AppState) {
     loop {
         match state.bus.meters().await {
-            Ok(mut feed) => {
-                while let Some(item) = feed.next().await {
-                    let delivery = match item {
-                        Ok(d) => d,
-                        Err(e) => {
-                            tracing::warn!("meter feed: {e}");
-                            continue;
+            Ok(feed) => {
+                let mut feed = feed.ready_chunks(METER_BATCH);
+                while let Some(items) = feed.next().await {
+                    let mut deliveries = Vec::with_capacity(items.len());
+                    for item in items {
+                        match item {
+                            Ok(d) => deliveries.push(d),
+                            Err(e) => tracing::warn!("meter feed: {e}"),
                         }
-                    };
+                    }
+                    if deliveries.is_empty() {
+                        continue;
+                    }
                     let store = state.store.clone();
-                    let rec = delivery.record.clone();
+                    let recs: Vec<_> = deliveries.iter().map(|d| d.record.clone()).collect();
                     let now = i64::try_from(sluice_control::now_ms()).unwrap_or(i64::MAX);
-                    let stored = tokio::task::spawn_blocking(move || store.insert_meters(&[rec], now)).await;
+                    let stored = tokio::task::spawn_blocking(move || store.insert_meters(&recs, now)).await;
                     match stored {
                         Ok(Ok(_)) => {
-                            if let Err(e) = delivery.ack().await {
-                                // Not acked: it comes again and is ignored as a duplicate.
-                                tracing::warn!("{e}");
+                            for d in deliveries {
+                                if let Err(e) = d.ack().await {
+                                    // Not acked: it comes again and is ignored as a duplicate.
+                                    tracing::warn!("{e}");
+                                }
                             }
                         }
                         Ok(Err(e)) => {
-                            tracing::error!(id = %delivery.record.id, "cannot store a meter record ({e}); it will be redelivered");
+                            tracing::error!(
+                                "cannot store {} meter record(s) ({e}); they will be redelivered",
+                                deliveries.len()
+                            );
                         }
-                        Err(e) => tracing::error!("storing a meter record: {e}"),
+                        Err(e) => tracing::error!("storing meter records: {e}"),
                     }
                 }
                 tracing::warn!("the meter feed ended; reconnecting");

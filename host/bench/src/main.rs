@@ -7,6 +7,7 @@
 //! native run measured in the same process, so they mean the same on any
 //! machine; absolute ns are printed alongside.
 
+mod control;
 mod dpdk;
 mod languages;
 mod native;
@@ -47,6 +48,9 @@ struct Args {
     /// Skip the per-language table.
     #[arg(long)]
     no_languages: bool,
+    /// Only the control-plane table (needs --host; prints, writes nothing).
+    #[arg(long, requires = "host")]
+    control_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -182,6 +186,10 @@ struct Row {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let (true, Some(host)) = (args.control_only, &args.host) {
+        print!("{}", control::section(host, &args.nfs, FIREWALL_CONFIG)?);
+        return Ok(());
+    }
     let bench = Bench { sample: Duration::from_millis(args.sample_ms), samples: args.samples.max(1) };
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let cases = [
@@ -329,9 +337,10 @@ fn main() -> Result<()> {
         md.push_str(&languages::render(&lang_rows, lang_frames.len()));
     }
     if let Some(host) = &args.host {
-        eprintln!("DPDK throughput (about a minute)...");
+        eprintln!("DPDK throughput (about a minute), then the control plane...");
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
         md.push_str(&dpdk::section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
+        md.push_str(&control::section(host, &args.nfs, FIREWALL_CONFIG)?);
     }
     print!("{md}");
     if let Some(p) = args.write {

@@ -1,0 +1,294 @@
+//! The control plane: how long a deployment takes to run on a host, and
+//! how fast the gateway stores meter records, against the floor of each
+//! measured in the same run (starting the NF in-process; inserting the
+//! same records straight into the gateway's database in the same batches).
+//!
+//! Real processes: a nats-server with JetStream, `sluice-gateway` and
+//! `sluice-host serve` (both from the directory of `--host`).
+
+// Gateway answers are `serde_json::Value`s, whose `Index<&str>` yields
+// `Null` for a missing key instead of panicking.
+#![allow(clippy::indexing_slicing)]
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use sluice_control::{Bus, MeterRecord, NatsBus};
+use sluice_runtime::{Chain, NfLimits, NfSpec, Runtime, RuntimeConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ADMIN: &str = "bench-admin-token";
+const DEPLOYS: usize = 15;
+const RECORDS: usize = 20_000;
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn nats_server() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("SLUICE_NATS_SERVER").map(PathBuf::from).filter(|p| p.exists()) {
+        return Ok(p);
+    }
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join("nats-server"))
+        .find(|p| p.exists())
+        .context("nats-server not found: run `make setup`")
+}
+
+fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
+
+fn call(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<(u16, Value)> {
+    let mut r = r?;
+    let status = r.status().as_u16();
+    let v = r.body_mut().read_json::<Value>().unwrap_or(Value::Null);
+    Ok((status, v))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The Markdown section.
+pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String> {
+    let bin = host.parent().context("--host has no directory")?;
+    let gateway_bin = bin.join("sluice-gateway");
+    if !gateway_bin.exists() {
+        bail!("{} is missing: `make build` builds it", gateway_bin.display());
+    }
+    let dir = std::env::temp_dir().join(format!("sluice-bench-control-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let log = |name: &str| -> Result<Stdio> { Ok(Stdio::from(std::fs::File::create(dir.join(name))?)) };
+
+    let nats_port = free_port()?;
+    let nats_url = format!("nats://127.0.0.1:{nats_port}");
+    let _nats = Kill(
+        Command::new(nats_server()?)
+            .args(["-js", "-a", "127.0.0.1", "-p", &nats_port.to_string(), "-sd"])
+            .arg(dir.join("js"))
+            .stdout(log("nats.log")?)
+            .stderr(log("nats.err")?)
+            .spawn()?,
+    );
+    wait("nats-server", 30, || std::net::TcpStream::connect(("127.0.0.1", nats_port)).is_ok())?;
+    let port = free_port()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let _gateway = Kill(
+        Command::new(&gateway_bin)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--nats", &nats_url, "--cluster", "bench", "--data-dir"])
+            .arg(dir.join("gateway"))
+            .env("SLUICE_ADMIN_TOKEN", ADMIN)
+            .stdout(log("gateway.log")?)
+            .stderr(log("gateway.err")?)
+            .spawn()?,
+    );
+    wait("the gateway", 60, || agent().get(format!("{base}/healthz")).call().is_ok())?;
+    let _host = Kill(
+        Command::new(host)
+            .args(["serve", "--nats", &nats_url, "--cluster", "bench", "--host-id", "bench", "--state-dir"])
+            .arg(dir.join("host"))
+            .stdout(log("host.log")?)
+            .stderr(log("host.err")?)
+            .spawn()?,
+    );
+
+    let a = agent();
+    let (st, t) = call(
+        a.post(format!("{base}/v1/tenants"))
+            .header("Authorization", format!("Bearer {ADMIN}"))
+            .send_json(json!({"name": "bench"})),
+    )?;
+    if st != 201 {
+        bail!("creating a tenant: {st} {t}");
+    }
+    let key = format!("Bearer {}", t["api_key"].as_str().unwrap_or_default());
+    let tenant_id = t["id"].as_str().unwrap_or_default().to_string();
+    let fw = std::fs::read(nfs.join("firewall.wasm")).context("firewall.wasm (make nfs)")?;
+    let (st, m) = call(
+        a.post(format!("{base}/v1/modules?name=firewall&version=1"))
+            .header("Authorization", &key)
+            .header("Content-Type", "application/wasm")
+            .send(&fw[..]),
+    )?;
+    if st != 201 {
+        bail!("uploading the firewall: {st} {m}");
+    }
+    wait("the host to join", 30, || {
+        call(a.get(format!("{base}/v1/hosts")).header("Authorization", format!("Bearer {ADMIN}")).call())
+            .map(|(_, v)| v.as_array().is_some_and(|h| !h.is_empty()))
+            .unwrap_or(false)
+    })?;
+
+    // Deploy → running on the host, against starting the same NF in-process.
+    let (mut accept_ms, mut running_ms) = (Vec::new(), Vec::new());
+    for i in 0..=DEPLOYS {
+        let name = format!("d{i}");
+        let t0 = Instant::now();
+        let (st, d) = call(
+            a.post(format!("{base}/v1/deployments"))
+                .header("Authorization", &key)
+                .send_json(json!({"name": name, "module": "firewall@1", "config": firewall_config})),
+        )?;
+        if st != 201 {
+            bail!("deploying: {st} {d}");
+        }
+        let t1 = Instant::now();
+        wait("a deployment to run", 30, || {
+            call(a.get(format!("{base}/v1/deployments/{name}")).header("Authorization", &key).call())
+                .map(|(_, v)| v["status"] == "running")
+                .unwrap_or(false)
+        })?;
+        let t2 = Instant::now();
+        // The first deployment warms caches on both sides; it is not counted.
+        if i > 0 {
+            accept_ms.push((t1 - t0).as_secs_f64() * 1e3);
+            running_ms.push((t2 - t0).as_secs_f64() * 1e3);
+        }
+        call(a.delete(format!("{base}/v1/deployments/{name}")).header("Authorization", &key).call())?;
+    }
+    let runtime = Runtime::new(RuntimeConfig { cache_dir: Some(dir.join("cache")), ..RuntimeConfig::default() })?;
+    let mut local_ms = Vec::new();
+    for i in 0..=DEPLOYS {
+        let t0 = Instant::now();
+        let module = runtime.load("firewall", &fw)?;
+        let spec = NfSpec { module, config: firewall_config.as_bytes().to_vec().into(), limits: NfLimits::default() };
+        let chain = Chain::new(&runtime, &[spec])?;
+        drop(chain);
+        if i > 0 {
+            local_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+
+    // Meter records: hosts' burst through JetStream into SQLite, against
+    // inserting them straight into a gateway database.
+    let records: Vec<MeterRecord> = (0..RECORDS)
+        .map(|n| MeterRecord {
+            id: format!("bench-{n}"),
+            host: "bench".into(),
+            tenant: tenant_id.clone(),
+            deployment: "d_bench".into(),
+            nf: "firewall".into(),
+            module: "firewall".into(),
+            version: "1".into(),
+            digest: "0".into(),
+            window_start_ms: 1_000 + n as u64,
+            window_end_ms: 2_000 + n as u64,
+            invocations: 3,
+            packets: 96,
+            bytes: 6144,
+            cpu_ns: 5000,
+            state_ops: 10,
+            traps: 0,
+            errors: 0,
+            events: 0,
+        })
+        .collect();
+    let rt = tokio::runtime::Runtime::new()?;
+    let stored = |a: &ureq::Agent| -> u64 {
+        call(a.get(format!("{base}/v1/usage")).header("Authorization", &key).call())
+            .map(|(_, v)| v["total"]["records"].as_u64().unwrap_or(0))
+            .unwrap_or(0)
+    };
+    let (publish_s, e2e_s) = rt.block_on(async {
+        let bus = NatsBus::connect(&nats_url, "bench", "sluice-bench").await?;
+        let t0 = Instant::now();
+        // Many hosts publish at once: 64 records in flight.
+        publish_all(&bus, &records).await?;
+        let publish = t0.elapsed().as_secs_f64();
+        let a = agent();
+        let t = Instant::now();
+        loop {
+            if stored(&a) >= RECORDS as u64 {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(300) {
+                bail!("the gateway did not store {RECORDS} records within 300 s");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        anyhow::Ok((publish, t0.elapsed().as_secs_f64()))
+    })?;
+    // Published again: stored once.
+    rt.block_on(async {
+        let bus = NatsBus::connect(&nats_url, "bench", "sluice-bench").await?;
+        publish_all(&bus, &records[..1000]).await
+    })?;
+    std::thread::sleep(Duration::from_millis(500));
+    let after_replay = stored(&a);
+    let store = sluice_gateway::store::Store::open(&dir.join("direct.db"))?;
+    let t0 = Instant::now();
+    for chunk in records.chunks(512) {
+        store.insert_meters(chunk, 0)?;
+    }
+    let direct_s = t0.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let (acc, run, local) = (median(accept_ms), median(running_ms), median(local_ms));
+    let e2e_rate = RECORDS as f64 / e2e_s;
+    let direct_rate = RECORDS as f64 / direct_s;
+    let mut s = String::new();
+    s.push_str("\n## Control plane: deployments and meter records over NATS\n\n");
+    s.push_str(&format!(
+        "A real `nats-server` (JetStream, file storage), `sluice-gateway` and one `sluice-host serve`, as separate processes on this machine. \
+         **Deploy → running**: `POST /v1/deployments` of the firewall (the gateway checks the module and starts it once with its config), until `GET` reports it running on the host \
+         (KV update, module fetch from the object store, compile from the host's code cache, start, heartbeat); median of {DEPLOYS}, after one warm-up. \
+         The baseline is loading and starting the same NF in-process from a warm code cache. \
+         **Meter records**: {RECORDS} records published to the meter stream (64 in flight), until the gateway has stored all of them (acked per committed batch of up to 512); \
+         the baseline inserts the same records into a gateway database directly in batches of 512 (same SQLite settings: WAL, `synchronous=FULL`).\n\n"
+    ));
+    s.push_str("| measurement | Sluice | baseline | ratio |\n|---|---:|---:|---:|\n");
+    s.push_str(&format!(
+        "| deploy → running on the host | {run:.1} ms | {local:.1} ms (in-process start) | {:.1} |\n",
+        run / local
+    ));
+    s.push_str(&format!(
+        "| of which the gateway's answer to the POST | {acc:.1} ms | {local:.1} ms | {:.1} |\n",
+        acc / local
+    ));
+    s.push_str(&format!(
+        "| meter records stored | {e2e_rate:.0} /s | {direct_rate:.0} /s (direct insert) | {:.2} |\n",
+        e2e_rate / direct_rate
+    ));
+    s.push_str(&format!(
+        "\nPublishing the {RECORDS} records took {:.2} s ({:.0} /s). Re-publishing 1000 of them afterwards left {after_replay} records stored ({RECORDS} expected): JetStream's duplicate window and the gateway's insert-or-ignore drop them.\n",
+        publish_s,
+        RECORDS as f64 / publish_s
+    ));
+    Ok(s)
+}
+
+/// Publishes records with up to 64 in flight, as many hosts would.
+async fn publish_all(bus: &NatsBus, records: &[MeterRecord]) -> Result<()> {
+    use futures::StreamExt;
+    let done: Vec<Result<()>> = futures::stream::iter(records)
+        .map(|r| async move { bus.publish_meter(r).await.map_err(anyhow::Error::from) })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    done.into_iter().collect()
+}
