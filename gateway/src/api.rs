@@ -245,11 +245,24 @@ pub struct UploadParams {
         (status = 422, description = "a core module, an invalid component, or not the sluice:nf world", body = ErrorBody)))]
 pub async fn upload_module(
     State(st): State<AppState>,
-    tenant: Tenant,
-    Query(q): Query<UploadParams>,
+    tenant: Result<Tenant, ApiError>,
+    query: Result<Query<UploadParams>, axum::extract::rejection::QueryRejection>,
     body: Body,
 ) -> Result<(StatusCode, Json<ModuleOut>), ApiError> {
+    // The body is read before credentials and parameters are judged: a
+    // client is still sending it, and answering first would reset the
+    // connection under it instead of telling it what is wrong.
+    let tenant = match tenant {
+        Ok(t) => t,
+        Err(e) => {
+            // Unauthenticated: discard (a bounded amount), keep nothing.
+            drain(body, st.config.max_module_bytes()).await;
+            return Err(e);
+        }
+    };
     let bytes = read_limited(body, st.config.max_module_bytes()).await?;
+    let Query(q) = query
+        .map_err(|e| ApiError::bad_request(format!("{}; give ?name=<module name>&version=<version>", e.body_text())))?;
     check_name("module name", &q.name)?;
     check_version(&q.version)?;
     if bytes.is_empty() {
@@ -324,6 +337,18 @@ async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
         ));
     }
     Ok(Bytes::from(buf))
+}
+
+/// Reads and discards up to `limit` bytes of a body.
+async fn drain(body: Body, limit: usize) {
+    let mut stream = body.into_data_stream();
+    let mut total = 0usize;
+    while let Some(Ok(chunk)) = stream.next().await {
+        total = total.saturating_add(chunk.len());
+        if total > limit {
+            break;
+        }
+    }
 }
 
 impl ApiError {

@@ -72,22 +72,7 @@ fn run() -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         tracing::info!("gateway listening on http://{addr} (dashboard /dashboard, API docs /docs)");
         println!("listening on http://{addr}");
-        gateway.serve(listener, shutdown_signal()).await.context("serving HTTP")?;
+        gateway.serve(listener, sluice_control::shutdown_signal()).await.context("serving HTTP")?;
         anyhow::Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }

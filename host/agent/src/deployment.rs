@@ -141,7 +141,6 @@ impl Active {
 
     /// Takes the chain's pending events into the window.
     fn collect_events(&mut self) {
-        use sluice_runtime::bindings::Level;
         for e in self.chain.drain_events() {
             if self.events.len() >= MAX_EVENTS_PER_WINDOW {
                 self.events_dropped += 1;
@@ -154,13 +153,7 @@ impl Active {
                 nf: e.nf.to_string(),
                 version: version.unwrap_or_default(),
                 kind: e.event.kind,
-                level: match e.event.level {
-                    Level::Debug => "debug",
-                    Level::Info => "info",
-                    Level::Warn => "warn",
-                    Level::Error => "error",
-                }
-                .into(),
+                level: sluice_runtime::bindings::level_name(e.event.level).into(),
                 timestamp_ns: e.timestamp_ns,
                 flow: e.flow.map(|k| k.to_string()),
                 fields: e.event.fields.into_iter().collect(),

@@ -270,7 +270,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(async move {
                 let bus = sluice_control::NatsBus::connect(&nats, &cluster, &format!("sluice-host {host}")).await?;
-                let report = sluice_agent::serve(std::sync::Arc::new(bus), cfg, shutdown_signal()).await?;
+                let report =
+                    sluice_agent::serve(std::sync::Arc::new(bus), cfg, sluice_control::shutdown_signal()).await?;
                 let packets: u64 = report.deployments.values().map(|d| d.packets_in).sum();
                 println!("host {host}: {} deployment(s), {packets} packets metered", report.deployments.len());
                 anyhow::Ok(())
@@ -298,22 +299,6 @@ fn real_main() -> anyhow::Result<ExitCode> {
             println!("wrote {n} packets to {}", out.display());
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
     }
 }
 

@@ -505,17 +505,10 @@ impl Collector {
 }
 
 fn event_record(e: EmittedEvent) -> EventRecord {
-    use sluice_runtime::bindings::Level;
     EventRecord {
         nf: e.nf.to_string(),
         kind: e.event.kind,
-        level: match e.event.level {
-            Level::Debug => "debug",
-            Level::Info => "info",
-            Level::Warn => "warn",
-            Level::Error => "error",
-        }
-        .into(),
+        level: sluice_runtime::bindings::level_name(e.event.level).into(),
         timestamp_ns: e.timestamp_ns,
         flow: e.flow.map(|k| k.to_string()),
         fields: e.event.fields.into_iter().collect(),

@@ -24,3 +24,20 @@ pub use messages::{
 };
 pub use nats::NatsBus;
 pub use subjects::{NameError, Names};
+
+/// Resolves on SIGINT or SIGTERM: how every Sluice daemon is told to stop
+/// (it then flushes meters and finishes requests).
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

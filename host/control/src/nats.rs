@@ -26,8 +26,10 @@ const DUPLICATE_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// How long meter records stay in the stream after being stored (the
 /// gateway's database is the system of record; this is a replay margin).
 const METER_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How long the gateway may take to store a record before it is redelivered.
-const ACK_WAIT: Duration = Duration::from_secs(30);
+/// How long the gateway may take to store a record before it is
+/// redelivered: also how long records a killed gateway had in flight wait
+/// for the next one. Storing a batch takes milliseconds.
+const ACK_WAIT: Duration = Duration::from_secs(10);
 
 /// A connection to NATS for one cluster.
 #[derive(Debug, Clone)]

@@ -24,3 +24,13 @@ pub mod v0_2 {
 }
 
 pub use v0_1::sluice::nf::types::{Batch, BatchResult, Event, FlowUpdate, Level, NfInfo, Rewrite, StateOp};
+
+/// The name of an event level as reports and the gateway write it.
+pub fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Debug => "debug",
+        Level::Info => "info",
+        Level::Warn => "warn",
+        Level::Error => "error",
+    }
+}

@@ -43,7 +43,7 @@ enum Command {
     Nf(NfCommand),
     /// Run a gateway and one pcap-fed host in this process (in-process
     /// bus, SQLite under --data). Drop captures into the spool directory to
-    /// send them through every deployment. Stops on Ctrl-C.
+    /// send them through every deployment. Stops on Ctrl-C or SIGTERM.
     Dev {
         /// HTTP listen address.
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -240,9 +240,7 @@ fn run() -> Result<()> {
                     println!("sluice dev: one host in group 'default'; drop captures into {}", spool.display());
                     println!("sluice dev: admin token in $SLUICE_ADMIN_TOKEN or the data directory's admin-token file");
                 },
-                async {
-                    let _ = tokio::signal::ctrl_c().await;
-                },
+                sluice_control::shutdown_signal(),
             ))?;
         }
         Command::Tenant(TenantCommand::Create { name, key_only }) => {
