@@ -415,3 +415,45 @@ fn a_restarted_host_resumes_and_billing_stays_exact() {
     let outbox = dir.path().join("state-h1/outbox");
     assert_eq!(std::fs::read_dir(outbox).unwrap().count(), 0);
 }
+
+#[test]
+fn an_update_the_host_refuses_is_failed_with_the_reason_and_the_old_revision_runs_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = Api { base: gw.url.clone() };
+    let mut host = start_host(&nats, dir.path(), "h1", &[]);
+    let (_, key) = api.tenant("acme");
+    let k = Some(key.as_str());
+    assert_eq!(api.upload(k, "firewall", "1", &std::fs::read(nf("firewall")).unwrap()).status, 201);
+    assert_eq!(api.upload(k, "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let r = api.post(
+        k,
+        "/v1/deployments",
+        &json!({ "name": "guard", "nfs": [{ "name": "guard", "module": "firewall@1", "config": fw_config() }] }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    api.wait_running(&key, "guard", 1);
+    // The counter keeps no flow state: swapping the stateful firewall for it
+    // would drop its connections, so the host refuses and keeps revision 1.
+    let r = api.put(k, "/v1/deployments/guard", &json!({ "nfs": [{ "name": "guard", "module": "counter@1" }] }));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let d = wait_for(30, "the refusal", || {
+        let d = api.get(k, "/v1/deployments/guard").body;
+        (d["status"] == "failed").then_some(d)
+    });
+    let reason = d["reason"].as_str().unwrap();
+    assert!(reason.starts_with("h1: ") && reason.contains("keeps no flow state"), "{reason}");
+    assert!(reason.contains("revision 1 keeps running"), "{reason}");
+    assert_eq!(d["hosts"][0]["revision"], 2);
+    assert_eq!(d["hosts"][0]["state"], "failed");
+    // Going back to a version the host accepts makes it run again.
+    let r = api.put(
+        k,
+        "/v1/deployments/guard",
+        &json!({ "nfs": [{ "name": "guard", "module": "firewall@1", "config": fw_config() }] }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    api.wait_running(&key, "guard", 3);
+    host.term();
+}
