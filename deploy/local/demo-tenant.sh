@@ -61,4 +61,5 @@ echo
 echo "\$ sluice bill --period $(date -u +%Y-%m) --csv"
 "$S" bill --period "$(date -u +%Y-%m)" --csv
 echo
-echo "(while it runs, the dashboard is at $SLUICE_URL/dashboard and the API docs at $SLUICE_URL/docs)"
+echo "(the dev cluster stops with this script; to keep one up, run: ./target/release/sluice dev --data $D"
+echo " and open http://127.0.0.1:8080/dashboard (sign in with the tenant's API key) and /docs for the API)"
