@@ -30,7 +30,7 @@ echo
 echo "\$ sluice tenant create acme"
 SLUICE_API_KEY=$("$S" tenant create acme --key-only)
 export SLUICE_API_KEY
-echo "API key ${SLUICE_API_KEY:0:11}... (exported as SLUICE_API_KEY)"
+echo "API key $SLUICE_API_KEY (exported as SLUICE_API_KEY)"
 echo
 echo "\$ sluice nf upload target/nfs/firewall.wasm --version 1.0.0"
 "$S" nf upload target/nfs/firewall.wasm --version 1.0.0
