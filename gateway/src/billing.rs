@@ -48,16 +48,16 @@ pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
         line(
             "packets",
             "million packets",
-            total.packets as f64 / 1e6,
+            total.sums.packets as f64 / 1e6,
             inc.packets as f64 / 1e6,
             plan.per_million_packets,
         ),
-        line("data", "GB", total.bytes as f64 / 1e9, inc.gb, plan.per_gb),
-        line("cpu", "CPU seconds", total.cpu_ns as f64 / 1e9, inc.cpu_seconds, plan.per_cpu_second),
+        line("data", "GB", total.sums.bytes as f64 / 1e9, inc.gb, plan.per_gb),
+        line("cpu", "CPU seconds", total.sums.cpu_ns as f64 / 1e9, inc.cpu_seconds, plan.per_cpu_second),
         line(
             "invocations",
             "million invocations",
-            total.invocations as f64 / 1e6,
+            total.sums.invocations as f64 / 1e6,
             inc.invocations as f64 / 1e6,
             plan.per_million_invocations,
         ),
@@ -73,14 +73,7 @@ pub fn total(lines: &[BillLine]) -> f64 {
 pub fn sum(rows: &[UsageSums]) -> UsageSums {
     let mut t = UsageSums::default();
     for r in rows {
-        t.invocations += r.invocations;
-        t.packets += r.packets;
-        t.bytes += r.bytes;
-        t.cpu_ns += r.cpu_ns;
-        t.state_ops += r.state_ops;
-        t.traps += r.traps;
-        t.errors += r.errors;
-        t.events += r.events;
+        t.sums.add(&r.sums);
         t.records += r.records;
     }
     t
@@ -116,13 +109,14 @@ mod tests {
     #[test]
     fn allowances_are_subtracted_before_pricing() {
         let plan = PricePlan::default();
-        let t = UsageSums {
+        let sums = sluice_control::MeterSums {
             packets: 3_000_000,
             bytes: 500_000_000,
             cpu_ns: 12_000_000_000,
             invocations: 100_000,
             ..Default::default()
         };
+        let t = UsageSums { sums, ..Default::default() };
         let l = lines(&plan, &t);
         assert_eq!(l[0].billable, 2.0);
         assert_eq!(l[0].amount, 0.10);

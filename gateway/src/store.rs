@@ -7,7 +7,7 @@
 //! under redelivery. WAL mode lets readers (reports) run beside the writer.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use sluice_control::{EventBatch, MeterRecord, NfEvent};
+use sluice_control::{EventBatch, MeterRecord, MeterSums, NfEvent};
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
@@ -169,22 +169,8 @@ pub struct UsageSums {
     pub version: String,
     /// Deployment id.
     pub deployment: String,
-    /// Sums.
-    pub invocations: u64,
-    /// Packets.
-    pub packets: u64,
-    /// Bytes.
-    pub bytes: u64,
-    /// Guest ns.
-    pub cpu_ns: u64,
-    /// State operations.
-    pub state_ops: u64,
-    /// Traps.
-    pub traps: u64,
-    /// Refused batches.
-    pub errors: u64,
-    /// Events.
-    pub events: u64,
+    /// The sums.
+    pub sums: MeterSums,
     /// Records summed.
     pub records: u64,
 }
@@ -475,14 +461,14 @@ impl Store {
                     r.digest,
                     i(r.window_start_ms),
                     i(r.window_end_ms),
-                    i(r.invocations),
-                    i(r.packets),
-                    i(r.bytes),
-                    i(r.cpu_ns),
-                    i(r.state_ops),
-                    i(r.traps),
-                    i(r.errors),
-                    i(r.events),
+                    i(r.sums.invocations),
+                    i(r.sums.packets),
+                    i(r.sums.bytes),
+                    i(r.sums.cpu_ns),
+                    i(r.sums.state_ops),
+                    i(r.sums.traps),
+                    i(r.sums.errors),
+                    i(r.sums.events),
                     now_ms
                 ])?;
             }
@@ -507,14 +493,16 @@ impl Store {
                 module: r.get(1)?,
                 version: r.get(2)?,
                 deployment: r.get(3)?,
-                invocations: u(r.get(4)?),
-                packets: u(r.get(5)?),
-                bytes: u(r.get(6)?),
-                cpu_ns: u(r.get(7)?),
-                state_ops: u(r.get(8)?),
-                traps: u(r.get(9)?),
-                errors: u(r.get(10)?),
-                events: u(r.get(11)?),
+                sums: MeterSums {
+                    invocations: u(r.get(4)?),
+                    packets: u(r.get(5)?),
+                    bytes: u(r.get(6)?),
+                    cpu_ns: u(r.get(7)?),
+                    state_ops: u(r.get(8)?),
+                    traps: u(r.get(9)?),
+                    errors: u(r.get(10)?),
+                    events: u(r.get(11)?),
+                },
                 records: u(r.get(12)?),
             })
         })?;
@@ -646,14 +634,14 @@ mod tests {
             digest: "x".into(),
             window_start_ms: 1000,
             window_end_ms: 2000,
-            invocations: 1,
-            packets,
-            bytes: packets * 64,
-            cpu_ns: 10,
-            state_ops: 2,
-            traps: 0,
-            errors: 0,
-            events: 0,
+            sums: MeterSums {
+                invocations: 1,
+                packets,
+                bytes: packets * 64,
+                cpu_ns: 10,
+                state_ops: 2,
+                ..Default::default()
+            },
         }
     }
 
@@ -665,7 +653,7 @@ mod tests {
         assert_eq!(s.insert_meters(&[rec("a", 5), rec("c", 1)], 0).unwrap(), 1);
         let u = s.usage("t1", 0, 10_000).unwrap();
         assert_eq!(u.len(), 1);
-        assert_eq!(u[0].packets, 13);
+        assert_eq!(u[0].sums.packets, 13);
         assert_eq!(u[0].records, 3);
         assert!(s.usage("t2", 0, 10_000).unwrap().is_empty());
         assert!(s.usage("t1", 1001, 10_000).unwrap().is_empty());

@@ -4,7 +4,7 @@
 
 use crate::report::AgentReport;
 use sluice_control::{
-    DeploymentSpec, DeploymentStatus, EventBatch, HostState, MeterRecord, NfEvent, NfPlacement, now_ms,
+    DeploymentSpec, DeploymentStatus, EventBatch, HostState, MeterRecord, MeterSums, NfEvent, NfPlacement, now_ms,
 };
 use sluice_pcap::Trace;
 use sluice_runtime::{Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, RawPacket, Routes, Runtime};
@@ -386,17 +386,19 @@ fn flush(shared: &Shared, a: &mut Active) {
             digest: nf.module.digest.clone(),
             window_start_ms: a.window_start_ms,
             window_end_ms: end,
-            invocations: d(|m| m.invocations),
-            packets: d(|m| m.packets),
-            bytes: d(|m| m.bytes),
-            cpu_ns: d(|m| m.cpu_ns),
-            state_ops: d(|m| m.state_ops + m.table_ops),
-            traps: d(|m| m.traps),
-            errors: d(|m| m.errors),
-            events: d(|m| m.events),
+            sums: MeterSums {
+                invocations: d(|m| m.invocations),
+                packets: d(|m| m.packets),
+                bytes: d(|m| m.bytes),
+                cpu_ns: d(|m| m.cpu_ns),
+                state_ops: d(|m| m.state_ops + m.table_ops),
+                traps: d(|m| m.traps),
+                errors: d(|m| m.errors),
+                events: d(|m| m.events),
+            },
         };
         *base = now;
-        if rec.is_empty() {
+        if rec.sums.is_empty() {
             continue;
         }
         {

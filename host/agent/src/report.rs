@@ -2,28 +2,15 @@
 //! the gateway bills (`sluice-host serve --report`).
 
 use serde::{Deserialize, Serialize};
-use sluice_control::MeterRecord;
+use sluice_control::{MeterRecord, MeterSums};
 use std::collections::BTreeMap;
 
 /// Sums of meter records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
-    /// `process` calls.
-    pub invocations: u64,
-    /// Packets.
-    pub packets: u64,
-    /// Bytes.
-    pub bytes: u64,
-    /// Guest time, ns.
-    pub cpu_ns: u64,
-    /// State operations.
-    pub state_ops: u64,
-    /// Traps.
-    pub traps: u64,
-    /// Refused batches.
-    pub errors: u64,
-    /// Events.
-    pub events: u64,
+    /// The metered sums (inlined in the JSON).
+    #[serde(flatten)]
+    pub sums: MeterSums,
     /// Records these sums came from.
     pub records: u64,
 }
@@ -31,14 +18,7 @@ pub struct Totals {
 impl Totals {
     /// Adds a record.
     pub fn add(&mut self, r: &MeterRecord) {
-        self.invocations += r.invocations;
-        self.packets += r.packets;
-        self.bytes += r.bytes;
-        self.cpu_ns += r.cpu_ns;
-        self.state_ops += r.state_ops;
-        self.traps += r.traps;
-        self.errors += r.errors;
-        self.events += r.events;
+        self.sums.add(&r.sums);
         self.records += 1;
     }
 }

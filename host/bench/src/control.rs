@@ -12,7 +12,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use sluice_control::{Bus, MeterRecord, NatsBus};
+use sluice_control::{Bus, MeterRecord, MeterSums, NatsBus};
 use sluice_runtime::{Chain, NfLimits, NfSpec, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -198,14 +198,14 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
             digest: "0".into(),
             window_start_ms: 1_000 + n as u64,
             window_end_ms: 2_000 + n as u64,
-            invocations: 3,
-            packets: 96,
-            bytes: 6144,
-            cpu_ns: 5000,
-            state_ops: 10,
-            traps: 0,
-            errors: 0,
-            events: 0,
+            sums: MeterSums {
+                invocations: 3,
+                packets: 96,
+                bytes: 6144,
+                cpu_ns: 5000,
+                state_ops: 10,
+                ..Default::default()
+            },
         })
         .collect();
     let rt = tokio::runtime::Runtime::new()?;

@@ -19,8 +19,8 @@ pub mod subjects;
 pub use bus::{Bus, BusError, MeterDelivery};
 pub use local::LocalBus;
 pub use messages::{
-    DeploymentSpec, DeploymentStatus, DesiredSet, EventBatch, Heartbeat, HostState, MeterRecord, ModuleRef, NfEvent,
-    NfLimitsSpec, NfPlacement, now_ms,
+    DeploymentSpec, DeploymentStatus, DesiredSet, EventBatch, Heartbeat, HostState, MeterRecord, MeterSums, ModuleRef,
+    NfEvent, NfLimitsSpec, NfPlacement, now_ms,
 };
 pub use nats::NatsBus;
 pub use subjects::{NameError, Names};

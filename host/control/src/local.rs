@@ -175,14 +175,14 @@ mod tests {
             digest: "x".into(),
             window_start_ms: 0,
             window_end_ms: 1000,
-            invocations: 1,
-            packets: 2,
-            bytes: 3,
-            cpu_ns: 4,
-            state_ops: 5,
-            traps: 0,
-            errors: 0,
-            events: 0,
+            sums: crate::MeterSums {
+                invocations: 1,
+                packets: 2,
+                bytes: 3,
+                cpu_ns: 4,
+                state_ops: 5,
+                ..Default::default()
+            },
         };
         bus.publish_meter(&rec).await.unwrap();
         let d = feed.next().await.unwrap().unwrap();

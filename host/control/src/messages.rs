@@ -136,6 +136,47 @@ pub struct Heartbeat {
     pub deployments: Vec<DeploymentStatus>,
 }
 
+/// Sums of per-invocation meters: what a meter record carries, and what
+/// host reports and usage reports add up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterSums {
+    /// `process` calls.
+    pub invocations: u64,
+    /// Packets handed to the NF.
+    pub packets: u64,
+    /// Bytes handed to the NF.
+    pub bytes: u64,
+    /// Time inside the guest, ns.
+    pub cpu_ns: u64,
+    /// Flow-state and state-table operations the host did for the NF.
+    pub state_ops: u64,
+    /// Traps.
+    pub traps: u64,
+    /// Batches the NF refused with an error.
+    pub errors: u64,
+    /// Events emitted.
+    pub events: u64,
+}
+
+impl MeterSums {
+    /// Adds another set of sums.
+    pub fn add(&mut self, o: &MeterSums) {
+        self.invocations += o.invocations;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.cpu_ns += o.cpu_ns;
+        self.state_ops += o.state_ops;
+        self.traps += o.traps;
+        self.errors += o.errors;
+        self.events += o.events;
+    }
+
+    /// Whether nothing was metered.
+    pub fn is_empty(&self) -> bool {
+        *self == MeterSums::default()
+    }
+}
+
 /// The sums of the per-invocation meters of one NF of one deployment on
 /// one host over one window. `id` is unique: a record delivered twice is
 /// stored once.
@@ -161,29 +202,9 @@ pub struct MeterRecord {
     pub window_start_ms: u64,
     /// Window end (ms since epoch, exclusive).
     pub window_end_ms: u64,
-    /// `process` calls.
-    pub invocations: u64,
-    /// Packets handed to the NF.
-    pub packets: u64,
-    /// Bytes handed to the NF.
-    pub bytes: u64,
-    /// Time inside the guest, ns.
-    pub cpu_ns: u64,
-    /// Flow-state and state-table operations the host did for the NF.
-    pub state_ops: u64,
-    /// Traps.
-    pub traps: u64,
-    /// Batches the NF refused with an error.
-    pub errors: u64,
-    /// Events emitted.
-    pub events: u64,
-}
-
-impl MeterRecord {
-    /// Whether the window saw no work (such records are not sent).
-    pub fn is_empty(&self) -> bool {
-        self.invocations == 0 && self.packets == 0 && self.traps == 0 && self.errors == 0 && self.events == 0
-    }
+    /// What was metered (inlined in the JSON).
+    #[serde(flatten)]
+    pub sums: MeterSums,
 }
 
 /// An event an NF emitted (an IDS alert, a firewall deny, ...), as the
@@ -223,4 +244,37 @@ pub struct EventBatch {
     pub events: Vec<NfEvent>,
     /// Events left out of this batch.
     pub dropped: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_meter_record_is_one_flat_json_object() {
+        let rec = MeterRecord {
+            id: "h-b-7".into(),
+            host: "h".into(),
+            tenant: "t".into(),
+            deployment: "d".into(),
+            nf: "fw".into(),
+            module: "firewall".into(),
+            version: "1".into(),
+            digest: "x".into(),
+            window_start_ms: 1,
+            window_end_ms: 2,
+            sums: MeterSums { packets: 32, invocations: 1, ..Default::default() },
+        };
+        let v: serde_json::Value = serde_json::to_value(&rec).unwrap();
+        assert_eq!(v["packets"], 32);
+        assert_eq!(v["invocations"], 1);
+        assert!(v.get("sums").is_none());
+        assert_eq!(serde_json::from_value::<MeterRecord>(v).unwrap(), rec);
+        let mut t = MeterSums::default();
+        assert!(t.is_empty());
+        t.add(&rec.sums);
+        t.add(&rec.sums);
+        assert_eq!((t.packets, t.invocations), (64, 2));
+    }
 }
