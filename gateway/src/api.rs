@@ -142,7 +142,7 @@ pub async fn create_key(
 #[utoipa::path(get, path = "/v1/me", tag = "tenants", security(("bearer" = [])),
     responses((status = 200, body = TenantOut), (status = 401, body = ErrorBody)))]
 pub async fn me(tenant: Tenant) -> Json<TenantOut> {
-    Json(TenantOut { id: tenant.id, name: tenant.name, created_ms: 0 })
+    Json(TenantOut { id: tenant.id, name: tenant.name, created_ms: tenant.created_ms })
 }
 
 // ---------------------------------------------------------------- hosts

@@ -50,6 +50,8 @@ pub struct Tenant {
     pub id: String,
     /// Tenant name.
     pub name: String,
+    /// Created, ms since the epoch.
+    pub created_ms: i64,
 }
 
 impl FromRequestParts<AppState> for Tenant {
@@ -58,7 +60,7 @@ impl FromRequestParts<AppState> for Tenant {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let key = bearer(parts)?;
         match state.store.tenant_by_key(&hash(key))? {
-            Some(t) => Ok(Tenant { id: t.id, name: t.name }),
+            Some(t) => Ok(Tenant { id: t.id, name: t.name, created_ms: t.created_ms }),
             None => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",

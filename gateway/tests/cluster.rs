@@ -279,7 +279,9 @@ fn tenants_see_and_change_only_their_own_objects() {
     let bb = api.get(b, "/v1/bill?period=2026-11").body;
     assert_eq!(bb["usage"], json!([]));
     assert_eq!(api.get(b, "/v1/usage/series?step_ms=1000").body["series"], json!([]));
-    assert_eq!(api.get(b, "/v1/me").body["name"], "beta");
+    let me = api.get(b, "/v1/me").body;
+    assert_eq!(me["name"], "beta");
+    assert!(me["created_ms"].as_i64().unwrap() > 1_700_000_000_000, "{me}");
 
     // Operator endpoints need the admin token; tenant endpoints need a tenant key.
     for key in [a, b] {
