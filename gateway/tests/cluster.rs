@@ -22,22 +22,11 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     let api = Api { base: gw.url.clone() };
     let pcap = trace(dir.path(), 600);
     let report = dir.path().join("h1.json");
-    let mut host = start_host(
+    let mut host = start_replay_host(
         &nats,
         dir.path(),
         "h1",
-        &[
-            "--in",
-            pcap.to_str().unwrap(),
-            "--loop",
-            "12",
-            "--pps",
-            "15000",
-            "--window-ms",
-            "200",
-            "--report",
-            report.to_str().unwrap(),
-        ],
+        Replay { pcap: &pcap, loops: 12, pps: 15000, window_ms: 200, report: &report },
     );
     let (_, key) = api.tenant("acme");
     let fw = std::fs::read(nf("firewall")).unwrap();
@@ -326,22 +315,11 @@ fn killing_the_gateway_mid_stream_loses_and_double_counts_nothing() {
     let (_, key) = api.tenant("acme");
     assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
     assert_eq!(api.post(Some(&key), "/v1/deployments", &json!({ "name": "c", "module": "counter@1" })).status, 201);
-    let mut host = start_host(
+    let mut host = start_replay_host(
         &nats,
         dir.path(),
         "h1",
-        &[
-            "--in",
-            pcap.to_str().unwrap(),
-            "--loop",
-            "0",
-            "--pps",
-            "30000",
-            "--window-ms",
-            "50",
-            "--report",
-            report.to_str().unwrap(),
-        ],
+        Replay { pcap: &pcap, loops: 0, pps: 30000, window_ms: 50, report: &report },
     );
     api.wait_running(&key, "c", 1);
     for round in 0..3 {
@@ -384,19 +362,12 @@ fn a_restarted_host_resumes_and_billing_stays_exact() {
         // The same host id and state directory: the host rejoins, reads the
         // desired state from the KV bucket and starts the deployment again.
         let report = dir.path().join(format!("h1-{run}.json"));
-        let args = [
-            "--in",
-            pcap.to_str().unwrap(),
-            "--loop",
-            "0",
-            "--pps",
-            "20000",
-            "--window-ms",
-            "100",
-            "--report",
-            report.to_str().unwrap(),
-        ];
-        let mut host = start_host(&nats, dir.path(), "h1", &args);
+        let mut host = start_replay_host(
+            &nats,
+            dir.path(),
+            "h1",
+            Replay { pcap: &pcap, loops: 0, pps: 20000, window_ms: 100, report: &report },
+        );
         api.wait_running(&key, "fw", 1);
         wait_for(30, "this run's meters", || {
             std::fs::read(&report)

@@ -206,6 +206,35 @@ pub fn start_host(nats: &Nats, dir: &Path, id: &str, args: &[&str]) -> Proc {
     Proc { child, name: format!("sluice-host {id}") }
 }
 
+/// How a host replays a capture: passes (0 = forever), packets per second
+/// and meter window.
+pub struct Replay<'a> {
+    pub pcap: &'a Path,
+    pub loops: u32,
+    pub pps: u32,
+    pub window_ms: u32,
+    pub report: &'a Path,
+}
+
+/// `sluice-host serve` replaying a capture into every deployment and
+/// keeping its own report.
+pub fn start_replay_host(nats: &Nats, dir: &Path, id: &str, r: Replay<'_>) -> Proc {
+    let (loops, pps, window) = (r.loops.to_string(), r.pps.to_string(), r.window_ms.to_string());
+    let args = [
+        "--in",
+        r.pcap.to_str().unwrap(),
+        "--loop",
+        &loops,
+        "--pps",
+        &pps,
+        "--window-ms",
+        &window,
+        "--report",
+        r.report.to_str().unwrap(),
+    ];
+    start_host(nats, dir, id, &args)
+}
+
 /// A synthetic trace.
 pub fn trace(dir: &Path, sessions: usize) -> PathBuf {
     let p = dir.join("office.pcap");
