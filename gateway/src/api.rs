@@ -55,6 +55,9 @@ fn check_version(v: &str) -> Result<(), ApiError> {
 pub struct TenantCreate {
     /// Unique name (letters, digits, '-', '_').
     pub name: String,
+    /// Host groups it may deploy to (default: the gateway's `default-groups`).
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
 }
 
 /// A tenant.
@@ -66,6 +69,8 @@ pub struct TenantOut {
     pub name: String,
     /// Created, ms since the epoch.
     pub created_ms: i64,
+    /// Host groups it may deploy to.
+    pub groups: Vec<String>,
 }
 
 /// A tenant with its first API key (shown once).
@@ -77,6 +82,8 @@ pub struct TenantCreated {
     pub name: String,
     /// The API key: send it as `Authorization: Bearer <key>`. Only its hash is stored.
     pub api_key: String,
+    /// Host groups it may deploy to.
+    pub groups: Vec<String>,
 }
 
 /// A new API key (shown once).
@@ -99,14 +106,31 @@ pub async fn create_tenant(
 ) -> Result<(StatusCode, Json<TenantCreated>), ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     check_name("tenant name", &req.name)?;
+    let groups = check_groups(req.groups.unwrap_or_else(|| st.config.default_groups.clone()))?;
     let id = format!("t_{}", random_hex(6)?);
     let (key, prefix) = new_key()?;
     let row = TenantRow { id: id.clone(), name: req.name.clone(), created_ms: now() };
     if !st.store.create_tenant(&row, &hash(&key), &prefix)? {
         return Err(ApiError::conflict(format!("a tenant named '{}' exists already", req.name)));
     }
-    tracing::info!(tenant = %id, name = %req.name, "tenant created");
-    Ok((StatusCode::CREATED, Json(TenantCreated { id, name: req.name, api_key: key })))
+    st.store.set_grants(&id, &groups)?;
+    tracing::info!(tenant = %id, name = %req.name, ?groups, "tenant created");
+    Ok((StatusCode::CREATED, Json(TenantCreated { id, name: req.name, api_key: key, groups })))
+}
+
+/// At most this many groups per grant.
+const MAX_GROUPS: usize = 256;
+
+fn check_groups(mut groups: Vec<String>) -> Result<Vec<String>, ApiError> {
+    if groups.len() > MAX_GROUPS {
+        return Err(ApiError::bad_request(format!("at most {MAX_GROUPS} groups may be granted")));
+    }
+    for g in &groups {
+        check_token("group", g).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
 }
 
 /// List tenants (admin).
@@ -117,9 +141,150 @@ pub async fn list_tenants(State(st): State<AppState>, _: Admin) -> Result<Json<V
         st.store
             .tenants()?
             .into_iter()
-            .map(|t| TenantOut { id: t.id, name: t.name, created_ms: t.created_ms })
-            .collect(),
+            .map(|t| {
+                let groups = st.store.grants(&t.id)?;
+                Ok(TenantOut { id: t.id, name: t.name, created_ms: t.created_ms, groups })
+            })
+            .collect::<Result<_, ApiError>>()?,
     ))
+}
+
+/// The host groups a tenant may deploy to.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Grants {
+    /// Group names.
+    pub groups: Vec<String>,
+}
+
+/// Set the host groups a tenant may deploy to (admin). Deployments on a
+/// group taken away keep running until the tenant moves or deletes them;
+/// new ones and updates are refused there.
+#[utoipa::path(put, path = "/v1/tenants/{id}/groups", tag = "tenants", security(("bearer" = [])), request_body = Grants,
+    params(("id" = String, Path, description = "Tenant id")),
+    responses((status = 200, body = Grants), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn set_grants(
+    State(st): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+    body: Result<Json<Grants>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Grants>, ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let groups = check_groups(req.groups)?;
+    if !st.store.set_grants(&id, &groups)? {
+        return Err(ApiError::not_found("tenant", &id));
+    }
+    tracing::info!(tenant = %id, ?groups, "groups granted");
+    Ok(Json(Grants { groups }))
+}
+
+/// An API key, as listed (the key itself is never shown again).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct KeyOut {
+    /// Its first characters: what revoking names.
+    pub prefix: String,
+    /// Created, ms since the epoch.
+    pub created_ms: i64,
+    /// Whether this request was made with it.
+    pub current: bool,
+}
+
+fn key_list(st: &AppState, tenant_id: &str, current: Option<&str>) -> Result<Vec<KeyOut>, ApiError> {
+    let current_prefix = current.and_then(|h| st.store.key_prefix(h).ok().flatten());
+    Ok(st
+        .store
+        .keys(tenant_id)?
+        .into_iter()
+        .map(|(prefix, created_ms)| KeyOut { current: current_prefix.as_deref() == Some(&prefix), prefix, created_ms })
+        .collect())
+}
+
+fn revoke(st: &AppState, tenant_id: &str, prefix: &str) -> Result<StatusCode, ApiError> {
+    match st.store.revoke_key(tenant_id, prefix)? {
+        0 => Err(ApiError::not_found("API key", prefix)),
+        1 => {
+            tracing::info!(tenant = %tenant_id, prefix, "API key revoked");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        _ => Err(ApiError::conflict(format!("several keys start with '{prefix}'; rotate them instead"))),
+    }
+}
+
+/// List a tenant's API keys (admin).
+#[utoipa::path(get, path = "/v1/tenants/{id}/keys", tag = "tenants", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Tenant id")),
+    responses((status = 200, body = [KeyOut]), (status = 403, body = ErrorBody)))]
+pub async fn tenant_keys(
+    State(st): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<KeyOut>>, ApiError> {
+    Ok(Json(key_list(&st, &id, None)?))
+}
+
+/// Revoke one of a tenant's API keys by its prefix (admin). Requests with
+/// it are refused from the next one on.
+#[utoipa::path(delete, path = "/v1/tenants/{id}/keys/{prefix}", tag = "tenants", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Tenant id"), ("prefix" = String, Path, description = "Key prefix")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke_tenant_key(
+    State(st): State<AppState>,
+    _: Admin,
+    Path((id, prefix)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    revoke(&st, &id, &prefix)
+}
+
+/// The calling tenant's API keys.
+#[utoipa::path(get, path = "/v1/me/keys", tag = "tenants", security(("bearer" = [])),
+    responses((status = 200, body = [KeyOut]), (status = 401, body = ErrorBody)))]
+pub async fn my_keys(State(st): State<AppState>, tenant: Tenant) -> Result<Json<Vec<KeyOut>>, ApiError> {
+    Ok(Json(key_list(&st, &tenant.id, Some(&tenant.key_hash))?))
+}
+
+/// Most API keys a tenant may hold at once.
+const MAX_KEYS: usize = 20;
+
+/// Add an API key for the calling tenant (e.g. one per client).
+#[utoipa::path(post, path = "/v1/me/keys", tag = "tenants", security(("bearer" = [])),
+    responses((status = 201, body = KeyCreated), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn add_my_key(
+    State(st): State<AppState>,
+    tenant: Tenant,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    if st.store.keys(&tenant.id)?.len() >= MAX_KEYS {
+        return Err(ApiError::conflict(format!("a tenant holds at most {MAX_KEYS} keys; revoke one first")));
+    }
+    let (key, prefix) = new_key()?;
+    st.store.add_key(&tenant.id, &hash(&key), &prefix, now())?;
+    Ok((StatusCode::CREATED, Json(KeyCreated { api_key: key, prefix })))
+}
+
+/// Rotate the key this request is made with: a new key replaces it, and it
+/// is refused from the next request on.
+#[utoipa::path(post, path = "/v1/me/keys/rotate", tag = "tenants", security(("bearer" = [])),
+    responses((status = 201, body = KeyCreated), (status = 401, body = ErrorBody)))]
+pub async fn rotate_my_key(
+    State(st): State<AppState>,
+    tenant: Tenant,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let (key, prefix) = new_key()?;
+    if !st.store.rotate_key(&tenant.key_hash, &hash(&key), &prefix, now())? {
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "this key was revoked meanwhile"));
+    }
+    tracing::info!(tenant = %tenant.id, prefix = %prefix, "API key rotated");
+    Ok((StatusCode::CREATED, Json(KeyCreated { api_key: key, prefix })))
+}
+
+/// Revoke one of the calling tenant's keys by its prefix.
+#[utoipa::path(delete, path = "/v1/me/keys/{prefix}", tag = "tenants", security(("bearer" = [])),
+    params(("prefix" = String, Path, description = "Key prefix")),
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke_my_key(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    Path(prefix): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    revoke(&st, &tenant.id, &prefix)
 }
 
 /// Add an API key to a tenant (admin).
@@ -141,49 +306,139 @@ pub async fn create_key(
 /// The calling tenant.
 #[utoipa::path(get, path = "/v1/me", tag = "tenants", security(("bearer" = [])),
     responses((status = 200, body = TenantOut), (status = 401, body = ErrorBody)))]
-pub async fn me(tenant: Tenant) -> Json<TenantOut> {
-    Json(TenantOut { id: tenant.id, name: tenant.name, created_ms: tenant.created_ms })
+pub async fn me(State(st): State<AppState>, tenant: Tenant) -> Result<Json<TenantOut>, ApiError> {
+    let groups = st.store.grants(&tenant.id)?;
+    Ok(Json(TenantOut { id: tenant.id, name: tenant.name, created_ms: tenant.created_ms, groups }))
 }
 
 // ---------------------------------------------------------------- hosts
 
-/// A host as the gateway last heard from it.
+/// A registered host and what the gateway last heard from it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct HostOut {
     /// Host id.
     pub host: String,
     /// Group.
     pub group: String,
+    /// Its NATS nkey public key, if it has one.
+    pub nkey: Option<String>,
     /// Heard from within three heartbeat intervals.
     pub alive: bool,
-    /// Ms since its last heartbeat.
-    pub last_seen_ms_ago: u64,
+    /// Ms since its last heartbeat (none: never heard from).
+    pub last_seen_ms_ago: Option<u64>,
     /// Process start, ms since the epoch.
-    pub started_ms: u64,
+    pub started_ms: Option<u64>,
     /// Software version.
-    pub version: String,
+    pub version: Option<String>,
     /// Deployments it runs.
     pub deployments: usize,
 }
 
-/// List hosts (admin).
+/// List registered hosts with their liveness (admin).
 #[utoipa::path(get, path = "/v1/hosts", tag = "hosts", security(("bearer" = [])),
     responses((status = 200, body = [HostOut]), (status = 403, body = ErrorBody)))]
-pub async fn list_hosts(State(st): State<AppState>, _: Admin) -> Json<Vec<HostOut>> {
-    Json(
-        st.hosts()
+pub async fn list_hosts(State(st): State<AppState>, _: Admin) -> Result<Json<Vec<HostOut>>, ApiError> {
+    let seen: BTreeMap<String, crate::state::HostSeen> =
+        st.hosts().into_iter().map(|h| (h.heartbeat.host.clone(), h)).collect();
+    Ok(Json(
+        st.store
+            .registered_hosts()?
             .into_iter()
-            .map(|h| HostOut {
-                alive: h.alive(),
-                last_seen_ms_ago: u64::try_from(h.at.elapsed().as_millis()).unwrap_or(u64::MAX),
-                host: h.heartbeat.host,
-                group: h.heartbeat.group,
-                started_ms: h.heartbeat.started_ms,
-                version: h.heartbeat.version,
-                deployments: h.heartbeat.deployments.len(),
+            .map(|r| {
+                let h = seen.get(&r.id);
+                HostOut {
+                    alive: h.is_some_and(|h| h.alive()),
+                    last_seen_ms_ago: h.map(|h| u64::try_from(h.at.elapsed().as_millis()).unwrap_or(u64::MAX)),
+                    started_ms: h.map(|h| h.heartbeat.started_ms),
+                    version: h.map(|h| h.heartbeat.version.clone()),
+                    deployments: h.map(|h| h.heartbeat.deployments.len()).unwrap_or(0),
+                    host: r.id,
+                    group: r.group,
+                    nkey: r.nkey,
+                }
             })
             .collect(),
-    )
+    ))
+}
+
+/// A host to register.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HostIn {
+    /// Host id (its `--host-id`).
+    pub id: String,
+    /// The group it serves.
+    pub group: String,
+    /// Its NATS nkey public key (`sluice-host keygen` prints it); none for
+    /// a bus without authentication.
+    pub nkey: Option<String>,
+}
+
+/// Register a host (admin). Only registered hosts are heard: their
+/// heartbeats, meter records and events are accepted for deployments
+/// placed on their group. With `nats-auth-file` configured, the NATS
+/// servers' authorization is rewritten; reload them to let the host in.
+#[utoipa::path(post, path = "/v1/hosts", tag = "hosts", security(("bearer" = [])), request_body = HostIn,
+    responses((status = 201, body = HostOut), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn register_host(
+    State(st): State<AppState>,
+    _: Admin,
+    body: Result<Json<HostIn>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<HostOut>), ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    check_token("host", &req.id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    check_token("group", &req.group).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(k) = &req.nkey {
+        sluice_control::auth::check_user_nkey(k).map_err(ApiError::bad_request)?;
+    }
+    let row = crate::store::HostRow {
+        id: req.id.clone(),
+        group: req.group.clone(),
+        nkey: req.nkey.clone(),
+        created_ms: now(),
+    };
+    if !st.store.add_host(&row)? {
+        return Err(ApiError::conflict(format!(
+            "host '{}' (or its nkey) is registered already; remove it first",
+            req.id
+        )));
+    }
+    crate::state::write_nats_authorization(&st.config, &st.store).map_err(ApiError::internal)?;
+    tracing::info!(host = %req.id, group = %req.group, "host registered");
+    let out = HostOut {
+        host: req.id,
+        group: req.group,
+        nkey: req.nkey,
+        alive: false,
+        last_seen_ms_ago: None,
+        started_ms: None,
+        version: None,
+        deployments: 0,
+    };
+    Ok((StatusCode::CREATED, Json(out)))
+}
+
+/// Remove a host from the registry (admin): it is no longer heard, and
+/// (after the NATS servers reload) no longer let in.
+#[utoipa::path(delete, path = "/v1/hosts/{id}", tag = "hosts", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Host id")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn remove_host(State(st): State<AppState>, _: Admin, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    if !st.store.remove_host(&id)? {
+        return Err(ApiError::not_found("host", &id));
+    }
+    st.hosts.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+    crate::state::write_nats_authorization(&st.config, &st.store).map_err(ApiError::internal)?;
+    tracing::info!(host = %id, "host removed");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Messages from hosts the gateway refused (admin): counts by kind and the
+/// newest hundred with the reason.
+#[utoipa::path(get, path = "/v1/rejects", tag = "hosts", security(("bearer" = [])),
+    responses((status = 200, body = crate::intake::RejectsOut), (status = 403, body = ErrorBody)))]
+pub async fn rejects(State(st): State<AppState>, _: Admin) -> Json<crate::intake::RejectsOut> {
+    Json(st.rejects.snapshot())
 }
 
 // ---------------------------------------------------------------- modules
@@ -719,11 +974,25 @@ async fn trial_start(st: &AppState, placements: &[NfPlacement], routes: Vec<Rout
     .map_err(ApiError::internal)?
 }
 
+fn check_granted(st: &AppState, tenant: &Tenant, group: &str) -> Result<(), ApiError> {
+    if st.store.grants(&tenant.id)?.iter().any(|g| g == group) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "group_not_granted",
+        format!(
+            "this tenant may not deploy to host group '{group}'; GET /v1/me lists its groups, the operator grants others"
+        ),
+    ))
+}
+
 async fn publish(st: &AppState, groups: &[&str]) {
     for g in groups {
         if let Err(e) = st.publish_group(g).await {
-            // Stored; the reconcile loop publishes it when the bus is back.
-            tracing::warn!(group = %g, "deployment stored but not yet published: {e}");
+            // Stored; retried every second until the bus takes it.
+            st.unpublished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(g.to_string());
+            tracing::warn!(group = %g, "deployment stored but not yet published (retrying): {e}");
         }
     }
 }
@@ -740,6 +1009,7 @@ pub async fn create_deployment(
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let group = req.group.clone().unwrap_or_else(|| "default".into());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    check_granted(&st, &tenant, &group)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
     let name = match &req.name {
         Some(n) => n.clone(),
@@ -804,6 +1074,7 @@ pub async fn update_deployment(
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let group = req.group.clone().unwrap_or_else(|| row.group.clone());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    check_granted(&st, &tenant, &group)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
     let old_group = row.group.clone();
     let new = DeploymentRow {

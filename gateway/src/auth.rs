@@ -37,9 +37,10 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
         .get(axum::http::header::AUTHORIZATION)
         .ok_or_else(|| unauthorized("missing Authorization header; send 'Authorization: Bearer <API key>'"))?;
     let v = h.to_str().map_err(|_| unauthorized("the Authorization header is not text"))?;
-    v.strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+    // The scheme is case-insensitive (RFC 9110, section 11.1).
+    let (scheme, token) = v.trim_start().split_once(' ').unwrap_or((v, ""));
+    Some(token.trim())
+        .filter(|t| scheme.eq_ignore_ascii_case("bearer") && !t.is_empty())
         .ok_or_else(|| unauthorized("the Authorization header must be 'Bearer <API key>'"))
 }
 
@@ -52,15 +53,18 @@ pub struct Tenant {
     pub name: String,
     /// Created, ms since the epoch.
     pub created_ms: i64,
+    /// SHA-256 of the key this request came with.
+    pub key_hash: String,
 }
 
 impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let key = bearer(parts)?;
-        match state.store.tenant_by_key(&hash(key))? {
-            Some(t) => Ok(Tenant { id: t.id, name: t.name, created_ms: t.created_ms }),
+        let key_hash = hash(bearer(parts)?);
+        // Looked up on every request: a revoked key is refused at once.
+        match state.store.tenant_by_key(&key_hash)? {
+            Some(t) => Ok(Tenant { id: t.id, name: t.name, created_ms: t.created_ms, key_hash }),
             None => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -84,6 +88,27 @@ impl FromRequestParts<AppState> for Admin {
             Ok(Admin)
         } else {
             Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this operation needs the admin token"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parts(v: &str) -> Parts {
+        let req = axum::http::Request::builder().header("authorization", v).body(()).unwrap();
+        req.into_parts().0
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer k1", "bearer k1", "BEARER  k1 ", "bEaReR k1"] {
+            assert_eq!(bearer(&parts(v)).unwrap(), "k1", "{v:?}");
+        }
+        for v in ["Basic k1", "Bearer", "Bearer   ", "k1", "Bearerk1"] {
+            assert!(bearer(&parts(v)).is_err(), "{v:?}");
         }
     }
 }

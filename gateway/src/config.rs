@@ -7,7 +7,17 @@
 //! admin-token = "change-me"          # SLUICE_ADMIN_TOKEN (required)
 //! max-module-mb = 32                 # SLUICE_MAX_MODULE_MB: upload size limit
 //! cluster = "default"                # SLUICE_CLUSTER
-//! nats = "nats://127.0.0.1:4222"     # SLUICE_NATS_URL
+//! nats = "nats://127.0.0.1:4222"     # SLUICE_NATS_URL (several: comma-separated)
+//! nats-nkey = "/etc/sluice/gateway.nk"  # SLUICE_NATS_NKEY: the gateway's nkey seed
+//! nats-creds = "/etc/sluice/gw.creds"   # SLUICE_NATS_CREDS: or a JWT creds file
+//! nats-ca = "/etc/sluice/tls/ca.pem"    # SLUICE_NATS_CA: CA of the servers (requires TLS)
+//! nats-cert = "/etc/sluice/tls/gateway.pem"     # SLUICE_NATS_CERT: client certificate
+//! nats-key = "/etc/sluice/tls/gateway-key.pem"  # SLUICE_NATS_KEY: its key
+//! nats-replicas = 3                  # SLUICE_NATS_REPLICAS: JetStream copies
+//!                                    # (default: the cluster's servers, at most 3)
+//! nats-auth-file = "/etc/nats/sluice-auth.conf"  # SLUICE_NATS_AUTH_FILE: where the
+//!                                    # servers' authorization block is written
+//! default-groups = ["default"]       # host groups a new tenant may deploy to
 //!
 //! [billing]                          # the price plan
 //! currency = "USD"
@@ -129,9 +139,37 @@ pub struct GatewayConfig {
     /// Cluster name.
     #[serde(default = "default_cluster")]
     pub cluster: String,
-    /// NATS URL.
+    /// NATS URL(s), comma-separated.
     #[serde(default = "default_nats")]
     pub nats: String,
+    /// The gateway's nkey seed file.
+    #[serde(default)]
+    pub nats_nkey: Option<PathBuf>,
+    /// A NATS credentials (JWT) file, instead of `nats-nkey`.
+    #[serde(default)]
+    pub nats_creds: Option<PathBuf>,
+    /// CA certificate the NATS servers' certificates chain to.
+    #[serde(default)]
+    pub nats_ca: Option<PathBuf>,
+    /// Client certificate for mutual TLS.
+    #[serde(default)]
+    pub nats_cert: Option<PathBuf>,
+    /// Its private key.
+    #[serde(default)]
+    pub nats_key: Option<PathBuf>,
+    /// JetStream replicas of the meter stream and the buckets (none: as
+    /// many as the NATS cluster has servers, at most 3).
+    #[serde(default)]
+    pub nats_replicas: Option<usize>,
+    /// Where to write the NATS servers' `authorization` block (gateway and
+    /// registered hosts, with their permissions) whenever a host is
+    /// registered or removed.
+    #[serde(default)]
+    pub nats_auth_file: Option<PathBuf>,
+    /// Host groups a new tenant may deploy to, unless the operator names
+    /// others when creating it.
+    #[serde(default)]
+    pub default_groups: Vec<String>,
     /// Price plan.
     #[serde(default)]
     pub billing: PricePlan,
@@ -162,6 +200,14 @@ impl Default for GatewayConfig {
             max_module_mb: default_max_module_mb(),
             cluster: default_cluster(),
             nats: default_nats(),
+            nats_nkey: None,
+            nats_creds: None,
+            nats_ca: None,
+            nats_cert: None,
+            nats_key: None,
+            nats_replicas: None,
+            nats_auth_file: None,
+            default_groups: Vec::new(),
             billing: PricePlan::default(),
         }
     }
@@ -202,6 +248,26 @@ impl GatewayConfig {
         if let Some(v) = var("SLUICE_NATS_URL") {
             cfg.nats = v;
         }
+        for (name, slot) in [
+            ("SLUICE_NATS_NKEY", &mut cfg.nats_nkey),
+            ("SLUICE_NATS_CREDS", &mut cfg.nats_creds),
+            ("SLUICE_NATS_CA", &mut cfg.nats_ca),
+            ("SLUICE_NATS_CERT", &mut cfg.nats_cert),
+            ("SLUICE_NATS_KEY", &mut cfg.nats_key),
+            ("SLUICE_NATS_AUTH_FILE", &mut cfg.nats_auth_file),
+        ] {
+            if let Some(v) = var(name) {
+                *slot = Some(v.into());
+            }
+        }
+        if let Some(v) = var("SLUICE_NATS_REPLICAS") {
+            let n: usize = v.parse().ok().filter(|n| (1..=5).contains(n)).ok_or_else(|| ConfigError::Env {
+                name: "SLUICE_NATS_REPLICAS".into(),
+                value: v.clone(),
+                reason: "not a replica count from 1 to 5".into(),
+            })?;
+            cfg.nats_replicas = Some(n);
+        }
         Ok(cfg)
     }
 
@@ -213,7 +279,27 @@ impl GatewayConfig {
             )),
             Some(t) if t.len() < 8 => Err(ConfigError::Invalid("the admin token must be at least 8 characters".into())),
             Some(_) if self.max_module_mb == 0 => Err(ConfigError::Invalid("max-module-mb must be at least 1".into())),
-            Some(_) => Ok(()),
+            Some(_) if self.nats_replicas.is_some_and(|n| !(1..=5).contains(&n)) => {
+                Err(ConfigError::Invalid("nats-replicas must be 1 to 5".into()))
+            }
+            Some(_) => {
+                for g in &self.default_groups {
+                    sluice_control::subjects::check_token("group", g)
+                        .map_err(|e| ConfigError::Invalid(format!("default-groups: {e}")))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// How the gateway authenticates to NATS.
+    pub fn nats_auth(&self) -> sluice_control::NatsAuth {
+        sluice_control::NatsAuth {
+            nkey_file: self.nats_nkey.clone(),
+            creds_file: self.nats_creds.clone(),
+            ca_file: self.nats_ca.clone(),
+            cert_file: self.nats_cert.clone(),
+            key_file: self.nats_key.clone(),
         }
     }
 

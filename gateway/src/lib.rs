@@ -19,12 +19,13 @@ pub mod billing;
 pub mod config;
 pub mod dashboard;
 pub mod error;
+pub mod intake;
 pub mod state;
 pub mod store;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use sluice_control::Bus;
 use sluice_runtime::{Runtime, RuntimeConfig};
 use state::AppState;
@@ -47,6 +48,9 @@ pub enum GatewayError {
     /// The module checker.
     #[error(transparent)]
     Runtime(#[from] sluice_runtime::RuntimeError),
+    /// The NATS authorization file could not be written.
+    #[error("NATS authorization: {0}")]
+    NatsAuth(String),
     /// Files.
     #[error("{what} {path}: {source}")]
     Io {
@@ -73,7 +77,9 @@ impl utoipa::Modify for BearerAuth {
 #[openapi(
     info(title = "Sluice gateway", description = "Upload WebAssembly network functions, deploy them onto host groups, read usage and bills. Authenticate with `Authorization: Bearer <API key>` (tenants) or the admin token (tenant management)."),
     paths(
-        api::create_tenant, api::list_tenants, api::create_key, api::me, api::list_hosts,
+        api::create_tenant, api::list_tenants, api::create_key, api::me, api::set_grants,
+        api::tenant_keys, api::revoke_tenant_key, api::my_keys, api::add_my_key, api::rotate_my_key, api::revoke_my_key,
+        api::list_hosts, api::register_host, api::remove_host, api::rejects,
         api::upload_module, api::list_modules, api::get_module, api::delete_module,
         api::create_deployment, api::list_deployments, api::get_deployment, api::update_deployment, api::delete_deployment,
         api::events, api::usage, api::usage_series, api::bill,
@@ -111,6 +117,7 @@ impl Gateway {
             ..RuntimeConfig::default()
         })?;
         let admin_hash = auth::hash(config.admin_token.as_deref().unwrap_or_default());
+        state::write_nats_authorization(&config, &store).map_err(GatewayError::NatsAuth)?;
         Ok(Gateway {
             state: AppState {
                 store: Arc::new(store),
@@ -120,6 +127,8 @@ impl Gateway {
                 hosts: Arc::default(),
                 admin_hash,
                 blobs,
+                rejects: Arc::default(),
+                unpublished: Arc::default(),
             },
         })
     }
@@ -128,9 +137,16 @@ impl Gateway {
     pub fn router(&self) -> Router {
         let v1 = Router::new()
             .route("/tenants", post(api::create_tenant).get(api::list_tenants))
-            .route("/tenants/{id}/keys", post(api::create_key))
+            .route("/tenants/{id}/keys", post(api::create_key).get(api::tenant_keys))
+            .route("/tenants/{id}/keys/{prefix}", delete(api::revoke_tenant_key))
+            .route("/tenants/{id}/groups", put(api::set_grants))
             .route("/me", get(api::me))
-            .route("/hosts", get(api::list_hosts))
+            .route("/me/keys", get(api::my_keys).post(api::add_my_key))
+            .route("/me/keys/rotate", post(api::rotate_my_key))
+            .route("/me/keys/{prefix}", delete(api::revoke_my_key))
+            .route("/hosts", get(api::list_hosts).post(api::register_host))
+            .route("/hosts/{id}", delete(api::remove_host))
+            .route("/rejects", get(api::rejects))
             .route("/modules", post(api::upload_module).get(api::list_modules).layer(DefaultBodyLimit::disable()))
             .route("/modules/{id}", get(api::get_module).delete(api::delete_module))
             .route("/deployments", post(api::create_deployment).get(api::list_deployments))

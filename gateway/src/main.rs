@@ -27,6 +27,25 @@ struct Cli {
     /// Cluster name (overrides the config).
     #[arg(long)]
     cluster: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Serve the API (what runs without a subcommand).
+    Serve,
+    /// Write the NATS servers' authorization block (`nats-auth-file`: the
+    /// gateway and every registered host, with their subject permissions)
+    /// and exit. Run it once before the first start of nats-server.
+    NatsAuth,
+    /// Write a new nkey seed (mode 0600) for the gateway's NATS identity
+    /// and print its public key.
+    Keygen {
+        /// Where to write the seed (never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,9 +80,27 @@ fn run() -> anyhow::Result<()> {
     if let Some(v) = cli.cluster {
         cfg.cluster = v;
     }
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {}
+        Command::NatsAuth => {
+            let path = cfg.nats_auth_file.clone().context("nats-auth-file is not set in the config")?;
+            write_nats_auth(&cfg)?;
+            println!("wrote {}", path.display());
+            return Ok(());
+        }
+        Command::Keygen { out } => {
+            let public = sluice_control::auth::write_new_seed(&out).map_err(anyhow::Error::msg)?;
+            println!("{public}");
+            return Ok(());
+        }
+    }
+    // The servers must know the gateway before it connects.
+    write_nats_auth(&cfg)?;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
-        let bus = sluice_control::NatsBus::connect(&cfg.nats, &cfg.cluster, "sluice-gateway").await?;
+        let role = sluice_control::Role::Gateway { replicas: cfg.nats_replicas };
+        let bus =
+            sluice_control::NatsBus::connect(&cfg.nats, &cfg.cluster, &cfg.nats_auth(), role, "sluice-gateway").await?;
         let listen = cfg.listen.clone();
         let gateway = sluice_gateway::Gateway::new(cfg, Arc::new(bus))?;
         gateway.state.publish_all().await;
@@ -75,4 +112,13 @@ fn run() -> anyhow::Result<()> {
         gateway.serve(listener, sluice_control::shutdown_signal()).await.context("serving HTTP")?;
         anyhow::Ok(())
     })
+}
+
+fn write_nats_auth(cfg: &sluice_gateway::GatewayConfig) -> anyhow::Result<()> {
+    if cfg.nats_auth_file.is_none() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&cfg.data_dir).with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+    let store = sluice_gateway::store::Store::open(&cfg.data_dir.join("gateway.db"))?;
+    sluice_gateway::state::write_nats_authorization(cfg, &store).map_err(anyhow::Error::msg)
 }

@@ -3,9 +3,10 @@
 //! and stores meter records.
 
 use crate::config::GatewayConfig;
+use crate::intake::{check_events, check_heartbeat, check_meter};
 use crate::store::{DeploymentRow, Store};
 use futures::StreamExt;
-use sluice_control::{Bus, DeploymentSpec, DesiredSet, Heartbeat, NfPlacement};
+use sluice_control::{Bus, DeploymentSpec, DesiredSet, Heartbeat, HostIdentity, MeterRecord, NfPlacement};
 use sluice_runtime::Runtime;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -46,6 +47,10 @@ pub struct AppState {
     pub admin_hash: String,
     /// Module blobs, by digest.
     pub blobs: PathBuf,
+    /// Messages from hosts that were refused.
+    pub rejects: Arc<crate::intake::Rejects>,
+    /// Groups whose desired state could not be published yet.
+    pub unpublished: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -114,7 +119,8 @@ impl AppState {
         };
         for g in groups {
             if let Err(e) = self.publish_group(&g).await {
-                tracing::warn!(group = %g, "cannot publish desired deployments: {e}");
+                tracing::warn!(group = %g, "cannot publish desired deployments (retrying): {e}");
+                self.unpublished.lock().unwrap_or_else(PoisonError::into_inner).insert(g);
             }
         }
     }
@@ -125,7 +131,24 @@ pub async fn follow_heartbeats(state: AppState) {
     loop {
         match state.bus.heartbeats().await {
             Ok(mut s) => {
-                while let Some(hb) = s.next().await {
+                while let Some(from) = s.next().await {
+                    let publisher = from.host.clone();
+                    let store = state.store.clone();
+                    let hb = match tokio::task::spawn_blocking(move || check_heartbeat(&store, from)).await {
+                        Ok(Ok(Ok(hb))) => hb,
+                        Ok(Ok(Err(why))) => {
+                            state.rejects.record("heartbeat", &publisher, why);
+                            continue;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!("checking a heartbeat: {e}");
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!("checking a heartbeat: {e}");
+                            continue;
+                        }
+                    };
                     let mut hosts = state.hosts.write().unwrap_or_else(PoisonError::into_inner);
                     if !hosts.contains_key(&hb.host) {
                         tracing::info!(host = %hb.host, group = %hb.group, "host joined");
@@ -163,13 +186,20 @@ pub async fn consume_meters(state: AppState) {
                         continue;
                     }
                     let store = state.store.clone();
-                    let recs: Vec<_> = deliveries.iter().map(|d| d.record.clone()).collect();
+                    let recs: Vec<_> = deliveries.iter().map(|d| (d.publisher.clone(), d.record.clone())).collect();
                     let now = i64::try_from(sluice_control::now_ms()).unwrap_or(i64::MAX);
-                    let stored = tokio::task::spawn_blocking(move || store.insert_meters(&recs, now)).await;
+                    let stored = tokio::task::spawn_blocking(move || store_checked(&store, &recs, now)).await;
                     match stored {
-                        Ok(Ok(_)) => {
-                            for d in deliveries {
-                                if let Err(e) = d.ack().await {
+                        Ok(Ok(verdicts)) => {
+                            for (d, verdict) in deliveries.into_iter().zip(verdicts) {
+                                let done = match verdict {
+                                    None => d.ack().await,
+                                    Some(why) => {
+                                        state.rejects.record("meter", &d.publisher, why);
+                                        d.reject().await
+                                    }
+                                };
+                                if let Err(e) = done {
                                     // Not acked: it comes again and is ignored as a duplicate.
                                     tracing::warn!("{e}");
                                 }
@@ -196,6 +226,59 @@ pub async fn consume_meters(state: AppState) {
     }
 }
 
+/// Checks each `(publisher, record)` and stores those that pass, in one
+/// transaction; returns per record `None` (stored, or a duplicate) or why
+/// it was refused.
+fn store_checked(
+    store: &Store,
+    recs: &[(String, MeterRecord)],
+    now: i64,
+) -> Result<Vec<Option<String>>, crate::store::StoreError> {
+    let mut verdicts = Vec::with_capacity(recs.len());
+    let mut good = Vec::with_capacity(recs.len());
+    for (publisher, rec) in recs {
+        match check_meter(store, publisher, rec)? {
+            Ok(()) => {
+                good.push(rec.clone());
+                verdicts.push(None);
+            }
+            Err(why) => verdicts.push(Some(why)),
+        }
+    }
+    store.insert_meters(&good, now)?;
+    Ok(verdicts)
+}
+
+/// Writes the NATS servers' authorization block (the gateway and every
+/// registered host with an nkey) to the configured file, if any. The
+/// operator's reload of nats-server (a systemd path unit in
+/// `deploy/systemd`) applies it.
+pub fn write_nats_authorization(config: &GatewayConfig, store: &Store) -> Result<(), String> {
+    let Some(path) = &config.nats_auth_file else { return Ok(()) };
+    let Some(seed_file) = &config.nats_nkey else {
+        return Err("nats-auth-file is set but nats-nkey (the gateway's own seed) is not".into());
+    };
+    let seed = sluice_control::nats::read_seed(seed_file)?;
+    let gateway = sluice_control::auth::public_key_of(&seed)?;
+    let names = sluice_control::Names::new(&config.cluster).map_err(|e| e.to_string())?;
+    let hosts: Vec<HostIdentity> = store
+        .registered_hosts()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter_map(|h| Some(HostIdentity { nkey: h.nkey?, host: h.id, group: h.group }))
+        .collect();
+    let text = sluice_control::auth::render_authorization(&names, &gateway, &hosts)?;
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    tracing::info!(file = %path.display(), hosts = hosts.len(), "NATS authorization written; reload nats-server to apply it");
+    Ok(())
+}
+
 /// Events kept per tenant.
 pub const EVENTS_KEPT: u64 = 10_000;
 
@@ -204,7 +287,28 @@ pub async fn follow_events(state: AppState) {
     loop {
         match state.bus.events().await {
             Ok(mut s) => {
-                while let Some(batch) = s.next().await {
+                while let Some(from) = s.next().await {
+                    let publisher = from.host.clone();
+                    let store = state.store.clone();
+                    let batch = match tokio::task::spawn_blocking(move || check_events(&store, from)).await {
+                        Ok(Ok((batch, refused, why))) => {
+                            if let Some(why) = why {
+                                state.rejects.record("event", &publisher, format!("{refused} event(s): {why}"));
+                            }
+                            batch
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!("checking events: {e}");
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!("checking events: {e}");
+                            continue;
+                        }
+                    };
+                    if batch.events.is_empty() {
+                        continue;
+                    }
                     if batch.dropped > 0 {
                         tracing::debug!(host = %batch.host, dropped = batch.dropped, "host left out events over its per-window cap");
                     }
@@ -223,11 +327,31 @@ pub async fn follow_events(state: AppState) {
     }
 }
 
-/// Republishes desired state every `every`.
+/// Republishes desired state every `every`, and groups whose publication
+/// failed (a NATS server lost, a stream leader being elected) every second.
 pub async fn reconcile(state: AppState, every: Duration) {
     let mut tick = tokio::time::interval(every);
+    let mut retry = tokio::time::interval(Duration::from_secs(1));
     loop {
-        tick.tick().await;
-        state.publish_all().await;
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = state.bus.maintain().await {
+                    tracing::warn!("keeping the bus's streams as configured: {e}");
+                }
+                state.publish_all().await;
+            }
+            _ = retry.tick() => {
+                let groups: Vec<String> =
+                    std::mem::take(&mut *state.unpublished.lock().unwrap_or_else(PoisonError::into_inner)).into_iter().collect();
+                for g in groups {
+                    if let Err(e) = state.publish_group(&g).await {
+                        tracing::warn!(group = %g, "desired deployments still not published: {e}");
+                        state.unpublished.lock().unwrap_or_else(PoisonError::into_inner).insert(g);
+                    } else {
+                        tracing::info!(group = %g, "desired deployments published");
+                    }
+                }
+            }
+        }
     }
 }

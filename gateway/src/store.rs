@@ -5,6 +5,10 @@
 //! IGNORE`: a record delivered twice is stored once. That, and acking a
 //! record only after its insert committed, is what makes billing exact
 //! under redelivery. WAL mode lets readers (reports) run beside the writer.
+//!
+//! The schema is versioned: `gateway/migrations/V<n>__<what>.sql`, applied
+//! in order at open by refinery (which records them in
+//! `refinery_schema_history`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sluice_control::{EventBatch, MeterRecord, MeterSums, NfEvent};
@@ -17,6 +21,14 @@ pub enum StoreError {
     /// SQLite failed.
     #[error("database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// The schema could not be brought up to date.
+    #[error("migrating database {path}: {reason}")]
+    Migration {
+        /// Database file.
+        path: String,
+        /// Cause.
+        reason: String,
+    },
     /// A stored document could not be decoded.
     #[error("database holds a malformed {what}: {reason}")]
     Corrupt {
@@ -27,83 +39,9 @@ pub enum StoreError {
     },
 }
 
-const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS tenants (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    created_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS api_keys (
-    hash TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
-    prefix TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS modules (
-    id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
-    name TEXT NOT NULL,
-    version TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    contract TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    UNIQUE (tenant_id, name, version)
-);
-CREATE TABLE IF NOT EXISTS deployments (
-    id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL REFERENCES tenants(id),
-    name TEXT NOT NULL,
-    grp TEXT NOT NULL,
-    revision INTEGER NOT NULL,
-    spec TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL,
-    UNIQUE (tenant_id, name)
-);
-CREATE TABLE IF NOT EXISTS deployment_modules (
-    deployment_id TEXT NOT NULL REFERENCES deployments(id) ON DELETE CASCADE,
-    module_id TEXT NOT NULL REFERENCES modules(id),
-    PRIMARY KEY (deployment_id, module_id)
-);
-CREATE TABLE IF NOT EXISTS meters (
-    id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    deployment_id TEXT NOT NULL,
-    host TEXT NOT NULL,
-    nf TEXT NOT NULL,
-    module TEXT NOT NULL,
-    version TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    window_start_ms INTEGER NOT NULL,
-    window_end_ms INTEGER NOT NULL,
-    invocations INTEGER NOT NULL,
-    packets INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    cpu_ns INTEGER NOT NULL,
-    state_ops INTEGER NOT NULL,
-    traps INTEGER NOT NULL,
-    errors INTEGER NOT NULL,
-    events INTEGER NOT NULL,
-    received_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS meters_tenant_time ON meters (tenant_id, window_start_ms);
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    deployment_id TEXT NOT NULL,
-    host TEXT NOT NULL,
-    nf TEXT NOT NULL,
-    version TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    level TEXT NOT NULL,
-    timestamp_ns INTEGER NOT NULL,
-    flow TEXT,
-    fields TEXT NOT NULL,
-    received_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_tenant ON events (tenant_id, seq);
-"#;
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
 
 /// A tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +51,19 @@ pub struct TenantRow {
     /// Unique name.
     pub name: String,
     /// Creation time, ms.
+    pub created_ms: i64,
+}
+
+/// A host the operator registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRow {
+    /// Host id.
+    pub id: String,
+    /// Its group.
+    pub group: String,
+    /// Its NATS nkey public key.
+    pub nkey: Option<String>,
+    /// Registered, ms.
     pub created_ms: i64,
 }
 
@@ -215,7 +166,10 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.execute_batch(SCHEMA)?;
+        let mut conn = conn;
+        embedded::migrations::runner()
+            .run(&mut conn)
+            .map_err(|e| StoreError::Migration { path: path.display().to_string(), reason: e.to_string() })?;
         Ok(Store { conn: Mutex::new(conn) })
     }
 
@@ -255,6 +209,119 @@ impl Store {
             params![key_hash, tenant_id, prefix, now_ms],
         )?;
         Ok(true)
+    }
+
+    /// A tenant's API keys: `(prefix, created_ms)`, oldest first.
+    pub fn keys(&self, tenant_id: &str) -> Result<Vec<(String, i64)>, StoreError> {
+        let db = self.db();
+        let mut st =
+            db.prepare("SELECT prefix, created_ms FROM api_keys WHERE tenant_id = ?1 ORDER BY created_ms, prefix")?;
+        let rows = st.query_map([tenant_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Revokes the tenant's key(s) starting with `prefix`; how many matched
+    /// (nothing is revoked when more than one key matches).
+    pub fn revoke_key(&self, tenant_id: &str, prefix: &str) -> Result<usize, StoreError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let n: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND prefix = ?2",
+            params![tenant_id, prefix],
+            |r| r.get(0),
+        )?;
+        if n == 1 {
+            tx.execute("DELETE FROM api_keys WHERE tenant_id = ?1 AND prefix = ?2", params![tenant_id, prefix])?;
+            tx.commit()?;
+        }
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Replaces the key with hash `old` by a new one, atomically.
+    pub fn rotate_key(&self, old_hash: &str, new_hash: &str, prefix: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let tenant: Option<String> =
+            tx.query_row("SELECT tenant_id FROM api_keys WHERE hash = ?1", [old_hash], |r| r.get(0)).optional()?;
+        let Some(tenant) = tenant else { return Ok(false) };
+        tx.execute("DELETE FROM api_keys WHERE hash = ?1", [old_hash])?;
+        tx.execute(
+            "INSERT INTO api_keys (hash, tenant_id, prefix, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![new_hash, tenant, prefix, now_ms],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// The host groups a tenant may deploy to.
+    pub fn grants(&self, tenant_id: &str) -> Result<Vec<String>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT grp FROM tenant_groups WHERE tenant_id = ?1 ORDER BY grp")?;
+        let rows = st.query_map([tenant_id], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Sets the host groups a tenant may deploy to. `false` if there is no
+    /// such tenant. Deployments already on a group taken away keep running
+    /// until the tenant moves or deletes them.
+    pub fn set_grants(&self, tenant_id: &str, groups: &[String]) -> Result<bool, StoreError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let exists: Option<String> =
+            tx.query_row("SELECT id FROM tenants WHERE id = ?1", [tenant_id], |r| r.get(0)).optional()?;
+        if exists.is_none() {
+            return Ok(false);
+        }
+        tx.execute("DELETE FROM tenant_groups WHERE tenant_id = ?1", [tenant_id])?;
+        for g in groups {
+            tx.execute("INSERT OR IGNORE INTO tenant_groups (tenant_id, grp) VALUES (?1, ?2)", params![tenant_id, g])?;
+        }
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// Registers a host; `false` if the id or the nkey is taken.
+    pub fn add_host(&self, h: &HostRow) -> Result<bool, StoreError> {
+        let n = self.db().execute(
+            "INSERT OR IGNORE INTO hosts (id, grp, nkey, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![h.id, h.group, h.nkey, h.created_ms],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Removes a host from the registry.
+    pub fn remove_host(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.db().execute("DELETE FROM hosts WHERE id = ?1", [id])? == 1)
+    }
+
+    /// Every registered host.
+    pub fn registered_hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT id, grp, nkey, created_ms FROM hosts ORDER BY id")?;
+        let rows = st.query_map([], |r| {
+            Ok(HostRow { id: r.get(0)?, group: r.get(1)?, nkey: r.get(2)?, created_ms: r.get(3)? })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The group of a registered host.
+    pub fn host_group(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.db().query_row("SELECT grp FROM hosts WHERE id = ?1", [id], |r| r.get(0)).optional()?)
+    }
+
+    /// Whether deployment `deployment` of `tenant` was ever placed on `group`.
+    pub fn was_placed(&self, deployment: &str, tenant: &str, group: &str) -> Result<bool, StoreError> {
+        let n: i64 = self.db().query_row(
+            "SELECT COUNT(*) FROM placements WHERE deployment_id = ?1 AND tenant_id = ?2 AND grp = ?3",
+            params![deployment, tenant, group],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The prefix of the key with this hash.
+    pub fn key_prefix(&self, key_hash: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.db().query_row("SELECT prefix FROM api_keys WHERE hash = ?1", [key_hash], |r| r.get(0)).optional()?)
     }
 
     /// The tenant a key hash belongs to.
@@ -366,6 +433,10 @@ impl Store {
             "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (id) DO UPDATE SET grp = excluded.grp, revision = excluded.revision, spec = excluded.spec, updated_ms = excluded.updated_ms",
             params![d.id, d.tenant_id, d.name, d.group, d.revision, d.spec, d.created_ms, d.updated_ms],
+        )?;
+        tx.execute(
+            "INSERT OR IGNORE INTO placements (deployment_id, tenant_id, grp) VALUES (?1, ?2, ?3)",
+            params![d.id, d.tenant_id, d.group],
         )?;
         tx.execute("DELETE FROM deployment_modules WHERE deployment_id = ?1", [&d.id])?;
         for m in module_ids {

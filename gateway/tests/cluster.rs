@@ -24,6 +24,7 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     let report = dir.path().join("h1.json");
     let mut host = start_replay_host(
         &nats,
+        &gw,
         dir.path(),
         "h1",
         Replay { pcap: &pcap, loops: 12, pps: 15000, window_ms: 200, report: &report },
@@ -225,7 +226,7 @@ fn tenants_see_and_change_only_their_own_objects() {
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = Api { base: gw.url.clone() };
     let pcap = trace(dir.path(), 200);
-    let mut host = start_host(&nats, dir.path(), "h1", &["--in", pcap.to_str().unwrap(), "--window-ms", "100"]);
+    let mut host = start_host(&nats, &gw, dir.path(), "h1", &["--in", pcap.to_str().unwrap(), "--window-ms", "100"]);
     let (a_id, a) = api.tenant("alpha");
     let (_, b) = api.tenant("beta");
     let (a, b) = (Some(a.as_str()), Some(b.as_str()));
@@ -317,6 +318,7 @@ fn killing_the_gateway_mid_stream_loses_and_double_counts_nothing() {
     assert_eq!(api.post(Some(&key), "/v1/deployments", &json!({ "name": "c", "module": "counter@1" })).status, 201);
     let mut host = start_replay_host(
         &nats,
+        &gw,
         dir.path(),
         "h1",
         Replay { pcap: &pcap, loops: 0, pps: 30000, window_ms: 50, report: &report },
@@ -364,6 +366,7 @@ fn a_restarted_host_resumes_and_billing_stays_exact() {
         let report = dir.path().join(format!("h1-{run}.json"));
         let mut host = start_replay_host(
             &nats,
+            &gw,
             dir.path(),
             "h1",
             Replay { pcap: &pcap, loops: 0, pps: 20000, window_ms: 100, report: &report },
@@ -395,7 +398,7 @@ fn an_update_the_host_refuses_is_failed_with_the_reason_and_the_old_revision_run
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = Api { base: gw.url.clone() };
-    let mut host = start_host(&nats, dir.path(), "h1", &[]);
+    let mut host = start_host(&nats, &gw, dir.path(), "h1", &[]);
     let (_, key) = api.tenant("acme");
     let k = Some(key.as_str());
     assert_eq!(api.upload(k, "firewall", "1", &std::fs::read(nf("firewall")).unwrap()).status, 201);

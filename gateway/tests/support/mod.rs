@@ -1,6 +1,7 @@
 //! Real processes for the cluster tests: a nats-server with JetStream on a
-//! free loopback port, `sluice-gateway` and `sluice-host serve` binaries,
-//! and an HTTP client.
+//! free loopback port, run with the shipped secure configuration (mutual
+//! TLS, nkey users with subject permissions), `sluice-gateway` and
+//! `sluice-host serve` binaries, and an HTTP client.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, dead_code)]
 
@@ -103,10 +104,95 @@ fn log_file(dir: &Path, name: &str) -> Stdio {
     Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{name}.log"))).unwrap())
 }
 
-/// nats-server ≥ 2.10 with JetStream.
+/// The cluster's secrets, as an operator makes them: a CA with a server
+/// certificate and one client certificate per NATS client
+/// (`deploy/nats/make-tls.sh`), and one nkey seed per client.
+#[derive(Clone)]
+pub struct Pki {
+    pub dir: PathBuf,
+}
+
+impl Pki {
+    pub fn new(dir: &Path) -> Pki {
+        let pki = Pki { dir: dir.join("pki") };
+        let st = Command::new(workspace().join("deploy/nats/make-tls.sh"))
+            .arg(pki.dir.join("tls"))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "make-tls.sh failed");
+        pki
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("tls/ca.pem")
+    }
+
+    /// A client certificate and key for `name`.
+    pub fn client_cert(&self, name: &str) -> (PathBuf, PathBuf) {
+        let tls = self.dir.join("tls");
+        let st = Command::new(workspace().join("deploy/nats/make-tls.sh"))
+            .arg(&tls)
+            .args(["client", name])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "make-tls.sh client {name} failed");
+        (tls.join(format!("{name}.pem")), tls.join(format!("{name}-key.pem")))
+    }
+
+    /// The nkey seed file of `name` (made with `keygen` on first use) and
+    /// its public key.
+    pub fn nkey(&self, name: &str) -> (PathBuf, String) {
+        let seed = self.dir.join(format!("{name}.nk"));
+        let out = if seed.exists() {
+            Command::new(sibling_bin("sluice-host")).args(["keygen", "--show", "--out"]).arg(&seed).output().unwrap()
+        } else {
+            Command::new(sibling_bin("sluice-host")).args(["keygen", "--out"]).arg(&seed).output().unwrap()
+        };
+        assert!(out.status.success(), "keygen: {}", String::from_utf8_lossy(&out.stderr));
+        (seed, String::from_utf8(out.stdout).unwrap().trim().to_string())
+    }
+
+    /// The `sluice-host serve` flags that sign in as `name`.
+    pub fn host_flags(&self, name: &str) -> Vec<String> {
+        let (seed, _) = self.nkey(name);
+        let (cert, key) = self.client_cert(name);
+        let mut v = Vec::new();
+        for (flag, path) in
+            [("--nats-nkey", seed), ("--nats-ca", self.ca()), ("--nats-cert", cert), ("--nats-key", key)]
+        {
+            v.push(flag.to_string());
+            v.push(path.to_str().unwrap().to_string());
+        }
+        v
+    }
+}
+
+/// The shipped `deploy/nats/<file>` with its certificate paths pointed at
+/// the test's PKI, its store in `store`, and no monitoring port (tests run
+/// side by side).
+fn shipped_nats_config(file: &str, pki: &Pki, store: &Path) -> String {
+    let text = std::fs::read_to_string(workspace().join("deploy/nats").join(file)).unwrap();
+    assert!(text.contains("/etc/nats/tls/"), "{file} names its certificates under /etc/nats/tls/");
+    text.replace("/etc/nats/tls/", &format!("{}/", pki.dir.join("tls").display()))
+        .replace("store_dir: /var/lib/nats", &format!("store_dir: \"{}\"", store.display()))
+        .replace("http: 127.0.0.1:8222", "")
+}
+
+/// nats-server ≥ 2.10 with JetStream, run with the shipped configuration
+/// (`deploy/nats/nats-server.conf`: mutual TLS, nkey users with subject
+/// permissions from the authorization block the gateway writes).
 pub struct Nats {
     pub url: String,
-    _proc: Proc,
+    pub port: u16,
+    pub pki: Pki,
+    /// Directory of the server configuration and the authorization block.
+    pub conf_dir: PathBuf,
+    /// The gateway's data directory (where its database is).
+    pub gateway_data: PathBuf,
+    pub log_dir: PathBuf,
+    pub proc: Option<Proc>,
 }
 
 pub fn nats_server_bin() -> PathBuf {
@@ -122,19 +208,84 @@ pub fn nats_server_bin() -> PathBuf {
     panic!("nats-server not found: run `make setup` (it installs nats-server 2.12 with `go install`)");
 }
 
+/// The gateway's NATS settings as environment variables.
+pub fn gateway_nats_env(pki: &Pki, conf_dir: &Path) -> Vec<(String, String)> {
+    let (seed, _) = pki.nkey("gateway");
+    let (cert, key) = pki.client_cert("gateway");
+    [
+        ("SLUICE_NATS_NKEY", seed),
+        ("SLUICE_NATS_CA", pki.ca()),
+        ("SLUICE_NATS_CERT", cert),
+        ("SLUICE_NATS_KEY", key),
+        ("SLUICE_NATS_AUTH_FILE", conf_dir.join("sluice-auth.conf")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+    .collect()
+}
+
+/// Writes the authorization block for the gateway's current registry
+/// (`sluice-gateway nats-auth`), as an operator does before the first
+/// server start.
+pub fn write_nats_auth(pki: &Pki, conf_dir: &Path, gateway_data: &Path) {
+    std::fs::create_dir_all(conf_dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-gateway"))
+        .args(["--cluster", "test", "--data-dir"])
+        .arg(gateway_data)
+        .arg("nats-auth")
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .envs(gateway_nats_env(pki, conf_dir))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sluice-gateway nats-auth: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 impl Nats {
     pub fn start(dir: &Path) -> Nats {
-        let port = free_port();
+        let pki = Pki::new(dir);
+        let conf_dir = dir.join("nats");
+        let gateway_data = dir.join("gateway");
+        write_nats_auth(&pki, &conf_dir, &gateway_data);
         let store = dir.join("jetstream");
+        std::fs::write(conf_dir.join("nats-server.conf"), shipped_nats_config("nats-server.conf", &pki, &store))
+            .unwrap();
+        let port = free_port();
+        let mut n = Nats {
+            url: format!("tls://127.0.0.1:{port}"),
+            port,
+            pki,
+            conf_dir,
+            gateway_data,
+            log_dir: dir.to_path_buf(),
+            proc: None,
+        };
+        n.restart();
+        n
+    }
+
+    pub fn restart(&mut self) {
         let child = Command::new(nats_server_bin())
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&store)
-            .stdout(log_file(dir, "nats"))
-            .stderr(log_file(dir, "nats"))
+            .arg("-c")
+            .arg(self.conf_dir.join("nats-server.conf"))
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(log_file(&self.log_dir, "nats"))
+            .stderr(log_file(&self.log_dir, "nats"))
             .spawn()
             .unwrap();
-        wait_port(port, "nats-server");
-        Nats { url: format!("nats://127.0.0.1:{port}"), _proc: Proc { child, name: "nats-server".into() } }
+        self.proc = Some(Proc { child, name: "nats-server".into() });
+        wait_port(self.port, "nats-server");
+    }
+
+    /// Makes the server read its configuration again (a changed
+    /// authorization block) and waits until it did.
+    pub fn reload(&self) {
+        let log = self.log_dir.join("nats.log");
+        let count =
+            || std::fs::read_to_string(&log).unwrap_or_default().matches("Reloaded server configuration").count();
+        let before = count();
+        let pid = self.proc.as_ref().unwrap().child.id().to_string();
+        assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+        wait_for(10, "nats-server to reload its configuration", || (count() > before).then_some(()));
     }
 }
 
@@ -152,13 +303,16 @@ pub struct Gateway {
 impl Gateway {
     pub fn start(nats: &Nats, dir: &Path, env: &[(&str, &str)]) -> Gateway {
         let port = free_port();
+        let mut all = gateway_nats_env(&nats.pki, &nats.conf_dir);
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut g = Gateway {
             url: format!("http://127.0.0.1:{port}"),
             port,
-            data: dir.join("gateway"),
+            data: nats.gateway_data.clone(),
+            // `url` may list several servers (a cluster's view).
             nats: nats.url.clone(),
             log_dir: dir.to_path_buf(),
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: all,
             proc: None,
         };
         g.restart();
@@ -188,12 +342,35 @@ impl Gateway {
         }
         self.proc = None;
     }
+
+    pub fn api(&self) -> Api {
+        Api { base: self.url.clone() }
+    }
 }
 
-/// `sluice-host serve`.
-pub fn start_host(nats: &Nats, dir: &Path, id: &str, args: &[&str]) -> Proc {
+/// Registers host `id` in `group` with the gateway (its nkey public key)
+/// and reloads the NATS server so it may sign in, as an operator does.
+pub fn register_host(nats: &Nats, gw: &Gateway, id: &str, group: &str) {
+    let (_, public) = nats.pki.nkey(id);
+    let r = gw.api().post(Some(ADMIN), "/v1/hosts", &serde_json::json!({ "id": id, "group": group, "nkey": public }));
+    assert!(r.status == 201 || r.status == 409, "registering {id}: {} {}", r.status, r.body);
+    if r.status == 201 {
+        nats.reload();
+    }
+}
+
+/// `sluice-host serve`, registered in group `default` first.
+pub fn start_host(nats: &Nats, gw: &Gateway, dir: &Path, id: &str, args: &[&str]) -> Proc {
+    let group = args.windows(2).find(|w| w[0] == "--group").map(|w| w[1]).unwrap_or("default");
+    register_host(nats, gw, id, group);
+    start_host_unregistered(nats, dir, id, args)
+}
+
+/// `sluice-host serve` signing in as `id`, whether registered or not.
+pub fn start_host_unregistered(nats: &Nats, dir: &Path, id: &str, args: &[&str]) -> Proc {
     let child = Command::new(sibling_bin("sluice-host"))
         .args(["serve", "--nats", &nats.url, "--cluster", "test", "--host-id", id])
+        .args(nats.pki.host_flags(id))
         .arg("--state-dir")
         .arg(dir.join(format!("state-{id}")))
         .args(args)
@@ -218,7 +395,7 @@ pub struct Replay<'a> {
 
 /// `sluice-host serve` replaying a capture into every deployment and
 /// keeping its own report.
-pub fn start_replay_host(nats: &Nats, dir: &Path, id: &str, r: Replay<'_>) -> Proc {
+pub fn start_replay_host(nats: &Nats, gw: &Gateway, dir: &Path, id: &str, r: Replay<'_>) -> Proc {
     let (loops, pps, window) = (r.loops.to_string(), r.pps.to_string(), r.window_ms.to_string());
     let args = [
         "--in",
@@ -232,7 +409,7 @@ pub fn start_replay_host(nats: &Nats, dir: &Path, id: &str, r: Replay<'_>) -> Pr
         "--report",
         r.report.to_str().unwrap(),
     ];
-    start_host(nats, dir, id, &args)
+    start_host(nats, gw, dir, id, &args)
 }
 
 /// A synthetic trace.
@@ -309,7 +486,7 @@ impl Api {
 
     /// Creates a tenant; returns (id, key).
     pub fn tenant(&self, name: &str) -> (String, String) {
-        let r = self.post(Some(ADMIN), "/v1/tenants", &serde_json::json!({ "name": name }));
+        let r = self.post(Some(ADMIN), "/v1/tenants", &serde_json::json!({ "name": name, "groups": ["default"] }));
         assert_eq!(r.status, 201, "{}", r.body);
         (r.body["id"].as_str().unwrap().to_string(), r.body["api_key"].as_str().unwrap().to_string())
     }
@@ -356,4 +533,121 @@ pub fn usage_totals(usage: &Value) -> std::collections::BTreeMap<String, [u64; 5
         }
     }
     out
+}
+
+/// Three nats-servers on loopback, each run with the shipped
+/// `deploy/nats/nats-cluster.conf` (routes over mutual TLS), sharing the
+/// gateway's authorization block.
+pub struct NatsCluster {
+    /// Comma-separated client URLs of all three.
+    pub urls: String,
+    pub servers: Vec<Nats>,
+    routes: Vec<u16>,
+}
+
+impl NatsCluster {
+    pub fn start(dir: &Path) -> NatsCluster {
+        let pki = Pki::new(dir);
+        let conf_dir = dir.join("nats");
+        let gateway_data = dir.join("gateway");
+        write_nats_auth(&pki, &conf_dir, &gateway_data);
+        std::fs::write(conf_dir.join("nats-cluster.conf"), shipped_nats_config("nats-cluster.conf", &pki, dir))
+            .unwrap();
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let mut c = NatsCluster {
+            urls: ports.iter().map(|p| format!("tls://127.0.0.1:{p}")).collect::<Vec<_>>().join(","),
+            servers: Vec::new(),
+            routes,
+        };
+        for (i, port) in ports.iter().enumerate() {
+            let log_dir = dir.join(format!("n{i}"));
+            std::fs::create_dir_all(&log_dir).unwrap();
+            c.servers.push(Nats {
+                url: format!("tls://127.0.0.1:{port}"),
+                port: *port,
+                pki: pki.clone(),
+                conf_dir: conf_dir.clone(),
+                gateway_data: gateway_data.clone(),
+                log_dir,
+                proc: None,
+            });
+        }
+        for i in 0..3 {
+            c.restart(i);
+        }
+        c.wait_formed();
+        c
+    }
+
+    /// Waits until a client sees all three servers (the routes are up).
+    pub fn wait_formed(&self) {
+        let view = self.view();
+        let (seed, _) = view.pki.nkey("gateway");
+        let (cert, key) = view.pki.client_cert("gateway");
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let client = async_nats::ConnectOptions::with_nkey(sluice_control::nats::read_seed(&seed).unwrap())
+                .add_root_certificates(view.pki.ca())
+                .add_client_certificate(cert, key)
+                .custom_inbox_prefix("_INBOX_test_gateway")
+                .connect(view.url.split(',').next().unwrap())
+                .await
+                .unwrap();
+            for _ in 0..300 {
+                if client.server_info().connect_urls.len() >= 3 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("the NATS cluster did not form: {:?}", client.server_info().connect_urls);
+        });
+    }
+
+    /// (Re)starts server `i` with its old store.
+    pub fn restart(&mut self, i: usize) {
+        let routes = self.routes.clone();
+        let s = &mut self.servers[i];
+        let mut cmd = Command::new(nats_server_bin());
+        cmd.arg("-c").arg(s.conf_dir.join("nats-cluster.conf"));
+        cmd.env("SLUICE_NATS_NAME", format!("n{i}"))
+            .env("SLUICE_NATS_LISTEN", format!("127.0.0.1:{}", s.port))
+            .env("SLUICE_NATS_ADVERTISE", format!("127.0.0.1:{}", s.port))
+            .env("SLUICE_NATS_CLUSTER_LISTEN", format!("127.0.0.1:{}", routes[i]))
+            .env("SLUICE_NATS_STORE", s.log_dir.join("jetstream"));
+        for (j, r) in routes.iter().enumerate() {
+            cmd.env(format!("SLUICE_NATS_ROUTE_{}", j + 1), format!("tls://127.0.0.1:{r}"));
+        }
+        let child = cmd.stdout(log_file(&s.log_dir, "nats")).stderr(log_file(&s.log_dir, "nats")).spawn().unwrap();
+        s.proc = Some(Proc { child, name: format!("nats-server n{i}") });
+        wait_port(s.port, "nats-server");
+    }
+
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(p) = self.servers[i].proc.as_mut() {
+            p.kill9();
+        }
+        self.servers[i].proc = None;
+    }
+
+    /// Reloads every running server (a changed authorization block).
+    pub fn reload(&self) {
+        for s in self.servers.iter().filter(|s| s.proc.is_some()) {
+            s.reload();
+        }
+    }
+
+    /// The cluster as one client sees it: every server's URL.
+    pub fn view(&self) -> Nats {
+        let s = &self.servers[0];
+        Nats {
+            url: self.urls.clone(),
+            port: s.port,
+            pki: s.pki.clone(),
+            conf_dir: s.conf_dir.clone(),
+            gateway_data: s.gateway_data.clone(),
+            log_dir: s.log_dir.clone(),
+            proc: None,
+        }
+    }
 }

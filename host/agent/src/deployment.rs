@@ -1,15 +1,19 @@
 //! One deployment on this host: its chain of NF instances, the traffic it
-//! is given, and its meter windows. Runs on its own thread (NF calls are
-//! synchronous and CPU-bound); the agent talks to it over a channel.
+//! is given, its output, and its meter windows, checkpointed to its
+//! [`journal`](crate::journal) so a killed host bills exactly what it kept.
+//! Runs on its own thread (NF calls are synchronous and CPU-bound); the
+//! agent talks to it over a channel.
 
+use crate::journal::{self, Checkpoint, NfSums, Position};
+use crate::outbox;
 use crate::report::AgentReport;
 use sluice_control::{
     DeploymentSpec, DeploymentStatus, EventBatch, HostState, MeterRecord, MeterSums, NfEvent, NfPlacement, now_ms,
 };
-use sluice_pcap::Trace;
+use sluice_pcap::{PcapAppender, Trace};
 use sluice_runtime::{Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, RawPacket, Routes, Runtime};
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -17,10 +21,23 @@ use tokio::sync::mpsc;
 /// Module bytes by digest.
 pub type Blobs = HashMap<String, Arc<Vec<u8>>>;
 
+/// A capture to process.
+#[derive(Clone)]
+pub struct Input {
+    /// The packets.
+    pub trace: Arc<Trace>,
+    /// Its name (the spool file's, or the replayed file's).
+    pub name: String,
+    /// Replay pass (0 for spool captures).
+    pub pass: u64,
+    /// Whether it came from the spool (the agent is told when it is done).
+    pub spooled: bool,
+}
+
 /// What the agent tells a deployment.
 pub enum Control {
-    /// Process a trace.
-    Trace(Arc<Trace>),
+    /// Process a capture.
+    Trace(Input),
     /// Move to another revision (hot swap where the chain keeps its shape).
     Update(Box<DeploymentSpec>, Blobs),
     /// Flush meters and stop.
@@ -34,10 +51,17 @@ pub struct Shared {
     pub runtime: Arc<Runtime>,
     /// Host id (meter records name it).
     pub host: String,
-    /// Boot id (part of record ids).
-    pub boot: String,
-    /// Record sequence, shared by the host's deployments.
-    pub seq: Arc<AtomicU64>,
+    /// Checkpoints of deployments.
+    pub journal_dir: PathBuf,
+    /// Meter records not yet published.
+    pub outbox_dir: PathBuf,
+    /// Where each deployment writes its forwarded packets
+    /// (`<dir>/<deployment>.pcap`), if anywhere.
+    pub output_dir: Option<PathBuf>,
+    /// The spool directory, if traffic comes from one.
+    pub spool_dir: Option<PathBuf>,
+    /// Tells the agent a deployment finished a spool capture.
+    pub finished: mpsc::UnboundedSender<(String, String)>,
     /// Packets per NF call.
     pub batch_size: usize,
     /// Host default limits.
@@ -106,7 +130,8 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
     Ok((specs, routes))
 }
 
-/// A running chain and its meter window.
+/// A running chain, its meter window, its output and where it is in its
+/// input.
 struct Active {
     spec: DeploymentSpec,
     chain: Chain,
@@ -118,6 +143,15 @@ struct Active {
     events: Vec<NfEvent>,
     /// Events over [`MAX_EVENTS_PER_WINDOW`] in this window.
     events_dropped: u64,
+    /// Record ids of this run: `<record_prefix>-<window>-<nf>`.
+    record_prefix: String,
+    window: u64,
+    /// Forwarded packets, if the host keeps them.
+    output: Option<PcapAppender>,
+    /// Where in its input it is, and the spool captures it finished.
+    position: Option<Position>,
+    finished: BTreeSet<String>,
+    last_checkpoint: Instant,
 }
 
 /// Events sent per deployment and window; the rest are counted (and all
@@ -126,9 +160,19 @@ struct Active {
 pub const MAX_EVENTS_PER_WINDOW: usize = 1000;
 
 impl Active {
-    fn new(spec: DeploymentSpec, chain: Chain) -> Self {
+    fn new(shared: &Shared, spec: DeploymentSpec, chain: Chain, resume: Option<Checkpoint>) -> Result<Self, String> {
         let base = vec![NfMeters::default(); spec.nfs.len()];
-        Active {
+        let mut secret = [0u8; 12];
+        getrandom::fill(&mut secret).map_err(|e| format!("no randomness from the OS: {e}"))?;
+        let resume = resume.unwrap_or_default();
+        let output = match &shared.output_dir {
+            Some(dir) => {
+                let path = dir.join(format!("{}.pcap", spec.id));
+                Some(PcapAppender::open(&path, resume.output_len).map_err(|e| e.to_string())?)
+            }
+            None => None,
+        };
+        Ok(Active {
             spec,
             chain,
             base,
@@ -136,7 +180,76 @@ impl Active {
             window_started: Instant::now(),
             events: Vec::new(),
             events_dropped: 0,
+            // A secret of this run in every record id: nobody else can
+            // claim the ids first.
+            record_prefix: format!("{}-{}", shared.host, hex::encode(secret)),
+            window: 0,
+            output,
+            position: resume.position,
+            finished: resume.finished,
+            last_checkpoint: Instant::now(),
+        })
+    }
+
+    /// Each NF's sums since the window opened.
+    fn window_sums(&self) -> Vec<NfSums> {
+        self.chain
+            .stages()
+            .iter()
+            .zip(&self.base)
+            .zip(&self.spec.nfs)
+            .map(|((stage, base), nf)| {
+                let now = stage.meters();
+                let d = |f: fn(&NfMeters) -> u64| f(now).saturating_sub(f(base));
+                NfSums {
+                    nf: nf.name.clone(),
+                    module: nf.module.name.clone(),
+                    version: nf.module.version.clone(),
+                    digest: nf.module.digest.clone(),
+                    sums: MeterSums {
+                        invocations: d(|m| m.invocations),
+                        packets: d(|m| m.packets),
+                        bytes: d(|m| m.bytes),
+                        cpu_ns: d(|m| m.cpu_ns),
+                        state_ops: d(|m| m.state_ops + m.table_ops),
+                        traps: d(|m| m.traps),
+                        errors: d(|m| m.errors),
+                        events: d(|m| m.events),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Writes the output buffered so far and the checkpoint that accounts
+    /// for it.
+    fn checkpoint(&mut self, shared: &Shared) {
+        let output_len = match self.output.as_mut().map(PcapAppender::flush) {
+            Some(Ok(len)) => Some(len),
+            Some(Err(e)) => {
+                tracing::error!(deployment = %self.spec.id, "writing the output: {e}");
+                None
+            }
+            None => None,
+        };
+        if let Some(spool) = &shared.spool_dir {
+            self.finished.retain(|f| spool.join(f).exists());
         }
+        let c = Checkpoint {
+            deployment: self.spec.id.clone(),
+            tenant: self.spec.tenant.clone(),
+            record_prefix: self.record_prefix.clone(),
+            window: self.window,
+            window_start_ms: self.window_start_ms,
+            nfs: self.window_sums(),
+            position: self.position.clone(),
+            finished: self.finished.clone(),
+            output_len,
+        };
+        if let Err(e) = journal::write(&shared.journal_dir, &c) {
+            tracing::error!(deployment = %self.spec.id, "cannot write the checkpoint: {e}");
+        }
+        self.last_checkpoint = Instant::now();
     }
 
     /// Takes the chain's pending events into the window.
@@ -168,7 +281,7 @@ pub fn run(
     spec: DeploymentSpec,
     blobs: Blobs,
     rx: crossbeam_channel::Receiver<Control>,
-    replay: Vec<Arc<Trace>>,
+    replay: Vec<Input>,
 ) {
     let id = spec.id.clone();
     {
@@ -177,8 +290,9 @@ pub fn run(
         d.name = spec.name.clone();
         d.tenant = spec.tenant.clone();
     }
-    let mut active = start(&shared, spec, &blobs);
-    let mut queue: VecDeque<Arc<Trace>> = VecDeque::new();
+    let resume = journal::read(&shared.journal_dir, &spec.id);
+    let mut active = start(&shared, spec, &blobs, resume);
+    let mut queue: VecDeque<Input> = VecDeque::new();
     if active.is_some() {
         queue.extend(replay.iter().cloned());
     }
@@ -191,11 +305,14 @@ pub fn run(
             },
         };
         match msg {
-            Control::Trace(trace) => {
+            Control::Trace(input) => {
                 if active.is_none() {
+                    if input.spooled {
+                        let _ = shared.finished.send((id.clone(), input.name.clone()));
+                    }
                     continue;
                 }
-                let flow = process(&shared, &mut active, &trace, &rx, &mut queue);
+                let flow = process(&shared, &mut active, &input, &rx, &mut queue);
                 if let Some(a) = active.as_mut() {
                     flush(&shared, a);
                 }
@@ -230,14 +347,16 @@ fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: 
     shared.changed.notify_one();
 }
 
-fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active> {
+fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs, resume: Option<Checkpoint>) -> Option<Active> {
     let made = build(shared, &spec, blobs)
-        .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()));
+        .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()))
+        .and_then(|chain| Active::new(shared, spec.clone(), chain, resume));
     match made {
-        Ok(chain) => {
+        Ok(mut a) => {
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
             set_status(shared, &spec, HostState::Running, None);
-            Some(Active::new(spec, chain))
+            a.checkpoint(shared);
+            Some(a)
         }
         Err(reason) => {
             tracing::warn!(deployment = %spec.id, revision = spec.revision, "deployment failed: {reason}");
@@ -251,7 +370,7 @@ fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active>
 /// config changed is hot-swapped, keeping its state. Otherwise the chain
 /// is rebuilt. A refused update leaves the running revision in place.
 fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active> {
-    let Some(mut a) = active else { return start(shared, spec, blobs) };
+    let Some(mut a) = active else { return start(shared, spec, blobs, None) };
     flush(shared, &mut a);
     let same_shape = a.spec.nfs.len() == spec.nfs.len()
         && a.spec.nfs.iter().zip(&spec.nfs).all(|(o, n)| o.name == n.name && o.next == n.next && o.labels == n.labels);
@@ -260,8 +379,13 @@ fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: 
             .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()))
         {
             Ok(chain) => {
+                // The new chain continues where the old one was.
+                a.chain = chain;
+                a.base = vec![NfMeters::default(); spec.nfs.len()];
                 set_status(shared, &spec, HostState::Running, None);
-                Some(Active::new(spec, chain))
+                a.spec = spec;
+                a.checkpoint(shared);
+                Some(a)
             }
             Err(reason) => {
                 let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
@@ -297,22 +421,46 @@ fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: 
     Some(a)
 }
 
-/// Runs a trace through the chain, batch by batch. Between batches it
-/// applies updates (so a swap takes effect mid-trace, losing no packet),
-/// queues further traces, and closes meter windows.
+/// Runs a capture through the chain, batch by batch, from where the
+/// deployment's checkpoint says it was. Between batches it applies
+/// updates (so a swap takes effect mid-capture, losing no packet), queues
+/// further captures, checkpoints, and closes meter windows.
 fn process(
     shared: &Shared,
     slot: &mut Option<Active>,
-    trace: &Trace,
+    input: &Input,
     rx: &crossbeam_channel::Receiver<Control>,
-    queue: &mut VecDeque<Arc<Trace>>,
+    queue: &mut VecDeque<Input>,
 ) -> Flow {
+    let trace = &input.trace;
+    let start_at = match slot.as_ref() {
+        Some(a) if input.spooled && a.finished.contains(&input.name) => None,
+        Some(a) => match &a.position {
+            // A killed run was here: resume (an earlier pass is done).
+            Some(p) if p.input == input.name && p.pass > input.pass => None,
+            Some(p) if p.input == input.name && p.pass == input.pass => Some(p.packet),
+            _ => Some(0),
+        },
+        None => None,
+    };
+    let Some(start_at) = start_at else {
+        if input.spooled {
+            let _ = shared
+                .finished
+                .send((slot.as_ref().map(|a| a.spec.id.clone()).unwrap_or_default(), input.name.clone()));
+        }
+        return Flow::Continue;
+    };
     let started = Instant::now();
     let mut done: u64 = 0;
     let mut raw: Vec<RawPacket<'_>> = Vec::with_capacity(shared.batch_size);
     let (mut packets_in, mut packets_out) = (0u64, 0u64);
     let mut outcome = Flow::Continue;
-    for chunk in trace.packets().chunks(shared.batch_size.max(1)) {
+    let skip = usize::try_from(start_at).unwrap_or(usize::MAX);
+    let packets = trace.packets().get(skip..).unwrap_or_default();
+    let mut next = start_at;
+    let mut completed = true;
+    for chunk in packets.chunks(shared.batch_size.max(1)) {
         while let Ok(msg) = rx.try_recv() {
             match msg {
                 Control::Trace(t) => queue.push_back(t),
@@ -320,8 +468,12 @@ fn process(
                 Control::Stop => outcome = Flow::Stop,
             }
         }
-        let Some(a) = slot.as_mut() else { break };
+        let Some(a) = slot.as_mut() else {
+            completed = false;
+            break;
+        };
         if matches!(outcome, Flow::Stop) {
+            completed = false;
             break;
         }
         raw.clear();
@@ -332,12 +484,30 @@ fn process(
             ingress_port: p.port,
         }));
         let results = a.chain.process(&raw);
+        for (r, p) in results.iter().zip(chunk) {
+            if !matches!(r.fate, Fate::Forward(_)) {
+                continue;
+            }
+            packets_out += 1;
+            if let Some(out) = a.output.as_mut() {
+                let pushed = match &r.data {
+                    Some(d) => out.push(p.timestamp_ns, u32::try_from(d.len()).unwrap_or(u32::MAX), d),
+                    None => out.push(p.timestamp_ns, p.wire_len, trace.data(p)),
+                };
+                if let Err(e) = pushed {
+                    tracing::warn!(deployment = %a.spec.id, "a packet was not written to the output: {e}");
+                }
+            }
+        }
         packets_in += raw.len() as u64;
-        packets_out += results.iter().filter(|r| matches!(r.fate, Fate::Forward(_))).count() as u64;
+        next += raw.len() as u64;
+        a.position = Some(Position { input: input.name.clone(), pass: input.pass, packet: next });
         a.collect_events();
         done += raw.len() as u64;
         if a.window_started.elapsed() >= shared.window {
             flush(shared, a);
+        } else if a.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY {
+            a.checkpoint(shared);
         }
         if let Some(pps) = shared.pps.filter(|p| *p > 0) {
             let due = Duration::from_secs_f64(done as f64 / pps as f64);
@@ -346,7 +516,17 @@ fn process(
             }
         }
     }
-    if let Some(a) = slot.as_ref() {
+    if let Some(a) = slot.as_mut() {
+        if completed {
+            a.position = None;
+            if input.spooled {
+                a.finished.insert(input.name.clone());
+            }
+            a.checkpoint(shared);
+            if input.spooled {
+                let _ = shared.finished.send((a.spec.id.clone(), input.name.clone()));
+            }
+        }
         {
             let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
             let d = r.deployments.entry(a.spec.id.clone()).or_default();
@@ -360,8 +540,9 @@ fn process(
     outcome
 }
 
-/// Closes the meter window: one record per NF that did work, and the
-/// window's events.
+/// Closes the meter window: one record per NF that did work, stored in the
+/// outbox before the window moves on (see [`crate::journal`] for the
+/// order), and the window's events.
 fn flush(shared: &Shared, a: &mut Active) {
     a.collect_events();
     if !a.events.is_empty() || a.events_dropped > 0 {
@@ -370,36 +551,22 @@ fn flush(shared: &Shared, a: &mut Active) {
         a.events_dropped = 0;
         let _ = shared.events.send(batch);
     }
+    // 1. The window's full sums are checkpointed (with the output so far).
+    a.checkpoint(shared);
     let end = now_ms().max(a.window_start_ms + 1);
-    for ((stage, base), nf) in a.chain.stages().iter().zip(a.base.iter_mut()).zip(&a.spec.nfs) {
-        let now = stage.meters().clone();
-        let d = |f: fn(&NfMeters) -> u64| f(&now).saturating_sub(f(base));
-        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-        let rec = MeterRecord {
-            id: format!("{}-{}-{seq}", shared.host, shared.boot),
-            host: shared.host.clone(),
-            tenant: a.spec.tenant.clone(),
-            deployment: a.spec.id.clone(),
-            nf: nf.name.clone(),
-            module: nf.module.name.clone(),
-            version: nf.module.version.clone(),
-            digest: nf.module.digest.clone(),
-            window_start_ms: a.window_start_ms,
-            window_end_ms: end,
-            sums: MeterSums {
-                invocations: d(|m| m.invocations),
-                packets: d(|m| m.packets),
-                bytes: d(|m| m.bytes),
-                cpu_ns: d(|m| m.cpu_ns),
-                state_ops: d(|m| m.state_ops + m.table_ops),
-                traps: d(|m| m.traps),
-                errors: d(|m| m.errors),
-                events: d(|m| m.events),
-            },
-        };
-        *base = now;
-        if rec.sums.is_empty() {
-            continue;
+    let c = Checkpoint {
+        deployment: a.spec.id.clone(),
+        tenant: a.spec.tenant.clone(),
+        record_prefix: a.record_prefix.clone(),
+        window: a.window,
+        window_start_ms: a.window_start_ms,
+        nfs: a.window_sums(),
+        ..Default::default()
+    };
+    // 2. Its records go to the outbox (ids fixed by the checkpoint).
+    for rec in c.records(&shared.host, end) {
+        if let Err(e) = outbox::store(&shared.outbox_dir, &rec) {
+            tracing::error!(deployment = %a.spec.id, id = %rec.id, "cannot write a meter record to the outbox: {e}");
         }
         {
             let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
@@ -407,9 +574,15 @@ fn flush(shared: &Shared, a: &mut Active) {
             dep.nfs.entry(format!("{}@{}", rec.nf, rec.version)).or_default().add(&rec);
         }
         if shared.meters.send(rec).is_err() {
-            tracing::error!(deployment = %a.spec.id, "the meter publisher is gone; a record was lost");
+            tracing::error!(deployment = %a.spec.id, "the meter publisher is gone; the record waits in the outbox");
         }
     }
+    // 3. The next window starts, and is checkpointed empty.
+    for (stage, base) in a.chain.stages().iter().zip(a.base.iter_mut()) {
+        *base = stage.meters().clone();
+    }
+    a.window += 1;
     a.window_start_ms = end;
     a.window_started = Instant::now();
+    a.checkpoint(shared);
 }

@@ -12,9 +12,13 @@
 //! Traffic, in this version, comes from pcap files: replayed from a file
 //! (`Input::Replay`, e.g. for load tests) or picked up from a spool
 //! directory (`Input::Spool`: every capture dropped there goes through
-//! every deployment of the host, then moves to `done/`).
+//! every deployment of the host, and moves to `done/` once each has
+//! finished it). Forwarded packets go to one capture per deployment under
+//! `output`, if set. A killed host resumes every deployment where its
+//! [`journal`] says it was, and bills exactly the output it kept.
 
 pub mod deployment;
+pub mod journal;
 pub mod outbox;
 pub mod report;
 
@@ -24,9 +28,9 @@ use report::AgentReport;
 use sluice_control::{Bus, DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, now_ms};
 use sluice_pcap::Trace;
 use sluice_runtime::{NfLimits, Runtime, RuntimeConfig};
+use std::collections::HashSet;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -71,6 +75,9 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// Where to write the host's own report (updated as it goes).
     pub report: Option<PathBuf>,
+    /// Where each deployment writes the packets it forwards
+    /// (`<dir>/<deployment>.pcap`, appended across restarts).
+    pub output: Option<PathBuf>,
     /// Engine settings.
     pub runtime: RuntimeConfig,
     /// Packets per NF call.
@@ -112,11 +119,10 @@ struct Running {
     thread: std::thread::JoinHandle<()>,
 }
 
-fn random_hex(bytes: usize) -> String {
-    use sha2::Digest;
-    // Unique enough per process: time, pid and an address, hashed.
-    let seed = format!("{:?}{}{:p}", std::time::SystemTime::now(), std::process::id(), &bytes);
-    hex::encode(sha2::Sha256::digest(seed.as_bytes())).chars().take(bytes * 2).collect()
+fn random_hex(bytes: usize) -> Result<String, AgentError> {
+    let mut b = vec![0u8; bytes];
+    getrandom::fill(&mut b).map_err(|e| AgentError::Config(format!("no randomness from the OS: {e}")))?;
+    Ok(hex::encode(b))
 }
 
 /// Runs the agent until `shutdown` resolves; returns its report.
@@ -145,16 +151,39 @@ pub async fn serve(
             std::fs::create_dir_all(dir.join(sub)).map_err(io("creating", &dir.join(sub)))?;
         }
     }
-    let boot = random_hex(6);
+    let boot = random_hex(6)?;
+    if let Some(out) = &cfg.output {
+        std::fs::create_dir_all(out).map_err(io("creating", out))?;
+    }
+    // The meters of a killed run go to the outbox before anything else.
+    let journal_dir = journal::dir(&cfg.state_dir);
+    let outbox_dir = cfg.state_dir.join("outbox");
+    let recovered = journal::recover(&journal_dir, &outbox_dir, &cfg.host).map_err(io("recovering", &journal_dir))?;
+    let (finished_tx, mut finished_rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
     let started_ms = now_ms();
     let report = Arc::new(Mutex::new(AgentReport { host: cfg.host.clone(), boot: boot.clone(), ..Default::default() }));
+    {
+        // What a killed run processed is billed now: the report says so.
+        let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
+        for rec in &recovered {
+            let d = r.deployments.entry(rec.deployment.clone()).or_default();
+            d.tenant.clone_from(&rec.tenant);
+            d.nfs.entry(format!("{}@{}", rec.nf, rec.version)).or_default().add(rec);
+        }
+    }
     let (meter_tx, meter_rx) = tokio::sync::mpsc::unbounded_channel();
     let (event_tx, mut event_rx) = tokio::sync::mpsc::unbounded_channel::<sluice_control::EventBatch>();
     let shared = Shared {
         runtime: Arc::new(Runtime::new(cfg.runtime.clone())?),
         host: cfg.host.clone(),
-        boot: boot.clone(),
-        seq: Arc::new(AtomicU64::new(0)),
+        journal_dir: journal_dir.clone(),
+        outbox_dir: outbox_dir.clone(),
+        output_dir: cfg.output.clone(),
+        spool_dir: match &cfg.input {
+            Input::Spool { dir } => Some(dir.clone()),
+            _ => None,
+        },
+        finished: finished_tx,
         batch_size: cfg.batch_size,
         limits: cfg.limits.clone(),
         window: cfg.window,
@@ -165,8 +194,7 @@ pub async fn serve(
         events: event_tx,
         changed: Arc::new(tokio::sync::Notify::new()),
     };
-    let publisher =
-        tokio::spawn(outbox::run(bus.clone(), cfg.state_dir.join("outbox"), meter_rx, Duration::from_secs(10)));
+    let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));
     let event_bus = bus.clone();
     let event_publisher = tokio::spawn(async move {
         while let Some(batch) = event_rx.recv().await {
@@ -177,6 +205,8 @@ pub async fn serve(
     });
     let mut desired = bus.watch_desired(&cfg.group).await?;
     let mut running: HashMap<String, Running> = HashMap::new();
+    // Spool captures handed out, and the deployments still processing each.
+    let mut inflight: HashMap<String, HashSet<String>> = HashMap::new();
     let mut current = DesiredSet { group: cfg.group.clone(), deployments: Vec::new() };
     let mut beat = tokio::time::interval(cfg.heartbeat);
     let mut spool_tick = tokio::time::interval(Duration::from_millis(200));
@@ -192,6 +222,7 @@ pub async fn serve(
                     break;
                 };
                 converge(bus.as_ref(), &shared, &cfg, &modules_dir, &set, &mut running, replay.as_ref()).await;
+                release(&cfg, &running, &mut inflight);
                 current = set;
                 heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await;
             }
@@ -205,8 +236,14 @@ pub async fn serve(
             }
             _ = spool_tick.tick(), if matches!(cfg.input, Input::Spool { .. }) => {
                 if let Input::Spool { dir } = &cfg.input {
-                    spool(dir, &running).await;
+                    spool(dir, &running, &mut inflight).await;
                 }
+            }
+            Some((deployment, file)) = finished_rx.recv() => {
+                if let Some(left) = inflight.get_mut(&file) {
+                    left.remove(&deployment);
+                }
+                release(&cfg, &running, &mut inflight);
             }
             _ = report_tick.tick() => write_report(cfg.report.as_deref(), &report),
         }
@@ -306,6 +343,8 @@ async fn converge(
             let _ = r.tx.send(Control::Stop);
             let _ = tokio::task::spawn_blocking(move || r.thread.join()).await;
         }
+        // Its last window is in the outbox: nothing to resume.
+        journal::remove(&shared.journal_dir, &id);
         shared.status.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
     }
     for spec in &set.deployments {
@@ -344,11 +383,19 @@ async fn converge(
             _ => {
                 shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), pending);
                 let (tx, rx) = crossbeam_channel::unbounded();
-                let replays: Vec<Arc<Trace>> = match (&cfg.input, replay) {
-                    (Input::Replay { loops, .. }, Some(t)) => {
+                let replays: Vec<deployment::Input> = match (&cfg.input, replay) {
+                    (Input::Replay { loops, path }, Some(t)) => {
                         // 0 = forever: a long queue, refilled never; a day at 1 Mpps is plenty.
-                        let n = if *loops == 0 { 100_000 } else { *loops as usize };
-                        vec![t.clone(); n]
+                        let n = if *loops == 0 { 100_000 } else { u64::from(*loops) };
+                        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                        (0..n)
+                            .map(|pass| deployment::Input {
+                                trace: t.clone(),
+                                name: name.clone(),
+                                pass,
+                                spooled: false,
+                            })
+                            .collect()
                     }
                     _ => Vec::new(),
                 };
@@ -369,7 +416,10 @@ async fn converge(
 }
 
 /// Hands every new capture in the spool to every running deployment.
-async fn spool(dir: &Path, running: &HashMap<String, Running>) {
+async fn spool(dir: &Path, running: &HashMap<String, Running>, inflight: &mut HashMap<String, HashSet<String>>) {
+    if running.is_empty() {
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut files: Vec<PathBuf> = entries
         .flatten()
@@ -380,20 +430,24 @@ async fn spool(dir: &Path, running: &HashMap<String, Running>) {
         .collect();
     files.sort();
     for path in files {
-        let name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if inflight.contains_key(&name) {
+            continue;
+        }
         let p = path.clone();
         let opened = tokio::task::spawn_blocking(move || Trace::open(&p)).await;
         match opened {
             Ok(Ok(trace)) => {
                 let trace = Arc::new(trace);
-                let mut given = 0;
-                for r in running.values() {
-                    if r.tx.send(Control::Trace(trace.clone())).is_ok() {
-                        given += 1;
+                let mut given = HashSet::new();
+                for (id, r) in running {
+                    let input = deployment::Input { trace: trace.clone(), name: name.clone(), pass: 0, spooled: true };
+                    if r.tx.send(Control::Trace(input)).is_ok() {
+                        given.insert(id.clone());
                     }
                 }
-                tracing::info!(file = %path.display(), packets = trace.packets().len(), deployments = given, "capture taken from the spool");
-                let _ = std::fs::rename(&path, dir.join("done").join(&name));
+                tracing::info!(file = %path.display(), packets = trace.packets().len(), deployments = given.len(), "capture taken from the spool");
+                inflight.insert(name, given);
             }
             Ok(Err(e)) => {
                 tracing::warn!(file = %path.display(), "capture refused: {e}");
@@ -405,4 +459,20 @@ async fn spool(dir: &Path, running: &HashMap<String, Running>) {
             Err(e) => tracing::error!("reading a capture: {e}"),
         }
     }
+}
+
+/// Moves spool captures every deployment has finished (or that no running
+/// deployment still holds) to `done/`.
+fn release(cfg: &AgentConfig, running: &HashMap<String, Running>, inflight: &mut HashMap<String, HashSet<String>>) {
+    let Input::Spool { dir } = &cfg.input else { return };
+    inflight.retain(|name, left| {
+        left.retain(|d| running.contains_key(d));
+        if !left.is_empty() {
+            return true;
+        }
+        if let Err(e) = std::fs::rename(dir.join(name), dir.join("done").join(name)) {
+            tracing::warn!(file = %name, "cannot move a finished capture to done/: {e}");
+        }
+        false
+    });
 }

@@ -1,9 +1,10 @@
 //! Meter records on their way to the bus.
 //!
-//! Every record is written to `<state-dir>/outbox/` before it is published
-//! and removed once the bus has stored it, so records survive a NATS outage
-//! and a host restart; a record published twice (the host died between
-//! publishing and removing it) is dropped by its id downstream.
+//! Every record is written to `<state-dir>/outbox/` ([`store`], by the
+//! deployment that closed the window) before it is published, and removed
+//! once the bus has stored it, so records survive a NATS outage and a host
+//! restart; a record published twice (the host died between publishing
+//! and removing it) is dropped by its id downstream.
 
 use sluice_control::{Bus, MeterRecord};
 use std::path::{Path, PathBuf};
@@ -30,9 +31,6 @@ pub async fn run(
     }
     while let Some(rec) = rx.recv().await {
         let path = dir.join(format!("{}.json", rec.id));
-        if let Err(e) = serde_json::to_vec(&rec).map_err(std::io::Error::other).and_then(|b| write_atomic(&path, &b)) {
-            tracing::warn!(id = %rec.id, "cannot write meter record to the outbox: {e}");
-        }
         if publish(bus.as_ref(), &rec, None).await {
             let _ = std::fs::remove_file(&path);
         }
@@ -85,6 +83,12 @@ fn leftovers(dir: &Path) -> Vec<(PathBuf, MeterRecord)> {
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// Writes a record to the outbox (it is then sent to [`run`]).
+pub fn store(dir: &Path, rec: &MeterRecord) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
+    write_atomic(&dir.join(format!("{}.json", rec.id)), &bytes)
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -12,7 +12,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use sluice_control::{Bus, MeterRecord, MeterSums, NatsBus};
+use sluice_control::{Bus, MeterRecord, MeterSums, NatsAuth, NatsBus, Role};
 use sluice_runtime::{Chain, NfLimits, NfSpec, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -121,7 +121,7 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     let (st, t) = call(
         a.post(format!("{base}/v1/tenants"))
             .header("Authorization", format!("Bearer {ADMIN}"))
-            .send_json(json!({"name": "bench"})),
+            .send_json(json!({"name": "bench", "groups": ["default"]})),
     )?;
     if st != 201 {
         bail!("creating a tenant: {st} {t}");
@@ -138,14 +138,24 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     if st != 201 {
         bail!("uploading the firewall: {st} {m}");
     }
+    // Only registered hosts are heard.
+    let (st, h) = call(
+        a.post(format!("{base}/v1/hosts"))
+            .header("Authorization", format!("Bearer {ADMIN}"))
+            .send_json(json!({"id": "bench", "group": "default"})),
+    )?;
+    if st != 201 {
+        bail!("registering the host: {st} {h}");
+    }
     wait("the host to join", 30, || {
         call(a.get(format!("{base}/v1/hosts")).header("Authorization", format!("Bearer {ADMIN}")).call())
-            .map(|(_, v)| v.as_array().is_some_and(|h| !h.is_empty()))
+            .map(|(_, v)| v.as_array().is_some_and(|h| h.iter().any(|h| h["alive"] == true)))
             .unwrap_or(false)
     })?;
 
     // Deploy → running on the host, against starting the same NF in-process.
     let (mut accept_ms, mut running_ms) = (Vec::new(), Vec::new());
+    let mut first_deployment = String::new();
     for i in 0..=DEPLOYS {
         let name = format!("d{i}");
         let t0 = Instant::now();
@@ -156,6 +166,9 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
         )?;
         if st != 201 {
             bail!("deploying: {st} {d}");
+        }
+        if i == 0 {
+            first_deployment = d["id"].as_str().unwrap_or_default().to_string();
         }
         let t1 = Instant::now();
         wait("a deployment to run", 30, || {
@@ -191,7 +204,8 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
             id: format!("bench-{n}"),
             host: "bench".into(),
             tenant: tenant_id.clone(),
-            deployment: "d_bench".into(),
+            // A deployment placed on the host's group: the gateway checks.
+            deployment: first_deployment.clone(),
             nf: "firewall".into(),
             module: "firewall".into(),
             version: "1".into(),
@@ -215,7 +229,14 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
             .unwrap_or(0)
     };
     let (publish_s, e2e_s) = rt.block_on(async {
-        let bus = NatsBus::connect(&nats_url, "bench", "sluice-bench").await?;
+        let bus = NatsBus::connect(
+            &nats_url,
+            "bench",
+            &NatsAuth::default(),
+            Role::Host { host: "bench".into() },
+            "sluice-bench",
+        )
+        .await?;
         let t0 = Instant::now();
         // Many hosts publish at once: 64 records in flight.
         publish_all(&bus, &records).await?;
@@ -235,7 +256,14 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     })?;
     // Published again: stored once.
     rt.block_on(async {
-        let bus = NatsBus::connect(&nats_url, "bench", "sluice-bench").await?;
+        let bus = NatsBus::connect(
+            &nats_url,
+            "bench",
+            &NatsAuth::default(),
+            Role::Host { host: "bench".into() },
+            "sluice-bench",
+        )
+        .await?;
         publish_all(&bus, &records[..1000]).await
     })?;
     std::thread::sleep(Duration::from_millis(500));

@@ -124,6 +124,22 @@ enum Command {
         /// Host id, unique in the cluster (default: the machine's hostname).
         #[arg(long = "host-id", env = "SLUICE_HOST_ID")]
         host_id: Option<String>,
+        /// This host's NATS nkey seed file (`sluice-host keygen` writes one;
+        /// the operator registers its public key with the gateway).
+        #[arg(long, env = "SLUICE_NATS_NKEY")]
+        nats_nkey: Option<PathBuf>,
+        /// A NATS credentials (JWT) file, instead of --nats-nkey.
+        #[arg(long, env = "SLUICE_NATS_CREDS")]
+        nats_creds: Option<PathBuf>,
+        /// CA certificate the NATS servers' certificates chain to (requires TLS).
+        #[arg(long, env = "SLUICE_NATS_CA")]
+        nats_ca: Option<PathBuf>,
+        /// Client certificate for mutual TLS with NATS.
+        #[arg(long, env = "SLUICE_NATS_CERT", requires = "nats_key")]
+        nats_cert: Option<PathBuf>,
+        /// Its private key.
+        #[arg(long, env = "SLUICE_NATS_KEY", requires = "nats_cert")]
+        nats_key: Option<PathBuf>,
         /// Traffic: a capture file to replay, or a spool directory.
         #[arg(long = "in")]
         input: Option<PathBuf>,
@@ -145,9 +161,23 @@ enum Command {
         /// Keep a JSON report of everything metered here (updated every second).
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Write each deployment's forwarded packets to <DIR>/<deployment-id>.pcap
+        /// (appended across restarts; after a kill it holds exactly what was billed).
+        #[arg(long = "out")]
+        output: Option<PathBuf>,
         /// Packets per batch.
         #[arg(long)]
         batch: Option<usize>,
+    },
+    /// Write a new nkey seed (mode 0600) for this host's NATS identity and
+    /// print its public key, to register with `POST /v1/hosts`.
+    Keygen {
+        /// Where to write the seed (never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+        /// Print the public key of an existing seed instead.
+        #[arg(long)]
+        show: bool,
     },
     /// Check that a module is a component fitting the sluice:nf world.
     Check {
@@ -234,6 +264,11 @@ fn real_main() -> anyhow::Result<ExitCode> {
             cluster,
             group,
             host_id,
+            nats_nkey,
+            nats_creds,
+            nats_ca,
+            nats_cert,
+            nats_key,
             input,
             loops,
             pps,
@@ -241,6 +276,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             heartbeat_ms,
             state_dir,
             report,
+            output,
             batch,
         } => {
             let config = load_config(cli.config.as_deref(), batch, None)?;
@@ -263,19 +299,39 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 heartbeat: std::time::Duration::from_millis(heartbeat_ms.max(10)),
                 state_dir,
                 report,
+                output,
                 runtime: config.runtime(),
                 batch_size: config.batch_size,
                 limits: config.limits(""),
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(async move {
-                let bus = sluice_control::NatsBus::connect(&nats, &cluster, &format!("sluice-host {host}")).await?;
+                let auth = sluice_control::NatsAuth {
+                    nkey_file: nats_nkey,
+                    creds_file: nats_creds,
+                    ca_file: nats_ca,
+                    cert_file: nats_cert,
+                    key_file: nats_key,
+                };
+                let role = sluice_control::Role::Host { host: host.clone() };
+                let bus =
+                    sluice_control::NatsBus::connect(&nats, &cluster, &auth, role, &format!("sluice-host {host}"))
+                        .await?;
                 let report =
                     sluice_agent::serve(std::sync::Arc::new(bus), cfg, sluice_control::shutdown_signal()).await?;
                 let packets: u64 = report.deployments.values().map(|d| d.packets_in).sum();
                 println!("host {host}: {} deployment(s), {packets} packets metered", report.deployments.len());
                 anyhow::Ok(())
             })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Keygen { out, show } => {
+            let public = if show {
+                sluice_control::nats::read_seed(&out).and_then(|seed| sluice_control::auth::public_key_of(&seed))
+            } else {
+                sluice_control::auth::write_new_seed(&out)
+            };
+            println!("{}", public.map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { modules } => {

@@ -59,9 +59,23 @@ impl BusError {
     }
 }
 
-/// A meter record handed to the gateway; `ack` after storing it, or it is
-/// delivered again.
+/// A message with the host that published it. On NATS that is the last
+/// token of the subject it came on, which only that host may publish to
+/// (see [`crate::auth`]); what the message itself claims is checked
+/// against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FromHost<T> {
+    /// The publishing host.
+    pub host: String,
+    /// The message.
+    pub message: T,
+}
+
+/// A meter record handed to the gateway; `ack` after storing it (or
+/// `reject` it), or it is delivered again.
 pub struct MeterDelivery {
+    /// The host that published it (see [`FromHost`]).
+    pub publisher: String,
     /// The record.
     pub record: MeterRecord,
     pub(crate) ack: Ack,
@@ -86,6 +100,18 @@ impl MeterDelivery {
             Ack::Nats(m) => m.ack().await.map_err(|e| BusError::op("acknowledging a meter record", e)),
         }
     }
+
+    /// Drops a record that must not be stored, so it is never delivered
+    /// again.
+    pub async fn reject(self) -> Result<(), BusError> {
+        match self.ack {
+            Ack::None => Ok(()),
+            Ack::Nats(m) => m
+                .ack_with(async_nats::jetstream::AckKind::Term)
+                .await
+                .map_err(|e| BusError::op("rejecting a meter record", e)),
+        }
+    }
 }
 
 /// The control plane as both sides use it.
@@ -94,7 +120,7 @@ pub trait Bus: Send + Sync + 'static {
     /// Host: announce liveness and deployment status (best effort).
     async fn heartbeat(&self, hb: &Heartbeat) -> Result<(), BusError>;
     /// Gateway: every host's heartbeats.
-    async fn heartbeats(&self) -> Result<BoxStream<'static, Heartbeat>, BusError>;
+    async fn heartbeats(&self) -> Result<BoxStream<'static, FromHost<Heartbeat>>, BusError>;
     /// Gateway: replace the desired deployments of a group (durable).
     async fn set_desired(&self, set: &DesiredSet) -> Result<(), BusError>;
     /// Host: the desired deployments of `group`: the current set first (if
@@ -112,7 +138,12 @@ pub trait Bus: Send + Sync + 'static {
     /// Host: publish NF events (best effort).
     async fn publish_events(&self, batch: &EventBatch) -> Result<(), BusError>;
     /// Gateway: every host's NF events.
-    async fn events(&self) -> Result<BoxStream<'static, EventBatch>, BusError>;
+    async fn events(&self) -> Result<BoxStream<'static, FromHost<EventBatch>>, BusError>;
+    /// Gateway, periodically: keeps the durable storage as configured (on
+    /// NATS: scales the streams to the cluster's size as servers join).
+    async fn maintain(&self) -> Result<(), BusError> {
+        Ok(())
+    }
 }
 
 /// Checks a blob against the digest it was asked for.

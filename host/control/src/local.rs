@@ -1,9 +1,10 @@
 //! The in-process bus: `sluice dev` (gateway and host in one process) and
 //! unit tests. Same semantics as NATS where they matter: the desired set of
 //! a group is kept and replayed to late watchers, meter records are
-//! delivered in order, heartbeats are best effort.
+//! delivered in order, heartbeats are best effort. Everything in one
+//! process is one trust domain: a message's publisher is the host it names.
 
-use crate::bus::{Ack, Bus, BusError, MeterDelivery, verify_digest};
+use crate::bus::{Ack, Bus, BusError, FromHost, MeterDelivery, verify_digest};
 use crate::messages::{DesiredSet, EventBatch, Heartbeat, MeterRecord};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -56,8 +57,8 @@ impl Bus for LocalBus {
         Ok(())
     }
 
-    async fn heartbeats(&self) -> Result<BoxStream<'static, Heartbeat>, BusError> {
-        Ok(feed(self.heartbeats.subscribe()))
+    async fn heartbeats(&self) -> Result<BoxStream<'static, FromHost<Heartbeat>>, BusError> {
+        Ok(feed(self.heartbeats.subscribe()).map(|hb| FromHost { host: hb.host.clone(), message: hb }).boxed())
     }
 
     async fn set_desired(&self, set: &DesiredSet) -> Result<(), BusError> {
@@ -100,7 +101,7 @@ impl Bus for LocalBus {
         let rx = self.meters_rx.lock().unwrap_or_else(PoisonError::into_inner).take().ok_or(BusError::MetersTaken)?;
         Ok(futures::stream::unfold(rx, |mut rx| async move {
             let record = rx.recv().await?;
-            Some((Ok(MeterDelivery { record, ack: Ack::None }), rx))
+            Some((Ok(MeterDelivery { publisher: record.host.clone(), record, ack: Ack::None }), rx))
         })
         .boxed())
     }
@@ -110,8 +111,8 @@ impl Bus for LocalBus {
         Ok(())
     }
 
-    async fn events(&self) -> Result<BoxStream<'static, EventBatch>, BusError> {
-        Ok(feed(self.events.subscribe()))
+    async fn events(&self) -> Result<BoxStream<'static, FromHost<EventBatch>>, BusError> {
+        Ok(feed(self.events.subscribe()).map(|b| FromHost { host: b.host.clone(), message: b }).boxed())
     }
 }
 

@@ -182,7 +182,8 @@ impl MeterSums {
 /// stored once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MeterRecord {
-    /// `<host>-<boot>-<sequence>`.
+    /// `<host>-<secret>-<sequence>`: the secret is random per host process
+    /// and never published elsewhere, so no one else can claim an id first.
     pub id: String,
     /// Host that processed the packets.
     pub host: String,

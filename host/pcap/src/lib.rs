@@ -16,7 +16,7 @@ mod read;
 mod write;
 
 pub use read::{PacketRef, ReadStats, Trace};
-pub use write::PcapSink;
+pub use write::{PcapAppender, PcapSink};
 
 use std::path::PathBuf;
 

@@ -46,16 +46,30 @@ pub async fn run(
                 let mut b = [0u8; 16];
                 getrandom_fill(&mut b)?;
                 let t: String = b.iter().map(|x| format!("{x:02x}")).collect();
-                std::fs::write(&token_file, format!("{t}\n"))?;
+                write_private(&token_file, &format!("{t}\n"))?;
                 t
             }
         },
     };
     cfg.admin_token = Some(token.clone());
+    // One host in group `default`, which every tenant may use.
+    if cfg.default_groups.is_empty() {
+        cfg.default_groups = vec!["default".into()];
+    }
     let spool = opts.spool.clone().unwrap_or_else(|| opts.data_dir.join("spool"));
     std::fs::create_dir_all(&spool)?;
     let bus = Arc::new(LocalBus::new());
     let gateway = Gateway::new(cfg, bus.clone())?;
+    let registered = gateway.state.store.registered_hosts()?;
+    if !registered.iter().any(|h| h.id == "dev") {
+        let row = sluice_gateway::store::HostRow {
+            id: "dev".into(),
+            group: "default".into(),
+            nkey: None,
+            created_ms: i64::try_from(sluice_control::now_ms()).unwrap_or(0),
+        };
+        gateway.state.store.add_host(&row)?;
+    }
     let listener = tokio::net::TcpListener::bind(&opts.listen).await?;
     let url = format!("http://{}", listener.local_addr()?);
     let host_cfg = AgentConfig {
@@ -67,6 +81,7 @@ pub async fn run(
         heartbeat: Duration::from_millis(500),
         state_dir: opts.data_dir.join("host"),
         report: Some(opts.data_dir.join("host-report.json")),
+        output: None,
         runtime: sluice_runtime::RuntimeConfig {
             cache_dir: Some(opts.data_dir.join("code-cache")),
             ..sluice_runtime::RuntimeConfig::default()
@@ -94,6 +109,17 @@ pub async fn run(
     served.await??;
     let packets: u64 = report.deployments.values().map(|d| d.packets_in).sum();
     eprintln!("dev cluster stopped ({packets} packets metered)");
+    Ok(())
+}
+
+/// Writes a secret readable by its owner only (mode 0600, also when the
+/// file existed with wider permissions).
+fn write_private(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(text.as_bytes())?;
     Ok(())
 }
 

@@ -64,6 +64,13 @@ enum Command {
     /// Tenants (needs the admin token).
     #[command(subcommand)]
     Tenant(TenantCommand),
+    /// Hosts of the cluster: only registered hosts are heard (needs the
+    /// admin token).
+    #[command(subcommand)]
+    Host(HostCommand),
+    /// Your own API keys: list, add, rotate, revoke.
+    #[command(subcommand)]
+    Key(KeyCommand),
     /// Deploy a module (or a linear chain of modules, or a chain spec) onto
     /// a host group; updates the deployment if the name exists (NFs whose
     /// module or config changed are hot-swapped on the hosts).
@@ -137,6 +144,10 @@ enum TenantCommand {
     Create {
         /// Tenant name.
         name: String,
+        /// Host groups it may deploy to, comma-separated (default: the
+        /// gateway's default-groups).
+        #[arg(long, value_delimiter = ',')]
+        groups: Option<Vec<String>>,
         /// Print only the key (for scripts).
         #[arg(long)]
         key_only: bool,
@@ -147,6 +158,65 @@ enum TenantCommand {
     Key {
         /// Tenant id.
         tenant: String,
+    },
+    /// List a tenant's API keys.
+    Keys {
+        /// Tenant id.
+        tenant: String,
+    },
+    /// Revoke one of a tenant's API keys.
+    Revoke {
+        /// Tenant id.
+        tenant: String,
+        /// Key prefix (from `sluice tenant keys`).
+        prefix: String,
+    },
+    /// Set the host groups a tenant may deploy to.
+    Grant {
+        /// Tenant id.
+        tenant: String,
+        /// Groups, comma-separated (empty: none).
+        #[arg(long, value_delimiter = ',', num_args = 0..)]
+        groups: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum HostCommand {
+    /// Register a host (its heartbeats, meters and events are then
+    /// accepted for deployments of its group).
+    Add {
+        /// Host id (its --host-id).
+        id: String,
+        /// The group it serves.
+        #[arg(long)]
+        group: String,
+        /// Its NATS nkey public key (`sluice-host keygen` prints it).
+        #[arg(long)]
+        nkey: Option<String>,
+    },
+    /// List registered hosts and whether they are alive.
+    List,
+    /// Remove a host from the registry.
+    Remove {
+        /// Host id.
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// List your API keys.
+    List,
+    /// Add a key (printed once).
+    Add,
+    /// Replace the key in use by a new one (printed once); the old one is
+    /// refused from then on.
+    Rotate,
+    /// Revoke a key by its prefix.
+    Revoke {
+        /// Key prefix (from `sluice key list`).
+        prefix: String,
     },
 }
 
@@ -243,8 +313,12 @@ fn run() -> Result<()> {
                 sluice_control::shutdown_signal(),
             ))?;
         }
-        Command::Tenant(TenantCommand::Create { name, key_only }) => {
-            let t: Value = admin().post("/v1/tenants", &json!({ "name": name }))?;
+        Command::Tenant(TenantCommand::Create { name, groups, key_only }) => {
+            let mut body = json!({ "name": name });
+            if let Some(g) = groups {
+                body["groups"] = json!(g);
+            }
+            let t: Value = admin().post("/v1/tenants", &body)?;
             let key = t["api_key"].as_str().unwrap_or_default();
             if key_only {
                 println!("{key}");
@@ -267,6 +341,62 @@ fn run() -> Result<()> {
         Command::Tenant(TenantCommand::Key { tenant }) => {
             let k: Value = admin().post(&format!("/v1/tenants/{}/keys", encode(&tenant)), &json!({}))?;
             println!("{}", k["api_key"].as_str().unwrap_or_default());
+        }
+        Command::Tenant(TenantCommand::Keys { tenant }) => {
+            let keys: Vec<Value> = admin().get(&format!("/v1/tenants/{}/keys", encode(&tenant)))?;
+            print_keys(&keys);
+        }
+        Command::Tenant(TenantCommand::Revoke { tenant, prefix }) => {
+            admin().delete(&format!("/v1/tenants/{}/keys/{}", encode(&tenant), encode(&prefix)))?;
+            println!("revoked {prefix}");
+        }
+        Command::Tenant(TenantCommand::Grant { tenant, groups }) => {
+            let g: Value =
+                admin().put(&format!("/v1/tenants/{}/groups", encode(&tenant)), &json!({ "groups": groups }))?;
+            println!("{tenant} may deploy to: {}", g["groups"]);
+        }
+        Command::Host(HostCommand::Add { id, group, nkey }) => {
+            let h: Value = admin().post("/v1/hosts", &json!({ "id": id, "group": group, "nkey": nkey }))?;
+            println!(
+                "host {} registered in group {}",
+                h["host"].as_str().unwrap_or_default(),
+                h["group"].as_str().unwrap_or_default()
+            );
+        }
+        Command::Host(HostCommand::List) => {
+            let hs: Vec<Value> = admin().get("/v1/hosts")?;
+            println!("{:<20} {:<16} {:<6} {:>11}", "HOST", "GROUP", "ALIVE", "DEPLOYMENTS");
+            for h in hs {
+                println!(
+                    "{:<20} {:<16} {:<6} {:>11}",
+                    h["host"].as_str().unwrap_or_default(),
+                    h["group"].as_str().unwrap_or_default(),
+                    if h["alive"] == true { "yes" } else { "no" },
+                    h["deployments"]
+                );
+            }
+        }
+        Command::Host(HostCommand::Remove { id }) => {
+            admin().delete(&format!("/v1/hosts/{}", encode(&id)))?;
+            println!("host {id} removed");
+        }
+        Command::Key(KeyCommand::List) => {
+            let keys: Vec<Value> = tenant().get("/v1/me/keys")?;
+            print_keys(&keys);
+        }
+        Command::Key(KeyCommand::Add) => {
+            let k: Value = tenant().post("/v1/me/keys", &json!({}))?;
+            println!("{}", k["api_key"].as_str().unwrap_or_default());
+        }
+        Command::Key(KeyCommand::Rotate) => {
+            let k: Value = tenant().post("/v1/me/keys/rotate", &json!({}))?;
+            let key = k["api_key"].as_str().unwrap_or_default();
+            println!("new API key (shown once; the old one no longer works): {key}");
+            println!("  export SLUICE_API_KEY={key}");
+        }
+        Command::Key(KeyCommand::Revoke { prefix }) => {
+            tenant().delete(&format!("/v1/me/keys/{}", encode(&prefix)))?;
+            println!("revoked {prefix}");
         }
         Command::Nf(NfCommand::Upload { file, name, version }) => {
             let name = name
@@ -482,6 +612,23 @@ fn run() -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn print_keys(keys: &[Value]) {
+    println!("{:<10} {:<26} CURRENT", "PREFIX", "CREATED");
+    for k in keys {
+        let created = k["created_ms"].as_i64().unwrap_or(0);
+        let when = time::OffsetDateTime::from_unix_timestamp(created / 1000)
+            .ok()
+            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+            .unwrap_or_default();
+        println!(
+            "{:<10} {:<26} {}",
+            k["prefix"].as_str().unwrap_or_default(),
+            when,
+            if k["current"] == true { "*" } else { "" }
+        );
+    }
 }
 
 fn print_deployment(d: &Value) {

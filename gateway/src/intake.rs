@@ -1,0 +1,173 @@
+//! What hosts send, checked before the gateway believes it.
+//!
+//! The bus tells who published a message (the host its subject names,
+//! which NATS permissions reserve to that host); the message tells what it
+//! is about. Neither alone is trusted: a meter record is billed only when
+//! its publisher is a registered host, the record names that host, its id
+//! is that host's, and its tenant's deployment was placed on that host's
+//! group. Heartbeats and events are checked the same way. What fails is
+//! dropped, counted by kind and reason, logged, and listed in
+//! `GET /v1/rejects`.
+
+use crate::store::{Store, StoreError};
+use serde::Serialize;
+use sluice_control::{EventBatch, FromHost, Heartbeat, MeterRecord};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
+use utoipa::ToSchema;
+
+/// Rejects kept for `GET /v1/rejects`.
+const RECENT: usize = 100;
+
+/// A message that was refused.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Reject {
+    /// When, ms since the epoch.
+    pub at_ms: u64,
+    /// `meter`, `event` or `heartbeat`.
+    pub kind: String,
+    /// The publishing host (from the subject).
+    pub host: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Counts of refused messages and the newest ones.
+#[derive(Debug, Default)]
+pub struct Rejects {
+    inner: Mutex<(BTreeMap<String, u64>, VecDeque<Reject>)>,
+}
+
+/// What `GET /v1/rejects` shows.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RejectsOut {
+    /// Refused messages by kind (`meter`, `event`, `heartbeat`).
+    pub counts: BTreeMap<String, u64>,
+    /// The newest refusals, newest last.
+    pub recent: Vec<Reject>,
+}
+
+impl Rejects {
+    /// Counts and logs a refusal.
+    pub fn record(&self, kind: &str, host: &str, reason: String) {
+        tracing::warn!(kind, host, "refused a message from the bus: {reason}");
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        *g.0.entry(kind.to_string()).or_default() += 1;
+        if g.1.len() >= RECENT {
+            g.1.pop_front();
+        }
+        g.1.push_back(Reject {
+            at_ms: sluice_control::now_ms(),
+            kind: kind.to_string(),
+            host: host.to_string(),
+            reason,
+        });
+    }
+
+    /// Refusals of `kind` so far.
+    pub fn count(&self, kind: &str) -> u64 {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).0.get(kind).copied().unwrap_or(0)
+    }
+
+    /// A snapshot.
+    pub fn snapshot(&self) -> RejectsOut {
+        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        RejectsOut { counts: g.0.clone(), recent: g.1.iter().cloned().collect() }
+    }
+}
+
+/// The registered group of `publisher`, or why it has none.
+fn group_of(store: &Store, publisher: &str) -> Result<Result<String, String>, StoreError> {
+    Ok(store.host_group(publisher)?.ok_or_else(|| format!("host '{publisher}' is not registered")))
+}
+
+/// Whether a meter record from `publisher` may be billed.
+pub fn check_meter(store: &Store, publisher: &str, rec: &MeterRecord) -> Result<Result<(), String>, StoreError> {
+    if rec.host != publisher {
+        return Ok(Err(format!("record {} names host '{}'", rec.id, rec.host)));
+    }
+    if !rec.id.strip_prefix(publisher).is_some_and(|rest| rest.starts_with('-')) {
+        return Ok(Err(format!("record id '{}' is not one of this host's", rec.id)));
+    }
+    let group = match group_of(store, publisher)? {
+        Ok(g) => g,
+        Err(why) => return Ok(Err(why)),
+    };
+    if !store.was_placed(&rec.deployment, &rec.tenant, &group)? {
+        return Ok(Err(format!(
+            "record {} bills deployment '{}' of tenant '{}', which was never placed on group '{group}'",
+            rec.id, rec.deployment, rec.tenant
+        )));
+    }
+    Ok(Ok(()))
+}
+
+/// A heartbeat with only what its publisher may say: its own, from its
+/// registered group, about deployments placed there.
+pub fn check_heartbeat(store: &Store, from: FromHost<Heartbeat>) -> Result<Result<Heartbeat, String>, StoreError> {
+    let FromHost { host, message: mut hb } = from;
+    if hb.host != host {
+        return Ok(Err(format!("heartbeat names host '{}'", hb.host)));
+    }
+    let group = match group_of(store, &host)? {
+        Ok(g) => g,
+        Err(why) => return Ok(Err(why)),
+    };
+    if hb.group != group {
+        return Ok(Err(format!("heartbeat claims group '{}'; the host is registered in '{group}'", hb.group)));
+    }
+    let placed: Vec<String> = store.group_deployments(&group)?.into_iter().map(|d| d.id).collect();
+    hb.deployments.retain(|d| placed.contains(&d.deployment));
+    Ok(Ok(hb))
+}
+
+/// The events of a batch its publisher may report; the rest are counted
+/// as refused (returned with the reason of the first).
+pub fn check_events(
+    store: &Store,
+    from: FromHost<EventBatch>,
+) -> Result<(EventBatch, u64, Option<String>), StoreError> {
+    let FromHost { host, message: mut batch } = from;
+    if batch.host != host {
+        let n = batch.events.len() as u64;
+        batch.events.clear();
+        let why = format!("event batch names host '{}'", batch.host);
+        return Ok((batch, n, Some(why)));
+    }
+    let group = match group_of(store, &host)? {
+        Ok(g) => g,
+        Err(why) => {
+            let n = batch.events.len() as u64;
+            batch.events.clear();
+            return Ok((batch, n, Some(why)));
+        }
+    };
+    let mut ok: BTreeMap<(String, String), bool> = BTreeMap::new();
+    let mut refused = 0;
+    let mut first = None;
+    let mut kept = Vec::with_capacity(batch.events.len());
+    for e in std::mem::take(&mut batch.events) {
+        let key = (e.deployment.clone(), e.tenant.clone());
+        let placed = match ok.get(&key) {
+            Some(p) => *p,
+            None => {
+                let p = store.was_placed(&e.deployment, &e.tenant, &group)?;
+                ok.insert(key, p);
+                p
+            }
+        };
+        if placed {
+            kept.push(e);
+        } else {
+            refused += 1;
+            first.get_or_insert_with(|| {
+                format!(
+                    "event of deployment '{}' of tenant '{}', not placed on group '{group}'",
+                    e.deployment, e.tenant
+                )
+            });
+        }
+    }
+    batch.events = kept;
+    Ok((batch, refused, first))
+}

@@ -1,0 +1,342 @@
+//! The control plane's trust boundaries, tried as an attacker would, over
+//! a real nats-server run with the shipped configuration (mutual TLS, nkey
+//! users, subject permissions): no credentials get in; a host's
+//! credentials for another group cannot bill, deploy, stop, read or
+//! impersonate anything of the victim's; the victim's usage stays exactly
+//! what its host processed. Plus API keys (list, rotate, revoke) and group
+//! grants.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use async_nats::jetstream;
+use serde_json::json;
+use sluice_control::{DesiredSet, EventBatch, Heartbeat, MeterRecord, MeterSums, NfEvent};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::*;
+
+/// A raw NATS client signed in with `name`'s nkey and certificate, that
+/// records the server's error messages (permission violations).
+async fn attacker(nats: &Nats, name: &str, inbox: &str) -> (async_nats::Client, Arc<Mutex<Vec<String>>>) {
+    let (seed, _) = nats.pki.nkey(name);
+    let (cert, key) = nats.pki.client_cert(name);
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    let client = async_nats::ConnectOptions::with_nkey(sluice_control::nats::read_seed(&seed).unwrap())
+        .add_root_certificates(nats.pki.ca())
+        .add_client_certificate(cert, key)
+        .require_tls(true)
+        .custom_inbox_prefix(inbox)
+        .event_callback(move |ev| {
+            let e2 = e2.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = ev {
+                    e2.lock().unwrap().push(e.to_string());
+                }
+            }
+        })
+        .connect(nats.url.as_str())
+        .await
+        .unwrap();
+    (client, errors)
+}
+
+/// Waits until the server reported a permission violation naming each of `subjects`.
+async fn violations(errors: &Arc<Mutex<Vec<String>>>, subjects: &[&str]) {
+    for _ in 0..200 {
+        let v = errors.lock().unwrap().clone();
+        let seen = |s: &&str| v.iter().any(|e| e.contains("Permissions Violation") && e.contains(*s));
+        if subjects.iter().all(seen) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("expected permission violations for {subjects:?}, saw {:?}", errors.lock().unwrap());
+}
+
+fn forged_record(id: &str, host: &str, tenant: &str, deployment: &str) -> MeterRecord {
+    MeterRecord {
+        id: id.into(),
+        host: host.into(),
+        tenant: tenant.into(),
+        deployment: deployment.into(),
+        nf: "counter".into(),
+        module: "counter".into(),
+        version: "1".into(),
+        digest: "0".repeat(64),
+        window_start_ms: 1,
+        window_end_ms: 2,
+        sums: MeterSums { invocations: 1, packets: 1_000_000_000_000, bytes: 1 << 40, ..Default::default() },
+    }
+}
+
+#[test]
+fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 300);
+    let report = dir.path().join("h1.json");
+    let (victim, key) = api.tenant("victim");
+    assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let d = api.post(Some(&key), "/v1/deployments", &json!({ "name": "c", "module": "counter@1" }));
+    assert_eq!(d.status, 201, "{}", d.body);
+    let deployment = d.body["id"].as_str().unwrap().to_string();
+    let mut h1 = start_replay_host(
+        &nats,
+        &gw,
+        dir.path(),
+        "h1",
+        Replay { pcap: &pcap, loops: 4, pps: 20000, window_ms: 100, report: &report },
+    );
+    api.wait_running(&key, "c", 1);
+    // The attacker holds the credentials of h2, a real host of group "other".
+    register_host(&nats, &gw, "h2", "other");
+    // ...and of h3, whose nkey was never registered.
+    let _ = nats.pki.nkey("h3");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // No credentials at all: no client certificate, no nkey.
+        let bare = async_nats::ConnectOptions::new()
+            .add_root_certificates(nats.pki.ca())
+            .require_tls(true)
+            .connect(nats.url.as_str())
+            .await;
+        assert!(bare.is_err(), "a client without credentials got in");
+        // A certificate but no nkey, and a certificate with an unknown nkey.
+        let (cert, ckey) = nats.pki.client_cert("h3");
+        let no_nkey = async_nats::ConnectOptions::new()
+            .add_root_certificates(nats.pki.ca())
+            .add_client_certificate(cert.clone(), ckey.clone())
+            .connect(nats.url.as_str())
+            .await;
+        assert!(no_nkey.is_err(), "a client without an nkey got in");
+        let (seed3, _) = nats.pki.nkey("h3");
+        let unknown = async_nats::ConnectOptions::with_nkey(sluice_control::nats::read_seed(&seed3).unwrap())
+            .add_root_certificates(nats.pki.ca())
+            .add_client_certificate(cert, ckey)
+            .connect(nats.url.as_str())
+            .await;
+        assert!(unknown.is_err(), "an unregistered nkey got in");
+
+        let (client, errors) = attacker(&nats, "h2", "_INBOX_test_h2").await;
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(Duration::from_secs(2));
+
+        // 1. A meter record on h1's subject: not allowed to publish there.
+        let forged = forged_record("h1-x-1", "h1", &victim, &deployment);
+        let body = serde_json::to_vec(&forged).unwrap();
+        let r = js.publish("sluice.meter.v1.test.h1", body.clone().into()).await;
+        let acked = match r {
+            Ok(ack) => ack.await.is_ok(),
+            Err(_) => false,
+        };
+        assert!(!acked, "a meter record on another host's subject was stored");
+        // 2. The same bill on its own subject, in its own name, and with a
+        // pre-claimed id of h1: stored in the stream, refused by the gateway.
+        for rec in [
+            forged_record("h2-x-1", "h2", &victim, &deployment),
+            forged_record("h2-x-2", "h1", &victim, &deployment),
+            forged_record(&format!("h1-{}-0", "0".repeat(32)), "h2", &victim, &deployment),
+        ] {
+            let ack = js.publish("sluice.meter.v1.test.h2", serde_json::to_vec(&rec).unwrap().into()).await.unwrap();
+            ack.await.unwrap();
+        }
+        // 3. Desired state: write, delete, read the victim's group; create or delete streams.
+        let kv = js.get_key_value("sluice-desired-test").await.unwrap();
+        let empty = serde_json::to_vec(&DesiredSet { group: "default".into(), deployments: Vec::new() }).unwrap();
+        assert!(kv.put("default", empty.into()).await.is_err(), "a host wrote desired state");
+        assert!(kv.delete("default").await.is_err(), "a host deleted desired state");
+        assert!(kv.purge("default").await.is_err(), "a host purged desired state");
+        let read = kv.get("default").await;
+        assert!(read.is_err() || read.unwrap().is_none(), "a host read another group's desired state");
+        assert!(js.delete_stream("SLUICE_METERS_test").await.is_err(), "a host deleted the meter stream");
+        assert!(
+            js.create_stream(jetstream::stream::Config {
+                name: "EVIL".into(),
+                subjects: vec!["sluice.meter.v1.test.h1".into()],
+                ..Default::default()
+            })
+            .await
+            .is_err(),
+            "a host created a stream"
+        );
+        // Watching the victim's group through the bus is refused; its own works.
+        let auth = sluice_control::NatsAuth {
+            nkey_file: Some(nats.pki.nkey("h2").0),
+            ca_file: Some(nats.pki.ca()),
+            cert_file: Some(nats.pki.client_cert("h2").0),
+            key_file: Some(nats.pki.client_cert("h2").1),
+            creds_file: None,
+        };
+        let bus = sluice_control::NatsBus::connect(
+            &nats.url,
+            "test",
+            &auth,
+            sluice_control::Role::Host { host: "h2".into() },
+            "attacker",
+        )
+        .await
+        .unwrap();
+        use sluice_control::Bus;
+        let watch = tokio::time::timeout(Duration::from_secs(10), bus.watch_desired("default")).await;
+        assert!(matches!(watch, Ok(Err(_)) | Err(_)), "a host watched another group's desired state");
+        assert!(bus.watch_desired("other").await.is_ok(), "a host cannot watch its own group");
+
+        // 4. Heartbeats and events: on h1's subjects (refused by the
+        // server), and on its own claiming the victim's group (refused by
+        // the gateway).
+        let hb = Heartbeat {
+            host: "h1".into(),
+            group: "default".into(),
+            boot: "x".into(),
+            started_ms: 1,
+            sent_ms: sluice_control::now_ms(),
+            interval_ms: 1000,
+            version: "evil".into(),
+            deployments: Vec::new(),
+        };
+        client.publish("sluice.ctl.v1.test.host.heartbeat.h1", serde_json::to_vec(&hb).unwrap().into()).await.unwrap();
+        let hb2 = Heartbeat { host: "h2".into(), ..hb.clone() };
+        client.publish("sluice.ctl.v1.test.host.heartbeat.h2", serde_json::to_vec(&hb2).unwrap().into()).await.unwrap();
+        let ev = NfEvent {
+            tenant: victim.clone(),
+            deployment: deployment.clone(),
+            nf: "counter".into(),
+            version: "1".into(),
+            kind: "forged.alert".into(),
+            level: "error".into(),
+            timestamp_ns: 1,
+            flow: None,
+            fields: Default::default(),
+        };
+        let batch = |host: &str| EventBatch { host: host.into(), events: vec![ev.clone()], dropped: 0 };
+        client.publish("sluice.event.v1.test.h1", serde_json::to_vec(&batch("h1")).unwrap().into()).await.unwrap();
+        client.publish("sluice.event.v1.test.h2", serde_json::to_vec(&batch("h2")).unwrap().into()).await.unwrap();
+        // Eavesdropping on the gateway's and h1's inboxes, or every feed.
+        for s in ["_INBOX_test_gateway.>", "_INBOX_test_h1.>", "sluice.>", "$KV.>", ">"] {
+            let _ = client.subscribe(s).await;
+        }
+        client.flush().await.unwrap();
+        violations(
+            &errors,
+            &[
+                "sluice.meter.v1.test.h1",
+                "$KV.sluice-desired-test.default",
+                "$JS.API.DIRECT.GET.KV_sluice-desired-test",
+                "$JS.API.STREAM.DELETE.SLUICE_METERS_test",
+                "$JS.API.STREAM.CREATE.EVIL",
+                "heartbeat.h1",
+                "sluice.event.v1.test.h1",
+                "Subscription to \"_INBOX_test_gateway.>\"",
+                "Subscription to \"_INBOX_test_h1.>\"",
+                "Subscription to \">\"",
+            ],
+        )
+        .await;
+    });
+
+    // The gateway refused what reached it, counted it and said why.
+    let rejects = wait_for(30, "the gateway to refuse the forgeries", || {
+        let r = api.get(Some(ADMIN), "/v1/rejects").body;
+        let c = &r["counts"];
+        (c["meter"].as_u64() >= Some(3) && c["heartbeat"].as_u64() >= Some(1) && c["event"].as_u64() >= Some(1))
+            .then_some(r)
+    });
+    let reasons: Vec<String> =
+        rejects["recent"].as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_string()).collect();
+    assert!(reasons.iter().any(|r| r.contains("never placed on group 'other'")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("names host 'h1'")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("is not one of this host's")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("claims group 'default'")), "{reasons:?}");
+    assert!(api.get(Some(&key), "/v1/events?kind=forged.alert").body.as_array().unwrap().is_empty());
+    // h2 is not listed as running anything, and h1 is still h1.
+    let hosts = api.get(Some(ADMIN), "/v1/hosts").body;
+    let h1_row = hosts.as_array().unwrap().iter().find(|h| h["host"] == "h1").unwrap().clone();
+    assert_eq!(h1_row["group"], "default");
+    assert_ne!(h1_row["version"], "evil");
+
+    // The victim's deployment runs on, and its usage is exactly what h1 processed.
+    wait_for(60, "h1's passes", || (host_report(&report)["traces"].as_u64() == Some(4)).then_some(()));
+    h1.term();
+    let expected = report_totals(&[host_report(&report)]);
+    assert!(expected.values().map(|t| t[1]).sum::<u64>() > 0);
+    wait_for(30, "usage to equal h1's report", || {
+        let u = api.get(Some(&key), "/v1/usage").body;
+        (usage_totals(&u) == expected).then_some(())
+    });
+    let d = api.get(Some(&key), "/v1/deployments/c").body;
+    assert_eq!(d["revision"], 1);
+}
+
+#[test]
+fn keys_are_listed_rotated_and_revoked_and_groups_are_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let (id, k1) = api.tenant("acme");
+    // The scheme is case-insensitive.
+    let r = ureq::get(format!("{}/v1/me", gw.url)).header("Authorization", format!("bEaReR {k1}")).call();
+    assert_eq!(r.unwrap().status(), 200);
+
+    let k2 = api.post(Some(&k1), "/v1/me/keys", &json!({})).body["api_key"].as_str().unwrap().to_string();
+    let keys = api.get(Some(&k2), "/v1/me/keys").body;
+    assert_eq!(keys.as_array().unwrap().len(), 2);
+    assert_eq!(keys.as_array().unwrap().iter().filter(|k| k["current"] == true).count(), 1);
+    assert_eq!(api.get(Some(ADMIN), &format!("/v1/tenants/{id}/keys")).body.as_array().unwrap().len(), 2);
+
+    // Rotation: the new key works, the old one is refused on the next request.
+    let rotated = api.post(Some(&k1), "/v1/me/keys/rotate", &json!({}));
+    assert_eq!(rotated.status, 201, "{}", rotated.body);
+    let k3 = rotated.body["api_key"].as_str().unwrap().to_string();
+    assert_eq!(api.get(Some(&k1), "/v1/me").status, 401);
+    assert_eq!(api.get(Some(&k3), "/v1/me").status, 200);
+
+    // Revocation by prefix, by the tenant and by the operator.
+    let prefix2 = k2.trim_start_matches("sk_")[..8].to_string();
+    assert_eq!(api.delete(Some(&k3), &format!("/v1/me/keys/{prefix2}")).status, 204);
+    assert_eq!(api.get(Some(&k2), "/v1/me").status, 401);
+    assert_eq!(api.delete(Some(&k3), "/v1/me/keys/ffffffff").status, 404);
+    let prefix3 = k3.trim_start_matches("sk_")[..8].to_string();
+    let (_, other) = api.tenant("other");
+    assert_eq!(api.delete(Some(&other), &format!("/v1/me/keys/{prefix3}")).status, 404, "another tenant's key");
+    assert_eq!(api.delete(Some(&k3), &format!("/v1/tenants/{id}/keys/{prefix3}")).status, 403);
+    assert_eq!(api.delete(Some(ADMIN), &format!("/v1/tenants/{id}/keys/{prefix3}")).status, 204);
+    assert_eq!(api.get(Some(&k3), "/v1/me").status, 401);
+
+    // Groups: only granted ones.
+    let k4 = api.post(Some(ADMIN), &format!("/v1/tenants/{id}/keys"), &json!({})).body["api_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(api.get(Some(&k4), "/v1/me").body["groups"], json!(["default"]));
+    assert_eq!(api.upload(Some(&k4), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let denied =
+        api.post(Some(&k4), "/v1/deployments", &json!({ "name": "c", "module": "counter@1", "group": "secure" }));
+    assert_eq!(denied.status, 403, "{}", denied.body);
+    assert_eq!(denied.body["error"], "group_not_granted");
+    assert_eq!(api.put(Some(&k4), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["secure"] })).status, 403);
+    let g = api.put(Some(ADMIN), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["secure", "default"] }));
+    assert_eq!(g.status, 200, "{}", g.body);
+    assert_eq!(g.body["groups"], json!(["default", "secure"]));
+    assert_eq!(api.put(Some(ADMIN), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["a.b"] })).status, 400);
+    let ok = api.post(Some(&k4), "/v1/deployments", &json!({ "name": "c", "module": "counter@1", "group": "secure" }));
+    assert_eq!(ok.status, 201, "{}", ok.body);
+    // Moving it to a group not granted is refused too.
+    let mv = api.put(Some(&k4), "/v1/deployments/c", &json!({ "module": "counter@1", "group": "elsewhere" }));
+    assert_eq!(mv.status, 403, "{}", mv.body);
+
+    // Host registry: bad input is refused, duplicates conflict.
+    assert_eq!(api.post(Some(ADMIN), "/v1/hosts", &json!({ "id": "h9", "group": "g", "nkey": "nope" })).status, 400);
+    assert_eq!(api.post(Some(ADMIN), "/v1/hosts", &json!({ "id": "h.9", "group": "g" })).status, 400);
+    assert_eq!(api.post(Some(&k4), "/v1/hosts", &json!({ "id": "h9", "group": "g" })).status, 403);
+    assert_eq!(api.post(Some(ADMIN), "/v1/hosts", &json!({ "id": "h9", "group": "g" })).status, 201);
+    assert_eq!(api.post(Some(ADMIN), "/v1/hosts", &json!({ "id": "h9", "group": "g" })).status, 409);
+    assert_eq!(api.delete(Some(ADMIN), "/v1/hosts/h9").status, 204);
+    assert_eq!(api.delete(Some(ADMIN), "/v1/hosts/h9").status, 404);
+}
