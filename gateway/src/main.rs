@@ -98,9 +98,14 @@ fn run() -> anyhow::Result<()> {
     write_nats_auth(&cfg)?;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
+        let mut stop = Box::pin(sluice_control::shutdown_signal());
         let role = sluice_control::Role::Gateway { replicas: cfg.nats_replicas };
-        let bus =
-            sluice_control::NatsBus::connect(&cfg.nats, &cfg.cluster, &cfg.nats_auth(), role, "sluice-gateway").await?;
+        let auth = cfg.nats_auth();
+        let connect = sluice_control::NatsBus::connect(&cfg.nats, &cfg.cluster, &auth, role, "sluice-gateway");
+        let bus = tokio::select! {
+            bus = connect => bus?,
+            _ = &mut stop => return anyhow::Ok(()),
+        };
         let listen = cfg.listen.clone();
         let gateway = sluice_gateway::Gateway::new(cfg, Arc::new(bus))?;
         gateway.state.publish_all().await;
@@ -109,7 +114,7 @@ fn run() -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         tracing::info!("gateway listening on http://{addr} (dashboard /dashboard, API docs /docs)");
         println!("listening on http://{addr}");
-        gateway.serve(listener, sluice_control::shutdown_signal()).await.context("serving HTTP")?;
+        gateway.serve(listener, stop).await.context("serving HTTP")?;
         anyhow::Ok(())
     })
 }

@@ -16,7 +16,7 @@ fn fw_config() -> serde_json::Value {
 
 #[test]
 fn upload_deploy_traffic_usage_equals_the_host_report() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = Api { base: gw.url.clone() };
@@ -156,7 +156,7 @@ fn time_period() -> String {
 
 #[test]
 fn bad_uploads_get_a_4xx_that_says_why() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_MAX_MODULE_MB", "1")]);
     let api = Api { base: gw.url.clone() };
@@ -221,7 +221,7 @@ fn bad_uploads_get_a_4xx_that_says_why() {
 
 #[test]
 fn tenants_see_and_change_only_their_own_objects() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = Api { base: gw.url.clone() };
@@ -307,7 +307,7 @@ fn tenants_see_and_change_only_their_own_objects() {
 
 #[test]
 fn killing_the_gateway_mid_stream_loses_and_double_counts_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let mut gw = Gateway::start(&nats, dir.path(), &[]);
     let api = Api { base: gw.url.clone() };
@@ -346,7 +346,7 @@ fn killing_the_gateway_mid_stream_loses_and_double_counts_nothing() {
 
 #[test]
 fn a_restarted_host_resumes_and_billing_stays_exact() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = Api { base: gw.url.clone() };
@@ -394,7 +394,7 @@ fn a_restarted_host_resumes_and_billing_stays_exact() {
 
 #[test]
 fn an_update_the_host_refuses_is_failed_with_the_reason_and_the_old_revision_runs_on() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = Api { base: gw.url.clone() };

@@ -12,9 +12,13 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use support::*;
 
+/// The admin token `sluice dev` generated.
+static DEV_ADMIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn sluice(url: &str, key: Option<&str>, args: &[&str]) -> String {
     let mut c = Command::new(sibling_bin("sluice"));
-    c.args(args).env("SLUICE_URL", url).env("SLUICE_ADMIN_TOKEN", ADMIN).env_remove("SLUICE_API_KEY");
+    let admin = DEV_ADMIN.get().map(String::as_str).unwrap_or(ADMIN);
+    c.args(args).env("SLUICE_URL", url).env("SLUICE_ADMIN_TOKEN", admin).env_remove("SLUICE_API_KEY");
     if let Some(k) = key {
         c.env("SLUICE_API_KEY", k);
     }
@@ -26,7 +30,7 @@ fn sluice(url: &str, key: Option<&str>, args: &[&str]) -> String {
 
 #[test]
 fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let data = dir.path().join("dev");
@@ -44,13 +48,19 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
         .arg(&data)
         .arg("--config")
         .arg(&plan)
-        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .env_remove("SLUICE_ADMIN_TOKEN")
         .stdout(Stdio::from(log.try_clone().unwrap()))
         .stderr(Stdio::from(log))
         .spawn()
         .unwrap();
     let mut dev = Proc { child, name: "sluice dev".into() };
     wait_for(60, "sluice dev to answer", || ureq::get(format!("{url}/healthz")).call().ok());
+    // It generated an admin token, readable by its owner only.
+    use std::os::unix::fs::PermissionsExt;
+    let token_file = data.join("admin-token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "admin-token has mode {mode:o}");
+    DEV_ADMIN.set(std::fs::read_to_string(&token_file).unwrap().trim().to_string()).unwrap();
 
     // The tenant flow through the CLI.
     let key = sluice(&url, None, &["tenant", "create", "acme", "--key-only"]).trim().to_string();

@@ -39,7 +39,7 @@ fn replicas(cluster: &NatsCluster) -> Vec<(String, usize)> {
 
 #[test]
 fn a_server_killed_while_meters_flow_loses_and_double_counts_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let mut cluster = NatsCluster::start(dir.path());
     let view = cluster.view();
     let gw = Gateway::start(&view, dir.path(), &[]);

@@ -74,7 +74,7 @@ fn forged_record(id: &str, host: &str, tenant: &str, deployment: &str) -> MeterR
 
 #[test]
 fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = gw.api();
@@ -275,7 +275,7 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
 
 #[test]
 fn keys_are_listed_rotated_and_revoked_and_groups_are_granted() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = gw.api();

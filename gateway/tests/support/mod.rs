@@ -13,6 +13,17 @@ use std::time::{Duration, Instant};
 
 pub const ADMIN: &str = "test-admin-token";
 
+/// A directory for one test; kept after the test (for its logs) when
+/// `SLUICE_KEEP_TEST_DIRS` is set.
+pub fn test_dir() -> tempfile::TempDir {
+    let mut d = tempfile::tempdir().unwrap();
+    if std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some() {
+        d.disable_cleanup(true);
+        eprintln!("test directory: {}", d.path().display());
+    }
+    d
+}
+
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }

@@ -314,11 +314,18 @@ fn real_main() -> anyhow::Result<ExitCode> {
                     key_file: nats_key,
                 };
                 let role = sluice_control::Role::Host { host: host.clone() };
-                let bus =
-                    sluice_control::NatsBus::connect(&nats, &cluster, &auth, role, &format!("sluice-host {host}"))
-                        .await?;
-                let report =
-                    sluice_agent::serve(std::sync::Arc::new(bus), cfg, sluice_control::shutdown_signal()).await?;
+                // Stopping works from the start, also while NATS is unreachable.
+                let mut stop = Box::pin(sluice_control::shutdown_signal());
+                let who = format!("sluice-host {host}");
+                let connect = sluice_control::NatsBus::connect(&nats, &cluster, &auth, role, &who);
+                let bus = tokio::select! {
+                    bus = connect => bus?,
+                    _ = &mut stop => {
+                        println!("host {host}: stopped before joining the cluster");
+                        return anyhow::Ok(());
+                    }
+                };
+                let report = sluice_agent::serve(std::sync::Arc::new(bus), cfg, stop).await?;
                 let packets: u64 = report.deployments.values().map(|d| d.packets_in).sum();
                 println!("host {host}: {} deployment(s), {packets} packets metered", report.deployments.len());
                 anyhow::Ok(())

@@ -30,18 +30,25 @@ pub use nats::{NatsBus, Role};
 pub use subjects::{NameError, Names};
 
 /// Resolves on SIGINT or SIGTERM: how every Sluice daemon is told to stop
-/// (it then flushes meters and finishes requests).
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// (it then flushes meters and finishes requests). The handlers are
+/// installed when this is called (inside a Tokio runtime), so a signal that
+/// arrives while the daemon is still starting is not lost (nor fatal).
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate()).ok();
+    let int = signal(SignalKind::interrupt()).ok();
+    async move {
+        let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            _ = wait(term) => {}
+            _ = wait(int) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
     }
 }

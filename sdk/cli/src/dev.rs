@@ -41,7 +41,12 @@ pub async fn run(
     let token = match opts.admin_token.or(cfg.admin_token.clone()) {
         Some(t) => t,
         None => match std::fs::read_to_string(&token_file) {
-            Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+            Ok(t) if !t.trim().is_empty() => {
+                // A token file from an older run may be readable by others.
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600))?;
+                t.trim().to_string()
+            }
             _ => {
                 let mut b = [0u8; 16];
                 getrandom_fill(&mut b)?;

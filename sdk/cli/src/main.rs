@@ -303,6 +303,8 @@ fn run() -> Result<()> {
                 config,
             };
             let rt = tokio::runtime::Runtime::new()?;
+            // The signal handlers are installed inside the runtime.
+            let _in_runtime = rt.enter();
             rt.block_on(sluice_cli::dev::run(
                 opts,
                 |url, _token, spool| {
