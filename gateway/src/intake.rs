@@ -81,22 +81,35 @@ fn group_of(store: &Store, publisher: &str) -> Result<Result<String, String>, St
     Ok(store.host_group(publisher)?.ok_or_else(|| format!("host '{publisher}' is not registered")))
 }
 
-/// Whether a meter record from `publisher` may be billed.
-pub fn check_meter(store: &Store, publisher: &str, rec: &MeterRecord) -> Result<Result<(), String>, StoreError> {
+/// A meter record is billed only if it passes both of these: what it
+/// claims about its origin, and where its deployment was placed.
+///
+/// The record names its publisher, and its id is one of the publisher's.
+pub fn check_meter_origin(publisher: &str, rec: &MeterRecord) -> Result<(), String> {
     if rec.host != publisher {
-        return Ok(Err(format!("record {} names host '{}'", rec.id, rec.host)));
+        return Err(format!("record {} names host '{}'", rec.id, rec.host));
     }
     if !rec.id.strip_prefix(publisher).is_some_and(|rest| rest.starts_with('-')) {
-        return Ok(Err(format!("record id '{}' is not one of this host's", rec.id)));
+        return Err(format!("record id '{}' is not one of this host's", rec.id));
     }
+    Ok(())
+}
+
+/// `publisher` is a registered host, and `tenant`'s `deployment` was placed
+/// on its group.
+pub fn check_placement(
+    store: &Store,
+    publisher: &str,
+    tenant: &str,
+    deployment: &str,
+) -> Result<Result<(), String>, StoreError> {
     let group = match group_of(store, publisher)? {
         Ok(g) => g,
         Err(why) => return Ok(Err(why)),
     };
-    if !store.was_placed(&rec.deployment, &rec.tenant, &group)? {
+    if !store.was_placed(deployment, tenant, &group)? {
         return Ok(Err(format!(
-            "record {} bills deployment '{}' of tenant '{}', which was never placed on group '{group}'",
-            rec.id, rec.deployment, rec.tenant
+            "deployment '{deployment}' of tenant '{tenant}' was never placed on group '{group}' of host '{publisher}'"
         )));
     }
     Ok(Ok(()))

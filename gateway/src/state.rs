@@ -3,7 +3,7 @@
 //! and stores meter records.
 
 use crate::config::GatewayConfig;
-use crate::intake::{check_events, check_heartbeat, check_meter};
+use crate::intake::{check_events, check_heartbeat, check_meter_origin, check_placement};
 use crate::store::{DeploymentRow, Store};
 use futures::StreamExt;
 use sluice_control::{Bus, DeploymentSpec, DesiredSet, Heartbeat, HostIdentity, MeterRecord, NfPlacement};
@@ -174,15 +174,26 @@ pub async fn consume_meters(state: AppState) {
         match state.bus.meters().await {
             Ok(feed) => {
                 let mut feed = feed.ready_chunks(METER_BATCH);
+                let mut broken = false;
                 while let Some(items) = feed.next().await {
                     let mut deliveries = Vec::with_capacity(items.len());
                     for item in items {
                         match item {
                             Ok(d) => deliveries.push(d),
-                            Err(e) => tracing::warn!("meter feed: {e}"),
+                            // A record nobody can read is dropped for good.
+                            Err(e @ sluice_control::BusError::Decode { .. }) => tracing::warn!("meter feed: {e}"),
+                            // The consumer lost its server or leader: what
+                            // was not acked comes again on a new one.
+                            Err(e) => {
+                                tracing::warn!("meter feed: {e}; consuming again");
+                                broken = true;
+                            }
                         }
                     }
                     if deliveries.is_empty() {
+                        if broken {
+                            break;
+                        }
                         continue;
                     }
                     let store = state.store.clone();
@@ -213,8 +224,13 @@ pub async fn consume_meters(state: AppState) {
                         }
                         Err(e) => tracing::error!("storing meter records: {e}"),
                     }
+                    if broken {
+                        break;
+                    }
                 }
-                tracing::warn!("the meter feed ended; reconnecting");
+                if !broken {
+                    tracing::warn!("the meter feed ended; reconnecting");
+                }
             }
             Err(sluice_control::BusError::MetersTaken) => {
                 tracing::error!("the meter feed is consumed elsewhere in this process");
@@ -228,16 +244,32 @@ pub async fn consume_meters(state: AppState) {
 
 /// Checks each `(publisher, record)` and stores those that pass, in one
 /// transaction; returns per record `None` (stored, or a duplicate) or why
-/// it was refused.
+/// it was refused. A burst holds many records of the same host and
+/// deployment: each placement is looked up once per batch.
 fn store_checked(
     store: &Store,
     recs: &[(String, MeterRecord)],
     now: i64,
 ) -> Result<Vec<Option<String>>, crate::store::StoreError> {
+    let mut placements: HashMap<(&str, &str, &str), Result<(), String>> = HashMap::new();
     let mut verdicts = Vec::with_capacity(recs.len());
     let mut good = Vec::with_capacity(recs.len());
     for (publisher, rec) in recs {
-        match check_meter(store, publisher, rec)? {
+        let verdict = match check_meter_origin(publisher, rec) {
+            Err(why) => Err(why),
+            Ok(()) => {
+                let key = (publisher.as_str(), rec.tenant.as_str(), rec.deployment.as_str());
+                match placements.get(&key) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let v = check_placement(store, publisher, &rec.tenant, &rec.deployment)?;
+                        placements.insert(key, v.clone());
+                        v
+                    }
+                }
+            }
+        };
+        match verdict {
             Ok(()) => {
                 good.push(rec.clone());
                 verdicts.push(None);

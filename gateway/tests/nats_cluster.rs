@@ -14,20 +14,9 @@ use support::*;
 
 /// Replica counts of the cluster's streams, read with the gateway's identity.
 fn replicas(cluster: &NatsCluster) -> Vec<(String, usize)> {
-    let view = cluster.view();
-    let (seed, _) = view.pki.nkey("gateway");
-    let (cert, key) = view.pki.client_cert("gateway");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let servers: Vec<&str> = cluster.urls.split(',').collect();
-        let client = async_nats::ConnectOptions::with_nkey(sluice_control::nats::read_seed(&seed).unwrap())
-            .add_root_certificates(view.pki.ca())
-            .add_client_certificate(cert, key)
-            .custom_inbox_prefix("_INBOX_test_gateway")
-            .connect(servers.as_slice())
-            .await
-            .unwrap();
-        let js = async_nats::jetstream::new(client);
+        let js = async_nats::jetstream::new(cluster.gateway_client(&cluster.urls).await);
         let mut out = Vec::new();
         for name in ["SLUICE_METERS_test", "KV_sluice-desired-test", "OBJ_sluice-modules-test"] {
             let mut s = js.get_stream(name).await.unwrap();

@@ -115,23 +115,27 @@ fn log_file(dir: &Path, name: &str) -> Stdio {
     Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{name}.log"))).unwrap())
 }
 
-/// The cluster's secrets, as an operator makes them: a CA with a server
-/// certificate and one client certificate per NATS client
-/// (`deploy/nats/make-tls.sh`), and one nkey seed per client.
+/// The cluster's secrets, made as an operator makes them, with
+/// `deploy/nats/bootstrap.sh`: a CA and the servers' certificate, and per
+/// client (the gateway, each host) a client certificate and an nkey seed.
 #[derive(Clone)]
 pub struct Pki {
     pub dir: PathBuf,
 }
 
+fn bootstrap(args: &[&str]) {
+    let out = Command::new(workspace().join("deploy/nats/bootstrap.sh"))
+        .args(args)
+        .env("SLUICE_BIN", bin_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bootstrap.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 impl Pki {
     pub fn new(dir: &Path) -> Pki {
         let pki = Pki { dir: dir.join("pki") };
-        let st = Command::new(workspace().join("deploy/nats/make-tls.sh"))
-            .arg(pki.dir.join("tls"))
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success(), "make-tls.sh failed");
+        bootstrap(&[pki.dir.to_str().unwrap()]);
         pki
     }
 
@@ -139,29 +143,30 @@ impl Pki {
         self.dir.join("tls/ca.pem")
     }
 
-    /// A client certificate and key for `name`.
-    pub fn client_cert(&self, name: &str) -> (PathBuf, PathBuf) {
-        let tls = self.dir.join("tls");
-        let st = Command::new(workspace().join("deploy/nats/make-tls.sh"))
-            .arg(&tls)
-            .args(["client", name])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success(), "make-tls.sh client {name} failed");
-        (tls.join(format!("{name}.pem")), tls.join(format!("{name}-key.pem")))
+    /// Where `name`'s files are (made on first use).
+    fn client_dir(&self, name: &str) -> PathBuf {
+        if name == "gateway" {
+            return self.dir.join("tls");
+        }
+        let d = self.dir.join("hosts").join(name);
+        if !d.exists() {
+            bootstrap(&[self.dir.to_str().unwrap(), "host", name]);
+        }
+        d
     }
 
-    /// The nkey seed file of `name` (made with `keygen` on first use) and
-    /// its public key.
+    /// A client certificate and key for `name`.
+    pub fn client_cert(&self, name: &str) -> (PathBuf, PathBuf) {
+        let d = self.client_dir(name);
+        (d.join(format!("{name}.pem")), d.join(format!("{name}-key.pem")))
+    }
+
+    /// The nkey seed file of `name` and its public key.
     pub fn nkey(&self, name: &str) -> (PathBuf, String) {
-        let seed = self.dir.join(format!("{name}.nk"));
-        let out = if seed.exists() {
-            Command::new(sibling_bin("sluice-host")).args(["keygen", "--show", "--out"]).arg(&seed).output().unwrap()
-        } else {
-            Command::new(sibling_bin("sluice-host")).args(["keygen", "--out"]).arg(&seed).output().unwrap()
-        };
-        assert!(out.status.success(), "keygen: {}", String::from_utf8_lossy(&out.stderr));
+        let seed = if name == "gateway" { self.dir.join("gateway.nk") } else { self.client_dir(name).join("host.nk") };
+        let out =
+            Command::new(sibling_bin("sluice-host")).args(["keygen", "--show", "--out"]).arg(&seed).output().unwrap();
+        assert!(out.status.success(), "keygen --show: {}", String::from_utf8_lossy(&out.stderr));
         (seed, String::from_utf8(out.stdout).unwrap().trim().to_string())
     }
 
@@ -591,20 +596,26 @@ impl NatsCluster {
         c
     }
 
-    /// Waits until a client sees all three servers (the routes are up).
-    pub fn wait_formed(&self) {
+    /// A raw NATS client with the gateway's identity, connected to `urls`.
+    pub async fn gateway_client(&self, urls: &str) -> async_nats::Client {
         let view = self.view();
         let (seed, _) = view.pki.nkey("gateway");
         let (cert, key) = view.pki.client_cert("gateway");
+        let servers: Vec<&str> = urls.split(',').collect();
+        async_nats::ConnectOptions::with_nkey(sluice_control::nats::read_seed(&seed).unwrap())
+            .add_root_certificates(view.pki.ca())
+            .add_client_certificate(cert, key)
+            .custom_inbox_prefix("_INBOX_test_gateway")
+            .connect(servers.as_slice())
+            .await
+            .unwrap()
+    }
+
+    /// Waits until a client sees all three servers (the routes are up).
+    pub fn wait_formed(&self) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let client = async_nats::ConnectOptions::with_nkey(sluice_control::nats::read_seed(&seed).unwrap())
-                .add_root_certificates(view.pki.ca())
-                .add_client_certificate(cert, key)
-                .custom_inbox_prefix("_INBOX_test_gateway")
-                .connect(view.url.split(',').next().unwrap())
-                .await
-                .unwrap();
+            let client = self.gateway_client(self.urls.split(',').next().unwrap()).await;
             for _ in 0..300 {
                 if client.server_info().connect_urls.len() >= 3 {
                     return;

@@ -443,14 +443,14 @@ fn process(
         },
         None => None,
     };
-    let Some(start_at) = start_at else {
-        if input.spooled {
-            let _ = shared
-                .finished
-                .send((slot.as_ref().map(|a| a.spec.id.clone()).unwrap_or_default(), input.name.clone()));
+    let (Some(start_at), Some(a)) = (start_at, slot.as_mut()) else {
+        // Finished before a kill: nothing to do again.
+        if let (true, Some(a)) = (input.spooled, slot.as_ref()) {
+            let _ = shared.finished.send((a.spec.id.clone(), input.name.clone()));
         }
         return Flow::Continue;
     };
+    a.position = Some(Position { input: input.name.clone(), pass: input.pass, packet: start_at });
     let started = Instant::now();
     let mut done: u64 = 0;
     let mut raw: Vec<RawPacket<'_>> = Vec::with_capacity(shared.batch_size);
@@ -501,7 +501,9 @@ fn process(
         }
         packets_in += raw.len() as u64;
         next += raw.len() as u64;
-        a.position = Some(Position { input: input.name.clone(), pass: input.pass, packet: next });
+        if let Some(p) = a.position.as_mut() {
+            p.packet = next;
+        }
         a.collect_events();
         done += raw.len() as u64;
         if a.window_started.elapsed() >= shared.window {
@@ -518,7 +520,9 @@ fn process(
     }
     if let Some(a) = slot.as_mut() {
         if completed {
-            a.position = None;
+            // A replay goes on with its next pass; a spool capture is done.
+            a.position =
+                (!input.spooled).then(|| Position { input: input.name.clone(), pass: input.pass + 1, packet: 0 });
             if input.spooled {
                 a.finished.insert(input.name.clone());
             }

@@ -3,8 +3,11 @@
 //! measured in the same run (starting the NF in-process; inserting the
 //! same records straight into the gateway's database in the same batches).
 //!
-//! Real processes: a nats-server with JetStream, `sluice-gateway` and
-//! `sluice-host serve` (both from the directory of `--host`).
+//! Real processes: a nats-server with JetStream run with the shipped
+//! secure configuration (`deploy/nats/nats-server.conf`: mutual TLS, nkey
+//! users with subject permissions, credentials from
+//! `deploy/nats/bootstrap.sh`), `sluice-gateway` and `sluice-host serve`
+//! (both from the directory of `--host`).
 
 // Gateway answers are `serde_json::Value`s, whose `Index<&str>` yields
 // `Null` for a missing key instead of panicking.
@@ -85,12 +88,59 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     std::fs::create_dir_all(&dir)?;
     let log = |name: &str| -> Result<Stdio> { Ok(Stdio::from(std::fs::File::create(dir.join(name))?)) };
 
+    // The cluster's credentials and the servers' configuration, as an
+    // operator makes them.
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let pki = dir.join("pki");
+    let bootstrap = |args: &[&str]| -> Result<()> {
+        let st = Command::new(workspace.join("deploy/nats/bootstrap.sh"))
+            .args(args)
+            .env("SLUICE_BIN", bin)
+            .stdout(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("deploy/nats/bootstrap.sh {args:?} failed");
+        }
+        Ok(())
+    };
+    let pki_s = pki.to_str().context("temporary directory is not UTF-8")?;
+    bootstrap(&[pki_s])?;
+    bootstrap(&[pki_s, "host", "bench"])?;
+    let tls = pki.join("tls");
+    let host_dir = pki.join("hosts/bench");
+    let conf_dir = dir.join("nats");
+    std::fs::create_dir_all(&conf_dir)?;
+    let gateway_env: Vec<(&str, PathBuf)> = vec![
+        ("SLUICE_NATS_NKEY", pki.join("gateway.nk")),
+        ("SLUICE_NATS_CA", tls.join("ca.pem")),
+        ("SLUICE_NATS_CERT", tls.join("gateway.pem")),
+        ("SLUICE_NATS_KEY", tls.join("gateway-key.pem")),
+        ("SLUICE_NATS_AUTH_FILE", conf_dir.join("sluice-auth.conf")),
+    ];
+    let gateway_data = dir.join("gateway");
+    let st = Command::new(&gateway_bin)
+        .args(["--cluster", "bench", "--data-dir"])
+        .arg(&gateway_data)
+        .arg("nats-auth")
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .envs(gateway_env.iter().cloned())
+        .stdout(Stdio::null())
+        .status()?;
+    if !st.success() {
+        bail!("sluice-gateway nats-auth failed");
+    }
+    let conf = std::fs::read_to_string(workspace.join("deploy/nats/nats-server.conf"))?
+        .replace("/etc/nats/tls/", &format!("{}/", tls.display()))
+        .replace("store_dir: /var/lib/nats", &format!("store_dir: \"{}\"", dir.join("js").display()))
+        .replace("http: 127.0.0.1:8222", "");
+    std::fs::write(conf_dir.join("nats-server.conf"), conf)?;
     let nats_port = free_port()?;
-    let nats_url = format!("nats://127.0.0.1:{nats_port}");
-    let _nats = Kill(
+    let nats_url = format!("tls://127.0.0.1:{nats_port}");
+    let nats = Kill(
         Command::new(nats_server()?)
-            .args(["-js", "-a", "127.0.0.1", "-p", &nats_port.to_string(), "-sd"])
-            .arg(dir.join("js"))
+            .arg("-c")
+            .arg(conf_dir.join("nats-server.conf"))
+            .args(["-a", "127.0.0.1", "-p", &nats_port.to_string()])
             .stdout(log("nats.log")?)
             .stderr(log("nats.err")?)
             .spawn()?,
@@ -101,21 +151,49 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     let _gateway = Kill(
         Command::new(&gateway_bin)
             .args(["--listen", &format!("127.0.0.1:{port}"), "--nats", &nats_url, "--cluster", "bench", "--data-dir"])
-            .arg(dir.join("gateway"))
+            .arg(&gateway_data)
             .env("SLUICE_ADMIN_TOKEN", ADMIN)
+            .envs(gateway_env.iter().cloned())
             .stdout(log("gateway.log")?)
             .stderr(log("gateway.err")?)
             .spawn()?,
     );
     wait("the gateway", 60, || agent().get(format!("{base}/healthz")).call().is_ok())?;
-    let _host = Kill(
-        Command::new(host)
-            .args(["serve", "--nats", &nats_url, "--cluster", "bench", "--host-id", "bench", "--state-dir"])
-            .arg(dir.join("host"))
-            .stdout(log("host.log")?)
-            .stderr(log("host.err")?)
-            .spawn()?,
-    );
+    // Only registered hosts are let in and heard: register, reload the server.
+    let host_auth = NatsAuth {
+        nkey_file: Some(host_dir.join("host.nk")),
+        creds_file: None,
+        ca_file: Some(host_dir.join("ca.pem")),
+        cert_file: Some(host_dir.join("bench.pem")),
+        key_file: Some(host_dir.join("bench-key.pem")),
+    };
+    let seed = sluice_control::nats::read_seed(&host_dir.join("host.nk")).map_err(anyhow::Error::msg)?;
+    let nkey = sluice_control::auth::public_key_of(&seed).map_err(anyhow::Error::msg)?;
+    let (st, h) = call(
+        agent()
+            .post(format!("{base}/v1/hosts"))
+            .header("Authorization", format!("Bearer {ADMIN}"))
+            .send_json(json!({"id": "bench", "group": "default", "nkey": nkey})),
+    )?;
+    if st != 201 {
+        bail!("registering the host: {st} {h}");
+    }
+    Command::new("kill").args(["-HUP", &nats.0.id().to_string()]).status()?;
+    std::thread::sleep(Duration::from_millis(500));
+    let mut host_args: Vec<std::ffi::OsString> =
+        ["serve", "--nats", &nats_url, "--cluster", "bench", "--host-id", "bench"].map(Into::into).to_vec();
+    for (flag, path) in [
+        ("--nats-nkey", &host_auth.nkey_file),
+        ("--nats-ca", &host_auth.ca_file),
+        ("--nats-cert", &host_auth.cert_file),
+        ("--nats-key", &host_auth.key_file),
+    ] {
+        host_args.push(flag.into());
+        host_args.push(path.clone().unwrap_or_default().into());
+    }
+    host_args.push("--state-dir".into());
+    host_args.push(dir.join("host").into());
+    let _host = Kill(Command::new(host).args(host_args).stdout(log("host.log")?).stderr(log("host.err")?).spawn()?);
 
     let a = agent();
     let (st, t) = call(
@@ -137,15 +215,6 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     )?;
     if st != 201 {
         bail!("uploading the firewall: {st} {m}");
-    }
-    // Only registered hosts are heard.
-    let (st, h) = call(
-        a.post(format!("{base}/v1/hosts"))
-            .header("Authorization", format!("Bearer {ADMIN}"))
-            .send_json(json!({"id": "bench", "group": "default"})),
-    )?;
-    if st != 201 {
-        bail!("registering the host: {st} {h}");
     }
     wait("the host to join", 30, || {
         call(a.get(format!("{base}/v1/hosts")).header("Authorization", format!("Bearer {ADMIN}")).call())
@@ -228,15 +297,15 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
             .map(|(_, v)| v["total"]["records"].as_u64().unwrap_or(0))
             .unwrap_or(0)
     };
+    // The records come from the registered host's identity.
+    let bus = rt.block_on(NatsBus::connect(
+        &nats_url,
+        "bench",
+        &host_auth,
+        Role::Host { host: "bench".into() },
+        "sluice-bench",
+    ))?;
     let (publish_s, e2e_s) = rt.block_on(async {
-        let bus = NatsBus::connect(
-            &nats_url,
-            "bench",
-            &NatsAuth::default(),
-            Role::Host { host: "bench".into() },
-            "sluice-bench",
-        )
-        .await?;
         let t0 = Instant::now();
         // Many hosts publish at once: 64 records in flight.
         publish_all(&bus, &records).await?;
@@ -255,17 +324,7 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
         anyhow::Ok((publish, t0.elapsed().as_secs_f64()))
     })?;
     // Published again: stored once.
-    rt.block_on(async {
-        let bus = NatsBus::connect(
-            &nats_url,
-            "bench",
-            &NatsAuth::default(),
-            Role::Host { host: "bench".into() },
-            "sluice-bench",
-        )
-        .await?;
-        publish_all(&bus, &records[..1000]).await
-    })?;
+    rt.block_on(publish_all(&bus, &records[..1000]))?;
     std::thread::sleep(Duration::from_millis(500));
     let after_replay = stored(&a);
     let store = sluice_gateway::store::Store::open(&dir.join("direct.db"))?;
@@ -282,11 +341,11 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     let mut s = String::new();
     s.push_str("\n## Control plane: deployments and meter records over NATS\n\n");
     s.push_str(&format!(
-        "A real `nats-server` (JetStream, file storage), `sluice-gateway` and one `sluice-host serve`, as separate processes on this machine. \
+        "A real `nats-server` (JetStream, file storage) with the shipped secure configuration (mutual TLS, nkey users, subject permissions), `sluice-gateway` and one registered `sluice-host serve`, as separate processes on this machine. \
          **Deploy → running**: `POST /v1/deployments` of the firewall (the gateway checks the module and starts it once with its config), until `GET` reports it running on the host \
          (KV update, module fetch from the object store, compile from the host's code cache, start, heartbeat); median of {DEPLOYS}, after one warm-up. \
          The baseline is loading and starting the same NF in-process from a warm code cache. \
-         **Meter records**: {RECORDS} records published to the meter stream (64 in flight), until the gateway has stored all of them (acked per committed batch of up to 512); \
+         **Meter records**: {RECORDS} records published to the meter stream (64 in flight), until the gateway has checked each against the host registry and the deployment's placements and stored all of them (acked per committed batch of up to 512); \
          the baseline inserts the same records into a gateway database directly in batches of 512 (same SQLite settings: WAL, `synchronous=FULL`).\n\n"
     ));
     s.push_str("| measurement | Sluice | baseline | ratio |\n|---|---:|---:|---:|\n");

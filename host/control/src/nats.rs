@@ -51,6 +51,12 @@ pub enum Role {
     },
 }
 
+/// How long a host's desired-state watch may stay silent before it is
+/// re-established. The gateway rewrites every group's set every 10 s, so a
+/// live watch is never silent this long; a watch whose consumer went down
+/// with a NATS server can be silent without an error.
+const WATCH_SILENCE: Duration = Duration::from_secs(25);
+
 /// A connection to NATS for one cluster.
 #[derive(Debug, Clone)]
 pub struct NatsBus {
@@ -144,7 +150,6 @@ impl NatsBus {
                 loop {
                     // Counted on each try: a cluster still forming shows
                     // its servers as their routes come up.
-                    let replicas = replicas.unwrap_or_else(|| bus.cluster_size().clamp(1, 3));
                     match tokio::time::timeout(Duration::from_secs(10), bus.ensure(replicas)).await {
                         Ok(Ok(())) => break,
                         Ok(Err(e)) if tokio::time::Instant::now() > deadline => return Err(e),
@@ -195,7 +200,12 @@ impl NatsBus {
         }
     }
 
-    async fn ensure(&self, replicas: usize) -> Result<(), BusError> {
+    /// Creates the stream and buckets if missing, with `configured`
+    /// replicas, or else as many as the cluster has servers (at most 3).
+    /// Existing ones are set to `configured`, or else scaled up (never
+    /// down: a server that is away for a moment must not cost a copy).
+    async fn ensure(&self, configured: Option<usize>) -> Result<(), BusError> {
+        let replicas = configured.unwrap_or_else(|| self.cluster_size().clamp(1, 3));
         let n = &self.names;
         self.js
             .get_or_create_stream(stream::Config {
@@ -240,7 +250,11 @@ impl NatsBus {
             let mut s =
                 self.js.get_stream(&name).await.map_err(|e| self.conn(format!("opening stream {name}: {e}")))?;
             let info = s.info().await.map_err(|e| self.conn(format!("stream {name}: {e}")))?;
-            if info.config.num_replicas != replicas {
+            let wanted = match configured {
+                Some(_) => info.config.num_replicas != replicas,
+                None => info.config.num_replicas < replicas,
+            };
+            if wanted {
                 let mut config = info.config.clone();
                 config.num_replicas = replicas;
                 self.js
@@ -365,7 +379,17 @@ impl Bus for NatsBus {
                     }
                     continue;
                 };
-                match messages.next().await {
+                let next = match tokio::time::timeout(WATCH_SILENCE, messages.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        // The gateway rewrites the set every 10 s: this
+                        // silence means the watch died without saying so.
+                        tracing::info!(%group, "no desired set for {WATCH_SILENCE:?}; watching again");
+                        current = None;
+                        continue;
+                    }
+                };
+                match next {
                     Some(Ok(m)) => {
                         if let Some(set) = decode_desired(&group, &m) {
                             return Some((set, (bus, group, current)));
@@ -473,9 +497,7 @@ impl Bus for NatsBus {
 
     async fn maintain(&self) -> Result<(), BusError> {
         match &self.role {
-            Role::Gateway { replicas } => {
-                self.ensure(replicas.unwrap_or_else(|| self.cluster_size().clamp(1, 3))).await
-            }
+            Role::Gateway { replicas } => self.ensure(*replicas).await,
             Role::Host { .. } => Ok(()),
         }
     }

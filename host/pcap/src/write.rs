@@ -12,6 +12,20 @@ use std::time::Duration;
 /// length is kept), as tcpdump does.
 pub const SNAPLEN: u32 = 262_144;
 
+/// The header of the files Sluice writes: Ethernet, nanosecond timestamps.
+fn header(endianness: Endianness) -> PcapHeader {
+    PcapHeader {
+        version_major: 2,
+        version_minor: 4,
+        ts_correction: 0,
+        ts_accuracy: 0,
+        snaplen: SNAPLEN,
+        datalink: DataLink::ETHERNET,
+        ts_resolution: TsResolution::NanoSecond,
+        endianness,
+    }
+}
+
 /// A pcap file being written.
 pub struct PcapSink {
     path: PathBuf,
@@ -29,17 +43,7 @@ impl PcapSink {
     /// Creates (or truncates) `path`.
     pub fn create(path: &Path) -> Result<Self, PcapError> {
         let file = File::create(path).map_err(|source| PcapError::Io { path: path.to_path_buf(), source })?;
-        let header = PcapHeader {
-            version_major: 2,
-            version_minor: 4,
-            ts_correction: 0,
-            ts_accuracy: 0,
-            snaplen: SNAPLEN,
-            datalink: DataLink::ETHERNET,
-            ts_resolution: TsResolution::NanoSecond,
-            endianness: Endianness::native(),
-        };
-        let writer = PcapWriter::with_header(BufWriter::new(file), header)
+        let writer = PcapWriter::with_header(BufWriter::new(file), header(Endianness::native()))
             .map_err(|e| PcapError::Write { path: path.to_path_buf(), reason: e.to_string() })?;
         Ok(PcapSink { path: path.to_path_buf(), writer, written: 0 })
     }
@@ -113,18 +117,8 @@ impl PcapAppender {
             file.set_len(len).map_err(io)?;
             len
         } else {
-            let header = PcapHeader {
-                version_major: 2,
-                version_minor: 4,
-                ts_correction: 0,
-                ts_accuracy: 0,
-                snaplen: SNAPLEN,
-                datalink: DataLink::ETHERNET,
-                ts_resolution: TsResolution::NanoSecond,
-                endianness: Endianness::Little,
-            };
             let mut bytes = Vec::new();
-            header
+            header(Endianness::Little)
                 .write_to(&mut bytes)
                 .map_err(|e| PcapError::Write { path: path.to_path_buf(), reason: e.to_string() })?;
             file.set_len(0).map_err(io)?;
