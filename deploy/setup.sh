@@ -10,11 +10,12 @@ need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
 
 # Debian packages: a C toolchain (wasmtime's build scripts), pkg-config,
 # DPDK 22.11 (libdpdk-dev for the host's DPDK I/O, dpdk-dev for the
-# dpdk-testpmd forwarding baseline of the benchmarks), tshark (the NAT test
+# dpdk-testpmd forwarding baseline of the benchmarks), openssl (the NATS
+# certificates of deploy/nats/make-tls.sh), tshark (the NAT test
 # validates rewritten checksums with it), and the guest toolchains of the
 # SDKs: clang + lld + wasi-libc for C, Node.js + npm for JavaScript, Python
 # with pip for Python; chromium for the dashboard test.
-apt_pkgs=(build-essential pkg-config curl ca-certificates libdpdk-dev dpdk-dev tshark
+apt_pkgs=(build-essential pkg-config curl ca-certificates openssl libdpdk-dev dpdk-dev tshark
   clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium)
 command -v node >/dev/null || apt_pkgs+=(nodejs)
 command -v npm >/dev/null || apt_pkgs+=(npm)
