@@ -63,8 +63,23 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     DEV_ADMIN.set(std::fs::read_to_string(&token_file).unwrap().trim().to_string()).unwrap();
 
     // The tenant flow through the CLI.
-    let key = sluice(&url, None, &["tenant", "create", "acme", "--key-only"]).trim().to_string();
-    assert!(key.starts_with("sk_"), "{key}");
+    let first = sluice(&url, None, &["tenant", "create", "acme", "--key-only"]).trim().to_string();
+    assert!(first.starts_with("sk_"), "{first}");
+    // The operator's view: the dev host is registered and alive.
+    let hosts = wait_for(10, "the dev host to heartbeat", || {
+        let h = sluice(&url, None, &["host", "list"]);
+        h.lines().any(|l| l.starts_with("dev ") && l.contains(" yes ")).then_some(h)
+    });
+    assert!(hosts.contains("default"), "{hosts}");
+    // Key rotation through the CLI: the new key works, the first is refused.
+    let rotated = sluice(&url, Some(&first), &["key", "rotate"]);
+    let key =
+        rotated.lines().find_map(|l| l.split_whitespace().last().filter(|w| w.starts_with("sk_"))).unwrap().to_string();
+    let keys = sluice(&url, Some(&key), &["key", "list"]);
+    assert_eq!(keys.lines().count(), 2, "{keys}");
+    assert!(keys.lines().nth(1).unwrap().trim_end().ends_with('*'), "{keys}");
+    let me = ureq::get(format!("{url}/v1/me")).header("Authorization", format!("Bearer {first}")).call();
+    assert!(matches!(me, Err(ureq::Error::StatusCode(401))), "{me:?}");
     let k = Some(key.as_str());
     let fw = nf("firewall");
     let out = sluice(&url, k, &["nf", "upload", fw.to_str().unwrap(), "--version", "1.0.0"]);
