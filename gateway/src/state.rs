@@ -126,6 +126,17 @@ impl AppState {
     }
 }
 
+/// Runs a database call off the async threads; its error and a failed
+/// task both come back as text.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Follows heartbeats forever.
 pub async fn follow_heartbeats(state: AppState) {
     loop {
@@ -134,14 +145,10 @@ pub async fn follow_heartbeats(state: AppState) {
                 while let Some(from) = s.next().await {
                     let publisher = from.host.clone();
                     let store = state.store.clone();
-                    let hb = match tokio::task::spawn_blocking(move || check_heartbeat(&store, from)).await {
-                        Ok(Ok(Ok(hb))) => hb,
-                        Ok(Ok(Err(why))) => {
+                    let hb = match blocking(move || check_heartbeat(&store, from)).await {
+                        Ok(Ok(hb)) => hb,
+                        Ok(Err(why)) => {
                             state.rejects.record("heartbeat", &publisher, why);
-                            continue;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::warn!("checking a heartbeat: {e}");
                             continue;
                         }
                         Err(e) => {
@@ -322,16 +329,12 @@ pub async fn follow_events(state: AppState) {
                 while let Some(from) = s.next().await {
                     let publisher = from.host.clone();
                     let store = state.store.clone();
-                    let batch = match tokio::task::spawn_blocking(move || check_events(&store, from)).await {
-                        Ok(Ok((batch, refused, why))) => {
+                    let batch = match blocking(move || check_events(&store, from)).await {
+                        Ok((batch, refused, why)) => {
                             if let Some(why) = why {
                                 state.rejects.record("event", &publisher, format!("{refused} event(s): {why}"));
                             }
                             batch
-                        }
-                        Ok(Err(e)) => {
-                            tracing::warn!("checking events: {e}");
-                            continue;
                         }
                         Err(e) => {
                             tracing::warn!("checking events: {e}");

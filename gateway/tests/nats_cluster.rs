@@ -43,24 +43,9 @@ fn a_server_killed_while_meters_flow_loses_and_double_counts_nothing() {
     let r = api.post(Some(ADMIN), "/v1/hosts", &json!({ "id": "h1", "group": "default", "nkey": public }));
     assert_eq!(r.status, 201, "{}", r.body);
     cluster.reload();
-    let (loops, pps, window) = ("0".to_string(), "20000".to_string(), "100".to_string());
-    let mut host = start_host_unregistered(
-        &view,
-        dir.path(),
-        "h1",
-        &[
-            "--in",
-            pcap.to_str().unwrap(),
-            "--loop",
-            &loops,
-            "--pps",
-            &pps,
-            "--window-ms",
-            &window,
-            "--report",
-            report.to_str().unwrap(),
-        ],
-    );
+    let args = Replay { pcap: &pcap, loops: 0, pps: 20000, window_ms: 100, report: &report }.args();
+    let mut host =
+        start_host_unregistered(&view, dir.path(), "h1", &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (_, key) = api.tenant("acme");
     assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
     assert_eq!(api.post(Some(&key), "/v1/deployments", &json!({ "name": "c1", "module": "counter@1" })).status, 201);

@@ -412,20 +412,24 @@ pub struct Replay<'a> {
 /// `sluice-host serve` replaying a capture into every deployment and
 /// keeping its own report.
 pub fn start_replay_host(nats: &Nats, gw: &Gateway, dir: &Path, id: &str, r: Replay<'_>) -> Proc {
-    let (loops, pps, window) = (r.loops.to_string(), r.pps.to_string(), r.window_ms.to_string());
-    let args = [
-        "--in",
-        r.pcap.to_str().unwrap(),
-        "--loop",
-        &loops,
-        "--pps",
-        &pps,
-        "--window-ms",
-        &window,
-        "--report",
-        r.report.to_str().unwrap(),
-    ];
-    start_host(nats, gw, dir, id, &args)
+    let args = r.args();
+    start_host(nats, gw, dir, id, &args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+impl Replay<'_> {
+    /// The `sluice-host serve` flags of this replay.
+    pub fn args(&self) -> Vec<String> {
+        [
+            ("--in", self.pcap.to_str().unwrap().to_string()),
+            ("--loop", self.loops.to_string()),
+            ("--pps", self.pps.to_string()),
+            ("--window-ms", self.window_ms.to_string()),
+            ("--report", self.report.to_str().unwrap().to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(f, v)| [f.to_string(), v])
+        .collect()
+    }
 }
 
 /// A synthetic trace.
