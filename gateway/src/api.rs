@@ -796,7 +796,9 @@ fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
             packets: s.map(|s| s.packets).unwrap_or(0),
         });
     }
-    let (status, reason) = if hosts.is_empty() {
+    let (status, reason) = if let Some(e) = st.publish_error(&row.id) {
+        ("failed", Some(format!("cannot be published to its hosts: {e}")))
+    } else if hosts.is_empty() {
         ("pending", Some(format!("no live host in group '{}'", row.group)))
     } else if let Some(f) = hosts.iter().find(|h| h.state == "failed" && h.revision == revision) {
         ("failed", f.reason.clone().map(|r| format!("{}: {r}", f.host)))
@@ -885,6 +887,22 @@ async fn resolve(
     if nfs_in.len() > 16 {
         return Err(ApiError::bad_request("a chain may have at most 16 NFs"));
     }
+    for nf in &nfs_in {
+        let size = nf.config.as_ref().map_or(0, |c| match c {
+            serde_json::Value::String(s) => s.len(),
+            other => other.to_string().len(),
+        });
+        if size > MAX_CONFIG_BYTES {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "config_too_large",
+                format!(
+                    "the config of NF '{}' is {size} bytes; an NF's config may be at most {MAX_CONFIG_BYTES} bytes (keep large data in state or a module)",
+                    nf.name.as_deref().unwrap_or(&nf.module)
+                ),
+            ));
+        }
+    }
     let mut placements = Vec::new();
     let mut module_ids = Vec::new();
     for nf in &nfs_in {
@@ -933,6 +951,14 @@ async fn resolve(
     }
     let names: Vec<&str> = placements.iter().map(|p| p.name.as_str()).collect();
     sluice_runtime::check_routes(&names, &routes).map_err(ApiError::bad_request)?;
+    let size = serde_json::to_vec(&placements).map_err(ApiError::internal)?.len();
+    if size > MAX_DEPLOYMENT_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "deployment_too_large",
+            format!("the chain encodes to {size} bytes; a deployment may be at most {MAX_DEPLOYMENT_BYTES} bytes"),
+        ));
+    }
     trial_start(st, &placements, routes).await?;
     Ok((placements, module_ids))
 }
@@ -987,7 +1013,17 @@ fn check_granted(st: &AppState, tenant: &Tenant, group: &str) -> Result<(), ApiE
     ))
 }
 
-async fn publish(st: &AppState, groups: &[&str]) {
+/// The most bytes of one NF's config: it travels to every host of the
+/// group with the deployment, and is handed to `init` whole.
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
+/// The most bytes of a deployment's encoded chain (one NATS message,
+/// under any server's `max_payload`, 1 MiB by default).
+pub const MAX_DEPLOYMENT_BYTES: usize = 512 * 1024;
+
+/// Publishes `groups`; a transient failure is retried every second.
+/// Answers the error if `deployment` itself cannot be published (the
+/// deployment is then `failed` with it).
+async fn publish(st: &AppState, groups: &[&str], deployment: Option<&str>) -> Result<(), ApiError> {
     for g in groups {
         if let Err(e) = st.publish_group(g).await {
             // Stored; retried every second until the bus takes it.
@@ -995,12 +1031,22 @@ async fn publish(st: &AppState, groups: &[&str]) {
             tracing::warn!(group = %g, "deployment stored but not yet published (retrying): {e}");
         }
     }
+    match deployment.and_then(|d| st.publish_error(d)) {
+        Some(reason) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "publish_failed",
+            format!("the deployment was stored but cannot be published to its hosts: {reason}; update or delete it"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Deploy a module or a chain onto a host group.
 #[utoipa::path(post, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
     responses((status = 201, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, description = "unknown module", body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 422, description = "the NF rejected its configuration", body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 413, description = "a config or the chain is too large", body = ErrorBody),
+        (status = 422, description = "the NF rejected its configuration", body = ErrorBody),
+        (status = 500, description = "stored but cannot be published (the deployment is `failed`)", body = ErrorBody)))]
 pub async fn create_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
@@ -1032,7 +1078,7 @@ pub async fn create_deployment(
     };
     st.store.put_deployment(&row, &module_ids)?;
     tracing::info!(tenant = %tenant.id, deployment = %row.id, group = %group, "deployment created");
-    publish(&st, &[&group]).await;
+    publish(&st, &[&group], Some(&row.id)).await?;
     Ok((StatusCode::CREATED, Json(deployment_out(&st, row))))
 }
 
@@ -1087,9 +1133,9 @@ pub async fn update_deployment(
     st.store.put_deployment(&new, &module_ids)?;
     tracing::info!(tenant = %tenant.id, deployment = %new.id, revision = new.revision, "deployment updated");
     if old_group == group {
-        publish(&st, &[&group]).await;
+        publish(&st, &[&group], Some(&new.id)).await?;
     } else {
-        publish(&st, &[&group, &old_group]).await;
+        publish(&st, &[&group, &old_group], Some(&new.id)).await?;
     }
     Ok(Json(deployment_out(&st, new)))
 }
@@ -1105,7 +1151,8 @@ pub async fn delete_deployment(
 ) -> Result<StatusCode, ApiError> {
     let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
     st.store.delete_deployment(&tenant.id, &row.id)?;
-    publish(&st, &[&row.group]).await;
+    st.publish_errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&row.id);
+    publish(&st, &[&row.group], None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -129,6 +129,7 @@ impl Gateway {
                 blobs,
                 rejects: Arc::default(),
                 unpublished: Arc::default(),
+                publish_errors: Arc::default(),
             },
         })
     }

@@ -6,7 +6,7 @@ use crate::config::GatewayConfig;
 use crate::intake::{check_events, check_heartbeat, check_meter_origin, check_placement};
 use crate::store::{DeploymentRow, Store};
 use futures::StreamExt;
-use sluice_control::{Bus, DeploymentSpec, DesiredSet, Heartbeat, HostIdentity, MeterRecord, NfPlacement};
+use sluice_control::{Bus, BusError, DeploymentSpec, DesiredSet, Heartbeat, HostIdentity, MeterRecord, NfPlacement};
 use sluice_runtime::Runtime;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -51,6 +51,8 @@ pub struct AppState {
     pub rejects: Arc<crate::intake::Rejects>,
     /// Groups whose desired state could not be published yet.
     pub unpublished: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Deployments that cannot be published (not transiently), and why.
+    pub publish_errors: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -84,16 +86,29 @@ impl AppState {
         v
     }
 
-    /// Puts a group's deployments (and their modules) on the bus.
+    /// Why a deployment cannot be published, if it cannot.
+    pub fn publish_error(&self, deployment: &str) -> Option<String> {
+        self.publish_errors.lock().unwrap_or_else(PoisonError::into_inner).get(deployment).cloned()
+    }
+
+    /// Puts a group's deployments (and their modules) on the bus. A
+    /// deployment that cannot be published (a module blob lost, too large
+    /// for the server) is left out and marked, not the group's others; a
+    /// bus that does not answer is an error (the group is retried).
     pub async fn publish_group(&self, group: &str) -> Result<(), String> {
         let rows = self.store.group_deployments(group).map_err(|e| e.to_string())?;
         let mut set = DesiredSet { group: group.to_string(), deployments: Vec::new() };
-        for row in rows {
+        let mut failed = HashMap::new();
+        'rows: for row in rows {
             let nfs = stored_nfs(&row);
             for nf in &nfs {
-                let bytes = tokio::fs::read(self.blob_path(&nf.module.digest))
-                    .await
-                    .map_err(|e| format!("module blob {} is missing: {e}", nf.module.digest))?;
+                let bytes = match tokio::fs::read(self.blob_path(&nf.module.digest)).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        failed.insert(row.id.clone(), format!("module blob {} is missing: {e}", nf.module.digest));
+                        continue 'rows;
+                    }
+                };
                 self.bus.put_module(&nf.module.digest, &bytes).await.map_err(|e| e.to_string())?;
             }
             set.deployments.push(DeploymentSpec {
@@ -104,7 +119,26 @@ impl AppState {
                 nfs,
             });
         }
-        self.bus.set_desired(&set).await.map_err(|e| e.to_string())
+        let result = match self.bus.set_desired(&set).await {
+            Ok(()) => Ok(()),
+            Err(BusError::TooLarge { deployment, size, max }) => {
+                failed.insert(
+                    deployment,
+                    format!("it encodes to {size} bytes, over the NATS server's max_payload of {max}"),
+                );
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        if result.is_ok() {
+            let mut errors = self.publish_errors.lock().unwrap_or_else(PoisonError::into_inner);
+            errors.retain(|id, _| !set.deployments.iter().any(|d| &d.id == id));
+            for (id, why) in failed {
+                tracing::error!(deployment = %id, group, "deployment cannot be published: {why}");
+                errors.insert(id, why);
+            }
+        }
+        result
     }
 
     /// Republishes every group (at start, and periodically, so a lost

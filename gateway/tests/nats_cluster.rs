@@ -52,7 +52,7 @@ fn a_server_killed_while_meters_flow_loses_and_double_counts_nothing() {
     api.wait_running(&key, "c1", 1);
 
     for victim in [0, 1] {
-        wait_for(30, "meters to flow", || {
+        wait_for(90, "meters to flow", || {
             let u = api.get(Some(&key), "/v1/usage").body;
             (u["total"]["records"].as_u64().unwrap_or(0) > 10).then_some(())
         });
@@ -63,7 +63,7 @@ fn a_server_killed_while_meters_flow_loses_and_double_counts_nothing() {
         assert_eq!(d.status, 201, "{}", d.body);
         api.wait_running(&key, &name, 1);
         let before = api.get(Some(&key), "/v1/usage").body["total"]["records"].as_u64().unwrap_or(0);
-        wait_for(30, "meters to flow with a server down", || {
+        wait_for(90, "meters to flow with a server down", || {
             let u = api.get(Some(&key), "/v1/usage").body;
             (u["total"]["records"].as_u64().unwrap_or(0) > before + 5).then_some(())
         });

@@ -12,7 +12,7 @@ mod support;
 
 use async_nats::jetstream;
 use serde_json::json;
-use sluice_control::{DesiredSet, EventBatch, Heartbeat, MeterRecord, MeterSums, NfEvent};
+use sluice_control::{EventBatch, Heartbeat, MeterRecord, MeterSums, NfEvent};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
@@ -148,11 +148,12 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
         }
         // 3. Desired state: write, delete, read the victim's group; create or delete streams.
         let kv = js.get_key_value("sluice-desired-test").await.unwrap();
-        let empty = serde_json::to_vec(&DesiredSet { group: "default".into(), deployments: Vec::new() }).unwrap();
-        assert!(kv.put("default", empty.into()).await.is_err(), "a host wrote desired state");
-        assert!(kv.delete("default").await.is_err(), "a host deleted desired state");
-        assert!(kv.purge("default").await.is_err(), "a host purged desired state");
-        let read = kv.get("default").await;
+        let key = format!("default.{deployment}");
+        assert!(kv.put(&key, b"{}".to_vec().into()).await.is_err(), "a host wrote desired state");
+        assert!(kv.put("default.d_evil", b"{}".to_vec().into()).await.is_err(), "a host added desired state");
+        assert!(kv.delete(&key).await.is_err(), "a host deleted desired state");
+        assert!(kv.purge(&key).await.is_err(), "a host purged desired state");
+        let read = kv.get(&key).await;
         assert!(read.is_err() || read.unwrap().is_none(), "a host read another group's desired state");
         assert!(js.delete_stream("SLUICE_METERS_test").await.is_err(), "a host deleted the meter stream");
         assert!(

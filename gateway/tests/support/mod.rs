@@ -258,12 +258,17 @@ pub fn write_nats_auth(pki: &Pki, conf_dir: &Path, gateway_data: &Path) {
 
 impl Nats {
     pub fn start(dir: &Path) -> Nats {
+        Nats::start_with(dir, |conf| conf)
+    }
+
+    /// A server whose shipped configuration is changed by `edit` first.
+    pub fn start_with(dir: &Path, edit: impl FnOnce(String) -> String) -> Nats {
         let pki = Pki::new(dir);
         let conf_dir = dir.join("nats");
         let gateway_data = dir.join("gateway");
         write_nats_auth(&pki, &conf_dir, &gateway_data);
         let store = dir.join("jetstream");
-        std::fs::write(conf_dir.join("nats-server.conf"), shipped_nats_config("nats-server.conf", &pki, &store))
+        std::fs::write(conf_dir.join("nats-server.conf"), edit(shipped_nats_config("nats-server.conf", &pki, &store)))
             .unwrap();
         let port = free_port();
         let mut n = Nats {

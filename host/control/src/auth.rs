@@ -66,7 +66,7 @@ pub fn gateway_inbox(names: &Names) -> String {
 /// What host `host` of group `group` may do.
 pub fn host_permissions(names: &Names, host: &str, group: &str) -> Result<Permissions, NameError> {
     let desired_stream = format!("KV_{}", names.desired_bucket());
-    let desired_key = format!("$KV.{}.{}", names.desired_bucket(), names.desired_key(group)?);
+    let desired_keys = format!("$KV.{}.{}", names.desired_bucket(), names.desired_keys(group)?);
     let modules_stream = format!("OBJ_{}", names.module_bucket());
     let publish = vec![
         // Its own feeds; the subject's last token names it.
@@ -80,7 +80,7 @@ pub fn host_permissions(names: &Names, host: &str, group: &str) -> Result<Permis
         // Watching its own group's desired deployments through a named
         // consumer: the server checks that the filter in the subject is
         // the consumer's filter, so no other group's key can be read.
-        format!("$JS.API.CONSUMER.CREATE.{desired_stream}.*.{desired_key}"),
+        format!("$JS.API.CONSUMER.CREATE.{desired_stream}.*.{desired_keys}"),
         format!("$JS.API.CONSUMER.DELETE.{desired_stream}.*"),
         format!("$JS.FC.{desired_stream}.>"),
         // Reading modules (any: module bytes are not secret from the hosts
@@ -219,7 +219,7 @@ mod tests {
         assert!(p.publish.contains(&"sluice.ctl.v1.c1.host.heartbeat.h1".to_string()));
         assert!(p.publish.iter().all(|s| !s.contains("h2")));
         assert!(p.publish.iter().all(|s| !s.starts_with("$KV") && !s.contains("STREAM.CREATE")));
-        assert!(p.publish.iter().any(|s| s.ends_with("$KV.sluice-desired-c1.edge")));
+        assert!(p.publish.iter().any(|s| s.ends_with(".*.$KV.sluice-desired-c1.edge.>")));
         assert_eq!(p.subscribe, vec!["_INBOX_c1_h1.>".to_string()]);
         assert!(host_permissions(&n, "h.1", "edge").is_err());
         assert!(host_permissions(&n, "h1", "a>").is_err());

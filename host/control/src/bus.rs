@@ -40,6 +40,18 @@ pub enum BusError {
         /// Digest of what came back.
         actual: String,
     },
+    /// A deployment too large for one NATS message.
+    #[error(
+        "deployment {deployment} encodes to {size} bytes, over the NATS server's max_payload of {max}; shorten its configs"
+    )]
+    TooLarge {
+        /// Deployment id.
+        deployment: String,
+        /// Encoded size.
+        size: usize,
+        /// The server's limit.
+        max: usize,
+    },
     /// A message could not be decoded.
     #[error("bad {what} message: {reason}")]
     Decode {
@@ -121,10 +133,12 @@ pub trait Bus: Send + Sync + 'static {
     async fn heartbeat(&self, hb: &Heartbeat) -> Result<(), BusError>;
     /// Gateway: every host's heartbeats.
     async fn heartbeats(&self) -> Result<BoxStream<'static, FromHost<Heartbeat>>, BusError>;
-    /// Gateway: replace the desired deployments of a group (durable).
+    /// Gateway: replace the desired deployments of a group (durable). A
+    /// deployment that cannot be stored ([`BusError::TooLarge`]) is left
+    /// out and its error returned after the others are stored.
     async fn set_desired(&self, set: &DesiredSet) -> Result<(), BusError>;
-    /// Host: the desired deployments of `group`: the current set first (if
-    /// any), then every change.
+    /// Host: the desired deployments of `group`: the current set first
+    /// (possibly empty), then the whole set again after every change.
     async fn watch_desired(&self, group: &str) -> Result<BoxStream<'static, DesiredSet>, BusError>;
     /// Gateway: store a module blob under its digest (idempotent).
     async fn put_module(&self, digest: &str, bytes: &[u8]) -> Result<(), BusError>;

@@ -2,9 +2,10 @@
 //!
 //! - heartbeats: core NATS publish/subscribe (losing one is harmless: the
 //!   next one carries the same, newer, state);
-//! - desired deployments: a KV bucket with one key per host group, so a
-//!   host that starts (or restarts) reads what it should run even while the
-//!   gateway is down, and watches changes;
+//! - desired deployments: a KV bucket with one key per deployment
+//!   (`<group>.<deployment>`), so a host that starts (or restarts) reads
+//!   what it should run even while the gateway is down, watches changes,
+//!   and no deployment's size or failure can hold up another's;
 //! - modules: a JetStream object store keyed by SHA-256, checked on fetch;
 //! - meters: a file-backed stream with a duplicate window, published with
 //!   `Nats-Msg-Id` = record id (JetStream drops re-publications), consumed
@@ -14,7 +15,7 @@
 
 use crate::auth::{NatsAuth, gateway_inbox, host_inbox};
 use crate::bus::{Ack, Bus, BusError, FromHost, MeterDelivery, verify_digest};
-use crate::messages::{DesiredSet, EventBatch, Heartbeat, MeterRecord};
+use crate::messages::{DeploymentSpec, DesiredSet, EventBatch, Heartbeat, MeterRecord};
 use crate::subjects::Names;
 use async_nats::jetstream::{self, consumer, kv, object_store, stream};
 use futures::StreamExt;
@@ -52,10 +53,14 @@ pub enum Role {
 }
 
 /// How long a host's desired-state watch may stay silent before it is
-/// re-established. The gateway rewrites every group's set every 10 s, so a
-/// live watch is never silent this long; a watch whose consumer went down
-/// with a NATS server can be silent without an error.
-const WATCH_SILENCE: Duration = Duration::from_secs(25);
+/// re-established from the current values (converging on the same set
+/// again is harmless). The watch is also re-established whenever the
+/// connection comes back; this catches a consumer lost without a sign.
+const WATCH_SILENCE: Duration = Duration::from_secs(30);
+/// Pull requests of the meter consumer expire (and are renewed) this often;
+/// the server sends idle heartbeats at half of it. A consumer leader lost
+/// with a NATS server is noticed within two heartbeats.
+const METER_PULL_EXPIRES: Duration = Duration::from_secs(4);
 
 /// A connection to NATS for one cluster.
 #[derive(Debug, Clone)]
@@ -65,6 +70,11 @@ pub struct NatsBus {
     names: Names,
     url: String,
     role: Role,
+    /// Counts connections made (the first and every reconnection).
+    connects: tokio::sync::watch::Receiver<u64>,
+    /// Gateway: SHA-256 of each desired key's value as last written, so
+    /// unchanged deployments are not written again.
+    written: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>>,
 }
 
 /// Builds the connect options of `auth` (credentials, TLS).
@@ -135,13 +145,30 @@ impl NatsBus {
             Role::Host { host } => host_inbox(&names, host)?,
         };
         let servers: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        let (connected, connects) = tokio::sync::watch::channel(0u64);
         let client = connect_options(url, auth, inbox, who)
             .await?
+            .event_callback(move |event| {
+                let connected = connected.clone();
+                async move {
+                    if matches!(event, async_nats::Event::Connected) {
+                        connected.send_modify(|n| *n += 1);
+                    }
+                }
+            })
             .connect(servers.as_slice())
             .await
             .map_err(|e| conn(e.to_string()))?;
         let js = jetstream::new(client.clone());
-        let bus = NatsBus { client, js, names, url: url.to_string(), role: role.clone() };
+        let bus = NatsBus {
+            client,
+            js,
+            names,
+            url: url.to_string(),
+            role: role.clone(),
+            connects,
+            written: std::sync::Arc::default(),
+        };
         match role {
             Role::Gateway { replicas } => {
                 // A cluster that is just starting has no JetStream leader
@@ -267,17 +294,15 @@ impl NatsBus {
         Ok(())
     }
 
-    /// A named ordered consumer of `group`'s key in the desired bucket,
-    /// from its current value on. The create request then carries its
-    /// filter, which the server checks against the host's permissions (an
-    /// unnamed one could read every group).
-    async fn open_watch(
-        &self,
-        group: &str,
-    ) -> Result<BoxStream<'static, Result<jetstream::Message, String>>, BusError> {
-        let key = self.names.desired_key(group)?;
+    /// A named ordered consumer of `group`'s keys in the desired bucket,
+    /// from their current values on, with how many current values it
+    /// delivers first. The create request carries its filter, which the
+    /// server checks against the host's permissions (an unnamed one could
+    /// read every group).
+    async fn open_watch(&self, group: &str, headers_only: bool) -> Result<(u64, DesiredMessages), BusError> {
+        let keys = self.names.desired_keys(group)?;
         let stream_name = format!("KV_{}", self.names.desired_bucket());
-        let op = || format!("watching the desired set of group {group}");
+        let op = || format!("watching the desired deployments of group {group}");
         let stream = self.js.get_stream(&stream_name).await.map_err(|e| BusError::op(op(), e))?;
         let who = match &self.role {
             Role::Host { host } => host.clone(),
@@ -289,15 +314,42 @@ impl NatsBus {
             .create_consumer(consumer::push::OrderedConfig {
                 name: Some(format!("watch_{who}_{id}")),
                 deliver_subject,
-                filter_subject: format!("$KV.{}.{key}", self.names.desired_bucket()),
+                filter_subject: format!("$KV.{}.{keys}", self.names.desired_bucket()),
                 deliver_policy: consumer::DeliverPolicy::LastPerSubject,
                 replay_policy: consumer::ReplayPolicy::Instant,
+                headers_only,
                 ..Default::default()
             })
             .await
             .map_err(|e| BusError::op(op(), e))?;
+        // From the create answer: a host may not ask for consumer info.
+        let initial = consumer.cached_info().num_pending;
         let messages = consumer.messages().await.map_err(|e| BusError::op(op(), e))?;
-        Ok(messages.map(|m| m.map_err(|e| e.to_string())).boxed())
+        Ok((initial, messages.map(|m| m.map_err(|e| e.to_string())).boxed()))
+    }
+
+    /// The deployments a group's keys hold now (gateway: which keys exist).
+    async fn desired_now(&self, group: &str) -> Result<std::collections::BTreeSet<String>, BusError> {
+        let (mut left, mut messages) = self.open_watch(group, true).await?;
+        let mut keys = std::collections::BTreeSet::new();
+        while left > 0 {
+            let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .map_err(|_| BusError::op(format!("listing the desired keys of group {group}"), "timed out"))?;
+            let m = match m {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Err(BusError::op(format!("listing the desired keys of group {group}"), e)),
+                None => break,
+            };
+            let key = desired_key_of(&self.names, &m.subject);
+            if is_deletion(&m) {
+                keys.remove(&key);
+            } else {
+                keys.insert(key);
+            }
+            left = m.info().map(|i| i.pending).unwrap_or(0);
+        }
+        Ok(keys)
     }
 
     fn conn(&self, reason: String) -> BusError {
@@ -352,62 +404,57 @@ impl Bus for NatsBus {
     }
 
     async fn set_desired(&self, set: &DesiredSet) -> Result<(), BusError> {
-        let key = self.names.desired_key(&set.group)?;
-        let body = serde_json::to_vec(set).map_err(|e| BusError::op("encoding a desired set", e))?;
-        self.desired_store()
-            .await?
-            .put(&key, body.into())
-            .await
-            .map_err(|e| BusError::op(format!("storing the desired set of group {}", set.group), e))?;
-        Ok(())
+        use sha2::Digest;
+        let store = self.desired_store().await?;
+        let max = self.client.server_info().max_payload;
+        let existing = self.desired_now(&set.group).await?;
+        let mut wanted = std::collections::BTreeSet::new();
+        let mut refused = None;
+        for d in &set.deployments {
+            let key = self.names.desired_key(&set.group, &d.id)?;
+            wanted.insert(key.clone());
+            let body = serde_json::to_vec(d).map_err(|e| BusError::op("encoding a deployment", e))?;
+            if body.len() > max {
+                // Refused alone: the group's other deployments go on.
+                refused.get_or_insert(BusError::TooLarge { deployment: d.id.clone(), size: body.len(), max });
+                continue;
+            }
+            let digest: [u8; 32] = sha2::Sha256::digest(&body).into();
+            // Unchanged and still there (a wiped bucket is written again).
+            let written =
+                self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) == Some(&digest);
+            if written && existing.contains(&key) {
+                continue;
+            }
+            store
+                .put(&key, body.into())
+                .await
+                .map_err(|e| BusError::op(format!("storing deployment {} of group {}", d.id, set.group), e))?;
+            self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, digest);
+        }
+        for key in existing.iter().filter(|k| !wanted.contains(*k)) {
+            store.delete(key).await.map_err(|e| BusError::op(format!("removing desired key {key}"), e))?;
+            self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+        }
+        refused.map_or(Ok(()), Err)
     }
 
     async fn watch_desired(&self, group: &str) -> Result<BoxStream<'static, DesiredSet>, BusError> {
         // The first watch must work (a refused one is a configuration
         // error); later ones are retried until they do.
-        let first = self.open_watch(group).await?;
-        let state = (self.clone(), group.to_string(), Some(first));
-        Ok(futures::stream::unfold(state, |(bus, group, mut current)| async move {
-            loop {
-                let Some(messages) = current.as_mut() else {
-                    match bus.open_watch(&group).await {
-                        Ok(m) => current = Some(m),
-                        Err(e) => {
-                            tracing::warn!(%group, "cannot watch the desired set yet: {e}");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                    }
-                    continue;
-                };
-                let next = match tokio::time::timeout(WATCH_SILENCE, messages.next()).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        // The gateway rewrites the set every 10 s: this
-                        // silence means the watch died without saying so.
-                        tracing::info!(%group, "no desired set for {WATCH_SILENCE:?}; watching again");
-                        current = None;
-                        continue;
-                    }
-                };
-                match next {
-                    Some(Ok(m)) => {
-                        if let Some(set) = decode_desired(&group, &m) {
-                            return Some((set, (bus, group, current)));
-                        }
-                    }
-                    Some(Err(e)) => {
-                        // A server lost, a leader moved: watch again from
-                        // the current value (converging twice is harmless).
-                        tracing::warn!(%group, "desired-set watch: {e}; watching again");
-                        current = None;
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                    }
-                    None => {
-                        current = None;
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                    }
-                }
-            }
+        let first = self.open_watch(group, false).await?;
+        let mut connects = self.connects.clone();
+        connects.borrow_and_update();
+        let state = DesiredWatch {
+            bus: self.clone(),
+            group: group.to_string(),
+            current: Some(first),
+            deployments: std::collections::BTreeMap::new(),
+            connects,
+        };
+        Ok(futures::stream::unfold(state, |mut w| async move {
+            let set = w.next_set().await;
+            Some((set, w))
         })
         .boxed())
     }
@@ -471,7 +518,13 @@ impl Bus for NatsBus {
             )
             .await
             .map_err(|e| BusError::op("creating the gateway's meter consumer", e))?;
-        let messages = consumer.messages().await.map_err(|e| BusError::op("consuming meter records", e))?;
+        let messages = consumer
+            .stream()
+            .expires(METER_PULL_EXPIRES)
+            .heartbeat(METER_PULL_EXPIRES / 2)
+            .messages()
+            .await
+            .map_err(|e| BusError::op("consuming meter records", e))?;
         Ok(messages
             .then(|m| async move {
                 let m = m.map_err(|e| BusError::op("receiving meter records", e))?;
@@ -526,24 +579,103 @@ fn publisher(subject: &async_nats::Subject) -> String {
 
 /// A desired set from a KV message of `group`'s key (a deleted key is an
 /// empty set); malformed ones are logged and skipped.
-fn decode_desired(group: &str, m: &jetstream::Message) -> Option<DesiredSet> {
-    let deleted = m
-        .headers
-        .as_ref()
-        .and_then(|h| h.get("KV-Operation"))
-        .is_some_and(|v| v.as_str() == "DEL" || v.as_str() == "PURGE");
-    if deleted {
-        return Some(DesiredSet { group: group.to_string(), deployments: Vec::new() });
+/// Messages of a desired-state watch.
+type DesiredMessages = BoxStream<'static, Result<jetstream::Message, String>>;
+
+/// A host's watch of its group's desired deployments: the current set
+/// once every current key has arrived, then again after every change.
+struct DesiredWatch {
+    bus: NatsBus,
+    group: String,
+    /// The consumer and how many current values it still has to deliver
+    /// before the set is complete; none: to be re-established.
+    current: Option<(u64, DesiredMessages)>,
+    deployments: std::collections::BTreeMap<String, DeploymentSpec>,
+    connects: tokio::sync::watch::Receiver<u64>,
+}
+
+impl DesiredWatch {
+    fn set(&self) -> DesiredSet {
+        DesiredSet { group: self.group.clone(), deployments: self.deployments.values().cloned().collect() }
     }
-    match serde_json::from_slice::<DesiredSet>(&m.payload) {
-        Ok(set) if set.group == group => Some(set),
-        Ok(set) => {
-            tracing::warn!(%group, "ignoring a desired set that names group {}", set.group);
-            None
-        }
-        Err(e) => {
-            tracing::warn!(%group, "ignoring a malformed desired set: {e}");
-            None
+
+    async fn next_set(&mut self) -> DesiredSet {
+        loop {
+            let Some((left, messages)) = self.current.as_mut() else {
+                match self.bus.open_watch(&self.group, false).await {
+                    Ok((left, messages)) => {
+                        self.deployments.clear();
+                        self.current = Some((left, messages));
+                        if left == 0 {
+                            return self.set();
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(group = %self.group, "cannot watch the desired deployments yet: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+                continue;
+            };
+            let next = tokio::select! {
+                next = messages.next() => next,
+                _ = self.connects.changed() => {
+                    // Reconnected: the consumer may have gone with the
+                    // server; watch again from the current values.
+                    tracing::info!(group = %self.group, "reconnected; watching the desired deployments again");
+                    self.current = None;
+                    continue;
+                }
+                _ = tokio::time::sleep(WATCH_SILENCE) => {
+                    tracing::debug!(group = %self.group, "desired-state watch silent for {WATCH_SILENCE:?}; watching again");
+                    self.current = None;
+                    continue;
+                }
+            };
+            match next {
+                Some(Ok(m)) => {
+                    let key = desired_key_of(&self.bus.names, &m.subject);
+                    if is_deletion(&m) {
+                        self.deployments.remove(&key);
+                    } else {
+                        match serde_json::from_slice::<DeploymentSpec>(&m.payload) {
+                            Ok(d) if self.bus.names.desired_key(&self.group, &d.id).ok().as_deref() == Some(&key) => {
+                                self.deployments.insert(key, d);
+                            }
+                            Ok(d) => {
+                                tracing::warn!(group = %self.group, %key, "ignoring a deployment ({}) under another's key", d.id)
+                            }
+                            Err(e) => tracing::warn!(group = %self.group, %key, "ignoring a malformed deployment: {e}"),
+                        }
+                    }
+                    *left = m.info().map(|i| i.pending).unwrap_or(0);
+                    if *left == 0 {
+                        return self.set();
+                    }
+                }
+                Some(Err(e)) => {
+                    // A server lost, a leader moved: watch again from the
+                    // current values (converging twice is harmless).
+                    tracing::warn!(group = %self.group, "desired-state watch: {e}; watching again");
+                    self.current = None;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                None => {
+                    self.current = None;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
         }
     }
+}
+
+/// The KV key a message of the desired bucket is about.
+fn desired_key_of(names: &Names, subject: &async_nats::Subject) -> String {
+    let prefix = format!("$KV.{}.", names.desired_bucket());
+    subject.as_str().strip_prefix(&prefix).unwrap_or(subject.as_str()).to_string()
+}
+
+/// Whether a KV message deletes its key.
+fn is_deletion(m: &jetstream::Message) -> bool {
+    m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some_and(|v| v.as_str() == "DEL" || v.as_str() == "PURGE")
 }

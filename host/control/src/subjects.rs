@@ -15,7 +15,7 @@
 //! | NF events of a host | `sluice.event.v1.<cluster>.<host>` |
 //! | meter stream | `SLUICE_METERS_<cluster>` (subjects `sluice.meter.v1.<cluster>.*`) |
 //! | meter consumer of the gateway | `gateway` (durable) |
-//! | desired deployments | KV bucket `sluice-desired-<cluster>`, key = group |
+//! | desired deployments | KV bucket `sluice-desired-<cluster>`, key = `<group>.<deployment>` |
 //! | module blobs | object store `sluice-modules-<cluster>`, object = SHA-256 digest |
 
 /// A name token that cannot be used.
@@ -107,10 +107,18 @@ impl Names {
         format!("sluice-desired-{}", self.cluster)
     }
 
-    /// The key of a group in the desired bucket.
-    pub fn desired_key(&self, group: &str) -> Result<String, NameError> {
+    /// The key of one deployment of a group in the desired bucket: one
+    /// key each, so no tenant's deployment can make another's unpublishable.
+    pub fn desired_key(&self, group: &str, deployment: &str) -> Result<String, NameError> {
         check_token("group", group)?;
-        Ok(group.to_string())
+        check_token("deployment", deployment)?;
+        Ok(format!("{group}.{deployment}"))
+    }
+
+    /// The keys of every deployment of a group (a KV filter).
+    pub fn desired_keys(&self, group: &str) -> Result<String, NameError> {
+        check_token("group", group)?;
+        Ok(format!("{group}.>"))
     }
 
     /// The object store of module blobs.
@@ -144,7 +152,11 @@ mod tests {
             assert!(Names::new(bad).is_err(), "{bad:?}");
             assert!(Names::new("c").unwrap().heartbeat(bad).is_err(), "{bad:?}");
         }
-        let e = Names::new("c").unwrap().desired_key("a.b").unwrap_err();
+        let e = Names::new("c").unwrap().desired_key("a.b", "d1").unwrap_err();
         assert!(e.to_string().contains("group 'a.b'"), "{e}");
+        let e = Names::new("c").unwrap().desired_key("g", "d.>").unwrap_err();
+        assert!(e.to_string().contains("deployment 'd.>'"), "{e}");
+        assert_eq!(Names::new("c").unwrap().desired_key("g", "d_1").unwrap(), "g.d_1");
+        assert_eq!(Names::new("c").unwrap().desired_keys("g").unwrap(), "g.>");
     }
 }

@@ -1,0 +1,79 @@
+//! No tenant can block, crash or starve the platform: size limits on what
+//! a tenant declares, answered before anything is stored or published, and
+//! a deployment that cannot be published fails alone while the group's
+//! other deployments (other tenants') still converge. Real gateway, host
+//! and nats-server processes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use serde_json::json;
+use support::*;
+
+#[test]
+fn an_oversize_deployment_is_refused_or_fails_alone_and_the_group_converges() {
+    let dir = test_dir();
+    // A server with a small max_payload: a deployment under the API's
+    // limits can still be too large for it.
+    let nats = Nats::start_with(dir.path(), |c| c.replace("max_payload: 8MB", "max_payload: 256KB"));
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 100);
+    let report = dir.path().join("h1.json");
+    let _host = start_replay_host(
+        &nats,
+        &gw,
+        dir.path(),
+        "h1",
+        Replay { pcap: &pcap, loops: 0, pps: 2000, window_ms: 200, report: &report },
+    );
+    let (_, big) = api.tenant("big");
+    let (_, small) = api.tenant("small");
+    let noop = std::fs::read(nf("noop")).unwrap();
+    for key in [&big, &small] {
+        assert_eq!(api.upload(Some(key), "noop", "1", &noop).status, 201);
+    }
+
+    // One NF's config over 64 KiB: 413, nothing stored.
+    let huge = "x".repeat(64 * 1024 + 1);
+    let r = api.post(Some(&big), "/v1/deployments", &json!({ "name": "huge", "module": "noop@1", "config": huge }));
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.body["error"], "config_too_large", "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("65536"), "{}", r.body);
+    assert_eq!(api.get(Some(&big), "/v1/deployments/huge").status, 404);
+
+    // A chain over 512 KiB in all: 413.
+    let config = "y".repeat(60 * 1024);
+    let chain = |n: usize| {
+        (0..n).map(|i| json!({ "name": format!("n{i}"), "module": "noop@1", "config": config })).collect::<Vec<_>>()
+    };
+    let r = api.post(Some(&big), "/v1/deployments", &json!({ "name": "long", "nfs": chain(9) }));
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.body["error"], "deployment_too_large", "{}", r.body);
+
+    // Under the API's limits but over this server's max_payload: stored,
+    // answered 500, and `failed` with the reason.
+    let r = api.post(Some(&big), "/v1/deployments", &json!({ "name": "wide", "nfs": chain(5) }));
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.body["error"], "publish_failed", "{}", r.body);
+    let d = api.get(Some(&big), "/v1/deployments/wide").body;
+    assert_eq!(d["status"], "failed", "{d}");
+    assert!(d["reason"].as_str().unwrap().contains("max_payload"), "{d}");
+
+    // The group's other deployments, the same tenant's and another's,
+    // are published and run.
+    let r = api.post(Some(&small), "/v1/deployments", &json!({ "name": "fine", "module": "noop@1" }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    api.wait_running(&small, "fine", 1);
+    let r = api.post(Some(&big), "/v1/deployments", &json!({ "name": "ok", "module": "noop@1", "config": config }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    api.wait_running(&big, "ok", 1);
+
+    // Fixing the failed one (a shorter chain) publishes it.
+    let r = api.put(Some(&big), "/v1/deployments/wide", &json!({ "nfs": chain(2) }));
+    assert_eq!(r.status, 200, "{}", r.body);
+    api.wait_running(&big, "wide", 2);
+    assert_eq!(api.delete(Some(&big), "/v1/deployments/wide").status, 204);
+    api.wait_running(&small, "fine", 1);
+}
