@@ -780,14 +780,18 @@ pub struct DeploymentOut {
 
 fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
     let revision = u64::try_from(row.revision).unwrap_or(0);
+    // What the hosts were given: a host counts as running this revision
+    // only if it reports this digest (hosts that report none are older).
+    let digest = crate::state::desired_spec(&row).digest();
     let mut hosts = Vec::new();
     for h in st.hosts().into_iter().filter(|h| h.alive() && h.heartbeat.group == row.group) {
         let s = h.heartbeat.deployments.iter().find(|d| d.deployment == row.id);
         hosts.push(HostStatusOut {
             host: h.heartbeat.host.clone(),
-            state: match s.map(|s| s.state) {
-                Some(HostState::Running) => "running",
-                Some(HostState::Failed) => "failed",
+            state: match s.map(|s| (s.state, s.digest.as_ref().is_none_or(|d| *d == digest))) {
+                Some((HostState::Running, true)) => "running",
+                Some((HostState::Running, false)) => "pending",
+                Some((HostState::Failed, _)) => "failed",
                 _ => "pending",
             }
             .into(),
@@ -1095,28 +1099,56 @@ pub async fn list_deployments(
 /// Get a deployment (by id or name) with its per-host status.
 #[utoipa::path(get, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])),
     params(("id" = String, Path, description = "Deployment id or name")),
-    responses((status = 200, body = DeploymentOut), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "with an ETag of the revision, for If-Match", body = DeploymentOut), (status = 404, body = ErrorBody)))]
 pub async fn get_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
     Path(id): Path<String>,
-) -> Result<Json<DeploymentOut>, ApiError> {
+) -> Result<([(header::HeaderName, String); 1], Json<DeploymentOut>), ApiError> {
     let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
-    Ok(Json(deployment_out(&st, row)))
+    Ok(([(header::ETAG, etag(row.revision))], Json(deployment_out(&st, row))))
+}
+
+/// A deployment's entity tag: its revision.
+fn etag(revision: i64) -> String {
+    format!("\"{revision}\"")
+}
+
+/// Checks `If-Match` (an entity tag from GET, or `*`) against the stored
+/// revision: 412 if it names another.
+fn check_if_match(headers: &HeaderMap, revision: i64) -> Result<(), ApiError> {
+    let Some(v) = headers.get(header::IF_MATCH) else { return Ok(()) };
+    let v = v.to_str().map_err(|_| ApiError::bad_request("If-Match is not ASCII"))?;
+    let current = etag(revision);
+    let matches =
+        v.split(',').map(str::trim).any(|t| t == "*" || t == current || t.trim_start_matches("W/") == current);
+    if matches {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::PRECONDITION_FAILED,
+        "precondition_failed",
+        format!("If-Match {v} does not match the deployment's current revision {current}; GET it and try again"),
+    ))
 }
 
 /// Update a deployment: new module versions, configs or chain. Hosts
 /// hot-swap NFs whose module or config changed, keeping their state.
 #[utoipa::path(put, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
-    params(("id" = String, Path, description = "Deployment id or name")),
-    responses((status = 200, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    params(("id" = String, Path, description = "Deployment id or name"),
+        ("If-Match" = Option<String>, Header, description = "The ETag of a GET: the update applies only to that revision")),
+    responses((status = 200, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "another update came first", body = ErrorBody), (status = 412, description = "If-Match names another revision", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn update_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Result<Json<DeploymentIn>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<DeploymentOut>, ApiError> {
+) -> Result<([(header::HeaderName, String); 1], Json<DeploymentOut>), ApiError> {
     let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
+    check_if_match(&headers, row.revision)?;
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let group = req.group.clone().unwrap_or_else(|| row.group.clone());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -1137,19 +1169,22 @@ pub async fn update_deployment(
     } else {
         publish(&st, &[&group, &old_group], Some(&new.id)).await?;
     }
-    Ok(Json(deployment_out(&st, new)))
+    Ok(([(header::ETAG, etag(new.revision))], Json(deployment_out(&st, new))))
 }
 
 /// Delete a deployment: its hosts stop it after flushing its meters.
 #[utoipa::path(delete, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Deployment id or name")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+    params(("id" = String, Path, description = "Deployment id or name"),
+        ("If-Match" = Option<String>, Header, description = "The ETag of a GET: delete only that revision")),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 412, body = ErrorBody)))]
 pub async fn delete_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
+    check_if_match(&headers, row.revision)?;
     st.store.delete_deployment(&tenant.id, &row.id)?;
     st.publish_errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&row.id);
     publish(&st, &[&row.group], None).await?;

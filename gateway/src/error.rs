@@ -56,7 +56,22 @@ impl ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        ApiError::internal(e)
+        use crate::store::StoreError;
+        match e {
+            StoreError::Conflict(message) => ApiError::conflict(message),
+            // Two requests creating the same name at once: the loser's
+            // answer is the one it would get a moment later.
+            StoreError::Sql(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::ConstraintViolation
+                    && matches!(
+                        f.extended_code,
+                        rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                    ) =>
+            {
+                ApiError::conflict("an object of that name was created at the same time; read it and try again")
+            }
+            e => ApiError::internal(e),
+        }
     }
 }
 

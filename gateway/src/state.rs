@@ -61,6 +61,17 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// A deployment as hosts are given it.
+pub fn desired_spec(row: &DeploymentRow) -> DeploymentSpec {
+    DeploymentSpec {
+        id: row.id.clone(),
+        tenant: row.tenant_id.clone(),
+        name: row.name.clone(),
+        revision: u64::try_from(row.revision).unwrap_or(0),
+        nfs: stored_nfs(row),
+    }
+}
+
 /// The resolved chain stored with a deployment.
 pub fn stored_nfs(row: &DeploymentRow) -> Vec<NfPlacement> {
     match serde_json::from_str(&row.spec) {
@@ -111,13 +122,7 @@ impl AppState {
                 };
                 self.bus.put_module(&nf.module.digest, &bytes).await.map_err(|e| e.to_string())?;
             }
-            set.deployments.push(DeploymentSpec {
-                id: row.id.clone(),
-                tenant: row.tenant_id.clone(),
-                name: row.name.clone(),
-                revision: u64::try_from(row.revision).unwrap_or(0),
-                nfs,
-            });
+            set.deployments.push(desired_spec(&row));
         }
         let result = match self.bus.set_desired(&set).await {
             Ok(()) => Ok(()),

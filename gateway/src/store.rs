@@ -29,6 +29,9 @@ pub enum StoreError {
         /// Cause.
         reason: String,
     },
+    /// A row changed (or was created) by another request in the meantime.
+    #[error("{0}")]
+    Conflict(String),
     /// A stored document could not be decoded.
     #[error("database holds a malformed {what}: {reason}")]
     Corrupt {
@@ -425,15 +428,38 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Inserts or replaces a deployment and the modules it uses.
+    /// Stores a new deployment (revision 1) or the next revision of an
+    /// existing one, if it is still at `d.revision - 1` (compare-and-set:
+    /// of two concurrent updates one wins, the other gets
+    /// [`StoreError::Conflict`]); a name taken meanwhile is a conflict too.
     pub fn put_deployment(&self, d: &DeploymentRow, module_ids: &[String]) -> Result<(), StoreError> {
         let mut db = self.db();
         let tx = db.transaction()?;
-        tx.execute(
-            "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-             ON CONFLICT (id) DO UPDATE SET grp = excluded.grp, revision = excluded.revision, spec = excluded.spec, updated_ms = excluded.updated_ms",
-            params![d.id, d.tenant_id, d.name, d.group, d.revision, d.spec, d.created_ms, d.updated_ms],
-        )?;
+        if d.revision <= 1 {
+            let inserted = tx.execute(
+                "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT DO NOTHING",
+                params![d.id, d.tenant_id, d.name, d.group, d.revision, d.spec, d.created_ms, d.updated_ms],
+            )?;
+            if inserted == 0 {
+                return Err(StoreError::Conflict(format!(
+                    "a deployment named '{}' was created at the same time; update it with PUT",
+                    d.name
+                )));
+            }
+        } else {
+            let updated = tx.execute(
+                "UPDATE deployments SET grp = ?2, revision = ?3, spec = ?4, updated_ms = ?5 WHERE id = ?1 AND revision = ?6",
+                params![d.id, d.group, d.revision, d.spec, d.updated_ms, d.revision - 1],
+            )?;
+            if updated == 0 {
+                return Err(StoreError::Conflict(format!(
+                    "deployment '{}' is no longer at revision {}: another update came first; GET it and try again",
+                    d.name,
+                    d.revision - 1
+                )));
+            }
+        }
         tx.execute(
             "INSERT OR IGNORE INTO placements (deployment_id, tenant_id, grp) VALUES (?1, ?2, ?3)",
             params![d.id, d.tenant_id, d.group],
@@ -793,6 +819,13 @@ mod tests {
             updated_ms: 0,
         };
         s.put_deployment(&d, &["m1".into()]).unwrap();
+        // The same name again, and an update from a stale revision: conflicts.
+        let again = DeploymentRow { id: "d9".into(), ..d.clone() };
+        assert!(matches!(s.put_deployment(&again, &[]), Err(StoreError::Conflict(_))));
+        let two = DeploymentRow { revision: 2, spec: "{\"v\":2}".into(), ..d.clone() };
+        s.put_deployment(&two, &["m1".into()]).unwrap();
+        assert!(matches!(s.put_deployment(&two, &["m1".into()]), Err(StoreError::Conflict(_))));
+        assert_eq!(s.deployment("t1", "edge").unwrap().unwrap().revision, 2);
         assert_eq!(s.delete_module("t1", "m1").unwrap(), Err(vec!["edge".to_string()]));
         assert!(s.delete_deployment("t1", "d1").unwrap());
         assert_eq!(s.delete_module("t1", "m1").unwrap(), Ok(true));

@@ -77,3 +77,84 @@ fn an_oversize_deployment_is_refused_or_fails_alone_and_the_group_converges() {
     assert_eq!(api.delete(Some(&big), "/v1/deployments/wide").status, 204);
     api.wait_running(&small, "fine", 1);
 }
+
+#[test]
+fn concurrent_updates_lose_nothing_and_the_host_runs_the_revision_reported() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 100);
+    let report = dir.path().join("h1.json");
+    let _host = start_replay_host(
+        &nats,
+        &gw,
+        dir.path(),
+        "h1",
+        Replay { pcap: &pcap, loops: 0, pps: 2000, window_ms: 200, report: &report },
+    );
+    let (_, key) = api.tenant("acme");
+    assert_eq!(api.upload(Some(&key), "noop", "1", &std::fs::read(nf("noop")).unwrap()).status, 201);
+
+    // Eight creates of one name at once: one 201, the others 409, no 500.
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (api, key) = (&api, &key);
+                s.spawn(move || {
+                    api.post(
+                        Some(key),
+                        "/v1/deployments",
+                        &json!({ "name": "c", "module": "noop@1", "config": format!("create {i}") }),
+                    )
+                    .status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 201 || *s == 409), "{statuses:?}");
+    api.wait_running(&key, "c", 1);
+
+    // Ten updates at once: each 200 or 409; every 200 is one revision.
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..10)
+            .map(|i| {
+                let (api, key) = (&api, &key);
+                s.spawn(move || {
+                    api.put(
+                        Some(key),
+                        "/v1/deployments/c",
+                        &json!({ "module": "noop@1", "config": format!("update {i}") }),
+                    )
+                    .status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 409), "{statuses:?}");
+    let won = statuses.iter().filter(|s| **s == 200).count();
+    assert!(won >= 1, "{statuses:?}");
+    let d = api.get(Some(&key), "/v1/deployments/c");
+    let revision = d.body["revision"].as_i64().unwrap();
+    assert_eq!(revision, 1 + i64::try_from(won).unwrap(), "{statuses:?}");
+    // `running` means the host reports the digest of exactly this revision.
+    let running = api.wait_running(&key, "c", revision);
+    assert_eq!(running["hosts"][0]["revision"], revision);
+    assert_eq!(running["nfs"][0]["config"], d.body["nfs"][0]["config"]);
+
+    // If-Match: a stale entity tag is refused with 412, the current one applies.
+    let stale = format!("\"{}\"", revision - 1);
+    let current = format!("\"{revision}\"");
+    let body = json!({ "module": "noop@1", "config": "if-match" });
+    let r = api.send("PUT", Some(&key), "/v1/deployments/c", &[("If-Match", &stale)], &body);
+    assert_eq!(r.status, 412, "{}", r.body);
+    assert_eq!(r.body["error"], "precondition_failed");
+    let r = api.send("PUT", Some(&key), "/v1/deployments/c", &[("If-Match", &current)], &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    api.wait_running(&key, "c", revision + 1);
+    let r = api.send("DELETE", Some(&key), "/v1/deployments/c", &[("If-Match", &current)], &json!({}));
+    assert_eq!(r.status, 412, "{}", r.body);
+}

@@ -501,6 +501,18 @@ impl Api {
         }
         finish(r.send_json(body))
     }
+    /// A request with extra headers.
+    pub fn send(&self, method: &str, key: Option<&str>, path: &str, headers: &[(&str, &str)], body: &Value) -> Resp {
+        let mut r = ureq::http::Request::builder().method(method).uri(format!("{}{path}", self.base));
+        if let Some(k) = key {
+            r = r.header("Authorization", format!("Bearer {k}"));
+        }
+        for (h, v) in headers {
+            r = r.header(*h, *v);
+        }
+        let r = r.header("Content-Type", "application/json").body(serde_json::to_vec(body).unwrap()).unwrap();
+        finish(agent().run(r))
+    }
     pub fn upload(&self, key: Option<&str>, name: &str, version: &str, bytes: &[u8]) -> Resp {
         let mut r = agent().post(format!("{}/v1/modules?name={name}&version={version}", self.base));
         if let Some(k) = key {

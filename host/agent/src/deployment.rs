@@ -341,7 +341,14 @@ fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: 
     let packets = map.get(&spec.id).map(|s| s.packets).unwrap_or(0);
     map.insert(
         spec.id.clone(),
-        DeploymentStatus { deployment: spec.id.clone(), revision: spec.revision, state, reason, packets },
+        DeploymentStatus {
+            deployment: spec.id.clone(),
+            revision: spec.revision,
+            state,
+            reason,
+            packets,
+            digest: Some(spec.digest()),
+        },
     );
     drop(map);
     shared.changed.notify_one();

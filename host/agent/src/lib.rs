@@ -114,7 +114,8 @@ pub enum AgentError {
 }
 
 struct Running {
-    revision: u64,
+    /// Digest of the spec last handed to the deployment.
+    digest: String,
     tx: crossbeam_channel::Sender<Control>,
     thread: std::thread::JoinHandle<()>,
 }
@@ -348,7 +349,9 @@ async fn converge(
         shared.status.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
     }
     for spec in &set.deployments {
-        if running.get(&spec.id).is_some_and(|r| r.revision == spec.revision) {
+        // The digest, not only the revision: what runs is what was asked.
+        let digest = spec.digest();
+        if running.get(&spec.id).is_some_and(|r| r.digest == digest) {
             continue;
         }
         let pending = DeploymentStatus {
@@ -356,6 +359,7 @@ async fn converge(
             revision: spec.revision,
             state: HostState::Pending,
             reason: None,
+            digest: Some(digest.clone()),
             packets: shared
                 .status
                 .lock()
@@ -377,7 +381,7 @@ async fn converge(
         match running.get_mut(&spec.id) {
             Some(r) if !r.thread.is_finished() => {
                 if r.tx.send(Control::Update(Box::new(spec.clone()), blobs)).is_ok() {
-                    r.revision = spec.revision;
+                    r.digest = digest;
                 }
             }
             _ => {
@@ -406,7 +410,7 @@ async fn converge(
                     .spawn(move || deployment::run(s, spec2, blobs, rx, replays));
                 match thread {
                     Ok(thread) => {
-                        running.insert(spec.id.clone(), Running { revision: spec.revision, tx, thread });
+                        running.insert(spec.id.clone(), Running { digest, tx, thread });
                     }
                     Err(e) => tracing::error!(deployment = %spec.id, "cannot start a thread: {e}"),
                 }

@@ -76,6 +76,16 @@ pub struct DeploymentSpec {
     pub nfs: Vec<NfPlacement>,
 }
 
+impl DeploymentSpec {
+    /// SHA-256 (hex) of the spec as encoded on the wire. Hosts apply a
+    /// spec whose digest differs from the one they run even at the same
+    /// revision, and report the digest they run.
+    pub fn digest(&self) -> String {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(serde_json::to_vec(self).unwrap_or_default()))
+    }
+}
+
 /// Everything that should run on the hosts of one group. Sent whole, so a
 /// host that missed an update converges on the next one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +123,11 @@ pub struct DeploymentStatus {
     /// Packets processed so far on this host.
     #[serde(default)]
     pub packets: u64,
+    /// [`DeploymentSpec::digest`] of the spec the state refers to: the
+    /// gateway counts a host as running a revision only if this is the
+    /// digest of what it published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// A host's periodic sign of life, with the status of what runs on it.
