@@ -158,3 +158,92 @@ fn concurrent_updates_lose_nothing_and_the_host_runs_the_revision_reported() {
     let r = api.send("DELETE", Some(&key), "/v1/deployments/c", &[("If-Match", &current)], &json!({}));
     assert_eq!(r.status, 412, "{}", r.body);
 }
+
+/// Peak resident memory of a process, bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bounded() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 2000);
+    let report = dir.path().join("h1.json");
+    // A 1 MiB state budget per NF: flow state counts against it.
+    let config = dir.path().join("host.toml");
+    std::fs::write(&config, "[nf.\"\"]\nstate-budget-mb = 1\n").unwrap();
+    let mut args = Replay { pcap: &pcap, loops: 0, pps: 20000, window_ms: 200, report: &report }.args();
+    args.extend(["--config".to_string(), config.display().to_string()]);
+    let mut host = start_host(&nats, &gw, dir.path(), "h1", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (_, good) = api.tenant("good");
+    let (_, evil) = api.tenant("evil");
+    assert_eq!(api.upload(Some(&good), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&evil), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    let d = api.post(Some(&good), "/v1/deployments", &json!({ "name": "good", "module": "counter@1" }));
+    assert_eq!(d.status, 201, "{}", d.body);
+    let good_id = d.body["id"].as_str().unwrap().to_string();
+    api.wait_running(&good, "good", 1);
+
+    // A pool over the contract's 16,777,216 resources is refused at
+    // `declare` (the gateway's trial start says why, and stays up).
+    let r = api.post(
+        Some(&evil),
+        "/v1/deployments",
+        &json!({ "name": "huge", "module": "hostile@1", "config": "pool-huge" }),
+    );
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("out of range"), "{}", r.body);
+    // The others start: their harm is bounded while they run.
+    let modes = ["pool", "big-event", "log-flood", "flow-flood"];
+    for mode in modes {
+        let r =
+            api.post(Some(&evil), "/v1/deployments", &json!({ "name": mode, "module": "hostile@1", "config": mode }));
+        assert_eq!(r.status, 201, "{mode}: {}", r.body);
+    }
+    for mode in modes {
+        api.wait_running(&evil, mode, 1);
+    }
+    // Let them run, while the good tenant's service keeps answering.
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(8) {
+        assert_eq!(api.get(None, "/healthz").status, 200);
+        assert_eq!(api.get(Some(&good), "/v1/deployments/good").body["status"], "running");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+
+    // Events: none over 4 KiB reached the tenant, and the dropped ones are counted.
+    let events = api.get(Some(&evil), "/v1/events?deployment=big-event&limit=1000").body;
+    let events = events.as_array().unwrap();
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|e| e["fields"]["blob"].as_str().unwrap().len() <= 4096));
+    // host-log lines are cut and rate-limited: the host's log stays small.
+    let log = std::fs::read_to_string(dir.path().join("h1.log")).unwrap();
+    assert!(log.len() < 4 << 20, "the host log grew to {} bytes", log.len());
+    assert!(log.lines().filter(|l| l.contains("[cut]")).count() > 0);
+    assert!(log.lines().all(|l| l.len() < 8192), "a log line over 8 KiB");
+    // Memory: 5 instances of at most 64 MiB, 1 MiB of state each, plus
+    // the host's own (runtime, buffers): well under 768 MiB. Unbounded,
+    // the event and flow floods alone grew a host by gigabytes.
+    let rss = peak_rss(host.child.id());
+    assert!(rss < 768 << 20, "peak RSS {} MiB", rss >> 20);
+
+    host.term();
+    let r = host_report(&report);
+    // Every hostile NF processed traffic (none stalled the host's others).
+    for mode in modes {
+        let id = api.get(Some(&evil), &format!("/v1/deployments/{mode}")).body["id"].as_str().unwrap().to_string();
+        assert!(r["deployments"][&id]["packets_in"].as_u64().unwrap() > 0, "{mode}");
+    }
+    // The good tenant's bill is exactly what the host processed for it.
+    let mine = &r["deployments"][&good_id]["nfs"];
+    let expected = report_totals(&[json!({ "deployments": { "good": { "nfs": mine } } })]);
+    wait_for(60, "the good tenant's usage to equal the host report", || {
+        let u = api.get(Some(&good), "/v1/usage").body;
+        (usage_totals(&u) == expected).then_some(())
+    });
+}

@@ -143,6 +143,8 @@ struct Active {
     events: Vec<NfEvent>,
     /// Events over [`MAX_EVENTS_PER_WINDOW`] in this window.
     events_dropped: u64,
+    /// Bytes of the window's events so far.
+    event_bytes: usize,
     /// Record ids of this run: `<record_prefix>-<window>-<nf>`.
     record_prefix: String,
     window: u64,
@@ -158,6 +160,9 @@ struct Active {
 /// are metered). An NF that logs every packet would otherwise turn the
 /// event feed into a copy of the traffic.
 pub const MAX_EVENTS_PER_WINDOW: usize = 1000;
+/// Event bytes (kind and fields) a deployment may send per meter window;
+/// more are dropped and counted.
+pub const MAX_EVENT_BYTES_PER_WINDOW: usize = 1 << 20;
 
 impl Active {
     fn new(shared: &Shared, spec: DeploymentSpec, chain: Chain, resume: Option<Checkpoint>) -> Result<Self, String> {
@@ -180,6 +185,7 @@ impl Active {
             window_started: Instant::now(),
             events: Vec::new(),
             events_dropped: 0,
+            event_bytes: 0,
             // A secret of this run in every record id: nobody else can
             // claim the ids first.
             record_prefix: format!("{}-{}", shared.host, hex::encode(secret)),
@@ -255,10 +261,12 @@ impl Active {
     /// Takes the chain's pending events into the window.
     fn collect_events(&mut self) {
         for e in self.chain.drain_events() {
-            if self.events.len() >= MAX_EVENTS_PER_WINDOW {
+            let size = e.event.fields.iter().fold(e.event.kind.len(), |n, (k, v)| n + k.len() + v.len());
+            if self.events.len() >= MAX_EVENTS_PER_WINDOW || self.event_bytes + size > MAX_EVENT_BYTES_PER_WINDOW {
                 self.events_dropped += 1;
                 continue;
             }
+            self.event_bytes += size;
             let version = self.spec.nfs.iter().find(|n| *n.name == *e.nf).map(|n| n.module.version.clone());
             self.events.push(NfEvent {
                 tenant: self.spec.tenant.clone(),
@@ -560,6 +568,7 @@ fn flush(shared: &Shared, a: &mut Active) {
         let batch =
             EventBatch { host: shared.host.clone(), events: std::mem::take(&mut a.events), dropped: a.events_dropped };
         a.events_dropped = 0;
+        a.event_bytes = 0;
         let _ = shared.events.send(batch);
     }
     // 1. The window's full sums are checkpointed (with the output so far).

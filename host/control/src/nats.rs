@@ -544,8 +544,26 @@ impl Bus for NatsBus {
 
     async fn publish_events(&self, batch: &EventBatch) -> Result<(), BusError> {
         let subject = self.names.event(&batch.host)?;
-        let body = serde_json::to_vec(batch).map_err(|e| BusError::op("encoding events", e))?;
-        self.client.publish(subject, body.into()).await.map_err(|e| BusError::op("publishing events", e))
+        let max = self.client.server_info().max_payload.max(1024);
+        // Split into messages under the server's max_payload.
+        let mut parts = vec![batch.clone()];
+        while let Some(part) = parts.pop() {
+            let body = serde_json::to_vec(&part).map_err(|e| BusError::op("encoding events", e))?;
+            if body.len() <= max {
+                self.client
+                    .publish(subject.clone(), body.into())
+                    .await
+                    .map_err(|e| BusError::op("publishing events", e))?;
+            } else if part.events.len() > 1 {
+                let mut first = part.clone();
+                let second = first.events.split_off(part.events.len() / 2);
+                parts.push(EventBatch { host: part.host.clone(), events: second, dropped: 0 });
+                parts.push(first);
+            } else {
+                tracing::warn!(bytes = body.len(), "an NF event is larger than the server's max_payload; dropped");
+            }
+        }
+        Ok(())
     }
 
     async fn maintain(&self) -> Result<(), BusError> {

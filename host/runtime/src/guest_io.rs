@@ -16,7 +16,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
 /// Longest line kept; longer lines are cut (a guest could print megabytes
 /// without a newline).
-const MAX_LINE: usize = 4096;
+pub(crate) const MAX_LINE: usize = 4096;
 
 /// A token bucket over wall time: `rate` lines per second, bursts of `rate`.
 #[derive(Debug)]

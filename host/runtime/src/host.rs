@@ -13,6 +13,18 @@ use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiVie
 /// Events emitted per batch beyond which further events are dropped and
 /// counted; an IDS under attack must not turn the host into an event pump.
 pub const MAX_EVENTS_PER_BATCH: usize = 1024;
+/// Largest event (kind, field names and values, 16 bytes per field):
+/// larger ones are dropped and counted.
+pub const MAX_EVENT_BYTES: usize = 4096;
+/// Event bytes one batch call may emit; more are dropped and counted.
+pub const MAX_EVENT_BYTES_PER_BATCH: usize = 256 * 1024;
+/// Longest `host-log` line kept (as for stdout); longer ones are cut.
+pub const MAX_LOG_LINE: usize = crate::guest_io::MAX_LINE;
+
+/// What an event costs against the limits.
+fn event_size(e: &Event) -> usize {
+    e.fields.iter().fold(e.kind.len() + 16, |n, (k, v)| n.saturating_add(k.len() + v.len() + 16))
+}
 
 /// What a store holds for one NF instance.
 pub struct HostState {
@@ -24,8 +36,10 @@ pub struct HostState {
     log_dropped: Arc<AtomicU64>,
     /// Events of the current call.
     pub(crate) events: Vec<Event>,
-    /// Events dropped by the per-batch cap.
+    /// Events dropped by the per-batch caps.
     pub(crate) events_dropped: u64,
+    /// Bytes of this call's events.
+    pub(crate) event_bytes: usize,
     /// The NF's state tables, moved in for a call and out after it (the
     /// instance owns them; see `NfInstance`).
     pub(crate) tables: Option<Box<Tables>>,
@@ -56,11 +70,14 @@ impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
 }
 
 impl HostState {
-    /// State for a new instance of NF `nf` with a memory cap and a log rate.
-    pub fn new(nf: Arc<str>, memory_bytes: u64, log_lines_per_second: u32) -> Self {
-        let log_limiter = LogLimiter::new(log_lines_per_second);
-        let log_dropped = log_limiter.dropped();
-        let limiter = Arc::new(Mutex::new(log_limiter));
+    /// State for a new instance of NF `nf` with a memory cap and the log
+    /// limiter of the NF (kept across re-creations, so a trap does not
+    /// refill it).
+    pub fn new(nf: Arc<str>, memory_bytes: u64, limiter: Arc<Mutex<LogLimiter>>) -> Self {
+        let log_dropped = match limiter.lock() {
+            Ok(l) => l.dropped(),
+            Err(poisoned) => poisoned.into_inner().dropped(),
+        };
         // No preopened directories, no environment, no arguments, no
         // sockets, no name lookups, frozen clocks: the only inputs an NF has
         // are its config and its batches. Randomness stays (guest std hash
@@ -92,6 +109,7 @@ impl HostState {
             log_dropped,
             events: Vec::new(),
             events_dropped: 0,
+            event_bytes: 0,
             tables: None,
         }
     }
@@ -111,10 +129,18 @@ impl WasiView for HostState {
 impl types::Host for HostState {}
 
 impl host_log::Host for HostState {
-    fn log(&mut self, level: Level, message: String) {
+    fn log(&mut self, level: Level, mut message: String) {
         let allowed = self.limiter.lock().map(|mut l| l.allow()).unwrap_or(false);
         if !allowed {
             return;
+        }
+        if message.len() > MAX_LOG_LINE {
+            let mut cut = MAX_LOG_LINE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [cut]");
         }
         let nf = &*self.nf;
         match level {
@@ -126,10 +152,18 @@ impl host_log::Host for HostState {
     }
 
     fn emit(&mut self, events: Vec<Event>) {
-        let room = MAX_EVENTS_PER_BATCH.saturating_sub(self.events.len());
-        let n = events.len();
-        self.events.extend(events.into_iter().take(room));
-        self.events_dropped += n.saturating_sub(room) as u64;
+        for e in events {
+            let size = event_size(&e);
+            if size > MAX_EVENT_BYTES
+                || self.events.len() >= MAX_EVENTS_PER_BATCH
+                || self.event_bytes.saturating_add(size) > MAX_EVENT_BYTES_PER_BATCH
+            {
+                self.events_dropped += 1;
+                continue;
+            }
+            self.event_bytes += size;
+            self.events.push(e);
+        }
     }
 }
 

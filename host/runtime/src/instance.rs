@@ -224,6 +224,9 @@ pub struct NfInstance {
     events: Vec<EmittedEvent>,
     touched: Vec<bool>,
     log_dropped_base: u64,
+    /// The NF's log rate limit, shared by every instance it re-creates
+    /// (a trap must not refill it).
+    log_limiter: Arc<std::sync::Mutex<crate::guest_io::LogLimiter>>,
     /// Times guest calls for `cpu_ns`. A TSC read where the CPU has a
     /// stable one (a few ns), instead of a clock_gettime call per read:
     /// this is read twice per batch.
@@ -318,6 +321,9 @@ impl NfInstance {
             events: Vec::new(),
             touched: Vec::new(),
             log_dropped_base: 0,
+            log_limiter: Arc::new(std::sync::Mutex::new(crate::guest_io::LogLimiter::new(
+                spec.limits.log_lines_per_second,
+            ))),
             clock: runtime.clock.clone(),
             spec,
         }
@@ -348,7 +354,7 @@ impl NfInstance {
     /// Creates a fresh instance and runs `init`.
     fn start(&mut self) -> Result<(), RuntimeError> {
         let name = self.name.clone();
-        let state = HostState::new(name.clone(), self.spec.limits.memory_bytes, self.spec.limits.log_lines_per_second);
+        let state = HostState::new(name.clone(), self.spec.limits.memory_bytes, self.log_limiter.clone());
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.epoch_deadline_trap();
@@ -382,7 +388,6 @@ impl NfInstance {
         };
         declared.map_err(|reason| RuntimeError::Start { nf: name.to_string(), reason })?;
         self.accept(info);
-        self.log_dropped_base = self.meters.log_dropped;
         self.live = Some(live);
         Ok(())
     }
@@ -484,6 +489,7 @@ impl NfInstance {
         self.accept(info);
         self.meters.instantiations += 1;
         self.log_dropped_base = self.meters.log_dropped;
+        self.log_limiter = next.log_limiter.clone();
         Ok(())
     }
 
@@ -549,6 +555,12 @@ impl NfInstance {
         self.meters.packets += n as u64;
         self.meters.bytes += batch.data.len() as u64;
         let wants_state = self.info.wants_flow_state;
+        // Declared tables may use what flow state leaves of the budget.
+        let flow_bytes = self.table.bytes();
+        let budget = self.spec.limits.state_budget_bytes;
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.set_budget(budget.saturating_sub(flow_bytes));
+        }
         batch.flow_states.clear();
         if wants_state {
             for key in flow_keys {
@@ -599,6 +611,7 @@ impl NfInstance {
             // Events and log drops are collected even from a batch that failed.
             let data = live.store.data_mut();
             let emitted = std::mem::take(&mut data.events);
+            data.event_bytes = 0;
             self.meters.events += emitted.len() as u64 + std::mem::take(&mut data.events_dropped);
             self.meters.log_dropped = self.log_dropped_base + data.log_dropped();
             for event in emitted {
@@ -748,7 +761,10 @@ impl NfInstance {
                     self.table.touch(key, now);
                 }
                 StateOp::Set(v) => {
-                    if !self.table.set(*key, v, now) {
+                    // Flow state and declared tables share the budget.
+                    let tables = self.tables.as_deref().map_or(0, Tables::used_bytes);
+                    let budget = self.spec.limits.state_budget_bytes.saturating_sub(tables);
+                    if !self.table.set(*key, v, now, budget) {
                         self.meters.state_rejected += 1;
                     }
                 }
@@ -761,6 +777,7 @@ impl NfInstance {
             }
         }
         self.table.expire(now);
+        self.meters.flow_state_bytes = self.table.bytes() as u64;
     }
 
     fn limits(&self) -> &NfLimits {

@@ -58,6 +58,10 @@ pub struct NfMeters {
     /// NF's state budget; what billing charges for state.
     #[serde(default)]
     pub table_bytes: u64,
+    /// Bytes of per-flow state held (at the last batch), charged against
+    /// the same state budget as the tables.
+    #[serde(default)]
+    pub flow_state_bytes: u64,
 }
 
 impl NfMeters {
@@ -84,6 +88,7 @@ impl NfMeters {
         self.table_rejected += o.table_rejected;
         self.table_expired += o.table_expired;
         self.table_bytes += o.table_bytes;
+        self.flow_state_bytes += o.flow_state_bytes;
     }
 
     /// Takes the table counters (cumulative over the instance's life).

@@ -57,12 +57,22 @@ pub enum ImportError {
     },
 }
 
+/// What one flow's entry costs besides its value (key, clocks, hash slot),
+/// charged to the instance's state budget.
+pub const FLOW_ENTRY_OVERHEAD: usize = 96;
+
+fn cost(value: &[u8]) -> usize {
+    value.len() + FLOW_ENTRY_OVERHEAD
+}
+
 /// Per-flow state of one NF on one worker, keyed by normalized flow key.
 #[derive(Debug)]
 pub struct FlowTable {
     entries: HashMap<FlowKey, FlowEntry>,
     idle_timeout_ns: u64,
     capacity: usize,
+    /// Bytes held: values plus [`FLOW_ENTRY_OVERHEAD`] per flow.
+    bytes: usize,
     /// Packet time of the last expiry sweep.
     last_sweep_ns: u64,
     expired: u64,
@@ -71,7 +81,12 @@ pub struct FlowTable {
 impl FlowTable {
     /// An empty table.
     pub fn new(idle_timeout_ns: u64, capacity: usize) -> Self {
-        FlowTable { entries: HashMap::default(), idle_timeout_ns, capacity, last_sweep_ns: 0, expired: 0 }
+        FlowTable { entries: HashMap::default(), idle_timeout_ns, capacity, bytes: 0, last_sweep_ns: 0, expired: 0 }
+    }
+
+    /// Bytes held (values and per-flow overhead).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Changes the idle timeout (the NF says it in `init`).
@@ -106,7 +121,7 @@ impl FlowTable {
     pub fn read_into(&mut self, key: &FlowKey, now_ns: u64, out: &mut Vec<u8>) -> bool {
         let Some(e) = self.entries.get(key) else { return false };
         if self.idle_timeout_ns > 0 && now_ns.saturating_sub(e.last_seen_ns) > self.idle_timeout_ns {
-            self.entries.remove(key);
+            self.remove(key);
             self.expired += 1;
             return false;
         }
@@ -121,29 +136,37 @@ impl FlowTable {
         }
     }
 
-    /// Stores a new value. Returns `false` (and stores nothing) if the table
-    /// is full and the flow is new.
-    pub fn set(&mut self, key: FlowKey, value: Vec<u8>, now_ns: u64) -> bool {
+    /// Stores a new value if the table would then hold at most `budget`
+    /// bytes. Returns `false` (and stores nothing) if it would not, or if
+    /// the table is full and the flow is new.
+    pub fn set(&mut self, key: FlowKey, value: Vec<u8>, now_ns: u64, budget: usize) -> bool {
+        let old = self.entries.get(&key).map_or(0, |e| cost(&e.value));
+        let held = self.bytes.saturating_sub(old).saturating_add(cost(&value));
+        if held > budget && held > self.bytes {
+            return false;
+        }
         match self.entries.get_mut(&key) {
             Some(e) => {
                 e.value = value;
                 e.last_seen_ns = e.last_seen_ns.max(now_ns);
                 e.clock += 1;
-                true
             }
             None => {
                 if self.entries.len() >= self.capacity {
                     return false;
                 }
                 self.entries.insert(key, FlowEntry { value, last_seen_ns: now_ns, clock: 1 });
-                true
             }
         }
+        self.bytes = held;
+        true
     }
 
     /// Forgets a flow.
     pub fn remove(&mut self, key: &FlowKey) {
-        self.entries.remove(key);
+        if let Some(e) = self.entries.remove(key) {
+            self.bytes = self.bytes.saturating_sub(cost(&e.value));
+        }
     }
 
     /// Reads a flow's entry without taking it.
@@ -161,7 +184,15 @@ impl FlowTable {
         self.last_sweep_ns = now_ns;
         let timeout = self.idle_timeout_ns;
         let before = self.entries.len();
-        self.entries.retain(|_, e| now_ns.saturating_sub(e.last_seen_ns) <= timeout);
+        let mut freed = 0usize;
+        self.entries.retain(|_, e| {
+            let keep = now_ns.saturating_sub(e.last_seen_ns) <= timeout;
+            if !keep {
+                freed += cost(&e.value);
+            }
+            keep
+        });
+        self.bytes = self.bytes.saturating_sub(freed);
         self.expired += (before - self.entries.len()) as u64;
     }
 
@@ -186,12 +217,14 @@ impl FlowTable {
             if f.clock <= e.clock {
                 return Err(ImportError::Stale { key: f.key, imported: f.clock, local: e.clock });
             }
+            self.bytes = self.bytes.saturating_sub(cost(&e.value)).saturating_add(cost(&f.value));
             *e = FlowEntry { value: f.value, last_seen_ns: f.last_seen_ns, clock: f.clock };
             return Ok(());
         }
         if self.entries.len() >= self.capacity {
             return Err(ImportError::Full { capacity: self.capacity });
         }
+        self.bytes = self.bytes.saturating_add(cost(&f.value));
         self.entries.insert(f.key, FlowEntry { value: f.value, last_seen_ns: f.last_seen_ns, clock: f.clock });
         Ok(())
     }
@@ -215,7 +248,7 @@ mod tests {
     #[test]
     fn read_appends_and_touch_refreshes() {
         let mut t = FlowTable::new(100, 10);
-        assert!(t.set(k(1), vec![7], 0));
+        assert!(t.set(k(1), vec![7], 0, usize::MAX));
         let mut out = vec![1];
         assert!(t.read_into(&k(1), 50, &mut out));
         assert_eq!(out, vec![1, 7]);
@@ -227,8 +260,8 @@ mod tests {
     #[test]
     fn idle_entries_expire() {
         let mut t = FlowTable::new(100, 10);
-        t.set(k(1), vec![1], 0);
-        t.set(k(2), vec![2], 90);
+        t.set(k(1), vec![1], 0, usize::MAX);
+        t.set(k(2), vec![2], 90, usize::MAX);
         t.expire(150);
         assert!(t.get(&k(1)).is_none());
         assert!(t.get(&k(2)).is_some());
@@ -237,18 +270,34 @@ mod tests {
     }
 
     #[test]
+    fn the_budget_bounds_bytes_held() {
+        let per = FLOW_ENTRY_OVERHEAD + 100;
+        let mut t = FlowTable::new(0, 10);
+        assert!(t.set(k(1), vec![0; 100], 0, 2 * per));
+        assert!(t.set(k(2), vec![0; 100], 0, 2 * per));
+        assert!(!t.set(k(3), vec![0; 100], 0, 2 * per), "over budget");
+        // Growing an existing flow past it is refused, shrinking is not.
+        assert!(!t.set(k(1), vec![0; 101], 0, 2 * per));
+        assert!(t.set(k(1), vec![0; 10], 0, 2 * per));
+        assert_eq!(t.bytes(), 2 * FLOW_ENTRY_OVERHEAD + 110);
+        t.remove(&k(2));
+        assert_eq!(t.bytes(), FLOW_ENTRY_OVERHEAD + 10);
+        assert!(t.set(k(3), vec![0; 100], 0, 2 * per));
+    }
+
+    #[test]
     fn capacity_is_enforced() {
         let mut t = FlowTable::new(0, 1);
-        assert!(t.set(k(1), vec![1], 0));
-        assert!(!t.set(k(2), vec![2], 0));
-        assert!(t.set(k(1), vec![3], 0));
+        assert!(t.set(k(1), vec![1], 0, usize::MAX));
+        assert!(!t.set(k(2), vec![2], 0, usize::MAX));
+        assert!(t.set(k(1), vec![3], 0, usize::MAX));
     }
 
     #[test]
     fn stale_imports_are_refused() {
         let mut a = FlowTable::new(0, 10);
-        a.set(k(1), vec![1], 0);
-        a.set(k(1), vec![2], 0);
+        a.set(k(1), vec![1], 0, usize::MAX);
+        a.set(k(1), vec![2], 0, usize::MAX);
         let exported = a.export(&k(1)).unwrap();
         assert_eq!(exported.clock, 2);
         let mut b = FlowTable::new(0, 10);

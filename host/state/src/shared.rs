@@ -58,7 +58,11 @@ impl Domain {
         d.pools
             .entry(spec.name.clone())
             .or_insert_with(|| {
-                let chunk = if chunk == 0 { (count / (4 * workers as u64)).clamp(1, 256) } else { u64::from(chunk) };
+                // A chunk is a hint: the host bounds the work (and the
+                // allocation) one refill may do inside a call.
+                let chunk = if chunk == 0 { (count / (4 * workers as u64)).clamp(1, 256) } else { u64::from(chunk) }
+                    .clamp(1, MAX_CHUNK)
+                    .min(count.max(1));
                 Arc::new(Pool {
                     inner: Mutex::new(PoolInner {
                         first,
@@ -150,6 +154,10 @@ impl EventualShared {
         }
     }
 }
+
+/// The most resources a worker takes from a pool at a time, whatever the
+/// declared `chunk`.
+pub const MAX_CHUNK: u64 = 4096;
 
 /// Counters of a pool.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -110,8 +110,8 @@ pub const DEFAULT_CAPACITY: u32 = 65_536;
 pub const MAX_KEY_SIZE: u32 = 256;
 /// Longest value of a byte table.
 pub const MAX_VALUE_SIZE: u32 = 65_536;
-/// Largest pool.
-pub const MAX_POOL: u64 = 1 << 32;
+/// Largest pool (16,777,216 resources, as the contract documents).
+pub const MAX_POOL: u64 = 1 << 24;
 /// Most tables per NF.
 pub const MAX_TABLES: usize = 64;
 

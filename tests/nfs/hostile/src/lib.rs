@@ -16,6 +16,14 @@
 //!   little-endian u64) on every batch, and panics on every batch after
 //!   `after` — so tests can check that state survives the trap; it also
 //!   counts them in a per-flow counter table `packets`;
+//! - `pool`: declares a release pool of 16,777,216 resources taken with
+//!   `chunk = u32::MAX`, and acquires from it in `init` and on every batch
+//!   (the host must bound the refill);
+//! - `pool-huge`: declares a pool of 2^32 resources (must be refused at
+//!   `declare`; the NF then fails its `init` with the error);
+//! - `big-event`: emits a 4 MB event and 2,000 1 KiB events per batch;
+//! - `log-flood`: writes 100 `host-log` lines of 1 MB per batch;
+//! - `flow-flood`: keeps 4 KiB of flow state for every flow it sees;
 //! - `clash`: declares a table `totals` as per-flow bytes — incompatible
 //!   with the monitor's eventual counter table of that name — ignores the
 //!   error it gets, and otherwise forwards everything (a swap to it must
@@ -38,6 +46,10 @@ enum Mode {
     BigState,
     CountPanic,
     Clash,
+    Pool,
+    BigEvent,
+    LogFlood,
+    FlowFlood,
 }
 
 /// The hostile NF.
@@ -48,6 +60,7 @@ pub struct Hostile {
     seen: u64,
     hoard: Vec<Vec<u8>>,
     packets: Option<sluice_sdk::state::Counters>,
+    pool: Option<sluice_sdk::state::Pool>,
 }
 
 /// Recursion the optimizer cannot turn into a loop, with everything in Wasm
@@ -79,10 +92,27 @@ impl NetworkFunction for Hostile {
             "big-state" => Mode::BigState,
             "count-panic" => Mode::CountPanic,
             "clash" => Mode::Clash,
+            "pool" | "pool-huge" => Mode::Pool,
+            "big-event" => Mode::BigEvent,
+            "log-flood" => Mode::LogFlood,
+            "flow-flood" => Mode::FlowFlood,
             "reject" => return Err("hostile: config rejected on purpose (mode 'reject')".into()),
             other => return Err(format!("hostile: unknown mode '{other}'")),
         };
-        let info = if matches!(mode, Mode::BigState | Mode::CountPanic) {
+        let pool = if mode == Mode::Pool {
+            use sluice_sdk::state::{Consistency, Pool, PoolSpec, TableSpec};
+            let count = if text.starts_with("pool-huge") { 1u64 << 32 } else { 1 << 24 };
+            let mut spec = TableSpec::pool("ports", 0, count, 8);
+            spec.consistency = Consistency::Release(PoolSpec { first: 0, count, chunk: u32::MAX });
+            let pool = Pool::declare(spec).map_err(|e| format!("hostile: declaring the pool: {e}"))?;
+            let mut value = Vec::new();
+            sluice_sdk::state::push_frame(&mut value, b"init");
+            pool.acquire(&value).map_err(|e| format!("hostile: acquiring in init: {e}"))?;
+            Some(pool)
+        } else {
+            None
+        };
+        let info = if matches!(mode, Mode::BigState | Mode::CountPanic | Mode::FlowFlood) {
             NfInfo::with_flow_state(0)
         } else {
             NfInfo::stateless()
@@ -100,7 +130,7 @@ impl NetworkFunction for Hostile {
         if mode == Mode::Clash {
             let _ = sluice_sdk::state::declare(sluice_sdk::state::TableSpec::per_flow_bytes("totals", 8));
         }
-        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new(), packets }, info))
+        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new(), packets, pool }, info))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -158,6 +188,40 @@ impl NetworkFunction for Hostile {
                 Ok(())
             }
             Mode::Clash => Ok(()),
+            Mode::Pool => {
+                if let Some(p) = self.pool {
+                    let mut values = Vec::new();
+                    for _ in 0..batch.len() {
+                        sluice_sdk::state::push_frame(&mut values, b"flow");
+                    }
+                    let _ = p.acquire(&values);
+                }
+                Ok(())
+            }
+            Mode::BigEvent => {
+                let event = |size: usize| sluice_sdk::Event {
+                    kind: "hostile.big".into(),
+                    level: sluice_sdk::Level::Info,
+                    packet: None,
+                    fields: vec![("blob".into(), "e".repeat(size))],
+                };
+                sluice_sdk::emit(&[event(4 << 20)]);
+                sluice_sdk::emit(&(0..2000).map(|_| event(1024)).collect::<Vec<_>>());
+                Ok(())
+            }
+            Mode::LogFlood => {
+                let line = "l".repeat(1 << 20);
+                for _ in 0..100 {
+                    sluice_sdk::log(sluice_sdk::Level::Warn, &line);
+                }
+                Ok(())
+            }
+            Mode::FlowFlood => {
+                for f in 0..batch.flow_count() as u32 {
+                    batch.set_flow_state(f, vec![0xab; 4096]);
+                }
+                Ok(())
+            }
         }
     }
 }
