@@ -543,6 +543,10 @@ pub async fn upload_module(
     })?;
     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
     let path = st.blob_path(&digest);
+    // Blobs are shared by digest between tenants: writing one and adding
+    // its row, or removing a row and then the unused blob, happen under
+    // one lock, so a concurrent delete never takes a blob just uploaded.
+    let _blobs = st.blob_lock.lock().await;
     if !path.exists() {
         let tmp = path.with_extension(format!("tmp-{}", random_hex(4)?));
         tokio::fs::write(&tmp, &bytes).await.map_err(ApiError::internal)?;
@@ -644,6 +648,7 @@ pub async fn delete_module(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let m = st.store.module(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("module", &id))?;
+    let _blobs = st.blob_lock.lock().await;
     match st.store.delete_module(&tenant.id, &m.id)? {
         Err(users) => Err(ApiError::conflict(format!(
             "module {}@{} is used by deployment(s) {}; delete or update them first",
@@ -671,7 +676,7 @@ pub struct LimitsIn {
     pub failure_policy: Option<String>,
     /// CPU deadline per batch, ms (1-1000).
     pub deadline_ms: Option<u64>,
-    /// Memory cap, MiB (1-4096).
+    /// Memory cap, MiB (1 to the hosts' memory slot, 256 by default).
     pub memory_mb: Option<u64>,
 }
 
@@ -846,7 +851,7 @@ fn config_text(v: Option<serde_json::Value>) -> String {
     }
 }
 
-fn limits_spec(l: LimitsIn, nf: &str) -> Result<NfLimitsSpec, ApiError> {
+fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64) -> Result<NfLimitsSpec, ApiError> {
     if let Some(p) = &l.failure_policy
         && p != "fail-open"
         && p != "fail-closed"
@@ -856,8 +861,10 @@ fn limits_spec(l: LimitsIn, nf: &str) -> Result<NfLimitsSpec, ApiError> {
     if l.deadline_ms.is_some_and(|d| !(1..=1000).contains(&d)) {
         return Err(ApiError::bad_request(format!("NF '{nf}': deadline_ms must be 1-1000")));
     }
-    if l.memory_mb.is_some_and(|m| !(1..=4096).contains(&m)) {
-        return Err(ApiError::bad_request(format!("NF '{nf}': memory_mb must be 1-4096")));
+    if l.memory_mb.is_some_and(|m| !(1..=max_memory_mb).contains(&m)) {
+        return Err(ApiError::bad_request(format!(
+            "NF '{nf}': memory_mb must be 1-{max_memory_mb} (the hosts' memory slot per instance)"
+        )));
     }
     Ok(NfLimitsSpec { failure_policy: l.failure_policy, deadline_ms: l.deadline_ms, memory_mb: l.memory_mb })
 }
@@ -929,7 +936,7 @@ async fn resolve(
             config: config_text(nf.config.clone()),
             next: nf.next.clone(),
             labels: nf.labels.clone(),
-            limits: limits_spec(nf.limits.clone(), &name)?,
+            limits: limits_spec(nf.limits.clone(), &name, st.runtime.config().max_memory_bytes >> 20)?,
         });
     }
     // Without explicit routes, a chain is linear.

@@ -130,6 +130,7 @@ impl Gateway {
                 rejects: Arc::default(),
                 unpublished: Arc::default(),
                 publish_errors: Arc::default(),
+                blob_lock: Arc::default(),
             },
         })
     }
@@ -159,6 +160,8 @@ impl Gateway {
             .route("/usage", get(api::usage))
             .route("/usage/series", get(api::usage_series))
             .route("/bill", get(api::bill));
+        use axum::http::{HeaderValue, header};
+        use tower_http::set_header::SetResponseHeaderLayer;
         Router::new()
             .nest("/v1", v1)
             .route("/healthz", get(|| async { "ok" }))
@@ -166,6 +169,17 @@ impl Gateway {
             .route("/dashboard", get(dashboard::page))
             .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
             .with_state(self.state.clone())
+            // A body that trickles in is cut off (uploads included).
+            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_TIMEOUT))
+            .layer(SetResponseHeaderLayer::if_not_present(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ))
+            .layer(SetResponseHeaderLayer::if_not_present(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
+            .layer(SetResponseHeaderLayer::if_not_present(
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ))
     }
 
     /// Serves on `listener` until `shutdown`, with the control-plane tasks
@@ -181,10 +195,63 @@ impl Gateway {
             tokio::spawn(state::follow_events(self.state.clone())),
             tokio::spawn(state::reconcile(self.state.clone(), Duration::from_secs(10))),
         ];
-        let result = axum::serve(listener, self.router()).with_graceful_shutdown(shutdown).await;
+        let result = serve_http(listener, self.router(), shutdown).await;
         for t in tasks {
             t.abort();
         }
         result
     }
+}
+
+/// How long a client may take to send a request's headers; also how long
+/// an idle keep-alive connection stays open.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's body.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Serves `app` on `listener` until `shutdown`, then lets open requests
+/// finish. Connections that do not send their headers within
+/// [`HEADER_TIMEOUT`] (slowloris) or stay idle that long are closed.
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    builder.http2().timer(TokioTimer::new()).keep_alive_interval(HEADER_TIMEOUT).keep_alive_timeout(HEADER_TIMEOUT);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors and the like: wait, do not spin.
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            app.clone().oneshot(req.map(axum::body::Body::new))
+        });
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("HTTP connection: {e}");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await.is_err() {
+        tracing::warn!("some HTTP connections were still open 10 s after shutdown began");
+    }
+    Ok(())
 }

@@ -51,6 +51,9 @@ pub struct AppState {
     pub rejects: Arc<crate::intake::Rejects>,
     /// Groups whose desired state could not be published yet.
     pub unpublished: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Held while a module blob is written with its row, or a row removed
+    /// with its unused blob.
+    pub blob_lock: Arc<tokio::sync::Mutex<()>>,
     /// Deployments that cannot be published (not transiently), and why.
     pub publish_errors: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }

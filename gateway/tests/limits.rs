@@ -247,3 +247,73 @@ fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bou
         (usage_totals(&u) == expected).then_some(())
     });
 }
+
+#[test]
+fn the_gateway_sheds_slow_clients_sends_safe_headers_and_keeps_shared_blobs() {
+    use std::io::{Read, Write};
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+
+    // Slowloris: connections that never finish their headers are closed
+    // (10 s), while others are served.
+    let mut slow: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+            s
+        })
+        .collect();
+    assert_eq!(api.get(None, "/healthz").status, 200);
+    let started = std::time::Instant::now();
+    for s in &mut slow {
+        let mut buf = [0u8; 64];
+        // Closed (0 bytes or a reset), not answered and not left open.
+        let n = s.read(&mut buf).unwrap_or(0);
+        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text:?}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(25), "slow clients held for {:?}", started.elapsed());
+
+    // The dashboard and the API say how browsers may use them.
+    let page = ureq::get(format!("{}/dashboard", gw.url)).call().unwrap();
+    let h = page.headers();
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["x-frame-options"], "DENY");
+    let csp = h["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(csp.contains("script-src 'sha256-"), "{csp}");
+
+    // Memory no host can give is refused, naming the limit.
+    let (_, a) = api.tenant("a");
+    let (_, b) = api.tenant("b");
+    let noop = std::fs::read(nf("noop")).unwrap();
+    assert_eq!(api.upload(Some(&a), "noop", "1", &noop).status, 201);
+    let r = api.post(
+        Some(&a),
+        "/v1/deployments",
+        &json!({ "name": "big", "nfs": [{ "module": "noop@1", "limits": { "memory_mb": 1024 } }] }),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("1-256"), "{}", r.body);
+
+    // Two tenants share a blob (same bytes): one deleting its module while
+    // the other uploads and deploys never takes the other's bytes away.
+    for round in 0..15 {
+        let version = format!("{round}");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _ = api.delete(Some(&a), "/v1/modules/noop@1");
+                assert_eq!(api.upload(Some(&a), "noop", "1", &noop).status, 201);
+            });
+            s.spawn(|| {
+                assert_eq!(api.upload(Some(&b), "noop", &version, &noop).status, 201);
+            });
+        });
+        let name = format!("d{round}");
+        let r = api.post(Some(&b), "/v1/deployments", &json!({ "name": name, "module": format!("noop@{version}") }));
+        assert_eq!(r.status, 201, "round {round}: {}", r.body);
+    }
+}
