@@ -169,3 +169,32 @@ fn a_bad_backend_is_refused() {
     let e = run(&config, &opts).unwrap_err().to_string();
     assert!(e.contains("backend-two"), "{e}");
 }
+
+#[test]
+fn a_frame_too_long_to_rewrite_is_refused_alone_and_its_batch_is_balanced() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let module = runtime.load_file(&nf("lb")).unwrap();
+    let spec = NfSpec {
+        module,
+        config: lb_config(&["10.1.0.1", "10.1.0.2", "10.1.0.3"]).into_bytes().into(),
+        limits: NfLimits::default(),
+    };
+    let mut chain = Chain::new(&runtime, &[spec]).unwrap();
+    // 31 connections to the VIP and, in the middle, one 70,000-byte frame
+    // to it: its rewrite could not be represented.
+    let mut frames: Vec<Vec<u8>> = (0..31u16).map(|i| to_vip(i, SYN)).collect();
+    let mut jumbo = to_vip(99, SYN);
+    jumbo.resize(70_000, 0);
+    frames.insert(15, jumbo);
+    let raw: Vec<RawPacket<'_>> = frames
+        .iter()
+        .map(|f| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 1, ingress_port: 0 })
+        .collect();
+    let results = chain.process(&raw).to_vec();
+    assert_eq!(results[15].fate, sluice_runtime::Fate::Refused);
+    assert_eq!(chain.refused(), 1);
+    for (i, r) in results.iter().enumerate().filter(|(i, _)| *i != 15) {
+        assert_eq!(r.fate, sluice_runtime::Fate::Forward(0), "packet {i}");
+        assert!(r.data.as_deref().is_some_and(checksums_ok), "packet {i} was not balanced");
+    }
+}

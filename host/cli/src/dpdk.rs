@@ -65,8 +65,8 @@ pub struct QueueCounters {
     pub dropped_by_nf: u64,
     /// Packets dropped because the TX ring was full.
     pub dropped_tx_full: u64,
-    /// Packets dropped because a verdict named no configured port, or a
-    /// rewrite did not fit an mbuf.
+    /// Packets dropped because a verdict named no configured port, a
+    /// rewrite did not fit an mbuf, or the frame was too long for any NF.
     pub dropped_other: u64,
 }
 
@@ -392,6 +392,7 @@ fn worker_loop(
             let Some(c) = counters.get_mut(pi) else { continue };
             match fate {
                 Fate::Dropped(_) => c.dropped_by_nf += 1,
+                Fate::Refused => c.dropped_other += 1,
                 Fate::Forward(port) => {
                     let target = if port == 0 {
                         Some(default_out(pi, opts.pairs, n_ports))

@@ -24,6 +24,9 @@ pub enum Fate {
     Forward(u16),
     /// Dropped by the chain's NF at this position.
     Dropped(usize),
+    /// Refused before any NF ran: a frame longer than
+    /// [`crate::instance::MAX_PACKET_LEN`], which no NF could rewrite.
+    Refused,
 }
 
 /// One packet's result.
@@ -91,9 +94,18 @@ pub struct Chain {
     /// The packets the builder holds, and whether their bytes are current.
     built: Vec<usize>,
     statuses: Vec<BatchStatus>,
+    /// Frames refused at ingress (see [`Fate::Refused`]).
+    refused: u64,
 }
 
 impl Chain {
+    /// Frames refused at ingress so far: longer than
+    /// [`crate::instance::MAX_PACKET_LEN`]; each is dropped alone, never
+    /// the batch it came in.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
     /// A linear chain: instantiates every NF (in order) and runs `init`.
     pub fn new(runtime: &Runtime, specs: &[NfSpec]) -> Result<Self, RuntimeError> {
         Self::with_routes(runtime, specs, Routes::linear(specs.len()))
@@ -139,6 +151,7 @@ impl Chain {
         let with_flows = stages.iter().any(NfInstance::needs_flows);
         Chain {
             statuses: vec![BatchStatus::Ok; stages.len()],
+            refused: 0,
             inbox: vec![Vec::new(); stages.len()],
             stages,
             routes,
@@ -210,14 +223,24 @@ impl Chain {
             inbox.clear();
         }
         let Some(first) = self.inbox.first_mut() else { return };
-        first.extend(base..base + packets.len());
         self.built.clear();
         self.builder.clear();
-        for p in packets {
+        for (i, p) in packets.iter().enumerate() {
+            if p.data.len() > crate::instance::MAX_PACKET_LEN {
+                if self.refused == 0 {
+                    tracing::warn!(bytes = p.data.len(), "refusing a frame longer than 65,535 bytes (counted)");
+                }
+                self.refused += 1;
+                if let Some(r) = self.results.get_mut(base + i) {
+                    r.fate = Fate::Refused;
+                }
+                continue;
+            }
+            first.push(base + i);
             // Cannot fail: at most MAX_BATCH packets.
             let _ = self.builder.push(*p);
+            self.built.push(base + i);
         }
-        self.built.extend(base..base + packets.len());
         for s in 0..self.stages.len() {
             let Some(slot) = self.inbox.get_mut(s) else { continue };
             let mut mine = std::mem::take(slot);
