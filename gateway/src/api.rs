@@ -495,7 +495,8 @@ pub struct UploadParams {
     request_body(content = Vec<u8>, content_type = "application/wasm"),
     responses((status = 201, body = ModuleOut),
         (status = 400, description = "not WebAssembly, or bad name/version", body = ErrorBody),
-        (status = 409, description = "name and version exist", body = ErrorBody),
+        (status = 409, description = "name and version exist, or a quota (`quota_exceeded`)", body = ErrorBody),
+        (status = 429, description = "too many uploads of this tenant in flight", body = ErrorBody),
         (status = 413, description = "over the size limit", body = ErrorBody),
         (status = 422, description = "a core module, an invalid component, or not the sluice:nf world", body = ErrorBody)))]
 pub async fn upload_module(
@@ -515,6 +516,18 @@ pub async fn upload_module(
             return Err(e);
         }
     };
+    let quotas = &st.config.quotas;
+    let Some(_turn) = st.upload_turn(&tenant.id, quotas.uploads_in_flight) else {
+        drain(body, st.config.max_module_bytes()).await;
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_uploads",
+            format!(
+                "this tenant has {} uploads being checked already (quotas.uploads-in-flight); retry when one is done",
+                quotas.uploads_in_flight
+            ),
+        ));
+    };
     let bytes = read_limited(body, st.config.max_module_bytes()).await?;
     let Query(q) = query
         .map_err(|e| ApiError::bad_request(format!("{}; give ?name=<module name>&version=<version>", e.body_text())))?;
@@ -529,9 +542,26 @@ pub async fn upload_module(
             q.name, q.version
         )));
     }
+    let held = st.store.modules(&tenant.id)?;
+    let held_bytes: u64 = held.iter().map(|m| u64::try_from(m.size).unwrap_or(0)).sum();
+    if held.len() >= quotas.modules as usize {
+        return Err(quota(format!(
+            "this tenant holds {} module versions, its quota (quotas.modules); delete unused ones first",
+            held.len()
+        )));
+    }
+    if held_bytes.saturating_add(bytes.len() as u64) > quotas.module_mb << 20 {
+        return Err(quota(format!(
+            "this tenant's modules would take {} bytes, over its quota of {} MiB (quotas.module-mb); delete unused ones first",
+            held_bytes.saturating_add(bytes.len() as u64),
+            quotas.module_mb
+        )));
+    }
     let runtime = st.runtime.clone();
     let name = q.name.clone();
     let data = bytes.clone();
+    // Compiling is the gateway's most expensive work: a few at a time.
+    let _compile = st.compiles.clone().acquire_owned().await.map_err(ApiError::internal)?;
     let loaded = tokio::task::spawn_blocking(move || runtime.load(&name, &data).map(|m| m.contract_version()))
         .await
         .map_err(ApiError::internal)?;
@@ -974,6 +1004,40 @@ async fn resolve(
     Ok((placements, module_ids))
 }
 
+/// A count or size quota was reached.
+fn quota(message: String) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "quota_exceeded", message)
+}
+
+/// Checks that `tenant` may hold `nfs` more NF instances in `group` (and,
+/// if `new`, one more deployment), not counting deployment `except`.
+fn check_deployment_quotas(
+    st: &AppState,
+    tenant: &Tenant,
+    group: &str,
+    nfs: usize,
+    except: Option<&str>,
+) -> Result<(), ApiError> {
+    let q = &st.config.quotas;
+    let mine = st.store.deployments(&tenant.id)?;
+    if except.is_none() && mine.len() >= q.deployments as usize {
+        return Err(quota(format!(
+            "this tenant has {} deployments, its quota (quotas.deployments); delete one first",
+            mine.len()
+        )));
+    }
+    let in_group: usize =
+        mine.iter().filter(|d| d.group == group && Some(d.id.as_str()) != except).map(|d| stored_nfs(d).len()).sum();
+    if in_group + nfs > q.nfs_per_group as usize {
+        return Err(quota(format!(
+            "this tenant would run {} NF instances in host group '{group}', over its quota of {} (quotas.nfs-per-group)",
+            in_group + nfs,
+            q.nfs_per_group
+        )));
+    }
+    Ok(())
+}
+
 async fn trial_start(st: &AppState, placements: &[NfPlacement], routes: Vec<Routes>) -> Result<(), ApiError> {
     let mut blobs = Vec::new();
     for p in placements {
@@ -984,6 +1048,7 @@ async fn trial_start(st: &AppState, placements: &[NfPlacement], routes: Vec<Rout
     }
     let runtime = st.runtime.clone();
     let placements = placements.to_vec();
+    let _compile = st.compiles.clone().acquire_owned().await.map_err(ApiError::internal)?;
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
         let mut specs = Vec::new();
         for (p, bytes) in placements.iter().zip(&blobs) {
@@ -1067,6 +1132,7 @@ pub async fn create_deployment(
     let group = req.group.clone().unwrap_or_else(|| "default".into());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
     check_granted(&st, &tenant, &group)?;
+    check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), None)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
     let name = match &req.name {
         Some(n) => n.clone(),
@@ -1160,6 +1226,7 @@ pub async fn update_deployment(
     let group = req.group.clone().unwrap_or_else(|| row.group.clone());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
     check_granted(&st, &tenant, &group)?;
+    check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), Some(&row.id))?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
     let old_group = row.group.clone();
     let new = DeploymentRow {

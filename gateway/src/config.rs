@@ -19,6 +19,14 @@
 //!                                    # servers' authorization block is written
 //! default-groups = ["default"]       # host groups a new tenant may deploy to
 //!
+//! [quotas]                           # per tenant (see docs/security.md)
+//! deployments = 50                   # deployments
+//! nfs-per-group = 64                 # NF instances (chain lengths summed) per host group
+//! modules = 200                      # module versions stored
+//! module-mb = 1024                   # bytes of module versions stored, MiB
+//! uploads-in-flight = 2              # uploads being checked at once (more: 429)
+//! compiles = 2                       # gateway-wide: modules compiled at once (more wait)
+//!
 //! [billing]                          # the price plan
 //! currency = "USD"
 //! per-million-packets = 0.05
@@ -173,6 +181,37 @@ pub struct GatewayConfig {
     /// Price plan.
     #[serde(default)]
     pub billing: PricePlan,
+    /// What one tenant may hold and do at once.
+    #[serde(default)]
+    pub quotas: Quotas,
+}
+
+/// Per-tenant quotas (and the gateway's compile concurrency). A count or
+/// size quota is answered `409 quota_exceeded`, a concurrency quota `429`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Quotas {
+    /// Deployments per tenant.
+    pub deployments: u32,
+    /// NF instances per tenant and host group: every NF of every
+    /// deployment runs on each host of its group, so this bounds what one
+    /// tenant takes of a host's instance pool.
+    pub nfs_per_group: u32,
+    /// Module versions per tenant.
+    pub modules: u32,
+    /// Bytes of module versions per tenant, MiB.
+    pub module_mb: u64,
+    /// Uploads of one tenant being checked at once.
+    pub uploads_in_flight: u32,
+    /// Modules compiled at once by the gateway, all tenants together
+    /// (uploads and deployments' trial starts wait for a turn).
+    pub compiles: u32,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas { deployments: 50, nfs_per_group: 64, modules: 200, module_mb: 1024, uploads_in_flight: 2, compiles: 2 }
+    }
 }
 
 fn default_listen() -> String {
@@ -209,6 +248,7 @@ impl Default for GatewayConfig {
             nats_auth_file: None,
             default_groups: Vec::new(),
             billing: PricePlan::default(),
+            quotas: Quotas::default(),
         }
     }
 }
@@ -279,6 +319,9 @@ impl GatewayConfig {
             )),
             Some(t) if t.len() < 8 => Err(ConfigError::Invalid("the admin token must be at least 8 characters".into())),
             Some(_) if self.max_module_mb == 0 => Err(ConfigError::Invalid("max-module-mb must be at least 1".into())),
+            Some(_) if self.quotas.compiles == 0 || self.quotas.uploads_in_flight == 0 => {
+                Err(ConfigError::Invalid("quotas.compiles and quotas.uploads-in-flight must be at least 1".into()))
+            }
             Some(_) if self.nats_replicas.is_some_and(|n| !(1..=5).contains(&n)) => {
                 Err(ConfigError::Invalid("nats-replicas must be 1 to 5".into()))
             }

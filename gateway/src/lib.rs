@@ -117,6 +117,7 @@ impl Gateway {
             ..RuntimeConfig::default()
         })?;
         let admin_hash = auth::hash(config.admin_token.as_deref().unwrap_or_default());
+        let compiles = usize::try_from(config.quotas.compiles).unwrap_or(1).max(1);
         state::write_nats_authorization(&config, &store).map_err(GatewayError::NatsAuth)?;
         Ok(Gateway {
             state: AppState {
@@ -131,6 +132,8 @@ impl Gateway {
                 unpublished: Arc::default(),
                 publish_errors: Arc::default(),
                 blob_lock: Arc::default(),
+                compiles: Arc::new(tokio::sync::Semaphore::new(compiles)),
+                uploads: Arc::default(),
             },
         })
     }

@@ -51,6 +51,10 @@ pub struct AppState {
     pub rejects: Arc<crate::intake::Rejects>,
     /// Groups whose desired state could not be published yet.
     pub unpublished: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Turns to compile modules (`quotas.compiles`).
+    pub compiles: Arc<tokio::sync::Semaphore>,
+    /// Uploads being checked, per tenant.
+    pub uploads: Arc<std::sync::Mutex<HashMap<String, u32>>>,
     /// Held while a module blob is written with its row, or a row removed
     /// with its unused blob.
     pub blob_lock: Arc<tokio::sync::Mutex<()>>,
@@ -61,6 +65,37 @@ pub struct AppState {
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState").field("blobs", &self.blobs).finish_non_exhaustive()
+    }
+}
+
+/// One upload of a tenant being checked; counted until dropped.
+pub struct UploadTurn {
+    uploads: Arc<std::sync::Mutex<HashMap<String, u32>>>,
+    tenant: String,
+}
+
+impl AppState {
+    /// Counts an upload of `tenant`, unless it has `limit` in flight.
+    pub fn upload_turn(&self, tenant: &str, limit: u32) -> Option<UploadTurn> {
+        let mut map = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = map.entry(tenant.to_string()).or_insert(0);
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(UploadTurn { uploads: self.uploads.clone(), tenant: tenant.to_string() })
+    }
+}
+
+impl Drop for UploadTurn {
+    fn drop(&mut self) {
+        let mut map = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.tenant);
+            }
+        }
     }
 }
 

@@ -317,3 +317,96 @@ fn the_gateway_sheds_slow_clients_sends_safe_headers_and_keeps_shared_blobs() {
         assert_eq!(r.status, 201, "round {round}: {}", r.body);
     }
 }
+
+#[test]
+fn quotas_answer_409_or_429_and_bound_what_one_tenant_holds() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        "[quotas]\ndeployments = 3\nnfs-per-group = 4\nmodules = 3\nmodule-mb = 64\nuploads-in-flight = 1\ncompiles = 1\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_GATEWAY_CONFIG", config.to_str().unwrap())]);
+    let api = gw.api();
+    let (_, a) = api.tenant("a");
+    let (_, b) = api.tenant("b");
+    let noop = std::fs::read(nf("noop")).unwrap();
+
+    // Module versions: the fourth is over the quota; another tenant is not.
+    for v in ["1", "2", "3"] {
+        assert_eq!(api.upload(Some(&a), "noop", v, &noop).status, 201);
+    }
+    let r = api.upload(Some(&a), "noop", "4", &noop);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["error"], "quota_exceeded");
+    assert!(r.body["message"].as_str().unwrap().contains("quotas.modules"), "{}", r.body);
+    assert_eq!(api.upload(Some(&b), "noop", "1", &noop).status, 201);
+
+    // NF instances per group: a chain of 3 and one of 2 exceed 4.
+    let chain = |n: usize| (0..n).map(|i| json!({ "name": format!("n{i}"), "module": "noop@1" })).collect::<Vec<_>>();
+    assert_eq!(api.post(Some(&a), "/v1/deployments", &json!({ "name": "c3", "nfs": chain(3) })).status, 201);
+    let r = api.post(Some(&a), "/v1/deployments", &json!({ "name": "c2", "nfs": chain(2) }));
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("quotas.nfs-per-group"), "{}", r.body);
+    // An update is counted without the deployment's own NFs.
+    assert_eq!(api.put(Some(&a), "/v1/deployments/c3", &json!({ "nfs": chain(4) })).status, 200);
+    assert_eq!(api.put(Some(&a), "/v1/deployments/c3", &json!({ "nfs": chain(2) })).status, 200);
+    // Deployments: the fourth is over the quota.
+    for name in ["d1", "d2"] {
+        assert_eq!(api.post(Some(&a), "/v1/deployments", &json!({ "name": name, "module": "noop@1" })).status, 201);
+    }
+    let r = api.post(Some(&a), "/v1/deployments", &json!({ "name": "d3", "module": "noop@1" }));
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("quotas.deployments"), "{}", r.body);
+    // The other tenant is not affected.
+    assert_eq!(api.post(Some(&b), "/v1/deployments", &json!({ "name": "x", "nfs": chain(4) })).status, 201);
+
+    // Uploads in flight: with one allowed, concurrent uploads of a tenant
+    // get 429 (not queued), and every one is either 201 or 429.
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|i| {
+                let (api, b, noop) = (&api, &b, &noop);
+                s.spawn(move || api.upload(Some(b), "noop", &format!("p{i}"), noop).status)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|s| [201, 429, 409].contains(s)), "{statuses:?}");
+    assert!(statuses.contains(&201), "{statuses:?}");
+}
+
+#[test]
+fn one_tenants_many_deployments_leave_room_for_the_next_tenant() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 50);
+    let report = dir.path().join("h1.json");
+    let _host = start_replay_host(
+        &nats,
+        &gw,
+        dir.path(),
+        "h1",
+        Replay { pcap: &pcap, loops: 0, pps: 500, window_ms: 500, report: &report },
+    );
+    let (_, a) = api.tenant("a");
+    let (_, b) = api.tenant("b");
+    let noop = std::fs::read(nf("noop")).unwrap();
+    assert_eq!(api.upload(Some(&a), "noop", "1", &noop).status, 201);
+    assert_eq!(api.upload(Some(&b), "noop", "1", &noop).status, 201);
+    // 40 deployments (more than the 32 instances a host once held) ...
+    for i in 0..40 {
+        let r = api.post(Some(&a), "/v1/deployments", &json!({ "name": format!("d{i}"), "module": "noop@1" }));
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    for i in 0..40 {
+        api.wait_running(&a, &format!("d{i}"), 1);
+    }
+    // ... and the next tenant's still starts.
+    assert_eq!(api.post(Some(&b), "/v1/deployments", &json!({ "name": "mine", "module": "noop@1" })).status, 201);
+    api.wait_running(&b, "mine", 1);
+}

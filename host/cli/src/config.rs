@@ -11,6 +11,8 @@
 //! cache-dir = "/var/cache/sluice"     # SLUICE_CACHE_DIR; "" disables; default
 //!                                      # $XDG_CACHE_HOME/sluice or ~/.cache/sluice
 //! max-memory-mb = 256        # SLUICE_MAX_MEMORY_MB: pool slot size
+//! max-instances = 512        # SLUICE_MAX_INSTANCES: NF instances the pool holds
+//!                            # (default: 2 × NFs × workers, at least 32; `serve`: 512)
 //! fuel = false               # SLUICE_FUEL: compile in fuel metering
 //!
 //! [nf.firewall]
@@ -101,6 +103,10 @@ pub struct NfSection {
     pub config_text: Option<String>,
 }
 
+/// NF instances a `serve` host's pool holds by default: eight tenants at
+/// the gateway's default `quotas.nfs-per-group` (64).
+pub const SERVE_INSTANCES: u32 = 512;
+
 /// The whole host configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -117,6 +123,12 @@ pub struct HostConfig {
     /// Pool slot size (the largest memory any NF may get), MiB.
     #[serde(default = "default_max_memory")]
     pub max_memory_mb: u64,
+    /// NF instances the engine's pool holds (every NF on every worker,
+    /// plus room for swaps and re-creations). Default: 2 × NFs × workers,
+    /// at least 32; under `serve`, where the group's tenants decide what
+    /// runs, [`SERVE_INSTANCES`].
+    #[serde(default)]
+    pub max_instances: Option<u32>,
     /// Whether fuel metering is compiled in.
     #[serde(default)]
     pub fuel: bool,
@@ -158,6 +170,7 @@ impl Default for HostConfig {
             workers: default_workers(),
             cache_dir: default_cache_dir(),
             max_memory_mb: default_max_memory(),
+            max_instances: None,
             fuel: false,
             nf: BTreeMap::new(),
             nf_defaults: NfSection::default(),
@@ -206,6 +219,9 @@ impl HostConfig {
         if let Some(v) = env_parse("SLUICE_MAX_MEMORY_MB")? {
             cfg.max_memory_mb = v;
         }
+        if let Some(v) = env_parse("SLUICE_MAX_INSTANCES")? {
+            cfg.max_instances = Some(v);
+        }
         if let Some(v) = env_parse("SLUICE_FUEL")? {
             cfg.fuel = v;
         }
@@ -233,10 +249,18 @@ impl HostConfig {
         RuntimeConfig {
             cache_dir: if self.cache_dir.as_os_str().is_empty() { None } else { Some(self.cache_dir.clone()) },
             max_memory_bytes: self.max_memory_mb << 20,
-            max_instances: (nfs * self.workers.max(1) as u32 * 2).max(32),
+            max_instances: self.max_instances.unwrap_or((nfs * self.workers.max(1) as u32 * 2).max(32)),
             fuel: self.fuel || self.nf.values().any(|s| s.fuel.unwrap_or(0) > 0),
             ..RuntimeConfig::default()
         }
+    }
+
+    /// The engine settings of `serve`: the pool holds
+    /// [`SERVE_INSTANCES`] unless `max-instances` says otherwise, so one
+    /// tenant's many small deployments do not leave the next tenant none
+    /// (the gateway's `quotas.nfs-per-group` bounds each tenant's share).
+    pub fn serve_runtime(&self) -> RuntimeConfig {
+        RuntimeConfig { max_instances: self.max_instances.unwrap_or(SERVE_INSTANCES), ..self.runtime() }
     }
 
     /// Limits of NF `name`: its section over the environment defaults over

@@ -300,7 +300,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 state_dir,
                 report,
                 output,
-                runtime: config.runtime(),
+                runtime: config.serve_runtime(),
                 batch_size: config.batch_size,
                 limits: config.limits(""),
             };
