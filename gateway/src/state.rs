@@ -149,8 +149,8 @@ impl AppState {
         let mut set = DesiredSet { group: group.to_string(), deployments: Vec::new() };
         let mut failed = HashMap::new();
         'rows: for row in rows {
-            let nfs = stored_nfs(&row);
-            for nf in &nfs {
+            let spec = desired_spec(&row);
+            for nf in &spec.nfs {
                 let bytes = match tokio::fs::read(self.blob_path(&nf.module.digest)).await {
                     Ok(b) => b,
                     Err(e) => {
@@ -160,7 +160,7 @@ impl AppState {
                 };
                 self.bus.put_module(&nf.module.digest, &bytes).await.map_err(|e| e.to_string())?;
             }
-            set.deployments.push(desired_spec(&row));
+            set.deployments.push(spec);
         }
         let result = match self.bus.set_desired(&set).await {
             Ok(()) => Ok(()),

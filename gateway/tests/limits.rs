@@ -11,6 +11,15 @@ mod support;
 use serde_json::json;
 use support::*;
 
+/// Runs `f(0..n)` on `n` threads at once; their answers in order.
+fn at_once<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = (0..n).map(|i| s.spawn(move || f(i))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn an_oversize_deployment_is_refused_or_fails_alone_and_the_group_converges() {
     let dir = test_dir();
@@ -97,42 +106,18 @@ fn concurrent_updates_lose_nothing_and_the_host_runs_the_revision_reported() {
     assert_eq!(api.upload(Some(&key), "noop", "1", &std::fs::read(nf("noop")).unwrap()).status, 201);
 
     // Eight creates of one name at once: one 201, the others 409, no 500.
-    let statuses: Vec<u16> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8)
-            .map(|i| {
-                let (api, key) = (&api, &key);
-                s.spawn(move || {
-                    api.post(
-                        Some(key),
-                        "/v1/deployments",
-                        &json!({ "name": "c", "module": "noop@1", "config": format!("create {i}") }),
-                    )
-                    .status
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let statuses = at_once(8, |i| {
+        let body = json!({ "name": "c", "module": "noop@1", "config": format!("create {i}") });
+        api.post(Some(&key), "/v1/deployments", &body).status
     });
     assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "{statuses:?}");
     assert!(statuses.iter().all(|s| *s == 201 || *s == 409), "{statuses:?}");
     api.wait_running(&key, "c", 1);
 
     // Ten updates at once: each 200 or 409; every 200 is one revision.
-    let statuses: Vec<u16> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..10)
-            .map(|i| {
-                let (api, key) = (&api, &key);
-                s.spawn(move || {
-                    api.put(
-                        Some(key),
-                        "/v1/deployments/c",
-                        &json!({ "module": "noop@1", "config": format!("update {i}") }),
-                    )
-                    .status
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let statuses = at_once(10, |i| {
+        let body = json!({ "module": "noop@1", "config": format!("update {i}") });
+        api.put(Some(&key), "/v1/deployments/c", &body).status
     });
     assert!(statuses.iter().all(|s| *s == 200 || *s == 409), "{statuses:?}");
     let won = statuses.iter().filter(|s| **s == 200).count();
@@ -365,15 +350,7 @@ fn quotas_answer_409_or_429_and_bound_what_one_tenant_holds() {
 
     // Uploads in flight: with one allowed, concurrent uploads of a tenant
     // get 429 (not queued), and every one is either 201 or 429.
-    let statuses: Vec<u16> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..6)
-            .map(|i| {
-                let (api, b, noop) = (&api, &b, &noop);
-                s.spawn(move || api.upload(Some(b), "noop", &format!("p{i}"), noop).status)
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let statuses = at_once(6, |i| api.upload(Some(&b), "noop", &format!("p{i}"), &noop).status);
     assert!(statuses.iter().all(|s| [201, 429, 409].contains(s)), "{statuses:?}");
     assert!(statuses.contains(&201), "{statuses:?}");
 }

@@ -545,6 +545,10 @@ impl Bus for NatsBus {
     async fn publish_events(&self, batch: &EventBatch) -> Result<(), BusError> {
         let subject = self.names.event(&batch.host)?;
         let max = self.client.server_info().max_payload.max(1024);
+        let body = serde_json::to_vec(batch).map_err(|e| BusError::op("encoding events", e))?;
+        if body.len() <= max {
+            return self.client.publish(subject, body.into()).await.map_err(|e| BusError::op("publishing events", e));
+        }
         // Split into messages under the server's max_payload.
         let mut parts = vec![batch.clone()];
         while let Some(part) = parts.pop() {
