@@ -11,6 +11,13 @@ mod support;
 use serde_json::json;
 use support::*;
 
+/// Host `h1` replaying a synthetic trace of `sessions` forever at `pps`.
+fn replaying_host(nats: &Nats, gw: &Gateway, dir: &std::path::Path, sessions: usize, pps: u32) -> Proc {
+    let pcap = trace(dir, sessions);
+    let report = dir.join("h1.json");
+    start_replay_host(nats, gw, dir, "h1", Replay { pcap: &pcap, loops: 0, pps, window_ms: 200, report: &report })
+}
+
 /// Runs `f(0..n)` on `n` threads at once; their answers in order.
 fn at_once<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     std::thread::scope(|s| {
@@ -28,15 +35,7 @@ fn an_oversize_deployment_is_refused_or_fails_alone_and_the_group_converges() {
     let nats = Nats::start_with(dir.path(), |c| c.replace("max_payload: 8MB", "max_payload: 256KB"));
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = gw.api();
-    let pcap = trace(dir.path(), 100);
-    let report = dir.path().join("h1.json");
-    let _host = start_replay_host(
-        &nats,
-        &gw,
-        dir.path(),
-        "h1",
-        Replay { pcap: &pcap, loops: 0, pps: 2000, window_ms: 200, report: &report },
-    );
+    let _host = replaying_host(&nats, &gw, dir.path(), 100, 2000);
     let (_, big) = api.tenant("big");
     let (_, small) = api.tenant("small");
     let noop = std::fs::read(nf("noop")).unwrap();
@@ -93,15 +92,7 @@ fn concurrent_updates_lose_nothing_and_the_host_runs_the_revision_reported() {
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = gw.api();
-    let pcap = trace(dir.path(), 100);
-    let report = dir.path().join("h1.json");
-    let _host = start_replay_host(
-        &nats,
-        &gw,
-        dir.path(),
-        "h1",
-        Replay { pcap: &pcap, loops: 0, pps: 2000, window_ms: 200, report: &report },
-    );
+    let _host = replaying_host(&nats, &gw, dir.path(), 100, 2000);
     let (_, key) = api.tenant("acme");
     assert_eq!(api.upload(Some(&key), "noop", "1", &std::fs::read(nf("noop")).unwrap()).status, 201);
 
@@ -361,15 +352,7 @@ fn one_tenants_many_deployments_leave_room_for_the_next_tenant() {
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = gw.api();
-    let pcap = trace(dir.path(), 50);
-    let report = dir.path().join("h1.json");
-    let _host = start_replay_host(
-        &nats,
-        &gw,
-        dir.path(),
-        "h1",
-        Replay { pcap: &pcap, loops: 0, pps: 500, window_ms: 500, report: &report },
-    );
+    let _host = replaying_host(&nats, &gw, dir.path(), 50, 500);
     let (_, a) = api.tenant("a");
     let (_, b) = api.tenant("b");
     let noop = std::fs::read(nf("noop")).unwrap();
