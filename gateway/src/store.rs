@@ -739,6 +739,7 @@ mod tests {
                 state_ops: 2,
                 ..Default::default()
             },
+            trap_causes: Default::default(),
         }
     }
 

@@ -175,7 +175,7 @@ fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bou
     assert_eq!(r.status, 422, "{}", r.body);
     assert!(r.body["message"].as_str().unwrap().contains("out of range"), "{}", r.body);
     // The others start: their harm is bounded while they run.
-    let modes = ["pool", "big-event", "log-flood", "flow-flood"];
+    let modes = ["pool", "big-event", "log-flood", "flow-flood", "panic"];
     for mode in modes {
         let r =
             api.post(Some(&evil), "/v1/deployments", &json!({ "name": mode, "module": "hostile@1", "config": mode }));
@@ -215,6 +215,12 @@ fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bou
         let id = api.get(Some(&evil), &format!("/v1/deployments/{mode}")).body["id"].as_str().unwrap().to_string();
         assert!(r["deployments"][&id]["packets_in"].as_u64().unwrap() > 0, "{mode}");
     }
+    // Meter records name each trap's cause.
+    let id = api.get(Some(&evil), "/v1/deployments/panic").body["id"].as_str().unwrap().to_string();
+    let nfs = r["deployments"][&id]["nfs"].as_object().unwrap();
+    let totals = nfs.values().next().unwrap();
+    assert!(totals["traps"].as_u64().unwrap() > 0, "{totals}");
+    assert_eq!(totals["trap_causes"]["panic"], totals["traps"], "{totals}");
     // The good tenant's bill is exactly what the host processed for it.
     let mine = &r["deployments"][&good_id]["nfs"];
     let expected = report_totals(&[json!({ "deployments": { "good": { "nfs": mine } } })]);

@@ -52,7 +52,7 @@ fn check_trapped(mode: &str, cause: &str) {
     let h = &r.nfs[1];
     assert_eq!(h.name, "hostile");
     assert_eq!(h.meters.traps, 2, "{mode}: {:?}", h.meters);
-    assert_eq!(h.trap_causes.get(cause).copied(), Some(2), "{mode}: {:?}", h.trap_causes);
+    assert_eq!(h.meters.trap_causes.get(cause).copied(), Some(2), "{mode}: {:?}", h.meters.trap_causes);
     assert_eq!(h.meters.policy_packets, 8);
     // Re-created after each trap (lazily, so the last trap leaves none).
     assert_eq!(h.meters.instantiations, 2);
@@ -89,7 +89,7 @@ fn fuel_limit_stops_a_loop_deterministically() {
     let dir = tempfile::tempdir().unwrap();
     let (r, out) = run_hostile(dir.path(), "loop", "fail-closed", "fuel = 200000");
     let h = &r.nfs[1];
-    assert_eq!(h.trap_causes.get("out of fuel").copied(), Some(2), "{:?}", h.trap_causes);
+    assert_eq!(h.meters.trap_causes.get("out of fuel").copied(), Some(2), "{:?}", h.meters.trap_causes);
     assert!(out.is_empty());
     // Fail-closed: the NF after it saw nothing.
     assert_eq!(r.nfs[2].meters.packets, 0);

@@ -6,6 +6,7 @@
 
 mod chain;
 mod conformance;
+mod cores;
 mod dns;
 mod firewall;
 mod hostile;

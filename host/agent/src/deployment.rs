@@ -80,6 +80,8 @@ pub struct Shared {
     pub events: mpsc::UnboundedSender<EventBatch>,
     /// Pokes the heartbeat task after a status change.
     pub changed: Arc<tokio::sync::Notify>,
+    /// Cores deployment threads are pinned to.
+    pub cores: sluice_runtime::cores::CorePool,
 }
 
 fn limits_for(base: &NfLimits, nf: &NfPlacement) -> Result<NfLimits, String> {
@@ -222,6 +224,7 @@ impl Active {
                         errors: d(|m| m.errors),
                         events: d(|m| m.events),
                     },
+                    trap_causes: now.trap_causes_since(base),
                 }
             })
             .collect()
@@ -292,11 +295,18 @@ pub fn run(
     replay: Vec<Input>,
 ) {
     let id = spec.id.clone();
+    // The core fewest other deployments hold, until this thread ends.
+    let lease = shared.cores.lease();
+    if lease.as_ref().is_some_and(sluice_runtime::cores::CoreLease::shared) {
+        tracing::info!(deployment = %id, "more deployments than cores: this one shares a core; deadlines count CPU time, so sharing slows it but does not make its NFs trap");
+    }
+    let on = sluice_runtime::cores::pin_worker(&id, lease.as_ref().map(sluice_runtime::cores::CoreLease::core));
     {
         let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
         let d = r.deployments.entry(id.clone()).or_default();
         d.name = spec.name.clone();
         d.tenant = spec.tenant.clone();
+        d.cores = on;
     }
     let resume = journal::read(&shared.journal_dir, &spec.id);
     let mut active = start(&shared, spec, &blobs, resume);

@@ -44,6 +44,9 @@ pub struct NfSums {
     pub digest: String,
     /// Sums of the open window.
     pub sums: MeterSums,
+    /// Its traps by cause.
+    #[serde(default)]
+    pub trap_causes: std::collections::BTreeMap<String, u64>,
 }
 
 /// Where in its input a deployment is.
@@ -101,6 +104,7 @@ impl Checkpoint {
                 window_start_ms: self.window_start_ms,
                 window_end_ms: window_end_ms.max(self.window_start_ms + 1),
                 sums: n.sums,
+                trap_causes: n.trap_causes.clone(),
             })
             .collect()
     }

@@ -84,6 +84,9 @@ pub struct AgentConfig {
     pub batch_size: usize,
     /// Default NF limits (a deployment may override some).
     pub limits: NfLimits,
+    /// Cores deployment threads are pinned to: each takes the core fewest
+    /// others hold.
+    pub cores: sluice_runtime::cores::CoreList,
 }
 
 /// Errors that stop the agent.
@@ -194,6 +197,7 @@ pub async fn serve(
         meters: meter_tx,
         events: event_tx,
         changed: Arc::new(tokio::sync::Notify::new()),
+        cores: sluice_runtime::cores::CorePool::new(&cfg.cores),
     };
     let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));
     let event_bus = bus.clone();

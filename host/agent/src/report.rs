@@ -13,6 +13,9 @@ pub struct Totals {
     pub sums: MeterSums,
     /// Records these sums came from.
     pub records: u64,
+    /// Traps by cause.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trap_causes: BTreeMap<String, u64>,
 }
 
 impl Totals {
@@ -20,6 +23,9 @@ impl Totals {
     pub fn add(&mut self, r: &MeterRecord) {
         self.sums.add(&r.sums);
         self.records += 1;
+        for (cause, n) in &r.trap_causes {
+            *self.trap_causes.entry(cause.clone()).or_default() += n;
+        }
     }
 }
 
@@ -36,6 +42,9 @@ pub struct DeploymentReport {
     pub packets_out: u64,
     /// Per `<nf>@<version>`: the sums of the meter records produced.
     pub nfs: BTreeMap<String, Totals>,
+    /// The cores its thread was pinned to, as the OS reports them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cores: String,
 }
 
 /// Everything this host process metered.

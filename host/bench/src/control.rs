@@ -289,6 +289,7 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
                 state_ops: 10,
                 ..Default::default()
             },
+            trap_causes: Default::default(),
         })
         .collect();
     let rt = tokio::runtime::Runtime::new()?;

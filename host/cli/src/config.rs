@@ -8,6 +8,10 @@
 //! ```toml
 //! batch-size = 32            # SLUICE_BATCH_SIZE
 //! workers = 1                # SLUICE_WORKERS
+//! cores = "0-3"              # SLUICE_CORES: cores workers are pinned to, one
+//!                            # each in list order, round-robin when there are
+//!                            # more workers (default: every core the process
+//!                            # may use; `dpdk`: the EAL's lcores)
 //! cache-dir = "/var/cache/sluice"     # SLUICE_CACHE_DIR; "" disables; default
 //!                                      # $XDG_CACHE_HOME/sluice or ~/.cache/sluice
 //! max-memory-mb = 256        # SLUICE_MAX_MEMORY_MB: pool slot size
@@ -31,6 +35,7 @@
 //! ```
 
 use serde::Deserialize;
+use sluice_runtime::cores::CoreList;
 use sluice_runtime::{FailurePolicy, NfLimits, RuntimeConfig};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +66,14 @@ pub enum ConfigError {
         /// Variable.
         name: String,
         /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The `cores` setting (`--cores`, `SLUICE_CORES`) is unusable.
+    #[error("cores '{value}': {reason}")]
+    Cores {
+        /// The setting.
         value: String,
         /// What is wrong.
         reason: String,
@@ -117,6 +130,12 @@ pub struct HostConfig {
     /// Worker threads.
     #[serde(default = "default_workers")]
     pub workers: usize,
+    /// Cores worker threads are pinned to, as in taskset (`"0-3,6"`): one
+    /// worker per core in list order, round-robin when there are more
+    /// workers than cores. Default: every core the process may use (for
+    /// `dpdk`, the EAL's lcores).
+    #[serde(default)]
+    pub cores: Option<String>,
     /// Compiled-code cache directory; empty disables the cache.
     #[serde(default = "default_cache_dir")]
     pub cache_dir: PathBuf,
@@ -168,6 +187,7 @@ impl Default for HostConfig {
         HostConfig {
             batch_size: default_batch(),
             workers: default_workers(),
+            cores: None,
             cache_dir: default_cache_dir(),
             max_memory_mb: default_max_memory(),
             max_instances: None,
@@ -213,6 +233,9 @@ impl HostConfig {
         if let Some(v) = env_parse("SLUICE_WORKERS")? {
             cfg.workers = v;
         }
+        if let Ok(v) = std::env::var("SLUICE_CORES") {
+            cfg.cores = Some(v);
+        }
         if let Ok(v) = std::env::var("SLUICE_CACHE_DIR") {
             cfg.cache_dir = PathBuf::from(v);
         }
@@ -241,6 +264,31 @@ impl HostConfig {
             });
         }
         Ok(cfg)
+    }
+
+    /// The cores of the `cores` setting, checked against those this
+    /// process may use; `None` when it is not set.
+    pub fn core_list(&self) -> Result<Option<CoreList>, ConfigError> {
+        let Some(text) = self.cores.as_deref() else { return Ok(None) };
+        let err = |reason: String| ConfigError::Cores { value: text.to_string(), reason };
+        let list: CoreList = text.parse().map_err(|e: sluice_runtime::cores::CoreError| err(e.to_string()))?;
+        let allowed = CoreList::allowed().map_err(|e| err(e.to_string()))?;
+        if let Some(c) = list.cores().iter().find(|c| !allowed.cores().contains(c)) {
+            return Err(err(format!("core {c} is not one this process may run on ({allowed})")));
+        }
+        Ok(Some(list))
+    }
+
+    /// The cores workers are pinned to: the `cores` setting, else every
+    /// core the process may use.
+    pub fn worker_cores(&self) -> Result<CoreList, ConfigError> {
+        match self.core_list()? {
+            Some(l) => Ok(l),
+            None => CoreList::allowed().map_err(|e| ConfigError::Cores {
+                value: "(the process's CPU affinity)".into(),
+                reason: e.to_string(),
+            }),
+        }
     }
 
     /// The engine settings.

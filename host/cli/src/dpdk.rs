@@ -18,6 +18,7 @@ use crate::report::NfReport;
 use crate::run::{RunError, load_specs};
 use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Mbuf, Queue};
+use sluice_runtime::cores::CoreList;
 use sluice_runtime::{Chain, Fate, NfMeters, RawPacket, Runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -117,6 +118,11 @@ pub struct DpdkReport {
     pub traps: u64,
     /// Workers.
     pub workers: usize,
+    /// The cores workers were given (`cores`, else the EAL's lcores).
+    pub cores: String,
+    /// The cores each worker ran on, as the OS reported its affinity once
+    /// pinned.
+    pub worker_cores: Vec<String>,
     /// Packets per batch (at most).
     pub batch_size: usize,
     /// Wall time, ns.
@@ -134,7 +140,7 @@ impl DpdkReport {
     pub fn summary(&self) -> String {
         let t = &self.totals;
         let mut s = format!(
-            "packets: {} rx, {} tx, {} dropped by NFs, {} dropped (TX full), {} dropped (other) | batches: {} | traps: {} | {:.3} Mpps | wall {:.3} s | {} worker(s), batch {}\n",
+            "packets: {} rx, {} tx, {} dropped by NFs, {} dropped (TX full), {} dropped (other) | batches: {} | traps: {} | {:.3} Mpps | wall {:.3} s | {} worker(s) on cores {}, batch {}\n",
             t.rx,
             t.tx,
             t.dropped_by_nf,
@@ -145,6 +151,7 @@ impl DpdkReport {
             self.mpps,
             self.wall_ns as f64 / 1e9,
             self.workers,
+            self.worker_cores.join(" "),
             self.batch_size
         );
         for p in &self.ports {
@@ -173,6 +180,10 @@ impl DpdkReport {
                 "  [{}] {:<12} {:>9} pkts {:>8} calls  drop {:>9}  traps {:>3}  errors {:>3}\n",
                 nf.position, nf.name, m.packets, m.invocations, m.dropped, m.traps, m.errors
             ));
+            if !m.trap_causes.is_empty() {
+                let causes: Vec<String> = m.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                s.push_str(&format!("      trap causes: {}\n", causes.join(", ")));
+            }
         }
         s
     }
@@ -183,6 +194,8 @@ struct WorkerResult {
     counters: Vec<QueueCounters>,
     meters: Vec<NfMeters>,
     batches: u64,
+    /// The cores the worker ran on.
+    cores: String,
 }
 
 /// Runs the chain over DPDK ports until stopped (signal, `max_packets` or
@@ -195,6 +208,13 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let specs = load_specs(&runtime, config, &chain)?;
 
     let eal = Eal::init(&opts.eal_args)?;
+    // EAL pinned this (the main) thread to the main lcore, and threads
+    // inherit that: each worker is pinned to its own core instead.
+    let cores = match config.core_list()? {
+        Some(list) => list,
+        None => CoreList::new(eal.lcore_cpus()),
+    };
+    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
     let available = eal.port_count();
     if available == 0 {
         return Err(RunError::Usage(
@@ -230,9 +250,13 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
             let received = received.clone();
             let eal = &eal;
             let port_ids = &port_ids;
+            let core = cores.for_worker(w);
             handles.push(scope.spawn(move || -> Result<WorkerResult, RunError> {
+                let on = sluice_runtime::cores::pin_worker(&format!("dpdk worker {w}"), core);
                 let _guard = eal.register_thread()?;
-                Ok(worker_loop(chain, queues, port_ids, opts, batch, &stop, &received))
+                let mut r = worker_loop(chain, queues, port_ids, opts, batch, &stop, &received);
+                r.cores = on;
+                Ok(r)
             }));
         }
         handles.into_iter().enumerate().map(|(w, h)| h.join().unwrap_or(Err(RunError::Worker(w)))).collect()
@@ -243,9 +267,11 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let mut nfs = NfReport::for_chain(&specs);
     let mut totals = QueueCounters::default();
     let mut batches = 0;
+    let mut worker_cores = Vec::new();
     for r in results {
         let r = r?;
         batches += r.batches;
+        worker_cores.push(r.cores);
         for (pi, c) in r.counters.iter().enumerate() {
             totals.add(c);
             if let Some(v) = per_port.get_mut(pi) {
@@ -285,6 +311,8 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         batches,
         traps: nfs.iter().map(|n| n.meters.traps).sum(),
         workers,
+        cores: cores.to_string(),
+        worker_cores,
         batch_size: batch,
         wall_ns,
         ports: port_reports,
@@ -312,9 +340,13 @@ fn worker_loop(
 ) -> WorkerResult {
     let n_ports = queues.len();
     let mut counters = vec![QueueCounters::default(); n_ports];
+    // Every buffer of the loop is made once and reused: no allocation per
+    // batch (the guest's own answer aside).
     let mut mbufs: Vec<Mbuf> = Vec::with_capacity(batch * n_ports);
     let mut ingress: Vec<usize> = Vec::with_capacity(batch * n_ports);
     let mut scratch: Vec<Vec<u8>> = Vec::new();
+    let mut spare: Vec<RawPacket<'static>> = Vec::with_capacity(batch * n_ports);
+    let mut spare_views: Vec<sluice_dpdk::MbufView<'static>> = Vec::with_capacity(batch * n_ports);
     let mut out: Vec<Vec<Mbuf>> = (0..n_ports).map(|_| Vec::with_capacity(batch)).collect();
     let mut batches = 0u64;
     let mut last_rx = Instant::now();
@@ -347,8 +379,9 @@ fn worker_loop(
         let ts = now_ns();
 
         // Single-segment packets are read in place; multi-segment ones are
-        // first copied into one buffer.
-        let views: Vec<sluice_dpdk::MbufView<'_>> = mbufs.iter().map(Mbuf::view).collect();
+        // first copied into one buffer each.
+        let mut views = recycle(std::mem::take(&mut spare_views));
+        views.extend(mbufs.iter().map(Mbuf::view));
         let mut used = 0;
         for (m, v) in mbufs.iter().zip(&views) {
             if v.data.is_none() {
@@ -361,36 +394,32 @@ fn worker_loop(
                 used += 1;
             }
         }
+        let mut raw = recycle(std::mem::take(&mut spare));
         let mut next_scratch = 0;
-        let raw: Vec<RawPacket<'_>> = views
-            .iter()
-            .zip(&ingress)
-            .map(|(v, &pi)| {
-                let data = match v.data {
-                    Some(d) => d,
-                    None => {
-                        let d = scratch.get(next_scratch).map(Vec::as_slice).unwrap_or(&[]);
-                        next_scratch += 1;
-                        d
-                    }
-                };
-                RawPacket {
-                    data,
-                    wire_len: v.len as u32,
-                    timestamp_ns: ts,
-                    ingress_port: port_ids.get(pi).copied().unwrap_or(0),
+        for (v, &pi) in views.iter().zip(&ingress) {
+            let data = match v.data {
+                Some(d) => d,
+                None => {
+                    let d = scratch.get(next_scratch).map(Vec::as_slice).unwrap_or(&[]);
+                    next_scratch += 1;
+                    d
                 }
-            })
-            .collect();
-        let decisions: Vec<(Fate, Option<Vec<u8>>)> =
-            chain.process(&raw).iter().map(|r| (r.fate.clone(), r.data.clone())).collect();
-        drop(raw);
-        drop(views);
+            };
+            raw.push(RawPacket {
+                data,
+                wire_len: v.len as u32,
+                timestamp_ns: ts,
+                ingress_port: port_ids.get(pi).copied().unwrap_or(0),
+            });
+        }
+        chain.process(&raw);
+        spare = recycle(raw);
+        spare_views = recycle(views);
         batches += 1;
 
-        for ((mut m, pi), (fate, data)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(decisions) {
+        for ((mut m, pi), r) in mbufs.drain(..).zip(ingress.iter().copied()).zip(chain.last_results()) {
             let Some(c) = counters.get_mut(pi) else { continue };
-            match fate {
+            match r.fate {
                 Fate::Dropped(_) => c.dropped_by_nf += 1,
                 Fate::Refused => c.dropped_other += 1,
                 Fate::Forward(port) => {
@@ -399,7 +428,8 @@ fn worker_loop(
                     } else {
                         Some(usize::from(port) - 1).filter(|&t| t < n_ports)
                     };
-                    let fits = data.as_deref().is_none_or(|d| m.set_data(d).is_ok());
+                    // Only packets an NF rewrote are written back.
+                    let fits = r.data.as_deref().is_none_or(|d| m.set_data(d).is_ok());
                     match (target, fits) {
                         (Some(t), true) => {
                             if let Some(o) = out.get_mut(t) {
@@ -427,5 +457,15 @@ fn worker_loop(
         }
     }
     let meters = chain.stages().iter().map(|s| s.meters().clone()).collect();
-    WorkerResult { counters, meters, batches }
+    WorkerResult { counters, meters, batches, cores: String::new() }
+}
+
+/// An empty vector reusing the allocation of `v`: collecting an emptied
+/// `Vec` into one whose elements have the same layout (here, the same
+/// view type with another lifetime) happens in place. The loop keeps one
+/// buffer of views across batches this way without borrowing one batch's
+/// mbufs into the next.
+fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
 }

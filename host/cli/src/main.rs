@@ -53,6 +53,12 @@ enum Command {
         /// Worker threads; flows are pinned to workers by a symmetric hash.
         #[arg(long)]
         workers: Option<usize>,
+        /// Cores the workers run on, as in taskset ("0-3,6"): worker i on
+        /// the i-th core; with more workers than cores they share cores
+        /// round-robin (slower, but deadlines count CPU time, so no NF traps
+        /// for it). Default: every core the process may use.
+        #[arg(long, env = "SLUICE_CORES")]
+        cores: Option<String>,
         /// Do not show a progress bar.
         #[arg(long)]
         quiet: bool,
@@ -83,6 +89,12 @@ enum Command {
         /// Worker threads = RX/TX queue pairs per port.
         #[arg(long)]
         workers: Option<usize>,
+        /// Cores the workers run on ("0-3,6"). Default: the EAL's lcores
+        /// (-l/--lcores), worker lcores first, then the main lcore; worker i
+        /// takes the i-th, round-robin when there are more workers than
+        /// cores (slower, but deadlines count CPU time, so no NF traps).
+        #[arg(long, env = "SLUICE_CORES")]
+        cores: Option<String>,
         /// Stop after this many received packets.
         #[arg(long)]
         max_packets: Option<u64>,
@@ -168,6 +180,11 @@ enum Command {
         /// Packets per batch.
         #[arg(long)]
         batch: Option<usize>,
+        /// Cores deployments run on ("0-3,6"): each deployment's thread is
+        /// pinned to the core fewest others hold. Default: every core the
+        /// process may use.
+        #[arg(long, env = "SLUICE_CORES")]
+        cores: Option<String>,
     },
     /// Write a new nkey seed (mode 0600) for this host's NATS identity and
     /// print its public key, to register with `POST /v1/hosts`.
@@ -220,8 +237,8 @@ fn main() -> ExitCode {
 fn real_main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { nfs, chain, swaps, input, output, report, batch, workers, quiet } => {
-            let config = load_config(cli.config.as_deref(), batch, workers)?;
+        Command::Run { nfs, chain, swaps, input, output, report, batch, workers, cores, quiet } => {
+            let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
             let opts =
                 RunOptions { nfs, chain, swaps, input, output, progress: !quiet && std::io::stderr().is_terminal() };
             finish(sluice_host::run(&config, &opts), sluice_host::Report::summary, report)
@@ -234,6 +251,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             pairs,
             batch,
             workers,
+            cores,
             max_packets,
             idle_exit_ms,
             mbufs,
@@ -241,7 +259,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             report,
             eal,
         } => {
-            let config = load_config(cli.config.as_deref(), batch, workers)?;
+            let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
@@ -278,8 +296,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
             report,
             output,
             batch,
+            cores,
         } => {
-            let config = load_config(cli.config.as_deref(), batch, None)?;
+            let config = load_config(cli.config.as_deref(), batch, None, cores)?;
             let host = match host_id {
                 Some(h) => h,
                 None => default_host_id(),
@@ -303,6 +322,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 runtime: config.serve_runtime(),
                 batch_size: config.batch_size,
                 limits: config.limits(""),
+                cores: config.worker_cores()?,
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(async move {
@@ -392,8 +412,12 @@ fn load_config(
     path: Option<&std::path::Path>,
     batch: Option<usize>,
     workers: Option<usize>,
+    cores: Option<String>,
 ) -> anyhow::Result<HostConfig> {
     let mut config = HostConfig::load(path)?;
+    if cores.is_some() {
+        config.cores = cores;
+    }
     if let Some(b) = batch {
         config.batch_size = b;
     }

@@ -13,11 +13,10 @@ pub struct NfReport {
     pub digest: String,
     /// Position in the chain.
     pub position: usize,
-    /// Counters (invocations, packets, bytes, cpu_ns, traps, ...).
+    /// Counters (invocations, packets, bytes, cpu_ns, traps and their
+    /// causes, ...).
     #[serde(flatten)]
     pub meters: NfMeters,
-    /// Traps by cause.
-    pub trap_causes: BTreeMap<String, u64>,
     /// The NF's declared state tables at the end of the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<TableReport>,
@@ -53,7 +52,6 @@ impl NfReport {
                 digest: s.module.digest().to_string(),
                 position: i,
                 meters: NfMeters::default(),
-                trap_causes: BTreeMap::new(),
                 tables: Vec::new(),
             })
             .collect()
@@ -123,6 +121,11 @@ pub struct Report {
     pub traps: u64,
     /// Worker threads.
     pub workers: usize,
+    /// The cores workers were given (`"0-1"`).
+    pub cores: String,
+    /// The cores each worker ran on, as the OS reported its affinity once
+    /// pinned.
+    pub worker_cores: Vec<String>,
     /// Packets per batch.
     pub batch_size: usize,
     /// Wall time of processing (excluding loading and compiling), ns.
@@ -151,7 +154,7 @@ impl Report {
         let mut s = String::new();
         let secs = self.wall_ns as f64 / 1e9;
         s.push_str(&format!(
-            "packets: {} in, {} out, {} dropped | batches: {} | traps: {} | {:.3} Mpps | wall {:.3} s | {} worker(s), batch {}\n",
+            "packets: {} in, {} out, {} dropped | batches: {} | traps: {} | {:.3} Mpps | wall {:.3} s | {} worker(s) on cores {}, batch {}\n",
             self.packets_in,
             self.packets_out,
             self.packets_dropped,
@@ -160,6 +163,7 @@ impl Report {
             self.mpps,
             secs,
             self.workers,
+            self.cores,
             self.batch_size
         ));
         for nf in &self.nfs {
@@ -169,8 +173,8 @@ impl Report {
                 "  [{}] {:<12} {:>9} pkts {:>8} calls  fwd {:>9}  drop {:>9}  rewr {:>7}  traps {:>3}  errors {:>3}  {:>7.1} ns/pkt  events {}\n",
                 nf.position, nf.name, m.packets, m.invocations, m.forwarded, m.dropped, m.rewritten, m.traps, m.errors, per_pkt, m.events
             ));
-            if !nf.trap_causes.is_empty() {
-                let causes: Vec<String> = nf.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            if !nf.meters.trap_causes.is_empty() {
+                let causes: Vec<String> = nf.meters.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
                 s.push_str(&format!(
                     "      trap causes: {}; policy applied to {} packets\n",
                     causes.join(", "),

@@ -14,9 +14,7 @@ use crate::report::{
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_pcap::{PacketRef, PcapError, PcapSink, Trace};
-use sluice_runtime::{
-    BatchStatus, Chain, EmittedEvent, Fate, NfMeters, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError,
-};
+use sluice_runtime::{Chain, EmittedEvent, Fate, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -115,13 +113,6 @@ pub struct RunOptions {
     pub progress: bool,
 }
 
-/// Per-NF tallies kept by the host.
-#[derive(Debug, Default, Clone)]
-struct Tally {
-    meters: NfMeters,
-    trap_causes: BTreeMap<String, u64>,
-}
-
 struct WorkerOutput {
     results: Vec<(usize, PacketResult)>,
     events: Vec<EmittedEvent>,
@@ -131,7 +122,6 @@ struct WorkerOutput {
 /// The per-worker engine of a run.
 struct Worker {
     chain: Chain,
-    tallies: Vec<Tally>,
     batch_size: usize,
 }
 
@@ -150,24 +140,16 @@ impl Worker {
             for (&i, r) in chunk.iter().zip(results) {
                 out.results.push((i, r.clone()));
             }
-            for (tally, status) in self.tallies.iter_mut().zip(self.chain.last_statuses()) {
-                if let BatchStatus::Trapped(cause) = status {
-                    *tally.trap_causes.entry(cause.to_string()).or_default() += 1;
-                }
-            }
             out.events.extend(self.chain.drain_events());
         }
         out
     }
 
-    fn finish(mut self) -> (Vec<Tally>, Chain) {
+    fn finish(mut self) -> Chain {
         for stage in self.chain.stages_mut() {
             stage.flush_state();
         }
-        for (t, s) in self.tallies.iter_mut().zip(self.chain.stages()) {
-            t.meters = s.meters().clone();
-        }
-        (self.tallies, self.chain)
+        self.chain
     }
 }
 
@@ -218,6 +200,8 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         return Err(RunError::Usage(format!("batch size {} is out of range 1..=4096", config.batch_size)));
     }
     let workers = config.workers.clamp(1, 256);
+    let cores = config.worker_cores()?;
+    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
     let runtime = Runtime::new(config.runtime())?;
     let specs = load_specs(&runtime, config, &chain)?;
     let swaps = load_swaps(&runtime, config, &chain, &opts.swaps)?;
@@ -235,7 +219,6 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     for _ in 0..workers {
         worker_engines.push(Worker {
             chain: Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?,
-            tallies: vec![Tally::default(); specs.len()],
             batch_size: config.batch_size,
         });
     }
@@ -282,16 +265,18 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     pending_swaps.sort_by_key(|s| s.0);
     let runtime = &runtime;
     let collector = &mut out;
-    let result = std::thread::scope(|scope| -> Result<Vec<(Vec<Tally>, Chain)>, RunError> {
+    let cores = &cores;
+    let result = std::thread::scope(|scope| -> Result<Vec<(Chain, String)>, RunError> {
         let mut to_workers = Vec::new();
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Reply>();
         let mut handles = Vec::new();
-        for mut w in worker_engines.drain(..) {
+        for (wi, mut w) in worker_engines.drain(..).enumerate() {
             let (tx, rx) = crossbeam_channel::bounded::<Job>(2);
             to_workers.push(tx);
             let done = done_tx.clone();
             let trace = trace.clone();
             handles.push(scope.spawn(move || {
+                let on = sluice_runtime::cores::pin_worker(&format!("run worker {wi}"), cores.for_worker(wi));
                 while let Ok(job) = rx.recv() {
                     let reply = match job {
                         Job::Packets(indices) => Reply::Done(w.run(&trace, &indices)),
@@ -303,7 +288,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                         break;
                     }
                 }
-                w.finish()
+                (w.finish(), on)
             }));
         }
         drop(done_tx);
@@ -380,16 +365,13 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     }
 
     let mut nfs = NfReport::for_chain(&specs);
-    for (worker, _) in &finished {
-        for (nf, t) in nfs.iter_mut().zip(worker) {
-            nf.meters.add(&t.meters);
-            for (k, v) in &t.trap_causes {
-                *nf.trap_causes.entry(k.clone()).or_default() += v;
-            }
+    for (chain, _) in &finished {
+        for (nf, stage) in nfs.iter_mut().zip(chain.stages()) {
+            nf.meters.add(stage.meters());
         }
     }
     for (i, (nf, domain)) in nfs.iter_mut().zip(&domains).enumerate() {
-        nf.tables = table_reports(finished.iter().filter_map(|(_, c)| c.stages().get(i)), domain);
+        nf.tables = table_reports(finished.iter().filter_map(|(c, _)| c.stages().get(i)), domain);
     }
     let stats = trace.stats();
     let packets_in = total as u64;
@@ -400,6 +382,8 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         batches,
         traps: nfs.iter().map(|n| n.meters.traps).sum(),
         workers,
+        cores: cores.to_string(),
+        worker_cores: finished.iter().map(|(_, on)| on.clone()).collect(),
         batch_size: config.batch_size,
         wall_ns,
         mpps: if wall_ns > 0 { packets_in as f64 * 1e3 / wall_ns as f64 } else { 0.0 },

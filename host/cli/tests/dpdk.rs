@@ -235,3 +235,82 @@ fn rewritten_packets_go_out_with_their_new_bytes() {
     assert_ne!(expected, frames(&input), "the LB rewrote the packets");
     assert!(got == expected, "DPDK output differs from the pcap backend's");
 }
+
+fn test_nf(name: &str) -> PathBuf {
+    let dir = std::env::var("SLUICE_TEST_NFS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nfs-test"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(p.exists(), "{} missing: run `make test-nfs`", p.display());
+    p
+}
+
+/// EAL pins its main thread to the main lcore, and threads inherit that:
+/// unpinned, every worker ran on that one core. Each worker now takes an
+/// lcore of its own (worker lcores first, then the main lcore's), sharing
+/// round-robin when there are more workers than lcores, and deadlines
+/// count CPU time, so sharing makes no well-behaved NF trap.
+#[test]
+fn workers_run_on_the_eal_lcores_and_sharing_traps_nothing() {
+    let allowed = sluice_runtime::cores::CoreList::allowed().unwrap();
+    let cores: Vec<usize> = allowed.cores().iter().take(2).copied().collect();
+    let lcores = cores.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    // lcore 0 is the main lcore (the first of -l); the others are workers.
+    let expect = |i: usize| {
+        let order: Vec<usize> = cores.iter().skip(1).chain(cores.first()).copied().collect();
+        order[i % order.len()].to_string()
+    };
+    for workers in [cores.len(), cores.len() + 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("r.json");
+        let cfg = dir.path().join("host.toml");
+        std::fs::write(&cfg, "[nf.firewall]\ndeadline-ms = 1\n").unwrap();
+        let mut args = eal(&format!("lcores{workers}"), &["--vdev=net_null0,size=64".to_string()]);
+        args.extend(["-l".to_string(), lcores.clone()]);
+        let o = bin()
+            .arg("--config")
+            .arg(&cfg)
+            .args(["dpdk", "--workers", &workers.to_string(), "--max-packets", "300000", "--nf"])
+            .arg(nf("firewall"))
+            .arg("--report")
+            .arg(&report)
+            .arg("--")
+            .args(args)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&o);
+        assert!(o.status.success(), "{stdout}\n{stderr}");
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let on: Vec<String> =
+            r["worker_cores"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
+        assert_eq!(on, (0..workers).map(expect).collect::<Vec<_>>(), "{r}");
+        assert_eq!(r["traps"], 0, "{r}");
+    }
+}
+
+/// The report names each trap's cause.
+#[test]
+fn dpdk_reports_trap_causes() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let cfg = dir.path().join("host.toml");
+    std::fs::write(&cfg, "[nf.hostile]\ndeadline-ms = 2\nconfig-text = \"loop\"\n").unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["dpdk", "--batch", "32", "--max-packets", "256", "--nf"])
+        .arg(test_nf("hostile"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(eal("traps", &["--vdev=net_null0,size=64".to_string()]))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("trap causes: deadline exceeded"), "{stdout}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let nf = &r["nfs"][0];
+    assert!(nf["traps"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(nf["trap_causes"]["deadline exceeded"], nf["traps"], "{r}");
+}

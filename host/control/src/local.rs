@@ -184,6 +184,7 @@ mod tests {
                 state_ops: 5,
                 ..Default::default()
             },
+            trap_causes: Default::default(),
         };
         bus.publish_meter(&rec).await.unwrap();
         let d = feed.next().await.unwrap().unwrap();

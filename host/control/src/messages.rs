@@ -221,6 +221,10 @@ pub struct MeterRecord {
     /// What was metered (inlined in the JSON).
     #[serde(flatten)]
     pub sums: MeterSums,
+    /// Traps by cause (`deadline exceeded`, `out of memory`, ...); sums to
+    /// `traps`. Absent when there were none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trap_causes: BTreeMap<String, u64>,
 }
 
 /// An event an NF emitted (an IDS alert, a firewall deny, ...), as the
@@ -281,6 +285,7 @@ mod tests {
             window_start_ms: 1,
             window_end_ms: 2,
             sums: MeterSums { packets: 32, invocations: 1, ..Default::default() },
+            trap_causes: Default::default(),
         };
         let v: serde_json::Value = serde_json::to_value(&rec).unwrap();
         assert_eq!(v["packets"], 32);

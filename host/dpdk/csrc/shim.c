@@ -42,6 +42,19 @@ int sl_thread_register(void) {
 
 void sl_thread_unregister(void) { rte_thread_unregister(); }
 
+/* The CPUs of the EAL's lcores (-l / --lcores): worker lcores first, then
+ * the main lcore. Writes at most `cap`; returns how many there are. */
+int sl_lcore_cpus(int *out, int cap) {
+    int n = 0;
+    unsigned lcore;
+    RTE_LCORE_FOREACH_WORKER(lcore) {
+        if (n < cap) out[n] = rte_lcore_to_cpu_id((int)lcore);
+        n++;
+    }
+    if (n < cap) out[n] = rte_lcore_to_cpu_id((int)rte_get_main_lcore());
+    return n + 1;
+}
+
 uint16_t sl_eth_dev_count_avail(void) { return rte_eth_dev_count_avail(); }
 
 int sl_eth_dev_is_valid_port(uint16_t port) { return rte_eth_dev_is_valid_port(port); }

@@ -147,6 +147,19 @@ impl Eal {
         Ok(ThreadGuard { _not_send: std::marker::PhantomData })
     }
 
+    /// The CPUs of the EAL's lcores (`-l`/`--lcores`): those of the worker
+    /// lcores first, then the main lcore's. Worker threads take them in
+    /// this order.
+    pub fn lcore_cpus(&self) -> Vec<usize> {
+        let mut buf = [0 as c_int; 1024];
+        let cap = c_int::try_from(buf.len()).unwrap_or(c_int::MAX);
+        // SAFETY: EAL is initialized; buf is writable for `cap` ints and the
+        // shim writes at most that many.
+        let n = unsafe { sys::sl_lcore_cpus(buf.as_mut_ptr(), cap) };
+        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+        buf.iter().take(n).filter_map(|&c| usize::try_from(c).ok()).collect()
+    }
+
     /// Whether DPDK has a port with this id.
     pub fn has_port(&self, port: u16) -> bool {
         // SAFETY: EAL is initialized; any port id may be asked about.

@@ -47,6 +47,7 @@ unsafe extern "C" {
     pub fn sl_strerror(err: c_int) -> *const c_char;
     pub fn sl_thread_register() -> c_int;
     pub fn sl_thread_unregister();
+    pub fn sl_lcore_cpus(out: *mut c_int, cap: c_int) -> c_int;
     pub fn sl_eth_dev_count_avail() -> u16;
     pub fn sl_eth_dev_is_valid_port(port: u16) -> c_int;
     pub fn sl_eth_dev_name(port: u16, buf: *mut c_char, cap: usize) -> c_int;

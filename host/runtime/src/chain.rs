@@ -204,6 +204,12 @@ impl Chain {
         self.stages.iter_mut().flat_map(NfInstance::drain_events).collect()
     }
 
+    /// The results of the last [`process`](Self::process) call, one per
+    /// packet in input order.
+    pub fn last_results(&self) -> &[PacketResult] {
+        &self.results
+    }
+
     /// Runs one batch through the chain and returns one result per packet,
     /// in input order. More than [`MAX_BATCH`] packets are run as several
     /// batches.
@@ -265,7 +271,7 @@ impl Chain {
             if let Some(slot) = self.statuses.get_mut(s) {
                 *slot = status;
             }
-            let routes = self.routes.get(s).cloned().unwrap_or_default();
+            let routes = self.routes.get(s);
             for (j, &orig) in mine.iter().enumerate() {
                 let Some(r) = self.results.get_mut(orig) else { continue };
                 let label = match self.out.verdicts.get(j).copied().unwrap_or(Verdict::Drop) {
@@ -283,7 +289,7 @@ impl Chain {
                         Some(l)
                     }
                 };
-                if let Some(t) = routes.target(label)
+                if let Some(t) = routes.and_then(|r| r.target(label))
                     && let Some(inbox) = self.inbox.get_mut(t)
                 {
                     inbox.push(orig);

@@ -43,6 +43,54 @@ pub struct HostState {
     /// The NF's state tables, moved in for a call and out after it (the
     /// instance owns them; see `NfInstance`).
     pub(crate) tables: Option<Box<Tables>>,
+    /// The CPU-time deadline of the current call (see [`CpuDeadline`]).
+    pub(crate) deadline: CpuDeadline,
+}
+
+/// A batch deadline in CPU time, on top of wasmtime's wall-clock epochs.
+///
+/// The epoch deadline fires after half the call's deadline in wall time.
+/// Only then is the thread's CPU clock read (a system call, too slow to
+/// make per batch), and the call goes on: it is stopped once the CPU time
+/// it used from that first reading reaches the deadline. A call is
+/// therefore stopped only when it used at least its deadline in CPU time,
+/// never for time its thread was preempted or shared its core; a runaway
+/// call on a core of its own is stopped about 1.5 deadlines after it
+/// started.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuDeadline {
+    /// The deadline.
+    pub(crate) limit: std::time::Duration,
+    /// The epoch tick.
+    pub(crate) tick: std::time::Duration,
+    /// Thread CPU time when the wall deadline first fired in this call.
+    pub(crate) mark: Option<std::time::Duration>,
+}
+
+impl CpuDeadline {
+    /// Epoch ticks covering `d` (at least one).
+    pub(crate) fn ticks(&self, d: std::time::Duration) -> u64 {
+        let tick = self.tick.as_nanos().max(1);
+        u64::try_from(d.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Called when the wall deadline passes: stop, or how many more ticks.
+    pub(crate) fn expired(&mut self) -> wasmtime::UpdateDeadline {
+        let now = crate::cores::thread_cpu_time();
+        match self.mark {
+            None => {
+                self.mark = Some(now);
+                wasmtime::UpdateDeadline::Continue(self.ticks(self.limit))
+            }
+            Some(mark) => {
+                let used = now.saturating_sub(mark);
+                match self.limit.checked_sub(used) {
+                    Some(left) if !left.is_zero() => wasmtime::UpdateDeadline::Continue(self.ticks(left)),
+                    _ => wasmtime::UpdateDeadline::Interrupt,
+                }
+            }
+        }
+    }
 }
 
 /// A wall and monotonic clock that never moves: NFs get time only from
@@ -73,7 +121,13 @@ impl HostState {
     /// State for a new instance of NF `nf` with a memory cap and the log
     /// limiter of the NF (kept across re-creations, so a trap does not
     /// refill it).
-    pub fn new(nf: Arc<str>, memory_bytes: u64, limiter: Arc<Mutex<LogLimiter>>) -> Self {
+    pub fn new(
+        nf: Arc<str>,
+        memory_bytes: u64,
+        limiter: Arc<Mutex<LogLimiter>>,
+        deadline: std::time::Duration,
+        tick: std::time::Duration,
+    ) -> Self {
         let log_dropped = match limiter.lock() {
             Ok(l) => l.dropped(),
             Err(poisoned) => poisoned.into_inner().dropped(),
@@ -111,6 +165,7 @@ impl HostState {
             events_dropped: 0,
             event_bytes: 0,
             tables: None,
+            deadline: CpuDeadline { limit: deadline, tick, mark: None },
         }
     }
 

@@ -214,6 +214,8 @@ pub struct NfInstance {
     native: Option<Box<dyn NativeNf>>,
     engine: Engine,
     fuel_enabled: bool,
+    /// The epoch tick (see [`crate::host::CpuDeadline`]).
+    tick: std::time::Duration,
     deadline_ticks: u64,
     live: Option<Live>,
     info: NfInfo,
@@ -304,14 +306,17 @@ impl NfInstance {
 
     /// An instance with its state and meters but no running guest yet.
     fn unstarted(runtime: &Runtime, spec: NfSpec, native: Option<Box<dyn NativeNf>>, domain: &Arc<Domain>) -> Self {
+        // The wall-clock epoch deadline fires at half the deadline; from
+        // there the CPU clock decides (see `crate::host::CpuDeadline`).
         let tick = runtime.config.epoch_tick.as_nanos().max(1);
         let deadline_ticks =
-            u64::try_from(spec.limits.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1;
+            u64::try_from((spec.limits.deadline.as_nanos() / 2).div_ceil(tick)).unwrap_or(u64::MAX).max(1);
         NfInstance {
             name: spec.module.name.clone(),
             native,
             engine: runtime.engine.clone(),
             fuel_enabled: runtime.config.fuel,
+            tick: runtime.config.epoch_tick,
             deadline_ticks,
             live: None,
             info: NfInfo { wants_flow_state: false, flow_idle_timeout_ns: 0 },
@@ -342,6 +347,7 @@ impl NfInstance {
     /// Sets the per-call budget: the deadline, and fuel if metered.
     fn arm(store: &mut Store<HostState>, deadline_ticks: u64, fuel: Option<u64>) {
         store.set_epoch_deadline(deadline_ticks);
+        store.data_mut().deadline.mark = None;
         if let Some(f) = fuel {
             let _ = store.set_fuel(f);
         }
@@ -354,10 +360,17 @@ impl NfInstance {
     /// Creates a fresh instance and runs `init`.
     fn start(&mut self) -> Result<(), RuntimeError> {
         let name = self.name.clone();
-        let state = HostState::new(name.clone(), self.spec.limits.memory_bytes, self.log_limiter.clone());
+        let state = HostState::new(
+            name.clone(),
+            self.spec.limits.memory_bytes,
+            self.log_limiter.clone(),
+            self.spec.limits.deadline,
+            self.tick,
+        );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        store.epoch_deadline_trap();
+        // The deadline counts the CPU time the call used, not wall time.
+        store.epoch_deadline_callback(|mut cx| Ok(cx.data_mut().deadline.expired()));
         Self::arm(&mut store, self.deadline_ticks, self.fuel());
         self.meters.instantiations += 1;
         let start_err = |e: wasmtime::Error| RuntimeError::Start {
@@ -661,7 +674,7 @@ impl NfInstance {
             }
             Err(e) => {
                 let cause = classify(&e);
-                self.meters.traps += 1;
+                self.meters.count_trap(cause);
                 // A trap per batch would flood the log: the first few and
                 // then every power of two are logged (all are counted); the
                 // guest backtrace is at debug level.
@@ -719,8 +732,9 @@ impl NfInstance {
                 match r {
                     Ok(r) => r,
                     Err(e) => {
-                        self.meters.traps += 1;
-                        tracing::warn!(nf = %self.name, cause = %classify(&e), "NF trapped in `expired`; re-creating it: {}", trap_summary(&e));
+                        let cause = classify(&e);
+                        self.meters.count_trap(cause);
+                        tracing::warn!(nf = %self.name, cause = %cause, "NF trapped in `expired`; re-creating it: {}", trap_summary(&e));
                         self.live = None;
                         Ok(())
                     }

@@ -30,6 +30,7 @@
 pub mod batch;
 pub mod bindings;
 pub mod chain;
+pub mod cores;
 pub mod engine;
 pub mod error;
 pub mod guest_io;

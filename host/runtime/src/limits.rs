@@ -20,8 +20,11 @@ pub enum FailurePolicy {
 /// Limits for one NF instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NfLimits {
-    /// CPU deadline of one `process` (or `init`) call, enforced by epoch
-    /// interruption. A batch that runs longer traps with `deadline`.
+    /// CPU deadline of one `process` (or `init`, `expired`) call: a call
+    /// that used this much CPU time traps with `deadline`. Time its thread
+    /// spent preempted or waiting does not count, so an oversubscribed
+    /// host never stops a well-behaved NF; a runaway NF on a core of its
+    /// own is stopped about 1.5 deadlines after the call started.
     ///
     /// Why: one NF must not stall the worker it shares with other NFs and
     /// flows; a 32-packet batch takes microseconds, so 10 ms only catches

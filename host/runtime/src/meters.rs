@@ -4,6 +4,7 @@
 //! what the host processed.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Counters of one NF (one instance, or summed over workers).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +63,10 @@ pub struct NfMeters {
     /// the same state budget as the tables.
     #[serde(default)]
     pub flow_state_bytes: u64,
+    /// Traps by cause (`deadline exceeded`, `out of memory`, ...); sums to
+    /// `traps`.
+    #[serde(default)]
+    pub trap_causes: BTreeMap<String, u64>,
 }
 
 impl NfMeters {
@@ -89,6 +94,26 @@ impl NfMeters {
         self.table_expired += o.table_expired;
         self.table_bytes += o.table_bytes;
         self.flow_state_bytes += o.flow_state_bytes;
+        for (cause, n) in &o.trap_causes {
+            *self.trap_causes.entry(cause.clone()).or_default() += n;
+        }
+    }
+
+    /// Counts one trap.
+    pub fn count_trap(&mut self, cause: impl std::fmt::Display) {
+        self.traps += 1;
+        *self.trap_causes.entry(cause.to_string()).or_default() += 1;
+    }
+
+    /// Traps by cause since `base` (an earlier copy of these meters).
+    pub fn trap_causes_since(&self, base: &NfMeters) -> BTreeMap<String, u64> {
+        self.trap_causes
+            .iter()
+            .filter_map(|(k, v)| {
+                let d = v.saturating_sub(base.trap_causes.get(k).copied().unwrap_or(0));
+                (d > 0).then(|| (k.clone(), d))
+            })
+            .collect()
     }
 
     /// Takes the table counters (cumulative over the instance's life).

@@ -93,6 +93,7 @@ pub async fn run(
         },
         batch_size: 32,
         limits: sluice_runtime::NfLimits::default(),
+        cores: sluice_runtime::cores::CoreList::allowed()?,
     };
     gateway.state.publish_all().await;
     let (stop_host, mut rx1) = tokio::sync::watch::channel(false);
