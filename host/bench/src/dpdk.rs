@@ -12,7 +12,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BENCH_CONFIG: &str = "[nf.firewall]\nconfig-file = \"firewall.json\"\n";
+const BENCH_CONFIG: &str = "[nf.firewall]\nconfig-file = \"firewall.json\"\n[nf.nat]\nconfig-file = \"nat.json\"\n[nf.monitor]\nconfig-file = \"monitor.json\"\n";
+
+/// NF configs of the scaling table, by NF.
+#[derive(Debug, Clone, Copy)]
+pub struct Configs<'a> {
+    /// Firewall rules.
+    pub firewall: &'a str,
+    /// NAT.
+    pub nat: &'a str,
+    /// Monitor.
+    pub monitor: &'a str,
+}
 
 fn vdevs(trace: &Path, queues: usize) -> Vec<String> {
     let rx: Vec<String> = (0..queues).map(|_| format!("rx_pcap={}", trace.display())).collect();
@@ -32,8 +43,32 @@ fn eal(prefix: &str, trace: &Path, queues: usize) -> Vec<String> {
     a
 }
 
-/// Mpps of `sluice-host dpdk` with `nf` and `workers`, over `packets` packets.
-fn host_mpps(host: &Path, nf: &Path, dir: &Path, trace: &Path, workers: usize, packets: u64) -> Result<f64> {
+/// `--lcores` for DPDK's main lcore plus `n` worker lcores: lcore 0 (the
+/// main one, idle while workers run) shares the first CPU, worker lcore
+/// i runs on CPU i-1, so the n workers have n CPUs of their own.
+fn lcores(cpus: &[usize], n: usize) -> String {
+    let mut m = vec![format!("0@{}", cpus.first().copied().unwrap_or(0))];
+    m.extend(cpus.iter().take(n).enumerate().map(|(i, c)| format!("{}@{c}", i + 1)));
+    m.join(",")
+}
+
+/// One row of the scaling table.
+struct Run {
+    mpps: f64,
+    traps: u64,
+}
+
+/// Mpps and traps of `sluice-host dpdk` with `nf` and `workers` (on
+/// `workers` CPUs), over `packets` packets.
+fn host_run(
+    host: &Path,
+    nf: &Path,
+    dir: &Path,
+    trace: &Path,
+    cpus: &[usize],
+    workers: usize,
+    packets: u64,
+) -> Result<Run> {
     let report = dir.join("dpdk-report.json");
     let out = Command::new(host)
         .env("SLUICE_CACHE_DIR", "")
@@ -46,20 +81,24 @@ fn host_mpps(host: &Path, nf: &Path, dir: &Path, trace: &Path, workers: usize, p
         .arg(&report)
         .arg("--")
         .args(eal(&format!("host{workers}"), trace, workers))
+        .args(["--lcores".to_string(), lcores(cpus, workers)])
         .output()
         .context("running sluice-host dpdk")?;
     if !out.status.success() {
         bail!("sluice-host dpdk failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report)?)?;
-    r.get("mpps").and_then(serde_json::Value::as_f64).context("report without mpps")
+    Ok(Run {
+        mpps: r.get("mpps").and_then(serde_json::Value::as_f64).context("report without mpps")?,
+        traps: r.get("traps").and_then(serde_json::Value::as_u64).context("report without traps")?,
+    })
 }
 
 /// testpmd's forwarding rate between the same devices: packets it
 /// received, from the moment forwarding starts until it is interrupted,
 /// over that time (its own per-period printout is not reliable when its
 /// stdin is not a terminal).
-fn testpmd_mpps(dir: &Path, trace: &Path, queues: usize) -> Result<f64> {
+fn testpmd_mpps(dir: &Path, trace: &Path, cpus: &[usize], queues: usize) -> Result<f64> {
     use std::io::BufRead;
     let testpmd = which("dpdk-testpmd").context("dpdk-testpmd not found (Debian package dpdk-dev)")?;
     // stdbuf: testpmd's stdout is a pipe here, which stdio would buffer
@@ -68,9 +107,9 @@ fn testpmd_mpps(dir: &Path, trace: &Path, queues: usize) -> Result<f64> {
         .arg("-oL")
         .arg(testpmd)
         .args(eal(&format!("testpmd{queues}"), trace, queues))
-        .args(["-l", "0-1", "--"])
+        .args(["--lcores".to_string(), lcores(cpus, queues), "--".into()])
         .args(["-a", "--forward-mode=io", "--total-num-mbufs=65535"])
-        .args([format!("--rxq={queues}"), format!("--txq={queues}"), "--nb-cores=1".into()])
+        .args([format!("--rxq={queues}"), format!("--txq={queues}"), format!("--nb-cores={queues}")])
         .current_dir(dir)
         // Held open for the run: testpmd treats end of input as "stop".
         .stdin(Stdio::piped())
@@ -122,8 +161,18 @@ fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.exists())
 }
 
+/// Worker counts of the scaling table: 1, 2, 4, ... up to `cores`.
+fn worker_counts(cores: usize) -> Vec<usize> {
+    let mut v: Vec<usize> =
+        std::iter::successors(Some(1usize), |n| n.checked_mul(2)).take_while(|&n| n <= cores).collect();
+    if v.last().is_some_and(|&l| l < cores) {
+        v.push(cores);
+    }
+    v
+}
+
 /// Runs the DPDK measurements and returns the Markdown section.
-pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &str) -> Result<String> {
+pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>) -> Result<String> {
     let dir = tempfile_dir()?;
     let trace = dir.join("bench64.pcap");
     let mut sink = sluice_pcap::PcapSink::create(&trace)?;
@@ -131,24 +180,46 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &st
         sink.write(1_000_000 + i as u64, f.len() as u32, f)?;
     }
     sink.finish()?;
-    std::fs::write(dir.join("firewall.json"), firewall_config)?;
+    std::fs::write(dir.join("firewall.json"), configs.firewall)?;
+    std::fs::write(dir.join("nat.json"), configs.nat)?;
+    std::fs::write(dir.join("monitor.json"), configs.monitor)?;
     std::fs::write(dir.join("host.toml"), BENCH_CONFIG)?;
+    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let counts = worker_counts(cpus.len());
 
-    let mut rows = Vec::new();
-    for workers in [1usize, 2] {
-        let ceiling = testpmd_mpps(&dir, &trace, workers)?;
-        for nf in ["noop", "firewall"] {
-            let mpps = host_mpps(host, &nfs.join(format!("{nf}.wasm")), &dir, &trace, workers, 4_000_000)?;
-            rows.push((nf, workers, mpps, ceiling));
+    let nf_names = ["noop", "firewall", "nat", "monitor"];
+    // (nf, workers, host run, testpmd Mpps at that many cores)
+    let mut rows: Vec<(&str, usize, Run, f64)> = Vec::new();
+    for &workers in &counts {
+        let ceiling = testpmd_mpps(&dir, &trace, &cpus, workers)?;
+        for nf in nf_names {
+            let run = host_run(
+                host,
+                &nfs.join(format!("{nf}.wasm")),
+                &dir,
+                &trace,
+                &cpus,
+                workers,
+                4_000_000 * workers as u64,
+            )?;
+            rows.push((nf, workers, run, ceiling));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let one = |nf: &str| rows.iter().find(|r| r.0 == nf && r.1 == 1).map(|r| r.2.mpps).unwrap_or(0.0);
     let mut s = String::new();
-    s.push_str("\n## DPDK: host throughput against DPDK's forwarding ceiling\n\n");
-    s.push_str("64-byte TCP frames from the in-memory generator, replayed from memory by `net_pcap` (`infinite_rx=1`, one replaying RX queue per worker) and sent to a discarding `net_null` port; EAL with `--no-huge --no-pci`. The ceiling is `dpdk-testpmd --forward-mode=io` with one forwarding core between the same devices, measured in the same run (packets received from the start of forwarding until it is stopped, over that time). The machine has 2 cores, so with 2 workers the host's threads share them with EAL's.\n\n");
-    s.push_str("| NF | workers | host Mpps | testpmd Mpps | ratio |\n|---|---:|---:|---:|---:|\n");
-    for (nf, w, m, c) in rows {
-        s.push_str(&format!("| {nf} | {w} | {m:.2} | {c:.2} | {:.2} |\n", m / c));
+    s.push_str("\n## DPDK: scaling over cores, against DPDK's forwarding ceiling\n\n");
+    s.push_str(&format!("64-byte TCP frames from the in-memory generator, replayed from memory by `net_pcap` (`infinite_rx=1`, one replaying RX queue per worker) and sent to a discarding `net_null` port; EAL with `--no-huge --no-pci`, `--lcores` giving N workers N CPUs of their own (the idle main lcore shares the first). The ceiling is `dpdk-testpmd --forward-mode=io` with the same devices and N forwarding cores, measured in the same run (packets received from the start of forwarding until it is stopped, over that time). **scaling** is the host's Mpps at N workers over its Mpps at 1 (target: ≥ 0.8 × N); **traps** counts deadline traps of these well-behaved NFs (target: 0). The machine has {} CPUs.\n\n", cpus.len()));
+    s.push_str("| NF | workers | host Mpps | scaling | traps | testpmd Mpps | host/testpmd |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    for (nf, w, run, c) in &rows {
+        let base = one(nf);
+        let scaling = if base > 0.0 { run.mpps / base } else { 0.0 };
+        s.push_str(&format!(
+            "| {nf} | {w} | {:.2} | {scaling:.2}× | {} | {c:.2} | {:.2} |\n",
+            run.mpps,
+            run.traps,
+            if *c > 0.0 { run.mpps / c } else { 0.0 }
+        ));
     }
     Ok(s)
 }

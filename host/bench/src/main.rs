@@ -51,6 +51,9 @@ struct Args {
     /// Only the control-plane table (needs --host; prints, writes nothing).
     #[arg(long, requires = "host")]
     control_only: bool,
+    /// Only the DPDK scaling table (needs --host; prints, writes nothing).
+    #[arg(long, requires = "host")]
+    dpdk_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -70,6 +73,10 @@ const FIREWALL_CONFIG: &str = r#"{"default":"deny","rules":[
 /// The generator's servers are 10.200.0.1..16:443; the VIP is the first,
 /// so a sixteenth of the traffic is balanced (rewritten) and its replies
 /// rewritten back.
+/// Configs of the DPDK scaling table.
+const DPDK_CONFIGS: dpdk::Configs<'static> =
+    dpdk::Configs { firewall: FIREWALL_CONFIG, nat: NAT_CONFIG, monitor: MONITOR_CONFIG };
+
 const NAT_CONFIG: &str = r#"{"public-ip":"203.0.113.1","inside":["10.1.0.0/16"]}"#;
 
 const MONITOR_CONFIG: &str = r#"{"report-interval-s":0}"#;
@@ -186,6 +193,11 @@ struct Row {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let (true, Some(host)) = (args.dpdk_only, &args.host) {
+        let frames = traffic(64, 1024, 8192);
+        print!("{}", dpdk::section(host, &args.nfs, &frames, DPDK_CONFIGS)?);
+        return Ok(());
+    }
     if let (true, Some(host)) = (args.control_only, &args.host) {
         print!("{}", control::section(host, &args.nfs, FIREWALL_CONFIG)?);
         return Ok(());
@@ -339,7 +351,7 @@ fn main() -> Result<()> {
     if let Some(host) = &args.host {
         eprintln!("DPDK throughput (about a minute), then the control plane...");
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
-        md.push_str(&dpdk::section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
+        md.push_str(&dpdk::section(host, &args.nfs, frames64, DPDK_CONFIGS)?);
         md.push_str(&control::section(host, &args.nfs, FIREWALL_CONFIG)?);
     }
     print!("{md}");
