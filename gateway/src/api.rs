@@ -1394,6 +1394,9 @@ pub struct UsageRow {
     pub state_ops: u64,
     /// Traps.
     pub traps: u64,
+    /// Traps by cause (`deadline exceeded`, `out of memory`, `panic`, ...).
+    #[serde(default)]
+    pub trap_causes: BTreeMap<String, u64>,
     /// Batches refused by the NF.
     pub errors: u64,
     /// Events emitted.
@@ -1415,6 +1418,7 @@ fn usage_row(u: UsageSums, names: &BTreeMap<String, String>) -> UsageRow {
         cpu_ns: u.sums.cpu_ns,
         state_ops: u.sums.state_ops,
         traps: u.sums.traps,
+        trap_causes: u.trap_causes,
         errors: u.sums.errors,
         events: u.sums.events,
         records: u.records,

@@ -75,6 +75,9 @@ pub fn sum(rows: &[UsageSums]) -> UsageSums {
     for r in rows {
         t.sums.add(&r.sums);
         t.records += r.records;
+        for (cause, n) in &r.trap_causes {
+            *t.trap_causes.entry(cause.clone()).or_default() += n;
+        }
     }
     t
 }

@@ -92,8 +92,20 @@ pub fn check_meter_origin(publisher: &str, rec: &MeterRecord) -> Result<(), Stri
     if !rec.id.strip_prefix(publisher).is_some_and(|rest| rest.starts_with('-')) {
         return Err(format!("record id '{}' is not one of this host's", rec.id));
     }
+    let causes = rec.trap_causes.values().try_fold(0u64, |a, n| a.checked_add(*n));
+    if rec.trap_causes.len() > MAX_TRAP_CAUSES
+        || rec.trap_causes.keys().any(|k| k.is_empty() || k.len() > MAX_TRAP_CAUSE_LEN)
+        || causes.is_none_or(|n| n != rec.sums.traps)
+    {
+        return Err(format!("record {}: its trap causes do not add up to its {} traps", rec.id, rec.sums.traps));
+    }
     Ok(())
 }
+
+/// Most trap causes a meter record may name (the host knows seven).
+pub const MAX_TRAP_CAUSES: usize = 16;
+/// Longest trap cause name.
+pub const MAX_TRAP_CAUSE_LEN: usize = 64;
 
 /// `publisher` is a registered host, and `tenant`'s `deployment` was placed
 /// on its group.
@@ -183,4 +195,41 @@ pub fn check_events(
     }
     batch.events = kept;
     Ok((batch, refused, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_control::MeterSums;
+
+    fn rec(traps: u64, causes: &[(&str, u64)]) -> MeterRecord {
+        MeterRecord {
+            id: "h1-abc-0-0".into(),
+            host: "h1".into(),
+            tenant: "t".into(),
+            deployment: "d".into(),
+            nf: "fw".into(),
+            module: "firewall".into(),
+            version: "1".into(),
+            digest: "x".into(),
+            window_start_ms: 1,
+            window_end_ms: 2,
+            sums: MeterSums { traps, ..Default::default() },
+            trap_causes: causes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
+    }
+
+    #[test]
+    fn trap_causes_must_add_up_and_stay_small() {
+        assert!(check_meter_origin("h1", &rec(0, &[])).is_ok());
+        assert!(check_meter_origin("h1", &rec(3, &[("panic", 1), ("deadline exceeded", 2)])).is_ok());
+        let e = check_meter_origin("h1", &rec(3, &[("panic", 1)])).unwrap_err();
+        assert!(e.contains("do not add up"), "{e}");
+        assert!(check_meter_origin("h1", &rec(u64::MAX, &[("a", u64::MAX), ("b", 1)])).is_err());
+        let many: Vec<(String, u64)> = (0..17).map(|i| (format!("c{i}"), 1)).collect();
+        let many: Vec<(&str, u64)> = many.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert!(check_meter_origin("h1", &rec(17, &many)).is_err());
+        let long = "x".repeat(65);
+        assert!(check_meter_origin("h1", &rec(1, &[(long.as_str(), 1)])).is_err());
+    }
 }

@@ -12,6 +12,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sluice_control::{EventBatch, MeterRecord, MeterSums, NfEvent};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
@@ -127,6 +128,8 @@ pub struct UsageSums {
     pub sums: MeterSums,
     /// Records summed.
     pub records: u64,
+    /// Traps by cause.
+    pub trap_causes: BTreeMap<String, u64>,
 }
 
 /// One point of a usage time series.
@@ -543,8 +546,8 @@ impl Store {
         {
             let mut st = tx.prepare_cached(
                 "INSERT OR IGNORE INTO meters (id, tenant_id, deployment_id, host, nf, module, version, digest, window_start_ms, window_end_ms,
-                 invocations, packets, bytes, cpu_ns, state_ops, traps, errors, events, received_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                 invocations, packets, bytes, cpu_ns, state_ops, traps, errors, events, received_ms, trap_causes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             )?;
             for r in recs {
                 new += st.execute(params![
@@ -566,7 +569,8 @@ impl Store {
                     i(r.sums.traps),
                     i(r.sums.errors),
                     i(r.sums.events),
-                    now_ms
+                    now_ms,
+                    serde_json::to_string(&r.trap_causes).unwrap_or_else(|_| "{}".into())
                 ])?;
             }
         }
@@ -601,9 +605,37 @@ impl Store {
                     events: u(r.get(11)?),
                 },
                 records: u(r.get(12)?),
+                trap_causes: BTreeMap::new(),
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut out: Vec<UsageSums> = rows.collect::<Result<_, _>>()?;
+        // Traps by cause, from the records' JSON objects, into their rows.
+        let mut st = db.prepare(
+            "SELECT m.deployment_id, m.nf, m.module, m.version, j.key, SUM(j.value)
+             FROM meters m, json_each(m.trap_causes) j
+             WHERE m.tenant_id = ?1 AND m.window_start_ms >= ?2 AND m.window_start_ms < ?3 AND m.traps > 0
+             GROUP BY m.deployment_id, m.nf, m.module, m.version, j.key",
+        )?;
+        let causes = st.query_map(params![tenant_id, from_ms, to_ms], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                u(r.get(5)?),
+            ))
+        })?;
+        for c in causes {
+            let (deployment, nf, module, version, cause, n) = c?;
+            if let Some(row) = out
+                .iter_mut()
+                .find(|u| u.deployment == deployment && u.nf == nf && u.module == module && u.version == version)
+            {
+                *row.trap_causes.entry(cause).or_default() += n;
+            }
+        }
+        Ok(out)
     }
 
     /// A tenant's usage over time in buckets of `step_ms`, per NF and version.
@@ -755,6 +787,26 @@ mod tests {
         assert_eq!(u[0].records, 3);
         assert!(s.usage("t2", 0, 10_000).unwrap().is_empty());
         assert!(s.usage("t1", 1001, 10_000).unwrap().is_empty());
+    }
+
+    #[test]
+    fn trap_causes_are_summed_into_usage() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        let mut a = rec("a", 5);
+        a.sums.traps = 3;
+        a.trap_causes = [("panic".to_string(), 2), ("deadline exceeded".to_string(), 1)].into();
+        let mut b = rec("b", 5);
+        b.sums.traps = 4;
+        b.trap_causes = [("panic".to_string(), 4)].into();
+        let mut other = rec("c", 1);
+        other.nf = "other".into();
+        s.insert_meters(&[a, b, other], 0).unwrap();
+        let u = s.usage("t1", 0, 10_000).unwrap();
+        let fw = u.iter().find(|r| r.nf == "fw").unwrap();
+        assert_eq!(fw.sums.traps, 7);
+        assert_eq!(fw.trap_causes, [("deadline exceeded".to_string(), 1), ("panic".to_string(), 6)].into());
+        assert!(u.iter().find(|r| r.nf == "other").unwrap().trap_causes.is_empty());
     }
 
     #[test]

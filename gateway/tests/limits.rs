@@ -221,6 +221,13 @@ fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bou
     let totals = nfs.values().next().unwrap();
     assert!(totals["traps"].as_u64().unwrap() > 0, "{totals}");
     assert_eq!(totals["trap_causes"]["panic"], totals["traps"], "{totals}");
+    // ... and the gateway's usage keeps them per row.
+    let traps = totals["traps"].clone();
+    wait_for(60, "the trap causes in the usage", || {
+        let u = api.get(Some(&evil), "/v1/usage").body;
+        let row = u["rows"].as_array()?.iter().find(|r| r["deployment"] == id.as_str())?.clone();
+        (row["traps"] == traps && row["trap_causes"]["panic"] == traps).then_some(())
+    });
     // The good tenant's bill is exactly what the host processed for it.
     let mine = &r["deployments"][&good_id]["nfs"];
     let expected = report_totals(&[json!({ "deployments": { "good": { "nfs": mine } } })]);

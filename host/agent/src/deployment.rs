@@ -10,8 +10,11 @@ use crate::report::AgentReport;
 use sluice_control::{
     DeploymentSpec, DeploymentStatus, EventBatch, HostState, MeterRecord, MeterSums, NfEvent, NfPlacement, now_ms,
 };
+use sluice_engine::{CaptureIo, Order, Receive, Worker};
 use sluice_pcap::{PcapAppender, Trace};
-use sluice_runtime::{Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, RawPacket, Routes, Runtime};
+use sluice_runtime::{
+    Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, PacketResult, RawPacket, Routes, Runtime,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -136,7 +139,8 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
 /// input.
 struct Active {
     spec: DeploymentSpec,
-    chain: Chain,
+    /// The chain, on the data path every host mode shares.
+    worker: Worker,
     /// Cumulative meters of each NF at the start of the window.
     base: Vec<NfMeters>,
     window_start_ms: u64,
@@ -181,7 +185,7 @@ impl Active {
         };
         Ok(Active {
             spec,
-            chain,
+            worker: Worker::new(chain),
             base,
             window_start_ms: now_ms(),
             window_started: Instant::now(),
@@ -201,7 +205,8 @@ impl Active {
 
     /// Each NF's sums since the window opened.
     fn window_sums(&self) -> Vec<NfSums> {
-        self.chain
+        self.worker
+            .chain()
             .stages()
             .iter()
             .zip(&self.base)
@@ -263,7 +268,7 @@ impl Active {
 
     /// Takes the chain's pending events into the window.
     fn collect_events(&mut self) {
-        for e in self.chain.drain_events() {
+        for e in self.worker.drain_events() {
             let size = e.event.fields.iter().fold(e.event.kind.len(), |n, (k, v)| n + k.len() + v.len());
             if self.events.len() >= MAX_EVENTS_PER_WINDOW || self.event_bytes + size > MAX_EVENT_BYTES_PER_WINDOW {
                 self.events_dropped += 1;
@@ -405,7 +410,7 @@ fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: 
         {
             Ok(chain) => {
                 // The new chain continues where the old one was.
-                a.chain = chain;
+                a.worker.replace_chain(chain);
                 a.base = vec![NfMeters::default(); spec.nfs.len()];
                 set_status(shared, &spec, HostState::Running, None);
                 a.spec = spec;
@@ -431,7 +436,7 @@ fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: 
         if old.module.digest == new.module.digest && old.config == new.config && old.limits == new.limits {
             continue;
         }
-        if let Err(e) = a.chain.swap(&shared.runtime, &new.name, nf_spec) {
+        if let Err(e) = a.worker.swap(&shared.runtime, &new.name, nf_spec) {
             let reason = format!("{e}; revision {} keeps running", a.spec.revision);
             set_status(shared, &spec, HostState::Failed, Some(reason));
             return Some(a);
@@ -478,14 +483,12 @@ fn process(
     a.position = Some(Position { input: input.name.clone(), pass: input.pass, packet: start_at });
     let started = Instant::now();
     let mut done: u64 = 0;
-    let mut raw: Vec<RawPacket<'_>> = Vec::with_capacity(shared.batch_size);
     let (mut packets_in, mut packets_out) = (0u64, 0u64);
     let mut outcome = Flow::Continue;
-    let skip = usize::try_from(start_at).unwrap_or(usize::MAX);
-    let packets = trace.packets().get(skip..).unwrap_or_default();
-    let mut next = start_at;
+    let total = trace.packets().len();
+    let mut next = usize::try_from(start_at).unwrap_or(usize::MAX).min(total);
     let mut completed = true;
-    for chunk in packets.chunks(shared.batch_size.max(1)) {
+    while next < total {
         while let Ok(msg) = rx.try_recv() {
             match msg {
                 Control::Trace(t) => queue.push_back(t),
@@ -501,36 +504,33 @@ fn process(
             completed = false;
             break;
         }
-        raw.clear();
-        raw.extend(chunk.iter().map(|p| RawPacket {
-            data: trace.data(p),
-            wire_len: p.wire_len,
-            timestamp_ns: p.timestamp_ns,
-            ingress_port: p.port,
-        }));
-        let results = a.chain.process(&raw);
-        for (r, p) in results.iter().zip(chunk) {
+        // One batch: forwarded packets go to the output, if the host keeps one.
+        let (output, id) = (&mut a.output, &a.spec.id);
+        let mut forwarded = 0u64;
+        let mut io = CaptureIo::new(trace, Order::Range(next..total), |_, p: RawPacket<'_>, r: &PacketResult| {
             if !matches!(r.fate, Fate::Forward(_)) {
-                continue;
+                return;
             }
-            packets_out += 1;
-            if let Some(out) = a.output.as_mut() {
+            forwarded += 1;
+            if let Some(out) = output.as_mut() {
                 let pushed = match &r.data {
                     Some(d) => out.push(p.timestamp_ns, u32::try_from(d.len()).unwrap_or(u32::MAX), d),
-                    None => out.push(p.timestamp_ns, p.wire_len, trace.data(p)),
+                    None => out.push(p.timestamp_ns, p.wire_len, p.data),
                 };
                 if let Err(e) = pushed {
-                    tracing::warn!(deployment = %a.spec.id, "a packet was not written to the output: {e}");
+                    tracing::warn!(deployment = %id, "a packet was not written to the output: {e}");
                 }
             }
-        }
-        packets_in += raw.len() as u64;
-        next += raw.len() as u64;
+        });
+        let Receive::Packets(n) = a.worker.step(&mut io, shared.batch_size.max(1)) else { break };
+        next = io.next_index();
+        packets_out += forwarded;
+        packets_in += n as u64;
         if let Some(p) = a.position.as_mut() {
-            p.packet = next;
+            p.packet = next as u64;
         }
         a.collect_events();
-        done += raw.len() as u64;
+        done += n as u64;
         if a.window_started.elapsed() >= shared.window {
             flush(shared, a);
         } else if a.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY {
@@ -608,7 +608,7 @@ fn flush(shared: &Shared, a: &mut Active) {
         }
     }
     // 3. The next window starts, and is checkpointed empty.
-    for (stage, base) in a.chain.stages().iter().zip(a.base.iter_mut()) {
+    for (stage, base) in a.worker.chain().stages().iter().zip(a.base.iter_mut()) {
         *base = stage.meters().clone();
     }
     a.window += 1;

@@ -5,25 +5,27 @@
 //! the ports spread flows over queues by RSS with a symmetric key, so both
 //! directions of a connection reach the same worker and its flow state
 //! (devices without RSS, like most virtual ones, spread by their own rule).
-//! A worker receives up to one batch from each of its queues, runs the
-//! chain once over it, and sends each forwarded packet (rewritten in place
-//! when an NF changed it) out of its port; dropped packets are freed.
-//!
-//! Output ports: verdict port 0 is the default output (the port the packet
-//! came in on, or its pair with `--pairs`); port k ≥ 1 is the k-th port of
-//! `--ports`.
+//! Each worker is a [`sluice_engine::Worker`] over its queues
+//! ([`sluice_engine::dpdk::DpdkIo`]): it receives up to one batch from each
+//! of its queues, runs the chain once over it, and sends each forwarded
+//! packet (rewritten in place when an NF changed it) out of its port;
+//! dropped packets are freed. Workers are pinned to the EAL's lcores (or
+//! `cores`).
 
 use crate::config::HostConfig;
 use crate::report::NfReport;
 use crate::run::{RunError, load_specs};
 use serde::Serialize;
-use sluice_dpdk::{DpdkError, Eal, Mbuf, Queue};
+use sluice_dpdk::{DpdkError, Eal, Queue};
+use sluice_engine::dpdk::DpdkIo;
+pub use sluice_engine::dpdk::QueueCounters;
+use sluice_engine::{Receive, Worker};
 use sluice_runtime::cores::CoreList;
-use sluice_runtime::{Chain, Fate, NfMeters, RawPacket, Runtime};
+use sluice_runtime::{Chain, NfMeters, Runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 impl From<DpdkError> for RunError {
     fn from(e: DpdkError) -> Self {
@@ -53,32 +55,6 @@ pub struct DpdkOptions {
     pub mbufs: u32,
     /// RX/TX descriptors per queue.
     pub descriptors: u16,
-}
-
-/// Counters of one queue pair (one worker on one port).
-#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
-pub struct QueueCounters {
-    /// Packets received.
-    pub rx: u64,
-    /// Packets sent.
-    pub tx: u64,
-    /// Packets an NF (or its failure policy) dropped.
-    pub dropped_by_nf: u64,
-    /// Packets dropped because the TX ring was full.
-    pub dropped_tx_full: u64,
-    /// Packets dropped because a verdict named no configured port, a
-    /// rewrite did not fit an mbuf, or the frame was too long for any NF.
-    pub dropped_other: u64,
-}
-
-impl QueueCounters {
-    fn add(&mut self, o: &QueueCounters) {
-        self.rx += o.rx;
-        self.tx += o.tx;
-        self.dropped_by_nf += o.dropped_by_nf;
-        self.dropped_tx_full += o.dropped_tx_full;
-        self.dropped_other += o.dropped_other;
-    }
 }
 
 /// One port in the report.
@@ -116,6 +92,8 @@ pub struct DpdkReport {
     pub batches: u64,
     /// Traps over all NFs.
     pub traps: u64,
+    /// Events the NFs emitted (counted; logged at debug level).
+    pub events_total: u64,
     /// Workers.
     pub workers: usize,
     /// The cores workers were given (`cores`, else the EAL's lcores).
@@ -194,6 +172,8 @@ struct WorkerResult {
     counters: Vec<QueueCounters>,
     meters: Vec<NfMeters>,
     batches: u64,
+    /// Events the NFs emitted.
+    events: u64,
     /// The cores the worker ran on.
     cores: String,
 }
@@ -267,10 +247,12 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let mut nfs = NfReport::for_chain(&specs);
     let mut totals = QueueCounters::default();
     let mut batches = 0;
+    let mut events_total = 0;
     let mut worker_cores = Vec::new();
     for r in results {
         let r = r?;
         batches += r.batches;
+        events_total += r.events;
         worker_cores.push(r.cores);
         for (pi, c) in r.counters.iter().enumerate() {
             totals.add(c);
@@ -310,6 +292,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         totals,
         batches,
         traps: nfs.iter().map(|n| n.meters.traps).sum(),
+        events_total,
         workers,
         cores: cores.to_string(),
         worker_cores,
@@ -320,152 +303,43 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     })
 }
 
-fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_nanos()).unwrap_or(0)).unwrap_or(0)
-}
-
-/// The default output of a packet that came in on port index `pi`.
-fn default_out(pi: usize, pairs: bool, n: usize) -> usize {
-    if pairs && n > 1 { (pi ^ 1).min(n - 1) } else { pi }
-}
-
 fn worker_loop(
-    mut chain: Chain,
-    mut queues: Vec<Queue>,
+    chain: Chain,
+    queues: Vec<Queue>,
     port_ids: &[u16],
     opts: &DpdkOptions,
     batch: usize,
     stop: &AtomicBool,
     received: &AtomicU64,
 ) -> WorkerResult {
-    let n_ports = queues.len();
-    let mut counters = vec![QueueCounters::default(); n_ports];
-    // Every buffer of the loop is made once and reused: no allocation per
-    // batch (the guest's own answer aside).
-    let mut mbufs: Vec<Mbuf> = Vec::with_capacity(batch * n_ports);
-    let mut ingress: Vec<usize> = Vec::with_capacity(batch * n_ports);
-    let mut scratch: Vec<Vec<u8>> = Vec::new();
-    let mut spare: Vec<RawPacket<'static>> = Vec::with_capacity(batch * n_ports);
-    let mut spare_views: Vec<sluice_dpdk::MbufView<'static>> = Vec::with_capacity(batch * n_ports);
-    let mut out: Vec<Vec<Mbuf>> = (0..n_ports).map(|_| Vec::with_capacity(batch)).collect();
-    let mut batches = 0u64;
+    let mut io = DpdkIo::new(queues, port_ids.to_vec(), opts.pairs, batch);
+    let mut worker = Worker::new(chain);
+    let mut events = 0u64;
     let mut last_rx = Instant::now();
-    let per_port = u16::try_from(batch).unwrap_or(u16::MAX);
-
     while !stop.load(Ordering::Relaxed) {
         if let Some(max) = opts.max_packets
             && received.load(Ordering::Relaxed) >= max
         {
             break;
         }
-        mbufs.clear();
-        ingress.clear();
-        for (pi, q) in queues.iter_mut().enumerate() {
-            let got = q.rx_burst(&mut mbufs, per_port);
-            ingress.extend(std::iter::repeat_n(pi, got));
-            if let Some(c) = counters.get_mut(pi) {
-                c.rx += got as u64;
-            }
-        }
-        if mbufs.is_empty() {
-            if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
-                break;
-            }
-            std::hint::spin_loop();
-            continue;
-        }
-        last_rx = Instant::now();
-        received.fetch_add(mbufs.len() as u64, Ordering::Relaxed);
-        let ts = now_ns();
-
-        // Single-segment packets are read in place; multi-segment ones are
-        // first copied into one buffer each.
-        let mut views = recycle(std::mem::take(&mut spare_views));
-        views.extend(mbufs.iter().map(Mbuf::view));
-        let mut used = 0;
-        for (m, v) in mbufs.iter().zip(&views) {
-            if v.data.is_none() {
-                if scratch.len() <= used {
-                    scratch.push(Vec::new());
-                }
-                if let Some(buf) = scratch.get_mut(used) {
-                    m.read_into(buf);
-                }
-                used += 1;
-            }
-        }
-        let mut raw = recycle(std::mem::take(&mut spare));
-        let mut next_scratch = 0;
-        for (v, &pi) in views.iter().zip(&ingress) {
-            let data = match v.data {
-                Some(d) => d,
-                None => {
-                    let d = scratch.get(next_scratch).map(Vec::as_slice).unwrap_or(&[]);
-                    next_scratch += 1;
-                    d
-                }
-            };
-            raw.push(RawPacket {
-                data,
-                wire_len: v.len as u32,
-                timestamp_ns: ts,
-                ingress_port: port_ids.get(pi).copied().unwrap_or(0),
-            });
-        }
-        chain.process(&raw);
-        spare = recycle(raw);
-        spare_views = recycle(views);
-        batches += 1;
-
-        for ((mut m, pi), r) in mbufs.drain(..).zip(ingress.iter().copied()).zip(chain.last_results()) {
-            let Some(c) = counters.get_mut(pi) else { continue };
-            match r.fate {
-                Fate::Dropped(_) => c.dropped_by_nf += 1,
-                Fate::Refused => c.dropped_other += 1,
-                Fate::Forward(port) => {
-                    let target = if port == 0 {
-                        Some(default_out(pi, opts.pairs, n_ports))
-                    } else {
-                        Some(usize::from(port) - 1).filter(|&t| t < n_ports)
-                    };
-                    // Only packets an NF rewrote are written back.
-                    let fits = r.data.as_deref().is_none_or(|d| m.set_data(d).is_ok());
-                    match (target, fits) {
-                        (Some(t), true) => {
-                            if let Some(o) = out.get_mut(t) {
-                                o.push(m);
-                            }
-                        }
-                        _ => c.dropped_other += 1,
-                    }
+        match worker.step(&mut io, batch) {
+            Receive::Packets(n) => {
+                last_rx = Instant::now();
+                received.fetch_add(n as u64, Ordering::Relaxed);
+                // Events are counted (and logged at debug level), never kept.
+                for e in worker.drain_events() {
+                    events += 1;
+                    tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
                 }
             }
-        }
-        for (t, pkts) in out.iter_mut().enumerate() {
-            if pkts.is_empty() {
-                continue;
+            Receive::Idle | Receive::Done => {
+                if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
+                    break;
+                }
+                std::hint::spin_loop();
             }
-            let Some(&port) = port_ids.get(t) else { continue };
-            let queued = pkts.len() as u64;
-            let sent = queues.get_mut(t).map(|q| q.tx_burst(port, pkts)).unwrap_or(0) as u64;
-            // Counted against the egress port's queue of this worker.
-            if let Some(c) = counters.get_mut(t) {
-                c.tx += sent;
-                c.dropped_tx_full += queued - sent;
-            }
-            pkts.clear(); // frees what the device did not take
         }
     }
-    let meters = chain.stages().iter().map(|s| s.meters().clone()).collect();
-    WorkerResult { counters, meters, batches, cores: String::new() }
-}
-
-/// An empty vector reusing the allocation of `v`: collecting an emptied
-/// `Vec` into one whose elements have the same layout (here, the same
-/// view type with another lifetime) happens in place. The loop keeps one
-/// buffer of views across batches this way without borrowing one batch's
-/// mbufs into the next.
-fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
-    v.clear();
-    v.into_iter().filter_map(|_| None).collect()
+    let meters = worker.chain().stages().iter().map(|s| s.meters().clone()).collect();
+    WorkerResult { counters: io.counters().to_vec(), meters, batches: worker.batches(), events, cores: String::new() }
 }

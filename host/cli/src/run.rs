@@ -3,9 +3,10 @@
 //! Packets are read once into shared memory, cut into chunks, and each
 //! chunk's packets are spread over workers by the symmetric flow hash, so
 //! both directions of a connection meet the same worker and its flow
-//! state. Every worker runs its own instance of every NF. Results are put
-//! back in input order before writing, so the output is the same for any
-//! number of workers.
+//! state. Every worker runs its own instance of every NF, on the shared
+//! data path ([`sluice_engine::Worker`] over a [`sluice_engine::CaptureIo`]).
+//! Results are put back in input order before writing, so the output is
+//! the same for any number of workers.
 
 use crate::chain::ChainDef;
 use crate::config::{ConfigError, HostConfig};
@@ -13,8 +14,9 @@ use crate::report::{
     EventRecord, InputReport, MAX_REPORTED_ENTRIES, MAX_REPORTED_EVENTS, NfReport, Report, SwapRecord, TableReport,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use sluice_pcap::{PacketRef, PcapError, PcapSink, Trace};
-use sluice_runtime::{Chain, EmittedEvent, Fate, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
+use sluice_engine::{CaptureIo, Order, Receive, Worker};
+use sluice_pcap::{PcapError, PcapSink, Trace};
+use sluice_runtime::{Chain, EmittedEvent, Fate, NfSpec, PacketResult, Runtime, RuntimeError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -119,42 +121,26 @@ struct WorkerOutput {
     batches: u64,
 }
 
-/// The per-worker engine of a run.
-struct Worker {
-    chain: Chain,
-    batch_size: usize,
+/// Runs the packets with `indices` (in this order) through `w`, batch by
+/// batch.
+fn run_indices(w: &mut Worker, trace: &Trace, indices: &[usize], batch_size: usize) -> WorkerOutput {
+    let before = w.batches();
+    let mut results = Vec::with_capacity(indices.len());
+    let mut events = Vec::new();
+    let mut io = CaptureIo::new(trace, Order::List(indices), |i, _, r: &PacketResult| results.push((i, r.clone())));
+    while let Receive::Packets(_) = w.step(&mut io, batch_size.max(1)) {
+        events.extend(w.drain_events());
+    }
+    WorkerOutput { results, events, batches: w.batches() - before }
 }
 
-impl Worker {
-    fn run(&mut self, trace: &Trace, indices: &[usize]) -> WorkerOutput {
-        let mut out = WorkerOutput { results: Vec::with_capacity(indices.len()), events: Vec::new(), batches: 0 };
-        let mut raw: Vec<RawPacket<'_>> = Vec::with_capacity(self.batch_size);
-        for chunk in indices.chunks(self.batch_size.max(1)) {
-            raw.clear();
-            for &i in chunk {
-                let Some(p) = trace.packets().get(i) else { continue };
-                raw.push(to_raw(trace, p));
-            }
-            let results = self.chain.process(&raw);
-            out.batches += 1;
-            for (&i, r) in chunk.iter().zip(results) {
-                out.results.push((i, r.clone()));
-            }
-            out.events.extend(self.chain.drain_events());
-        }
-        out
+/// A finished worker's chain, its state flushed into the shared domains.
+fn finish(w: Worker) -> Chain {
+    let mut chain = w.into_chain();
+    for stage in chain.stages_mut() {
+        stage.flush_state();
     }
-
-    fn finish(mut self) -> Chain {
-        for stage in self.chain.stages_mut() {
-            stage.flush_state();
-        }
-        self.chain
-    }
-}
-
-fn to_raw<'a>(trace: &'a Trace, p: &PacketRef) -> RawPacket<'a> {
-    RawPacket { data: trace.data(p), wire_len: p.wire_len, timestamp_ns: p.timestamp_ns, ingress_port: p.port }
+    chain
 }
 
 /// The chain a run asks for: a chain file, or the linear chain of `nfs`.
@@ -217,10 +203,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::new()).collect();
     let mut worker_engines = Vec::with_capacity(workers);
     for _ in 0..workers {
-        worker_engines.push(Worker {
-            chain: Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?,
-            batch_size: config.batch_size,
-        });
+        worker_engines.push(Worker::new(Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?));
     }
 
     let total = trace.packets().len();
@@ -266,6 +249,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let runtime = &runtime;
     let collector = &mut out;
     let cores = &cores;
+    let batch_size = config.batch_size;
     let result = std::thread::scope(|scope| -> Result<Vec<(Chain, String)>, RunError> {
         let mut to_workers = Vec::new();
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Reply>();
@@ -279,16 +263,16 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                 let on = sluice_runtime::cores::pin_worker(&format!("run worker {wi}"), cores.for_worker(wi));
                 while let Ok(job) = rx.recv() {
                     let reply = match job {
-                        Job::Packets(indices) => Reply::Done(w.run(&trace, &indices)),
+                        Job::Packets(indices) => Reply::Done(run_indices(&mut w, &trace, &indices, batch_size)),
                         Job::Swap(name, spec) => {
-                            Reply::Swapped(w.chain.swap(runtime, &name, *spec).map_err(|e| e.to_string()))
+                            Reply::Swapped(w.swap(runtime, &name, *spec).map_err(|e| e.to_string()))
                         }
                     };
                     if done.send(reply).is_err() {
                         break;
                     }
                 }
-                (w.finish(), on)
+                (finish(w), on)
             }));
         }
         drop(done_tx);

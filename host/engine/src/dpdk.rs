@@ -1,0 +1,194 @@
+//! A worker's RX/TX queues on DPDK ports.
+//!
+//! Worker `w` owns queue `w` of every port. A batch is up to `max`
+//! packets from each of its queues; forwarded packets leave by their
+//! output port's queue `w` (rewritten in place when an NF changed them),
+//! dropped ones are freed.
+//!
+//! Output ports: verdict port 0 is the default output (the port the packet
+//! came in on, or its pair with `pairs`); port k ≥ 1 is the k-th port.
+
+use crate::io::{PacketIo, Receive};
+use serde::Serialize;
+use sluice_dpdk::{Mbuf, Queue};
+use sluice_runtime::{Fate, PacketResult, RawPacket};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Counters of one queue pair (one worker on one port).
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct QueueCounters {
+    /// Packets received.
+    pub rx: u64,
+    /// Packets sent.
+    pub tx: u64,
+    /// Packets an NF (or its failure policy) dropped.
+    pub dropped_by_nf: u64,
+    /// Packets dropped because the TX ring was full.
+    pub dropped_tx_full: u64,
+    /// Packets dropped because a verdict named no configured port, a
+    /// rewrite did not fit an mbuf, or the frame was too long for any NF.
+    pub dropped_other: u64,
+}
+
+impl QueueCounters {
+    /// Adds another queue's counters.
+    pub fn add(&mut self, o: &QueueCounters) {
+        self.rx += o.rx;
+        self.tx += o.tx;
+        self.dropped_by_nf += o.dropped_by_nf;
+        self.dropped_tx_full += o.dropped_tx_full;
+        self.dropped_other += o.dropped_other;
+    }
+}
+
+/// One worker's queues, and the buffers its batches reuse.
+#[derive(Debug)]
+pub struct DpdkIo {
+    queues: Vec<Queue>,
+    port_ids: Vec<u16>,
+    pairs: bool,
+    counters: Vec<QueueCounters>,
+    mbufs: Vec<Mbuf>,
+    /// Port index each packet came in on.
+    ingress: Vec<usize>,
+    /// Multi-segment packets, copied into one buffer each (in order).
+    scratch: Vec<Vec<u8>>,
+    out: Vec<Vec<Mbuf>>,
+    ts: u64,
+}
+
+impl DpdkIo {
+    /// The worker's `queues` (one per port, in the order of `port_ids`).
+    pub fn new(queues: Vec<Queue>, port_ids: Vec<u16>, pairs: bool, batch: usize) -> Self {
+        let n = queues.len();
+        DpdkIo {
+            counters: vec![QueueCounters::default(); n],
+            mbufs: Vec::with_capacity(batch * n),
+            ingress: Vec::with_capacity(batch * n),
+            scratch: Vec::new(),
+            out: (0..n).map(|_| Vec::with_capacity(batch)).collect(),
+            queues,
+            port_ids,
+            pairs,
+            ts: 0,
+        }
+    }
+
+    /// Counters per port (in the order of the ports).
+    pub fn counters(&self) -> &[QueueCounters] {
+        &self.counters
+    }
+
+    /// The default output of a packet that came in on port index `pi`.
+    fn default_out(&self, pi: usize) -> usize {
+        let n = self.queues.len();
+        if self.pairs && n > 1 { (pi ^ 1).min(n - 1) } else { pi }
+    }
+
+    fn transmit(&mut self) {
+        for (t, pkts) in self.out.iter_mut().enumerate() {
+            if pkts.is_empty() {
+                continue;
+            }
+            let Some(&port) = self.port_ids.get(t) else { continue };
+            let queued = pkts.len() as u64;
+            let sent = self.queues.get_mut(t).map(|q| q.tx_burst(port, pkts)).unwrap_or(0) as u64;
+            // Counted against the egress port's queue of this worker.
+            if let Some(c) = self.counters.get_mut(t) {
+                c.tx += sent;
+                c.dropped_tx_full += queued - sent;
+            }
+            pkts.clear(); // frees what the device did not take
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_nanos()).unwrap_or(0)).unwrap_or(0)
+}
+
+impl PacketIo for DpdkIo {
+    /// Up to `max` packets from each of the worker's queues.
+    fn receive(&mut self, max: usize) -> Receive {
+        self.mbufs.clear();
+        self.ingress.clear();
+        let per_port = u16::try_from(max).unwrap_or(u16::MAX);
+        for (pi, q) in self.queues.iter_mut().enumerate() {
+            let got = q.rx_burst(&mut self.mbufs, per_port);
+            self.ingress.extend(std::iter::repeat_n(pi, got));
+            if let Some(c) = self.counters.get_mut(pi) {
+                c.rx += got as u64;
+            }
+        }
+        if self.mbufs.is_empty() {
+            return Receive::Idle;
+        }
+        self.ts = now_ns();
+        // Multi-segment packets are copied into one buffer each; the rest
+        // are read in place.
+        let mut used = 0;
+        for m in &self.mbufs {
+            if m.view().data.is_none() {
+                if self.scratch.len() <= used {
+                    self.scratch.push(Vec::new());
+                }
+                if let Some(buf) = self.scratch.get_mut(used) {
+                    m.read_into(buf);
+                }
+                used += 1;
+            }
+        }
+        Receive::Packets(self.mbufs.len())
+    }
+
+    fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+        let mut next_scratch = 0;
+        for (m, &pi) in self.mbufs.iter().zip(&self.ingress) {
+            let v = m.view();
+            let data = match v.data {
+                Some(d) => d,
+                None => {
+                    let d = self.scratch.get(next_scratch).map(Vec::as_slice).unwrap_or(&[]);
+                    next_scratch += 1;
+                    d
+                }
+            };
+            out.push(RawPacket {
+                data,
+                wire_len: u32::try_from(v.len).unwrap_or(u32::MAX),
+                timestamp_ns: self.ts,
+                ingress_port: self.port_ids.get(pi).copied().unwrap_or(0),
+            });
+        }
+    }
+
+    fn deliver(&mut self, results: &[PacketResult]) {
+        let n_ports = self.queues.len();
+        let mut mbufs = std::mem::take(&mut self.mbufs);
+        for ((mut m, pi), r) in mbufs.drain(..).zip(self.ingress.iter().copied()).zip(results) {
+            let target = match r.fate {
+                Fate::Dropped(_) => {
+                    if let Some(c) = self.counters.get_mut(pi) {
+                        c.dropped_by_nf += 1;
+                    }
+                    continue;
+                }
+                Fate::Refused => None,
+                Fate::Forward(0) => Some(self.default_out(pi)),
+                Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_ports),
+            };
+            // Only packets an NF rewrote are written back.
+            let fits = r.data.as_deref().is_none_or(|d| m.set_data(d).is_ok());
+            match (target.and_then(|t| self.out.get_mut(t)), fits) {
+                (Some(o), true) => o.push(m),
+                _ => {
+                    if let Some(c) = self.counters.get_mut(pi) {
+                        c.dropped_other += 1;
+                    }
+                }
+            }
+        }
+        self.mbufs = mbufs;
+        self.transmit();
+    }
+}

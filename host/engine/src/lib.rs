@@ -1,0 +1,30 @@
+//! The Sluice data path, one for every way packets reach a host.
+//!
+//! A [`Worker`] owns one chain of NF instances (see
+//! [`sluice_runtime::Chain`]) and moves packets through it a batch at a
+//! time: its [`step`](Worker::step) takes a batch from a [`PacketIo`],
+//! runs the chain once over it, and hands every packet's result back to
+//! the same I/O, which sends, writes or records it. Everything between
+//! receiving and delivering happens here, once: the views of the batch,
+//! frames too long for any NF (refused alone), the chain's verdicts,
+//! rewrites, meters (with trap causes) and events, and hot swaps between
+//! batches. The I/O decides only where packets come from and go to:
+//!
+//! - [`CaptureIo`]: packets of a capture, in file order or in the order of
+//!   a list of indices (`sluice-host run`'s workers, `serve`'s replays and
+//!   spool captures);
+//! - `DpdkIo` (feature `dpdk`): the RX/TX queues of a worker on DPDK
+//!   ports (`sluice-host dpdk`).
+//!
+//! Buffers are kept between batches: a step allocates nothing on its own
+//! (the guest's answer, lifted by the canonical ABI, aside).
+
+pub mod capture;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+pub mod io;
+pub mod worker;
+
+pub use capture::{CaptureIo, Order};
+pub use io::{PacketIo, Receive};
+pub use worker::Worker;

@@ -1,0 +1,105 @@
+//! One worker: a chain and the per-batch step every data path shares.
+
+use crate::io::{PacketIo, Receive};
+use sluice_runtime::{Chain, EmittedEvent, NfSpec, RawPacket, Runtime, RuntimeError};
+
+/// A chain of NF instances and the buffers its batches reuse.
+#[derive(Debug)]
+pub struct Worker {
+    chain: Chain,
+    /// The packet views of the last batch, emptied, kept for the next.
+    spare: Vec<RawPacket<'static>>,
+    batches: u64,
+    packets: u64,
+}
+
+impl Worker {
+    /// A worker running `chain`.
+    pub fn new(chain: Chain) -> Self {
+        Worker { chain, spare: Vec::new(), batches: 0, packets: 0 }
+    }
+
+    /// Runs one batch of at most `max` packets from `io` through the
+    /// chain and delivers the results to `io`. Returns what `io` had.
+    pub fn step(&mut self, io: &mut impl PacketIo, max: usize) -> Receive {
+        let got = io.receive(max);
+        if let Receive::Packets(n) = got {
+            let mut raw = recycle(std::mem::take(&mut self.spare));
+            io.packets(&mut raw);
+            self.chain.process(&raw);
+            self.spare = recycle(raw);
+            self.batches += 1;
+            self.packets += n as u64;
+            io.deliver(self.chain.last_results());
+        }
+        got
+    }
+
+    /// Hot-swaps the NF named `name` to another version: takes effect with
+    /// the next batch (see [`Chain::swap`]).
+    pub fn swap(&mut self, runtime: &Runtime, name: &str, spec: NfSpec) -> Result<(), RuntimeError> {
+        self.chain.swap(runtime, name, spec)
+    }
+
+    /// Replaces the chain (a deployment whose NFs or routes changed); the
+    /// counts of batches and packets go on.
+    pub fn replace_chain(&mut self, chain: Chain) -> Chain {
+        std::mem::replace(&mut self.chain, chain)
+    }
+
+    /// The chain (meters, tables, statuses).
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+
+    /// The chain, mutable (state export and flush).
+    pub fn chain_mut(&mut self) -> &mut Chain {
+        &mut self.chain
+    }
+
+    /// Takes the events every NF emitted since the last call.
+    pub fn drain_events(&mut self) -> Vec<EmittedEvent> {
+        self.chain.drain_events()
+    }
+
+    /// Batches run so far.
+    pub fn batches(&self) -> u64 {
+        self.batches
+    }
+
+    /// Packets run so far.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// The chain, when the worker is done.
+    pub fn into_chain(self) -> Chain {
+        self.chain
+    }
+}
+
+/// An empty vector reusing the allocation of `v`: collecting an emptied
+/// `Vec` into one whose elements have the same layout (here, the same view
+/// type with another lifetime) happens in place. This is how a worker
+/// keeps one buffer of views across batches without borrowing one batch's
+/// packets into the next.
+pub(crate) fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycling_keeps_the_allocation() {
+        let mut v: Vec<RawPacket<'static>> = Vec::with_capacity(64);
+        v.push(RawPacket { data: &[], wire_len: 0, timestamp_ns: 0, ingress_port: 0 });
+        let ptr = v.as_ptr() as usize;
+        let w: Vec<RawPacket<'_>> = recycle(v);
+        assert!(w.is_empty());
+        assert_eq!(w.capacity(), 64);
+        assert_eq!(w.as_ptr() as usize, ptr);
+    }
+}
