@@ -383,3 +383,101 @@ fn one_tenants_many_deployments_leave_room_for_the_next_tenant() {
     assert_eq!(api.post(Some(&b), "/v1/deployments", &json!({ "name": "mine", "module": "noop@1" })).status, 201);
     api.wait_running(&b, "mine", 1);
 }
+
+/// The first core this process may run on (`Cpus_allowed_list`).
+fn first_core() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+    list.split([',', '-']).next().unwrap().to_string()
+}
+
+/// Packets deployment `id` has taken in, with the moment the host's report
+/// (rewritten every second) last changed them.
+fn sample(report: &std::path::Path, id: &str) -> (std::time::Instant, u64) {
+    let read = || {
+        std::fs::read(report)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|r| r["deployments"][id]["packets_in"].as_u64())
+    };
+    let before = read();
+    wait_for(30, "the host report to move on", || {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        read().filter(|n| Some(*n) != before).map(|n| (std::time::Instant::now(), n))
+    })
+}
+
+/// Packets per second of deployment `id` over about `secs` seconds.
+fn rate(report: &std::path::Path, id: &str, secs: u64) -> f64 {
+    let (t0, n0) = sample(report, id);
+    std::thread::sleep(std::time::Duration::from_secs(secs));
+    let (t1, n1) = sample(report, id);
+    (n1 - n0) as f64 / t1.duration_since(t0).as_secs_f64()
+}
+
+/// Six spinning NFs of one tenant on the core a neighbour's deployment
+/// runs on: the OS shares a core per thread, which left the neighbour a
+/// seventh of it; the host shares it per tenant, so the neighbour, which
+/// needs a third of the core, keeps its throughput.
+#[test]
+fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 500);
+    let report = dir.path().join("h1.json");
+    let core = first_core();
+    let host = |pps: u32| {
+        let mut args = Replay { pcap: &pcap, loops: 0, pps, window_ms: 200, report: &report }.args();
+        args.extend(["--cores".to_string(), core.clone()]);
+        start_host(&nats, &gw, dir.path(), "h1", &args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (_, good) = api.tenant("good");
+    let (_, evil) = api.tenant("evil");
+    assert_eq!(api.upload(Some(&good), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&evil), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    let d = api.post(Some(&good), "/v1/deployments", &json!({ "name": "good", "module": "counter@1" }));
+    assert_eq!(d.status, 201, "{}", d.body);
+    let id = d.body["id"].as_str().unwrap().to_string();
+
+    // What the neighbour's deployment processes alone on the core, unpaced.
+    let mut h = host(0);
+    api.wait_running(&good, "good", 1);
+    let capacity = rate(&report, &id, 3);
+    h.term();
+    // Paced at a third of that: it needs a third of the core.
+    let pps = (capacity / 3.0) as u32;
+    let mut h = host(pps);
+    api.wait_running(&good, "good", 1);
+    let alone = rate(&report, &id, 5);
+    // Six spinning NFs of another tenant join it on the core.
+    for i in 0..6 {
+        let name = format!("spin{i}");
+        let r =
+            api.post(Some(&evil), "/v1/deployments", &json!({ "name": name, "module": "hostile@1", "config": "loop" }));
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    for i in 0..6 {
+        api.wait_running(&evil, &format!("spin{i}"), 1);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let with = rate(&report, &id, 5);
+    h.term();
+    eprintln!(
+        "capacity {capacity:.0} pps, paced at {pps}: alone {alone:.0} pps, beside six spinning NFs {with:.0} pps"
+    );
+    assert!(with >= 0.8 * alone, "the neighbour fell from {alone:.0} to {with:.0} packets/s");
+    // The spinners kept running (and trapping), paused for their share.
+    let r = host_report(&report);
+    let spinners: Vec<&serde_json::Value> = r["deployments"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|d| d["tenant"] != r["deployments"][&id]["tenant"])
+        .collect();
+    assert_eq!(spinners.len(), 6);
+    assert!(spinners.iter().all(|d| d["packets_in"].as_u64().unwrap() > 0));
+    assert!(spinners.iter().map(|d| d["paused_ms"].as_u64().unwrap()).sum::<u64>() > 0);
+    assert!(spinners.iter().all(|d| d["cores"] == core.as_str()), "{r}");
+}

@@ -85,6 +85,8 @@ pub struct Shared {
     pub changed: Arc<tokio::sync::Notify>,
     /// Cores deployment threads are pinned to.
     pub cores: sluice_runtime::cores::CorePool,
+    /// CPU shares of the tenants on each core.
+    pub fair: sluice_engine::FairShare,
 }
 
 fn limits_for(base: &NfLimits, nf: &NfPlacement) -> Result<NfLimits, String> {
@@ -306,6 +308,8 @@ pub fn run(
         tracing::info!(deployment = %id, "more deployments than cores: this one shares a core; deadlines count CPU time, so sharing slows it but does not make its NFs trap");
     }
     let on = sluice_runtime::cores::pin_worker(&id, lease.as_ref().map(sluice_runtime::cores::CoreLease::core));
+    // Its tenant's share of that core, charged after every batch.
+    let mut share = lease.as_ref().map(|l| shared.fair.join(l.core(), &spec.tenant));
     {
         let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
         let d = r.deployments.entry(id.clone()).or_default();
@@ -335,7 +339,7 @@ pub fn run(
                     }
                     continue;
                 }
-                let flow = process(&shared, &mut active, &input, &rx, &mut queue);
+                let flow = process(&shared, &mut active, &input, &rx, &mut queue, &mut share);
                 if let Some(a) = active.as_mut() {
                     flush(&shared, a);
                 }
@@ -461,6 +465,7 @@ fn process(
     input: &Input,
     rx: &crossbeam_channel::Receiver<Control>,
     queue: &mut VecDeque<Input>,
+    share: &mut Option<sluice_engine::Share>,
 ) -> Flow {
     let trace = &input.trace;
     let start_at = match slot.as_ref() {
@@ -484,6 +489,7 @@ fn process(
     let started = Instant::now();
     let mut done: u64 = 0;
     let (mut packets_in, mut packets_out) = (0u64, 0u64);
+    let mut paused = Duration::ZERO;
     let mut outcome = Flow::Continue;
     let total = trace.packets().len();
     let mut next = usize::try_from(start_at).unwrap_or(usize::MAX).min(total);
@@ -503,6 +509,12 @@ fn process(
         if matches!(outcome, Flow::Stop) {
             completed = false;
             break;
+        }
+        // Over its tenant's share of a core others use: leave it to them.
+        if let Some(pause) = share.as_mut().and_then(sluice_engine::Share::pause) {
+            paused += pause;
+            std::thread::sleep(pause);
+            continue;
         }
         // One batch: forwarded packets go to the output, if the host keeps one.
         let (output, id) = (&mut a.output, &a.spec.id);
@@ -536,6 +548,9 @@ fn process(
         } else if a.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY {
             a.checkpoint(shared);
         }
+        if let Some(s) = share.as_mut() {
+            s.charge();
+        }
         if let Some(pps) = shared.pps.filter(|p| *p > 0) {
             let due = Duration::from_secs_f64(done as f64 / pps as f64);
             if let Some(wait) = due.checked_sub(started.elapsed()) {
@@ -561,6 +576,7 @@ fn process(
             let d = r.deployments.entry(a.spec.id.clone()).or_default();
             d.packets_in += packets_in;
             d.packets_out += packets_out;
+            d.paused_ms += u64::try_from(paused.as_millis()).unwrap_or(u64::MAX);
         }
         if let Some(s) = shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&a.spec.id) {
             s.packets += packets_in;

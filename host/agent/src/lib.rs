@@ -198,6 +198,7 @@ pub async fn serve(
         events: event_tx,
         changed: Arc::new(tokio::sync::Notify::new()),
         cores: sluice_runtime::cores::CorePool::new(&cfg.cores),
+        fair: sluice_engine::FairShare::new(),
     };
     let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));
     let event_bus = bus.clone();

@@ -42,6 +42,10 @@ pub struct DeploymentReport {
     pub packets_out: u64,
     /// Per `<nf>@<version>`: the sums of the meter records produced.
     pub nfs: BTreeMap<String, Totals>,
+    /// Time its thread paused because its tenant was over its share of a
+    /// core other tenants use, ms.
+    #[serde(default)]
+    pub paused_ms: u64,
     /// The cores its thread was pinned to, as the OS reports them.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cores: String,

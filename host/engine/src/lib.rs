@@ -16,15 +16,20 @@
 //! - `DpdkIo` (feature `dpdk`): the RX/TX queues of a worker on DPDK
 //!   ports (`sluice-host dpdk`).
 //!
+//! Workers of several tenants that share a core get equal shares of it
+//! per tenant ([`FairShare`]), not per thread.
+//!
 //! Buffers are kept between batches: a step allocates nothing on its own
 //! (the guest's answer, lifted by the canonical ABI, aside).
 
 pub mod capture;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod fair;
 pub mod io;
 pub mod worker;
 
 pub use capture::{CaptureIo, Order};
+pub use fair::{FairShare, Share};
 pub use io::{PacketIo, Receive};
 pub use worker::Worker;
