@@ -481,3 +481,45 @@ fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
     assert!(spinners.iter().map(|d| d["paused_ms"].as_u64().unwrap()).sum::<u64>() > 0);
     assert!(spinners.iter().all(|d| d["cores"] == core.as_str()), "{r}");
 }
+
+/// A `serve` host's `[nf.<name>]` sections cap the NFs of that name in
+/// every deployment, whatever the deployment asks; NFs of other names run
+/// with `[nf.""]`.
+#[test]
+fn host_sections_cap_the_nfs_of_their_name() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 50);
+    let report = dir.path().join("h1.json");
+    let config = dir.path().join("host.toml");
+    // 1 MiB for NFs named `counter`: less than the module's own minimum.
+    std::fs::write(&config, "[nf.counter]\nmemory-mb = 1\n").unwrap();
+    let mut args = Replay { pcap: &pcap, loops: 0, pps: 1000, window_ms: 200, report: &report }.args();
+    args.extend(["--config".to_string(), config.display().to_string()]);
+    let mut host = start_host(&nats, &gw, dir.path(), "h1", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (_, key) = api.tenant("t");
+    assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    // The NF is named after its module, and asks for 64 MiB.
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "a", "module": "counter@1", "limits": { "memory_mb": 64 } }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "b", "nfs": [{ "name": "free", "module": "counter@1" }] }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    api.wait_running(&key, "b", 1);
+    let d = wait_for(30, "the capped NF to fail on the host", || {
+        let d = api.get(Some(&key), "/v1/deployments/a").body;
+        (d["status"] == "failed").then_some(d)
+    });
+    let reason = d["reason"].as_str().unwrap();
+    assert!(reason.contains("memory"), "{reason}");
+    host.term();
+}

@@ -69,6 +69,8 @@ pub struct Shared {
     pub batch_size: usize,
     /// Host default limits.
     pub limits: NfLimits,
+    /// Caps for the NFs of a name (`[nf.<name>]` host sections).
+    pub nf_caps: BTreeMap<String, NfLimits>,
     /// Meter window.
     pub window: Duration,
     /// Packets per second to replay at (none: as fast as possible).
@@ -89,7 +91,9 @@ pub struct Shared {
     pub fair: sluice_engine::FairShare,
 }
 
-fn limits_for(base: &NfLimits, nf: &NfPlacement) -> Result<NfLimits, String> {
+/// An NF's limits: the host's defaults, the deployment's own, then the
+/// host's caps for NFs of its name (see `AgentConfig::nf_caps`).
+fn limits_for(base: &NfLimits, caps: &BTreeMap<String, NfLimits>, nf: &NfPlacement) -> Result<NfLimits, String> {
     let mut l = base.clone();
     if let Some(ms) = nf.limits.deadline_ms {
         l.deadline = Duration::from_millis(ms);
@@ -105,7 +109,10 @@ fn limits_for(base: &NfLimits, nf: &NfPlacement) -> Result<NfLimits, String> {
             return Err(format!("NF '{}': failure policy '{other}' is not fail-open or fail-closed", nf.name));
         }
     }
-    Ok(l)
+    Ok(match caps.get(&nf.name) {
+        Some(cap) => l.at_most(cap),
+        None => l,
+    })
 }
 
 /// The NF specs and routes of a deployment, with modules compiled.
@@ -126,7 +133,7 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
         specs.push(NfSpec {
             module,
             config: nf.config.as_bytes().to_vec().into(),
-            limits: limits_for(&shared.limits, nf)?,
+            limits: limits_for(&shared.limits, &shared.nf_caps, nf)?,
         });
         let mut labels = Vec::new();
         for (l, to) in &nf.labels {
@@ -631,4 +638,29 @@ fn flush(shared: &Shared, a: &mut Active) {
     a.window_start_ms = end;
     a.window_started = Instant::now();
     a.checkpoint(shared);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_caps_bound_what_a_deployment_asks_for() {
+        let base = NfLimits::default();
+        let cap = NfLimits { memory_bytes: 8 << 20, deadline: Duration::from_millis(5), ..base.clone() };
+        let caps: BTreeMap<String, NfLimits> = [("fw".to_string(), cap)].into();
+        let mut nf: NfPlacement = serde_json::from_value(serde_json::json!({
+            "name": "fw", "module": { "id": "m", "name": "firewall", "version": "1", "digest": "x", "size": 1 }, "config": ""
+        }))
+        .unwrap();
+        nf.limits.memory_mb = Some(128);
+        nf.limits.deadline_ms = Some(100);
+        let l = limits_for(&base, &caps, &nf).unwrap();
+        assert_eq!(l.memory_bytes, 8 << 20);
+        assert_eq!(l.deadline, Duration::from_millis(5));
+        nf.name = "other".into();
+        let l = limits_for(&base, &caps, &nf).unwrap();
+        assert_eq!(l.memory_bytes, 128 << 20);
+        assert_eq!(l.deadline, Duration::from_millis(100));
+    }
 }

@@ -84,6 +84,9 @@ pub struct AgentConfig {
     pub batch_size: usize,
     /// Default NF limits (a deployment may override some).
     pub limits: NfLimits,
+    /// Caps for the NFs of a name, whatever their deployment asks
+    /// (the host config's `[nf.<name>]` sections).
+    pub nf_caps: BTreeMap<String, NfLimits>,
     /// Cores deployment threads are pinned to: each takes the core fewest
     /// others hold.
     pub cores: sluice_runtime::cores::CoreList,
@@ -190,6 +193,7 @@ pub async fn serve(
         finished: finished_tx,
         batch_size: cfg.batch_size,
         limits: cfg.limits.clone(),
+        nf_caps: cfg.nf_caps.clone(),
         window: cfg.window,
         pps: cfg.pps,
         status: Arc::new(Mutex::new(BTreeMap::new())),

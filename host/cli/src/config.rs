@@ -335,6 +335,39 @@ impl HostConfig {
         }
     }
 
+    /// Under `serve`, where tenants name their NFs: the caps of each
+    /// named section `[nf.<name>]`, for the NFs of that name in any
+    /// deployment. A named section can only tighten what `[nf.""]` gives
+    /// every NF (a tenant could otherwise name its NF after a generous
+    /// section): each resource is the smaller of the two, and the fields
+    /// the section leaves out are `[nf.""]`'s. The deployment's own limits
+    /// are capped too.
+    pub fn serve_caps(&self) -> BTreeMap<String, NfLimits> {
+        let base = self.limits("");
+        self.nf
+            .keys()
+            .filter(|name| !name.is_empty())
+            .map(|name| (name.clone(), self.section_over_base(name).at_most(&base)))
+            .collect()
+    }
+
+    /// The limits of section `name`, with `[nf.""]`'s (then the defaults)
+    /// for what it leaves out.
+    fn section_over_base(&self, name: &str) -> NfLimits {
+        let base = self.limits("");
+        let Some(s) = self.nf.get(name) else { return base };
+        NfLimits {
+            deadline: s.deadline_ms.map(Duration::from_millis).unwrap_or(base.deadline),
+            memory_bytes: s.memory_mb.map(|m| m << 20).unwrap_or(base.memory_bytes),
+            fuel_per_batch: s.fuel.map(|f| (f > 0).then_some(f)).unwrap_or(base.fuel_per_batch),
+            failure_policy: s.failure_policy.unwrap_or(base.failure_policy),
+            max_flow_state_bytes: s.max_flow_state_bytes.unwrap_or(base.max_flow_state_bytes),
+            max_flows: s.max_flows.unwrap_or(base.max_flows),
+            state_budget_bytes: s.state_budget_mb.map(|m| m.saturating_mul(1 << 20)).unwrap_or(base.state_budget_bytes),
+            log_lines_per_second: s.log_lines_per_second.unwrap_or(base.log_lines_per_second),
+        }
+    }
+
     /// The bytes NF `name` receives in `init`.
     pub fn nf_config_bytes(&self, name: &str) -> Result<Vec<u8>, ConfigError> {
         let Some(s) = self.nf.get(name) else { return Ok(Vec::new()) };
@@ -381,6 +414,24 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&c.nf_config_bytes("firewall").unwrap()).unwrap();
         assert_eq!(json["rules"][0]["dst-ports"], "80");
         assert!(c.nf_config_bytes("other").unwrap().is_empty());
+    }
+
+    #[test]
+    fn serve_caps_only_tighten() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("h.toml");
+        std::fs::write(
+            &p,
+            "[nf.\"\"]\nmemory-mb = 32\ndeadline-ms = 20\n[nf.big]\nmemory-mb = 512\n[nf.small]\ndeadline-ms = 5\n",
+        )
+        .unwrap();
+        let c = HostConfig::load(Some(&p)).unwrap();
+        let caps = c.serve_caps();
+        assert_eq!(caps["big"].memory_bytes, 32 << 20, "a named section cannot loosen [nf.\"\"]");
+        assert_eq!(caps["big"].deadline, Duration::from_millis(20));
+        assert_eq!(caps["small"].deadline, Duration::from_millis(5));
+        assert_eq!(caps["small"].memory_bytes, 32 << 20);
+        assert!(!caps.contains_key(""));
     }
 
     #[test]

@@ -322,6 +322,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 runtime: config.serve_runtime(),
                 batch_size: config.batch_size,
                 limits: config.limits(""),
+                nf_caps: config.serve_caps(),
                 cores: config.worker_cores()?,
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;

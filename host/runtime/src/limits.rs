@@ -71,6 +71,27 @@ pub struct NfLimits {
     pub log_lines_per_second: u32,
 }
 
+impl NfLimits {
+    /// These limits, each resource no larger than in `cap`: the deadline,
+    /// memory, fuel, flows, flow-state size, state budget and log rate.
+    /// The failure policy is kept.
+    pub fn at_most(&self, cap: &NfLimits) -> NfLimits {
+        NfLimits {
+            deadline: self.deadline.min(cap.deadline),
+            memory_bytes: self.memory_bytes.min(cap.memory_bytes),
+            fuel_per_batch: match (self.fuel_per_batch, cap.fuel_per_batch) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            failure_policy: self.failure_policy,
+            max_flow_state_bytes: self.max_flow_state_bytes.min(cap.max_flow_state_bytes),
+            max_flows: self.max_flows.min(cap.max_flows),
+            state_budget_bytes: self.state_budget_bytes.min(cap.state_budget_bytes),
+            log_lines_per_second: self.log_lines_per_second.min(cap.log_lines_per_second),
+        }
+    }
+}
+
 impl Default for NfLimits {
     fn default() -> Self {
         NfLimits {

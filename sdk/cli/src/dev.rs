@@ -93,6 +93,7 @@ pub async fn run(
         },
         batch_size: 32,
         limits: sluice_runtime::NfLimits::default(),
+        nf_caps: Default::default(),
         cores: sluice_runtime::cores::CoreList::allowed()?,
     };
     gateway.state.publish_all().await;
