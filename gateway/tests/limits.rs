@@ -13,9 +13,30 @@ use support::*;
 
 /// Host `h1` replaying a synthetic trace of `sessions` forever at `pps`.
 fn replaying_host(nats: &Nats, gw: &Gateway, dir: &std::path::Path, sessions: usize, pps: u32) -> Proc {
-    let pcap = trace(dir, sessions);
+    replaying_host_with(nats, gw, dir, &trace(dir, sessions), pps, &[])
+}
+
+/// Host `h1` replaying `pcap` forever at `pps` (0: as fast as it can) with
+/// more flags; its report is `<dir>/h1.json`.
+fn replaying_host_with(
+    nats: &Nats,
+    gw: &Gateway,
+    dir: &std::path::Path,
+    pcap: &std::path::Path,
+    pps: u32,
+    extra: &[String],
+) -> Proc {
     let report = dir.join("h1.json");
-    start_replay_host(nats, gw, dir, "h1", Replay { pcap: &pcap, loops: 0, pps, window_ms: 200, report: &report })
+    let mut args = Replay { pcap, loops: 0, pps, window_ms: 200, report: &report }.args();
+    args.extend(extra.iter().cloned());
+    start_host(nats, gw, dir, "h1", &args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// `--config` flags of a host config holding `toml`.
+fn config_flags(dir: &std::path::Path, toml: &str) -> Vec<String> {
+    let config = dir.join("host.toml");
+    std::fs::write(&config, toml).unwrap();
+    vec!["--config".to_string(), config.display().to_string()]
 }
 
 /// Runs `f(0..n)` on `n` threads at once; their answers in order.
@@ -151,11 +172,8 @@ fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bou
     let pcap = trace(dir.path(), 2000);
     let report = dir.path().join("h1.json");
     // A 1 MiB state budget per NF: flow state counts against it.
-    let config = dir.path().join("host.toml");
-    std::fs::write(&config, "[nf.\"\"]\nstate-budget-mb = 1\n").unwrap();
-    let mut args = Replay { pcap: &pcap, loops: 0, pps: 20000, window_ms: 200, report: &report }.args();
-    args.extend(["--config".to_string(), config.display().to_string()]);
-    let mut host = start_host(&nats, &gw, dir.path(), "h1", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let config = config_flags(dir.path(), "[nf.\"\"]\nstate-budget-mb = 1\n");
+    let mut host = replaying_host_with(&nats, &gw, dir.path(), &pcap, 20000, &config);
     let (_, good) = api.tenant("good");
     let (_, evil) = api.tenant("evil");
     assert_eq!(api.upload(Some(&good), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
@@ -428,11 +446,7 @@ fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
     let pcap = trace(dir.path(), 500);
     let report = dir.path().join("h1.json");
     let core = first_core();
-    let host = |pps: u32| {
-        let mut args = Replay { pcap: &pcap, loops: 0, pps, window_ms: 200, report: &report }.args();
-        args.extend(["--cores".to_string(), core.clone()]);
-        start_host(&nats, &gw, dir.path(), "h1", &args.iter().map(String::as_str).collect::<Vec<_>>())
-    };
+    let host = |pps: u32| replaying_host_with(&nats, &gw, dir.path(), &pcap, pps, &["--cores".into(), core.clone()]);
     let (_, good) = api.tenant("good");
     let (_, evil) = api.tenant("evil");
     assert_eq!(api.upload(Some(&good), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
@@ -491,14 +505,9 @@ fn host_sections_cap_the_nfs_of_their_name() {
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = gw.api();
-    let pcap = trace(dir.path(), 50);
-    let report = dir.path().join("h1.json");
-    let config = dir.path().join("host.toml");
     // 1 MiB for NFs named `counter`: less than the module's own minimum.
-    std::fs::write(&config, "[nf.counter]\nmemory-mb = 1\n").unwrap();
-    let mut args = Replay { pcap: &pcap, loops: 0, pps: 1000, window_ms: 200, report: &report }.args();
-    args.extend(["--config".to_string(), config.display().to_string()]);
-    let mut host = start_host(&nats, &gw, dir.path(), "h1", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let config = config_flags(dir.path(), "[nf.counter]\nmemory-mb = 1\n");
+    let mut host = replaying_host_with(&nats, &gw, dir.path(), &trace(dir.path(), 50), 1000, &config);
     let (_, key) = api.tenant("t");
     assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
     // The NF is named after its module, and asks for 64 MiB.

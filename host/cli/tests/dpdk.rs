@@ -14,13 +14,22 @@ fn bin() -> Command {
     c
 }
 
-fn nf(name: &str) -> PathBuf {
-    let dir = std::env::var("SLUICE_NFS_DIR")
+/// A component of `dir_var`'s directory (default `target/<default>`).
+fn component(dir_var: &str, default: &str, make: &str, name: &str) -> PathBuf {
+    let dir = std::env::var(dir_var)
         .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nfs"));
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target").join(default));
     let p = dir.join(format!("{name}.wasm"));
-    assert!(p.exists(), "{} missing: run `make nfs`", p.display());
+    assert!(p.exists(), "{} missing: run `make {make}`", p.display());
     p
+}
+
+fn nf(name: &str) -> PathBuf {
+    component("SLUICE_NFS_DIR", "nfs", "nfs", name)
+}
+
+fn test_nf(name: &str) -> PathBuf {
+    component("SLUICE_TEST_NFS_DIR", "nfs-test", "test-nfs", name)
 }
 
 fn eal(prefix: &str, vdevs: &[String]) -> Vec<String> {
@@ -234,15 +243,6 @@ fn rewritten_packets_go_out_with_their_new_bytes() {
     assert_eq!(expected.len(), 200);
     assert_ne!(expected, frames(&input), "the LB rewrote the packets");
     assert!(got == expected, "DPDK output differs from the pcap backend's");
-}
-
-fn test_nf(name: &str) -> PathBuf {
-    let dir = std::env::var("SLUICE_TEST_NFS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nfs-test"));
-    let p = dir.join(format!("{name}.wasm"));
-    assert!(p.exists(), "{} missing: run `make test-nfs`", p.display());
-    p
 }
 
 /// EAL pins its main thread to the main lcore, and threads inherit that:
