@@ -40,7 +40,8 @@ pub enum CoreError {
 pub struct CoreList(Vec<usize>);
 
 impl CoreList {
-    /// The cores this process may run on now.
+    /// The cores the calling thread may run on now (before any pinning:
+    /// the process's).
     pub fn allowed() -> Result<CoreList, CoreError> {
         let set = sched_getaffinity(Pid::from_raw(0))
             .map_err(|source| CoreError::Os { what: "read the process's CPU affinity".into(), source })?;
@@ -149,7 +150,7 @@ pub fn pin_worker(worker: &str, core: Option<usize>) -> String {
     {
         tracing::warn!(worker, "{e}; the worker runs unpinned");
     }
-    current_thread_cores().map(|l| l.to_string()).unwrap_or_default()
+    CoreList::allowed().map(|l| l.to_string()).unwrap_or_default()
 }
 
 /// Logs once when `workers` must share `cores`.
@@ -161,11 +162,6 @@ pub fn warn_if_oversubscribed(workers: usize, cores: &CoreList) {
             "more workers than cores: workers share cores round-robin; NF deadlines count CPU time, so sharing slows NFs down but does not make them trap"
         );
     }
-}
-
-/// The cores the calling thread may run on.
-pub fn current_thread_cores() -> Result<CoreList, CoreError> {
-    CoreList::allowed()
 }
 
 /// CPU time the calling thread has used. A system call (not a vDSO read),
@@ -269,7 +265,7 @@ mod tests {
         let core = allowed.for_worker(0).unwrap();
         std::thread::spawn(move || {
             pin_current_thread(core).unwrap();
-            assert_eq!(current_thread_cores().unwrap().cores(), &[core]);
+            assert_eq!(CoreList::allowed().unwrap().cores(), &[core]);
             let t0 = thread_cpu_time();
             let mut x = 0u64;
             for i in 0..5_000_000u64 {
