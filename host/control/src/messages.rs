@@ -74,6 +74,12 @@ pub struct DeploymentSpec {
     pub revision: u64,
     /// The chain, in order (every route goes forward).
     pub nfs: Vec<NfPlacement>,
+    /// The traffic that is this deployment's on each host of its group
+    /// (ports, VLANs, destination prefixes); none: a development
+    /// deployment, which sees every packet of a replayed or spooled
+    /// capture and no live traffic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<sluice_engine::Attachment>,
 }
 
 impl DeploymentSpec {

@@ -16,6 +16,11 @@
 //! - `DpdkIo` (feature `dpdk`): the RX/TX queues of a worker on DPDK
 //!   ports (`sluice-host dpdk`).
 //!
+//! On a host shared by tenants, a [`Dispatch`] gives each packet of a
+//! batch to at most one deployment's worker ([`Lane`]) by the
+//! deployments' traffic [`Attachment`]s, and applies the host's
+//! [`Unmatched`] policy to the rest.
+//!
 //! Workers of several tenants that share a core get equal shares of it
 //! per tenant ([`FairShare`]), not per thread.
 //!
@@ -23,13 +28,17 @@
 //! (the guest's answer, lifted by the canonical ABI, aside).
 
 pub mod capture;
+pub mod classify;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod dispatch;
 pub mod fair;
 pub mod io;
 pub mod worker;
 
 pub use capture::{CaptureIo, Order};
+pub use classify::{Attachment, AttachmentError, Classifier, Unmatched};
+pub use dispatch::{Dispatch, DispatchCounters, Lane};
 pub use fair::{FairShare, Share};
 pub use io::{PacketIo, Receive};
 pub use worker::Worker;

@@ -1,7 +1,7 @@
 //! One worker: a chain and the per-batch step every data path shares.
 
 use crate::io::{PacketIo, Receive};
-use sluice_runtime::{Chain, EmittedEvent, NfSpec, RawPacket, Runtime, RuntimeError};
+use sluice_runtime::{Chain, EmittedEvent, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
 
 /// A chain of NF instances and the buffers its batches reuse.
 #[derive(Debug)]
@@ -26,13 +26,22 @@ impl Worker {
         if let Receive::Packets(n) = got {
             let mut raw = recycle(std::mem::take(&mut self.spare));
             io.packets(&mut raw);
-            self.chain.process(&raw);
+            self.run(&raw);
             self.spare = recycle(raw);
-            self.batches += 1;
-            self.packets += n as u64;
+            debug_assert_eq!(self.chain.last_results().len(), n);
             io.deliver(self.chain.last_results());
         }
         got
+    }
+
+    /// Runs one batch of packets (already received) through the chain and
+    /// returns one result per packet, in order: the step of a
+    /// [`Dispatch`](crate::Dispatch), which gives each worker of a host its
+    /// own packets of a shared batch.
+    pub fn run(&mut self, packets: &[RawPacket<'_>]) -> &[PacketResult] {
+        self.batches += 1;
+        self.packets += packets.len() as u64;
+        self.chain.process(packets)
     }
 
     /// Hot-swaps the NF named `name` to another version: takes effect with

@@ -1,0 +1,335 @@
+//! Traffic attachments: which of a host's packets belong to which
+//! deployment, decided once per packet before any NF runs.
+//!
+//! An [`Attachment`] names an ingress port and, optionally, an 802.1Q
+//! VLAN id and a destination IPv4/IPv6 prefix; a deployment has one or
+//! more. A [`Classifier`] holds the attachments of every deployment of a
+//! host and gives each packet to at most one of them: the most specific
+//! match (a VLAN counts one, a prefix its length), ties to the first
+//! listed. Packets no attachment matches are the host's (see
+//! [`Unmatched`]); no tenant sees or pays for them.
+//!
+//! Two attachments [`overlap`](Attachment::overlaps) when one packet could
+//! match both: the gateway refuses such pairs in a group, so on a host
+//! every packet has one owner whatever the precedence.
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use sluice_runtime::RawPacket;
+use sluice_wire::ethernet::{EthernetFrame, ethertype};
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+/// Highest 802.1Q VLAN id (4095 is reserved).
+pub const MAX_VLAN: u16 = 4094;
+
+/// Which packets of a host a deployment gets, and where its forwarded
+/// packets leave.
+///
+/// Text form (CLI, docs): `port=0,vlan=100,dst=10.1.0.0/16,out=1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attachment {
+    /// Ingress port (the DPDK port id; a capture's packets come in on
+    /// port 0 unless it says otherwise).
+    pub port: u16,
+    /// 802.1Q VLAN id of the outer tag: `1..=4094` for that VLAN, `0` for
+    /// untagged (and priority-tagged) frames only; none: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// Destination address prefix (IPv4 or IPv6); none: any packet,
+    /// IP or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<IpNet>,
+    /// Port forwarded packets leave by when the NF does not name one;
+    /// none: the host's default (the paired port, or the ingress port).
+    /// Tags are kept either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<u16>,
+}
+
+/// A malformed or out-of-range attachment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachmentError {
+    /// Text that is not `key=value,…` with known keys.
+    #[error("attachment '{text}': {reason} (expected e.g. port=0,vlan=100,dst=10.0.0.0/8,out=1)")]
+    Syntax {
+        /// The text given.
+        text: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A VLAN id over 4094.
+    #[error("attachment: VLAN {0} is out of range (0 for untagged, 1..=4094)")]
+    Vlan(u16),
+    /// A prefix with host bits set (`10.0.0.1/8`).
+    #[error("attachment: prefix {0} has bits set past its length; write {1}")]
+    Prefix(IpNet, IpNet),
+}
+
+impl Attachment {
+    /// Checks the ranges: VLAN id, canonical prefix.
+    pub fn validate(&self) -> Result<(), AttachmentError> {
+        if let Some(v) = self.vlan
+            && v > MAX_VLAN
+        {
+            return Err(AttachmentError::Vlan(v));
+        }
+        if let Some(p) = self.dst
+            && p.trunc() != p
+        {
+            return Err(AttachmentError::Prefix(p, p.trunc()));
+        }
+        Ok(())
+    }
+
+    /// Whether one packet could match both (so two tenants would share it).
+    pub fn overlaps(&self, other: &Attachment) -> bool {
+        let vlan = match (self.vlan, other.vlan) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        let dst = match (self.dst, other.dst) {
+            (Some(a), Some(b)) => a.contains(&b) || b.contains(&a),
+            _ => true,
+        };
+        self.port == other.port && vlan && dst
+    }
+
+    /// How specific a match is: more specific attachments win.
+    fn specificity(&self) -> u16 {
+        u16::from(self.vlan.is_some()) * 256 + self.dst.map(|p| u16::from(p.prefix_len())).unwrap_or(0)
+    }
+
+    /// Whether a packet with these headers matches.
+    fn matches(&self, h: &Headers) -> bool {
+        if self.port != h.port {
+            return false;
+        }
+        match self.vlan {
+            None => {}
+            Some(0) => {
+                if h.vlan.is_some_and(|v| v != 0) {
+                    return false;
+                }
+            }
+            Some(v) => {
+                if h.vlan != Some(v) {
+                    return false;
+                }
+            }
+        }
+        match (self.dst, h.dst) {
+            (None, _) => true,
+            (Some(p), Some(a)) => p.contains(&a),
+            (Some(_), None) => false,
+        }
+    }
+}
+
+impl fmt::Display for Attachment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "port={}", self.port)?;
+        if let Some(v) = self.vlan {
+            write!(f, ",vlan={v}")?;
+        }
+        if let Some(p) = self.dst {
+            write!(f, ",dst={p}")?;
+        }
+        if let Some(o) = self.out {
+            write!(f, ",out={o}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Attachment {
+    type Err = AttachmentError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |reason: String| AttachmentError::Syntax { text: text.chars().take(200).collect(), reason };
+        let mut port = None;
+        let mut a = Attachment { port: 0, vlan: None, dst: None, out: None };
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').ok_or_else(|| bad(format!("'{part}' is not key=value")))?;
+            let num = |what: &str| v.parse::<u16>().map_err(|e| bad(format!("{what} '{v}': {e}")));
+            match k.trim() {
+                "port" => port = Some(num("port")?),
+                "vlan" => a.vlan = Some(num("vlan")?),
+                "dst" => a.dst = Some(v.parse().map_err(|e| bad(format!("dst '{v}': {e}")))?),
+                "out" => a.out = Some(num("out")?),
+                other => return Err(bad(format!("unknown key '{other}' (port, vlan, dst, out)"))),
+            }
+        }
+        a.port = port.ok_or_else(|| bad("no port=".into()))?;
+        a.validate()?;
+        Ok(a)
+    }
+}
+
+/// What a host does with packets no attachment matches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unmatched {
+    /// Drop them (the default: nobody asked for them).
+    #[default]
+    Drop,
+    /// Send them on unchanged (out of the paired or ingress port).
+    Forward,
+}
+
+impl FromStr for Unmatched {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "drop" => Ok(Unmatched::Drop),
+            "forward" => Ok(Unmatched::Forward),
+            other => Err(format!("unmatched traffic policy '{other}' is not drop or forward")),
+        }
+    }
+}
+
+/// The headers a classifier looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Headers {
+    port: u16,
+    vlan: Option<u16>,
+    dst: Option<IpAddr>,
+}
+
+impl Headers {
+    fn of(p: &RawPacket<'_>) -> Headers {
+        let mut h = Headers { port: p.ingress_port, vlan: None, dst: None };
+        let Ok(frame) = EthernetFrame::new_checked(p.data) else { return h };
+        let Ok((ethertype, offset, vlan)) = frame.network() else { return h };
+        h.vlan = vlan;
+        let l3 = p.data.get(offset..).unwrap_or(&[]);
+        h.dst = match ethertype {
+            ethertype::IPV4 => sluice_wire::ipv4::Ipv4Packet::new_checked(l3).ok().map(|ip| IpAddr::from(ip.dst())),
+            ethertype::IPV6 => sluice_wire::ipv6::Ipv6Packet::new_checked(l3).ok().map(|ip| IpAddr::from(ip.dst())),
+            _ => None,
+        };
+        h
+    }
+}
+
+/// The attachments of a host's deployments, each with its owner's index.
+#[derive(Debug, Clone, Default)]
+pub struct Classifier {
+    /// (owner, attachment), most specific first; ties keep their order.
+    rules: Vec<(usize, Attachment)>,
+}
+
+impl Classifier {
+    /// A classifier over `(owner, attachment)` pairs, in precedence order
+    /// for ties.
+    pub fn new(rules: impl IntoIterator<Item = (usize, Attachment)>) -> Self {
+        let mut rules: Vec<(usize, Attachment)> = rules.into_iter().collect();
+        rules.sort_by_key(|(_, a)| std::cmp::Reverse(a.specificity()));
+        Classifier { rules }
+    }
+
+    /// Whether no attachment is held.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The owner of a packet and the attachment it matched, if any.
+    pub fn classify(&self, p: &RawPacket<'_>) -> Option<(usize, &Attachment)> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let h = Headers::of(p);
+        self.rules.iter().find(|(_, a)| a.matches(&h)).map(|(o, a)| (*o, a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use proptest::prelude::*;
+
+    fn frame(vlan: Option<u16>, dst: [u8; 4]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        if let Some(v) = vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&v.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let mut ip = vec![0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1];
+        ip.extend_from_slice(&dst);
+        f.extend_from_slice(&ip);
+        f
+    }
+
+    fn pkt(data: &[u8], port: u16) -> RawPacket<'_> {
+        RawPacket { data, wire_len: data.len() as u32, timestamp_ns: 0, ingress_port: port }
+    }
+
+    #[test]
+    fn text_round_trips_and_refuses_nonsense() {
+        let a: Attachment = "port=0,vlan=100,dst=10.1.0.0/16,out=1".parse().unwrap();
+        assert_eq!(a.to_string(), "port=0,vlan=100,dst=10.1.0.0/16,out=1");
+        assert_eq!(a.to_string().parse::<Attachment>().unwrap(), a);
+        for bad in ["", "vlan=1", "port=x", "port=0,vlan=4095", "port=0,dst=10.0.0.1/8", "port=0,colour=red", "port"] {
+            assert!(bad.parse::<Attachment>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn each_packet_goes_to_its_vlan_and_prefix() {
+        let c = Classifier::new([
+            (0, "port=0,vlan=100".parse().unwrap()),
+            (1, "port=0,vlan=200".parse().unwrap()),
+            (2, "port=0,vlan=0,dst=192.168.0.0/16".parse().unwrap()),
+            (3, "port=1".parse().unwrap()),
+        ]);
+        let owner = |vlan, dst, port| {
+            let f = frame(vlan, dst);
+            c.classify(&pkt(&f, port)).map(|(o, _)| o)
+        };
+        assert_eq!(owner(Some(100), [1, 2, 3, 4], 0), Some(0));
+        assert_eq!(owner(Some(200), [1, 2, 3, 4], 0), Some(1));
+        assert_eq!(owner(None, [192, 168, 3, 4], 0), Some(2));
+        assert_eq!(owner(None, [10, 0, 0, 1], 0), None);
+        assert_eq!(owner(Some(300), [192, 168, 3, 4], 0), None);
+        assert_eq!(owner(Some(300), [1, 1, 1, 1], 1), Some(3));
+        // Runts and non-IP frames match only attachments without a prefix.
+        assert_eq!(c.classify(&pkt(&[0u8; 5], 1)).map(|(o, _)| o), Some(3));
+        assert_eq!(c.classify(&pkt(&[0u8; 5], 0)).map(|(o, _)| o), None);
+    }
+
+    #[test]
+    fn the_most_specific_attachment_wins() {
+        let c = Classifier::new([(0, "port=0".parse().unwrap()), (1, "port=0,dst=10.0.0.0/8".parse().unwrap())]);
+        let f = frame(None, [10, 9, 9, 9]);
+        assert_eq!(c.classify(&pkt(&f, 0)).map(|(o, _)| o), Some(1));
+        let f = frame(None, [11, 9, 9, 9]);
+        assert_eq!(c.classify(&pkt(&f, 0)).map(|(o, _)| o), Some(0));
+    }
+
+    fn attachment() -> impl Strategy<Value = Attachment> {
+        (0u16..2, prop::option::of(0u16..4), prop::option::of((0u8..4, 0u8..=16))).prop_map(|(port, vlan, dst)| {
+            let dst = dst.map(|(b, len)| IpNet::new(IpAddr::from([10, b, 0, 0]), len).unwrap().trunc());
+            Attachment { port, vlan, dst, out: None }
+        })
+    }
+
+    proptest! {
+        /// Attachments that do not overlap never both match one packet,
+        /// and overlapping ones are caught: a packet two attachments match
+        /// proves they overlap.
+        #[test]
+        fn matching_both_implies_overlap(a in attachment(), b in attachment(), port in 0u16..2,
+                                         vlan in prop::option::of(0u16..4), dst in any::<[u8; 2]>()) {
+            let f = frame(vlan, [10, dst[0] % 4, dst[1], 1]);
+            let h = Headers::of(&pkt(&f, port));
+            if a.matches(&h) && b.matches(&h) {
+                prop_assert!(a.overlaps(&b) && b.overlaps(&a));
+            }
+        }
+    }
+}

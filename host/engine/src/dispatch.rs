@@ -1,0 +1,219 @@
+//! One worker of a multi-tenant host: a batch from shared ports, split by
+//! a [`Classifier`] among the deployments attached there, each part run
+//! through its deployment's chain, the verdicts put back in order.
+//!
+//! Each deployment is a [`Lane`] of the worker: it holds its own
+//! [`Worker`] (chain instance, meters, swaps). A packet reaches at most one
+//! lane; packets no lane claims get the host's [`Unmatched`] policy and
+//! are counted here, never in a lane's meters. A lane's NFs may send
+//! packets only out of ports its attachments name (ingress or `out`):
+//! any other explicit port is refused and counted, so no tenant can inject
+//! traffic into another's port.
+
+use crate::classify::{Attachment, Classifier, Unmatched};
+use crate::io::{PacketIo, Receive};
+use crate::worker::{Worker, recycle};
+use serde::Serialize;
+use sluice_runtime::{Fate, PacketResult, RawPacket};
+
+/// A deployment's part of a host worker.
+pub trait Lane {
+    /// Its chain.
+    fn worker(&mut self) -> &mut Worker;
+    /// Whether its NFs may name this port (id) in a verdict.
+    fn may_send(&self, port: u16) -> bool;
+}
+
+/// Counts of a dispatcher's own decisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DispatchCounters {
+    /// Packets no attachment matched.
+    pub unmatched: u64,
+    /// Packets a lane's NF sent to a port its attachments do not name.
+    pub refused_egress: u64,
+}
+
+/// Where a packet goes.
+#[derive(Debug, Clone, Copy)]
+struct Owner {
+    lane: usize,
+    /// The verdict port of the attachment's `out`, if it names one.
+    out: Option<u16>,
+}
+
+/// A host worker's classification and the buffers its batches reuse.
+#[derive(Debug)]
+pub struct Dispatch {
+    /// Port ids in verdict order: verdict port k ≥ 1 is `ports[k - 1]`.
+    ports: Vec<u16>,
+    unmatched: Unmatched,
+    counters: DispatchCounters,
+    raw: Vec<RawPacket<'static>>,
+    sub: Vec<RawPacket<'static>>,
+    owners: Vec<Option<Owner>>,
+    /// Per port, whether the lane being run may name it.
+    allowed: Vec<bool>,
+    results: Vec<PacketResult>,
+}
+
+impl Dispatch {
+    /// A dispatcher for a worker whose I/O has these ports (ids, in the
+    /// I/O's order), with `unmatched` for packets nobody claims.
+    pub fn new(ports: Vec<u16>, unmatched: Unmatched) -> Self {
+        Dispatch {
+            ports,
+            unmatched,
+            counters: DispatchCounters::default(),
+            raw: Vec::new(),
+            sub: Vec::new(),
+            owners: Vec::new(),
+            allowed: Vec::new(),
+            results: Vec::new(),
+        }
+    }
+
+    /// What it decided so far.
+    pub fn counters(&self) -> DispatchCounters {
+        self.counters
+    }
+
+    fn verdict_port(&self, port: u16) -> Option<u16> {
+        self.ports.iter().position(|&p| p == port).and_then(|i| u16::try_from(i + 1).ok())
+    }
+
+    fn owner(&self, classifier: &Classifier, p: &RawPacket<'_>) -> Option<Owner> {
+        classifier.classify(p).map(|(lane, a): (usize, &Attachment)| Owner {
+            lane,
+            // An `out` naming no port of this host cannot be honoured: the
+            // packet is refused rather than sent somewhere else.
+            out: a.out.map(|o| self.verdict_port(o).unwrap_or(u16::MAX)),
+        })
+    }
+
+    /// Runs one batch of at most `max` packets (per queue of `io`): each
+    /// packet through the chain of the lane `classifier` gives it to
+    /// (its index in `lanes`), then delivers every result to `io` in the
+    /// order received.
+    pub fn step<L: Lane>(
+        &mut self,
+        io: &mut impl PacketIo,
+        max: usize,
+        classifier: &Classifier,
+        lanes: &mut [L],
+    ) -> Receive {
+        let got = io.receive(max);
+        if !matches!(got, Receive::Packets(_)) {
+            return got;
+        }
+        let mut raw = recycle(std::mem::take(&mut self.raw));
+        io.packets(&mut raw);
+        self.owners.clear();
+        for p in &raw {
+            let o = self.owner(classifier, p);
+            self.owners.push(o);
+        }
+        let unmatched = match self.unmatched {
+            Unmatched::Drop => Fate::Refused,
+            Unmatched::Forward => Fate::Forward(0),
+        };
+        self.results.clear();
+        self.results.resize(raw.len(), PacketResult { fate: unmatched, data: None, label: None });
+        self.counters.unmatched += self.owners.iter().filter(|o| o.is_none()).count() as u64;
+        for (li, lane) in lanes.iter_mut().enumerate() {
+            let mut sub = recycle(std::mem::take(&mut self.sub));
+            sub.extend(raw.iter().zip(&self.owners).filter(|(_, o)| o.is_some_and(|o| o.lane == li)).map(|(p, _)| *p));
+            if !sub.is_empty() {
+                self.allowed.clear();
+                self.allowed.extend(self.ports.iter().map(|&p| lane.may_send(p)));
+                let results = lane.worker().run(&sub);
+                let mut it = results.iter();
+                for (slot, owner) in self.results.iter_mut().zip(&self.owners) {
+                    let Some(owner) = owner.filter(|o| o.lane == li) else { continue };
+                    let Some(r) = it.next() else { break };
+                    let fate = match &r.fate {
+                        Fate::Forward(0) => Fate::Forward(owner.out.unwrap_or(0)),
+                        &Fate::Forward(k) => {
+                            let allowed = usize::from(k).checked_sub(1).and_then(|i| self.allowed.get(i));
+                            if allowed.copied().unwrap_or(false) {
+                                Fate::Forward(k)
+                            } else {
+                                self.counters.refused_egress += 1;
+                                Fate::Refused
+                            }
+                        }
+                        other => other.clone(),
+                    };
+                    *slot = PacketResult { fate, data: r.data.clone(), label: r.label };
+                }
+            }
+            self.sub = recycle(sub);
+        }
+        self.raw = recycle(raw);
+        io.deliver(&self.results);
+        got
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    /// Packets from a list, results kept.
+    struct ListIo {
+        frames: Vec<(Vec<u8>, u16)>,
+        taken: bool,
+        delivered: Vec<Fate>,
+    }
+
+    impl PacketIo for ListIo {
+        fn receive(&mut self, _max: usize) -> Receive {
+            if self.taken {
+                return Receive::Done;
+            }
+            self.taken = true;
+            Receive::Packets(self.frames.len())
+        }
+        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+            for (f, port) in &self.frames {
+                out.push(RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 0, ingress_port: *port });
+            }
+        }
+        fn deliver(&mut self, results: &[PacketResult]) {
+            self.delivered = results.iter().map(|r| r.fate.clone()).collect();
+        }
+    }
+
+    fn tagged(vlan: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&vlan.to_be_bytes());
+        f.extend_from_slice(&[0x88, 0xb5, 1, 2, 3, 4]);
+        f
+    }
+
+    #[test]
+    fn unmatched_packets_follow_the_host_policy_and_are_counted() {
+        let c = Classifier::new([(0, "port=0,vlan=100".parse().unwrap())]);
+        for (policy, fate) in [(Unmatched::Drop, Fate::Refused), (Unmatched::Forward, Fate::Forward(0))] {
+            let mut io = ListIo { frames: vec![(tagged(200), 0), (tagged(300), 0)], taken: false, delivered: vec![] };
+            let mut d = Dispatch::new(vec![0, 1], policy);
+            let mut lanes: Vec<NoLane> = Vec::new();
+            assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(2));
+            assert_eq!(io.delivered, vec![fate.clone(), fate]);
+            assert_eq!(d.counters().unmatched, 2);
+        }
+    }
+
+    /// A lane that never exists (lanes with chains are tested with real
+    /// components in the integration tests).
+    struct NoLane;
+    impl Lane for NoLane {
+        fn worker(&mut self) -> &mut Worker {
+            unreachable!("no packet is classified to a lane that is not there")
+        }
+        fn may_send(&self, _: u16) -> bool {
+            false
+        }
+    }
+}
