@@ -35,6 +35,31 @@ pub struct Input {
     pub pass: u64,
     /// Whether it came from the spool (the agent is told when it is done).
     pub spooled: bool,
+    /// The indices of the packets that are this deployment's (its
+    /// attachments' share, ascending); none: every packet (a development
+    /// deployment, without attachments).
+    pub packets: Option<Arc<Vec<usize>>>,
+}
+
+/// A deployment's chain, compiled: its NF specs and routes.
+pub type Built = (Vec<NfSpec>, Vec<Routes>);
+
+/// A revision of a deployment with its chain compiled (once, for every
+/// worker that runs it), or why it could not be.
+#[derive(Clone)]
+pub struct Prepared {
+    /// The revision.
+    pub spec: DeploymentSpec,
+    /// Its chain, or why not.
+    pub built: Result<Built, String>,
+}
+
+impl Prepared {
+    /// Compiles `spec`'s modules (from `blobs`).
+    pub fn new(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Self {
+        let built = build(shared, &spec, blobs);
+        Prepared { spec, built }
+    }
 }
 
 /// What the agent tells a deployment.
@@ -42,7 +67,7 @@ pub enum Control {
     /// Process a capture.
     Trace(Input),
     /// Move to another revision (hot swap where the chain keeps its shape).
-    Update(Box<DeploymentSpec>, Blobs),
+    Update(Box<Prepared>),
     /// Flush meters and stop.
     Stop,
 }
@@ -145,11 +170,15 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
 }
 
 /// A running chain, its meter window, its output and where it is in its
-/// input.
-struct Active {
-    spec: DeploymentSpec,
+/// input: one per deployment thread, or per deployment and worker of a
+/// live host.
+pub(crate) struct Active {
+    pub(crate) spec: DeploymentSpec,
+    /// The worker of a live host this runs on (its journal is
+    /// `<deployment>.w<worker>`); none: the deployment's own thread.
+    lane: Option<usize>,
     /// The chain, on the data path every host mode shares.
-    worker: Worker,
+    pub(crate) worker: Worker,
     /// Cumulative meters of each NF at the start of the window.
     base: Vec<NfMeters>,
     window_start_ms: u64,
@@ -180,20 +209,27 @@ pub const MAX_EVENTS_PER_WINDOW: usize = 1000;
 pub const MAX_EVENT_BYTES_PER_WINDOW: usize = 1 << 20;
 
 impl Active {
-    fn new(shared: &Shared, spec: DeploymentSpec, chain: Chain, resume: Option<Checkpoint>) -> Result<Self, String> {
+    fn new(
+        shared: &Shared,
+        spec: DeploymentSpec,
+        chain: Chain,
+        resume: Option<Checkpoint>,
+        lane: Option<usize>,
+    ) -> Result<Self, String> {
         let base = vec![NfMeters::default(); spec.nfs.len()];
         let mut secret = [0u8; 12];
         getrandom::fill(&mut secret).map_err(|e| format!("no randomness from the OS: {e}"))?;
         let resume = resume.unwrap_or_default();
         let output = match &shared.output_dir {
-            Some(dir) => {
+            Some(dir) if lane.is_none() => {
                 let path = dir.join(format!("{}.pcap", spec.id));
                 Some(PcapAppender::open(&path, resume.output_len).map_err(|e| e.to_string())?)
             }
-            None => None,
+            _ => None,
         };
         Ok(Active {
             spec,
+            lane,
             worker: Worker::new(chain),
             base,
             window_start_ms: now_ms(),
@@ -246,7 +282,7 @@ impl Active {
 
     /// Writes the output buffered so far and the checkpoint that accounts
     /// for it.
-    fn checkpoint(&mut self, shared: &Shared) {
+    pub(crate) fn checkpoint(&mut self, shared: &Shared) {
         let output_len = match self.output.as_mut().map(PcapAppender::flush) {
             Some(Ok(len)) => Some(len),
             Some(Err(e)) => {
@@ -260,6 +296,7 @@ impl Active {
         }
         let c = Checkpoint {
             deployment: self.spec.id.clone(),
+            worker: self.lane,
             tenant: self.spec.tenant.clone(),
             record_prefix: self.record_prefix.clone(),
             window: self.window,
@@ -276,7 +313,7 @@ impl Active {
     }
 
     /// Takes the chain's pending events into the window.
-    fn collect_events(&mut self) {
+    pub(crate) fn collect_events(&mut self) {
         for e in self.worker.drain_events() {
             let size = e.event.fields.iter().fold(e.event.kind.len(), |n, (k, v)| n + k.len() + v.len());
             if self.events.len() >= MAX_EVENTS_PER_WINDOW || self.event_bytes + size > MAX_EVENT_BYTES_PER_WINDOW {
@@ -301,13 +338,8 @@ impl Active {
 }
 
 /// The deployment thread: starts the chain, then serves `rx` until `Stop`.
-pub fn run(
-    shared: Shared,
-    spec: DeploymentSpec,
-    blobs: Blobs,
-    rx: crossbeam_channel::Receiver<Control>,
-    replay: Vec<Input>,
-) {
+pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<Control>, replay: Vec<Input>) {
+    let spec = &prepared.spec;
     let id = spec.id.clone();
     // The core fewest other deployments hold, until this thread ends.
     let lease = shared.cores.lease();
@@ -325,7 +357,7 @@ pub fn run(
         d.cores = on;
     }
     let resume = journal::read(&shared.journal_dir, &spec.id);
-    let mut active = start(&shared, spec, &blobs, resume);
+    let mut active = start(&shared, prepared, resume, None);
     let mut queue: VecDeque<Input> = VecDeque::new();
     if active.is_some() {
         queue.extend(replay.iter().cloned());
@@ -355,7 +387,7 @@ pub fn run(
                     break;
                 }
             }
-            Control::Update(spec, blobs) => active = update(&shared, active.take(), *spec, &blobs),
+            Control::Update(p) => active = update(&shared, active.take(), *p),
             Control::Stop => break,
         }
     }
@@ -370,7 +402,7 @@ enum Flow {
     Stop,
 }
 
-fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: Option<String>) {
+pub(crate) fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: Option<String>) {
     let mut map = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
     let packets = map.get(&spec.id).map(|s| s.packets).unwrap_or(0);
     map.insert(
@@ -388,10 +420,16 @@ fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: 
     shared.changed.notify_one();
 }
 
-fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs, resume: Option<Checkpoint>) -> Option<Active> {
-    let made = build(shared, &spec, blobs)
+pub(crate) fn start(
+    shared: &Shared,
+    prepared: Prepared,
+    resume: Option<Checkpoint>,
+    lane: Option<usize>,
+) -> Option<Active> {
+    let Prepared { spec, built } = prepared;
+    let made = built
         .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()))
-        .and_then(|chain| Active::new(shared, spec.clone(), chain, resume));
+        .and_then(|chain| Active::new(shared, spec.clone(), chain, resume, lane));
     match made {
         Ok(mut a) => {
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
@@ -410,13 +448,14 @@ fn start(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs, resume: Option<Ch
 /// Applies a new revision. Same NFs and routes: each NF whose module or
 /// config changed is hot-swapped, keeping its state. Otherwise the chain
 /// is rebuilt. A refused update leaves the running revision in place.
-fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: &Blobs) -> Option<Active> {
-    let Some(mut a) = active else { return start(shared, spec, blobs, None) };
+pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared) -> Option<Active> {
+    let Some(mut a) = active else { return start(shared, prepared, None, None) };
+    let Prepared { spec, built } = prepared;
     flush(shared, &mut a);
     let same_shape = a.spec.nfs.len() == spec.nfs.len()
         && a.spec.nfs.iter().zip(&spec.nfs).all(|(o, n)| o.name == n.name && o.next == n.next && o.labels == n.labels);
     if !same_shape {
-        return match build(shared, &spec, blobs)
+        return match built
             .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()))
         {
             Ok(chain) => {
@@ -435,7 +474,7 @@ fn update(shared: &Shared, active: Option<Active>, spec: DeploymentSpec, blobs: 
             }
         };
     }
-    let (specs, _) = match build(shared, &spec, blobs) {
+    let (specs, _) = match built {
         Ok(x) => x,
         Err(reason) => {
             let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
@@ -501,11 +540,11 @@ fn process(
     let total = trace.packets().len();
     let mut next = usize::try_from(start_at).unwrap_or(usize::MAX).min(total);
     let mut completed = true;
-    while next < total {
+    loop {
         while let Ok(msg) = rx.try_recv() {
             match msg {
                 Control::Trace(t) => queue.push_back(t),
-                Control::Update(spec, blobs) => *slot = update(shared, slot.take(), *spec, &blobs),
+                Control::Update(p) => *slot = update(shared, slot.take(), *p),
                 Control::Stop => outcome = Flow::Stop,
             }
         }
@@ -526,7 +565,12 @@ fn process(
         // One batch: forwarded packets go to the output, if the host keeps one.
         let (output, id) = (&mut a.output, &a.spec.id);
         let mut forwarded = 0u64;
-        let mut io = CaptureIo::new(trace, Order::Range(next..total), |_, p: RawPacket<'_>, r: &PacketResult| {
+        let order = match input.packets.as_deref() {
+            // Its share of the capture, from where it is.
+            Some(mine) => Order::List(mine.get(mine.partition_point(|&i| i < next)..).unwrap_or(&[])),
+            None => Order::Range(next..total),
+        };
+        let mut io = CaptureIo::new(trace, order, |_, p: RawPacket<'_>, r: &PacketResult| {
             if !matches!(r.fate, Fate::Forward(_)) {
                 return;
             }
@@ -548,13 +592,8 @@ fn process(
         if let Some(p) = a.position.as_mut() {
             p.packet = next as u64;
         }
-        a.collect_events();
         done += n as u64;
-        if a.window_started.elapsed() >= shared.window {
-            flush(shared, a);
-        } else if a.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY {
-            a.checkpoint(shared);
-        }
+        a.tick(shared);
         if let Some(s) = share.as_mut() {
             s.charge();
         }
@@ -592,10 +631,23 @@ fn process(
     outcome
 }
 
+impl Active {
+    /// After a batch (or a while without one): takes the NFs' events,
+    /// closes the meter window when it is due, else checkpoints when due.
+    pub(crate) fn tick(&mut self, shared: &Shared) {
+        self.collect_events();
+        if self.window_started.elapsed() >= shared.window {
+            flush(shared, self);
+        } else if self.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY {
+            self.checkpoint(shared);
+        }
+    }
+}
+
 /// Closes the meter window: one record per NF that did work, stored in the
 /// outbox before the window moves on (see [`crate::journal`] for the
 /// order), and the window's events.
-fn flush(shared: &Shared, a: &mut Active) {
+pub(crate) fn flush(shared: &Shared, a: &mut Active) {
     a.collect_events();
     if !a.events.is_empty() || a.events_dropped > 0 {
         let batch =

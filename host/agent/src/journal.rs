@@ -65,6 +65,11 @@ pub struct Position {
 pub struct Checkpoint {
     /// Deployment id.
     pub deployment: String,
+    /// The worker of a live host whose part of the deployment this is
+    /// (file `<deployment>.w<worker>.json`); none: the deployment's own
+    /// thread (`<deployment>.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<usize>,
     /// Tenant billed.
     pub tenant: String,
     /// Record ids of this run start with it (`<host>-<secret>`).
@@ -115,21 +120,30 @@ pub fn dir(state_dir: &Path) -> PathBuf {
     state_dir.join("journal")
 }
 
-fn path_of(dir: &Path, deployment: &str) -> PathBuf {
-    dir.join(format!("{deployment}.json"))
+fn path_of(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.json"))
+}
+
+/// The journal name of a deployment's part on a live host's worker, or of
+/// the deployment (`worker` none).
+pub fn name_of(deployment: &str, worker: Option<usize>) -> String {
+    match worker {
+        Some(w) => format!("{deployment}.w{w}"),
+        None => deployment.to_string(),
+    }
 }
 
 /// Writes a checkpoint (atomically: a temporary file renamed over the old).
 pub fn write(dir: &Path, c: &Checkpoint) -> std::io::Result<()> {
-    let path = path_of(dir, &c.deployment);
+    let path = path_of(dir, &name_of(&c.deployment, c.worker));
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_vec(c).map_err(std::io::Error::other)?)?;
     std::fs::rename(&tmp, &path)
 }
 
-/// The checkpoint of a deployment, if it has one.
-pub fn read(dir: &Path, deployment: &str) -> Option<Checkpoint> {
-    let path = path_of(dir, deployment);
+/// The checkpoint named `name` ([`name_of`]), if there is one.
+pub fn read(dir: &Path, name: &str) -> Option<Checkpoint> {
+    let path = path_of(dir, name);
     let bytes = std::fs::read(&path).ok()?;
     match serde_json::from_slice(&bytes) {
         Ok(c) => Some(c),
@@ -140,9 +154,18 @@ pub fn read(dir: &Path, deployment: &str) -> Option<Checkpoint> {
     }
 }
 
-/// Removes a deployment's checkpoint (it was undeployed).
+/// Removes a deployment's checkpoints, its own and its workers' (it was
+/// undeployed).
 pub fn remove(dir: &Path, deployment: &str) {
     let _ = std::fs::remove_file(path_of(dir, deployment));
+    let lanes = format!("{deployment}.w");
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
+        if stem.strip_prefix(&lanes).is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit())) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// At start: every checkpoint's open window becomes meter records in the
@@ -194,6 +217,7 @@ mod tests {
         std::fs::create_dir_all(&j).unwrap();
         let c = Checkpoint {
             deployment: "d1".into(),
+            worker: None,
             tenant: "t1".into(),
             record_prefix: "h-abc".into(),
             window: 4,

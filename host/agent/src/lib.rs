@@ -9,20 +9,28 @@
 //! records per window, published through a crash-safe outbox. The packet
 //! path itself is `sluice-runtime`'s; this crate only schedules it.
 //!
-//! Traffic, in this version, comes from pcap files: replayed from a file
+//! Traffic comes from live ports ([`serve_live`], `sluice-host serve
+//! --dpdk`: the host's workers run every deployment, each packet going to
+//! the deployment whose traffic attachment claims it; see [`live`]) or,
+//! for development, from pcap files: replayed from a file
 //! (`Input::Replay`, e.g. for load tests) or picked up from a spool
-//! directory (`Input::Spool`: every capture dropped there goes through
-//! every deployment of the host, and moves to `done/` once each has
-//! finished it). Forwarded packets go to one capture per deployment under
+//! directory (`Input::Spool`; a capture moves to `done/` once every
+//! deployment has finished it). A deployment with attachments gets its
+//! share of a capture, one without (a development deployment) all of it.
+//! Forwarded packets of captures go to one capture per deployment under
 //! `output`, if set. A killed host resumes every deployment where its
 //! [`journal`] says it was, and bills exactly the output it kept.
 
 pub mod deployment;
 pub mod journal;
+pub mod live;
 pub mod outbox;
 pub mod report;
 
-use deployment::{Blobs, Control, Shared};
+use deployment::{Blobs, Control, Prepared, Shared};
+pub use live::LiveInput;
+use live::Live;
+use sluice_engine::Classifier;
 use futures::StreamExt;
 use report::AgentReport;
 use sluice_control::{Bus, DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, now_ms};
@@ -132,10 +140,34 @@ fn random_hex(bytes: usize) -> Result<String, AgentError> {
     Ok(hex::encode(b))
 }
 
-/// Runs the agent until `shutdown` resolves; returns its report.
+/// Runs the agent on development input (`cfg.input`) until `shutdown`
+/// resolves; returns its report.
 pub async fn serve(
     bus: Arc<dyn Bus>,
     cfg: AgentConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<AgentReport, AgentError> {
+    run(bus, cfg, None, shutdown).await
+}
+
+/// Runs the agent on live ports until `shutdown` resolves; returns its
+/// report. `cfg.input` must be `Input::None`.
+pub async fn serve_live(
+    bus: Arc<dyn Bus>,
+    cfg: AgentConfig,
+    live: LiveInput,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<AgentReport, AgentError> {
+    if !matches!(cfg.input, Input::None) {
+        return Err(AgentError::Config("a host on live ports takes no capture input (--in)".into()));
+    }
+    run(bus, cfg, Some(live), shutdown).await
+}
+
+async fn run(
+    bus: Arc<dyn Bus>,
+    cfg: AgentConfig,
+    live_input: Option<LiveInput>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<AgentReport, AgentError> {
     sluice_control::subjects::check_token("host", &cfg.host).map_err(|e| AgentError::Config(e.to_string()))?;
@@ -213,6 +245,10 @@ pub async fn serve(
             }
         }
     });
+    let mut live = match live_input {
+        Some(input) => Some(Live::start(&shared, input, cfg.batch_size).map_err(AgentError::Config)?),
+        None => None,
+    };
     let mut desired = bus.watch_desired(&cfg.group).await?;
     let mut running: HashMap<String, Running> = HashMap::new();
     // Spool captures handed out, and the deployments still processing each.
@@ -231,7 +267,10 @@ pub async fn serve(
                     tracing::error!("the desired-deployment feed ended; stopping");
                     break;
                 };
-                converge(bus.as_ref(), &shared, &cfg, &modules_dir, &set, &mut running, replay.as_ref()).await;
+                match live.as_mut() {
+                    Some(l) => converge_live(bus.as_ref(), &shared, &modules_dir, &set, l).await,
+                    None => converge(bus.as_ref(), &shared, &cfg, &modules_dir, &set, &mut running, replay.as_ref()).await,
+                }
                 release(&cfg, &running, &mut inflight);
                 current = set;
                 heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await;
@@ -239,14 +278,19 @@ pub async fn serve(
             _ = shared.changed.notified() => heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await,
             _ = beat.tick() => {
                 // Deployments that could not start (a module fetch failed) are retried.
-                if current.deployments.iter().any(|d| !running.contains_key(&d.id)) {
-                    converge(bus.as_ref(), &shared, &cfg, &modules_dir, &current, &mut running, replay.as_ref()).await;
+                match live.as_mut() {
+                    Some(l) => if current.deployments.iter().any(|d| !l.deployments.contains_key(&d.id)) {
+                        converge_live(bus.as_ref(), &shared, &modules_dir, &current, l).await;
+                    },
+                    None => if current.deployments.iter().any(|d| !running.contains_key(&d.id)) {
+                        converge(bus.as_ref(), &shared, &cfg, &modules_dir, &current, &mut running, replay.as_ref()).await;
+                    },
                 }
                 heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await;
             }
             _ = spool_tick.tick(), if matches!(cfg.input, Input::Spool { .. }) => {
                 if let Input::Spool { dir } = &cfg.input {
-                    spool(dir, &running, &mut inflight).await;
+                    spool(dir, &running, &current, &shared, &mut inflight).await;
                 }
             }
             Some((deployment, file)) = finished_rx.recv() => {
@@ -255,10 +299,18 @@ pub async fn serve(
                 }
                 release(&cfg, &running, &mut inflight);
             }
-            _ = report_tick.tick() => write_report(cfg.report.as_deref(), &report),
+            _ = report_tick.tick() => {
+                if let Some(l) = &live {
+                    l.report(&shared);
+                }
+                write_report(cfg.report.as_deref(), &report);
+            }
         }
     }
     tracing::info!(host = %cfg.host, "stopping: flushing meters");
+    if let Some(l) = live.take() {
+        l.stop(&shared).await;
+    }
     for (_, r) in running.drain() {
         let _ = r.tx.send(Control::Stop);
         let _ = tokio::task::spawn_blocking(move || r.thread.join()).await;
@@ -387,9 +439,10 @@ async fn converge(
                 continue;
             }
         };
+        let prepared = prepare(shared, spec, blobs).await;
         match running.get_mut(&spec.id) {
             Some(r) if !r.thread.is_finished() => {
-                if r.tx.send(Control::Update(Box::new(spec.clone()), blobs)).is_ok() {
+                if r.tx.send(Control::Update(Box::new(prepared))).is_ok() {
                     r.digest = digest;
                 }
             }
@@ -401,22 +454,24 @@ async fn converge(
                         // 0 = forever: a long queue, refilled never; a day at 1 Mpps is plenty.
                         let n = if *loops == 0 { 100_000 } else { u64::from(*loops) };
                         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                        let (mut shares, _) = shares_of(set, t);
+                        let packets = shares.remove(&spec.id);
                         (0..n)
                             .map(|pass| deployment::Input {
                                 trace: t.clone(),
                                 name: name.clone(),
                                 pass,
                                 spooled: false,
+                                packets: packets.clone(),
                             })
                             .collect()
                     }
                     _ => Vec::new(),
                 };
                 let s = shared.clone();
-                let spec2 = spec.clone();
                 let thread = std::thread::Builder::new()
                     .name(format!("dep-{}", spec.id))
-                    .spawn(move || deployment::run(s, spec2, blobs, rx, replays));
+                    .spawn(move || deployment::run(s, prepared, rx, replays));
                 match thread {
                     Ok(thread) => {
                         running.insert(spec.id.clone(), Running { digest, tx, thread });
@@ -429,7 +484,13 @@ async fn converge(
 }
 
 /// Hands every new capture in the spool to every running deployment.
-async fn spool(dir: &Path, running: &HashMap<String, Running>, inflight: &mut HashMap<String, HashSet<String>>) {
+async fn spool(
+    dir: &Path,
+    running: &HashMap<String, Running>,
+    set: &DesiredSet,
+    shared: &Shared,
+    inflight: &mut HashMap<String, HashSet<String>>,
+) {
     if running.is_empty() {
         return;
     }
@@ -452,9 +513,17 @@ async fn spool(dir: &Path, running: &HashMap<String, Running>, inflight: &mut Ha
         match opened {
             Ok(Ok(trace)) => {
                 let trace = Arc::new(trace);
+                let (mut shares, unmatched) = shares_of(set, &trace);
+                shared.report.lock().unwrap_or_else(PoisonError::into_inner).unmatched += unmatched;
                 let mut given = HashSet::new();
                 for (id, r) in running {
-                    let input = deployment::Input { trace: trace.clone(), name: name.clone(), pass: 0, spooled: true };
+                    let input = deployment::Input {
+                        trace: trace.clone(),
+                        name: name.clone(),
+                        pass: 0,
+                        spooled: true,
+                        packets: shares.remove(id),
+                    };
                     if r.tx.send(Control::Trace(input)).is_ok() {
                         given.insert(id.clone());
                     }
@@ -488,4 +557,100 @@ fn release(cfg: &AgentConfig, running: &HashMap<String, Running>, inflight: &mut
         }
         false
     });
+}
+
+/// Compiles a revision's modules off the async threads.
+async fn prepare(shared: &Shared, spec: &DeploymentSpec, blobs: Blobs) -> Prepared {
+    let (s, spec2) = (shared.clone(), spec.clone());
+    match tokio::task::spawn_blocking(move || Prepared::new(&s, spec2, &blobs)).await {
+        Ok(p) => p,
+        Err(e) => Prepared { spec: spec.clone(), built: Err(format!("compiling the chain failed: {e}")) },
+    }
+}
+
+/// Each attached deployment's share of a capture (ascending packet
+/// indices), and how many packets no attachment claims. Deployments
+/// without attachments have no entry: they get every packet.
+fn shares_of(set: &DesiredSet, trace: &Trace) -> (HashMap<String, Arc<Vec<usize>>>, u64) {
+    let classifier = Classifier::new(
+        set.deployments.iter().enumerate().flat_map(|(i, d)| d.attachments.iter().map(move |a| (i, *a))),
+    );
+    if classifier.is_empty() {
+        return (HashMap::new(), 0);
+    }
+    let mut lists: Vec<Vec<usize>> = vec![Vec::new(); set.deployments.len()];
+    let mut unmatched = 0;
+    for (i, p) in trace.packets().iter().enumerate() {
+        let raw = sluice_runtime::RawPacket {
+            data: trace.data(p),
+            wire_len: p.wire_len,
+            timestamp_ns: p.timestamp_ns,
+            ingress_port: p.port,
+        };
+        match classifier.classify(&raw).and_then(|(owner, _)| lists.get_mut(owner)) {
+            Some(list) => list.push(i),
+            None => unmatched += 1,
+        }
+    }
+    let shares = set
+        .deployments
+        .iter()
+        .zip(lists)
+        .filter(|(d, _)| !d.attachments.is_empty())
+        .map(|(d, l)| (d.id.clone(), Arc::new(l)))
+        .collect();
+    (shares, unmatched)
+}
+
+/// Converges a live host's workers on `set`: removed deployments close
+/// their windows and go; new or changed ones are compiled once and handed
+/// to every worker.
+async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: &DesiredSet, live: &mut Live) {
+    let wanted: HashSet<&str> = set.deployments.iter().map(|d| d.id.as_str()).collect();
+    let gone: Vec<String> = live.deployments.keys().filter(|id| !wanted.contains(id.as_str())).cloned().collect();
+    for id in gone {
+        tracing::info!(deployment = %id, "deployment removed");
+        live.remove(&id).await;
+        journal::remove(&shared.journal_dir, &id);
+        shared.status.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+    }
+    for spec in &set.deployments {
+        let digest = spec.digest();
+        if live.deployments.get(&spec.id).is_some_and(|d| *d == digest) {
+            continue;
+        }
+        let blobs = match fetch(bus, modules_dir, spec).await {
+            Ok(b) => b,
+            Err(reason) => {
+                tracing::warn!(deployment = %spec.id, "cannot fetch modules: {reason}");
+                let failed = DeploymentStatus {
+                    deployment: spec.id.clone(),
+                    revision: spec.revision,
+                    state: HostState::Failed,
+                    reason: Some(reason),
+                    digest: Some(digest),
+                    packets: 0,
+                };
+                shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), failed);
+                shared.changed.notify_one();
+                continue;
+            }
+        };
+        if !live.deployments.contains_key(&spec.id) {
+            let pending = DeploymentStatus {
+                deployment: spec.id.clone(),
+                revision: spec.revision,
+                state: HostState::Pending,
+                reason: None,
+                digest: Some(digest.clone()),
+                packets: 0,
+            };
+            shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), pending);
+        }
+        if spec.attachments.is_empty() {
+            tracing::warn!(deployment = %spec.id, "deployment has no traffic attachment: it receives no live traffic");
+        }
+        let prepared = prepare(shared, spec, blobs).await;
+        live.apply(prepared, digest);
+    }
 }

@@ -62,4 +62,15 @@ pub struct AgentReport {
     pub deployments: BTreeMap<String, DeploymentReport>,
     /// Traces read from the input (replays included).
     pub traces: u64,
+    /// Packets no deployment's attachment claimed (live ports, spooled
+    /// captures): handled by the host's unmatched policy, billed to nobody.
+    #[serde(default)]
+    pub unmatched: u64,
+    /// Packets an NF sent to a port its deployment's attachments do not
+    /// name (refused).
+    #[serde(default)]
+    pub refused_egress: u64,
+    /// Live ports: device and per-worker queue counters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<sluice_engine::PortReport>,
 }

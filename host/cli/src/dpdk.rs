@@ -18,8 +18,8 @@ use crate::run::{RunError, load_specs};
 use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Queue};
 use sluice_engine::dpdk::DpdkIo;
-pub use sluice_engine::dpdk::QueueCounters;
-use sluice_engine::{Receive, Worker};
+pub use sluice_engine::{PortReport, QueueCounters};
+use sluice_engine::{PacketIo, Receive, Worker};
 use sluice_runtime::cores::CoreList;
 use sluice_runtime::{Chain, NfMeters, Runtime};
 use std::path::PathBuf;
@@ -55,31 +55,6 @@ pub struct DpdkOptions {
     pub mbufs: u32,
     /// RX/TX descriptors per queue.
     pub descriptors: u16,
-}
-
-/// One port in the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct PortReport {
-    /// DPDK port id.
-    pub port: u16,
-    /// Device name.
-    pub name: String,
-    /// Whether RSS spreads flows over queues.
-    pub rss: bool,
-    /// Device counters: received, sent, missed, rx_nombuf, errors.
-    pub ipackets: u64,
-    /// Sent by the device.
-    pub opackets: u64,
-    /// Dropped by the device (RX ring full).
-    pub imissed: u64,
-    /// RX mbuf allocation failures.
-    pub rx_nombuf: u64,
-    /// Receive errors.
-    pub ierrors: u64,
-    /// Transmit errors.
-    pub oerrors: u64,
-    /// Per-queue counters (received on this port).
-    pub queues: Vec<QueueCounters>,
 }
 
 /// The report of one `sluice-host dpdk` run.
@@ -267,21 +242,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let port_reports = ports
         .iter()
         .zip(per_port)
-        .map(|(p, queues)| {
-            let s = p.stats();
-            PortReport {
-                port: p.id(),
-                name: p.name().to_string(),
-                rss: p.rss(),
-                ipackets: s.ipackets,
-                opackets: s.opackets,
-                imissed: s.imissed,
-                rx_nombuf: s.rx_nombuf,
-                ierrors: s.ierrors,
-                oerrors: s.oerrors,
-                queues,
-            }
-        })
+        .map(|(p, queues)| port_report(p, queues))
         .collect();
     // Ports stop (flushing e.g. pcap output) before the pool and EAL go.
     drop(ports);
@@ -341,5 +302,107 @@ fn worker_loop(
         }
     }
     let meters = worker.chain().stages().iter().map(|s| s.meters().clone()).collect();
-    WorkerResult { counters: io.counters().to_vec(), meters, batches: worker.batches(), events, cores: String::new() }
+    WorkerResult { counters: io.queue_counters().to_vec(), meters, batches: worker.batches(), events, cores: String::new() }
+}
+
+/// A port's device counters with its queues' counters.
+pub fn port_report(p: &sluice_dpdk::Port, queues: Vec<QueueCounters>) -> PortReport {
+    let s = p.stats();
+    PortReport {
+        port: p.id(),
+        name: p.name().to_string(),
+        rss: p.rss(),
+        ipackets: s.ipackets,
+        opackets: s.opackets,
+        imissed: s.imissed,
+        rx_nombuf: s.rx_nombuf,
+        ierrors: s.ierrors,
+        oerrors: s.oerrors,
+        queues,
+    }
+}
+
+/// DPDK ports opened for a host under the control plane (`serve --dpdk`).
+/// Fields drop in order: ports, then their pool, then EAL.
+pub struct LivePorts {
+    ports: Vec<sluice_dpdk::Port>,
+    _pool: sluice_dpdk::Mempool,
+    eal: Eal,
+}
+
+impl std::fmt::Debug for LivePorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LivePorts").field("ports", &self.ports).finish_non_exhaustive()
+    }
+}
+
+/// What `serve --dpdk` opens.
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    /// DPDK port ids to use; empty means every port DPDK found.
+    pub ports: Vec<u16>,
+    /// Default output of a port is its pair (0↔1, 2↔3).
+    pub pairs: bool,
+    /// What happens to packets no deployment's attachment claims.
+    pub unmatched: sluice_engine::Unmatched,
+    /// EAL arguments.
+    pub eal_args: Vec<String>,
+    /// Mbufs in the pool.
+    pub mbufs: u32,
+    /// RX/TX descriptors per queue.
+    pub descriptors: u16,
+}
+
+/// Initializes EAL and starts the ports with one queue pair per worker;
+/// returns the agent's live input and the ports (keep them until the agent
+/// returns).
+pub fn open_live(
+    config: &HostConfig,
+    opts: &LiveOptions,
+) -> Result<(sluice_agent::LiveInput, Arc<LivePorts>), RunError> {
+    let workers = config.workers.clamp(1, 64);
+    let batch = config.batch_size.clamp(1, 256);
+    let eal = Eal::init(&opts.eal_args)?;
+    let cores = match config.core_list()? {
+        Some(list) => list,
+        None => CoreList::new(eal.lcore_cpus()),
+    };
+    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
+    let available = eal.port_count();
+    if available == 0 {
+        return Err(RunError::Usage(
+            "DPDK found no ports: bind a NIC to DPDK (dpdk-devbind.py) or add a virtual device, e.g. --vdev=net_af_packet0,iface=eth1".into(),
+        ));
+    }
+    let port_ids: Vec<u16> = if opts.ports.is_empty() { (0..available).collect() } else { opts.ports.clone() };
+    for &p in &port_ids {
+        eal.check_port(p)?;
+    }
+    let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
+    let pool = eal.mempool("sluice_live", opts.mbufs, socket)?;
+    let mut ports = Vec::new();
+    for &p in &port_ids {
+        ports.push(eal.start_port(p, workers as u16, opts.descriptors, &pool)?);
+    }
+    let mut ios: Vec<Box<dyn PacketIo + Send>> = Vec::new();
+    for w in 0..workers {
+        let queues: Vec<Queue> = ports.iter().filter_map(|p| p.queue(w as u16)).collect();
+        ios.push(Box::new(DpdkIo::new(queues, port_ids.clone(), opts.pairs, batch)));
+    }
+    let held = Arc::new(LivePorts { ports, _pool: pool, eal });
+    let (h1, h2) = (held.clone(), held.clone());
+    let input = sluice_agent::LiveInput {
+        ios,
+        ports: port_ids,
+        unmatched: opts.unmatched,
+        cores,
+        on_thread: Arc::new(move || {
+            h1.eal
+                .register_thread()
+                .map(|g| Box::new(g) as sluice_agent::live::ThreadGuard)
+                .map_err(|e| e.to_string())
+        }),
+        port_stats: Arc::new(move || h2.ports.iter().map(|p| port_report(p, Vec::new())).collect()),
+    };
+    Ok((input, held))
 }

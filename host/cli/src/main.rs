@@ -120,8 +120,13 @@ enum Command {
     /// The host heartbeats its status, fetches modules by digest from the
     /// cluster's object store, and publishes meter records (per deployment,
     /// NF and version, every --window-ms) to the meter stream. Traffic comes
-    /// from --in: a capture replayed into every deployment when it starts,
-    /// or a spool directory whose captures go through every deployment.
+    /// from DPDK ports with --dpdk (EAL arguments after `--`): the host's
+    /// workers run every deployment, and each packet goes to the one whose
+    /// traffic attachment (port, VLAN, destination prefix) claims it;
+    /// unclaimed packets follow --unmatched. For development, traffic comes
+    /// from --in instead: a capture replayed into every deployment when it
+    /// starts, or a spool directory whose captures go through every
+    /// deployment (each attached deployment gets its share, others all).
     /// Stops on SIGINT/SIGTERM after flushing its meters.
     Serve {
         /// NATS server URL.
@@ -180,11 +185,38 @@ enum Command {
         /// Packets per batch.
         #[arg(long)]
         batch: Option<usize>,
-        /// Cores deployments run on ("0-3,6"): each deployment's thread is
-        /// pinned to the core fewest others hold. Default: every core the
-        /// process may use.
+        /// Cores to run on ("0-3,6"). With --dpdk: worker i on the i-th
+        /// (default: the EAL's lcores). Otherwise each deployment's thread is
+        /// pinned to the core fewest others hold (default: every core the
+        /// process may use).
         #[arg(long, env = "SLUICE_CORES")]
         cores: Option<String>,
+        /// Take traffic from DPDK ports (EAL arguments after `--`), e.g.
+        /// `-- --no-huge --no-pci -m 512 --vdev=net_af_packet0,iface=eth1`.
+        #[arg(long, conflicts_with = "input")]
+        dpdk: bool,
+        /// With --dpdk: worker threads (= RX/TX queue pairs per port).
+        #[arg(long, requires = "dpdk")]
+        workers: Option<usize>,
+        /// With --dpdk: port ids to use (default: every port found).
+        #[arg(long, value_delimiter = ',', requires = "dpdk")]
+        ports: Vec<u16>,
+        /// With --dpdk: forwarded packets leave by the paired port (0<->1,
+        /// 2<->3) unless an attachment names `out`.
+        #[arg(long, requires = "dpdk")]
+        pairs: bool,
+        /// Packets no deployment's attachment claims: `drop` or `forward`.
+        #[arg(long, env = "SLUICE_UNMATCHED", default_value = "drop")]
+        unmatched: sluice_engine::Unmatched,
+        /// With --dpdk: mbufs in the packet pool.
+        #[arg(long, default_value_t = 8191, requires = "dpdk")]
+        mbufs: u32,
+        /// With --dpdk: RX/TX descriptors per queue.
+        #[arg(long, default_value_t = 512, requires = "dpdk")]
+        descriptors: u16,
+        /// EAL arguments (with --dpdk).
+        #[arg(last = true)]
+        eal: Vec<String>,
     },
     /// Write a new nkey seed (mode 0600) for this host's NATS identity and
     /// print its public key, to register with `POST /v1/hosts`.
@@ -214,6 +246,10 @@ enum Command {
         /// PRNG seed: same seed, same trace.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// 802.1Q VLAN ids the sessions take in turn (0: untagged), e.g.
+        /// `100,200,0` for two tenants' traffic and unclaimed traffic.
+        #[arg(long, value_delimiter = ',')]
+        vlans: Vec<u16>,
     },
 }
 
@@ -297,8 +333,19 @@ fn real_main() -> anyhow::Result<ExitCode> {
             output,
             batch,
             cores,
+            dpdk,
+            workers,
+            ports,
+            pairs,
+            unmatched,
+            mbufs,
+            descriptors,
+            eal,
         } => {
-            let config = load_config(cli.config.as_deref(), batch, None, cores)?;
+            let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+            if !dpdk && !eal.is_empty() {
+                anyhow::bail!("EAL arguments after `--` need --dpdk");
+            }
             let host = match host_id {
                 Some(h) => h,
                 None => default_host_id(),
@@ -346,7 +393,13 @@ fn real_main() -> anyhow::Result<ExitCode> {
                         return anyhow::Ok(());
                     }
                 };
-                let report = sluice_agent::serve(std::sync::Arc::new(bus), cfg, stop).await?;
+                let bus = std::sync::Arc::new(bus);
+                let report = if dpdk {
+                    serve_dpdk(bus, cfg, &config, ports, pairs, unmatched, eal, mbufs, descriptors, stop).await?
+                } else {
+                    let _ = unmatched;
+                    sluice_agent::serve(bus, cfg, stop).await?
+                };
                 let packets: u64 = report.deployments.values().map(|d| d.packets_in).sum();
                 println!("host {host}: {} deployment(s), {packets} packets metered", report.deployments.len());
                 anyhow::Ok(())
@@ -377,12 +430,45 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Synth { out, sessions, seed } => {
-            let frames = sluice_host::synth::office_edge(sessions, seed);
+        Command::Synth { out, sessions, seed, vlans } => {
+            if let Some(v) = vlans.iter().find(|v| **v > sluice_engine::classify::MAX_VLAN) {
+                anyhow::bail!("VLAN {v} is out of range (0 for untagged, 1..=4094)");
+            }
+            let frames = sluice_host::synth::office_edge_vlans(sessions, seed, &vlans);
             let n = sluice_host::synth::write_pcap(&out, &frames)?;
             println!("wrote {n} packets to {}", out.display());
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// `serve --dpdk`: the agent on live ports.
+#[allow(clippy::too_many_arguments)]
+async fn serve_dpdk(
+    bus: std::sync::Arc<sluice_control::NatsBus>,
+    cfg: sluice_agent::AgentConfig,
+    config: &HostConfig,
+    ports: Vec<u16>,
+    pairs: bool,
+    unmatched: sluice_engine::Unmatched,
+    eal: Vec<String>,
+    mbufs: u32,
+    descriptors: u16,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<sluice_agent::report::AgentReport> {
+    #[cfg(feature = "dpdk")]
+    {
+        let opts = sluice_host::dpdk::LiveOptions { ports, pairs, unmatched, eal_args: eal, mbufs, descriptors };
+        let (input, held) = sluice_host::dpdk::open_live(config, &opts)?;
+        let report = sluice_agent::serve_live(bus, cfg, input, stop).await?;
+        // The ports close (flushing e.g. pcap output) after every worker is done.
+        drop(held);
+        Ok(report)
+    }
+    #[cfg(not(feature = "dpdk"))]
+    {
+        let _ = (bus, cfg, config, ports, pairs, unmatched, eal, mbufs, descriptors, stop);
+        anyhow::bail!("this sluice-host was built without DPDK (cargo feature `dpdk`); --dpdk is not available")
     }
 }
 

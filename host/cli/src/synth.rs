@@ -50,14 +50,25 @@ pub struct Frame {
 
 /// Generates `sessions` sessions of mixed traffic.
 pub fn office_edge(sessions: usize, seed: u64) -> Vec<Frame> {
+    office_edge_vlans(sessions, seed, &[])
+}
+
+/// Generates `sessions` sessions of mixed traffic, session `i` on 802.1Q
+/// VLAN `vlans[i % len]` (0: untagged; none given: all untagged) — the
+/// traffic of several tenants sharing a port.
+pub fn office_edge_vlans(sessions: usize, seed: u64, vlans: &[u16]) -> Vec<Frame> {
     let mut rng = Rng::new(seed);
     let mut frames = Vec::new();
     let mut ts: u64 = 1_767_225_600_000_000_000; // 2026-01-01T00:00:00Z
-    fn push(frames: &mut Vec<Frame>, f: FrameSpec, ts: &mut u64, rng: &mut Rng) {
+    let tag = std::cell::Cell::new(0u16);
+    let push = |frames: &mut Vec<Frame>, f: FrameSpec, ts: &mut u64, rng: &mut Rng| {
         *ts += 1_000 + rng.below(50_000);
+        let f = if tag.get() == 0 { f } else { f.with_vlan(tag.get()) };
         frames.push(Frame { ts_ns: *ts, data: f.build() });
-    }
+    };
     for s in 0..sessions {
+        let vlan = if vlans.is_empty() { 0 } else { vlans.get(s % vlans.len()).copied().unwrap_or(0) };
+        tag.set(vlan);
         let inside = [10, 0, 0, 10 + (rng.below(200) as u8)];
         let outside = [198, 51, 100, 1 + (rng.below(250) as u8)];
         let eport = 20_000 + (s as u16 % 40_000);
@@ -137,8 +148,10 @@ pub fn office_edge(sessions: usize, seed: u64) -> Vec<Frame> {
             }
             _ => {
                 // A damaged frame: an IPv4 TCP packet cut inside its header.
-                let mut f = FrameSpec::tcp4(inside, eport, outside, 80, SYN).build();
-                f.truncate(14 + 20 + 7);
+                let spec = FrameSpec::tcp4(inside, eport, outside, 80, SYN);
+                let (spec, tag_len) = if vlan == 0 { (spec, 0) } else { (spec.with_vlan(vlan), 4) };
+                let mut f = spec.build();
+                f.truncate(14 + tag_len + 20 + 7);
                 ts += 1_000;
                 frames.push(Frame { ts_ns: ts, data: f });
             }

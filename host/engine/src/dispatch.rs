@@ -22,6 +22,11 @@ pub trait Lane {
     fn worker(&mut self) -> &mut Worker;
     /// Whether its NFs may name this port (id) in a verdict.
     fn may_send(&self, port: u16) -> bool;
+    /// Told after each batch how many of its packets it ran and how many
+    /// of them leave forwarded.
+    fn ran(&mut self, packets: u64, forwarded: u64) {
+        let _ = (packets, forwarded);
+    }
 }
 
 /// Counts of a dispatcher's own decisions.
@@ -94,9 +99,9 @@ impl Dispatch {
     /// packet through the chain of the lane `classifier` gives it to
     /// (its index in `lanes`), then delivers every result to `io` in the
     /// order received.
-    pub fn step<L: Lane>(
+    pub fn step<L: Lane, I: PacketIo + ?Sized>(
         &mut self,
-        io: &mut impl PacketIo,
+        io: &mut I,
         max: usize,
         classifier: &Classifier,
         lanes: &mut [L],
@@ -127,6 +132,7 @@ impl Dispatch {
                 self.allowed.extend(self.ports.iter().map(|&p| lane.may_send(p)));
                 let results = lane.worker().run(&sub);
                 let mut it = results.iter();
+                let mut forwarded = 0u64;
                 for (slot, owner) in self.results.iter_mut().zip(&self.owners) {
                     let Some(owner) = owner.filter(|o| o.lane == li) else { continue };
                     let Some(r) = it.next() else { break };
@@ -143,8 +149,10 @@ impl Dispatch {
                         }
                         other => other.clone(),
                     };
+                    forwarded += u64::from(matches!(fate, Fate::Forward(_)));
                     *slot = PacketResult { fate, data: r.data.clone(), label: r.label };
                 }
+                lane.ran(sub.len() as u64, forwarded);
             }
             self.sub = recycle(sub);
         }

@@ -8,38 +8,10 @@
 //! Output ports: verdict port 0 is the default output (the port the packet
 //! came in on, or its pair with `pairs`); port k ≥ 1 is the k-th port.
 
-use crate::io::{PacketIo, Receive};
-use serde::Serialize;
+use crate::io::{PacketIo, QueueCounters, Receive};
 use sluice_dpdk::{Mbuf, Queue};
 use sluice_runtime::{Fate, PacketResult, RawPacket};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Counters of one queue pair (one worker on one port).
-#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
-pub struct QueueCounters {
-    /// Packets received.
-    pub rx: u64,
-    /// Packets sent.
-    pub tx: u64,
-    /// Packets an NF (or its failure policy) dropped.
-    pub dropped_by_nf: u64,
-    /// Packets dropped because the TX ring was full.
-    pub dropped_tx_full: u64,
-    /// Packets dropped because a verdict named no configured port, a
-    /// rewrite did not fit an mbuf, or the frame was too long for any NF.
-    pub dropped_other: u64,
-}
-
-impl QueueCounters {
-    /// Adds another queue's counters.
-    pub fn add(&mut self, o: &QueueCounters) {
-        self.rx += o.rx;
-        self.tx += o.tx;
-        self.dropped_by_nf += o.dropped_by_nf;
-        self.dropped_tx_full += o.dropped_tx_full;
-        self.dropped_other += o.dropped_other;
-    }
-}
 
 /// One worker's queues, and the buffers its batches reuse.
 #[derive(Debug)]
@@ -74,10 +46,6 @@ impl DpdkIo {
         }
     }
 
-    /// Counters per port (in the order of the ports).
-    pub fn counters(&self) -> &[QueueCounters] {
-        &self.counters
-    }
 
     /// The default output of a packet that came in on port index `pi`.
     fn default_out(&self, pi: usize) -> usize {
@@ -108,6 +76,11 @@ fn now_ns() -> u64 {
 }
 
 impl PacketIo for DpdkIo {
+    /// Counters per port (in the order of the ports).
+    fn queue_counters(&self) -> &[QueueCounters] {
+        &self.counters
+    }
+
     /// Up to `max` packets from each of the worker's queues.
     fn receive(&mut self, max: usize) -> Receive {
         self.mbufs.clear();

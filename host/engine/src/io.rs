@@ -1,5 +1,6 @@
 //! Where a worker's packets come from and where their results go.
 
+use serde::{Deserialize, Serialize};
 use sluice_runtime::{PacketResult, RawPacket};
 
 /// What a [`PacketIo::receive`] found.
@@ -29,4 +30,61 @@ pub trait PacketIo {
     /// Takes the result of each packet of the last `receive`, in order:
     /// sends, writes or records it, and lets the packets go.
     fn deliver(&mut self, results: &[PacketResult]);
+
+    /// Counters of each of its queues, per port in order (live ports).
+    fn queue_counters(&self) -> &[QueueCounters] {
+        &[]
+    }
+}
+
+/// Counters of one queue pair (one worker on one port).
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct QueueCounters {
+    /// Packets received.
+    pub rx: u64,
+    /// Packets sent.
+    pub tx: u64,
+    /// Packets an NF (or its failure policy) dropped.
+    pub dropped_by_nf: u64,
+    /// Packets dropped because the TX ring was full.
+    pub dropped_tx_full: u64,
+    /// Packets dropped because a verdict named no configured port, a
+    /// rewrite did not fit an mbuf, or the frame was too long for any NF.
+    pub dropped_other: u64,
+}
+
+impl QueueCounters {
+    /// Adds another queue's counters.
+    pub fn add(&mut self, o: &QueueCounters) {
+        self.rx += o.rx;
+        self.tx += o.tx;
+        self.dropped_by_nf += o.dropped_by_nf;
+        self.dropped_tx_full += o.dropped_tx_full;
+        self.dropped_other += o.dropped_other;
+    }
+}
+
+/// One port of a live host: the device's counters and its queues'.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PortReport {
+    /// Port id.
+    pub port: u16,
+    /// Device name.
+    pub name: String,
+    /// Whether RSS spreads flows over queues.
+    pub rss: bool,
+    /// Received by the device.
+    pub ipackets: u64,
+    /// Sent by the device.
+    pub opackets: u64,
+    /// Dropped by the device (RX ring full).
+    pub imissed: u64,
+    /// RX mbuf allocation failures.
+    pub rx_nombuf: u64,
+    /// Receive errors.
+    pub ierrors: u64,
+    /// Transmit errors.
+    pub oerrors: u64,
+    /// Per-queue counters (received on this port), one per worker.
+    pub queues: Vec<QueueCounters>,
 }

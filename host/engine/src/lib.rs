@@ -40,5 +40,5 @@ pub use capture::{CaptureIo, Order};
 pub use classify::{Attachment, AttachmentError, Classifier, Unmatched};
 pub use dispatch::{Dispatch, DispatchCounters, Lane};
 pub use fair::{FairShare, Share};
-pub use io::{PacketIo, Receive};
+pub use io::{PacketIo, PortReport, QueueCounters, Receive};
 pub use worker::Worker;

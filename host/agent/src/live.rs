@@ -1,0 +1,361 @@
+//! A host on live traffic (`sluice-host serve --dpdk`): the group's
+//! deployments share the host's ports.
+//!
+//! Workers are the host's, not the deployments': worker `w` polls its I/O
+//! (queue `w` of every port, spread by symmetric RSS) and holds one
+//! [`Active`] per deployment of the group — its own chain instance, meter
+//! window and journal (`<deployment>.w<w>`). Each batch goes through one
+//! [`Dispatch`]: the deployments' attachments give every packet to at
+//! most one deployment, whose chain runs on its part; packets nobody
+//! claims get the host's unmatched policy and are counted in the host
+//! report, never metered to a tenant. New revisions reach every worker
+//! compiled once, and apply between batches (hot swaps keep flow state).
+
+use crate::deployment::{self, Active, Prepared, Shared};
+use crate::journal;
+use sluice_engine::{Attachment, Classifier, Dispatch, Lane, PacketIo, PortReport, QueueCounters, Receive, Unmatched, Worker};
+use sluice_runtime::cores::CoreList;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Something a worker thread holds while it runs (e.g. its registration
+/// with DPDK's EAL).
+pub type ThreadGuard = Box<dyn std::any::Any>;
+
+/// What a host's live ports give the agent.
+pub struct LiveInput {
+    /// One I/O per worker (its queue of every port).
+    pub ios: Vec<Box<dyn PacketIo + Send>>,
+    /// Port ids, in the I/Os' order.
+    pub ports: Vec<u16>,
+    /// What happens to packets no attachment claims.
+    pub unmatched: Unmatched,
+    /// Cores workers are pinned to (worker i on the i-th).
+    pub cores: CoreList,
+    /// Run first on each worker thread; what it returns is kept until the
+    /// thread ends.
+    pub on_thread: Arc<dyn Fn() -> Result<ThreadGuard, String> + Send + Sync>,
+    /// The ports' device counters (queues left empty).
+    pub port_stats: Arc<dyn Fn() -> Vec<PortReport> + Send + Sync>,
+}
+
+impl std::fmt::Debug for LiveInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveInput")
+            .field("workers", &self.ios.len())
+            .field("ports", &self.ports)
+            .field("unmatched", &self.unmatched)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the agent tells a live worker.
+enum Order {
+    /// Run this revision (start the deployment, or move it to it).
+    Apply(Box<Prepared>),
+    /// Close the deployment's meter window and drop it; acknowledge.
+    Remove(String, crossbeam_channel::Sender<()>),
+}
+
+/// One deployment on one worker.
+struct LiveLane {
+    active: Active,
+    attachments: Vec<Attachment>,
+    /// Packets run and forwarded since they were last reported.
+    packets_in: u64,
+    packets_out: u64,
+}
+
+impl Lane for LiveLane {
+    fn worker(&mut self) -> &mut Worker {
+        &mut self.active.worker
+    }
+
+    fn may_send(&self, port: u16) -> bool {
+        self.attachments.iter().any(|a| a.port == port || a.out == Some(port))
+    }
+
+    fn ran(&mut self, packets: u64, forwarded: u64) {
+        self.packets_in += packets;
+        self.packets_out += forwarded;
+    }
+}
+
+/// The counters of a live host's own decisions, kept in the host report.
+#[derive(Debug, Default)]
+struct WorkerCounts {
+    queues: Vec<QueueCounters>,
+    unmatched: u64,
+    refused_egress: u64,
+}
+
+/// The live workers of a host.
+pub(crate) struct Live {
+    orders: Vec<crossbeam_channel::Sender<Order>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    counts: Arc<Mutex<Vec<WorkerCounts>>>,
+    port_stats: Arc<dyn Fn() -> Vec<PortReport> + Send + Sync>,
+    /// Deployment id → digest of the revision handed out.
+    pub(crate) deployments: HashMap<String, String>,
+}
+
+impl Live {
+    /// Starts one worker per I/O.
+    pub(crate) fn start(shared: &Shared, input: LiveInput, batch: usize) -> Result<Live, String> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let counts = Arc::new(Mutex::new(
+            (0..input.ios.len()).map(|_| WorkerCounts::default()).collect::<Vec<WorkerCounts>>(),
+        ));
+        let mut orders = Vec::new();
+        let mut threads = Vec::new();
+        for (w, io) in input.ios.into_iter().enumerate() {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let ctx = WorkerCtx {
+                w,
+                shared: shared.clone(),
+                ports: input.ports.clone(),
+                unmatched: input.unmatched,
+                batch,
+                core: input.cores.for_worker(w),
+                on_thread: input.on_thread.clone(),
+                stop: stop.clone(),
+                counts: counts.clone(),
+            };
+            let t = std::thread::Builder::new()
+                .name(format!("live-{w}"))
+                .spawn(move || ctx.run(io, rx))
+                .map_err(|e| format!("cannot start live worker {w}: {e}"))?;
+            orders.push(tx);
+            threads.push(t);
+        }
+        Ok(Live { orders, threads, stop, counts, port_stats: input.port_stats, deployments: HashMap::new() })
+    }
+
+    /// Hands a revision to every worker.
+    pub(crate) fn apply(&mut self, prepared: Prepared, digest: String) {
+        self.deployments.insert(prepared.spec.id.clone(), digest);
+        for o in &self.orders {
+            let _ = o.send(Order::Apply(Box::new(prepared.clone())));
+        }
+    }
+
+    /// Removes a deployment from every worker, waiting until each has
+    /// closed its meter window.
+    pub(crate) async fn remove(&mut self, id: &str) {
+        self.deployments.remove(id);
+        let mut acks = Vec::new();
+        for o in &self.orders {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            if o.send(Order::Remove(id.to_string(), tx)).is_ok() {
+                acks.push(rx);
+            }
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            for a in acks {
+                let _ = a.recv_timeout(Duration::from_secs(30));
+            }
+        })
+        .await;
+    }
+
+    /// Puts the ports' and workers' counters into the host report.
+    pub(crate) fn report(&self, shared: &Shared) {
+        let mut ports = (self.port_stats)();
+        let (mut unmatched, mut refused) = (0, 0);
+        {
+            let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            for c in counts.iter() {
+                unmatched += c.unmatched;
+                refused += c.refused_egress;
+                for (p, q) in ports.iter_mut().zip(&c.queues) {
+                    p.queues.push(q.clone());
+                }
+            }
+        }
+        let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+        r.ports = ports;
+        r.unmatched = unmatched;
+        r.refused_egress = refused;
+    }
+
+    /// Stops every worker after it closed its deployments' meter windows.
+    pub(crate) async fn stop(self, shared: &Shared) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(self.orders);
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+        let last = Live {
+            orders: Vec::new(),
+            threads: Vec::new(),
+            stop: self.stop,
+            counts: self.counts,
+            port_stats: self.port_stats,
+            deployments: HashMap::new(),
+        };
+        last.report(shared);
+    }
+}
+
+/// What a worker thread needs.
+struct WorkerCtx {
+    w: usize,
+    shared: Shared,
+    ports: Vec<u16>,
+    unmatched: Unmatched,
+    batch: usize,
+    core: Option<usize>,
+    on_thread: Arc<dyn Fn() -> Result<ThreadGuard, String> + Send + Sync>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    counts: Arc<Mutex<Vec<WorkerCounts>>>,
+}
+
+/// How often a worker moves its counts into the host report and
+/// deployment statuses.
+const REPORT_EVERY: Duration = Duration::from_millis(50);
+/// Polls without a packet before an idle worker starts to sleep between
+/// polls (a shared machine gets its core back; latency rises by at most
+/// [`IDLE_SLEEP`]).
+const IDLE_SPINS: u32 = 1024;
+/// Sleep between polls of an idle worker.
+const IDLE_SLEEP: Duration = Duration::from_micros(200);
+
+impl WorkerCtx {
+    fn run(self, mut io: Box<dyn PacketIo + Send>, rx: crossbeam_channel::Receiver<Order>) {
+        let w = self.w;
+        let on = sluice_runtime::cores::pin_worker(&format!("live worker {w}"), self.core);
+        let _guard = match (self.on_thread)() {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::error!(worker = w, "live worker cannot start: {e}");
+                return;
+            }
+        };
+        tracing::info!(worker = w, cores = %on, "live worker running");
+        let mut lanes: Vec<LiveLane> = Vec::new();
+        let mut classifier = Classifier::default();
+        let mut dispatch = Dispatch::new(self.ports.clone(), self.unmatched);
+        let mut idle = 0u32;
+        let mut last_report = Instant::now();
+        while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut changed = false;
+            loop {
+                match rx.try_recv() {
+                    Ok(order) => {
+                        self.obey(order, &mut lanes);
+                        changed = true;
+                    }
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
+            if changed {
+                classifier = Classifier::new(
+                    lanes.iter().enumerate().flat_map(|(i, l)| l.attachments.iter().map(move |a| (i, *a))),
+                );
+            }
+            match dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes) {
+                Receive::Packets(_) => {
+                    idle = 0;
+                    for l in lanes.iter_mut().filter(|l| l.packets_in > 0) {
+                        l.active.tick(&self.shared);
+                    }
+                }
+                Receive::Idle | Receive::Done => {
+                    idle = idle.saturating_add(1);
+                    if idle > IDLE_SPINS {
+                        std::thread::sleep(IDLE_SLEEP);
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            if last_report.elapsed() >= REPORT_EVERY {
+                last_report = Instant::now();
+                // Windows close on time also without traffic.
+                for l in &mut lanes {
+                    l.active.tick(&self.shared);
+                }
+                self.report(&mut lanes, &dispatch, io.as_ref());
+            }
+        }
+        for l in &mut lanes {
+            deployment::flush(&self.shared, &mut l.active);
+        }
+        self.report(&mut lanes, &dispatch, io.as_ref());
+    }
+
+    fn obey(&self, order: Order, lanes: &mut Vec<LiveLane>) {
+        match order {
+            Order::Apply(p) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
+                Some(i) => {
+                    let LiveLane { active, packets_in, packets_out, .. } = lanes.remove(i);
+                    // A refused revision leaves the running one (and its
+                    // attachments) in place.
+                    if let Some(active) = deployment::update(&self.shared, Some(active), *p) {
+                        let attachments = active.spec.attachments.clone();
+                        lanes.insert(i, LiveLane { active, attachments, packets_in, packets_out });
+                    }
+                }
+                None => {
+                    let name = journal::name_of(&p.spec.id, Some(self.w));
+                    let resume = journal::read(&self.shared.journal_dir, &name);
+                    if let Some(active) = deployment::start(&self.shared, *p, resume, Some(self.w)) {
+                        let attachments = active.spec.attachments.clone();
+                        lanes.push(LiveLane { active, attachments, packets_in: 0, packets_out: 0 });
+                    }
+                }
+            },
+            Order::Remove(id, ack) => {
+                if let Some(i) = lanes.iter().position(|l| l.active.spec.id == id) {
+                    let mut lane = lanes.remove(i);
+                    deployment::flush(&self.shared, &mut lane.active);
+                    self.report_lane(&mut lane);
+                }
+                let _ = ack.send(());
+            }
+        }
+    }
+
+    fn report_lane(&self, l: &mut LiveLane) {
+        if l.packets_in == 0 {
+            return;
+        }
+        let id = &l.active.spec.id;
+        {
+            let mut r = self.shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+            let d = r.deployments.entry(id.clone()).or_default();
+            d.name.clone_from(&l.active.spec.name);
+            d.tenant.clone_from(&l.active.spec.tenant);
+            d.packets_in += l.packets_in;
+            d.packets_out += l.packets_out;
+        }
+        if let Some(s) = self.shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(id) {
+            s.packets += l.packets_in;
+        }
+        l.packets_in = 0;
+        l.packets_out = 0;
+    }
+
+    fn report(&self, lanes: &mut [LiveLane], dispatch: &Dispatch, io: &dyn PacketIo) {
+        for l in lanes.iter_mut() {
+            self.report_lane(l);
+        }
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = counts.get_mut(self.w) {
+            let d = dispatch.counters();
+            c.unmatched = d.unmatched;
+            c.refused_egress = d.refused_egress;
+            c.queues = io.queue_counters().to_vec();
+        }
+    }
+}
