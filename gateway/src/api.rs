@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_control::{HostState, ModuleRef, NfLimitsSpec, NfPlacement, subjects::check_token};
+use sluice_engine::Attachment;
 use sluice_runtime::{Chain, FailurePolicy, NfLimits, NfSpec, Routes, RuntimeError};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -749,6 +750,158 @@ pub struct DeploymentIn {
     /// A chain, in order; every route must go forward. Without `next`, an
     /// NF's packets go to the NF after it (the last one's leave).
     pub nfs: Option<Vec<NfIn>>,
+    /// Which traffic of the group's hosts is this deployment's: at most 16
+    /// attachments, each the text form `port=0,vlan=100,dst=10.1.0.0/16,out=1`
+    /// or the same as an object. Required in a group whose operator exposes
+    /// ports (`port` and `out` must be among them, and no two deployments
+    /// of the group, of any tenant, may overlap: 409 `attachment_overlap`);
+    /// refused in a development group (no exposed ports), whose
+    /// deployments see every packet of a host's capture. An update without
+    /// it keeps the deployment's attachments; `[]` removes them.
+    pub attach: Option<Vec<AttachmentIn>>,
+}
+
+/// A traffic attachment as a request gives it: the text form or an object.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum AttachmentIn {
+    /// `port=0,vlan=100,dst=10.1.0.0/16,out=1`: `port` is required, the
+    /// others narrow it (`vlan`, `dst`) or name the egress port (`out`).
+    #[schema(example = "port=0,vlan=100,dst=10.1.0.0/16")]
+    Text(String),
+    /// The same as an object.
+    Object(AttachmentObject),
+}
+
+/// A traffic attachment as an object.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachmentObject {
+    /// Ingress port (DPDK port id), one the host group exposes.
+    pub port: u16,
+    /// 802.1Q VLAN id of the outer tag: 1-4094 for that VLAN, 0 for
+    /// untagged frames only; none: any.
+    #[serde(default)]
+    pub vlan: Option<u16>,
+    /// Destination prefix, IPv4 or IPv6, host bits clear; none: any packet.
+    #[serde(default)]
+    #[schema(example = "10.1.0.0/16")]
+    pub dst: Option<String>,
+    /// Egress port (one the group exposes) of forwarded packets the NF
+    /// sends nowhere else; none: the host's default.
+    #[serde(default)]
+    pub out: Option<u16>,
+}
+
+impl<'de> Deserialize<'de> for AttachmentIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let shown = |v: &serde_json::Value| v.to_string().chars().take(200).collect::<String>();
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => Ok(AttachmentIn::Text(s)),
+            v @ serde_json::Value::Object(_) => {
+                serde_json::from_value(v.clone()).map(AttachmentIn::Object).map_err(|e| {
+                    D::Error::custom(format!(
+                        "attachment {}: {e} (an object has port and optionally vlan, dst, out)",
+                        shown(&v)
+                    ))
+                })
+            }
+            other => Err(D::Error::custom(format!(
+                "attachment {}: give a string such as \"port=0,vlan=100\" or an object such as {{\"port\": 0, \"vlan\": 100}}",
+                shown(&other)
+            ))),
+        }
+    }
+}
+
+impl AttachmentIn {
+    /// The attachment, checked (VLAN range, canonical prefix).
+    fn parse(&self) -> Result<Attachment, String> {
+        match self {
+            AttachmentIn::Text(t) => t.parse::<Attachment>().map_err(|e| e.to_string()),
+            AttachmentIn::Object(o) => {
+                let dst = o
+                    .dst
+                    .as_deref()
+                    .map(|d| {
+                        d.parse::<ipnet::IpNet>()
+                            .map_err(|e| format!("attachment: dst '{d}': {e} (give a prefix such as 10.1.0.0/16)"))
+                    })
+                    .transpose()?;
+                let a = Attachment { port: o.port, vlan: o.vlan, dst, out: o.out };
+                a.validate().map_err(|e| e.to_string())?;
+                Ok(a)
+            }
+        }
+    }
+}
+
+/// The most traffic attachments of one deployment. Every host of the
+/// group matches each packet against the attachments of all its
+/// deployments, and they travel with the deployment to every host: a
+/// short list per deployment keeps both small. A prefix that covers
+/// several (`dst=10.0.0.0/8`) counts once.
+pub const MAX_ATTACHMENTS: usize = 16;
+
+/// The attachments a request gives, each checked.
+fn parse_attachments(list: &[AttachmentIn]) -> Result<Vec<Attachment>, ApiError> {
+    if list.len() > MAX_ATTACHMENTS {
+        return Err(ApiError::bad_request(format!(
+            "{} attachments given; a deployment may have at most {MAX_ATTACHMENTS} (one prefix such as dst=10.0.0.0/8 can cover several)",
+            list.len()
+        )));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, a)| a.parse().map_err(|e| ApiError::bad_request(format!("attach[{i}]: {e}"))))
+        .collect()
+}
+
+/// Checks attachments against the ports `group` exposes: required (on
+/// exposed ports only) where it exposes some, refused where it exposes
+/// none. Overlaps with other deployments are the store's to check.
+fn check_group_attachments(
+    config: &crate::config::GatewayConfig,
+    group: &str,
+    attachments: &[Attachment],
+) -> Result<(), ApiError> {
+    let exposed = config.exposed_ports(group);
+    let list = exposed.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
+    if exposed.is_empty() {
+        if attachments.is_empty() {
+            return Ok(());
+        }
+        return Err(ApiError::unprocessable(
+            "no_ports_exposed",
+            format!(
+                "host group '{group}' exposes no ports: it is a development group, whose deployments take no \
+                 attachments and see every packet of a host's capture; deploy without attachments (an update \
+                 keeps the old ones unless given \"attach\": []), or to a group whose ports the operator exposes"
+            ),
+        ));
+    }
+    if attachments.is_empty() {
+        return Err(ApiError::unprocessable(
+            "attachment_required",
+            format!(
+                "host group '{group}' shares its ports between tenants: give --attach port=…[,vlan=…][,dst=…] \
+                 (API: \"attach\": [\"port=0,vlan=100\"]) to say which of its traffic is this deployment's \
+                 (exposed ports: {list})"
+            ),
+        ));
+    }
+    for a in attachments {
+        for port in std::iter::once(a.port).chain(a.out) {
+            if !exposed.contains(&port) {
+                return Err(ApiError::unprocessable(
+                    "port_not_exposed",
+                    format!("attachment '{a}': port {port} is not exposed in host group '{group}' (exposed: {list})"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One NF of a deployment, resolved.
@@ -800,6 +953,9 @@ pub struct DeploymentOut {
     pub revision: i64,
     /// The chain.
     pub nfs: Vec<NfOut>,
+    /// Which traffic of the group's hosts is its own, in the text form
+    /// (`port=0,vlan=100`); empty in a development group.
+    pub attachments: Vec<String>,
     /// Overall: `running` (every live host of the group runs this
     /// revision), `failed` (a host could not), or `pending`.
     pub status: String,
@@ -865,6 +1021,7 @@ fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
         group: row.group,
         revision: row.revision,
         nfs,
+        attachments: row.attachments.iter().map(Attachment::to_string).collect(),
         status: status.into(),
         reason,
         hosts,
@@ -1120,8 +1277,9 @@ async fn publish(st: &AppState, groups: &[&str], deployment: Option<&str>) -> Re
 /// Deploy a module or a chain onto a host group.
 #[utoipa::path(post, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
     responses((status = 201, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, description = "unknown module", body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 413, description = "a config or the chain is too large", body = ErrorBody),
-        (status = 422, description = "the NF rejected its configuration", body = ErrorBody),
+        (status = 409, description = "the name exists, a quota (`quota_exceeded`), or an attachment overlaps one of another deployment of the group (`attachment_overlap`)", body = ErrorBody),
+        (status = 413, description = "a config or the chain is too large", body = ErrorBody),
+        (status = 422, description = "the NF rejected its configuration (`config_rejected`), or attachments do not fit the group's ports (`attachment_required`, `port_not_exposed`, `no_ports_exposed`)", body = ErrorBody),
         (status = 500, description = "stored but cannot be published (the deployment is `failed`)", body = ErrorBody)))]
 pub async fn create_deployment(
     State(st): State<AppState>,
@@ -1132,7 +1290,10 @@ pub async fn create_deployment(
     let group = req.group.clone().unwrap_or_else(|| "default".into());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
     check_granted(&st, &tenant, &group)?;
+    let attachments = parse_attachments(req.attach.as_deref().unwrap_or_default())?;
+    check_group_attachments(&st.config, &group, &attachments)?;
     check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), None)?;
+    st.store.check_overlap(&tenant.id, &group, None, &attachments)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
     let name = match &req.name {
         Some(n) => n.clone(),
@@ -1150,6 +1311,7 @@ pub async fn create_deployment(
         group: group.clone(),
         revision: 1,
         spec: serde_json::to_string(&nfs).map_err(ApiError::internal)?,
+        attachments,
         created_ms: t,
         updated_ms: t,
     };
@@ -1207,11 +1369,14 @@ fn check_if_match(headers: &HeaderMap, revision: i64) -> Result<(), ApiError> {
 
 /// Update a deployment: new module versions, configs or chain. Hosts
 /// hot-swap NFs whose module or config changed, keeping their state.
+/// Without `attach`, the deployment keeps its attachments (checked again
+/// if it moves to another group).
 #[utoipa::path(put, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
     params(("id" = String, Path, description = "Deployment id or name"),
         ("If-Match" = Option<String>, Header, description = "The ETag of a GET: the update applies only to that revision")),
     responses((status = 200, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "another update came first", body = ErrorBody), (status = 412, description = "If-Match names another revision", body = ErrorBody),
+        (status = 409, description = "another update came first, or an attachment overlaps one of another deployment of the group (`attachment_overlap`)", body = ErrorBody),
+        (status = 412, description = "If-Match names another revision", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn update_deployment(
     State(st): State<AppState>,
@@ -1226,13 +1391,20 @@ pub async fn update_deployment(
     let group = req.group.clone().unwrap_or_else(|| row.group.clone());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
     check_granted(&st, &tenant, &group)?;
+    let attachments = match req.attach.as_deref() {
+        Some(list) => parse_attachments(list)?,
+        None => row.attachments.clone(),
+    };
+    check_group_attachments(&st.config, &group, &attachments)?;
     check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), Some(&row.id))?;
+    st.store.check_overlap(&tenant.id, &group, Some(&row.id), &attachments)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
     let old_group = row.group.clone();
     let new = DeploymentRow {
         group: group.clone(),
         revision: row.revision + 1,
         spec: serde_json::to_string(&nfs).map_err(ApiError::internal)?,
+        attachments,
         updated_ms: now(),
         ..row
     };
@@ -1618,4 +1790,74 @@ pub async fn bill(
     let filename = format!("attachment; filename=\"sluice-bill-{}-{}.csv\"", out.tenant_name, out.period);
     Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (header::CONTENT_DISPOSITION, filename)], text)
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    fn attach(json: serde_json::Value) -> Result<Vec<Attachment>, ApiError> {
+        let req: DeploymentIn = serde_json::from_value(serde_json::json!({ "module": "m@1", "attach": json }))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        parse_attachments(&req.attach.unwrap_or_default())
+    }
+
+    #[test]
+    fn attachments_come_as_text_or_objects() {
+        let got = attach(serde_json::json!([
+            "port=0,vlan=100,dst=10.1.0.0/16,out=1",
+            { "port": 1, "vlan": 0, "dst": "2001:db8::/32" },
+            { "port": 1 }
+        ]))
+        .unwrap();
+        let text: Vec<String> = got.iter().map(Attachment::to_string).collect();
+        assert_eq!(text, ["port=0,vlan=100,dst=10.1.0.0/16,out=1", "port=1,vlan=0,dst=2001:db8::/32", "port=1"]);
+        // Each mistake is named.
+        for (bad, says) in [
+            (serde_json::json!(["port=0,vlan=4095"]), "VLAN 4095"),
+            (serde_json::json!(["vlan=1"]), "no port="),
+            (serde_json::json!([{ "port": 0, "dst": "10.0.0.1/8" }]), "write 10.0.0.0/8"),
+            (serde_json::json!([{ "port": 0, "dst": "ten" }]), "dst 'ten'"),
+            (serde_json::json!([{ "port": 0, "colour": "red" }]), "unknown field `colour`"),
+            (serde_json::json!([7]), "give a string"),
+        ] {
+            let e = attach(bad.clone()).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(e.message.contains(says), "{bad}: {}", e.message);
+        }
+        let many: Vec<String> = (0..17).map(|v| format!("port=0,vlan={}", v + 1)).collect();
+        assert!(attach(serde_json::json!(many)).unwrap_err().message.contains("at most 16"));
+    }
+
+    #[test]
+    fn the_openapi_document_shows_both_attachment_forms() {
+        use utoipa::OpenApi;
+        let doc = serde_json::to_value(crate::ApiDoc::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let forms = schemas["AttachmentIn"]["oneOf"].to_string();
+        assert!(forms.contains("\"string\"") && forms.contains("AttachmentObject"), "{forms}");
+        assert!(schemas["DeploymentIn"]["properties"]["attach"].to_string().contains("AttachmentIn"));
+        assert!(schemas["DeploymentOut"]["required"].to_string().contains("attachments"));
+        assert!(schemas["AttachmentObject"]["properties"]["dst"].is_object());
+    }
+
+    #[test]
+    fn attachments_must_fit_the_groups_ports() {
+        let config: crate::config::GatewayConfig =
+            toml::from_str("admin-token = 'secret-token'\n[groups.edge]\nports = [0, 1]\n").unwrap();
+        let a = |t: &str| vec![t.parse::<Attachment>().unwrap()];
+        check_group_attachments(&config, "edge", &a("port=0,vlan=100,out=1")).unwrap();
+        check_group_attachments(&config, "default", &[]).unwrap();
+        for (group, list, code, says) in [
+            ("edge", vec![], "attachment_required", "shares its ports between tenants"),
+            ("edge", a("port=3"), "port_not_exposed", "port 3 is not exposed in host group 'edge' (exposed: 0, 1)"),
+            ("edge", a("port=0,out=2"), "port_not_exposed", "port 2 is not exposed"),
+            ("default", a("port=0"), "no_ports_exposed", "development group"),
+        ] {
+            let e = check_group_attachments(&config, group, &list).unwrap_err();
+            assert_eq!((e.status, e.code), (StatusCode::UNPROCESSABLE_ENTITY, code));
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+    }
 }

@@ -19,6 +19,15 @@
 //!                                    # servers' authorization block is written
 //! default-groups = ["default"]       # host groups a new tenant may deploy to
 //!
+//! [groups.edge]                      # per host group (the name after `groups.`)
+//! ports = [0, 1]                     # ports of its hosts tenants may attach to:
+//!                                    # every deployment there needs an attachment
+//!                                    # (`attach`) on these ports, and no two
+//!                                    # deployments' attachments may overlap. A group
+//!                                    # without ports is a development group: no
+//!                                    # attachments, each deployment sees every
+//!                                    # packet of a host's capture.
+//!
 //! [quotas]                           # per tenant (see docs/security.md)
 //! deployments = 50                   # deployments
 //! nfs-per-group = 64                 # NF instances (chain lengths summed) per host group
@@ -41,6 +50,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Configuration errors.
@@ -184,7 +194,29 @@ pub struct GatewayConfig {
     /// What one tenant may hold and do at once.
     #[serde(default)]
     pub quotas: Quotas,
+    /// Per host group settings, by group name.
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupConfig>,
 }
+
+/// The operator's settings of one host group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GroupConfig {
+    /// Ports of the group's hosts (DPDK port ids) that tenants' deployments
+    /// may attach to, as ingress (`port`) and egress (`out`). Non-empty:
+    /// the hosts' ports are shared between tenants, so every deployment of
+    /// the group must say which of their traffic is its own, and no two
+    /// deployments may claim the same packets. Empty: a development group,
+    /// where a deployment takes no attachment and sees every packet of a
+    /// host's capture.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+}
+
+/// The most ports one group may expose (DPDK's own default for the ports
+/// of one process, `RTE_MAX_ETHPORTS`, is 32).
+pub const MAX_GROUP_PORTS: usize = 64;
 
 /// Per-tenant quotas (and the gateway's compile concurrency). A count or
 /// size quota is answered `409 quota_exceeded`, a concurrency quota `429`.
@@ -249,6 +281,7 @@ impl Default for GatewayConfig {
             default_groups: Vec::new(),
             billing: PricePlan::default(),
             quotas: Quotas::default(),
+            groups: BTreeMap::new(),
         }
     }
 }
@@ -330,6 +363,20 @@ impl GatewayConfig {
                     sluice_control::subjects::check_token("group", g)
                         .map_err(|e| ConfigError::Invalid(format!("default-groups: {e}")))?;
                 }
+                for (g, settings) in &self.groups {
+                    sluice_control::subjects::check_token("group", g)
+                        .map_err(|e| ConfigError::Invalid(format!("[groups.{g}]: {e}")))?;
+                    if settings.ports.len() > MAX_GROUP_PORTS {
+                        return Err(ConfigError::Invalid(format!(
+                            "[groups.{g}]: ports lists {} ports; at most {MAX_GROUP_PORTS}",
+                            settings.ports.len()
+                        )));
+                    }
+                    let mut seen = std::collections::BTreeSet::new();
+                    if let Some(p) = settings.ports.iter().find(|p| !seen.insert(**p)) {
+                        return Err(ConfigError::Invalid(format!("[groups.{g}]: ports lists port {p} twice")));
+                    }
+                }
                 Ok(())
             }
         }
@@ -344,6 +391,15 @@ impl GatewayConfig {
             cert_file: self.nats_cert.clone(),
             key_file: self.nats_key.clone(),
         }
+    }
+
+    /// The ports host group `group` exposes to tenants, in ascending
+    /// order; empty for a development group (and for a group the
+    /// configuration does not name).
+    pub fn exposed_ports(&self, group: &str) -> Vec<u16> {
+        let mut ports = self.groups.get(group).map(|g| g.ports.clone()).unwrap_or_default();
+        ports.sort_unstable();
+        ports
     }
 
     /// The upload limit in bytes.
@@ -369,6 +425,25 @@ mod tests {
         c.validate().unwrap();
         assert!(toml::from_str::<GatewayConfig>("listn = 'x'").is_err());
         assert!(GatewayConfig::default().validate().is_err());
+    }
+
+    #[test]
+    fn groups_expose_ports() {
+        let text = "admin-token = 'secret-token'\n[groups.edge]\nports = [1, 0]\n[groups.lab]\n";
+        let c: GatewayConfig = toml::from_str(text).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.exposed_ports("edge"), [0, 1]);
+        assert!(c.exposed_ports("lab").is_empty());
+        assert!(c.exposed_ports("default").is_empty());
+        // Unknown keys, bad names, repeated and out-of-range ports are refused.
+        assert!(toml::from_str::<GatewayConfig>("[groups.edge]\nport = [0]\n").is_err());
+        assert!(toml::from_str::<GatewayConfig>("[groups.edge]\nports = [70000]\n").is_err());
+        let bad = |text: &str| {
+            let c: GatewayConfig = toml::from_str(&format!("admin-token = 'secret-token'\n{text}")).unwrap();
+            c.validate().unwrap_err().to_string()
+        };
+        assert!(bad("[groups.'a.b']\nports = [0]\n").contains("[groups.a.b]"));
+        assert!(bad("[groups.edge]\nports = [0, 1, 0]\n").contains("port 0 twice"));
     }
 
     #[test]

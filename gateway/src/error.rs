@@ -59,6 +59,7 @@ impl From<crate::store::StoreError> for ApiError {
         use crate::store::StoreError;
         match e {
             StoreError::Conflict(message) => ApiError::conflict(message),
+            StoreError::Overlap(message) => ApiError::new(StatusCode::CONFLICT, "attachment_overlap", message),
             // Two requests creating the same name at once: the loser's
             // answer is the one it would get a moment later.
             StoreError::Sql(rusqlite::Error::SqliteFailure(f, _))

@@ -107,6 +107,7 @@ pub fn desired_spec(row: &DeploymentRow) -> DeploymentSpec {
         name: row.name.clone(),
         revision: u64::try_from(row.revision).unwrap_or(0),
         nfs: stored_nfs(row),
+        attachments: row.attachments.clone(),
     }
 }
 

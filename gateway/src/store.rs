@@ -10,8 +10,9 @@
 //! in order at open by refinery (which records them in
 //! `refinery_schema_history`).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use sluice_control::{EventBatch, MeterRecord, MeterSums, NfEvent};
+use sluice_engine::Attachment;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -33,6 +34,11 @@ pub enum StoreError {
     /// A row changed (or was created) by another request in the meantime.
     #[error("{0}")]
     Conflict(String),
+    /// A deployment's traffic attachment overlaps one of another
+    /// deployment of its host group (the message says whose, naming the
+    /// other deployment only to its own tenant).
+    #[error("{0}")]
+    Overlap(String),
     /// A stored document could not be decoded.
     #[error("database holds a malformed {what}: {reason}")]
     Corrupt {
@@ -107,6 +113,9 @@ pub struct DeploymentRow {
     pub revision: i64,
     /// The chain with resolved modules, JSON.
     pub spec: String,
+    /// Which traffic of the group's hosts is this deployment's (none: a
+    /// deployment of a development group).
+    pub attachments: Vec<Attachment>,
     /// Created, ms.
     pub created_ms: i64,
     /// Last changed, ms.
@@ -162,6 +171,49 @@ fn u(v: i64) -> u64 {
 }
 fn i(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The attachments stored in column `idx` (a JSON array).
+fn attachments_column(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Vec<Attachment>> {
+    let text: String = r.get(idx)?;
+    serde_json::from_str(&text)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+/// See [`Store::check_overlap`]; `db` may be a transaction.
+fn check_overlap(
+    db: &Connection,
+    tenant_id: &str,
+    group: &str,
+    except: Option<&str>,
+    attachments: &[Attachment],
+) -> Result<(), StoreError> {
+    if attachments.is_empty() {
+        return Ok(());
+    }
+    let mut st = db.prepare_cached(
+        "SELECT tenant_id, name, attachments FROM deployments
+         WHERE grp = ?1 AND (?2 IS NULL OR id <> ?2) AND attachments <> '[]' ORDER BY created_ms, id",
+    )?;
+    let rows = st.query_map(params![group, except], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, attachments_column(r, 2)?))
+    })?;
+    for row in rows {
+        let (owner, name, theirs) = row?;
+        for mine in attachments {
+            let Some(other) = theirs.iter().find(|t| mine.overlaps(t)) else { continue };
+            let whose = if owner == tenant_id {
+                format!("'{other}' of this tenant's deployment '{name}'")
+            } else {
+                "the traffic of another tenant's deployment".to_string()
+            };
+            return Err(StoreError::Overlap(format!(
+                "attachment '{mine}' overlaps {whose} in host group '{group}': each packet belongs to one \
+                 deployment; narrow it (another port, vlan or dst prefix) or free that traffic first"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Store {
@@ -435,14 +487,24 @@ impl Store {
     /// existing one, if it is still at `d.revision - 1` (compare-and-set:
     /// of two concurrent updates one wins, the other gets
     /// [`StoreError::Conflict`]); a name taken meanwhile is a conflict too.
+    ///
+    /// An attachment of `d` that overlaps one of another deployment of
+    /// its group (any tenant's) is [`StoreError::Overlap`]. The check and
+    /// the write are one transaction that holds the database's write lock
+    /// from its start, so of two deployments claiming the same traffic at
+    /// once only one is stored.
     pub fn put_deployment(&self, d: &DeploymentRow, module_ids: &[String]) -> Result<(), StoreError> {
         let mut db = self.db();
-        let tx = db.transaction()?;
+        let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        check_overlap(&tx, &d.tenant_id, &d.group, Some(&d.id), &d.attachments)?;
+        let attachments = serde_json::to_string(&d.attachments)
+            .map_err(|e| StoreError::Corrupt { what: "attachment", reason: e.to_string() })?;
         if d.revision <= 1 {
             let inserted = tx.execute(
-                "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT DO NOTHING",
-                params![d.id, d.tenant_id, d.name, d.group, d.revision, d.spec, d.created_ms, d.updated_ms],
+                params![d.id, d.tenant_id, d.name, d.group, d.revision, d.spec, d.created_ms, d.updated_ms, attachments],
             )?;
             if inserted == 0 {
                 return Err(StoreError::Conflict(format!(
@@ -452,8 +514,9 @@ impl Store {
             }
         } else {
             let updated = tx.execute(
-                "UPDATE deployments SET grp = ?2, revision = ?3, spec = ?4, updated_ms = ?5 WHERE id = ?1 AND revision = ?6",
-                params![d.id, d.group, d.revision, d.spec, d.updated_ms, d.revision - 1],
+                "UPDATE deployments SET grp = ?2, revision = ?3, spec = ?4, updated_ms = ?5, attachments = ?7
+                 WHERE id = ?1 AND revision = ?6",
+                params![d.id, d.group, d.revision, d.spec, d.updated_ms, d.revision - 1, attachments],
             )?;
             if updated == 0 {
                 return Err(StoreError::Conflict(format!(
@@ -478,6 +541,21 @@ impl Store {
         Ok(())
     }
 
+    /// Whether `attachments`, for a deployment of `tenant_id` in `group`,
+    /// overlap those of another deployment there (not counting
+    /// `except`, the deployment's own): [`StoreError::Overlap`] if so. A
+    /// request checks this before its costly work; [`Store::put_deployment`]
+    /// checks again as it writes.
+    pub fn check_overlap(
+        &self,
+        tenant_id: &str,
+        group: &str,
+        except: Option<&str>,
+        attachments: &[Attachment],
+    ) -> Result<(), StoreError> {
+        check_overlap(&self.db(), tenant_id, group, except, attachments)
+    }
+
     fn deployment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeploymentRow> {
         Ok(DeploymentRow {
             id: r.get(0)?,
@@ -488,11 +566,12 @@ impl Store {
             spec: r.get(5)?,
             created_ms: r.get(6)?,
             updated_ms: r.get(7)?,
+            attachments: attachments_column(r, 8)?,
         })
     }
 
     const DEPLOYMENT_COLS: &str =
-        "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms FROM deployments";
+        "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments FROM deployments";
 
     /// A tenant's deployments.
     pub fn deployments(&self, tenant_id: &str) -> Result<Vec<DeploymentRow>, StoreError> {
@@ -748,7 +827,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
     use super::*;
 
     fn rec(id: &str, packets: u64) -> MeterRecord {
@@ -868,6 +947,7 @@ mod tests {
             group: "g".into(),
             revision: 1,
             spec: "{}".into(),
+            attachments: Vec::new(),
             created_ms: 0,
             updated_ms: 0,
         };
@@ -882,5 +962,93 @@ mod tests {
         assert_eq!(s.delete_module("t1", "m1").unwrap(), Err(vec!["edge".to_string()]));
         assert!(s.delete_deployment("t1", "d1").unwrap());
         assert_eq!(s.delete_module("t1", "m1").unwrap(), Ok(true));
+    }
+
+    fn attached(id: &str, tenant: &str, group: &str, revision: i64, attachments: &[&str]) -> DeploymentRow {
+        DeploymentRow {
+            id: id.into(),
+            tenant_id: tenant.into(),
+            name: format!("name-{id}"),
+            group: group.into(),
+            revision,
+            spec: "[]".into(),
+            attachments: attachments.iter().map(|a| a.parse().unwrap()).collect(),
+            created_ms: 0,
+            updated_ms: 0,
+        }
+    }
+
+    fn overlap_message(r: Result<(), StoreError>) -> String {
+        match r {
+            Err(StoreError::Overlap(m)) => m,
+            other => panic!("expected an overlap, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn overlapping_attachments_are_refused_in_a_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        for (id, name) in [("t1", "acme"), ("t2", "globex")] {
+            s.create_tenant(&TenantRow { id: id.into(), name: name.into(), created_ms: 0 }, id, id).unwrap();
+        }
+        let web = attached("d1", "t1", "edge", 1, &["port=0,vlan=100", "port=1,dst=10.0.0.0/8"]);
+        s.put_deployment(&web, &[]).unwrap();
+        assert_eq!(s.deployment("t1", "d1").unwrap().unwrap().attachments, web.attachments);
+
+        // Another tenant's overlapping claim: refused, without naming the deployment.
+        let theirs = attached("d2", "t2", "edge", 1, &["port=0,vlan=100,dst=192.168.0.0/16"]);
+        let m = overlap_message(s.put_deployment(&theirs, &[]));
+        assert!(m.contains("another tenant's deployment") && !m.contains("name-d1") && !m.contains("vlan=100'"), "{m}");
+        assert!(m.contains("'port=0,vlan=100,dst=192.168.0.0/16'"), "{m}");
+        assert!(s.deployment("t2", "d2").unwrap().is_none());
+        // The same tenant's: refused, naming its deployment and attachment.
+        let mine = attached("d3", "t1", "edge", 1, &["port=1,dst=10.9.0.0/16"]);
+        let m = overlap_message(s.put_deployment(&mine, &[]));
+        assert!(m.contains("'name-d1'") && m.contains("'port=1,dst=10.0.0.0/8'"), "{m}");
+        // The pre-check says the same.
+        assert!(matches!(s.check_overlap("t1", "edge", None, &mine.attachments), Err(StoreError::Overlap(_))));
+
+        // Disjoint claims, and the same claim in another group, are fine.
+        s.put_deployment(&attached("d4", "t2", "edge", 1, &["port=0,vlan=200", "port=1,dst=11.0.0.0/8"]), &[]).unwrap();
+        s.put_deployment(&attached("d5", "t2", "lab", 1, &["port=0,vlan=100"]), &[]).unwrap();
+        // An update is not judged against its own previous attachments...
+        s.put_deployment(&attached("d1", "t1", "edge", 2, &["port=0,vlan=100", "port=1,dst=10.1.0.0/16"]), &[])
+            .unwrap();
+        // ...but a move into a group goes through the check there.
+        let m = overlap_message(s.put_deployment(&attached("d5", "t2", "edge", 2, &["port=0,vlan=100"]), &[]));
+        assert!(m.contains("host group 'edge'"), "{m}");
+        assert_eq!(s.deployment("t2", "d5").unwrap().unwrap().group, "lab");
+        // Deleting a deployment frees its traffic.
+        assert!(s.delete_deployment("t1", "d1").unwrap());
+        s.put_deployment(&theirs, &[]).unwrap();
+        // Development deployments (no attachments) never overlap.
+        s.put_deployment(&attached("d6", "t1", "edge", 1, &[]), &[]).unwrap();
+    }
+
+    #[test]
+    fn concurrent_claims_on_the_same_traffic_store_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.db");
+        let s = std::sync::Arc::new(Store::open(&path).unwrap());
+        for t in ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"] {
+            s.create_tenant(&TenantRow { id: t.into(), name: t.into(), created_ms: 0 }, t, t).unwrap();
+        }
+        let threads: Vec<_> = (0..8)
+            .map(|n| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let d = attached(&format!("d{n}"), &format!("t{n}"), "edge", 1, &["port=0,vlan=7"]);
+                    s.put_deployment(&d, &[])
+                })
+            })
+            .collect();
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+        assert!(results.iter().all(|r| r.is_ok() || matches!(r, Err(StoreError::Overlap(_)))));
+        // A second handle on the same file (another connection) is held to it too.
+        let other = Store::open(&path).unwrap();
+        let d = attached("d9", "t0", "edge", 1, &["port=0"]);
+        assert!(matches!(other.put_deployment(&d, &[]), Err(StoreError::Overlap(_))));
     }
 }

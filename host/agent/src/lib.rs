@@ -28,12 +28,12 @@ pub mod outbox;
 pub mod report;
 
 use deployment::{Blobs, Control, Prepared, Shared};
-pub use live::LiveInput;
-use live::Live;
-use sluice_engine::Classifier;
 use futures::StreamExt;
+use live::Live;
+pub use live::LiveInput;
 use report::AgentReport;
 use sluice_control::{Bus, DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, now_ms};
+use sluice_engine::Classifier;
 use sluice_pcap::Trace;
 use sluice_runtime::{NfLimits, Runtime, RuntimeConfig};
 use std::collections::HashSet;
@@ -250,6 +250,7 @@ async fn run(
         None => None,
     };
     let mut desired = bus.watch_desired(&cfg.group).await?;
+    let joined = std::time::Instant::now();
     let mut running: HashMap<String, Running> = HashMap::new();
     // Spool captures handed out, and the deployments still processing each.
     let mut inflight: HashMap<String, HashSet<String>> = HashMap::new();
@@ -268,7 +269,10 @@ async fn run(
                     break;
                 };
                 match live.as_mut() {
-                    Some(l) => converge_live(bus.as_ref(), &shared, &modules_dir, &set, l).await,
+                    Some(l) => {
+                        converge_live(bus.as_ref(), &shared, &modules_dir, &set, l).await;
+                        l.open();
+                    }
                     None => converge(bus.as_ref(), &shared, &cfg, &modules_dir, &set, &mut running, replay.as_ref()).await,
                 }
                 release(&cfg, &running, &mut inflight);
@@ -277,6 +281,13 @@ async fn run(
             }
             _ = shared.changed.notified() => heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await,
             _ = beat.tick() => {
+                // A group without deployments sends no desired set: its
+                // host opens its ports after two heartbeats all the same.
+                if let Some(l) = &live
+                    && joined.elapsed() >= cfg.heartbeat * 2
+                {
+                    l.open();
+                }
                 // Deployments that could not start (a module fetch failed) are retried.
                 match live.as_mut() {
                     Some(l) => if current.deployments.iter().any(|d| !l.deployments.contains_key(&d.id)) {

@@ -13,7 +13,9 @@
 
 use crate::deployment::{self, Active, Prepared, Shared};
 use crate::journal;
-use sluice_engine::{Attachment, Classifier, Dispatch, Lane, PacketIo, PortReport, QueueCounters, Receive, Unmatched, Worker};
+use sluice_engine::{
+    Attachment, Classifier, Dispatch, Lane, PacketIo, PortReport, QueueCounters, Receive, Unmatched, Worker,
+};
 use sluice_runtime::cores::CoreList;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -95,6 +97,9 @@ pub(crate) struct Live {
     orders: Vec<crossbeam_channel::Sender<Order>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether workers may poll their ports (set once the host has
+    /// converged on its group's deployments at start).
+    open: Arc<std::sync::atomic::AtomicBool>,
     counts: Arc<Mutex<Vec<WorkerCounts>>>,
     port_stats: Arc<dyn Fn() -> Vec<PortReport> + Send + Sync>,
     /// Deployment id → digest of the revision handed out.
@@ -105,9 +110,9 @@ impl Live {
     /// Starts one worker per I/O.
     pub(crate) fn start(shared: &Shared, input: LiveInput, batch: usize) -> Result<Live, String> {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let counts = Arc::new(Mutex::new(
-            (0..input.ios.len()).map(|_| WorkerCounts::default()).collect::<Vec<WorkerCounts>>(),
-        ));
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let counts =
+            Arc::new(Mutex::new((0..input.ios.len()).map(|_| WorkerCounts::default()).collect::<Vec<WorkerCounts>>()));
         let mut orders = Vec::new();
         let mut threads = Vec::new();
         for (w, io) in input.ios.into_iter().enumerate() {
@@ -121,6 +126,7 @@ impl Live {
                 core: input.cores.for_worker(w),
                 on_thread: input.on_thread.clone(),
                 stop: stop.clone(),
+                open: open.clone(),
                 counts: counts.clone(),
             };
             let t = std::thread::Builder::new()
@@ -130,7 +136,14 @@ impl Live {
             orders.push(tx);
             threads.push(t);
         }
-        Ok(Live { orders, threads, stop, counts, port_stats: input.port_stats, deployments: HashMap::new() })
+        Ok(Live { orders, threads, stop, open, counts, port_stats: input.port_stats, deployments: HashMap::new() })
+    }
+
+    /// Lets workers poll their ports: called once the deployments the
+    /// group had when the host joined were handed out, so their traffic
+    /// is not taken for unclaimed while they start.
+    pub(crate) fn open(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Hands a revision to every worker.
@@ -195,6 +208,7 @@ impl Live {
             orders: Vec::new(),
             threads: Vec::new(),
             stop: self.stop,
+            open: self.open,
             counts: self.counts,
             port_stats: self.port_stats,
             deployments: HashMap::new(),
@@ -213,6 +227,7 @@ struct WorkerCtx {
     core: Option<usize>,
     on_thread: Arc<dyn Fn() -> Result<ThreadGuard, String> + Send + Sync>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    open: Arc<std::sync::atomic::AtomicBool>,
     counts: Arc<Mutex<Vec<WorkerCounts>>>,
 }
 
@@ -244,6 +259,9 @@ impl WorkerCtx {
         let mut idle = 0u32;
         let mut last_report = Instant::now();
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // Read before the orders: once open, every order sent before
+            // opening is in the channel.
+            let open = self.open.load(std::sync::atomic::Ordering::Acquire);
             let mut changed = false;
             loop {
                 match rx.try_recv() {
@@ -262,6 +280,10 @@ impl WorkerCtx {
                 classifier = Classifier::new(
                     lanes.iter().enumerate().flat_map(|(i, l)| l.attachments.iter().map(move |a| (i, *a))),
                 );
+            }
+            if !open {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
             }
             match dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes) {
                 Receive::Packets(_) => {

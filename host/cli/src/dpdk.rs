@@ -18,8 +18,8 @@ use crate::run::{RunError, load_specs};
 use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Queue};
 use sluice_engine::dpdk::DpdkIo;
-pub use sluice_engine::{PortReport, QueueCounters};
 use sluice_engine::{PacketIo, Receive, Worker};
+pub use sluice_engine::{PortReport, QueueCounters};
 use sluice_runtime::cores::CoreList;
 use sluice_runtime::{Chain, NfMeters, Runtime};
 use std::path::PathBuf;
@@ -239,11 +239,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
             nf.meters.add(m);
         }
     }
-    let port_reports = ports
-        .iter()
-        .zip(per_port)
-        .map(|(p, queues)| port_report(p, queues))
-        .collect();
+    let port_reports = ports.iter().zip(per_port).map(|(p, queues)| port_report(p, queues)).collect();
     // Ports stop (flushing e.g. pcap output) before the pool and EAL go.
     drop(ports);
     drop(pool);
@@ -302,7 +298,13 @@ fn worker_loop(
         }
     }
     let meters = worker.chain().stages().iter().map(|s| s.meters().clone()).collect();
-    WorkerResult { counters: io.queue_counters().to_vec(), meters, batches: worker.batches(), events, cores: String::new() }
+    WorkerResult {
+        counters: io.queue_counters().to_vec(),
+        meters,
+        batches: worker.batches(),
+        events,
+        cores: String::new(),
+    }
 }
 
 /// A port's device counters with its queues' counters.
@@ -397,10 +399,7 @@ pub fn open_live(
         unmatched: opts.unmatched,
         cores,
         on_thread: Arc::new(move || {
-            h1.eal
-                .register_thread()
-                .map(|g| Box::new(g) as sluice_agent::live::ThreadGuard)
-                .map_err(|e| e.to_string())
+            h1.eal.register_thread().map(|g| Box::new(g) as sluice_agent::live::ThreadGuard).map_err(|e| e.to_string())
         }),
         port_stats: Arc::new(move || h2.ports.iter().map(|p| port_report(p, Vec::new())).collect()),
     };

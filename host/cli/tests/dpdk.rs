@@ -314,3 +314,111 @@ fn dpdk_reports_trap_causes() {
     assert!(nf["traps"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(nf["trap_causes"]["deadline exceeded"], nf["traps"], "{r}");
 }
+
+/// A network namespace with a veth pair (`v0`, `v1`), removed on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("sluice-t{}", std::process::id());
+        let ip = |args: &[&str]| {
+            let o = std::process::Command::new("ip").args(args).output();
+            let o = o.unwrap_or_else(|e| panic!("`ip` (iproute2) is needed: {e}"));
+            assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        };
+        ip(&["netns", "add", &name]);
+        let ns = Netns { name };
+        ip(&["-n", &ns.name, "link", "add", "v0", "type", "veth", "peer", "name", "v1"]);
+        for v in ["v0", "v1"] {
+            // No IPv6 autoconfiguration chatter on the test wire.
+            let _ = ns.exec("sysctl", &["-qw", &format!("net.ipv6.conf.{v}.disable_ipv6=1")]).output();
+            ip(&["-n", &ns.name, "link", "set", v, "up"]);
+        }
+        ns
+    }
+
+    fn exec(&self, prog: &str, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", &self.name, prog]).args(args);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+/// Sends UDP frames into `v0` (to port 7000 and to the denied port 9999),
+/// probing until the host answers, and prints how many of the real
+/// frames came back out of `v0`'s peer.
+const VETH_PEER: &str = r#"
+import socket, struct, sys, time
+def frame(dport, marker):
+    payload = marker + b"x" * 20
+    udp = struct.pack("!HHHH", 4000, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, bytes([10,0,0,1]), bytes([10,0,0,2]))
+    return b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + ip + udp
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind(("v0", 0))
+s.settimeout(0.2)
+def drain(marker, secs):
+    n, end = 0, time.time() + secs
+    while time.time() < end:
+        try:
+            data, addr = s.recvfrom(2048)
+        except socket.timeout:
+            continue
+        if addr[2] != socket.PACKET_OUTGOING and marker in data:
+            n += 1
+    return n
+deadline = time.time() + 30
+while time.time() < deadline:
+    s.send(frame(7000, b"PROBE"))
+    if drain(b"PROBE", 0.3) > 0:
+        break
+else:
+    sys.exit("the host never answered on v1")
+drain(b"PROBE", 0.5)
+for i in range(50):
+    s.send(frame(7000, b"REAL"))
+    s.send(frame(9999, b"REAL"))
+print(drain(b"REAL", 2.0))
+"#;
+
+/// The way to try Sluice without a DPDK NIC: DPDK's `net_af_packet` on a
+/// kernel interface (here one end of a veth pair in a namespace of its
+/// own), with traffic sent into the other end by a plain socket.
+#[test]
+fn af_packet_on_a_veth_pair_forwards_what_the_firewall_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Netns::new();
+    let cfg = dir.path().join("host.toml");
+    std::fs::write(&cfg, "[nf.firewall.config]\ndefault = \"allow\"\nrules = [{ action = \"deny\", proto = \"udp\", dst-ports = \"9999\" }]\n").unwrap();
+    let report = dir.path().join("report.json");
+    let host_bin = env!("CARGO_BIN_EXE_sluice-host");
+    let fw = nf("firewall");
+    let eal_args = eal("afpacket", &["--vdev=net_af_packet0,iface=v1".to_string()]);
+    let mut args: Vec<&str> = vec!["--config", cfg.to_str().unwrap(), "dpdk", "--nf", fw.to_str().unwrap()];
+    args.extend(["--workers", "1", "--idle-exit-ms", "4000", "--report", report.to_str().unwrap(), "--"]);
+    args.extend(eal_args.iter().map(String::as_str));
+    let host = ns
+        .exec(host_bin, &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let peer = ns.exec("python3", &["-c", VETH_PEER]).output().unwrap();
+    let host = host.wait_with_output().unwrap();
+    assert!(host.status.success(), "{:?}", text(&host));
+    assert!(peer.status.success(), "{}", String::from_utf8_lossy(&peer.stderr));
+    let back: u64 = String::from_utf8_lossy(&peer.stdout).trim().parse().unwrap();
+    assert_eq!(back, 50, "the 50 frames to port 7000 come back, the 50 to 9999 are dropped");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(r["rx"].as_u64().unwrap() >= 100, "{r}");
+    assert_eq!(r["nfs"][0]["dropped"].as_u64(), Some(50), "{r}");
+    assert_eq!(r["ports"][0]["name"].as_str().map(|n| n.contains("af_packet")), Some(true), "{r}");
+}

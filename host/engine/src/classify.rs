@@ -107,18 +107,13 @@ impl Attachment {
         if self.port != h.port {
             return false;
         }
-        match self.vlan {
-            None => {}
-            Some(0) => {
-                if h.vlan.is_some_and(|v| v != 0) {
-                    return false;
-                }
-            }
-            Some(v) => {
-                if h.vlan != Some(v) {
-                    return false;
-                }
-            }
+        let vlan = match self.vlan {
+            None => true,
+            Some(0) => h.vlan.is_none_or(|v| v == 0),
+            Some(v) => h.vlan == Some(v),
+        };
+        if !vlan {
+            return false;
         }
         match (self.dst, h.dst) {
             (None, _) => true,

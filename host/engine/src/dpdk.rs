@@ -46,7 +46,6 @@ impl DpdkIo {
         }
     }
 
-
     /// The default output of a packet that came in on port index `pi`.
     fn default_out(&self, pi: usize) -> usize {
         let n = self.queues.len();

@@ -29,9 +29,9 @@
 
 pub mod capture;
 pub mod classify;
+pub mod dispatch;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
-pub mod dispatch;
 pub mod fair;
 pub mod io;
 pub mod worker;

@@ -89,6 +89,13 @@ enum Command {
         /// Host group.
         #[arg(long, default_value = "default")]
         group: String,
+        /// Traffic of the group's hosts that is this deployment's; repeat
+        /// for several. Required in a group whose operator exposes ports
+        /// (on those ports, overlapping no other deployment's), refused in
+        /// a development group. An update without it keeps the old ones
+        /// (`"attach": []` in a --spec removes them).
+        #[arg(long = "attach", value_name = "port=N[,vlan=V][,dst=PREFIX][,out=N]")]
+        attach: Vec<String>,
         /// Wait up to this many seconds for every host to run it.
         #[arg(long, default_value_t = 30)]
         wait: u64,
@@ -439,7 +446,14 @@ fn run() -> Result<()> {
             tenant().delete(&format!("/v1/modules/{}", encode(&module)))?;
             println!("deleted {module}");
         }
-        Command::Deploy { name, modules, config_files, spec, group, wait } => {
+        Command::Deploy { name, modules, config_files, spec, group, attach, wait } => {
+            // Attachments are checked here first, so a typo fails before
+            // anything is sent.
+            let attach = attach
+                .iter()
+                .map(|a| a.parse::<sluice_engine::Attachment>().map(|a| Value::String(a.to_string())))
+                .collect::<Result<Vec<Value>, _>>()
+                .context("--attach")?;
             let client = tenant();
             let mut body: Value = match spec {
                 Some(p) => {
@@ -475,6 +489,9 @@ fn run() -> Result<()> {
             };
             obj.insert("name".into(), Value::String(name.clone()));
             obj.entry("group").or_insert(Value::String(group));
+            if !attach.is_empty() {
+                obj.insert("attach".into(), Value::Array(attach));
+            }
             let path = format!("/v1/deployments/{}", encode(&name));
             let d: Value = match client.get::<Value>(&path) {
                 Ok(_) => client.put(&path, &body)?,
@@ -659,6 +676,10 @@ fn print_deployment(d: &Value) {
         d["reason"].as_str().map(|r| format!(" ({r})")).unwrap_or_default(),
         nfs.join(" -> ")
     );
+    let attachments: Vec<&str> = d["attachments"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    if !attachments.is_empty() {
+        println!("  traffic {}", attachments.join("; "));
+    }
     for h in d["hosts"].as_array().into_iter().flatten() {
         println!(
             "  host {:<16} {:<8} rev {} {:>10} packets{}",

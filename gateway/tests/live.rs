@@ -1,0 +1,323 @@
+//! Hosts on live ports under the control plane (`sluice-host serve
+//! --dpdk`) with real DPDK virtual devices, a real nats-server and the
+//! gateway: tenants share one port and each sees only the traffic its
+//! attachment claims; hot swaps and restarts on the live path; and the
+//! same capture gives the same output through `run`, `dpdk` and `serve`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use support::*;
+
+/// A gateway whose group `edge` exposes port 0 to tenants.
+fn edge_gateway(nats: &Nats, dir: &Path) -> Gateway {
+    let conf = dir.join("gateway.toml");
+    std::fs::write(&conf, "[groups.edge]\nports = [0]\n").unwrap();
+    Gateway::start(nats, dir, &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap())])
+}
+
+/// A tenant that may deploy to `edge`.
+fn edge_tenant(api: &Api, name: &str) -> (String, String) {
+    let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": name, "groups": ["edge"] }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    (r.body["id"].as_str().unwrap().to_string(), r.body["api_key"].as_str().unwrap().to_string())
+}
+
+/// `sluice-host synth` with sessions on `vlans` in turn.
+fn vlan_trace(dir: &Path, name: &str, sessions: usize, vlans: &str) -> PathBuf {
+    let p = dir.join(name);
+    let mut cmd = Command::new(sibling_bin("sluice-host"));
+    cmd.args(["synth", "--sessions", &sessions.to_string(), "--seed", "5", "--out"]).arg(&p);
+    if !vlans.is_empty() {
+        cmd.args(["--vlans", vlans]);
+    }
+    assert!(cmd.stdout(Stdio::null()).status().unwrap().success());
+    p
+}
+
+/// Packets of a capture per outer VLAN id (none: untagged).
+fn per_vlan(path: &Path) -> BTreeMap<Option<u16>, u64> {
+    let t = sluice_pcap::Trace::open(path).unwrap();
+    let mut out = BTreeMap::new();
+    for p in t.packets() {
+        let d = t.data(p);
+        let vlan = (d.len() >= 16 && d[12..14] == [0x81, 0x00]).then(|| u16::from_be_bytes([d[14], d[15]]) & 0xfff);
+        *out.entry(vlan).or_default() += 1;
+    }
+    out
+}
+
+/// The bytes of each packet of a capture, in order.
+fn frames(path: &Path) -> Vec<Vec<u8>> {
+    let t = sluice_pcap::Trace::open(path).unwrap();
+    t.packets().iter().map(|p| t.data(p).to_vec()).collect()
+}
+
+/// `serve --dpdk` flags: group `edge`, one worker, a pcap vdev reading
+/// `rx` (`infinite` times over) and writing `tx`.
+fn live_args(dir: &Path, id: &str, rx: &Path, tx: &Path, infinite: bool, report: &Path) -> Vec<String> {
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap={}{}",
+        rx.display(),
+        tx.display(),
+        if infinite { ",infinite_rx=1" } else { "" }
+    );
+    [
+        "--group",
+        "edge",
+        "--dpdk",
+        "--workers",
+        "1",
+        "--window-ms",
+        "200",
+        "--heartbeat-ms",
+        "300",
+        "--report",
+        report.to_str().unwrap(),
+        "--",
+        "--no-huge",
+        "--no-pci",
+        "-m",
+        "256",
+        "-l",
+        "0",
+        "--log-level=lib.eal:error",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    // EAL's runtime files are per prefix: one per test directory and host.
+    .chain([format!("--file-prefix=sluice-{}-{id}", dir.file_name().unwrap().to_string_lossy()), vdev])
+    .collect()
+}
+
+fn start_live(nats: &Nats, gw: &Gateway, dir: &Path, id: &str, args: &[String]) -> Proc {
+    start_host(nats, gw, dir, id, &args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+fn usage_packets(api: &Api, key: &str) -> u64 {
+    let u = api.get(Some(key), "/v1/usage").body;
+    u["rows"].as_array().unwrap().iter().map(|r| r["packets"].as_u64().unwrap()).sum()
+}
+
+fn fw_config() -> serde_json::Value {
+    let deny = |port: &str| json!({ "action": "deny", "proto": "tcp", "dst-ports": port });
+    json!({ "default": "allow", "rules": [deny("22"), deny("23"), deny("3389")] })
+}
+
+#[test]
+fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (_, a) = edge_tenant(&api, "alpha");
+    let (_, b) = edge_tenant(&api, "bravo");
+    assert_eq!(api.upload(Some(&a), "firewall", "1.0.0", &std::fs::read(nf("firewall")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&b), "counter", "1.0.0", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let d = api.post(
+        Some(&a),
+        "/v1/deployments",
+        &json!({ "name": "fw", "group": "edge", "module": "firewall@1.0.0", "config": fw_config(), "attach": ["port=0,vlan=100"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    let d = api.post(
+        Some(&b),
+        "/v1/deployments",
+        &json!({ "name": "count", "group": "edge", "module": "counter@1.0.0", "attach": ["port=0,vlan=200"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    // Bravo cannot claim alpha's VLAN, nor a port the operator did not expose.
+    let r = api.post(
+        Some(&b),
+        "/v1/deployments",
+        &json!({ "name": "spy", "group": "edge", "module": "counter@1.0.0", "attach": ["port=0,vlan=100,dst=10.0.0.0/8"] }),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(!r.body.to_string().contains("\"fw\"") && !r.body.to_string().contains("'fw'"), "{}", r.body);
+    let r = api.post(
+        Some(&b),
+        "/v1/deployments",
+        &json!({ "name": "spy", "group": "edge", "module": "counter@1.0.0", "attach": ["port=1"] }),
+    );
+    assert!(r.status == 403 || r.status == 422, "{} {}", r.status, r.body);
+
+    // The host joins after both are deployed: it opens its port once it
+    // runs them, so none of their packets is taken for unclaimed.
+    let input = vlan_trace(dir.path(), "tagged.pcap", 900, "100,200,0");
+    let expected = per_vlan(&input);
+    let (out, report) = (dir.path().join("out.pcap"), dir.path().join("h1.json"));
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &live_args(dir.path(), "h1", &input, &out, false, &report));
+    api.wait_running(&a, "fw", 1);
+    api.wait_running(&b, "count", 1);
+    let total: u64 = expected.values().sum();
+    wait_for(60, "the host to take the whole capture", || {
+        let r = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
+        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
+        (seen + r["unmatched"].as_u64()? == total).then_some(())
+    });
+    host.term();
+    let rep = host_report(&report);
+    let deps = rep["deployments"].as_object().unwrap();
+    let by_name = |n: &str| deps.values().find(|d| d["name"] == n).unwrap().clone();
+    let (fw, count) = (by_name("fw"), by_name("count"));
+    assert_eq!(fw["packets_in"].as_u64(), expected.get(&Some(100)).copied(), "{rep}");
+    assert_eq!(count["packets_in"].as_u64(), expected.get(&Some(200)).copied(), "{rep}");
+    assert_eq!(rep["unmatched"].as_u64(), expected.get(&None).copied(), "{rep}");
+    // What left: the firewall's forwarded VLAN 100 packets and all of VLAN
+    // 200; untagged traffic was dropped (the default policy); tags kept.
+    let got = per_vlan(&out);
+    assert_eq!(got.get(&None), None, "{got:?}");
+    assert_eq!(got.get(&Some(200)), expected.get(&Some(200)), "{got:?}");
+    assert_eq!(got.get(&Some(100)).copied(), fw["packets_out"].as_u64(), "{got:?}");
+    assert!(fw["packets_out"].as_u64().unwrap() < fw["packets_in"].as_u64().unwrap(), "the firewall denied scans");
+    // Each tenant is billed exactly its VLAN's packets; nobody the rest.
+    wait_for(30, "usage to reach the gateway", || {
+        (usage_packets(&api, &a) == expected[&Some(100)] && usage_packets(&api, &b) == expected[&Some(200)])
+            .then_some(())
+    });
+}
+
+#[test]
+fn hot_swap_on_the_live_path_loses_no_packet_and_a_restarted_host_resumes() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (_, key) = edge_tenant(&api, "alpha");
+    let fw = std::fs::read(nf("firewall")).unwrap();
+    assert_eq!(api.upload(Some(&key), "firewall", "1.0.0", &fw).status, 201);
+    assert_eq!(api.upload(Some(&key), "firewall", "2.0.0", &fw).status, 201);
+    let d = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "fw", "group": "edge", "module": "firewall@1.0.0", "config": fw_config(), "attach": ["port=0"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    let input = vlan_trace(dir.path(), "loop.pcap", 200, "");
+    let report = dir.path().join("h1.json");
+    let args = live_args(dir.path(), "h1", &input, &dir.path().join("out.pcap"), true, &report);
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
+    api.wait_running(&key, "fw", 1);
+    let packets_in = |r: &Path| -> u64 {
+        std::fs::read(r)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| {
+                v["deployments"].as_object().map(|d| d.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum())
+            })
+            .unwrap_or(0)
+    };
+    wait_for(60, "traffic through version 1", || (packets_in(&report) > 20_000).then_some(()));
+    // Swap under traffic.
+    let up = api.put(
+        Some(&key),
+        "/v1/deployments/fw",
+        &json!({ "module": "firewall@2.0.0", "config": { "default": "allow" } }),
+    );
+    assert_eq!(up.status, 200, "{}", up.body);
+    api.wait_running(&key, "fw", 2);
+    let at_swap = packets_in(&report);
+    wait_for(60, "traffic through version 2", || (packets_in(&report) > at_swap + 20_000).then_some(()));
+    // SIGTERM flushes the last window: usage equals what the host ran,
+    // every packet through exactly one version.
+    host.term();
+    let rep = host_report(&report);
+    let dep = rep["deployments"].as_object().unwrap().values().next().unwrap().clone();
+    let ran = dep["packets_in"].as_u64().unwrap();
+    let per_version: u64 = dep["nfs"].as_object().unwrap().values().map(|t| t["packets"].as_u64().unwrap()).sum();
+    assert_eq!(per_version, ran, "{dep}");
+    assert!(dep["nfs"]["firewall@1.0.0"]["packets"].as_u64().unwrap() > 0, "{dep}");
+    assert!(dep["nfs"]["firewall@2.0.0"]["packets"].as_u64().unwrap() > 0, "{dep}");
+    wait_for(30, "usage to equal the host's count", || (usage_packets(&api, &key) == ran).then_some(()));
+
+    // A restarted host (same state) runs the deployment again, and its
+    // packets are billed on top.
+    let report2 = dir.path().join("h1-again.json");
+    let args = live_args(dir.path(), "h1", &input, &dir.path().join("out2.pcap"), true, &report2);
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
+    wait_for(60, "the restarted host to run traffic", || (packets_in(&report2) > 5_000).then_some(()));
+    host.term();
+    let more = packets_in(&report2);
+    wait_for(30, "usage to add the restarted host's packets", || {
+        (usage_packets(&api, &key) == ran + more).then_some(())
+    });
+}
+
+#[test]
+fn run_dpdk_and_serve_agree_on_the_same_capture() {
+    let dir = test_dir();
+    let d = dir.path();
+    let input = vlan_trace(d, "in.pcap", 400, "");
+    let cfg = d.join("fw.json");
+    std::fs::write(&cfg, fw_config().to_string()).unwrap();
+    let host_toml = d.join("host.toml");
+    std::fs::write(&host_toml, format!("[nf.firewall]\nconfig-file = \"{}\"\n", cfg.display())).unwrap();
+    let host = |args: &[&str]| {
+        let o = Command::new(sibling_bin("sluice-host")).arg("--config").arg(&host_toml).args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let fw = nf("firewall");
+    let run_out = d.join("run.pcap");
+    host(&[
+        "run",
+        "--nf",
+        fw.to_str().unwrap(),
+        "--in",
+        input.to_str().unwrap(),
+        "--out",
+        run_out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let dpdk_out = d.join("dpdk.pcap");
+    let vdev = format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), dpdk_out.display());
+    let prefix = format!("--file-prefix=sluice-agree-{}", std::process::id());
+    host(&[
+        "dpdk",
+        "--nf",
+        fw.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--idle-exit-ms",
+        "1500",
+        "--",
+        "--no-huge",
+        "--no-pci",
+        "-m",
+        "256",
+        "-l",
+        "0",
+        "--log-level=lib.eal:error",
+        &prefix,
+        &vdev,
+    ]);
+
+    let nats = Nats::start(d);
+    let gw = edge_gateway(&nats, d);
+    let api = gw.api();
+    let (_, key) = edge_tenant(&api, "alpha");
+    assert_eq!(api.upload(Some(&key), "firewall", "1.0.0", &std::fs::read(&fw).unwrap()).status, 201);
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "fw", "group": "edge", "module": "firewall@1.0.0", "config": fw_config(), "attach": ["port=0"] }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let (serve_out, report) = (d.join("serve.pcap"), d.join("h1.json"));
+    let mut h = start_live(&nats, &gw, d, "h1", &live_args(d, "h1", &input, &serve_out, false, &report));
+    let total = frames(&input).len() as u64;
+    wait_for(60, "the host to take the capture", || {
+        let r = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
+        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
+        (seen == total).then_some(())
+    });
+    h.term();
+    let (a, b, c) = (frames(&run_out), frames(&dpdk_out), frames(&serve_out));
+    assert!(!a.is_empty() && a.len() < total as usize, "the firewall forwards some and drops some");
+    assert_eq!(a, b, "run and dpdk differ");
+    assert_eq!(a, c, "run and serve --dpdk differ");
+}
