@@ -102,6 +102,11 @@ demo: build test-nfs
 	@echo "== the tenant flow on the embedded default (sluice dev: gateway + one host in one process):"
 	@echo "   create a tenant, upload the firewall, deploy it, push the trace, read the usage and the bill"
 	@bash deploy/local/demo-tenant.sh $(DEMO_DIR)/office.pcap
+	@echo
+	@echo "== two tenants sharing one DPDK port through the gateway (deploy/local/demo-live.sh): a secure"
+	@echo "   nats-server, the gateway, and sluice-host serve --dpdk on a net_pcap device replaying"
+	@echo "   VLAN-tagged traffic; each tenant's NF sees and pays for its VLAN only"
+	@bash deploy/local/demo-live.sh
 
 lint: setup
 	$(CARGO) fmt --all --check

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Two tenants sharing one DPDK port through the gateway (`make demo`): a
+# secure nats-server (deploy/nats), the gateway with host group `edge`
+# exposing port 0, and one `sluice-host serve --dpdk` whose port is a
+# net_pcap virtual device replaying VLAN-tagged traffic. Tenant alpha's
+# firewall is attached to VLAN 100, tenant bravo's counter to VLAN 200;
+# untagged traffic is nobody's. Everything lives under target/demo/live.
+set -euo pipefail
+B=${SLUICE_BIN:-./target/release}
+D=target/demo/live
+rm -rf "$D"
+mkdir -p "$D/nats"
+nats=${SLUICE_NATS_SERVER:-$(command -v nats-server || echo "$HOME/go/bin/nats-server")}
+[ -x "$nats" ] || { echo "demo-live.sh: nats-server not found: run make setup" >&2; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+nats_port=$(free_port)
+http_port=$(free_port)
+pids=()
+stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap stop EXIT
+
+echo "\$ deploy/nats/bootstrap.sh $D/pki && deploy/nats/bootstrap.sh $D/pki host h1   # CA, certificates, nkeys"
+SLUICE_BIN=$B deploy/nats/bootstrap.sh "$D/pki" >/dev/null
+SLUICE_BIN=$B deploy/nats/bootstrap.sh "$D/pki" host h1 >/dev/null
+H=$D/pki/hosts/h1
+admin="demo-admin-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+cat >"$D/gateway.toml" <<TOML
+listen = "127.0.0.1:$http_port"
+data-dir = "$D/gateway"
+admin-token = "$admin"
+cluster = "demo"
+nats = "tls://127.0.0.1:$nats_port"
+nats-nkey = "$D/pki/gateway.nk"
+nats-ca = "$D/pki/tls/ca.pem"
+nats-cert = "$D/pki/tls/gateway.pem"
+nats-key = "$D/pki/tls/gateway-key.pem"
+nats-auth-file = "$D/nats/sluice-auth.conf"
+default-groups = ["edge"]
+
+[groups.edge]
+ports = [0]
+TOML
+echo "\$ sluice-gateway --config $D/gateway.toml nats-auth && nats-server -c $D/nats/nats-server.conf &"
+"$B/sluice-gateway" --config "$D/gateway.toml" nats-auth >"$D/nats-auth.log" 2>&1 || { cat "$D/nats-auth.log"; exit 1; }
+sed -e "s|/etc/nats/tls/|$PWD/$D/pki/tls/|" -e "s|store_dir: /var/lib/nats|store_dir: \"$PWD/$D/jetstream\"|" \
+  -e "s|^http: .*||" deploy/nats/nats-server.conf >"$D/nats/nats-server.conf"
+"$nats" -c "$D/nats/nats-server.conf" -a 127.0.0.1 -p "$nats_port" >"$D/nats.log" 2>&1 &
+nats_pid=$!
+pids+=("$nats_pid")
+echo "\$ sluice-gateway --config $D/gateway.toml &   # group edge exposes port 0"
+"$B/sluice-gateway" --config "$D/gateway.toml" >"$D/gateway.log" 2>&1 &
+pids+=($!)
+export SLUICE_URL="http://127.0.0.1:$http_port" SLUICE_ADMIN_TOKEN="$admin"
+unset SLUICE_API_KEY
+for _ in $(seq 100); do
+  curl -sf "$SLUICE_URL/healthz" >/dev/null && break
+  sleep 0.1
+done
+curl -sf "$SLUICE_URL/healthz" >/dev/null || { cat "$D/gateway.log"; exit 1; }
+
+echo
+key=$("$B/sluice-host" keygen --show --out "$H/host.nk")
+echo "\$ sluice host add h1 --group edge --nkey $key && nats-server --signal reload"
+"$B/sluice" host add h1 --group edge --nkey "$key" >/dev/null
+kill -HUP "$nats_pid"
+A=$("$B/sluice" tenant create alpha --groups edge --key-only)
+Z=$("$B/sluice" tenant create bravo --groups edge --key-only)
+echo "\$ sluice tenant create alpha --groups edge; sluice tenant create bravo --groups edge"
+echo
+echo "\$ SLUICE_API_KEY=<alpha> sluice deploy web -m firewall@1.0.0 --group edge --attach port=0,vlan=100"
+SLUICE_API_KEY=$A "$B/sluice" nf upload target/nfs/firewall.wasm --version 1.0.0 >/dev/null
+SLUICE_API_KEY=$A "$B/sluice" deploy web -m firewall@1.0.0 --config-file deploy/local/firewall-rules.json \
+  --group edge --attach port=0,vlan=100 --wait 0
+echo "\$ SLUICE_API_KEY=<bravo> sluice deploy count -m counter@1.0.0 --group edge --attach port=0,vlan=200"
+SLUICE_API_KEY=$Z "$B/sluice" nf upload target/nfs/counter.wasm --version 1.0.0 >/dev/null
+SLUICE_API_KEY=$Z "$B/sluice" deploy count -m counter@1.0.0 --group edge --attach port=0,vlan=200 --wait 0
+echo "\$ SLUICE_API_KEY=<bravo> sluice deploy peek -m counter@1.0.0 --group edge --attach port=0,vlan=100,dst=10.0.0.0/8"
+if SLUICE_API_KEY=$Z "$B/sluice" deploy peek -m counter@1.0.0 --group edge --attach port=0,vlan=100,dst=10.0.0.0/8 --wait 0 2>"$D/peek.err"; then
+  echo "demo-live.sh: an overlapping attachment was accepted" >&2
+  exit 1
+fi
+sed 's/^/  /' "$D/peek.err"
+
+echo
+"$B/sluice-host" synth --sessions 20000 --seed 7 --vlans 100,200,0 --out "$D/tagged.pcap" >/dev/null
+echo "\$ sluice-host serve --group edge --host-id h1 ... --dpdk -- --no-huge --no-pci --vdev=net_pcap0,rx_pcap=tagged.pcap,tx_pcap=out.pcap"
+"$B/sluice-host" serve --nats "tls://127.0.0.1:$nats_port" --cluster demo --group edge --host-id h1 \
+  --nats-nkey "$H/host.nk" --nats-ca "$H/ca.pem" --nats-cert "$H/h1.pem" --nats-key "$H/h1-key.pem" \
+  --state-dir "$D/h1" --report "$D/h1.json" --window-ms 250 --dpdk --workers 1 -- \
+  --no-huge --no-pci -m 256 -l 0 --file-prefix "sluice-demo-$$" --log-level=lib.eal:error \
+  "--vdev=net_pcap0,rx_pcap=$D/tagged.pcap,tx_pcap=$D/out.pcap" >"$D/h1.log" 2>&1 &
+host=$!
+total=$(python3 -c "import struct,sys; d=open(sys.argv[1],'rb').read(); i,n=24,0
+while i < len(d): i += 16 + struct.unpack_from('<I', d, i+8)[0]; n += 1
+print(n)" "$D/tagged.pcap")
+for _ in $(seq 600); do
+  seen=$(python3 -c 'import json,sys
+try: r = json.load(open(sys.argv[1]))
+except Exception: print(0); sys.exit()
+print(sum(d["packets_in"] for d in r["deployments"].values()) + r.get("unmatched", 0))' "$D/h1.json" 2>/dev/null || echo 0)
+  [ "$seen" = "$total" ] && break
+  kill -0 "$host" 2>/dev/null || { cat "$D/h1.log"; exit 1; }
+  sleep 0.1
+done
+kill -TERM "$host"
+wait "$host" || true
+python3 - "$D/h1.json" "$total" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"host h1 took {sys.argv[2]} packets from port 0:")
+for d in r["deployments"].values():
+    print(f"  tenant {d['tenant']} deployment {d['name']}: {d['packets_in']} in, {d['packets_out']} forwarded")
+print(f"  unclaimed (untagged, dropped, billed to nobody): {r['unmatched']}")
+PY
+echo
+for t in alpha bravo; do
+  k=$A; [ $t = bravo ] && k=$Z
+  # What the host ran for this tenant's deployment is what the gateway bills.
+  want=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(d["packets_in"] for d in r["deployments"].values() if d["name"] == sys.argv[2]))' "$D/h1.json" "$([ $t = alpha ] && echo web || echo count)")
+  for _ in $(seq 100); do
+    got=$(SLUICE_API_KEY=$k "$B/sluice" usage --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"]["packets"])')
+    [ "$got" = "$want" ] && break
+    sleep 0.1
+  done
+  [ "$got" = "$want" ] || { echo "demo-live.sh: $t is billed $got packets, its deployment ran $want" >&2; exit 1; }
+  echo "\$ SLUICE_API_KEY=<$t> sluice usage"
+  SLUICE_API_KEY=$k "$B/sluice" usage
+done
