@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use support::*;
 
-/// A gateway whose group `edge` exposes port 0 to tenants.
+/// A gateway whose group `edge` exposes ports 0 and 1 to tenants.
 fn edge_gateway(nats: &Nats, dir: &Path) -> Gateway {
     let conf = dir.join("gateway.toml");
-    std::fs::write(&conf, "[groups.edge]\nports = [0]\n").unwrap();
+    std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
     Gateway::start(nats, dir, &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap())])
 }
 
@@ -59,7 +59,8 @@ fn frames(path: &Path) -> Vec<Vec<u8>> {
 }
 
 /// `serve --dpdk` flags: group `edge`, one worker, a pcap vdev reading
-/// `rx` (`infinite` times over) and writing `tx`.
+/// `rx` (`infinite` times over) and writing `tx`; EAL files under a prefix of
+/// `dir` and `id`.
 fn live_args(dir: &Path, id: &str, rx: &Path, tx: &Path, infinite: bool, report: &Path) -> Vec<String> {
     let vdev = format!(
         "--vdev=net_pcap0,rx_pcap={},tx_pcap={}{}",
@@ -67,6 +68,11 @@ fn live_args(dir: &Path, id: &str, rx: &Path, tx: &Path, infinite: bool, report:
         tx.display(),
         if infinite { ",infinite_rx=1" } else { "" }
     );
+    live_args_with(dir, id, &[vdev], report)
+}
+
+/// `serve --dpdk` flags with these `--vdev` arguments.
+fn live_args_with(dir: &Path, id: &str, vdevs: &[String], report: &Path) -> Vec<String> {
     [
         "--group",
         "edge",
@@ -91,7 +97,8 @@ fn live_args(dir: &Path, id: &str, rx: &Path, tx: &Path, infinite: bool, report:
     .iter()
     .map(|s| s.to_string())
     // EAL's runtime files are per prefix: one per test directory and host.
-    .chain([format!("--file-prefix=sluice-{}-{id}", dir.file_name().unwrap().to_string_lossy()), vdev])
+    .chain([format!("--file-prefix=sluice-{}-{id}", dir.file_name().unwrap().to_string_lossy())])
+    .chain(vdevs.iter().cloned())
     .collect()
 }
 
@@ -128,7 +135,7 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
     let d = api.post(
         Some(&b),
         "/v1/deployments",
-        &json!({ "name": "count", "group": "edge", "module": "counter@1.0.0", "attach": ["port=0,vlan=200"] }),
+        &json!({ "name": "count", "group": "edge", "module": "counter@1.0.0", "attach": ["port=0,vlan=200,out=1"] }),
     );
     assert_eq!(d.status, 201, "{}", d.body);
     // Bravo cannot claim alpha's VLAN, nor a port the operator did not expose.
@@ -142,7 +149,7 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
     let r = api.post(
         Some(&b),
         "/v1/deployments",
-        &json!({ "name": "spy", "group": "edge", "module": "counter@1.0.0", "attach": ["port=1"] }),
+        &json!({ "name": "spy", "group": "edge", "module": "counter@1.0.0", "attach": ["port=2"] }),
     );
     assert!(r.status == 403 || r.status == 422, "{} {}", r.status, r.body);
 
@@ -151,7 +158,14 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
     let input = vlan_trace(dir.path(), "tagged.pcap", 900, "100,200,0");
     let expected = per_vlan(&input);
     let (out, report) = (dir.path().join("out.pcap"), dir.path().join("h1.json"));
-    let mut host = start_live(&nats, &gw, dir.path(), "h1", &live_args(dir.path(), "h1", &input, &out, false, &report));
+    // Port 1 receives nothing; bravo's packets leave by it.
+    let (empty, out1) = (dir.path().join("empty.pcap"), dir.path().join("out1.pcap"));
+    sluice_pcap::PcapSink::create(&empty).unwrap().finish().unwrap();
+    let vdevs = [
+        format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), out.display()),
+        format!("--vdev=net_pcap1,rx_pcap={},tx_pcap={}", empty.display(), out1.display()),
+    ];
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &live_args_with(dir.path(), "h1", &vdevs, &report));
     api.wait_running(&a, "fw", 1);
     api.wait_running(&b, "count", 1);
     let total: u64 = expected.values().sum();
@@ -168,12 +182,15 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
     assert_eq!(fw["packets_in"].as_u64(), expected.get(&Some(100)).copied(), "{rep}");
     assert_eq!(count["packets_in"].as_u64(), expected.get(&Some(200)).copied(), "{rep}");
     assert_eq!(rep["unmatched"].as_u64(), expected.get(&None).copied(), "{rep}");
-    // What left: the firewall's forwarded VLAN 100 packets and all of VLAN
-    // 200; untagged traffic was dropped (the default policy); tags kept.
+    // What left port 0: the firewall's forwarded VLAN 100 packets; port 1
+    // (bravo's `out`): all of VLAN 200; untagged traffic was dropped (the
+    // default policy); tags kept.
     let got = per_vlan(&out);
-    assert_eq!(got.get(&None), None, "{got:?}");
-    assert_eq!(got.get(&Some(200)), expected.get(&Some(200)), "{got:?}");
+    assert_eq!(got.keys().collect::<Vec<_>>(), vec![&Some(100)], "{got:?}");
     assert_eq!(got.get(&Some(100)).copied(), fw["packets_out"].as_u64(), "{got:?}");
+    let got1 = per_vlan(&out1);
+    assert_eq!(got1.keys().collect::<Vec<_>>(), vec![&Some(200)], "{got1:?}");
+    assert_eq!(got1.get(&Some(200)), expected.get(&Some(200)), "{got1:?}");
     assert!(fw["packets_out"].as_u64().unwrap() < fw["packets_in"].as_u64().unwrap(), "the firewall denied scans");
     // Each tenant is billed exactly its VLAN's packets; nobody the rest.
     wait_for(30, "usage to reach the gateway", || {
