@@ -338,3 +338,42 @@ fn run_dpdk_and_serve_agree_on_the_same_capture() {
     assert_eq!(a, b, "run and dpdk differ");
     assert_eq!(a, c, "run and serve --dpdk differ");
 }
+
+#[test]
+fn a_host_joining_a_group_with_removed_deployments_runs_the_current_ones() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (_, key) = edge_tenant(&api, "alpha");
+    assert_eq!(api.upload(Some(&key), "counter", "1.0.0", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let input = vlan_trace(dir.path(), "in.pcap", 100, "");
+    let report = dir.path().join("h1.json");
+    // A host of the group sees deployments come and go, then stops.
+    let mut host = start_live(
+        &nats,
+        &gw,
+        dir.path(),
+        "h1",
+        &live_args(dir.path(), "h1", &input, &dir.path().join("out0.pcap"), true, &report),
+    );
+    for i in 0..3 {
+        let body =
+            json!({ "name": format!("old{i}"), "group": "edge", "module": "counter@1.0.0", "attach": ["port=0"] });
+        assert_eq!(api.post(Some(&key), "/v1/deployments", &body).status, 201);
+        api.wait_running(&key, &format!("old{i}"), 1);
+        assert_eq!(api.delete(Some(&key), &format!("/v1/deployments/old{i}")).status, 204);
+    }
+    host.term();
+    let body = json!({ "name": "now", "group": "edge", "module": "counter@1.0.0", "attach": ["port=0"] });
+    assert_eq!(api.post(Some(&key), "/v1/deployments", &body).status, 201);
+    let mut host = start_live(
+        &nats,
+        &gw,
+        dir.path(),
+        "h1",
+        &live_args(dir.path(), "h1", &input, &dir.path().join("out.pcap"), false, &report),
+    );
+    api.wait_running(&key, "now", 1);
+    host.term();
+}

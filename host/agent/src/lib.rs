@@ -339,7 +339,11 @@ async fn run(
 
 fn write_report(path: Option<&Path>, report: &Mutex<AgentReport>) {
     let Some(path) = path else { return };
-    let json = serde_json::to_vec_pretty(&*report.lock().unwrap_or_else(PoisonError::into_inner));
+    let json = {
+        let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
+        r.updated_ms = now_ms();
+        serde_json::to_vec_pretty(&*r)
+    };
     let tmp = path.with_extension("tmp");
     if let Err(e) = json
         .map_err(std::io::Error::other)

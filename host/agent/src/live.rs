@@ -234,6 +234,9 @@ struct WorkerCtx {
 /// How often a worker moves its counts into the host report and
 /// deployment statuses.
 const REPORT_EVERY: Duration = Duration::from_millis(50);
+/// How often a busy worker takes its lanes' events and checks their
+/// meter windows and checkpoints.
+const TICK_EVERY: Duration = Duration::from_millis(1);
 /// Polls without a packet before an idle worker starts to sleep between
 /// polls (a shared machine gets its core back; latency rises by at most
 /// [`IDLE_SLEEP`]).
@@ -258,6 +261,7 @@ impl WorkerCtx {
         let mut dispatch = Dispatch::new(self.ports.clone(), self.unmatched);
         let mut idle = 0u32;
         let mut last_report = Instant::now();
+        let mut last_tick = Instant::now();
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
             // Read before the orders: once open, every order sent before
             // opening is in the channel.
@@ -288,8 +292,13 @@ impl WorkerCtx {
             match dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes) {
                 Receive::Packets(_) => {
                     idle = 0;
-                    for l in lanes.iter_mut().filter(|l| l.packets_in > 0) {
-                        l.active.tick(&self.shared);
+                    // Events, windows and checkpoints at most every
+                    // millisecond, not per batch.
+                    if last_tick.elapsed() >= TICK_EVERY {
+                        last_tick = Instant::now();
+                        for l in lanes.iter_mut().filter(|l| l.packets_in > 0) {
+                            l.active.tick(&self.shared);
+                        }
                     }
                 }
                 Receive::Idle | Receive::Done => {

@@ -70,6 +70,10 @@ pub struct AgentReport {
     /// name (refused).
     #[serde(default)]
     pub refused_egress: u64,
+    /// When this report was written, ms since the epoch (rates are
+    /// differences of two reports over the difference of this).
+    #[serde(default)]
+    pub updated_ms: u64,
     /// Live ports: device and per-worker queue counters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<sluice_engine::PortReport>,

@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ADMIN: &str = "bench-admin-token";
+pub(crate) const ADMIN: &str = "bench-admin-token";
 const DEPLOYS: usize = 15;
 const RECORDS: usize = 20_000;
 
-struct Kill(Child);
+pub(crate) struct Kill(pub(crate) Child);
 
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -50,7 +50,7 @@ fn nats_server() -> Result<PathBuf> {
         .context("nats-server not found: run `make setup`")
 }
 
-fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Result<()> {
+pub(crate) fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f() {
         if Instant::now() > deadline {
@@ -61,166 +61,244 @@ fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Result<()> {
     Ok(())
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).build().into()
 }
 
-fn call(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<(u16, Value)> {
+pub(crate) fn call(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<(u16, Value)> {
     let mut r = r?;
     let status = r.status().as_u16();
     let v = r.body_mut().read_json::<Value>().unwrap_or(Value::Null);
     Ok((status, v))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// The Markdown section.
-pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String> {
-    let bin = host.parent().context("--host has no directory")?;
-    let gateway_bin = bin.join("sluice-gateway");
-    if !gateway_bin.exists() {
-        bail!("{} is missing: `make build` builds it", gateway_bin.display());
-    }
-    let dir = std::env::temp_dir().join(format!("sluice-bench-control-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let log = |name: &str| -> Result<Stdio> { Ok(Stdio::from(std::fs::File::create(dir.join(name))?)) };
+/// A cluster on this machine as an operator sets one up: credentials from
+/// `deploy/nats/bootstrap.sh`, a nats-server with the shipped secure
+/// configuration, and `sluice-gateway` (from the directory of the host
+/// binary) with `gateway_toml` as its config.
+pub(crate) struct Cluster {
+    pub(crate) dir: PathBuf,
+    pub(crate) base: String,
+    pub(crate) nats_url: String,
+    pki: PathBuf,
+    bin: PathBuf,
+    nats: Kill,
+    _gateway: Kill,
+}
 
-    // The cluster's credentials and the servers' configuration, as an
-    // operator makes them.
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let pki = dir.join("pki");
-    let bootstrap = |args: &[&str]| -> Result<()> {
+impl Cluster {
+    pub(crate) fn start(host: &Path, name: &str, gateway_toml: &str) -> Result<Cluster> {
+        let bin = host.parent().context("--host has no directory")?.to_path_buf();
+        let gateway_bin = bin.join("sluice-gateway");
+        if !gateway_bin.exists() {
+            bail!("{} is missing: `make build` builds it", gateway_bin.display());
+        }
+        let dir = std::env::temp_dir().join(format!("sluice-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let log = |name: &str| -> Result<Stdio> { Ok(Stdio::from(std::fs::File::create(dir.join(name))?)) };
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let pki = dir.join("pki");
         let st = Command::new(workspace.join("deploy/nats/bootstrap.sh"))
-            .args(args)
-            .env("SLUICE_BIN", bin)
+            .arg(&pki)
+            .env("SLUICE_BIN", &bin)
             .stdout(Stdio::null())
             .status()?;
         if !st.success() {
-            bail!("deploy/nats/bootstrap.sh {args:?} failed");
+            bail!("deploy/nats/bootstrap.sh {} failed", pki.display());
         }
-        Ok(())
-    };
-    let pki_s = pki.to_str().context("temporary directory is not UTF-8")?;
-    bootstrap(&[pki_s])?;
-    bootstrap(&[pki_s, "host", "bench"])?;
-    let tls = pki.join("tls");
-    let host_dir = pki.join("hosts/bench");
-    let conf_dir = dir.join("nats");
-    std::fs::create_dir_all(&conf_dir)?;
-    let gateway_env: Vec<(&str, PathBuf)> = vec![
-        ("SLUICE_NATS_NKEY", pki.join("gateway.nk")),
-        ("SLUICE_NATS_CA", tls.join("ca.pem")),
-        ("SLUICE_NATS_CERT", tls.join("gateway.pem")),
-        ("SLUICE_NATS_KEY", tls.join("gateway-key.pem")),
-        ("SLUICE_NATS_AUTH_FILE", conf_dir.join("sluice-auth.conf")),
-    ];
-    let gateway_data = dir.join("gateway");
-    let st = Command::new(&gateway_bin)
-        .args(["--cluster", "bench", "--data-dir"])
-        .arg(&gateway_data)
-        .arg("nats-auth")
-        .env("SLUICE_ADMIN_TOKEN", ADMIN)
-        .envs(gateway_env.iter().cloned())
-        .stdout(Stdio::null())
-        .status()?;
-    if !st.success() {
-        bail!("sluice-gateway nats-auth failed");
-    }
-    let conf = std::fs::read_to_string(workspace.join("deploy/nats/nats-server.conf"))?
-        .replace("/etc/nats/tls/", &format!("{}/", tls.display()))
-        .replace("store_dir: /var/lib/nats", &format!("store_dir: \"{}\"", dir.join("js").display()))
-        .replace("http: 127.0.0.1:8222", "");
-    std::fs::write(conf_dir.join("nats-server.conf"), conf)?;
-    let nats_port = free_port()?;
-    let nats_url = format!("tls://127.0.0.1:{nats_port}");
-    let nats = Kill(
-        Command::new(nats_server()?)
-            .arg("-c")
-            .arg(conf_dir.join("nats-server.conf"))
-            .args(["-a", "127.0.0.1", "-p", &nats_port.to_string()])
-            .stdout(log("nats.log")?)
-            .stderr(log("nats.err")?)
-            .spawn()?,
-    );
-    wait("nats-server", 30, || std::net::TcpStream::connect(("127.0.0.1", nats_port)).is_ok())?;
-    let port = free_port()?;
-    let base = format!("http://127.0.0.1:{port}");
-    let _gateway = Kill(
-        Command::new(&gateway_bin)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--nats", &nats_url, "--cluster", "bench", "--data-dir"])
+        let tls = pki.join("tls");
+        let conf_dir = dir.join("nats");
+        std::fs::create_dir_all(&conf_dir)?;
+        let gateway_env: Vec<(&str, PathBuf)> = vec![
+            ("SLUICE_NATS_NKEY", pki.join("gateway.nk")),
+            ("SLUICE_NATS_CA", tls.join("ca.pem")),
+            ("SLUICE_NATS_CERT", tls.join("gateway.pem")),
+            ("SLUICE_NATS_KEY", tls.join("gateway-key.pem")),
+            ("SLUICE_NATS_AUTH_FILE", conf_dir.join("sluice-auth.conf")),
+            ("SLUICE_GATEWAY_CONFIG", dir.join("gateway.toml")),
+        ];
+        std::fs::write(dir.join("gateway.toml"), gateway_toml)?;
+        let gateway_data = dir.join("gateway");
+        let st = Command::new(&gateway_bin)
+            .args(["--cluster", "bench", "--data-dir"])
             .arg(&gateway_data)
+            .arg("nats-auth")
             .env("SLUICE_ADMIN_TOKEN", ADMIN)
             .envs(gateway_env.iter().cloned())
-            .stdout(log("gateway.log")?)
-            .stderr(log("gateway.err")?)
-            .spawn()?,
-    );
-    wait("the gateway", 60, || agent().get(format!("{base}/healthz")).call().is_ok())?;
-    // Only registered hosts are let in and heard: register, reload the server.
-    let host_auth = NatsAuth {
-        nkey_file: Some(host_dir.join("host.nk")),
-        creds_file: None,
-        ca_file: Some(host_dir.join("ca.pem")),
-        cert_file: Some(host_dir.join("bench.pem")),
-        key_file: Some(host_dir.join("bench-key.pem")),
-    };
-    let seed = sluice_control::nats::read_seed(&host_dir.join("host.nk")).map_err(anyhow::Error::msg)?;
-    let nkey = sluice_control::auth::public_key_of(&seed).map_err(anyhow::Error::msg)?;
-    let (st, h) = call(
-        agent()
-            .post(format!("{base}/v1/hosts"))
-            .header("Authorization", format!("Bearer {ADMIN}"))
-            .send_json(json!({"id": "bench", "group": "default", "nkey": nkey})),
-    )?;
-    if st != 201 {
-        bail!("registering the host: {st} {h}");
+            .stdout(Stdio::null())
+            .stderr(log("nats-auth.log")?)
+            .status()?;
+        if !st.success() {
+            bail!("sluice-gateway nats-auth failed");
+        }
+        let conf = std::fs::read_to_string(workspace.join("deploy/nats/nats-server.conf"))?
+            .replace("/etc/nats/tls/", &format!("{}/", tls.display()))
+            .replace("store_dir: /var/lib/nats", &format!("store_dir: \"{}\"", dir.join("js").display()))
+            .replace("http: 127.0.0.1:8222", "");
+        std::fs::write(conf_dir.join("nats-server.conf"), conf)?;
+        let nats_port = free_port()?;
+        let nats_url = format!("tls://127.0.0.1:{nats_port}");
+        let nats = Kill(
+            Command::new(nats_server()?)
+                .arg("-c")
+                .arg(conf_dir.join("nats-server.conf"))
+                .args(["-a", "127.0.0.1", "-p", &nats_port.to_string()])
+                .stdout(log("nats.log")?)
+                .stderr(log("nats.err")?)
+                .spawn()?,
+        );
+        wait("nats-server", 30, || std::net::TcpStream::connect(("127.0.0.1", nats_port)).is_ok())?;
+        let port = free_port()?;
+        let base = format!("http://127.0.0.1:{port}");
+        let gateway = Kill(
+            Command::new(&gateway_bin)
+                .args(["--listen", &format!("127.0.0.1:{port}"), "--nats", &nats_url, "--cluster", "bench"])
+                .arg("--data-dir")
+                .arg(&gateway_data)
+                .env("SLUICE_ADMIN_TOKEN", ADMIN)
+                .envs(gateway_env.iter().cloned())
+                .stdout(log("gateway.log")?)
+                .stderr(log("gateway.err")?)
+                .spawn()?,
+        );
+        wait("the gateway", 60, || agent().get(format!("{base}/healthz")).call().is_ok())?;
+        Ok(Cluster { dir, base, nats_url, pki, bin, nats, _gateway: gateway })
     }
-    Command::new("kill").args(["-HUP", &nats.0.id().to_string()]).status()?;
-    std::thread::sleep(Duration::from_millis(500));
-    let mut host_args: Vec<std::ffi::OsString> =
-        ["serve", "--nats", &nats_url, "--cluster", "bench", "--host-id", "bench"].map(Into::into).to_vec();
-    for (flag, path) in [
-        ("--nats-nkey", &host_auth.nkey_file),
-        ("--nats-ca", &host_auth.ca_file),
-        ("--nats-cert", &host_auth.cert_file),
-        ("--nats-key", &host_auth.key_file),
-    ] {
-        host_args.push(flag.into());
-        host_args.push(path.clone().unwrap_or_default().into());
-    }
-    host_args.push("--state-dir".into());
-    host_args.push(dir.join("host").into());
-    let _host = Kill(Command::new(host).args(host_args).stdout(log("host.log")?).stderr(log("host.err")?).spawn()?);
 
-    let a = agent();
-    let (st, t) = call(
-        a.post(format!("{base}/v1/tenants"))
-            .header("Authorization", format!("Bearer {ADMIN}"))
-            .send_json(json!({"name": "bench", "groups": ["default"]})),
-    )?;
-    if st != 201 {
-        bail!("creating a tenant: {st} {t}");
+    /// Host `id`'s NATS credentials.
+    pub(crate) fn host_auth(&self, id: &str) -> NatsAuth {
+        let d = self.pki.join("hosts").join(id);
+        NatsAuth {
+            nkey_file: Some(d.join("host.nk")),
+            creds_file: None,
+            ca_file: Some(d.join("ca.pem")),
+            cert_file: Some(d.join(format!("{id}.pem"))),
+            key_file: Some(d.join(format!("{id}-key.pem"))),
+        }
     }
-    let key = format!("Bearer {}", t["api_key"].as_str().unwrap_or_default());
-    let tenant_id = t["id"].as_str().unwrap_or_default().to_string();
-    let fw = std::fs::read(nfs.join("firewall.wasm")).context("firewall.wasm (make nfs)")?;
-    let (st, m) = call(
-        a.post(format!("{base}/v1/modules?name=firewall&version=1"))
-            .header("Authorization", &key)
-            .header("Content-Type", "application/wasm")
-            .send(&fw[..]),
-    )?;
-    if st != 201 {
-        bail!("uploading the firewall: {st} {m}");
+
+    /// Makes host `id`'s credentials, registers it in `group` and reloads
+    /// the server; returns the `sluice-host serve` arguments that sign in
+    /// as it.
+    pub(crate) fn register_host(&self, id: &str, group: &str) -> Result<Vec<std::ffi::OsString>> {
+        let st = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/nats/bootstrap.sh"))
+            .arg(&self.pki)
+            .args(["host", id])
+            .env("SLUICE_BIN", &self.bin)
+            .stdout(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("deploy/nats/bootstrap.sh host {id} failed");
+        }
+        let auth = self.host_auth(id);
+        let seed = sluice_control::nats::read_seed(&self.pki.join("hosts").join(id).join("host.nk"))
+            .map_err(anyhow::Error::msg)?;
+        let nkey = sluice_control::auth::public_key_of(&seed).map_err(anyhow::Error::msg)?;
+        let (st, h) = call(
+            agent()
+                .post(format!("{}/v1/hosts", self.base))
+                .header("Authorization", format!("Bearer {ADMIN}"))
+                .send_json(json!({"id": id, "group": group, "nkey": nkey})),
+        )?;
+        if st != 201 {
+            bail!("registering host {id}: {st} {h}");
+        }
+        Command::new("kill").args(["-HUP", &self.nats.0.id().to_string()]).status()?;
+        std::thread::sleep(Duration::from_millis(500));
+        let mut args: Vec<std::ffi::OsString> =
+            ["serve", "--nats", &self.nats_url, "--cluster", "bench", "--host-id", id].map(Into::into).to_vec();
+        for (flag, path) in [
+            ("--nats-nkey", auth.nkey_file),
+            ("--nats-ca", auth.ca_file),
+            ("--nats-cert", auth.cert_file),
+            ("--nats-key", auth.key_file),
+        ] {
+            args.push(flag.into());
+            args.push(path.unwrap_or_default().into());
+        }
+        args.push("--state-dir".into());
+        args.push(self.dir.join(format!("host-{id}")).into());
+        Ok(args)
     }
-    wait("the host to join", 30, || {
-        call(a.get(format!("{base}/v1/hosts")).header("Authorization", format!("Bearer {ADMIN}")).call())
+
+    /// A log file in the cluster's directory.
+    pub(crate) fn log(&self, name: &str) -> Result<Stdio> {
+        Ok(Stdio::from(std::fs::File::create(self.dir.join(name))?))
+    }
+
+    /// Creates a tenant allowed in `groups`; returns its `Bearer` header
+    /// value and its id.
+    pub(crate) fn tenant(&self, name: &str, groups: &[&str]) -> Result<(String, String)> {
+        let (st, t) = call(
+            agent()
+                .post(format!("{}/v1/tenants", self.base))
+                .header("Authorization", format!("Bearer {ADMIN}"))
+                .send_json(json!({"name": name, "groups": groups})),
+        )?;
+        if st != 201 {
+            bail!("creating a tenant: {st} {t}");
+        }
+        Ok((
+            format!("Bearer {}", t["api_key"].as_str().unwrap_or_default()),
+            t["id"].as_str().unwrap_or_default().to_string(),
+        ))
+    }
+
+    /// Uploads a module as `name@version`.
+    pub(crate) fn upload(&self, key: &str, name: &str, version: &str, bytes: &[u8]) -> Result<()> {
+        let (st, m) = call(
+            agent()
+                .post(format!("{}/v1/modules?name={name}&version={version}", self.base))
+                .header("Authorization", key)
+                .header("Content-Type", "application/wasm")
+                .send(bytes),
+        )?;
+        if st != 201 {
+            bail!("uploading {name}: {st} {m}");
+        }
+        Ok(())
+    }
+
+    /// Waits until a registered host is alive.
+    pub(crate) fn wait_host(&self) -> Result<()> {
+        wait("the host to join", 30, || {
+            call(
+                agent()
+                    .get(format!("{}/v1/hosts", self.base))
+                    .header("Authorization", format!("Bearer {ADMIN}"))
+                    .call(),
+            )
             .map(|(_, v)| v.as_array().is_some_and(|h| h.iter().any(|h| h["alive"] == true)))
             .unwrap_or(false)
-    })?;
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The Markdown section.
+pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String> {
+    let cluster = Cluster::start(host, "control", "")?;
+    let (base, nats_url, dir) = (cluster.base.clone(), cluster.nats_url.clone(), cluster.dir.clone());
+    let host_args = cluster.register_host("bench", "default")?;
+    let host_auth = cluster.host_auth("bench");
+    let _host = Kill(
+        Command::new(host).args(host_args).stdout(cluster.log("host.log")?).stderr(cluster.log("host.err")?).spawn()?,
+    );
+    let a = agent();
+    let (key, tenant_id) = cluster.tenant("bench", &["default"])?;
+    let fw = std::fs::read(nfs.join("firewall.wasm")).context("firewall.wasm (make nfs)")?;
+    cluster.upload(&key, "firewall", "1", &fw)?;
+    cluster.wait_host()?;
 
     // Deploy → running on the host, against starting the same NF in-process.
     let (mut accept_ms, mut running_ms) = (Vec::new(), Vec::new());
@@ -334,7 +412,6 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
         store.insert_meters(chunk, 0)?;
     }
     let direct_s = t0.elapsed().as_secs_f64();
-    let _ = std::fs::remove_dir_all(&dir);
 
     let (acc, run, local) = (median(accept_ms), median(running_ms), median(local_ms));
     let e2e_rate = RECORDS as f64 / e2e_s;

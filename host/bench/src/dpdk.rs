@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BENCH_CONFIG: &str = "[nf.firewall]\nconfig-file = \"firewall.json\"\n[nf.nat]\nconfig-file = \"nat.json\"\n[nf.monitor]\nconfig-file = \"monitor.json\"\n";
+pub(crate) const BENCH_CONFIG: &str = "[nf.firewall]\nconfig-file = \"firewall.json\"\n[nf.nat]\nconfig-file = \"nat.json\"\n[nf.monitor]\nconfig-file = \"monitor.json\"\n";
 
 /// NF configs of the scaling table, by NF.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +30,7 @@ fn vdevs(trace: &Path, queues: usize) -> Vec<String> {
     vec![format!("--vdev=net_pcap0,{},infinite_rx=1", rx.join(",")), "--vdev=net_null0,no-rx=1".to_string()]
 }
 
-fn eal(prefix: &str, trace: &Path, queues: usize) -> Vec<String> {
+pub(crate) fn eal(prefix: &str, trace: &Path, queues: usize) -> Vec<String> {
     let mut a = vec![
         "--no-huge".to_string(),
         "--no-pci".into(),
@@ -46,21 +46,21 @@ fn eal(prefix: &str, trace: &Path, queues: usize) -> Vec<String> {
 /// `--lcores` for DPDK's main lcore plus `n` worker lcores: lcore 0 (the
 /// main one, idle while workers run) shares the first CPU, worker lcore
 /// i runs on CPU i-1, so the n workers have n CPUs of their own.
-fn lcores(cpus: &[usize], n: usize) -> String {
+pub(crate) fn lcores(cpus: &[usize], n: usize) -> String {
     let mut m = vec![format!("0@{}", cpus.first().copied().unwrap_or(0))];
     m.extend(cpus.iter().take(n).enumerate().map(|(i, c)| format!("{}@{c}", i + 1)));
     m.join(",")
 }
 
 /// One row of the scaling table.
-struct Run {
-    mpps: f64,
-    traps: u64,
+pub(crate) struct Run {
+    pub(crate) mpps: f64,
+    pub(crate) traps: u64,
 }
 
 /// Mpps and traps of `sluice-host dpdk` with `nf` and `workers` (on
 /// `workers` CPUs), over `packets` packets.
-fn host_run(
+pub(crate) fn host_run(
     host: &Path,
     nf: &Path,
     dir: &Path,
@@ -224,7 +224,7 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>
     Ok(s)
 }
 
-fn tempfile_dir() -> Result<PathBuf> {
+pub(crate) fn tempfile_dir() -> Result<PathBuf> {
     let d = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
     std::fs::create_dir_all(&d)?;
     Ok(d)

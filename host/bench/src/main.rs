@@ -10,6 +10,7 @@
 mod control;
 mod dpdk;
 mod languages;
+mod live;
 mod native;
 
 use anyhow::{Context, Result};
@@ -54,6 +55,10 @@ struct Args {
     /// Only the DPDK scaling table (needs --host; prints, writes nothing).
     #[arg(long, requires = "host")]
     dpdk_only: bool,
+    /// Only the live-host table (`serve --dpdk`; needs --host; prints,
+    /// writes nothing).
+    #[arg(long, requires = "host")]
+    live_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -196,6 +201,11 @@ fn main() -> Result<()> {
     if let (true, Some(host)) = (args.dpdk_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
         print!("{}", dpdk::section(host, &args.nfs, &frames, DPDK_CONFIGS)?);
+        return Ok(());
+    }
+    if let (true, Some(host)) = (args.live_only, &args.host) {
+        let frames = traffic(64, 1024, 8192);
+        print!("{}", live::section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
         return Ok(());
     }
     if let (true, Some(host)) = (args.control_only, &args.host) {
@@ -353,6 +363,7 @@ fn main() -> Result<()> {
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
         md.push_str(&dpdk::section(host, &args.nfs, frames64, DPDK_CONFIGS)?);
         md.push_str(&control::section(host, &args.nfs, FIREWALL_CONFIG)?);
+        md.push_str(&live::section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
     }
     print!("{md}");
     if let Some(p) = args.write {

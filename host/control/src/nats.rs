@@ -324,6 +324,7 @@ impl NatsBus {
             .map_err(|e| BusError::op(op(), e))?;
         // From the create answer: a host may not ask for consumer info.
         let initial = consumer.cached_info().num_pending;
+        tracing::debug!(group, initial, consumer = %consumer.cached_info().name, "watching the desired deployments");
         let messages = consumer.messages().await.map_err(|e| BusError::op(op(), e))?;
         Ok((initial, messages.map(|m| m.map_err(|e| e.to_string())).boxed()))
     }
@@ -657,6 +658,7 @@ impl DesiredWatch {
             match next {
                 Some(Ok(m)) => {
                     let key = desired_key_of(&self.bus.names, &m.subject);
+                    tracing::debug!(group = %self.group, %key, left = *left, "desired-state message");
                     if is_deletion(&m) {
                         self.deployments.remove(&key);
                     } else {

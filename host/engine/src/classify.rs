@@ -195,11 +195,15 @@ struct Headers {
 }
 
 impl Headers {
-    fn of(p: &RawPacket<'_>) -> Headers {
+    /// The headers of `p`; the destination address only if `l3`.
+    fn of(p: &RawPacket<'_>, l3: bool) -> Headers {
         let mut h = Headers { port: p.ingress_port, vlan: None, dst: None };
         let Ok(frame) = EthernetFrame::new_checked(p.data) else { return h };
         let Ok((ethertype, offset, vlan)) = frame.network() else { return h };
         h.vlan = vlan;
+        if !l3 {
+            return h;
+        }
         let l3 = p.data.get(offset..).unwrap_or(&[]);
         h.dst = match ethertype {
             ethertype::IPV4 => sluice_wire::ipv4::Ipv4Packet::new_checked(l3).ok().map(|ip| IpAddr::from(ip.dst())),
@@ -215,6 +219,11 @@ impl Headers {
 pub struct Classifier {
     /// (owner, attachment), most specific first; ties keep their order.
     rules: Vec<(usize, Attachment)>,
+    /// Whether any attachment names a prefix (else no packet's network
+    /// header is read).
+    l3: bool,
+    /// Whether any attachment names a VLAN (else no frame is parsed).
+    l2: bool,
 }
 
 impl Classifier {
@@ -223,7 +232,9 @@ impl Classifier {
     pub fn new(rules: impl IntoIterator<Item = (usize, Attachment)>) -> Self {
         let mut rules: Vec<(usize, Attachment)> = rules.into_iter().collect();
         rules.sort_by_key(|(_, a)| std::cmp::Reverse(a.specificity()));
-        Classifier { rules }
+        let l3 = rules.iter().any(|(_, a)| a.dst.is_some());
+        let l2 = l3 || rules.iter().any(|(_, a)| a.vlan.is_some());
+        Classifier { rules, l3, l2 }
     }
 
     /// Whether no attachment is held.
@@ -236,7 +247,7 @@ impl Classifier {
         if self.rules.is_empty() {
             return None;
         }
-        let h = Headers::of(p);
+        let h = if self.l2 { Headers::of(p, self.l3) } else { Headers { port: p.ingress_port, vlan: None, dst: None } };
         self.rules.iter().find(|(_, a)| a.matches(&h)).map(|(o, a)| (*o, a))
     }
 }
@@ -321,7 +332,7 @@ mod tests {
         fn matching_both_implies_overlap(a in attachment(), b in attachment(), port in 0u16..2,
                                          vlan in prop::option::of(0u16..4), dst in any::<[u8; 2]>()) {
             let f = frame(vlan, [10, dst[0] % 4, dst[1], 1]);
-            let h = Headers::of(&pkt(&f, port));
+            let h = Headers::of(&pkt(&f, port), true);
             if a.matches(&h) && b.matches(&h) {
                 prop_assert!(a.overlaps(&b) && b.overlaps(&a));
             }

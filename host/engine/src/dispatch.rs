@@ -106,6 +106,9 @@ impl Dispatch {
         classifier: &Classifier,
         lanes: &mut [L],
     ) -> Receive {
+        // Each lane's part of a batch should be about a batch: more lanes,
+        // larger batches (up to the runtime's).
+        let max = max.saturating_mul(lanes.len().max(1)).min(sluice_wire::abi::MAX_BATCH.max(max));
         let got = io.receive(max);
         if !matches!(got, Receive::Packets(_)) {
             return got;

@@ -1,0 +1,251 @@
+//! A host on live ports under the control plane (`sluice-host serve
+//! --dpdk`): how long a deployment takes to see its first packet, and the
+//! throughput of 1, 2 and 4 tenants' deployments sharing one port against
+//! `sluice-host dpdk` running the same NF alone on the same traffic, in
+//! the same run — the cost of classification and multi-tenancy.
+//!
+//! The cluster is real (see [`crate::control`]); traffic is the DPDK
+//! section's: 64-byte TCP frames replayed from memory by `net_pcap`
+//! (`infinite_rx=1`) into port 0, leaving by a discarding `net_null` port
+//! (`--pairs`), here tagged with one 802.1Q VLAN per tenant in turn.
+
+// Gateway answers are `serde_json::Value`s, whose `Index<&str>` yields
+// `Null` for a missing key instead of panicking.
+#![allow(clippy::indexing_slicing)]
+
+use crate::control::{Cluster, Kill, agent, call, median, wait};
+use crate::dpdk::{eal, host_run, lcores};
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const DEPLOYS: usize = 10;
+const TENANTS: [usize; 3] = [1, 2, 4];
+const ROUNDS: usize = 3;
+
+/// `frames` with an 802.1Q tag each, VLAN `100 + i % vlans`.
+fn tagged(frames: &[Vec<u8>], vlans: usize) -> Vec<Vec<u8>> {
+    frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let vid = 100 + (i % vlans.max(1)) as u16;
+            let mut t = Vec::with_capacity(f.len() + 4);
+            t.extend_from_slice(f.get(..12).unwrap_or(f));
+            t.extend_from_slice(&[0x81, 0x00]);
+            t.extend_from_slice(&vid.to_be_bytes());
+            t.extend_from_slice(f.get(12..).unwrap_or(&[]));
+            t
+        })
+        .collect()
+}
+
+fn write_trace(path: &Path, frames: &[Vec<u8>]) -> Result<()> {
+    let mut sink = sluice_pcap::PcapSink::create(path)?;
+    for (i, f) in frames.iter().enumerate() {
+        sink.write(1_000_000 + i as u64, f.len() as u32, f)?;
+    }
+    sink.finish()?;
+    Ok(())
+}
+
+/// The host's report, if it wrote one.
+fn report(path: &Path) -> Option<Value> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// (packets the deployments ran, report time ms).
+fn ran(path: &Path) -> Option<(u64, u64)> {
+    let r = report(path)?;
+    let n = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
+    Some((n, r["updated_ms"].as_u64()?))
+}
+
+/// How to start this run's live host.
+struct LiveHost<'a> {
+    host: &'a Path,
+    cluster: &'a Cluster,
+    /// `serve` arguments that sign in as the registered host.
+    args: &'a [std::ffi::OsString],
+    cpus: &'a [usize],
+}
+
+impl LiveHost<'_> {
+    /// `sluice-host serve --dpdk` on `trace`, one worker.
+    fn start(&self, trace: &Path, report: &Path, tag: &str, heartbeat_ms: u32) -> Result<Kill> {
+        let child = Command::new(self.host)
+            .env("SLUICE_CACHE_DIR", self.cluster.dir.join("cache"))
+            .env("SLUICE_LOG", "info")
+            .args(self.args)
+            .args(["--group", "edge", "--dpdk", "--workers", "1", "--pairs", "--mbufs", "65535"])
+            .args(["--heartbeat-ms", &heartbeat_ms.to_string(), "--window-ms", "1000", "--report"])
+            .arg(report)
+            .arg("--")
+            .args(eal(&format!("live-{tag}"), trace, 1))
+            .args(["--lcores".to_string(), lcores(self.cpus, 1)])
+            .stdout(self.cluster.log(&format!("live-{tag}.log"))?)
+            .stderr(self.cluster.log(&format!("live-{tag}.err"))?)
+            .spawn()
+            .context("starting sluice-host serve --dpdk")?;
+        Ok(Kill(child))
+    }
+}
+
+/// Stops a host with SIGTERM (it flushes its meters) and waits for it.
+fn term(mut k: Kill) {
+    let _ = Command::new("kill").args(["-TERM", &k.0.id().to_string()]).status();
+    let _ = k.0.wait();
+}
+
+fn deploy(cluster: &Cluster, key: &str, name: &str, config: &str, attach: &str) -> Result<()> {
+    let (st, d) =
+        call(agent().post(format!("{}/v1/deployments", cluster.base)).header("Authorization", key).send_json(
+            json!({"name": name, "group": "edge", "module": "firewall@1", "config": config, "attach": [attach]}),
+        ))?;
+    if st != 201 {
+        bail!("deploying {name}: {st} {d}");
+    }
+    Ok(())
+}
+
+fn undeploy(cluster: &Cluster, key: &str, name: &str) -> Result<()> {
+    call(agent().delete(format!("{}/v1/deployments/{name}", cluster.base)).header("Authorization", key).call())?;
+    Ok(())
+}
+
+/// The deployment's packets on the first host reporting it.
+fn packets_on_host(cluster: &Cluster, key: &str, name: &str) -> u64 {
+    call(agent().get(format!("{}/v1/deployments/{name}", cluster.base)).header("Authorization", key).call())
+        .ok()
+        .and_then(|(_, v)| v["hosts"].as_array().and_then(|h| h.first()).and_then(|h| h["packets"].as_u64()))
+        .unwrap_or(0)
+}
+
+/// Runs the measurements and returns the Markdown section.
+pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &str) -> Result<String> {
+    let cluster = Cluster::start(host, "live", "[groups.edge]\nports = [0, 1]\n")?;
+    let dir = cluster.dir.clone();
+    std::fs::write(dir.join("firewall.json"), firewall_config)?;
+    std::fs::write(dir.join("host.toml"), "[nf.firewall]\nconfig-file = \"firewall.json\"\n")?;
+    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let fw_path = nfs.join("firewall.wasm");
+    let fw = std::fs::read(&fw_path).context("firewall.wasm (make nfs)")?;
+    let host_args = cluster.register_host("live", "edge")?;
+    let mut tenants = Vec::new();
+    for t in 0..TENANTS.iter().copied().max().unwrap_or(1) {
+        let (key, _) = cluster.tenant(&format!("tenant{t}"), &["edge"])?;
+        cluster.upload(&key, "firewall", "1", &fw)?;
+        tenants.push(key);
+    }
+    let key0 = tenants.first().cloned().unwrap_or_default();
+
+    // Deploy → first packet on a running live host with traffic on its port.
+    let untagged: PathBuf = dir.join("untagged.pcap");
+    write_trace(&untagged, frames)?;
+    let rep = dir.join("live-first.json");
+    let live_host = LiveHost { host, cluster: &cluster, args: &host_args, cpus: &cpus };
+    let live = live_host.start(&untagged, &rep, "first", 20)?;
+    cluster.wait_host()?;
+    let (mut running_ms, mut first_ms) = (Vec::new(), Vec::new());
+    for i in 0..=DEPLOYS {
+        let name = format!("first{i}");
+        let t0 = Instant::now();
+        deploy(&cluster, &key0, &name, firewall_config, "port=0")?;
+        let mut running = None;
+        wait("a live deployment's first packet", 30, || {
+            if running.is_none()
+                && call(
+                    agent()
+                        .get(format!("{}/v1/deployments/{name}", cluster.base))
+                        .header("Authorization", &key0)
+                        .call(),
+                )
+                .is_ok_and(|(_, v)| v["status"] == "running")
+            {
+                running = Some(t0.elapsed());
+            }
+            packets_on_host(&cluster, &key0, &name) > 0
+        })?;
+        let first = t0.elapsed();
+        if i > 0 {
+            running_ms.push(running.unwrap_or(first).as_secs_f64() * 1e3);
+            first_ms.push(first.as_secs_f64() * 1e3);
+        }
+        undeploy(&cluster, &key0, &name)?;
+    }
+    term(live);
+
+    // Throughput: n tenants' deployments, one VLAN each, on one port,
+    // against `sluice-host dpdk` with the firewall alone on the same trace.
+    let mut rows = Vec::new();
+    for n in TENANTS {
+        let trace = dir.join(format!("vlans{n}.pcap"));
+        write_trace(&trace, &tagged(frames, n))?;
+        for (t, key) in tenants.iter().take(n).enumerate() {
+            deploy(&cluster, key, &format!("fw{t}"), firewall_config, &format!("port=0,vlan={}", 100 + t))?;
+        }
+        // Alternating rounds, medians: the machine's noise hits both.
+        let (mut lives, mut alones, mut traps) = (Vec::new(), Vec::new(), 0);
+        for round in 0..ROUNDS {
+            let alone = host_run(host, &fw_path, &dir, &trace, &cpus, 1, 4_000_000)?;
+            alones.push(alone.mpps);
+            traps += alone.traps;
+            let rep = dir.join(format!("live-{n}-{round}.json"));
+            let live = live_host.start(&trace, &rep, &format!("t{n}r{round}"), 1000)?;
+            wait("the live host to run traffic", 60, || ran(&rep).is_some_and(|(p, _)| p > 0))?;
+            std::thread::sleep(Duration::from_millis(1500));
+            let (p0, t0) = ran(&rep).context("no host report")?;
+            // One read after the window: nothing polls while it runs.
+            std::thread::sleep(Duration::from_millis(6000));
+            let (p1, t1) = ran(&rep).context("no host report")?;
+            if t1 <= t0 {
+                bail!("the live host wrote no report for 6 s");
+            }
+            lives.push((p1 - p0) as f64 / ((t1 - t0) as f64 * 1e3));
+            traps += report(&rep)
+                .and_then(|r| {
+                    r["deployments"].as_object().map(|d| {
+                        d.values()
+                            .flat_map(|d| d["nfs"].as_object().into_iter().flat_map(|m| m.values()))
+                            .map(|t| t["traps"].as_u64().unwrap_or(0))
+                            .sum::<u64>()
+                    })
+                })
+                .unwrap_or(0);
+            term(live);
+        }
+        for (t, key) in tenants.iter().take(n).enumerate() {
+            undeploy(&cluster, key, &format!("fw{t}"))?;
+        }
+        let (mpps, alone) = (median(lives), median(alones));
+        rows.push((n, mpps, alone, traps));
+    }
+
+    let (run, first) = (median(running_ms), median(first_ms));
+    let mut s = String::new();
+    s.push_str("\n## Live host: tenants sharing a DPDK port (`serve --dpdk`)\n\n");
+    s.push_str(&format!(
+        "The control-plane cluster above with one `sluice-host serve --dpdk` (one worker on a CPU of its own) in a group whose operator exposes ports 0 and 1. \
+         Traffic: 64-byte TCP frames replayed from memory by `net_pcap` into port 0 and sent to a discarding `net_null` port 1 (`--pairs`). \
+         **Deploy → first packet**: `POST /v1/deployments` of the firewall attached to port 0 on a host already receiving traffic, until `GET` shows the host counted packets for it \
+         (KV update, module fetch, compile from the code cache, an instance per worker, the classifier updated, packets, then the next status report — workers report every 50 ms, the host heartbeats every 20 ms here, so the figure includes up to ~70 ms of reporting); median of {DEPLOYS} after one warm-up. \
+         **Throughput**: N tenants each deploy the firewall attached to their own VLAN (`port=0,vlan=100+i`), the frames carry those VLANs in turn; the host's rate is the packets its deployments ran between two of its reports ≥ 6 s apart (after 1.5 s of warm-up; nothing polls in between). \
+         The baseline is `sluice-host dpdk --nf firewall` (the same NF alone, no classification) on the same trace and CPUs (4 M packets); the two alternate, {ROUNDS} rounds each, medians shown; target ≥ 0.9×.\n\n"
+    ));
+    s.push_str("| measurement | value |\n|---|---:|\n");
+    s.push_str(&format!(
+        "| deploy → running (live host) | {run:.0} ms |\n| deploy → first packet processed | {first:.0} ms |\n\n"
+    ));
+    s.push_str(
+        "| tenants on the port | serve --dpdk Mpps | dpdk alone Mpps | ratio | traps |\n|---:|---:|---:|---:|---:|\n",
+    );
+    for (n, live, alone, traps) in rows {
+        s.push_str(&format!(
+            "| {n} | {live:.2} | {alone:.2} | {:.2} | {traps} |\n",
+            if alone > 0.0 { live / alone } else { 0.0 }
+        ));
+    }
+    Ok(s)
+}
