@@ -113,7 +113,7 @@ fn usage_packets(api: &Api, key: &str) -> u64 {
 
 fn fw_config() -> serde_json::Value {
     let deny = |port: &str| json!({ "action": "deny", "proto": "tcp", "dst-ports": port });
-    json!({ "default": "allow", "rules": [deny("22"), deny("23"), deny("3389")] })
+    json!({ "default": "allow", "log-denied": true, "rules": [deny("22"), deny("23"), deny("3389")] })
 }
 
 #[test]
@@ -197,6 +197,13 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
         (usage_packets(&api, &a) == expected[&Some(100)] && usage_packets(&api, &b) == expected[&Some(200)])
             .then_some(())
     });
+    // The firewall's deny events reach its tenant, from the live host.
+    let events = wait_for(30, "alpha's deny events", || {
+        let e = api.get(Some(&a), "/v1/events?kind=firewall.deny&limit=1000").body;
+        e.as_array().filter(|e| !e.is_empty()).cloned()
+    });
+    assert!(events.iter().all(|e| e["nf"] == "firewall" && e["host"] == "h1"), "{events:?}");
+    assert_eq!(api.get(Some(&b), "/v1/events").body, json!([]));
 }
 
 #[test]
