@@ -384,3 +384,62 @@ fn a_host_joining_a_group_with_removed_deployments_runs_the_current_ones() {
     api.wait_running(&key, "now", 1);
     host.term();
 }
+
+/// Packets per second a deployment ran on the live host, over `secs` of
+/// the host's own report times.
+fn live_rate(report: &Path, name: &str, secs: u64) -> f64 {
+    let read = || -> Option<(u64, u64)> {
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(report).ok()?).ok()?;
+        let d = r["deployments"].as_object()?.values().find(|d| d["name"] == name)?.clone();
+        Some((d["packets_in"].as_u64()?, r["updated_ms"].as_u64()?))
+    };
+    let (p0, t0) = wait_for(30, "a report with the deployment", read);
+    std::thread::sleep(std::time::Duration::from_secs(secs));
+    let (p1, t1) = wait_for(30, "a later report", || read().filter(|(_, t)| *t > t0));
+    (p1 - p0) as f64 * 1000.0 / (t1 - t0) as f64
+}
+
+#[test]
+fn a_tenant_whose_nf_spins_does_not_starve_its_neighbour_on_a_live_worker() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (_, good) = edge_tenant(&api, "good");
+    let (_, evil) = edge_tenant(&api, "evil");
+    assert_eq!(api.upload(Some(&good), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&evil), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    let d = api.post(
+        Some(&good),
+        "/v1/deployments",
+        &json!({ "name": "good", "group": "edge", "module": "counter@1", "attach": ["port=0,vlan=200"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    // Both tenants' traffic, interleaved, as fast as the worker takes it.
+    let input = vlan_trace(dir.path(), "mixed.pcap", 300, "100,200");
+    let report = dir.path().join("h1.json");
+    let args = live_args(dir.path(), "h1", &input, &dir.path().join("out.pcap"), true, &report);
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
+    api.wait_running(&good, "good", 1);
+    let alone = live_rate(&report, "good", 3);
+    // The other tenant's NF spins on every batch until its deadline stops it.
+    let d = api.post(
+        Some(&evil),
+        "/v1/deployments",
+        &json!({ "name": "spin", "group": "edge", "module": "hostile@1", "config": "loop", "attach": ["port=0,vlan=100"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    api.wait_running(&evil, "spin", 1);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let with = live_rate(&report, "good", 4);
+    host.term();
+    eprintln!("the neighbour alone {alone:.0} pkt/s, beside a spinning NF {with:.0} pkt/s");
+    // Half the worker is the neighbour's: without shares, the spinner's
+    // 10 ms batches would leave it a few hundred batches a second.
+    assert!(with >= 0.3 * alone, "the neighbour fell from {alone:.0} to {with:.0} packets/s");
+    let r = host_report(&report);
+    let spin = r["deployments"].as_object().unwrap().values().find(|d| d["name"] == "spin").unwrap().clone();
+    assert!(spin["packets_in"].as_u64().unwrap() > 0, "{spin}");
+    assert!(spin["dropped_over_share"].as_u64().unwrap() > 0, "{spin}");
+    assert!(r["over_share"].as_u64().unwrap() > 0, "{r}");
+}

@@ -14,7 +14,8 @@
 use crate::deployment::{self, Active, Prepared, Shared};
 use crate::journal;
 use sluice_engine::{
-    Attachment, Classifier, Dispatch, Lane, PacketIo, PortReport, QueueCounters, Receive, Unmatched, Worker,
+    Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
+    Worker,
 };
 use sluice_runtime::cores::CoreList;
 use std::collections::HashMap;
@@ -64,9 +65,13 @@ enum Order {
 struct LiveLane {
     active: Active,
     attachments: Vec<Attachment>,
-    /// Packets run and forwarded since they were last reported.
+    /// Its tenant's share of the worker.
+    share: Share,
+    /// Packets run, forwarded, and refused over its tenant's share since
+    /// they were last reported.
     packets_in: u64,
     packets_out: u64,
+    over_share: u64,
 }
 
 impl Lane for LiveLane {
@@ -78,9 +83,18 @@ impl Lane for LiveLane {
         self.attachments.iter().any(|a| a.port == port || a.out == Some(port))
     }
 
-    fn ran(&mut self, packets: u64, forwarded: u64) {
+    fn admit(&mut self, contended: bool) -> bool {
+        self.share.pause().is_none() || !contended
+    }
+
+    fn ran(&mut self, packets: u64, forwarded: u64, took: Duration) {
         self.packets_in += packets;
         self.packets_out += forwarded;
+        self.share.charge_used(took);
+    }
+
+    fn refused(&mut self, packets: u64) {
+        self.over_share += packets;
     }
 }
 
@@ -90,6 +104,7 @@ struct WorkerCounts {
     queues: Vec<QueueCounters>,
     unmatched: u64,
     refused_egress: u64,
+    over_share: u64,
 }
 
 /// The live workers of a host.
@@ -176,12 +191,13 @@ impl Live {
     /// Puts the ports' and workers' counters into the host report.
     pub(crate) fn report(&self, shared: &Shared) {
         let mut ports = (self.port_stats)();
-        let (mut unmatched, mut refused) = (0, 0);
+        let (mut unmatched, mut refused, mut over_share) = (0, 0, 0);
         {
             let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
             for c in counts.iter() {
                 unmatched += c.unmatched;
                 refused += c.refused_egress;
+                over_share += c.over_share;
                 for (p, q) in ports.iter_mut().zip(&c.queues) {
                     p.queues.push(q.clone());
                 }
@@ -191,6 +207,7 @@ impl Live {
         r.ports = ports;
         r.unmatched = unmatched;
         r.refused_egress = refused;
+        r.over_share = over_share;
     }
 
     /// Stops every worker after it closed its deployments' meter windows.
@@ -259,6 +276,9 @@ impl WorkerCtx {
         let mut lanes: Vec<LiveLane> = Vec::new();
         let mut classifier = Classifier::default();
         let mut dispatch = Dispatch::new(self.ports.clone(), self.unmatched);
+        // The worker's time, shared equally by the tenants whose packets
+        // wait for it.
+        let fair = FairShare::new();
         let mut idle = 0u32;
         let mut last_report = Instant::now();
         let mut last_tick = Instant::now();
@@ -270,7 +290,7 @@ impl WorkerCtx {
             loop {
                 match rx.try_recv() {
                     Ok(order) => {
-                        self.obey(order, &mut lanes);
+                        self.obey(order, &mut lanes, &fair);
                         changed = true;
                     }
                     Err(crossbeam_channel::TryRecvError::Empty) => break,
@@ -325,16 +345,16 @@ impl WorkerCtx {
         self.report(&mut lanes, &dispatch, io.as_ref());
     }
 
-    fn obey(&self, order: Order, lanes: &mut Vec<LiveLane>) {
+    fn obey(&self, order: Order, lanes: &mut Vec<LiveLane>, fair: &FairShare) {
         match order {
             Order::Apply(p) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
                 Some(i) => {
-                    let LiveLane { active, packets_in, packets_out, .. } = lanes.remove(i);
+                    let LiveLane { active, share, packets_in, packets_out, over_share, .. } = lanes.remove(i);
                     // A refused revision leaves the running one (and its
                     // attachments) in place.
                     if let Some(active) = deployment::update(&self.shared, Some(active), *p) {
                         let attachments = active.spec.attachments.clone();
-                        lanes.insert(i, LiveLane { active, attachments, packets_in, packets_out });
+                        lanes.insert(i, LiveLane { active, attachments, share, packets_in, packets_out, over_share });
                     }
                 }
                 None => {
@@ -342,7 +362,15 @@ impl WorkerCtx {
                     let resume = journal::read(&self.shared.journal_dir, &name);
                     if let Some(active) = deployment::start(&self.shared, *p, resume, Some(self.w)) {
                         let attachments = active.spec.attachments.clone();
-                        lanes.push(LiveLane { active, attachments, packets_in: 0, packets_out: 0 });
+                        let share = fair.join(0, &active.spec.tenant);
+                        lanes.push(LiveLane {
+                            active,
+                            attachments,
+                            share,
+                            packets_in: 0,
+                            packets_out: 0,
+                            over_share: 0,
+                        });
                     }
                 }
             },
@@ -358,7 +386,7 @@ impl WorkerCtx {
     }
 
     fn report_lane(&self, l: &mut LiveLane) {
-        if l.packets_in == 0 {
+        if l.packets_in == 0 && l.over_share == 0 {
             return;
         }
         let id = &l.active.spec.id;
@@ -369,12 +397,14 @@ impl WorkerCtx {
             d.tenant.clone_from(&l.active.spec.tenant);
             d.packets_in += l.packets_in;
             d.packets_out += l.packets_out;
+            d.dropped_over_share += l.over_share;
         }
         if let Some(s) = self.shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(id) {
             s.packets += l.packets_in;
         }
         l.packets_in = 0;
         l.packets_out = 0;
+        l.over_share = 0;
     }
 
     fn report(&self, lanes: &mut [LiveLane], dispatch: &Dispatch, io: &dyn PacketIo) {
@@ -386,6 +416,7 @@ impl WorkerCtx {
             let d = dispatch.counters();
             c.unmatched = d.unmatched;
             c.refused_egress = d.refused_egress;
+            c.over_share = d.over_share;
             c.queues = io.queue_counters().to_vec();
         }
     }

@@ -46,6 +46,10 @@ pub struct DeploymentReport {
     /// core other tenants use, ms.
     #[serde(default)]
     pub paused_ms: u64,
+    /// Packets of it a live host refused because its tenant was over its
+    /// share of a worker other tenants' packets were waiting for.
+    #[serde(default)]
+    pub dropped_over_share: u64,
     /// The cores its thread was pinned to, as the OS reports them.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cores: String,
@@ -74,6 +78,10 @@ pub struct AgentReport {
     /// differences of two reports over the difference of this).
     #[serde(default)]
     pub updated_ms: u64,
+    /// Packets refused because their tenant was over its share of a live
+    /// worker while others' packets waited.
+    #[serde(default)]
+    pub over_share: u64,
     /// Live ports: device and per-worker queue counters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<sluice_engine::PortReport>,

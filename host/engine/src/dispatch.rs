@@ -22,10 +22,25 @@ pub trait Lane {
     fn worker(&mut self) -> &mut Worker;
     /// Whether its NFs may name this port (id) in a verdict.
     fn may_send(&self, port: u16) -> bool;
-    /// Told after each batch how many of its packets it ran and how many
-    /// of them leave forwarded.
-    fn ran(&mut self, packets: u64, forwarded: u64) {
-        let _ = (packets, forwarded);
+    /// Whether it may run its part of this batch now. `contended`: other
+    /// lanes have packets in the same batch, waiting for it. A lane over
+    /// its tenant's share of the worker says no only then; its part is
+    /// refused (dropped, counted), so a tenant whose NFs are slow cannot
+    /// starve the others on the worker, and takes the whole worker when
+    /// alone.
+    fn admit(&mut self, contended: bool) -> bool {
+        let _ = contended;
+        true
+    }
+    /// Told after each batch how many of its packets it ran, how many of
+    /// them leave forwarded, and how long its chain took.
+    fn ran(&mut self, packets: u64, forwarded: u64, took: std::time::Duration) {
+        let _ = (packets, forwarded, took);
+    }
+    /// Told how many of its packets were refused because it was over its
+    /// share.
+    fn refused(&mut self, packets: u64) {
+        let _ = packets;
     }
 }
 
@@ -36,6 +51,9 @@ pub struct DispatchCounters {
     pub unmatched: u64,
     /// Packets a lane's NF sent to a port its attachments do not name.
     pub refused_egress: u64,
+    /// Packets refused because their deployment's tenant was over its
+    /// share of the worker while others waited.
+    pub over_share: u64,
 }
 
 /// Where a packet goes.
@@ -58,6 +76,8 @@ pub struct Dispatch {
     owners: Vec<Option<Owner>>,
     /// Per port, whether the lane being run may name it.
     allowed: Vec<bool>,
+    /// Packets of the batch per lane.
+    per_lane: Vec<usize>,
     results: Vec<PacketResult>,
 }
 
@@ -73,6 +93,7 @@ impl Dispatch {
             sub: Vec::new(),
             owners: Vec::new(),
             allowed: Vec::new(),
+            per_lane: Vec::new(),
             results: Vec::new(),
         }
     }
@@ -127,12 +148,35 @@ impl Dispatch {
         self.results.clear();
         self.results.resize(raw.len(), PacketResult { fate: unmatched, data: None, label: None });
         self.counters.unmatched += self.owners.iter().filter(|o| o.is_none()).count() as u64;
+        self.per_lane.clear();
+        self.per_lane.resize(lanes.len(), 0);
+        for o in self.owners.iter().flatten() {
+            if let Some(n) = self.per_lane.get_mut(o.lane) {
+                *n += 1;
+            }
+        }
+        let contended = self.per_lane.iter().filter(|&&n| n > 0).count() > 1;
         for (li, lane) in lanes.iter_mut().enumerate() {
+            let mine = self.per_lane.get(li).copied().unwrap_or(0);
+            if mine == 0 {
+                continue;
+            }
+            if !lane.admit(contended) {
+                for (slot, owner) in self.results.iter_mut().zip(&self.owners) {
+                    if owner.is_some_and(|o| o.lane == li) {
+                        slot.fate = Fate::Refused;
+                    }
+                }
+                self.counters.over_share += mine as u64;
+                lane.refused(mine as u64);
+                continue;
+            }
             let mut sub = recycle(std::mem::take(&mut self.sub));
             sub.extend(raw.iter().zip(&self.owners).filter(|(_, o)| o.is_some_and(|o| o.lane == li)).map(|(p, _)| *p));
             if !sub.is_empty() {
                 self.allowed.clear();
                 self.allowed.extend(self.ports.iter().map(|&p| lane.may_send(p)));
+                let started = std::time::Instant::now();
                 let results = lane.worker().run(&sub);
                 let mut it = results.iter();
                 let mut forwarded = 0u64;
@@ -155,7 +199,7 @@ impl Dispatch {
                     forwarded += u64::from(matches!(fate, Fate::Forward(_)));
                     *slot = PacketResult { fate, data: r.data.clone(), label: r.label };
                 }
-                lane.ran(sub.len() as u64, forwarded);
+                lane.ran(sub.len() as u64, forwarded, started.elapsed());
             }
             self.sub = recycle(sub);
         }

@@ -103,6 +103,15 @@ impl Share {
         self.settle(used.as_nanos() as f64 - reserved.as_nanos() as f64);
     }
 
+    /// Charges `used` (measured by the caller) to the tenant: for workers
+    /// that run several tenants' batches on one thread one after another,
+    /// where the thread's CPU clock cannot tell them apart.
+    pub fn charge_used(&mut self, used: Duration) {
+        self.last_cost = used;
+        let reserved = std::mem::take(&mut self.reserved);
+        self.settle(used.as_nanos() as f64 - reserved.as_nanos() as f64);
+    }
+
     /// Whether this thread may start its next batch now: `None` when its
     /// tenant is within its share (or alone on the core), and then what
     /// its last batch cost is reserved from the share until [`charge`]
