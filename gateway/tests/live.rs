@@ -443,3 +443,64 @@ fn a_tenant_whose_nf_spins_does_not_starve_its_neighbour_on_a_live_worker() {
     assert!(spin["dropped_over_share"].as_u64().unwrap() > 0, "{spin}");
     assert!(r["over_share"].as_u64().unwrap() > 0, "{r}");
 }
+
+#[test]
+fn two_workers_each_run_every_deployment_and_usage_adds_up() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (_, a) = edge_tenant(&api, "alpha");
+    let (_, b) = edge_tenant(&api, "bravo");
+    for key in [&a, &b] {
+        assert_eq!(api.upload(Some(key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    }
+    for (key, name, vlan) in [(&a, "ca", 100), (&b, "cb", 200)] {
+        let body =
+            json!({ "name": name, "group": "edge", "module": "counter@1", "attach": [format!("port=0,vlan={vlan}")] });
+        assert_eq!(api.post(Some(key), "/v1/deployments", &body).status, 201);
+    }
+    let input = vlan_trace(dir.path(), "in.pcap", 600, "100,200,0");
+    let expected = per_vlan(&input);
+    // Two RX queues, each replaying the capture once: each worker takes one.
+    let (out0, out1) = (dir.path().join("out0.pcap"), dir.path().join("out1.pcap"));
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={0},rx_pcap={0},tx_pcap={1},tx_pcap={2}",
+        input.display(),
+        out0.display(),
+        out1.display()
+    );
+    let report = dir.path().join("h1.json");
+    let mut args = live_args_with(dir.path(), "h1", &[vdev], &report);
+    let w = args.iter().position(|a| a == "--workers").unwrap();
+    args[w + 1] = "2".into();
+    let l = args.iter().position(|a| a == "-l").unwrap();
+    args[l + 1] = "0,1".into();
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
+    let total: u64 = 2 * expected.values().sum::<u64>();
+    wait_for(60, "both workers to take the capture", || {
+        let r = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
+        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
+        (seen + r["unmatched"].as_u64()? == total).then_some(())
+    });
+    host.term();
+    let rep = host_report(&report);
+    // Each worker ran its queue through its own lane of each deployment.
+    let queues = rep["ports"][0]["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 2, "{rep}");
+    assert!(queues.iter().all(|q| q["rx"].as_u64().unwrap() == expected.values().sum::<u64>()), "{rep}");
+    let journals: Vec<String> = std::fs::read_dir(dir.path().join("state-h1/journal"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        journals.iter().filter(|j| j.ends_with(".w0.json") || j.ends_with(".w1.json")).count(),
+        4,
+        "{journals:?}"
+    );
+    assert_eq!(rep["unmatched"].as_u64(), Some(2 * expected[&None]), "{rep}");
+    wait_for(30, "usage of both workers' records", || {
+        (usage_packets(&api, &a) == 2 * expected[&Some(100)] && usage_packets(&api, &b) == 2 * expected[&Some(200)])
+            .then_some(())
+    });
+}
