@@ -214,11 +214,22 @@ impl Headers {
     }
 }
 
+/// Rules of one ingress port and VLAN (`None`: any VLAN), each with its
+/// owner's index, longest prefix first.
+type Buckets = foldhash::HashMap<(u16, Option<u16>), Vec<(usize, Attachment)>>;
+
 /// The attachments of a host's deployments, each with its owner's index.
+///
+/// Rules are kept in buckets by ingress port and VLAN (a VLAN id, `0` for
+/// untagged, or any), so a packet is checked against the rules of at most
+/// two buckets — its own VLAN's and the port's any-VLAN rules — however
+/// many deployments the host runs; within a bucket the longest prefix
+/// wins.
 #[derive(Debug, Clone, Default)]
 pub struct Classifier {
-    /// (owner, attachment), most specific first; ties keep their order.
-    rules: Vec<(usize, Attachment)>,
+    /// (port, VLAN) → (owner, attachment), longest prefix first; ties
+    /// keep their order.
+    buckets: Buckets,
     /// Whether any attachment names a prefix (else no packet's network
     /// header is read).
     l3: bool,
@@ -230,25 +241,38 @@ impl Classifier {
     /// A classifier over `(owner, attachment)` pairs, in precedence order
     /// for ties.
     pub fn new(rules: impl IntoIterator<Item = (usize, Attachment)>) -> Self {
-        let mut rules: Vec<(usize, Attachment)> = rules.into_iter().collect();
-        rules.sort_by_key(|(_, a)| std::cmp::Reverse(a.specificity()));
-        let l3 = rules.iter().any(|(_, a)| a.dst.is_some());
-        let l2 = l3 || rules.iter().any(|(_, a)| a.vlan.is_some());
-        Classifier { rules, l3, l2 }
+        let mut buckets = Buckets::default();
+        let (mut l2, mut l3) = (false, false);
+        for (owner, a) in rules {
+            l2 |= a.vlan.is_some();
+            l3 |= a.dst.is_some();
+            buckets.entry((a.port, a.vlan)).or_default().push((owner, a));
+        }
+        for rules in buckets.values_mut() {
+            rules.sort_by_key(|(_, a)| std::cmp::Reverse(a.specificity()));
+        }
+        Classifier { buckets, l3, l2: l2 || l3 }
     }
 
     /// Whether no attachment is held.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.buckets.is_empty()
     }
 
     /// The owner of a packet and the attachment it matched, if any.
     pub fn classify(&self, p: &RawPacket<'_>) -> Option<(usize, &Attachment)> {
-        if self.rules.is_empty() {
+        if self.buckets.is_empty() {
             return None;
         }
         let h = if self.l2 { Headers::of(p, self.l3) } else { Headers { port: p.ingress_port, vlan: None, dst: None } };
-        self.rules.iter().find(|(_, a)| a.matches(&h)).map(|(o, a)| (*o, a))
+        // Its VLAN's rules (a VLAN is more specific than any prefix), then
+        // the port's rules for any VLAN.
+        let tag = Some(h.vlan.filter(|&v| v != 0).unwrap_or(0));
+        [(h.port, tag), (h.port, None)]
+            .iter()
+            .filter_map(|k| self.buckets.get(k))
+            .find_map(|rules| rules.iter().find(|(_, a)| a.matches(&h)))
+            .map(|(o, a)| (*o, a))
     }
 }
 
@@ -310,11 +334,21 @@ mod tests {
 
     #[test]
     fn the_most_specific_attachment_wins() {
-        let c = Classifier::new([(0, "port=0".parse().unwrap()), (1, "port=0,dst=10.0.0.0/8".parse().unwrap())]);
-        let f = frame(None, [10, 9, 9, 9]);
-        assert_eq!(c.classify(&pkt(&f, 0)).map(|(o, _)| o), Some(1));
-        let f = frame(None, [11, 9, 9, 9]);
-        assert_eq!(c.classify(&pkt(&f, 0)).map(|(o, _)| o), Some(0));
+        let c = Classifier::new([
+            (0, "port=0".parse().unwrap()),
+            (1, "port=0,dst=10.0.0.0/8".parse().unwrap()),
+            (2, "port=0,vlan=7".parse().unwrap()),
+            (3, "port=0,vlan=7,dst=10.9.0.0/16".parse().unwrap()),
+        ]);
+        let owner = |vlan, dst| {
+            let f = frame(vlan, dst);
+            c.classify(&pkt(&f, 0)).map(|(o, _)| o)
+        };
+        assert_eq!(owner(None, [10, 9, 9, 9]), Some(1));
+        assert_eq!(owner(None, [11, 9, 9, 9]), Some(0));
+        assert_eq!(owner(Some(7), [11, 9, 9, 9]), Some(2));
+        assert_eq!(owner(Some(7), [10, 9, 9, 9]), Some(3));
+        assert_eq!(owner(Some(8), [10, 9, 9, 9]), Some(1));
     }
 
     fn attachment() -> impl Strategy<Value = Attachment> {
@@ -325,6 +359,24 @@ mod tests {
     }
 
     proptest! {
+        /// The bucketed classifier gives every packet to the rule a plain
+        /// scan would: the most specific match, ties to the first listed.
+        #[test]
+        fn buckets_agree_with_a_plain_scan(rules in prop::collection::vec(attachment(), 0..10), port in 0u16..2,
+                                           vlan in prop::option::of(0u16..4), dst in any::<[u8; 2]>()) {
+            let f = frame(vlan, [10, dst[0] % 4, dst[1], 1]);
+            let p = pkt(&f, port);
+            let h = Headers::of(&p, true);
+            let mut best: Option<(usize, u16)> = None;
+            for (i, a) in rules.iter().enumerate() {
+                if a.matches(&h) && best.is_none_or(|(_, s)| a.specificity() > s) {
+                    best = Some((i, a.specificity()));
+                }
+            }
+            let c = Classifier::new(rules.iter().copied().enumerate());
+            prop_assert_eq!(c.classify(&p).map(|(o, _)| o), best.map(|(i, _)| i));
+        }
+
         /// Attachments that do not overlap never both match one packet,
         /// and overlapping ones are caught: a packet two attachments match
         /// proves they overlap.
