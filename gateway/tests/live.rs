@@ -102,6 +102,16 @@ fn live_args_with(dir: &Path, id: &str, vdevs: &[String], report: &Path) -> Vec<
     .collect()
 }
 
+/// Waits until the host's deployments ran, and its unmatched count took,
+/// `total` packets between them.
+fn wait_taken(report: &Path, total: u64, what: &str) {
+    wait_for(60, what, || {
+        let r = std::fs::read(report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
+        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
+        (seen + r["unmatched"].as_u64()? == total).then_some(())
+    });
+}
+
 fn start_live(nats: &Nats, gw: &Gateway, dir: &Path, id: &str, args: &[String]) -> Proc {
     start_host(nats, gw, dir, id, &args.iter().map(String::as_str).collect::<Vec<_>>())
 }
@@ -169,11 +179,7 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
     api.wait_running(&a, "fw", 1);
     api.wait_running(&b, "count", 1);
     let total: u64 = expected.values().sum();
-    wait_for(60, "the host to take the whole capture", || {
-        let r = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
-        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
-        (seen + r["unmatched"].as_u64()? == total).then_some(())
-    });
+    wait_taken(&report, total, "the host to take the whole capture");
     host.term();
     let rep = host_report(&report);
     let deps = rep["deployments"].as_object().unwrap();
@@ -334,11 +340,7 @@ fn run_dpdk_and_serve_agree_on_the_same_capture() {
     let (serve_out, report) = (d.join("serve.pcap"), d.join("h1.json"));
     let mut h = start_live(&nats, &gw, d, "h1", &live_args(d, "h1", &input, &serve_out, false, &report));
     let total = frames(&input).len() as u64;
-    wait_for(60, "the host to take the capture", || {
-        let r = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
-        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
-        (seen == total).then_some(())
-    });
+    wait_taken(&report, total, "the host to take the capture");
     h.term();
     let (a, b, c) = (frames(&run_out), frames(&dpdk_out), frames(&serve_out));
     assert!(!a.is_empty() && a.len() < total as usize, "the firewall forwards some and drops some");
@@ -478,11 +480,7 @@ fn two_workers_each_run_every_deployment_and_usage_adds_up() {
     args[l + 1] = "0,1".into();
     let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
     let total: u64 = 2 * expected.values().sum::<u64>();
-    wait_for(60, "both workers to take the capture", || {
-        let r = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
-        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
-        (seen + r["unmatched"].as_u64()? == total).then_some(())
-    });
+    wait_taken(&report, total, "both workers to take the capture");
     host.term();
     let rep = host_report(&report);
     // Each worker ran its queue through its own lane of each deployment.

@@ -430,30 +430,7 @@ async fn converge(
         if running.get(&spec.id).is_some_and(|r| r.digest == digest) {
             continue;
         }
-        let pending = DeploymentStatus {
-            deployment: spec.id.clone(),
-            revision: spec.revision,
-            state: HostState::Pending,
-            reason: None,
-            digest: Some(digest.clone()),
-            packets: shared
-                .status
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&spec.id)
-                .map(|s| s.packets)
-                .unwrap_or(0),
-        };
-        let blobs = match fetch(bus, modules_dir, spec).await {
-            Ok(b) => b,
-            Err(reason) => {
-                tracing::warn!(deployment = %spec.id, "cannot fetch modules: {reason}");
-                let failed = DeploymentStatus { state: HostState::Failed, reason: Some(reason), ..pending };
-                shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), failed);
-                shared.changed.notify_one();
-                continue;
-            }
-        };
+        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).await else { continue };
         let prepared = prepare(shared, spec, blobs).await;
         match running.get_mut(&spec.id) {
             Some(r) if !r.thread.is_finished() => {
@@ -462,7 +439,7 @@ async fn converge(
                 }
             }
             _ => {
-                shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), pending);
+                host_status(shared, spec, &digest, HostState::Pending, None);
                 let (tx, rx) = crossbeam_channel::unbounded();
                 let replays: Vec<deployment::Input> = match (&cfg.input, replay) {
                     (Input::Replay { loops, path }, Some(t)) => {
@@ -634,38 +611,50 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
         if live.deployments.get(&spec.id).is_some_and(|d| *d == digest) {
             continue;
         }
-        let blobs = match fetch(bus, modules_dir, spec).await {
-            Ok(b) => b,
-            Err(reason) => {
-                tracing::warn!(deployment = %spec.id, "cannot fetch modules: {reason}");
-                let failed = DeploymentStatus {
-                    deployment: spec.id.clone(),
-                    revision: spec.revision,
-                    state: HostState::Failed,
-                    reason: Some(reason),
-                    digest: Some(digest),
-                    packets: 0,
-                };
-                shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), failed);
-                shared.changed.notify_one();
-                continue;
-            }
-        };
+        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).await else { continue };
         if !live.deployments.contains_key(&spec.id) {
-            let pending = DeploymentStatus {
-                deployment: spec.id.clone(),
-                revision: spec.revision,
-                state: HostState::Pending,
-                reason: None,
-                digest: Some(digest.clone()),
-                packets: 0,
-            };
-            shared.status.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.id.clone(), pending);
+            host_status(shared, spec, &digest, HostState::Pending, None);
         }
         if spec.attachments.is_empty() {
             tracing::warn!(deployment = %spec.id, "deployment has no traffic attachment: it receives no live traffic");
         }
         let prepared = prepare(shared, spec, blobs).await;
         live.apply(prepared, digest);
+    }
+}
+
+/// Records how a deployment is doing on this host (keeping its packet
+/// count), and pokes the heartbeat.
+fn host_status(shared: &Shared, spec: &DeploymentSpec, digest: &str, state: HostState, reason: Option<String>) {
+    let mut status = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
+    let packets = status.get(&spec.id).map(|s| s.packets).unwrap_or(0);
+    let s = DeploymentStatus {
+        deployment: spec.id.clone(),
+        revision: spec.revision,
+        state,
+        reason,
+        digest: Some(digest.to_string()),
+        packets,
+    };
+    status.insert(spec.id.clone(), s);
+    drop(status);
+    shared.changed.notify_one();
+}
+
+/// The modules of `spec`, or none after marking it failed on this host.
+async fn fetch_for(
+    bus: &dyn Bus,
+    shared: &Shared,
+    modules_dir: &Path,
+    spec: &DeploymentSpec,
+    digest: &str,
+) -> Option<Blobs> {
+    match fetch(bus, modules_dir, spec).await {
+        Ok(b) => Some(b),
+        Err(reason) => {
+            tracing::warn!(deployment = %spec.id, "cannot fetch modules: {reason}");
+            host_status(shared, spec, digest, HostState::Failed, Some(reason));
+            None
+        }
     }
 }

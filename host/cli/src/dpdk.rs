@@ -162,30 +162,8 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let runtime = Runtime::new(config.runtime())?;
     let specs = load_specs(&runtime, config, &chain)?;
 
-    let eal = Eal::init(&opts.eal_args)?;
-    // EAL pinned this (the main) thread to the main lcore, and threads
-    // inherit that: each worker is pinned to its own core instead.
-    let cores = match config.core_list()? {
-        Some(list) => list,
-        None => CoreList::new(eal.lcore_cpus()),
-    };
-    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
-    let available = eal.port_count();
-    if available == 0 {
-        return Err(RunError::Usage(
-            "DPDK found no ports: bind a NIC to DPDK (dpdk-devbind.py) or add a virtual device, e.g. --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap".into(),
-        ));
-    }
-    let port_ids: Vec<u16> = if opts.ports.is_empty() { (0..available).collect() } else { opts.ports.clone() };
-    for &p in &port_ids {
-        eal.check_port(p)?;
-    }
-    let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
-    let pool = eal.mempool("sluice_mbufs", opts.mbufs, socket)?;
-    let mut ports = Vec::new();
-    for &p in &port_ids {
-        ports.push(eal.start_port(p, workers as u16, opts.descriptors, &pool)?);
-    }
+    let Opened { eal, cores, port_ids, pool, ports } =
+        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_mbufs")?;
 
     // Every worker's chain is instantiated before traffic starts, so a
     // rejected config fails the run up front.
@@ -307,6 +285,55 @@ fn worker_loop(
     }
 }
 
+/// EAL, its ports started with one queue pair per worker, and their pool
+/// (fields drop in order: ports, pool, then EAL).
+struct Opened {
+    ports: Vec<sluice_dpdk::Port>,
+    pool: sluice_dpdk::Mempool,
+    port_ids: Vec<u16>,
+    /// Cores workers are pinned to (`cores`, else the EAL's lcores).
+    cores: CoreList,
+    eal: Eal,
+}
+
+/// Initializes EAL with `eal_args` and starts `ports` (empty: every port
+/// DPDK found) with one queue pair per configured worker.
+fn open_ports(
+    config: &HostConfig,
+    eal_args: &[String],
+    ports: &[u16],
+    mbufs: u32,
+    descriptors: u16,
+    pool_name: &str,
+) -> Result<Opened, RunError> {
+    let workers = config.workers.clamp(1, 64);
+    let eal = Eal::init(eal_args)?;
+    // EAL pinned this (the main) thread to the main lcore, and threads
+    // inherit that: each worker is pinned to its own core instead.
+    let cores = match config.core_list()? {
+        Some(list) => list,
+        None => CoreList::new(eal.lcore_cpus()),
+    };
+    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
+    let available = eal.port_count();
+    if available == 0 {
+        return Err(RunError::Usage(
+            "DPDK found no ports: bind a NIC to DPDK (dpdk-devbind.py) or add a virtual device, e.g. --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap or --vdev=net_af_packet0,iface=eth1".into(),
+        ));
+    }
+    let port_ids: Vec<u16> = if ports.is_empty() { (0..available).collect() } else { ports.to_vec() };
+    for &p in &port_ids {
+        eal.check_port(p)?;
+    }
+    let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
+    let pool = eal.mempool(pool_name, mbufs, socket)?;
+    let mut started = Vec::new();
+    for &p in &port_ids {
+        started.push(eal.start_port(p, workers as u16, descriptors, &pool)?);
+    }
+    Ok(Opened { ports: started, pool, port_ids, cores, eal })
+}
+
 /// A port's device counters with its queues' counters.
 pub fn port_report(p: &sluice_dpdk::Port, queues: Vec<QueueCounters>) -> PortReport {
     let s = p.stats();
@@ -364,28 +391,8 @@ pub fn open_live(
 ) -> Result<(sluice_agent::LiveInput, Arc<LivePorts>), RunError> {
     let workers = config.workers.clamp(1, 64);
     let batch = config.batch_size.clamp(1, 256);
-    let eal = Eal::init(&opts.eal_args)?;
-    let cores = match config.core_list()? {
-        Some(list) => list,
-        None => CoreList::new(eal.lcore_cpus()),
-    };
-    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
-    let available = eal.port_count();
-    if available == 0 {
-        return Err(RunError::Usage(
-            "DPDK found no ports: bind a NIC to DPDK (dpdk-devbind.py) or add a virtual device, e.g. --vdev=net_af_packet0,iface=eth1".into(),
-        ));
-    }
-    let port_ids: Vec<u16> = if opts.ports.is_empty() { (0..available).collect() } else { opts.ports.clone() };
-    for &p in &port_ids {
-        eal.check_port(p)?;
-    }
-    let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
-    let pool = eal.mempool("sluice_live", opts.mbufs, socket)?;
-    let mut ports = Vec::new();
-    for &p in &port_ids {
-        ports.push(eal.start_port(p, workers as u16, opts.descriptors, &pool)?);
-    }
+    let Opened { eal, cores, port_ids, pool, ports } =
+        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_live")?;
     let mut ios: Vec<Box<dyn PacketIo + Send>> = Vec::new();
     for w in 0..workers {
         let queues: Vec<Queue> = ports.iter().filter_map(|p| p.queue(w as u16)).collect();
