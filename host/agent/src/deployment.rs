@@ -41,8 +41,9 @@ pub struct Input {
     pub packets: Option<Arc<Vec<usize>>>,
 }
 
-/// A deployment's chain, compiled: its NF specs and routes.
-pub type Built = (Vec<NfSpec>, Vec<Routes>);
+/// A deployment's chain, compiled: its NF specs and routes, and the state
+/// its NFs share across the workers that run it (eventual tables, pools).
+pub type Built = (Vec<NfSpec>, Vec<Routes>, Vec<Arc<sluice_state::Domain>>);
 
 /// A revision of a deployment with its chain compiled (once, for every
 /// worker that runs it), or why it could not be.
@@ -57,7 +58,10 @@ pub struct Prepared {
 impl Prepared {
     /// Compiles `spec`'s modules (from `blobs`).
     pub fn new(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Self {
-        let built = build(shared, &spec, blobs);
+        let built = build(shared, &spec, blobs).map(|(specs, routes)| {
+            let domains = specs.iter().map(|_| sluice_state::Domain::new()).collect();
+            (specs, routes, domains)
+        });
         Prepared { spec, built }
     }
 }
@@ -114,6 +118,10 @@ pub struct Shared {
     pub cores: sluice_runtime::cores::CorePool,
     /// CPU shares of the tenants on each core.
     pub fair: sluice_engine::FairShare,
+    /// Whether deployments share live workers: a deployment may then ask
+    /// for a shorter CPU deadline than the host's, never a longer one (a
+    /// batch holds the worker every tenant on it waits for).
+    pub live: bool,
 }
 
 /// An NF's limits: the host's defaults, the deployment's own, then the
@@ -158,7 +166,13 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
         specs.push(NfSpec {
             module,
             config: nf.config.as_bytes().to_vec().into(),
-            limits: limits_for(&shared.limits, &shared.nf_caps, nf)?,
+            limits: {
+                let mut l = limits_for(&shared.limits, &shared.nf_caps, nf)?;
+                if shared.live {
+                    l.deadline = l.deadline.min(shared.limits.deadline);
+                }
+                l
+            },
         });
         let mut labels = Vec::new();
         for (l, to) in &nf.labels {
@@ -198,6 +212,8 @@ pub(crate) struct Active {
     position: Option<Position>,
     finished: BTreeSet<String>,
     last_checkpoint: Instant,
+    /// Packets the worker had run at the last checkpoint.
+    checkpointed: u64,
 }
 
 /// Events sent per deployment and window; the rest are counted (and all
@@ -245,6 +261,7 @@ impl Active {
             position: resume.position,
             finished: resume.finished,
             last_checkpoint: Instant::now(),
+            checkpointed: 0,
         })
     }
 
@@ -310,6 +327,7 @@ impl Active {
             tracing::error!(deployment = %self.spec.id, "cannot write the checkpoint: {e}");
         }
         self.last_checkpoint = Instant::now();
+        self.checkpointed = self.worker.packets();
     }
 
     /// Takes the chain's pending events into the window.
@@ -428,7 +446,9 @@ pub(crate) fn start(
 ) -> Option<Active> {
     let Prepared { spec, built } = prepared;
     let made = built
-        .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()))
+        .and_then(|(specs, routes, domains)| {
+            Chain::with_domains(&shared.runtime, &specs, routes, &domains).map_err(|e| e.to_string())
+        })
         .and_then(|chain| Active::new(shared, spec.clone(), chain, resume, lane));
     match made {
         Ok(mut a) => {
@@ -455,9 +475,9 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
     let same_shape = a.spec.nfs.len() == spec.nfs.len()
         && a.spec.nfs.iter().zip(&spec.nfs).all(|(o, n)| o.name == n.name && o.next == n.next && o.labels == n.labels);
     if !same_shape {
-        return match built
-            .and_then(|(specs, routes)| Chain::with_routes(&shared.runtime, &specs, routes).map_err(|e| e.to_string()))
-        {
+        return match built.and_then(|(specs, routes, domains)| {
+            Chain::with_domains(&shared.runtime, &specs, routes, &domains).map_err(|e| e.to_string())
+        }) {
             Ok(chain) => {
                 // The new chain continues where the old one was.
                 a.worker.replace_chain(chain);
@@ -474,7 +494,7 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
             }
         };
     }
-    let (specs, _) = match built {
+    let (specs, _, _) = match built {
         Ok(x) => x,
         Err(reason) => {
             let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
@@ -638,7 +658,9 @@ impl Active {
         self.collect_events();
         if self.window_started.elapsed() >= shared.window {
             flush(shared, self);
-        } else if self.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY {
+        } else if self.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY
+            && self.worker.packets() != self.checkpointed
+        {
             self.checkpoint(shared);
         }
     }

@@ -235,6 +235,7 @@ async fn run(
         changed: Arc::new(tokio::sync::Notify::new()),
         cores: sluice_runtime::cores::CorePool::new(&cfg.cores),
         fair: sluice_engine::FairShare::new(),
+        live: live_input.is_some(),
     };
     let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));
     let event_bus = bus.clone();
@@ -290,7 +291,7 @@ async fn run(
                 }
                 // Deployments that could not start (a module fetch failed) are retried.
                 match live.as_mut() {
-                    Some(l) => if current.deployments.iter().any(|d| !l.deployments.contains_key(&d.id)) {
+                    Some(l) => if current.deployments.iter().any(|d| l.deployments.get(&d.id) != Some(&d.digest())) {
                         converge_live(bus.as_ref(), &shared, &modules_dir, &current, l).await;
                     },
                     None => if current.deployments.iter().any(|d| !running.contains_key(&d.id)) {
@@ -611,7 +612,15 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
         if live.deployments.get(&spec.id).is_some_and(|d| *d == digest) {
             continue;
         }
-        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).await else { continue };
+        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).await else {
+            // Its workers still take the new traffic claim (with the NFs
+            // they run); it is retried on the next heartbeat.
+            if live.deployments.contains_key(&spec.id) {
+                let reason = "modules not fetched".to_string();
+                live.apply(Prepared { spec: spec.clone(), built: Err(reason) }, String::new());
+            }
+            continue;
+        };
         if !live.deployments.contains_key(&spec.id) {
             host_status(shared, spec, &digest, HostState::Pending, None);
         }

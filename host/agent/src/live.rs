@@ -350,10 +350,11 @@ impl WorkerCtx {
             Order::Apply(p) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
                 Some(i) => {
                     let LiveLane { active, share, packets_in, packets_out, over_share, .. } = lanes.remove(i);
-                    // A refused revision leaves the running one (and its
-                    // attachments) in place.
+                    // The traffic claim follows the desired revision even
+                    // when its NFs are refused and the running ones stay:
+                    // the gateway has already given up what it released.
+                    let attachments = p.spec.attachments.clone();
                     if let Some(active) = deployment::update(&self.shared, Some(active), *p) {
-                        let attachments = active.spec.attachments.clone();
                         lanes.insert(i, LiveLane { active, attachments, share, packets_in, packets_out, over_share });
                     }
                 }

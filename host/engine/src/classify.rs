@@ -23,6 +23,8 @@ use std::str::FromStr;
 
 /// Highest 802.1Q VLAN id (4095 is reserved).
 pub const MAX_VLAN: u16 = 4094;
+/// The VLAN of a malformed tagged frame: no attachment names it.
+const NO_VLAN: u16 = 0xffff;
 
 /// Which packets of a host a deployment gets, and where its forwarded
 /// packets leave.
@@ -199,7 +201,15 @@ impl Headers {
     fn of(p: &RawPacket<'_>, l3: bool) -> Headers {
         let mut h = Headers { port: p.ingress_port, vlan: None, dst: None };
         let Ok(frame) = EthernetFrame::new_checked(p.data) else { return h };
-        let Ok((ethertype, offset, vlan)) = frame.network() else { return h };
+        let Ok((ethertype, offset, vlan)) = frame.network() else {
+            // A tag cut short or too many tags: never untagged traffic.
+            // The outer tag's VLAN if it is there, else one no attachment
+            // names (only any-VLAN attachments take it).
+            let outer =
+                p.data.get(14..16).and_then(|t| <[u8; 2]>::try_from(t).ok()).map(|t| u16::from_be_bytes(t) & 0x0fff);
+            h.vlan = Some(outer.filter(|&v| v != 0).unwrap_or(NO_VLAN));
+            return h;
+        };
         h.vlan = vlan;
         if !l3 {
             return h;
@@ -330,6 +340,24 @@ mod tests {
         // Runts and non-IP frames match only attachments without a prefix.
         assert_eq!(c.classify(&pkt(&[0u8; 5], 1)).map(|(o, _)| o), Some(3));
         assert_eq!(c.classify(&pkt(&[0u8; 5], 0)).map(|(o, _)| o), None);
+    }
+
+    #[test]
+    fn malformed_tags_are_never_taken_for_untagged_traffic() {
+        let c = Classifier::new([(0, "port=0,vlan=0".parse().unwrap()), (1, "port=0,vlan=100".parse().unwrap())]);
+        // Three tags (the parser refuses more than two): the outer one counts.
+        let mut f = vec![0u8; 12];
+        for _ in 0..3 {
+            f.extend_from_slice(&[0x81, 0x00, 0x00, 100]);
+        }
+        f.extend_from_slice(&[0x08, 0x00, 0x45]);
+        assert_eq!(c.classify(&pkt(&f, 0)).map(|(o, _)| o), Some(1));
+        // A tag cut short: nobody's VLAN, and not untagged.
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x81, 0x00, 0x00]);
+        assert_eq!(c.classify(&pkt(&f, 0)).map(|(o, _)| o), None);
+        let any = Classifier::new([(7, "port=0".parse().unwrap())]);
+        assert_eq!(any.classify(&pkt(&f, 0)).map(|(o, _)| o), Some(7));
     }
 
     #[test]

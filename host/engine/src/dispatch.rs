@@ -184,6 +184,11 @@ impl Dispatch {
                     let Some(owner) = owner.filter(|o| o.lane == li) else { continue };
                     let Some(r) = it.next() else { break };
                     let fate = match &r.fate {
+                        // An `out` port this host does not have.
+                        Fate::Forward(0) if owner.out == Some(u16::MAX) => {
+                            self.counters.refused_egress += 1;
+                            Fate::Refused
+                        }
                         Fate::Forward(0) => Fate::Forward(owner.out.unwrap_or(0)),
                         &Fate::Forward(k) => {
                             let allowed = usize::from(k).checked_sub(1).and_then(|i| self.allowed.get(i));
