@@ -83,6 +83,10 @@ impl Lane for LiveLane {
         self.attachments.iter().any(|a| a.port == port || a.out == Some(port))
     }
 
+    fn may_tag(&self, vlan: Option<u16>) -> bool {
+        self.attachments.iter().any(|a| a.takes_vlan(vlan))
+    }
+
     fn admit(&mut self, contended: bool) -> bool {
         self.share.pause().is_none() || !contended
     }

@@ -109,12 +109,7 @@ impl Attachment {
         if self.port != h.port {
             return false;
         }
-        let vlan = match self.vlan {
-            None => true,
-            Some(0) => h.vlan.is_none_or(|v| v == 0),
-            Some(v) => h.vlan == Some(v),
-        };
-        if !vlan {
+        if !self.takes_vlan(h.vlan) {
             return false;
         }
         match (self.dst, h.dst) {
@@ -162,6 +157,31 @@ impl FromStr for Attachment {
         a.port = port.ok_or_else(|| bad("no port=".into()))?;
         a.validate()?;
         Ok(a)
+    }
+}
+
+/// The VLAN id of a frame's outer 802.1Q/802.1ad tag (`0` for a
+/// priority tag), or none for an untagged frame.
+pub fn outer_vlan(frame: &[u8]) -> Option<u16> {
+    let ethertype = frame.get(12..14).and_then(|t| <[u8; 2]>::try_from(t).ok()).map(u16::from_be_bytes)?;
+    if ethertype != ethertype::VLAN && ethertype != ethertype::QINQ {
+        return None;
+    }
+    // A tag cut short is nobody's VLAN.
+    Some(
+        frame.get(14..16).and_then(|t| <[u8; 2]>::try_from(t).ok()).map_or(NO_VLAN, |t| u16::from_be_bytes(t) & 0x0fff),
+    )
+}
+
+impl Attachment {
+    /// Whether packets carrying outer VLAN `vlan` (none: untagged) are of
+    /// this attachment's traffic, as far as the tag goes.
+    pub fn takes_vlan(&self, vlan: Option<u16>) -> bool {
+        match self.vlan {
+            None => true,
+            Some(0) => vlan.is_none_or(|v| v == 0),
+            Some(v) => vlan == Some(v),
+        }
     }
 }
 
@@ -358,6 +378,22 @@ mod tests {
         assert_eq!(c.classify(&pkt(&f, 0)).map(|(o, _)| o), None);
         let any = Classifier::new([(7, "port=0".parse().unwrap())]);
         assert_eq!(any.classify(&pkt(&f, 0)).map(|(o, _)| o), Some(7));
+    }
+
+    #[test]
+    fn outer_tags_and_the_attachments_that_take_them() {
+        assert_eq!(outer_vlan(&frame(None, [1, 2, 3, 4])), None);
+        assert_eq!(outer_vlan(&frame(Some(100), [1, 2, 3, 4])), Some(100));
+        assert_eq!(outer_vlan(&[0u8; 5]), None);
+        let mut cut = vec![0u8; 12];
+        cut.extend_from_slice(&[0x81, 0x00, 0x00]);
+        assert_eq!(outer_vlan(&cut), Some(NO_VLAN));
+        let a: Attachment = "port=0,vlan=100".parse().unwrap();
+        assert!(a.takes_vlan(Some(100)) && !a.takes_vlan(Some(200)) && !a.takes_vlan(None));
+        let u: Attachment = "port=0,vlan=0".parse().unwrap();
+        assert!(u.takes_vlan(None) && u.takes_vlan(Some(0)) && !u.takes_vlan(Some(100)));
+        let any: Attachment = "port=0".parse().unwrap();
+        assert!(any.takes_vlan(Some(NO_VLAN)) && any.takes_vlan(None));
     }
 
     #[test]

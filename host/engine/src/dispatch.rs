@@ -10,7 +10,7 @@
 //! any other explicit port is refused and counted, so no tenant can inject
 //! traffic into another's port.
 
-use crate::classify::{Attachment, Classifier, Unmatched};
+use crate::classify::{Attachment, Classifier, Unmatched, outer_vlan};
 use crate::io::{PacketIo, Receive};
 use crate::worker::{Worker, recycle};
 use serde::Serialize;
@@ -22,6 +22,12 @@ pub trait Lane {
     fn worker(&mut self) -> &mut Worker;
     /// Whether its NFs may name this port (id) in a verdict.
     fn may_send(&self, port: u16) -> bool;
+    /// Whether its NFs may send a packet they rewrote to carry this outer
+    /// VLAN (none: untagged); asked only when the rewrite changed it.
+    fn may_tag(&self, vlan: Option<u16>) -> bool {
+        let _ = vlan;
+        true
+    }
     /// Whether it may run its part of this batch now. `contended`: other
     /// lanes have packets in the same batch, waiting for it. A lane over
     /// its tenant's share of the worker says no only then; its part is
@@ -78,6 +84,9 @@ pub struct Dispatch {
     allowed: Vec<bool>,
     /// Packets of the batch per lane.
     per_lane: Vec<usize>,
+    /// Results of the lane being run whose rewrite changed the outer VLAN:
+    /// (position in the batch, new VLAN).
+    retagged: Vec<(usize, Option<u16>)>,
     results: Vec<PacketResult>,
 }
 
@@ -94,6 +103,7 @@ impl Dispatch {
             owners: Vec::new(),
             allowed: Vec::new(),
             per_lane: Vec::new(),
+            retagged: Vec::new(),
             results: Vec::new(),
         }
     }
@@ -180,7 +190,7 @@ impl Dispatch {
                 let results = lane.worker().run(&sub);
                 let mut it = results.iter();
                 let mut forwarded = 0u64;
-                for (slot, owner) in self.results.iter_mut().zip(&self.owners) {
+                for (i, ((slot, owner), original)) in self.results.iter_mut().zip(&self.owners).zip(&raw).enumerate() {
                     let Some(owner) = owner.filter(|o| o.lane == li) else { continue };
                     let Some(r) = it.next() else { break };
                     let fate = match &r.fate {
@@ -201,10 +211,29 @@ impl Dispatch {
                         }
                         other => other.clone(),
                     };
+                    // A rewrite that changed the outer VLAN is checked
+                    // below: it may not move a packet into a VLAN that is
+                    // not its deployment's (another tenant's traffic).
+                    if matches!(fate, Fate::Forward(_))
+                        && let Some(vlan) = r.data.as_deref().map(outer_vlan)
+                        && vlan != outer_vlan(original.data)
+                    {
+                        self.retagged.push((i, vlan));
+                    }
                     forwarded += u64::from(matches!(fate, Fate::Forward(_)));
                     *slot = PacketResult { fate, data: r.data.clone(), label: r.label };
                 }
-                lane.ran(sub.len() as u64, forwarded, started.elapsed());
+                let took = started.elapsed();
+                for (i, vlan) in self.retagged.drain(..) {
+                    if !lane.may_tag(vlan)
+                        && let Some(slot) = self.results.get_mut(i)
+                    {
+                        slot.fate = Fate::Refused;
+                        self.counters.refused_egress += 1;
+                        forwarded -= 1;
+                    }
+                }
+                lane.ran(sub.len() as u64, forwarded, took);
             }
             self.sub = recycle(sub);
         }
