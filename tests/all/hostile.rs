@@ -115,6 +115,12 @@ fn refused_and_malformed_batches_get_the_policy_without_a_trap() {
         assert_eq!(r.nfs[1].meters.errors, 2, "{mode}");
         assert_eq!(r.nfs[1].meters.traps, 0, "{mode}");
         assert_eq!(r.nfs[1].meters.instantiations, 1, "{mode}: no re-creation needed");
+        // Every packet is accounted for in the summary: fwd + drop + policy.
+        let m = &r.nfs[1].meters;
+        assert_eq!(m.forwarded + m.dropped + m.policy_packets, m.packets, "{mode}");
+        assert_eq!(m.policy_packets, 8, "{mode}");
+        let line = r.summary().lines().find(|l| l.contains("hostile")).unwrap().to_string();
+        assert!(line.contains("policy       8"), "{mode}: {line}");
     }
 }
 

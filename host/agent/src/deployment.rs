@@ -122,6 +122,8 @@ pub struct Shared {
     /// for a shorter CPU deadline than the host's, never a longer one (a
     /// batch holds the worker every tenant on it waits for).
     pub live: bool,
+    /// Deployments whose start failed, retried with back-off.
+    pub retries: crate::retry::Retries,
 }
 
 /// An NF's limits: the host's defaults, the deployment's own, then the
@@ -132,7 +134,26 @@ fn limits_for(base: &NfLimits, caps: &BTreeMap<String, NfLimits>, nf: &NfPlaceme
         l.deadline = Duration::from_millis(ms);
     }
     if let Some(mb) = nf.limits.memory_mb {
-        l.memory_bytes = mb << 20;
+        l.memory_bytes = mb.saturating_mul(1 << 20);
+    }
+    let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    if let Some(ms) = nf.limits.start_deadline_ms {
+        l.start_deadline = Duration::from_millis(ms);
+    }
+    if let Some(f) = nf.limits.fuel {
+        l.fuel_per_batch = (f > 0).then_some(f);
+    }
+    if let Some(n) = nf.limits.max_flows {
+        l.max_flows = usize_of(n);
+    }
+    if let Some(n) = nf.limits.max_flow_state_bytes {
+        l.max_flow_state_bytes = usize_of(n);
+    }
+    if let Some(mb) = nf.limits.state_budget_mb {
+        l.state_budget_bytes = usize_of(mb.saturating_mul(1 << 20));
+    }
+    if let Some(n) = nf.limits.log_lines_per_second {
+        l.log_lines_per_second = n;
     }
     match nf.limits.failure_policy.as_deref() {
         None => {}
@@ -214,6 +235,11 @@ pub(crate) struct Active {
     last_checkpoint: Instant,
     /// Packets the worker had run at the last checkpoint.
     checkpointed: u64,
+    /// Per NF: state held over the window, byte-microseconds, and the
+    /// bytes at the latest sample.
+    state_byte_us: Vec<u128>,
+    state_bytes: Vec<u64>,
+    last_state_sample: Instant,
 }
 
 /// Events sent per deployment and window; the rest are counted (and all
@@ -233,6 +259,7 @@ impl Active {
         lane: Option<usize>,
     ) -> Result<Self, String> {
         let base = vec![NfMeters::default(); spec.nfs.len()];
+        let spec_nfs = spec.nfs.len();
         let mut secret = [0u8; 12];
         getrandom::fill(&mut secret).map_err(|e| format!("no randomness from the OS: {e}"))?;
         let resume = resume.unwrap_or_default();
@@ -262,7 +289,25 @@ impl Active {
             finished: resume.finished,
             last_checkpoint: Instant::now(),
             checkpointed: 0,
+            state_byte_us: vec![0; spec_nfs],
+            state_bytes: vec![0; spec_nfs],
+            last_state_sample: Instant::now(),
         })
+    }
+
+    /// Integrates the state each NF holds since the last sample: what
+    /// billing charges as state byte-ms. Sampled after every batch and on
+    /// idle ticks, so a lane that holds state without traffic pays too.
+    pub(crate) fn sample_state(&mut self) {
+        let now = Instant::now();
+        let us = now.duration_since(self.last_state_sample).as_micros();
+        self.last_state_sample = now;
+        let stages = self.worker.chain().stages();
+        for ((stage, acc), held) in stages.iter().zip(self.state_byte_us.iter_mut()).zip(self.state_bytes.iter_mut()) {
+            // The bytes held since the last sample are those seen then.
+            *acc = acc.saturating_add(u128::from(*held) * us);
+            *held = stage.state_bytes();
+        }
     }
 
     /// Each NF's sums since the window opened.
@@ -273,7 +318,8 @@ impl Active {
             .iter()
             .zip(&self.base)
             .zip(&self.spec.nfs)
-            .map(|((stage, base), nf)| {
+            .zip(self.state_byte_us.iter().zip(&self.state_bytes))
+            .map(|(((stage, base), nf), (byte_us, held))| {
                 let now = stage.meters();
                 let d = |f: fn(&NfMeters) -> u64| f(now).saturating_sub(f(base));
                 NfSums {
@@ -290,8 +336,10 @@ impl Active {
                         traps: d(|m| m.traps),
                         errors: d(|m| m.errors),
                         events: d(|m| m.events),
+                        state_byte_ms: u64::try_from(byte_us / 1000).unwrap_or(u64::MAX),
                     },
                     trap_causes: now.trap_causes_since(base),
+                    state_bytes: *held,
                 }
             })
             .collect()
@@ -453,11 +501,14 @@ pub(crate) fn start(
     match made {
         Ok(mut a) => {
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
+            shared.retries.started(&spec.id);
             set_status(shared, &spec, HostState::Running, None);
             a.checkpoint(shared);
             Some(a)
         }
         Err(reason) => {
+            let (attempt, wait) = shared.retries.failed(&spec.id);
+            let reason = format!("{reason} (attempt {attempt}; the host retries in {} s)", wait.as_secs());
             tracing::warn!(deployment = %spec.id, revision = spec.revision, "deployment failed: {reason}");
             set_status(shared, &spec, HostState::Failed, Some(reason));
             None
@@ -482,6 +533,8 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
                 // The new chain continues where the old one was.
                 a.worker.replace_chain(chain);
                 a.base = vec![NfMeters::default(); spec.nfs.len()];
+                a.state_byte_us = vec![0; spec.nfs.len()];
+                a.state_bytes = vec![0; spec.nfs.len()];
                 set_status(shared, &spec, HostState::Running, None);
                 a.spec = spec;
                 a.checkpoint(shared);
@@ -656,6 +709,7 @@ impl Active {
     /// closes the meter window when it is due, else checkpoints when due.
     pub(crate) fn tick(&mut self, shared: &Shared) {
         self.collect_events();
+        self.sample_state();
         if self.window_started.elapsed() >= shared.window {
             flush(shared, self);
         } else if self.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY
@@ -671,6 +725,7 @@ impl Active {
 /// order), and the window's events.
 pub(crate) fn flush(shared: &Shared, a: &mut Active) {
     a.collect_events();
+    a.sample_state();
     if !a.events.is_empty() || a.events_dropped > 0 {
         let batch =
             EventBatch { host: shared.host.clone(), events: std::mem::take(&mut a.events), dropped: a.events_dropped };
@@ -708,6 +763,7 @@ pub(crate) fn flush(shared: &Shared, a: &mut Active) {
     for (stage, base) in a.worker.chain().stages().iter().zip(a.base.iter_mut()) {
         *base = stage.meters().clone();
     }
+    a.state_byte_us.iter_mut().for_each(|b| *b = 0);
     a.window += 1;
     a.window_start_ms = end;
     a.window_started = Instant::now();

@@ -47,6 +47,9 @@ pub struct NfSums {
     /// Its traps by cause.
     #[serde(default)]
     pub trap_causes: std::collections::BTreeMap<String, u64>,
+    /// Bytes of state it held at the latest sample.
+    #[serde(default)]
+    pub state_bytes: u64,
 }
 
 /// Where in its input a deployment is.
@@ -110,6 +113,7 @@ impl Checkpoint {
                 window_end_ms: window_end_ms.max(self.window_start_ms + 1),
                 sums: n.sums,
                 trap_causes: n.trap_causes.clone(),
+                state_bytes: n.state_bytes,
             })
             .collect()
     }
@@ -164,6 +168,25 @@ pub fn remove(dir: &Path, deployment: &str) {
         let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
         if stem.strip_prefix(&lanes).is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit())) {
             let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Removes the checkpoints of deployments `keep` says no to: deployments
+/// removed while the host was down (their last window was recovered into
+/// the outbox at start), or a worker's late checkpoint of a deployment
+/// already removed.
+pub fn prune(dir: &Path, keep: impl Fn(&str) -> bool) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+        let Some(c) = read(dir, stem) else { continue };
+        if !keep(&c.deployment) {
+            tracing::info!(deployment = %c.deployment, file = %path.display(), "checkpoint of a removed deployment dropped");
+            let _ = std::fs::remove_file(&path);
         }
     }
 }

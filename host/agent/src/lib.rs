@@ -26,6 +26,7 @@ pub mod journal;
 pub mod live;
 pub mod outbox;
 pub mod report;
+pub mod retry;
 
 use deployment::{Blobs, Control, Prepared, Shared};
 use futures::StreamExt;
@@ -236,6 +237,7 @@ async fn run(
         cores: sluice_runtime::cores::CorePool::new(&cfg.cores),
         fair: sluice_engine::FairShare::new(),
         live: live_input.is_some(),
+        retries: retry::Retries::default(),
     };
     let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));
     let event_bus = bus.clone();
@@ -289,12 +291,27 @@ async fn run(
                 {
                     l.open();
                 }
-                // Deployments that could not start (a module fetch failed) are retried.
+                // Deployments that could not start are retried: a failed
+                // module fetch on every beat, a failed start when its
+                // back-off is due.
+                let due = shared.retries.due();
                 match live.as_mut() {
-                    Some(l) => if current.deployments.iter().any(|d| l.deployments.get(&d.id) != Some(&d.digest())) {
-                        converge_live(bus.as_ref(), &shared, &modules_dir, &current, l).await;
-                    },
-                    None => if current.deployments.iter().any(|d| !running.contains_key(&d.id)) {
+                    Some(l) => {
+                        for id in due {
+                            if let Some(d) = l.deployments.get_mut(&id) {
+                                d.clear();
+                            }
+                        }
+                        if current.deployments.iter().any(|d| l.deployments.get(&d.id) != Some(&d.digest())) {
+                            converge_live(bus.as_ref(), &shared, &modules_dir, &current, l).await;
+                        }
+                    }
+                    None => if current.deployments.iter().any(|d| !running.contains_key(&d.id)) || !due.is_empty() {
+                        for id in due {
+                            if let Some(r) = running.get_mut(&id) {
+                                r.digest.clear();
+                            }
+                        }
                         converge(bus.as_ref(), &shared, &cfg, &modules_dir, &current, &mut running, replay.as_ref()).await;
                     },
                 }
@@ -423,8 +440,9 @@ async fn converge(
         }
         // Its last window is in the outbox: nothing to resume.
         journal::remove(&shared.journal_dir, &id);
-        shared.status.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+        forget(shared, &id);
     }
+    journal::prune(&shared.journal_dir, |id| wanted.contains_key(id));
     for spec in &set.deployments {
         // The digest, not only the revision: what runs is what was asked.
         let digest = spec.digest();
@@ -605,8 +623,9 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
         tracing::info!(deployment = %id, "deployment removed");
         live.remove(&id).await;
         journal::remove(&shared.journal_dir, &id);
-        shared.status.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+        forget(shared, &id);
     }
+    journal::prune(&shared.journal_dir, |id| wanted.contains(id));
     for spec in &set.deployments {
         let digest = spec.digest();
         if live.deployments.get(&spec.id).is_some_and(|d| *d == digest) {
@@ -630,6 +649,14 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
         let prepared = prepare(shared, spec, blobs).await;
         live.apply(prepared, digest);
     }
+}
+
+/// Forgets a removed deployment: its status, its retries and its part of
+/// the host report.
+fn forget(shared: &Shared, id: &str) {
+    shared.status.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+    shared.retries.forget(id);
+    shared.report.lock().unwrap_or_else(PoisonError::into_inner).deployments.remove(id);
 }
 
 /// Records how a deployment is doing on this host (keeping its packet

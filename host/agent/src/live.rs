@@ -109,6 +109,7 @@ struct WorkerCounts {
     unmatched: u64,
     refused_egress: u64,
     over_share: u64,
+    not_running: u64,
 }
 
 /// The live workers of a host.
@@ -195,13 +196,14 @@ impl Live {
     /// Puts the ports' and workers' counters into the host report.
     pub(crate) fn report(&self, shared: &Shared) {
         let mut ports = (self.port_stats)();
-        let (mut unmatched, mut refused, mut over_share) = (0, 0, 0);
+        let (mut unmatched, mut refused, mut over_share, mut not_running) = (0, 0, 0, 0);
         {
             let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
             for c in counts.iter() {
                 unmatched += c.unmatched;
                 refused += c.refused_egress;
                 over_share += c.over_share;
+                not_running += c.not_running;
                 for (p, q) in ports.iter_mut().zip(&c.queues) {
                     p.queues.push(q.clone());
                 }
@@ -212,6 +214,7 @@ impl Live {
         r.unmatched = unmatched;
         r.refused_egress = refused;
         r.over_share = over_share;
+        r.not_running = not_running;
     }
 
     /// Stops every worker after it closed its deployments' meter windows.
@@ -278,6 +281,10 @@ impl WorkerCtx {
         };
         tracing::info!(worker = w, cores = %on, "live worker running");
         let mut lanes: Vec<LiveLane> = Vec::new();
+        // Deployments handed to this worker that are not running on it
+        // (their start failed): their attachments still claim their
+        // traffic, which is dropped rather than given the unmatched policy.
+        let mut claims: Vec<(String, Vec<Attachment>)> = Vec::new();
         let mut classifier = Classifier::default();
         let mut dispatch = Dispatch::new(self.ports.clone(), self.unmatched);
         // The worker's time, shared equally by the tenants whose packets
@@ -294,7 +301,7 @@ impl WorkerCtx {
             loop {
                 match rx.try_recv() {
                     Ok(order) => {
-                        self.obey(order, &mut lanes, &fair);
+                        self.obey(order, &mut lanes, &mut claims, &fair);
                         changed = true;
                     }
                     Err(crossbeam_channel::TryRecvError::Empty) => break,
@@ -305,8 +312,11 @@ impl WorkerCtx {
                 }
             }
             if changed {
+                // Claims come after the lanes: their indices have no lane.
+                let running = lanes.iter().map(|l| &l.attachments);
+                let waiting = claims.iter().map(|(_, a)| a);
                 classifier = Classifier::new(
-                    lanes.iter().enumerate().flat_map(|(i, l)| l.attachments.iter().map(move |a| (i, *a))),
+                    running.chain(waiting).enumerate().flat_map(|(i, at)| at.iter().map(move |a| (i, *a))),
                 );
             }
             if !open {
@@ -349,7 +359,18 @@ impl WorkerCtx {
         self.report(&mut lanes, &dispatch, io.as_ref());
     }
 
-    fn obey(&self, order: Order, lanes: &mut Vec<LiveLane>, fair: &FairShare) {
+    fn obey(
+        &self,
+        order: Order,
+        lanes: &mut Vec<LiveLane>,
+        claims: &mut Vec<(String, Vec<Attachment>)>,
+        fair: &FairShare,
+    ) {
+        let id = match &order {
+            Order::Apply(p) => p.spec.id.clone(),
+            Order::Remove(id, _) => id.clone(),
+        };
+        claims.retain(|(c, _)| *c != id);
         match order {
             Order::Apply(p) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
                 Some(i) => {
@@ -365,7 +386,12 @@ impl WorkerCtx {
                 None => {
                     let name = journal::name_of(&p.spec.id, Some(self.w));
                     let resume = journal::read(&self.shared.journal_dir, &name);
-                    if let Some(active) = deployment::start(&self.shared, *p, resume, Some(self.w)) {
+                    let attachments = p.spec.attachments.clone();
+                    let started = deployment::start(&self.shared, *p, resume, Some(self.w));
+                    if started.is_none() {
+                        claims.push((id, attachments));
+                    }
+                    if let Some(active) = started {
                         let attachments = active.spec.attachments.clone();
                         let share = fair.join(0, &active.spec.tenant);
                         lanes.push(LiveLane {
@@ -422,6 +448,7 @@ impl WorkerCtx {
             c.unmatched = d.unmatched;
             c.refused_egress = d.refused_egress;
             c.over_share = d.over_share;
+            c.not_running = d.not_running;
             c.queues = io.queue_counters().to_vec();
         }
     }

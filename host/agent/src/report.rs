@@ -82,6 +82,10 @@ pub struct AgentReport {
     /// worker while others' packets waited.
     #[serde(default)]
     pub over_share: u64,
+    /// Packets a deployment's attachments claim on a live worker where it
+    /// is not running (starting, or its start failed): dropped.
+    #[serde(default)]
+    pub not_running: u64,
     /// Live ports: device and per-worker queue counters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<sluice_engine::PortReport>,

@@ -368,6 +368,7 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
                 ..Default::default()
             },
             trap_causes: Default::default(),
+            state_bytes: 0,
         })
         .collect();
     let rt = tokio::runtime::Runtime::new()?;

@@ -22,6 +22,7 @@
 //! [nf.firewall]
 //! failure-policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
 //! deadline-ms = 10                 # SLUICE_DEADLINE_MS sets the default
+//! start-deadline-ms = 1000         # instantiation + init; SLUICE_START_DEADLINE_MS
 //! memory-mb = 64                   # SLUICE_MEMORY_MB sets the default
 //! fuel = 0                         # per-batch fuel; 0 = unlimited
 //! max-flows = 1048576
@@ -96,6 +97,8 @@ pub struct NfSection {
     pub failure_policy: Option<FailurePolicy>,
     /// CPU deadline per batch, ms.
     pub deadline_ms: Option<u64>,
+    /// CPU deadline of instantiation plus `init`, ms.
+    pub start_deadline_ms: Option<u64>,
     /// Memory cap, MiB.
     pub memory_mb: Option<u64>,
     /// Fuel per batch (0 = unlimited).
@@ -104,7 +107,8 @@ pub struct NfSection {
     pub max_flows: Option<usize>,
     /// Largest per-flow state value.
     pub max_flow_state_bytes: Option<usize>,
-    /// Memory budget of the NF's state tables per worker, MiB.
+    /// State memory budget, MiB: each instance's own tables and flow
+    /// state, and once more the NF's shared tables on the host.
     pub state_budget_mb: Option<usize>,
     /// Log rate limit.
     pub log_lines_per_second: Option<u32>,
@@ -249,6 +253,7 @@ impl HostConfig {
             cfg.fuel = v;
         }
         cfg.nf_defaults.deadline_ms = env_parse("SLUICE_DEADLINE_MS")?;
+        cfg.nf_defaults.start_deadline_ms = env_parse("SLUICE_START_DEADLINE_MS")?;
         cfg.nf_defaults.memory_mb = env_parse("SLUICE_MEMORY_MB")?;
         if let Ok(v) = std::env::var("SLUICE_FAILURE_POLICY") {
             cfg.nf_defaults.failure_policy = Some(match v.as_str() {
@@ -319,6 +324,7 @@ impl HostConfig {
         let pick = |f: fn(&NfSection) -> Option<u64>| s.and_then(f).or_else(|| f(&self.nf_defaults));
         NfLimits {
             deadline: pick(|s| s.deadline_ms).map(Duration::from_millis).unwrap_or(d.deadline),
+            start_deadline: pick(|s| s.start_deadline_ms).map(Duration::from_millis).unwrap_or(d.start_deadline),
             memory_bytes: pick(|s| s.memory_mb).map(|m| m << 20).unwrap_or(d.memory_bytes),
             fuel_per_batch: pick(|s| s.fuel).filter(|f| *f > 0),
             failure_policy: s
@@ -358,6 +364,7 @@ impl HostConfig {
         let Some(s) = self.nf.get(name) else { return base };
         NfLimits {
             deadline: s.deadline_ms.map(Duration::from_millis).unwrap_or(base.deadline),
+            start_deadline: s.start_deadline_ms.map(Duration::from_millis).unwrap_or(base.start_deadline),
             memory_bytes: s.memory_mb.map(|m| m << 20).unwrap_or(base.memory_bytes),
             fuel_per_batch: s.fuel.map(|f| (f > 0).then_some(f)).unwrap_or(base.fuel_per_batch),
             failure_policy: s.failure_policy.unwrap_or(base.failure_policy),

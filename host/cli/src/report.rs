@@ -146,6 +146,17 @@ pub struct Report {
     pub events_by_kind: BTreeMap<String, u64>,
     /// The first [`MAX_REPORTED_EVENTS`] events.
     pub events: Vec<EventRecord>,
+    /// The process's peak resident memory (Linux `VmHWM`), bytes.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// This process's peak resident memory in bytes, where the OS tells it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.trim_start_matches("VmHWM:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
 }
 
 impl Report {
@@ -170,8 +181,19 @@ impl Report {
             let m = &nf.meters;
             let per_pkt = if m.packets > 0 { m.cpu_ns as f64 / m.packets as f64 } else { 0.0 };
             s.push_str(&format!(
-                "  [{}] {:<12} {:>9} pkts {:>8} calls  fwd {:>9}  drop {:>9}  rewr {:>7}  traps {:>3}  errors {:>3}  {:>7.1} ns/pkt  events {}\n",
-                nf.position, nf.name, m.packets, m.invocations, m.forwarded, m.dropped, m.rewritten, m.traps, m.errors, per_pkt, m.events
+                "  [{}] {:<12} {:>9} pkts {:>8} calls  fwd {:>9}  drop {:>9}  policy {:>7}  rewr {:>7}  traps {:>3}  errors {:>3}  {:>7.1} ns/pkt  events {}\n",
+                nf.position,
+                nf.name,
+                m.packets,
+                m.invocations,
+                m.forwarded,
+                m.dropped,
+                m.policy_packets,
+                m.rewritten,
+                m.traps,
+                m.errors,
+                per_pkt,
+                m.events
             ));
             if !nf.meters.trap_causes.is_empty() {
                 let causes: Vec<String> = nf.meters.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();

@@ -382,6 +382,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         nfs,
         events_total: out.events_total,
         events_by_kind: out.events_by_kind,
+        peak_rss_bytes: crate::report::peak_rss_bytes(),
         swaps: swap_records,
         events: out.events,
     })

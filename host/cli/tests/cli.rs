@@ -144,3 +144,77 @@ fn help_describes_the_commands() {
         assert!(stdout.contains(cmd), "{stdout}");
     }
 }
+
+fn hostile_nf() -> PathBuf {
+    let p = std::env::var("SLUICE_TEST_NFS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nfs-test"))
+        .join("hostile.wasm");
+    assert!(p.exists(), "{} missing: run `make test-nfs`", p.display());
+    p
+}
+
+/// A hostile NF adds 65,536 new keys per batch to an eventual table of
+/// the largest capacity, toward 10 M keys: the state budget holds the
+/// merged table, the NF gets `over-budget`, the bytes are reported, and
+/// the host's peak memory grows with the budget, not with the keys.
+#[test]
+fn a_key_flood_is_held_by_the_state_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = synth(dir.path());
+    let run = |budget_mb: u64| {
+        let cfg = dir.path().join(format!("flood-{budget_mb}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("[nf.hostile]\nconfig-text = \"key-flood\"\nstate-budget-mb = {budget_mb}\nfailure-policy = \"fail-open\"\n"),
+        )
+        .unwrap();
+        let report = dir.path().join(format!("flood-{budget_mb}.json"));
+        let o = run_cmd(Some(&cfg), &hostile_nf(), &input)
+            .args(["--batch", "8", "--workers", "2", "--report"])
+            .arg(&report)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&o);
+        assert!(o.status.success(), "{stdout}\n{stderr}");
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        (r, stdout)
+    };
+    let (small, _) = run(1);
+    let (big, summary) = run(64);
+    let per_entry = 16 + 48;
+    for (r, mb) in [(&small, 1u64), (&big, 64)] {
+        let m = &r["nfs"][0];
+        let batches = m["invocations"].as_u64().unwrap();
+        assert!(batches * 65_536 >= 10_000_000, "only {batches} batches: the flood must try 10 M keys");
+        let entries = r["nfs"][0]["tables"][0]["entries"].as_u64().unwrap();
+        assert_eq!(entries, (mb << 20) / per_entry, "the budget bounds the merged table: {r}");
+        assert_eq!(m["table_bytes"].as_u64().unwrap(), entries * per_entry, "{m}");
+        assert!(m["table_rejected"].as_u64().unwrap() > 0 && m["table_errors"].as_u64().unwrap() > 0, "{m}");
+        assert_eq!(m["traps"].as_u64().unwrap(), 0, "{m}");
+    }
+    assert!(summary.contains("bytes held"), "{summary}");
+    // Peak memory grows with the budget (docs/design.md states at most
+    // 1.25 × budget + 16 MiB: the hash table's slack and its growth copy).
+    let peak = |r: &serde_json::Value| r["peak_rss_bytes"].as_u64().unwrap();
+    let grown = peak(&big).saturating_sub(peak(&small));
+    let bound = (63u64 << 20) * 5 / 4 + (16 << 20);
+    assert!(grown <= bound, "peak RSS grew by {} MiB for 63 MiB more budget", grown >> 20);
+}
+
+/// `init` that never returns is stopped by the start deadline, and the
+/// error names the limit to raise.
+#[test]
+fn a_start_past_its_deadline_fails_with_the_limit_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = synth(dir.path());
+    let cfg = dir.path().join("host.toml");
+    std::fs::write(&cfg, "[nf.hostile]\nconfig-text = \"init-loop\"\nstart-deadline-ms = 50\n").unwrap();
+    let o = run_cmd(Some(&cfg), &hostile_nf(), &input).output().unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(!o.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("exceeded the start deadline of 50 ms; raise limits.start_deadline_ms"),
+        "{stdout}\n{stderr}"
+    );
+}

@@ -185,6 +185,7 @@ mod tests {
                 ..Default::default()
             },
             trap_causes: Default::default(),
+            state_bytes: 0,
         };
         bus.publish_meter(&rec).await.unwrap();
         let d = feed.next().await.unwrap().unwrap();

@@ -38,6 +38,26 @@ pub struct NfLimitsSpec {
     /// Memory cap, MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
+    /// CPU deadline of instantiation plus `init` (and of re-creating an
+    /// instance after a trap), ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_deadline_ms: Option<u64>,
+    /// Fuel per batch call; 0 or unset: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
+    /// Most flows with state per worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_flows: Option<u64>,
+    /// Largest state value of one flow, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_flow_state_bytes: Option<u64>,
+    /// State memory budget of the NF on a host (all its tables and
+    /// per-flow state, every worker together), MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_budget_mb: Option<u64>,
+    /// Log lines per second per instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_lines_per_second: Option<u32>,
 }
 
 /// One NF of a deployed chain.
@@ -177,6 +197,12 @@ pub struct MeterSums {
     pub errors: u64,
     /// Events emitted.
     pub events: u64,
+    /// State held over the window: bytes of the NF's tables and per-flow
+    /// state (keys + values + a fixed per-entry overhead) times the
+    /// milliseconds they were held, sampled once per batch or heartbeat.
+    /// Divide by 3.6e15 for GB-hours.
+    #[serde(default)]
+    pub state_byte_ms: u64,
 }
 
 impl MeterSums {
@@ -190,6 +216,7 @@ impl MeterSums {
         self.traps += o.traps;
         self.errors += o.errors;
         self.events += o.events;
+        self.state_byte_ms = self.state_byte_ms.saturating_add(o.state_byte_ms);
     }
 
     /// Whether nothing was metered.
@@ -231,6 +258,10 @@ pub struct MeterRecord {
     /// `traps`. Absent when there were none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub trap_causes: BTreeMap<String, u64>,
+    /// Bytes of state the NF held on this host at the window's end (a
+    /// gauge: the latest record of a deployment's NF tells its size).
+    #[serde(default)]
+    pub state_bytes: u64,
 }
 
 /// An event an NF emitted (an IDS alert, a firewall deny, ...), as the
@@ -292,6 +323,7 @@ mod tests {
             window_end_ms: 2,
             sums: MeterSums { packets: 32, invocations: 1, ..Default::default() },
             trap_causes: Default::default(),
+            state_bytes: 0,
         };
         let v: serde_json::Value = serde_json::to_value(&rec).unwrap();
         assert_eq!(v["packets"], 32);

@@ -60,6 +60,11 @@ pub struct DispatchCounters {
     /// Packets refused because their deployment's tenant was over its
     /// share of the worker while others waited.
     pub over_share: u64,
+    /// Packets an attachment claims for a deployment that is not running
+    /// on this worker (starting, or failed to start): dropped, never given
+    /// the unmatched policy, so a tenant's traffic is not forwarded past
+    /// NFs that are not there.
+    pub not_running: u64,
 }
 
 /// Where a packet goes.
@@ -156,13 +161,19 @@ impl Dispatch {
             Unmatched::Forward => Fate::Forward(0),
         };
         self.results.clear();
-        self.results.resize(raw.len(), PacketResult { fate: unmatched, data: None, label: None });
+        self.results.extend(self.owners.iter().map(|o| PacketResult {
+            // A claimed packet that no lane runs is dropped.
+            fate: if o.is_some() { Fate::Refused } else { unmatched.clone() },
+            data: None,
+            label: None,
+        }));
         self.counters.unmatched += self.owners.iter().filter(|o| o.is_none()).count() as u64;
         self.per_lane.clear();
         self.per_lane.resize(lanes.len(), 0);
         for o in self.owners.iter().flatten() {
-            if let Some(n) = self.per_lane.get_mut(o.lane) {
-                *n += 1;
+            match self.per_lane.get_mut(o.lane) {
+                Some(n) => *n += 1,
+                None => self.counters.not_running += 1,
             }
         }
         let contended = self.per_lane.iter().filter(|&&n| n > 0).count() > 1;
@@ -292,6 +303,20 @@ mod tests {
             assert_eq!(io.delivered, vec![fate.clone(), fate]);
             assert_eq!(d.counters().unmatched, 2);
         }
+    }
+
+    /// A claim with no lane behind it (its deployment is not running on
+    /// the worker) drops its packets whatever the unmatched policy.
+    #[test]
+    fn claimed_packets_without_a_lane_are_dropped_not_forwarded() {
+        let c = Classifier::new([(0, "port=0,vlan=100".parse().unwrap())]);
+        let mut io = ListIo { frames: vec![(tagged(100), 0), (tagged(300), 0)], taken: false, delivered: vec![] };
+        let mut d = Dispatch::new(vec![0, 1], Unmatched::Forward);
+        let mut lanes: Vec<NoLane> = Vec::new();
+        assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(2));
+        assert_eq!(io.delivered, vec![Fate::Refused, Fate::Forward(0)]);
+        assert_eq!(d.counters().not_running, 1);
+        assert_eq!(d.counters().unmatched, 1);
     }
 
     /// A lane that never exists (lanes with chains are tested with real

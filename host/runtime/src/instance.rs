@@ -360,22 +360,33 @@ impl NfInstance {
     /// Creates a fresh instance and runs `init`.
     fn start(&mut self) -> Result<(), RuntimeError> {
         let name = self.name.clone();
+        // Instantiation and `init` run under the start deadline (language
+        // runtimes restore a snapshot there), batches under the batch one.
+        let start_deadline = self.spec.limits.start_deadline;
         let state = HostState::new(
             name.clone(),
             self.spec.limits.memory_bytes,
             self.log_limiter.clone(),
-            self.spec.limits.deadline,
+            start_deadline,
             self.tick,
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // The deadline counts the CPU time the call used, not wall time.
         store.epoch_deadline_callback(|mut cx| Ok(cx.data_mut().deadline.expired()));
-        Self::arm(&mut store, self.deadline_ticks, self.fuel());
+        let start_ticks = store.data().deadline.ticks(start_deadline / 2);
+        Self::arm(&mut store, start_ticks, self.fuel_enabled.then_some(u64::MAX));
         self.meters.instantiations += 1;
+        let over = |e: &wasmtime::Error| classify(e) == TrapCause::Deadline;
+        let over_start = |what: &str| {
+            format!(
+                "{what} exceeded the start deadline of {} ms; raise limits.start_deadline_ms (start-deadline-ms)",
+                start_deadline.as_millis()
+            )
+        };
         let start_err = |e: wasmtime::Error| RuntimeError::Start {
             nf: name.to_string(),
-            reason: format!("instantiation failed: {e:#}"),
+            reason: if over(&e) { over_start("instantiation") } else { format!("instantiation failed: {e:#}") },
         };
         let guest = match &self.spec.module.pre {
             Pre::V1(pre) => Guest::V1(pre.instantiate(&mut store).map_err(start_err)?),
@@ -392,6 +403,9 @@ impl NfInstance {
         let info = match result {
             Ok(Ok(info)) => info,
             Ok(Err(message)) => return Err(RuntimeError::ConfigRejected { nf: name.to_string(), message }),
+            Err(e) if over(&e) => {
+                return Err(RuntimeError::Start { nf: name.to_string(), reason: over_start("init") });
+            }
             Err(e) => {
                 return Err(RuntimeError::Start {
                     nf: name.to_string(),
@@ -401,6 +415,7 @@ impl NfInstance {
         };
         declared.map_err(|reason| RuntimeError::Start { nf: name.to_string(), reason })?;
         self.accept(info);
+        live.store.data_mut().deadline.limit = self.spec.limits.deadline;
         self.live = Some(live);
         Ok(())
     }
@@ -497,6 +512,7 @@ impl NfInstance {
         self.table.set_capacity(self.spec.limits.max_flows);
         if let Some(t) = self.tables.as_deref_mut() {
             t.set_budget(self.spec.limits.state_budget_bytes);
+            t.domain().set_budget(self.spec.limits.state_budget_bytes);
         }
         let info = self.info;
         self.accept(info);
@@ -516,12 +532,19 @@ impl NfInstance {
         self.tables.as_deref_mut()
     }
 
+    /// Bytes of state this instance holds, to bill: its flow state, its
+    /// own tables and (on the domain's first worker) the NF's shared
+    /// tables. Summed over a deployment's workers, each byte counts once.
+    pub fn state_bytes(&self) -> u64 {
+        (self.table.bytes() + self.tables.as_deref().map_or(0, Tables::held_bytes)) as u64
+    }
+
     /// Merges this worker's eventual replicas into the shared view (end
     /// of a run, or before a report).
     pub fn flush_state(&mut self) {
         if let Some(t) = self.tables.as_deref_mut() {
             t.flush();
-            self.meters.set_tables(t.meters(), t.used_bytes());
+            self.meters.set_tables(t.meters(), t.held_bytes());
         }
     }
 
@@ -748,7 +771,7 @@ impl NfInstance {
             }
         }
         if let Some(t) = self.tables.as_deref() {
-            self.meters.set_tables(t.meters(), t.used_bytes());
+            self.meters.set_tables(t.meters(), t.held_bytes());
         }
     }
 

@@ -30,6 +30,15 @@ pub struct NfLimits {
     /// flows; a 32-packet batch takes microseconds, so 10 ms only catches
     /// runaway code. Granularity is the runtime's epoch tick (1 ms).
     pub deadline: Duration,
+    /// CPU deadline of starting an instance: instantiation plus `init`
+    /// (also when an instance is re-created after a trap, or a new version
+    /// is swapped in). A start past it fails with a message naming this
+    /// limit.
+    ///
+    /// Why: language runtimes (CPython, QuickJS) restore a snapshot and
+    /// build their heap there, which takes far longer than a batch; the
+    /// start must still end, or a hostile `init` would hold a worker.
+    pub start_deadline: Duration,
     /// Largest linear memory an instance may grow to, in bytes. Growing past
     /// it traps with `out-of-memory`.
     ///
@@ -78,6 +87,7 @@ impl NfLimits {
     pub fn at_most(&self, cap: &NfLimits) -> NfLimits {
         NfLimits {
             deadline: self.deadline.min(cap.deadline),
+            start_deadline: self.start_deadline.min(cap.start_deadline),
             memory_bytes: self.memory_bytes.min(cap.memory_bytes),
             fuel_per_batch: match (self.fuel_per_batch, cap.fuel_per_batch) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -96,6 +106,7 @@ impl Default for NfLimits {
     fn default() -> Self {
         NfLimits {
             deadline: Duration::from_millis(10),
+            start_deadline: Duration::from_secs(1),
             memory_bytes: 64 << 20,
             fuel_per_batch: None,
             failure_policy: FailurePolicy::FailClosed,

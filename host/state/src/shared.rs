@@ -6,6 +6,7 @@
 
 use crate::HashMap;
 use crate::spec::{Merge, TableSpec};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Shared state of one NF across the workers of a host. Create one per NF
@@ -13,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Debug, Default)]
 pub struct Domain {
     inner: Mutex<DomainInner>,
+    bytes: Arc<SharedBytes>,
 }
 
 #[derive(Debug, Default)]
@@ -20,6 +22,40 @@ struct DomainInner {
     workers: usize,
     eventual: HashMap<String, Arc<EventualShared>>,
     pools: HashMap<String, Arc<Pool>>,
+}
+
+/// Bytes the NF's shared tables hold on this host, and their budget: one
+/// account for every worker, so a table merged from N workers' updates is
+/// charged once.
+#[derive(Debug, Default)]
+pub(crate) struct SharedBytes {
+    used: AtomicUsize,
+    budget: AtomicUsize,
+}
+
+impl SharedBytes {
+    /// Charges `cost` bytes if they fit in the budget.
+    pub(crate) fn try_charge(&self, cost: usize) -> bool {
+        let budget = self.budget.load(Ordering::Relaxed);
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| u.checked_add(cost).filter(|n| *n <= budget))
+            .is_ok()
+    }
+
+    /// Charges `cost` bytes whatever the budget (an entry that must be
+    /// kept, e.g. one merged after its key expired).
+    pub(crate) fn charge(&self, cost: usize) {
+        self.used.fetch_add(cost, Ordering::Relaxed);
+    }
+
+    /// Gives `cost` bytes back.
+    pub(crate) fn free(&self, cost: usize) {
+        let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(cost)));
+    }
+
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -42,13 +78,37 @@ impl Domain {
         d.workers - 1
     }
 
-    /// The shared view of eventual table `name`, created on first use.
-    pub(crate) fn eventual(&self, name: &str, merge: Merge) -> Arc<EventualShared> {
+    /// Sets the budget of the shared tables (the NF's state budget).
+    pub fn set_budget(&self, bytes: usize) {
+        self.bytes.budget.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes the shared tables hold (keys, values and [`ENTRY_OVERHEAD`]
+    /// per entry), charged against the NF's state budget once for all
+    /// workers.
+    ///
+    /// [`ENTRY_OVERHEAD`]: crate::ENTRY_OVERHEAD
+    pub fn shared_bytes(&self) -> usize {
+        self.bytes.used()
+    }
+
+    /// The shared view of eventual table `spec.name`, created on first
+    /// use; its capacity and expiry follow the latest declaration.
+    pub(crate) fn eventual(&self, spec: &TableSpec, merge: Merge) -> Arc<EventualShared> {
         let mut d = lock(&self.inner);
-        d.eventual
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(EventualShared { merge, values: Mutex::new(HashMap::default()) }))
-            .clone()
+        let shared = d
+            .eventual
+            .entry(spec.name.clone())
+            .or_insert_with(|| {
+                Arc::new(EventualShared {
+                    merge,
+                    bytes: self.bytes.clone(),
+                    inner: Mutex::new(EventualInner::default()),
+                })
+            })
+            .clone();
+        shared.set_limits(spec);
+        shared
     }
 
     /// Pool `name`, created on first use.
@@ -64,6 +124,7 @@ impl Domain {
                     .clamp(1, MAX_CHUNK)
                     .min(count.max(1));
                 Arc::new(Pool {
+                    bytes: self.bytes.clone(),
                     inner: Mutex::new(PoolInner {
                         first,
                         end: first + count,
@@ -84,7 +145,7 @@ impl Domain {
     /// merged so far), sorted by key.
     pub fn eventual_snapshot(&self, name: &str) -> Option<Vec<(u64, u64)>> {
         let shared = lock(&self.inner).eventual.get(name).cloned()?;
-        let mut v: Vec<(u64, u64)> = lock(&shared.values).iter().map(|(k, v)| (*k, *v)).collect();
+        let mut v: Vec<(u64, u64)> = lock(&shared.inner).values.iter().map(|(k, e)| (*k, e.value)).collect();
         v.sort_unstable();
         Some(v)
     }
@@ -116,36 +177,161 @@ impl Domain {
     }
 }
 
-/// The merged view of one eventual table.
+/// Bytes one entry of an eventual table costs: key, value and overhead.
+pub(crate) const EVENTUAL_ENTRY: usize = 16 + crate::tables::ENTRY_OVERHEAD;
+
+/// One worker's unmerged update of an eventual table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    pub(crate) value: u64,
+    /// The key was new when the update was made: its entry is reserved
+    /// (counted against the capacity and charged) until the merge.
+    pub(crate) reserved: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Merged {
+    value: u64,
+    last_ns: u64,
+}
+
+#[derive(Debug, Default)]
+struct EventualInner {
+    values: HashMap<u64, Merged>,
+    /// New keys in workers' pending updates, not merged yet.
+    reserved: usize,
+    capacity: usize,
+    idle_timeout_ns: u64,
+    last_sweep_ns: u64,
+}
+
+/// The merged view of one eventual table. Capacity, idle expiry and the
+/// state budget apply to this view, the table the NF sees: a worker's
+/// update of a key the view lacks reserves an entry there first.
 #[derive(Debug)]
 pub(crate) struct EventualShared {
     pub(crate) merge: Merge,
-    pub(crate) values: Mutex<HashMap<u64, u64>>,
+    bytes: Arc<SharedBytes>,
+    inner: Mutex<EventualInner>,
+}
+
+/// What [`EventualShared::add`] refused, at which item.
+pub(crate) enum AddRefusal {
+    Full(usize),
+    OverBudget(usize),
+    Negative(usize),
 }
 
 impl EventualShared {
+    fn set_limits(&self, spec: &TableSpec) {
+        let mut e = lock(&self.inner);
+        e.capacity = spec.capacity();
+        e.idle_timeout_ns = spec.idle_timeout_ns;
+    }
+
+    fn identity(&self) -> u64 {
+        match self.merge {
+            Merge::Min => u64::MAX,
+            Merge::Sum | Merge::Max => 0,
+        }
+    }
+
+    /// Records a worker's updates in `pending`; a key neither pending nor
+    /// in the merged view (live) reserves an entry, if the capacity and
+    /// the budget allow. One lock per call.
+    pub(crate) fn add(
+        &self,
+        pending: &mut HashMap<u64, Pending>,
+        keys: &[u64],
+        deltas: &[i64],
+        now: u64,
+    ) -> Result<(), AddRefusal> {
+        let mut e = lock(&self.inner);
+        let timeout = e.idle_timeout_ns;
+        for (i, (k, d)) in keys.iter().zip(deltas).enumerate() {
+            if *d < 0 {
+                return Err(AddRefusal::Negative(i));
+            }
+            let d = d.unsigned_abs();
+            if let Some(p) = pending.get_mut(k) {
+                p.value = self.merge.apply(p.value, d);
+                continue;
+            }
+            let live = e.values.get(k).is_some_and(|m| !stale(m.last_ns, now, timeout));
+            if !live {
+                if e.values.len() + e.reserved >= e.capacity {
+                    return Err(AddRefusal::Full(i));
+                }
+                if !self.bytes.try_charge(EVENTUAL_ENTRY) {
+                    return Err(AddRefusal::OverBudget(i));
+                }
+                e.reserved += 1;
+            }
+            pending.insert(*k, Pending { value: self.merge.apply(self.identity(), d), reserved: !live });
+        }
+        Ok(())
+    }
+
     /// Folds a worker's pending updates into the merged view.
-    pub(crate) fn merge_in(&self, pending: &mut HashMap<u64, u64>) {
+    pub(crate) fn merge_in(&self, pending: &mut HashMap<u64, Pending>, now: u64) {
         if pending.is_empty() {
             return;
         }
-        let mut values = lock(&self.values);
-        for (k, v) in pending.drain() {
-            let e = values.entry(k).or_insert(match self.merge {
-                Merge::Min => u64::MAX,
-                Merge::Sum | Merge::Max => 0,
-            });
-            *e = self.merge.apply(*e, v);
+        let identity = self.identity();
+        let mut e = lock(&self.inner);
+        let timeout = e.idle_timeout_ns;
+        for (k, p) in pending.drain() {
+            if p.reserved {
+                e.reserved = e.reserved.saturating_sub(1);
+            }
+            match e.values.get_mut(&k) {
+                Some(m) => {
+                    // An idle entry the sweep has not reached yet starts over.
+                    let base = if stale(m.last_ns, now, timeout) { identity } else { m.value };
+                    m.value = self.merge.apply(base, p.value);
+                    m.last_ns = now;
+                    if p.reserved {
+                        // Another worker's update created it first.
+                        self.bytes.free(EVENTUAL_ENTRY);
+                    }
+                }
+                None => {
+                    if !p.reserved {
+                        // The key expired after this update was made: keep
+                        // the update, charged now.
+                        self.bytes.charge(EVENTUAL_ENTRY);
+                    }
+                    e.values.insert(k, Merged { value: self.merge.apply(identity, p.value), last_ns: now });
+                }
+            }
+        }
+    }
+
+    /// Gives back the reservations of pending updates that will never be
+    /// merged (the worker's tables are dropped or cleared).
+    pub(crate) fn forget(&self, pending: &mut HashMap<u64, Pending>) {
+        let n = pending.drain().filter(|(_, p)| p.reserved).count();
+        if n > 0 {
+            let mut e = lock(&self.inner);
+            e.reserved = e.reserved.saturating_sub(n);
+            self.bytes.free(n * EVENTUAL_ENTRY);
         }
     }
 
     /// Reads keys from the merged view, combined with the worker's pending
-    /// updates.
-    pub(crate) fn read(&self, keys: &[u64], pending: &HashMap<u64, u64>, out: &mut Vec<u64>) {
-        let values = lock(&self.values);
+    /// updates; a read keeps a live entry from idling out.
+    pub(crate) fn read(&self, keys: &[u64], pending: &HashMap<u64, Pending>, now: u64, out: &mut Vec<u64>) {
+        let mut e = lock(&self.inner);
+        let timeout = e.idle_timeout_ns;
         for k in keys {
-            let merged = values.get(k).copied();
-            let local = pending.get(k).copied();
+            let merged = match e.values.get_mut(k) {
+                Some(m) if !stale(m.last_ns, now, timeout) => {
+                    m.last_ns = now;
+                    Some(m.value)
+                }
+                _ => None,
+            };
+            let local = pending.get(k).map(|p| p.value);
             out.push(match (merged, local) {
                 (Some(m), Some(l)) => self.merge.apply(m, l),
                 (Some(v), None) | (None, Some(v)) => v,
@@ -153,6 +339,41 @@ impl EventualShared {
             });
         }
     }
+
+    /// Entries in the merged view.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.inner).values.len()
+    }
+
+    /// Removes entries idle for longer than the table's timeout, if a
+    /// sweep is due (one worker sweeps for all). Returns how many were
+    /// removed and, if `notify`, the removed `(key, value)` pairs.
+    pub(crate) fn sweep(&self, now: u64, notify: bool, notes: &mut Vec<(u64, u64)>) -> u64 {
+        let mut e = lock(&self.inner);
+        let timeout = e.idle_timeout_ns;
+        if timeout == 0 || now.saturating_sub(e.last_sweep_ns) < (timeout / 8).max(1_000_000) {
+            return 0;
+        }
+        e.last_sweep_ns = now;
+        let mut n = 0u64;
+        e.values.retain(|k, m| {
+            if !stale(m.last_ns, now, timeout) {
+                return true;
+            }
+            n += 1;
+            if notify {
+                notes.push((*k, m.value));
+            }
+            false
+        });
+        self.bytes.free(n as usize * EVENTUAL_ENTRY);
+        n
+    }
+}
+
+/// Whether an entry last used at `last_ns` is idle at `now`.
+pub(crate) fn stale(last_ns: u64, now: u64, timeout: u64) -> bool {
+    timeout > 0 && now.saturating_sub(last_ns) > timeout
 }
 
 /// The most resources a worker takes from a pool at a time, whatever the
@@ -252,16 +473,33 @@ impl PoolInner {
 /// A release-consistency pool of integer resources.
 #[derive(Debug)]
 pub(crate) struct Pool {
+    /// Bindings are charged here: resource, value and overhead.
+    bytes: Arc<SharedBytes>,
     inner: Mutex<PoolInner>,
 }
 
+/// Bytes one binding costs.
+fn binding_cost(value: &[u8]) -> usize {
+    8 + value.len() + crate::tables::ENTRY_OVERHEAD
+}
+
 impl Pool {
-    /// Takes one resource per value for `worker` and binds it. Returns the
-    /// resources and how many values got none.
-    pub(crate) fn acquire<'a>(&self, worker: usize, values: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u64>) -> u64 {
+    /// Takes one resource per value for `worker` and binds it. Returns how
+    /// many values got none (the pool is exhausted), or the index of the
+    /// value the state budget had no room for (earlier ones are bound).
+    pub(crate) fn acquire<'a>(
+        &self,
+        worker: usize,
+        values: impl Iterator<Item = &'a [u8]>,
+        out: &mut Vec<u64>,
+    ) -> Result<u64, usize> {
         let mut p = lock(&self.inner);
         let mut short = 0;
-        for value in values {
+        for (i, value) in values.enumerate() {
+            if !self.bytes.try_charge(binding_cost(value)) {
+                p.exhausted += short;
+                return Err(i);
+            }
             let mut r = p.share(worker).pop();
             if r.is_none() {
                 p.refill(worker);
@@ -272,11 +510,14 @@ impl Pool {
                     p.bound.insert(r, Binding { value: value.to_vec(), worker });
                     out.push(r);
                 }
-                None => short += 1,
+                None => {
+                    self.bytes.free(binding_cost(value));
+                    short += 1;
+                }
             }
         }
         p.exhausted += short;
-        short
+        Ok(short)
     }
 
     /// Appends the framed values bound to `resources`.
@@ -294,7 +535,8 @@ impl Pool {
         let mut p = lock(&self.inner);
         let mut released = 0;
         for r in resources {
-            if p.bound.remove(r).is_some() {
+            if let Some(b) = p.bound.remove(r) {
+                self.bytes.free(binding_cost(&b.value));
                 p.share(worker).push(*r);
                 released += 1;
             }

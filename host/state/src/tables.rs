@@ -2,7 +2,7 @@
 
 use crate::HashMap;
 use crate::error::StateError;
-use crate::shared::{Domain, EventualShared, Pool};
+use crate::shared::{AddRefusal, Domain, EventualShared, Pending, Pool, stale};
 use crate::spec::{Access, Consistency, Kind, MAX_TABLES, Scope, TableSpec};
 use sluice_wire::FlowKey;
 use sluice_wire::abi::{frames, push_frame};
@@ -46,18 +46,16 @@ enum Store {
     FlowCounters(HashMap<FlowKey, Slot<u64>>),
     Bytes(HashMap<Box<[u8]>, Slot<Vec<u8>>>),
     FlowBytes(HashMap<FlowKey, Slot<Vec<u8>>>),
-    Eventual { pending: HashMap<u64, u64>, shared: Arc<EventualShared>, last_merge_ns: u64 },
+    Eventual { pending: HashMap<u64, Pending>, shared: Arc<EventualShared>, last_merge_ns: u64 },
     Pool(Arc<Pool>),
 }
 
 impl Store {
     fn new(spec: &TableSpec, domain: &Domain) -> Store {
         match (spec.scope, spec.kind, spec.consistency) {
-            (_, _, Consistency::Eventual { merge, .. }) => Store::Eventual {
-                pending: HashMap::default(),
-                shared: domain.eventual(&spec.name, merge),
-                last_merge_ns: 0,
-            },
+            (_, _, Consistency::Eventual { merge, .. }) => {
+                Store::Eventual { pending: HashMap::default(), shared: domain.eventual(spec, merge), last_merge_ns: 0 }
+            }
             (_, _, Consistency::Release { first, count, chunk }) => Store::Pool(domain.pool(spec, first, count, chunk)),
             (Scope::PerFlow, Kind::Counter, _) => Store::FlowCounters(HashMap::default()),
             (Scope::PerFlow, Kind::Bytes, _) => Store::FlowBytes(HashMap::default()),
@@ -72,7 +70,7 @@ impl Store {
             Store::FlowCounters(m) => m.len(),
             Store::Bytes(m) => m.len(),
             Store::FlowBytes(m) => m.len(),
-            Store::Eventual { pending, .. } => pending.len(),
+            Store::Eventual { shared, .. } => shared.len(),
             Store::Pool(_) => 0,
         }
     }
@@ -84,8 +82,8 @@ impl Store {
             Store::FlowCounters(m) => m.len() * (FlowKey::ENCODED_LEN + 8 + ENTRY_OVERHEAD),
             Store::Bytes(m) => m.iter().map(|(k, v)| k.len() + v.value.len() + ENTRY_OVERHEAD).sum(),
             Store::FlowBytes(m) => m.values().map(|v| FlowKey::ENCODED_LEN + v.value.len() + ENTRY_OVERHEAD).sum(),
-            Store::Eventual { pending, .. } => pending.len() * (16 + ENTRY_OVERHEAD),
-            Store::Pool(_) => 0,
+            // Charged to the domain's shared account.
+            Store::Eventual { .. } | Store::Pool(_) => 0,
         }
     }
 
@@ -95,7 +93,7 @@ impl Store {
             Store::FlowCounters(m) => m.clear(),
             Store::Bytes(m) => m.clear(),
             Store::FlowBytes(m) => m.clear(),
-            Store::Eventual { pending, .. } => pending.clear(),
+            Store::Eventual { pending, shared, .. } => shared.forget(pending),
             Store::Pool(_) => {}
         }
     }
@@ -155,14 +153,11 @@ fn idx(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
 
-fn stale(last_ns: u64, now: u64, timeout: u64) -> bool {
-    timeout > 0 && now.saturating_sub(last_ns) > timeout
-}
-
 impl Tables {
     /// Tables for a new worker of the NF whose shared state is `domain`,
     /// with a memory budget in bytes.
     pub fn new(domain: &Arc<Domain>, budget_bytes: usize) -> Self {
+        domain.set_budget(budget_bytes);
         Tables {
             worker: domain.attach(),
             domain: domain.clone(),
@@ -198,9 +193,17 @@ impl Tables {
         &self.meters
     }
 
-    /// Bytes charged against the budget.
+    /// Bytes this worker's own tables hold, charged against the budget
+    /// (shared tables are charged to the domain).
     pub fn used_bytes(&self) -> usize {
         self.used
+    }
+
+    /// Bytes to bill this worker for: its own tables, and for the
+    /// domain's first worker the shared tables too, so that summing every
+    /// worker's counts each byte once.
+    pub fn held_bytes(&self) -> usize {
+        if self.worker == 0 { self.used + self.domain.shared_bytes() } else { self.used }
     }
 
     /// The declared tables and their entry counts on this worker.
@@ -295,11 +298,21 @@ impl Tables {
                     _ => 0,
                 };
                 if now.saturating_sub(*last_merge_ns) >= interval {
-                    let before = pending.len();
-                    shared.merge_in(pending);
-                    self.used = self.used.saturating_sub(before * (16 + ENTRY_OVERHEAD));
+                    shared.merge_in(pending, now);
                     *last_merge_ns = now;
                     self.meters.merges += 1;
+                }
+                let notify = t.spec.notify_expired && t.declared;
+                let mut notes: Vec<(u64, u64)> = Vec::new();
+                self.meters.expired += shared.sweep(now, notify, &mut notes);
+                if !notes.is_empty() {
+                    notes.sort_unstable();
+                    let mut framed = Vec::new();
+                    for (k, v) in &notes {
+                        push_frame(&mut framed, &k.to_le_bytes());
+                        push_frame(&mut framed, &v.to_le_bytes());
+                    }
+                    self.expired.push((idx(i), framed));
                 }
                 continue;
             }
@@ -380,7 +393,7 @@ impl Tables {
     pub fn flush(&mut self) {
         for t in &mut self.tables {
             if let Store::Eventual { pending, shared, last_merge_ns } = &mut t.store {
-                shared.merge_in(pending);
+                shared.merge_in(pending, self.now_ns);
                 *last_merge_ns = self.now_ns;
                 self.meters.merges += 1;
             }
@@ -462,6 +475,10 @@ impl Tables {
             if spec.access == Access::ReadOnly {
                 // `init` is the only writer: it refills from empty.
                 t.store.clear();
+            }
+            if let (Store::Eventual { .. }, Consistency::Eventual { merge, .. }) = (&t.store, spec.consistency) {
+                // Capacity and expiry may change between versions.
+                let _ = self.domain.eventual(&spec, merge);
             }
             t.spec = spec;
             t.declared = true;
@@ -582,31 +599,11 @@ impl Tables {
                 }
                 r
             }
-            Store::Eventual { pending, shared, .. } => {
-                let merge = shared.merge;
-                let mut r = Ok(());
-                for (i, (k, d)) in keys.iter().zip(deltas).enumerate() {
-                    if *d < 0 {
-                        r = Err(StateError::BadInput(idx(i)));
-                        break;
-                    }
-                    let d = d.unsigned_abs();
-                    match pending.get_mut(k) {
-                        Some(v) => *v = merge.apply(*v, d),
-                        None => {
-                            match Self::charge(used, budget, pending.len(), cap, 16 + ENTRY_OVERHEAD, i) {
-                                Ok(total) => used = total,
-                                Err(e) => {
-                                    r = Err(e);
-                                    break;
-                                }
-                            }
-                            pending.insert(*k, d);
-                        }
-                    }
-                }
-                r
-            }
+            Store::Eventual { pending, shared, .. } => shared.add(pending, keys, deltas, now).map_err(|r| match r {
+                AddRefusal::Full(i) => StateError::Full(idx(i)),
+                AddRefusal::OverBudget(i) => StateError::OverBudget(idx(i)),
+                AddRefusal::Negative(i) => StateError::BadInput(idx(i)),
+            }),
             _ => Err(StateError::WrongKind),
         };
         self.used = used;
@@ -628,7 +625,7 @@ impl Tables {
         match &mut table.store {
             Store::Counters(m) => read_counters(m, keys, now, timeout, out),
             Store::FlowCounters(m) => read_counters(m, &flow_keys, now, timeout, out),
-            Store::Eventual { pending, shared, .. } => shared.read(keys, pending, out),
+            Store::Eventual { pending, shared, .. } => shared.read(keys, pending, now, out),
             _ => return Err(StateError::WrongKind),
         }
         self.meters.ops += keys.len() as u64;
@@ -802,10 +799,14 @@ impl Tables {
                 }
                 items.push(v);
             }
-            let short = pool.acquire(self.worker, items.iter().copied(), out);
             self.meters.ops += items.len() as u64;
-            self.meters.rejected += short;
-            Ok(())
+            match pool.acquire(self.worker, items.iter().copied(), out) {
+                Ok(short) => {
+                    self.meters.rejected += short;
+                    Ok(())
+                }
+                Err(item) => Err(StateError::OverBudget(idx(item))),
+            }
         })();
         self.account(r)
     }
@@ -914,5 +915,17 @@ fn clone_local(store: &Store, spec: &TableSpec, domain: &Domain) -> Store {
         Store::Bytes(m) => Store::Bytes(m.clone()),
         Store::FlowBytes(m) => Store::FlowBytes(m.clone()),
         Store::Eventual { .. } | Store::Pool(_) => Store::new(spec, domain),
+    }
+}
+
+impl Drop for Tables {
+    /// Gives back the entries this worker's unmerged updates reserved in
+    /// shared tables.
+    fn drop(&mut self) {
+        for t in &mut self.tables {
+            if let Store::Eventual { pending, shared, .. } = &mut t.store {
+                shared.forget(pending);
+            }
+        }
     }
 }

@@ -353,3 +353,126 @@ fn native_calls_reach_the_installed_tables() {
     assert_eq!(out, [5]);
     assert!(with_current(|_| ()).is_none());
 }
+
+/// Capacity counts the merged table, not a worker's pending updates: keys
+/// already in the table are always updated, new keys are refused once the
+/// table (over every worker) is full.
+#[test]
+fn eventual_capacity_bounds_the_merged_table_over_workers() {
+    let d = Domain::new();
+    let capped = TableSpec { capacity: 4, ..eventual("syn", Merge::Sum) };
+    let mut a = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let mut b = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let [ta] = declared(&mut a, std::slice::from_ref(&capped))[..] else { panic!() };
+    let [tb] = declared(&mut b, std::slice::from_ref(&capped))[..] else { panic!() };
+    a.begin_batch(&[], 1);
+    a.counter_add(ta, &[1, 2, 3], &[1, 1, 1]).unwrap();
+    b.begin_batch(&[], 1);
+    // One new key fits (3 reserved by a's pending updates), the next not.
+    assert_eq!(b.counter_add(tb, &[4, 5], &[1, 1]), Err(StateError::Full(1)));
+    a.end_batch(2);
+    b.end_batch(2);
+    assert_eq!(d.eventual_snapshot("syn").unwrap().len(), 4);
+    // A batch of more distinct sources than the capacity still counts the
+    // sources the table holds: every one of 8 SYNs of source 1 is counted.
+    for _ in 0..8 {
+        b.begin_batch(&[], 3);
+        assert_eq!(b.counter_add(tb, &[1, 6, 7, 8, 9], &[1, 1, 1, 1, 1]), Err(StateError::Full(1)));
+        b.end_batch(3);
+    }
+    let snap = d.eventual_snapshot("syn").unwrap();
+    assert_eq!(snap, vec![(1, 9), (2, 1), (3, 1), (4, 1)]);
+    assert_eq!(d.shared_bytes(), 4 * (16 + ENTRY_OVERHEAD));
+}
+
+/// The state budget holds for the merged table too, and its bytes are
+/// held (and billed) once, by the domain's first worker.
+#[test]
+fn eventual_tables_are_within_the_budget_and_counted_once() {
+    let d = Domain::new();
+    let per = 16 + ENTRY_OVERHEAD;
+    let budget = 1000 * per;
+    let big = TableSpec { capacity: u32::MAX, ..eventual("src", Merge::Sum) };
+    let mut workers: Vec<Tables> = (0..2).map(|_| Tables::new(&d, budget)).collect();
+    let handles: Vec<u32> = workers.iter_mut().map(|t| declared(t, std::slice::from_ref(&big))[0]).collect();
+    let mut refused = 0;
+    for round in 0..50u64 {
+        for (w, (t, h)) in workers.iter_mut().zip(&handles).enumerate() {
+            let keys: Vec<u64> = (0..64).map(|i| (round * 2 + w as u64) * 64 + i).collect();
+            t.begin_batch(&[], round);
+            if let Err(StateError::OverBudget(_)) = t.counter_add(*h, &keys, &[1; 64]) {
+                refused += 1;
+            }
+            t.end_batch(round);
+        }
+    }
+    assert!(refused > 0);
+    assert_eq!(d.eventual_snapshot("src").unwrap().len(), 1000);
+    assert_eq!(d.shared_bytes(), budget);
+    assert_eq!(workers[0].held_bytes(), budget);
+    assert_eq!(workers[1].held_bytes(), 0);
+}
+
+/// Idle expiry runs on the merged view: idle keys leave, their bytes are
+/// given back, and the NF gets them if it asked.
+#[test]
+fn eventual_entries_expire_on_packet_time() {
+    let d = Domain::new();
+    let s = TableSpec { idle_timeout_ns: 3_000_000_000, notify_expired: true, ..eventual("hits", Merge::Sum) };
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let [h] = declared(&mut t, &[s])[..] else { panic!() };
+    t.begin_batch(&[], 0);
+    t.counter_add(h, &[1, 2], &[5, 7]).unwrap();
+    t.end_batch(0);
+    // Key 2 stays in use; key 1 idles.
+    for s in 1..=6u64 {
+        let now = s * 1_000_000_000;
+        t.begin_batch(&[], now);
+        t.counter_add(h, &[2], &[1]).unwrap();
+        t.end_batch(now);
+    }
+    assert_eq!(d.eventual_snapshot("hits").unwrap(), vec![(2, 13)]);
+    assert_eq!(t.meters().expired, 1);
+    let expired = t.take_expired();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(unframe(&expired[0].1), vec![1u64.to_le_bytes().to_vec(), 5u64.to_le_bytes().to_vec()]);
+    let mut out = Vec::new();
+    t.counter_get(h, &[1, 2], &mut out).unwrap();
+    assert_eq!(out, vec![0, 13]);
+    assert_eq!(d.shared_bytes(), 16 + ENTRY_OVERHEAD);
+}
+
+/// A worker that goes away gives back what its unmerged updates reserved.
+#[test]
+fn dropped_workers_release_their_reservations() {
+    let d = Domain::new();
+    let never = Consistency::Eventual { merge: Merge::Sum, merge_interval_ns: u64::MAX };
+    let s = TableSpec { capacity: 2, consistency: never, ..eventual("x", Merge::Sum) };
+    let mut a = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let [h] = declared(&mut a, std::slice::from_ref(&s))[..] else { panic!() };
+    a.begin_batch(&[], 0);
+    a.counter_add(h, &[1, 2], &[1, 1]).unwrap();
+    drop(a);
+    assert_eq!(d.shared_bytes(), 0);
+    let mut b = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let [h] = declared(&mut b, &[s])[..] else { panic!() };
+    b.begin_batch(&[], 0);
+    assert_eq!(b.counter_add(h, &[3, 4], &[1, 1]), Ok(()));
+}
+
+/// Pool bindings hold the NF's values: they are charged to the budget.
+#[test]
+fn pool_bindings_are_charged_to_the_budget() {
+    let d = Domain::new();
+    let per = 8 + 64 + ENTRY_OVERHEAD;
+    let mut t = Tables::new(&d, 10 * per);
+    let [p] = declared(&mut t, &[pool("ports", 1000)])[..] else { panic!() };
+    let value = [7u8; 64];
+    let values: Vec<&[u8]> = vec![&value; 12];
+    let mut out = Vec::new();
+    assert_eq!(t.acquire(p, &framed(&values), &mut out), Err(StateError::OverBudget(10)));
+    assert_eq!(out.len(), 10);
+    assert_eq!(d.shared_bytes(), 10 * per);
+    t.release(p, &out[..5]).unwrap();
+    assert_eq!(d.shared_bytes(), 5 * per);
+}

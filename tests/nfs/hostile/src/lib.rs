@@ -24,6 +24,12 @@
 //! - `big-event`: emits a 4 MB event and 2,000 1 KiB events per batch;
 //! - `log-flood`: writes 100 `host-log` lines of 1 MB per batch;
 //! - `flow-flood`: keeps 4 KiB of flow state for every flow it sees;
+//! - `key-flood`: declares a global eventual counter table `keys` with
+//!   the largest capacity and adds 65,536 new keys per batch (10 M keys
+//!   after 153 batches): the state budget must hold it, with `over-budget`
+//!   errors the NF ignores;
+//! - `init-loop`: spins forever in `init` (the start deadline must stop
+//!   it);
 //! - `clash`: declares a table `totals` as per-flow bytes — incompatible
 //!   with the monitor's eventual counter table of that name — ignores the
 //!   error it gets, and otherwise forwards everything (a swap to it must
@@ -50,6 +56,7 @@ enum Mode {
     BigEvent,
     LogFlood,
     FlowFlood,
+    KeyFlood,
 }
 
 /// The hostile NF.
@@ -61,6 +68,7 @@ pub struct Hostile {
     hoard: Vec<Vec<u8>>,
     packets: Option<sluice_sdk::state::Counters>,
     pool: Option<sluice_sdk::state::Pool>,
+    keys: Option<sluice_sdk::state::Counters>,
 }
 
 /// Recursion the optimizer cannot turn into a loop, with everything in Wasm
@@ -96,6 +104,10 @@ impl NetworkFunction for Hostile {
             "big-event" => Mode::BigEvent,
             "log-flood" => Mode::LogFlood,
             "flow-flood" => Mode::FlowFlood,
+            "key-flood" => Mode::KeyFlood,
+            "init-loop" => loop {
+                black_box(());
+            },
             "reject" => return Err("hostile: config rejected on purpose (mode 'reject')".into()),
             other => return Err(format!("hostile: unknown mode '{other}'")),
         };
@@ -130,7 +142,14 @@ impl NetworkFunction for Hostile {
         if mode == Mode::Clash {
             let _ = sluice_sdk::state::declare(sluice_sdk::state::TableSpec::per_flow_bytes("totals", 8));
         }
-        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new(), packets, pool }, info))
+        let keys = if mode == Mode::KeyFlood {
+            use sluice_sdk::state::{Counters, Merge, TableSpec};
+            let spec = TableSpec::eventual_counter("keys", Merge::Sum, 0).capacity(u32::MAX);
+            Some(Counters::declare(spec).map_err(|e| format!("hostile: {e}"))?)
+        } else {
+            None
+        };
+        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new(), packets, pool, keys }, info))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -213,6 +232,16 @@ impl NetworkFunction for Hostile {
                 let line = "l".repeat(1 << 20);
                 for _ in 0..100 {
                     sluice_sdk::log(sluice_sdk::Level::Warn, &line);
+                }
+                Ok(())
+            }
+            Mode::KeyFlood => {
+                const PER_BATCH: u64 = 65_536;
+                let first = self.seen * PER_BATCH;
+                let keys: Vec<u64> = (first..first + PER_BATCH).collect();
+                if let Some(t) = &self.keys {
+                    // Refusals are the point: keep going.
+                    let _ = t.add(&keys, &vec![1; keys.len()]);
                 }
                 Ok(())
             }
