@@ -709,6 +709,24 @@ pub struct LimitsIn {
     pub deadline_ms: Option<u64>,
     /// Memory cap, MiB (1 to the hosts' memory slot, 256 by default).
     pub memory_mb: Option<u64>,
+    /// CPU deadline of starting an instance (instantiation and `init`),
+    /// ms (1-30000; hosts default to 1000). Language runtimes restoring a
+    /// snapshot (Python, JavaScript) need tens of milliseconds.
+    pub start_deadline_ms: Option<u64>,
+    /// Fuel (about one Wasm instruction) per batch call, 0 to 10^12; 0:
+    /// unlimited. Counted only on hosts that compile fuel metering in.
+    pub fuel: Option<u64>,
+    /// Most flows with state per worker (1-16777216).
+    pub max_flows: Option<u64>,
+    /// Largest state value of one flow, bytes (1-65536).
+    pub max_flow_state_bytes: Option<u64>,
+    /// State budget, MiB (1 to the gateway's `max-state-budget-mb`, 1024
+    /// by default): each instance's own tables and flow state, and once
+    /// more the NF's shared tables on a host.
+    pub state_budget_mb: Option<u64>,
+    /// Log lines per second per instance (0-10000); more are dropped and
+    /// counted.
+    pub log_lines_per_second: Option<u32>,
 }
 
 /// One NF of a chain.
@@ -923,6 +941,8 @@ pub struct NfOut {
     pub next: Option<String>,
     /// Label routes.
     pub labels: BTreeMap<u16, String>,
+    /// The limits it asked for (unset ones: the hosts' defaults).
+    pub limits: LimitsIn,
 }
 
 /// A deployment's state on one host.
@@ -1013,6 +1033,17 @@ fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
             config: n.config,
             next: n.next,
             labels: n.labels,
+            limits: LimitsIn {
+                failure_policy: n.limits.failure_policy,
+                deadline_ms: n.limits.deadline_ms,
+                memory_mb: n.limits.memory_mb,
+                start_deadline_ms: n.limits.start_deadline_ms,
+                fuel: n.limits.fuel,
+                max_flows: n.limits.max_flows,
+                max_flow_state_bytes: n.limits.max_flow_state_bytes,
+                state_budget_mb: n.limits.state_budget_mb,
+                log_lines_per_second: n.limits.log_lines_per_second,
+            },
         })
         .collect();
     DeploymentOut {
@@ -1038,22 +1069,38 @@ fn config_text(v: Option<serde_json::Value>) -> String {
     }
 }
 
-fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64) -> Result<NfLimitsSpec, ApiError> {
+fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64, max_state_mb: u64) -> Result<NfLimitsSpec, ApiError> {
     if let Some(p) = &l.failure_policy
         && p != "fail-open"
         && p != "fail-closed"
     {
         return Err(ApiError::bad_request(format!("NF '{nf}': failure_policy '{p}' must be fail-open or fail-closed")));
     }
-    if l.deadline_ms.is_some_and(|d| !(1..=1000).contains(&d)) {
-        return Err(ApiError::bad_request(format!("NF '{nf}': deadline_ms must be 1-1000")));
-    }
-    if l.memory_mb.is_some_and(|m| !(1..=max_memory_mb).contains(&m)) {
-        return Err(ApiError::bad_request(format!(
-            "NF '{nf}': memory_mb must be 1-{max_memory_mb} (the hosts' memory slot per instance)"
-        )));
-    }
-    Ok(NfLimitsSpec { failure_policy: l.failure_policy, deadline_ms: l.deadline_ms, memory_mb: l.memory_mb })
+    let check = |field: &str, v: Option<u64>, lo: u64, hi: u64, what: &str| match v {
+        Some(v) if !(lo..=hi).contains(&v) => {
+            Err(ApiError::bad_request(format!("NF '{nf}': {field} must be {lo}-{hi}{what}, not {v}")))
+        }
+        _ => Ok(()),
+    };
+    check("deadline_ms", l.deadline_ms, 1, 1000, "")?;
+    check("memory_mb", l.memory_mb, 1, max_memory_mb, " (the hosts' memory slot per instance)")?;
+    check("start_deadline_ms", l.start_deadline_ms, 1, 30_000, "")?;
+    check("fuel", l.fuel, 0, 1_000_000_000_000, " (0: unlimited)")?;
+    check("max_flows", l.max_flows, 1, 1 << 24, "")?;
+    check("max_flow_state_bytes", l.max_flow_state_bytes, 1, 65_536, "")?;
+    check("state_budget_mb", l.state_budget_mb, 1, max_state_mb, " (the gateway's max-state-budget-mb)")?;
+    check("log_lines_per_second", l.log_lines_per_second.map(u64::from), 0, 10_000, "")?;
+    Ok(NfLimitsSpec {
+        failure_policy: l.failure_policy,
+        deadline_ms: l.deadline_ms,
+        memory_mb: l.memory_mb,
+        start_deadline_ms: l.start_deadline_ms,
+        fuel: l.fuel,
+        max_flows: l.max_flows,
+        max_flow_state_bytes: l.max_flow_state_bytes,
+        state_budget_mb: l.state_budget_mb,
+        log_lines_per_second: l.log_lines_per_second,
+    })
 }
 
 /// Resolves a request into the chain hosts will run, checking every module
@@ -1123,7 +1170,12 @@ async fn resolve(
             config: config_text(nf.config.clone()),
             next: nf.next.clone(),
             labels: nf.labels.clone(),
-            limits: limits_spec(nf.limits.clone(), &name, st.runtime.config().max_memory_bytes >> 20)?,
+            limits: limits_spec(
+                nf.limits.clone(),
+                &name,
+                st.runtime.config().max_memory_bytes >> 20,
+                st.config.max_state_budget_mb,
+            )?,
         });
     }
     // Without explicit routes, a chain is linear.
@@ -1213,6 +1265,10 @@ async fn trial_start(st: &AppState, placements: &[NfPlacement], routes: Vec<Rout
                 .load(&p.name, bytes)
                 .map_err(|e| ApiError::unprocessable("invalid_component", e.to_string()))?;
             let mut limits = NfLimits { deadline: Duration::from_secs(1), ..NfLimits::default() };
+            // Told at deploy time when its own start deadline is too short.
+            if let Some(ms) = p.limits.start_deadline_ms {
+                limits.start_deadline = Duration::from_millis(ms);
+            }
             if p.limits.failure_policy.as_deref() == Some("fail-open") {
                 limits.failure_policy = FailurePolicy::FailOpen;
             }
@@ -1573,6 +1629,13 @@ pub struct UsageRow {
     pub errors: u64,
     /// Events emitted.
     pub events: u64,
+    /// State held (the NF's tables and flow state: keys, values and a
+    /// fixed per-entry overhead) times the time it was held, byte-ms.
+    #[serde(default)]
+    pub state_byte_ms: u64,
+    /// The same in GB-hours (10^9 bytes for an hour), as billed.
+    #[serde(default)]
+    pub state_gb_hours: f64,
     /// Meter records summed.
     pub records: u64,
 }
@@ -1593,6 +1656,8 @@ fn usage_row(u: UsageSums, names: &BTreeMap<String, String>) -> UsageRow {
         trap_causes: u.trap_causes,
         errors: u.sums.errors,
         events: u.sums.events,
+        state_byte_ms: u.sums.state_byte_ms,
+        state_gb_hours: billing::gb_hours(u.sums.state_byte_ms),
         records: u.records,
     }
 }

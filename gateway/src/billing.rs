@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 /// One priced item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BillLine {
-    /// `packets`, `data`, `cpu`, `invocations`.
+    /// `packets`, `data`, `cpu`, `invocations`, `state`.
     pub item: String,
     /// Unit of `quantity`, `included`, `billable`.
     pub unit: String,
@@ -27,6 +27,11 @@ pub struct BillLine {
 /// Rounds to cents.
 fn cents(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
+}
+
+/// Byte-milliseconds of state in GB-hours (10^9 bytes held for an hour).
+pub fn gb_hours(byte_ms: u64) -> f64 {
+    byte_ms as f64 / 3.6e15
 }
 
 /// The priced lines for usage totals.
@@ -61,6 +66,7 @@ pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
             inc.invocations as f64 / 1e6,
             plan.per_million_invocations,
         ),
+        line("state", "GB-hours", gb_hours(total.sums.state_byte_ms), inc.state_gb_hours, plan.per_gb_hour_state),
     ]
 }
 
@@ -128,7 +134,22 @@ mod tests {
         assert!((l[2].billable - 2.0).abs() < 1e-9);
         assert_eq!(l[2].amount, 0.2);
         assert_eq!(l[3].amount, 0.0);
+        assert_eq!(l[4].item, "state");
+        assert_eq!(l[4].amount, 0.0);
         assert_eq!(total(&l), 0.3);
+    }
+
+    #[test]
+    fn state_is_priced_per_gb_hour_after_its_allowance() {
+        let plan = PricePlan { per_gb_hour_state: 0.5, ..PricePlan::default() };
+        // 2 GB held for 3 hours: 6 GB-hours, 1 included.
+        let sums = sluice_control::MeterSums { state_byte_ms: 2_000_000_000 * 3 * 3_600_000, ..Default::default() };
+        let l = lines(&plan, &UsageSums { sums, ..Default::default() });
+        let state = l.iter().find(|l| l.item == "state").unwrap();
+        assert_eq!(state.unit, "GB-hours");
+        assert!((state.quantity - 6.0).abs() < 1e-9);
+        assert!((state.billable - 5.0).abs() < 1e-9);
+        assert_eq!(state.amount, 2.5);
     }
 
     #[test]

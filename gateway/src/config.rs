@@ -99,11 +99,13 @@ pub struct Included {
     pub cpu_seconds: f64,
     /// NF invocations (batches).
     pub invocations: u64,
+    /// GB-hours of NF state (10^9 bytes held for an hour).
+    pub state_gb_hours: f64,
 }
 
 impl Default for Included {
     fn default() -> Self {
-        Included { packets: 1_000_000, gb: 1.0, cpu_seconds: 10.0, invocations: 100_000 }
+        Included { packets: 1_000_000, gb: 1.0, cpu_seconds: 10.0, invocations: 100_000, state_gb_hours: 1.0 }
     }
 }
 
@@ -121,6 +123,8 @@ pub struct PricePlan {
     pub per_cpu_second: f64,
     /// Price per million invocations.
     pub per_million_invocations: f64,
+    /// Price per GB-hour of NF state (tables and flow state held on hosts).
+    pub per_gb_hour_state: f64,
     /// Allowances.
     pub included: Included,
 }
@@ -133,6 +137,7 @@ impl Default for PricePlan {
             per_gb: 0.02,
             per_cpu_second: 0.10,
             per_million_invocations: 0.20,
+            per_gb_hour_state: 0.01,
             included: Included::default(),
         }
     }
@@ -154,6 +159,10 @@ pub struct GatewayConfig {
     /// Largest module accepted, MiB.
     #[serde(default = "default_max_module_mb")]
     pub max_module_mb: u64,
+    /// Largest state budget a deployment may give an NF, MiB
+    /// (`limits.state_budget_mb`).
+    #[serde(default = "default_max_state_budget_mb")]
+    pub max_state_budget_mb: u64,
     /// Cluster name.
     #[serde(default = "default_cluster")]
     pub cluster: String,
@@ -252,6 +261,9 @@ fn default_listen() -> String {
 fn default_data_dir() -> PathBuf {
     PathBuf::from("sluice-data")
 }
+fn default_max_state_budget_mb() -> u64 {
+    1024
+}
 fn default_max_module_mb() -> u64 {
     32
 }
@@ -269,6 +281,7 @@ impl Default for GatewayConfig {
             data_dir: default_data_dir(),
             admin_token: None,
             max_module_mb: default_max_module_mb(),
+            max_state_budget_mb: default_max_state_budget_mb(),
             cluster: default_cluster(),
             nats: default_nats(),
             nats_nkey: None,
@@ -352,6 +365,9 @@ impl GatewayConfig {
             )),
             Some(t) if t.len() < 8 => Err(ConfigError::Invalid("the admin token must be at least 8 characters".into())),
             Some(_) if self.max_module_mb == 0 => Err(ConfigError::Invalid("max-module-mb must be at least 1".into())),
+            Some(_) if self.max_state_budget_mb == 0 => {
+                Err(ConfigError::Invalid("max-state-budget-mb must be at least 1".into()))
+            }
             Some(_) if self.quotas.compiles == 0 || self.quotas.uploads_in_flight == 0 => {
                 Err(ConfigError::Invalid("quotas.compiles and quotas.uploads-in-flight must be at least 1".into()))
             }

@@ -216,6 +216,7 @@ mod tests {
             window_end_ms: 2,
             sums: MeterSums { traps, ..Default::default() },
             trap_causes: causes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            state_bytes: 0,
         }
     }
 

@@ -625,8 +625,9 @@ impl Store {
         {
             let mut st = tx.prepare_cached(
                 "INSERT OR IGNORE INTO meters (id, tenant_id, deployment_id, host, nf, module, version, digest, window_start_ms, window_end_ms,
-                 invocations, packets, bytes, cpu_ns, state_ops, traps, errors, events, received_ms, trap_causes)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                 invocations, packets, bytes, cpu_ns, state_ops, traps, errors, events, received_ms, trap_causes,
+                 state_byte_ms, state_bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
             )?;
             for r in recs {
                 new += st.execute(params![
@@ -649,7 +650,9 @@ impl Store {
                     i(r.sums.errors),
                     i(r.sums.events),
                     now_ms,
-                    serde_json::to_string(&r.trap_causes).unwrap_or_else(|_| "{}".into())
+                    serde_json::to_string(&r.trap_causes).unwrap_or_else(|_| "{}".into()),
+                    i(r.sums.state_byte_ms),
+                    i(r.state_bytes)
                 ])?;
             }
         }
@@ -663,7 +666,7 @@ impl Store {
         let db = self.db();
         let mut st = db.prepare(
             "SELECT nf, module, version, deployment_id, SUM(invocations), SUM(packets), SUM(bytes), SUM(cpu_ns), SUM(state_ops),
-                    SUM(traps), SUM(errors), SUM(events), COUNT(*)
+                    SUM(traps), SUM(errors), SUM(events), COUNT(*), SUM(state_byte_ms)
              FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
              GROUP BY deployment_id, nf, module, version ORDER BY deployment_id, nf, module, version",
         )?;
@@ -682,6 +685,7 @@ impl Store {
                     traps: u(r.get(9)?),
                     errors: u(r.get(10)?),
                     events: u(r.get(11)?),
+                    state_byte_ms: u(r.get(13)?),
                 },
                 records: u(r.get(12)?),
                 trap_causes: BTreeMap::new(),
@@ -851,6 +855,7 @@ mod tests {
                 ..Default::default()
             },
             trap_causes: Default::default(),
+            state_bytes: 0,
         }
     }
 
@@ -866,6 +871,20 @@ mod tests {
         assert_eq!(u[0].records, 3);
         assert!(s.usage("t2", 0, 10_000).unwrap().is_empty());
         assert!(s.usage("t1", 1001, 10_000).unwrap().is_empty());
+    }
+
+    #[test]
+    fn state_byte_ms_is_summed_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        let mut a = rec("a", 1);
+        a.sums.state_byte_ms = u64::MAX / 4;
+        a.state_bytes = 4096;
+        let mut b = rec("b", 1);
+        b.sums.state_byte_ms = 7;
+        s.insert_meters(&[a, b], 0).unwrap();
+        let u = s.usage("t1", 0, 10_000).unwrap();
+        assert_eq!(u[0].sums.state_byte_ms, u64::MAX / 4 + 7);
     }
 
     #[test]

@@ -532,3 +532,93 @@ fn host_sections_cap_the_nfs_of_their_name() {
     assert!(reason.contains("memory"), "{reason}");
     host.term();
 }
+
+/// Every per-NF limit a host has can be asked for through the API (and
+/// `sluice deploy`), reaches the deployment's spec, and is bounded: an
+/// out-of-range value is a 422 naming the NF and the field.
+#[test]
+fn every_nf_limit_goes_through_the_api_and_the_cli_within_bounds() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let (_, key) = api.tenant("t");
+    assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let limits = json!({
+        "failure_policy": "fail-open", "deadline_ms": 20, "memory_mb": 32, "start_deadline_ms": 2500,
+        "fuel": 0, "max_flows": 1000, "max_flow_state_bytes": 128, "state_budget_mb": 8, "log_lines_per_second": 5
+    });
+    let r = api.post(Some(&key), "/v1/deployments", &json!({ "name": "a", "module": "counter@1", "limits": limits }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let d = api.get(Some(&key), "/v1/deployments/a").body;
+    for (k, v) in limits.as_object().unwrap() {
+        assert_eq!(&d["nfs"][0]["limits"][k], v, "{k}: {d}");
+    }
+    for (field, bad) in [
+        ("start_deadline_ms", json!(0)),
+        ("start_deadline_ms", json!(30_001)),
+        ("fuel", json!(1_000_000_000_001u64)),
+        ("max_flows", json!(0)),
+        ("max_flow_state_bytes", json!(65_537)),
+        ("state_budget_mb", json!(1025)),
+        ("log_lines_per_second", json!(10_001)),
+        ("deadline_ms", json!(1001)),
+    ] {
+        let r = api.post(
+            Some(&key),
+            "/v1/deployments",
+            &json!({ "name": "b", "module": "counter@1", "limits": { field: bad } }),
+        );
+        assert!(r.status == 400 || r.status == 422, "{field}={bad}: {} {}", r.status, r.body);
+        let text = r.body.to_string();
+        assert!(text.contains(field) && text.contains("'counter'"), "{field}: {text}");
+    }
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "b", "module": "counter@1", "limits": { "stack_mb": 1 } }),
+    );
+    assert!(r.status == 400 || r.status == 422, "{} {}", r.status, r.body);
+    // An `init` that never returns is stopped by the start deadline at the
+    // gateway's trial start, and the error names the limit to raise.
+    assert_eq!(api.upload(Some(&key), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "slow", "module": "hostile@1", "config": "init-loop", "limits": { "start_deadline_ms": 100 } }),
+    );
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(r.body.to_string().contains("exceeded the start deadline of 100 ms"), "{}", r.body);
+    // The CLI sends the same limits for every NF of the deployment.
+    let out = std::process::Command::new(sibling_bin("sluice"))
+        .args([
+            "deploy",
+            "c",
+            "-m",
+            "counter@1",
+            "--start-deadline-ms",
+            "2000",
+            "--state-budget-mb",
+            "8",
+            "--wait",
+            "0",
+        ])
+        .args(["--failure-policy", "fail-open", "--fuel", "0", "--max-flows", "10"])
+        .env("SLUICE_URL", &api.base)
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let d = api.get(Some(&key), "/v1/deployments/c").body;
+    let l = &d["nfs"][0]["limits"];
+    assert_eq!((l["start_deadline_ms"].as_u64(), l["state_budget_mb"].as_u64()), (Some(2000), Some(8)), "{d}");
+    assert_eq!((l["failure_policy"].as_str(), l["max_flows"].as_u64()), (Some("fail-open"), Some(10)), "{d}");
+    // Out of range is refused before anything is sent.
+    let out = std::process::Command::new(sibling_bin("sluice"))
+        .args(["deploy", "d", "-m", "counter@1", "--start-deadline-ms", "0"])
+        .env("SLUICE_URL", &api.base)
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("start-deadline-ms"));
+}

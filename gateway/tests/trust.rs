@@ -70,6 +70,7 @@ fn forged_record(id: &str, host: &str, tenant: &str, deployment: &str) -> MeterR
         window_end_ms: 2,
         sums: MeterSums { invocations: 1, packets: 1_000_000_000_000, bytes: 1 << 40, ..Default::default() },
         trap_causes: Default::default(),
+        state_bytes: 0,
     }
 }
 

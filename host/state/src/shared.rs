@@ -238,7 +238,8 @@ impl EventualShared {
 
     /// Records a worker's updates in `pending`; a key neither pending nor
     /// in the merged view (live) reserves an entry, if the capacity and
-    /// the budget allow. One lock per call.
+    /// the budget allow. Keys already pending take no lock; the first
+    /// other key takes the view's lock for the rest of the call.
     pub(crate) fn add(
         &self,
         pending: &mut HashMap<u64, Pending>,
@@ -246,8 +247,7 @@ impl EventualShared {
         deltas: &[i64],
         now: u64,
     ) -> Result<(), AddRefusal> {
-        let mut e = lock(&self.inner);
-        let timeout = e.idle_timeout_ns;
+        let mut guard: Option<MutexGuard<'_, EventualInner>> = None;
         for (i, (k, d)) in keys.iter().zip(deltas).enumerate() {
             if *d < 0 {
                 return Err(AddRefusal::Negative(i));
@@ -257,6 +257,8 @@ impl EventualShared {
                 p.value = self.merge.apply(p.value, d);
                 continue;
             }
+            let e = guard.get_or_insert_with(|| lock(&self.inner));
+            let timeout = e.idle_timeout_ns;
             let live = e.values.get(k).is_some_and(|m| !stale(m.last_ns, now, timeout));
             if !live {
                 if e.values.len() + e.reserved >= e.capacity {

@@ -96,6 +96,10 @@ enum Command {
         /// (`"attach": []` in a --spec removes them).
         #[arg(long = "attach", value_name = "port=N[,vlan=V][,dst=PREFIX][,out=N]")]
         attach: Vec<String>,
+        /// Limits for every NF of the deployment (with --module; a --spec
+        /// gives them per NF). Unset ones take the hosts' defaults.
+        #[command(flatten)]
+        limits: LimitFlags,
         /// Wait up to this many seconds for every host to run it.
         #[arg(long, default_value_t = 30)]
         wait: u64,
@@ -278,6 +282,61 @@ enum NfCommand {
     },
 }
 
+/// Per-NF limits of `sluice deploy`, applied to every NF of the deployment.
+#[derive(Debug, clap::Args)]
+struct LimitFlags {
+    /// CPU deadline of one batch, ms (1-1000; hosts default to 10).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    deadline_ms: Option<u64>,
+    /// CPU deadline of starting an instance (instantiation and init), ms
+    /// (1-30000; hosts default to 1000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=30_000))]
+    start_deadline_ms: Option<u64>,
+    /// What a failed batch becomes.
+    #[arg(long, value_parser = ["fail-open", "fail-closed"])]
+    failure_policy: Option<String>,
+    /// Linear memory cap, MiB.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    memory_mb: Option<u64>,
+    /// State budget, MiB (tables and flow state).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    state_budget_mb: Option<u64>,
+    /// Fuel per batch call (0: unlimited).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000_000))]
+    fuel: Option<u64>,
+    /// Most flows with state per worker.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16_777_216))]
+    max_flows: Option<u64>,
+    /// Largest state value of one flow, bytes.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    max_flow_state_bytes: Option<u64>,
+    /// Log lines per second per instance.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    log_lines_per_second: Option<u32>,
+}
+
+impl LimitFlags {
+    /// The limits given, as the API's `limits` object.
+    fn to_json(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                m.insert(k.into(), v);
+            }
+        };
+        put("deadline_ms", self.deadline_ms.map(Value::from));
+        put("start_deadline_ms", self.start_deadline_ms.map(Value::from));
+        put("failure_policy", self.failure_policy.clone().map(Value::from));
+        put("memory_mb", self.memory_mb.map(Value::from));
+        put("state_budget_mb", self.state_budget_mb.map(Value::from));
+        put("fuel", self.fuel.map(Value::from));
+        put("max_flows", self.max_flows.map(Value::from));
+        put("max_flow_state_bytes", self.max_flow_state_bytes.map(Value::from));
+        put("log_lines_per_second", self.log_lines_per_second.map(Value::from));
+        m
+    }
+}
+
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -446,7 +505,11 @@ fn run() -> Result<()> {
             tenant().delete(&format!("/v1/modules/{}", encode(&module)))?;
             println!("deleted {module}");
         }
-        Command::Deploy { name, modules, config_files, spec, group, attach, wait } => {
+        Command::Deploy { name, modules, config_files, spec, group, attach, limits, wait } => {
+            let limits = limits.to_json();
+            if spec.is_some() && !limits.is_empty() {
+                anyhow::bail!("with --spec, give the limits per NF in the spec (\"limits\": {{...}})");
+            }
             // Attachments are checked here first, so a typo fails before
             // anything is sent.
             let attach = attach
@@ -479,7 +542,7 @@ fn run() -> Result<()> {
                             ),
                             None => Value::Null,
                         };
-                        nfs.push(json!({ "module": m, "config": config }));
+                        nfs.push(json!({ "module": m, "config": config, "limits": Value::Object(limits.clone()) }));
                     }
                     json!({ "nfs": nfs })
                 }
