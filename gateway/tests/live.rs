@@ -502,3 +502,108 @@ fn two_workers_each_run_every_deployment_and_usage_adds_up() {
             .then_some(())
     });
 }
+
+/// A deployment whose NFs cannot start on the host (here: the host caps
+/// its memory below what the module needs) keeps its claim on its traffic
+/// there: with `--unmatched forward`, its packets are dropped and counted,
+/// never forwarded past NFs that are not running; the host retries the
+/// start with back-off and says so in the status.
+#[test]
+fn a_deployment_that_cannot_start_keeps_its_traffic_and_is_retried() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (_, a) = edge_tenant(&api, "alpha");
+    let (_, b) = edge_tenant(&api, "bravo");
+    assert_eq!(api.upload(Some(&a), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&b), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let d = api.post(
+        Some(&a),
+        "/v1/deployments",
+        &json!({ "name": "stuck", "group": "edge", "module": "hostile@1", "config": "error:1000000", "attach": ["port=0,vlan=100"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    let d = api.post(
+        Some(&b),
+        "/v1/deployments",
+        &json!({ "name": "count", "group": "edge", "module": "counter@1", "attach": ["port=0,vlan=200"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    let input = vlan_trace(dir.path(), "tagged.pcap", 600, "100,200,0");
+    let expected = per_vlan(&input);
+    let total: u64 = expected.values().sum();
+    let (out, report) = (dir.path().join("out.pcap"), dir.path().join("h1.json"));
+    let host_conf = dir.path().join("host.toml");
+    std::fs::write(&host_conf, "[nf.hostile]\nmemory-mb = 1\n").unwrap();
+    let mut args =
+        vec!["--config".to_string(), host_conf.to_str().unwrap().to_string(), "--unmatched".into(), "forward".into()];
+    args.extend(live_args(dir.path(), "h1", &input, &out, false, &report));
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
+    api.wait_running(&b, "count", 1);
+    // The start is retried: the status names the failed attempt.
+    let stuck = wait_for(30, "a second failed attempt", || {
+        let d = api.get(Some(&a), "/v1/deployments/stuck").body;
+        let text = d.to_string();
+        (d["status"] == "failed" && text.contains("attempt 2")).then_some(d)
+    });
+    assert!(stuck.to_string().contains("the host retries in"), "{stuck}");
+    wait_for(60, "the host to take the whole capture", || {
+        let r = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())?;
+        let seen: u64 = r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum();
+        (seen + r["unmatched"].as_u64()? + r["not_running"].as_u64()? == total).then_some(())
+    });
+    host.term();
+    let rep = host_report(&report);
+    assert_eq!(rep["not_running"].as_u64(), expected.get(&Some(100)).copied(), "{rep}");
+    assert_eq!(rep["unmatched"].as_u64(), expected.get(&None).copied(), "{rep}");
+    // Out of the port: bravo's VLAN and the unclaimed untagged traffic
+    // (forward policy), nothing of alpha's VLAN.
+    let got = per_vlan(&out);
+    assert_eq!(got.get(&Some(100)), None, "{got:?}");
+    assert_eq!(got.get(&Some(200)), expected.get(&Some(200)), "{got:?}");
+    assert_eq!(got.get(&None), expected.get(&None), "{got:?}");
+    assert_eq!(usage_packets(&api, &a), 0);
+}
+
+/// An NF that rewrites its packets' VLAN tag into another tenant's VLAN
+/// gets them refused (`refused_egress`): nothing of alpha's leaves in
+/// bravo's VLAN.
+#[test]
+fn an_nf_cannot_retag_packets_into_another_tenants_vlan() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (_, a) = edge_tenant(&api, "alpha");
+    let (_, b) = edge_tenant(&api, "bravo");
+    assert_eq!(api.upload(Some(&a), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&b), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let d = api.post(
+        Some(&a),
+        "/v1/deployments",
+        &json!({ "name": "retag", "group": "edge", "module": "hostile@1", "config": "retag", "attach": ["port=0,vlan=100"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    let d = api.post(
+        Some(&b),
+        "/v1/deployments",
+        &json!({ "name": "count", "group": "edge", "module": "counter@1", "attach": ["port=0,vlan=200"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    let input = vlan_trace(dir.path(), "tagged.pcap", 300, "100,200");
+    let expected = per_vlan(&input);
+    let total: u64 = expected.values().sum();
+    let (out, report) = (dir.path().join("out.pcap"), dir.path().join("h1.json"));
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &live_args(dir.path(), "h1", &input, &out, false, &report));
+    api.wait_running(&a, "retag", 1);
+    api.wait_running(&b, "count", 1);
+    wait_taken(&report, total, "the host to take the whole capture");
+    host.term();
+    let rep = host_report(&report);
+    assert_eq!(rep["refused_egress"].as_u64(), expected.get(&Some(100)).copied(), "{rep}");
+    // Only bravo's own packets leave in VLAN 200.
+    let got = per_vlan(&out);
+    assert_eq!(got.get(&Some(200)), expected.get(&Some(200)), "{got:?}");
+    assert_eq!(got.get(&Some(100)), None, "{got:?}");
+}

@@ -28,6 +28,9 @@
 //!   the largest capacity and adds 65,536 new keys per batch (10 M keys
 //!   after 153 batches): the state budget must hold it, with `over-budget`
 //!   errors the NF ignores;
+//! - `retag`: rewrites the outer 802.1Q VLAN id of every tagged frame to
+//!   200 and forwards it (the host must refuse moving packets into a VLAN
+//!   that is not the deployment's);
 //! - `init-loop`: spins forever in `init` (the start deadline must stop
 //!   it);
 //! - `clash`: declares a table `totals` as per-flow bytes — incompatible
@@ -57,6 +60,7 @@ enum Mode {
     LogFlood,
     FlowFlood,
     KeyFlood,
+    Retag,
 }
 
 /// The hostile NF.
@@ -105,6 +109,7 @@ impl NetworkFunction for Hostile {
             "log-flood" => Mode::LogFlood,
             "flow-flood" => Mode::FlowFlood,
             "key-flood" => Mode::KeyFlood,
+            "retag" => Mode::Retag,
             "init-loop" => loop {
                 black_box(());
             },
@@ -242,6 +247,17 @@ impl NetworkFunction for Hostile {
                 if let Some(t) = &self.keys {
                     // Refusals are the point: keep going.
                     let _ = t.add(&keys, &vec![1; keys.len()]);
+                }
+                Ok(())
+            }
+            Mode::Retag => {
+                for i in 0..batch.len() {
+                    batch.edit(i, |d| {
+                        if d.len() >= 16 && d[12..14] == [0x81, 0x00] {
+                            let tci = u16::from_be_bytes([d[14], d[15]]) & 0xf000 | 200;
+                            d[14..16].copy_from_slice(&tci.to_be_bytes());
+                        }
+                    });
                 }
                 Ok(())
             }
