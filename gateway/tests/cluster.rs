@@ -90,6 +90,9 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
         let u = api.get(Some(&key), "/v1/usage").body;
         (usage_totals(&u) == expected).then_some(u)
     });
+    // The firewall's flow state was held and billed: the usage's state
+    // byte-ms are the host's, exactly, and priced on the bill.
+    assert!(expected["firewall@1.0.0"][5] > 0, "{expected:?}");
     // Every packet the firewall forwarded reached the counter.
     let rep = host_report(&report);
     let dep = rep["deployments"].as_object().unwrap().values().next().unwrap();
@@ -119,10 +122,13 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     assert_eq!(bill["lines"][0]["item"], "packets");
     let billed_packets = (bill["lines"][0]["quantity"].as_f64().unwrap() * 1e6).round() as u64;
     assert_eq!(billed_packets, total["packets"].as_u64().unwrap());
+    let state = bill["lines"].as_array().unwrap().iter().find(|l| l["item"] == "state").unwrap();
+    let gb_hours = total["state_byte_ms"].as_u64().unwrap() as f64 / 3.6e15;
+    assert!(gb_hours > 0.0 && (state["quantity"].as_f64().unwrap() - gb_hours).abs() < 1e-12, "{bill}");
     let csv = api.get(Some(&key), &format!("/v1/bill?period={period}&format=csv")).body;
     let csv = csv.as_str().unwrap();
     assert!(csv.starts_with("tenant,period,item,unit,quantity"), "{csv}");
-    assert_eq!(csv.lines().count(), 6, "{csv}");
+    assert_eq!(csv.lines().count(), 7, "{csv}");
 
     // Deleting the deployment frees the modules.
     assert_eq!(api.delete(Some(&key), "/v1/deployments/edge").status, 204);

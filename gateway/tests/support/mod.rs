@@ -543,15 +543,18 @@ pub fn host_report(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
+/// The sums `report_totals` and `usage_totals` compare, in this order.
+pub const TOTALS: [&str; 6] = ["invocations", "packets", "bytes", "cpu_ns", "records", "state_byte_ms"];
+
 /// Sums of a host report per `nf@version` over every deployment.
-pub fn report_totals(reports: &[Value]) -> std::collections::BTreeMap<String, [u64; 5]> {
+pub fn report_totals(reports: &[Value]) -> std::collections::BTreeMap<String, [u64; 6]> {
     let mut out = std::collections::BTreeMap::new();
     for r in reports {
         for d in r["deployments"].as_object().unwrap().values() {
             for (k, t) in d["nfs"].as_object().unwrap() {
-                let e: &mut [u64; 5] = out.entry(k.clone()).or_default();
-                for (i, f) in ["invocations", "packets", "bytes", "cpu_ns", "records"].iter().enumerate() {
-                    e[i] += t[f].as_u64().unwrap();
+                let e: &mut [u64; 6] = out.entry(k.clone()).or_default();
+                for (i, f) in TOTALS.iter().enumerate() {
+                    e[i] += t[f].as_u64().unwrap_or(0);
                 }
             }
         }
@@ -560,12 +563,12 @@ pub fn report_totals(reports: &[Value]) -> std::collections::BTreeMap<String, [u
 }
 
 /// Gateway usage per `nf@version`.
-pub fn usage_totals(usage: &Value) -> std::collections::BTreeMap<String, [u64; 5]> {
+pub fn usage_totals(usage: &Value) -> std::collections::BTreeMap<String, [u64; 6]> {
     let mut out = std::collections::BTreeMap::new();
     for r in usage["rows"].as_array().unwrap() {
         let k = format!("{}@{}", r["nf"].as_str().unwrap(), r["version"].as_str().unwrap());
-        let e: &mut [u64; 5] = out.entry(k).or_default();
-        for (i, f) in ["invocations", "packets", "bytes", "cpu_ns", "records"].iter().enumerate() {
+        let e: &mut [u64; 6] = out.entry(k).or_default();
+        for (i, f) in TOTALS.iter().enumerate() {
             e[i] += r[f].as_u64().unwrap();
         }
     }
