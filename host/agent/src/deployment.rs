@@ -191,6 +191,9 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
                 let mut l = limits_for(&shared.limits, &shared.nf_caps, nf)?;
                 if shared.live {
                     l.deadline = l.deadline.min(shared.limits.deadline);
+                    // Starts run off the workers, but the agent waits for
+                    // them: a start may not take longer than the host's.
+                    l.start_deadline = l.start_deadline.min(shared.limits.start_deadline);
                 }
                 l
             },
@@ -423,7 +426,7 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
         d.cores = on;
     }
     let resume = journal::read(&shared.journal_dir, &spec.id);
-    let mut active = start(&shared, prepared, resume, None);
+    let mut active = start(&shared, prepared, resume, None, None);
     let mut queue: VecDeque<Input> = VecDeque::new();
     if active.is_some() {
         queue.extend(replay.iter().cloned());
@@ -486,18 +489,28 @@ pub(crate) fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostStat
     shared.changed.notify_one();
 }
 
+/// The chain of a prepared revision: its NFs instantiated and started.
+pub(crate) fn chain_of(shared: &Shared, built: &Result<Built, String>) -> Result<Chain, String> {
+    match built {
+        Ok((specs, routes, domains)) => {
+            Chain::with_domains(&shared.runtime, specs, routes.clone(), domains).map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// Starts a deployment; `chain` is its chain if it was started elsewhere
+/// (a live host starts chains off its workers), else it is started here.
 pub(crate) fn start(
     shared: &Shared,
     prepared: Prepared,
     resume: Option<Checkpoint>,
     lane: Option<usize>,
+    chain: Option<Result<Chain, String>>,
 ) -> Option<Active> {
-    let Prepared { spec, built } = prepared;
-    let made = built
-        .and_then(|(specs, routes, domains)| {
-            Chain::with_domains(&shared.runtime, &specs, routes, &domains).map_err(|e| e.to_string())
-        })
-        .and_then(|chain| Active::new(shared, spec.clone(), chain, resume, lane));
+    let chain = chain.unwrap_or_else(|| chain_of(shared, &prepared.built));
+    let Prepared { spec, .. } = prepared;
+    let made = chain.and_then(|chain| Active::new(shared, spec.clone(), chain, resume, lane));
     match made {
         Ok(mut a) => {
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
@@ -520,7 +533,7 @@ pub(crate) fn start(
 /// config changed is hot-swapped, keeping its state. Otherwise the chain
 /// is rebuilt. A refused update leaves the running revision in place.
 pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared) -> Option<Active> {
-    let Some(mut a) = active else { return start(shared, prepared, None, None) };
+    let Some(mut a) = active else { return start(shared, prepared, None, None, None) };
     let Prepared { spec, built } = prepared;
     flush(shared, &mut a);
     let same_shape = a.spec.nfs.len() == spec.nfs.len()

@@ -636,7 +636,7 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
             // they run); it is retried on the next heartbeat.
             if live.deployments.contains_key(&spec.id) {
                 let reason = "modules not fetched".to_string();
-                live.apply(Prepared { spec: spec.clone(), built: Err(reason) }, String::new());
+                live.apply(Prepared { spec: spec.clone(), built: Err(reason) }, String::new()).await;
             }
             continue;
         };
@@ -647,7 +647,7 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
             tracing::warn!(deployment = %spec.id, "deployment has no traffic attachment: it receives no live traffic");
         }
         let prepared = prepare(shared, spec, blobs).await;
-        live.apply(prepared, digest);
+        live.apply(prepared, digest).await;
     }
 }
 

@@ -17,6 +17,7 @@ use sluice_engine::{
     Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
     Worker,
 };
+use sluice_runtime::Chain;
 use sluice_runtime::cores::CoreList;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -55,8 +56,9 @@ impl std::fmt::Debug for LiveInput {
 
 /// What the agent tells a live worker.
 enum Order {
-    /// Run this revision (start the deployment, or move it to it).
-    Apply(Box<Prepared>),
+    /// Run this revision (start the deployment, or move it to it), with
+    /// its chain if it was started for this worker already.
+    Apply(Box<Prepared>, Option<Result<Chain, String>>),
     /// Close the deployment's meter window and drop it; acknowledge.
     Remove(String, crossbeam_channel::Sender<()>),
 }
@@ -124,6 +126,7 @@ pub(crate) struct Live {
     port_stats: Arc<dyn Fn() -> Vec<PortReport> + Send + Sync>,
     /// Deployment id → digest of the revision handed out.
     pub(crate) deployments: HashMap<String, String>,
+    shared: Shared,
 }
 
 impl Live {
@@ -156,7 +159,16 @@ impl Live {
             orders.push(tx);
             threads.push(t);
         }
-        Ok(Live { orders, threads, stop, open, counts, port_stats: input.port_stats, deployments: HashMap::new() })
+        Ok(Live {
+            orders,
+            threads,
+            stop,
+            open,
+            counts,
+            port_stats: input.port_stats,
+            deployments: HashMap::new(),
+            shared: shared.clone(),
+        })
     }
 
     /// Lets workers poll their ports: called once the deployments the
@@ -166,11 +178,31 @@ impl Live {
         self.open.store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// Hands a revision to every worker.
-    pub(crate) fn apply(&mut self, prepared: Prepared, digest: String) {
+    /// Hands a revision to every worker. A deployment new to the workers
+    /// (or retried) has its chains instantiated and started here, off the
+    /// workers, one per worker in parallel: a start (up to the start
+    /// deadline) never holds the traffic of the deployments already
+    /// running there.
+    pub(crate) async fn apply(&mut self, prepared: Prepared, digest: String) {
+        let fresh = self.deployments.get(&prepared.spec.id).is_none_or(String::is_empty);
+        let mut chains: Vec<Option<Result<Chain, String>>> = self.orders.iter().map(|_| None).collect();
+        if fresh && prepared.built.is_ok() {
+            let built = Arc::new(prepared.built.clone());
+            let tasks: Vec<_> = self
+                .orders
+                .iter()
+                .map(|_| {
+                    let (shared, built) = (self.shared.clone(), built.clone());
+                    tokio::task::spawn_blocking(move || deployment::chain_of(&shared, &built))
+                })
+                .collect();
+            for (slot, t) in chains.iter_mut().zip(tasks) {
+                *slot = Some(t.await.unwrap_or_else(|e| Err(format!("starting the chain failed: {e}"))));
+            }
+        }
         self.deployments.insert(prepared.spec.id.clone(), digest);
-        for o in &self.orders {
-            let _ = o.send(Order::Apply(Box::new(prepared.clone())));
+        for (o, chain) in self.orders.iter().zip(chains) {
+            let _ = o.send(Order::Apply(Box::new(prepared.clone()), chain));
         }
     }
 
@@ -236,6 +268,7 @@ impl Live {
             counts: self.counts,
             port_stats: self.port_stats,
             deployments: HashMap::new(),
+            shared: self.shared,
         };
         last.report(shared);
     }
@@ -367,12 +400,12 @@ impl WorkerCtx {
         fair: &FairShare,
     ) {
         let id = match &order {
-            Order::Apply(p) => p.spec.id.clone(),
+            Order::Apply(p, _) => p.spec.id.clone(),
             Order::Remove(id, _) => id.clone(),
         };
         claims.retain(|(c, _)| *c != id);
         match order {
-            Order::Apply(p) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
+            Order::Apply(p, chain) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
                 Some(i) => {
                     let LiveLane { active, share, packets_in, packets_out, over_share, .. } = lanes.remove(i);
                     // The traffic claim follows the desired revision even
@@ -387,7 +420,7 @@ impl WorkerCtx {
                     let name = journal::name_of(&p.spec.id, Some(self.w));
                     let resume = journal::read(&self.shared.journal_dir, &name);
                     let attachments = p.spec.attachments.clone();
-                    let started = deployment::start(&self.shared, *p, resume, Some(self.w));
+                    let started = deployment::start(&self.shared, *p, resume, Some(self.w), chain);
                     if started.is_none() {
                         claims.push((id, attachments));
                     }
