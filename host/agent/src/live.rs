@@ -58,7 +58,7 @@ impl std::fmt::Debug for LiveInput {
 enum Order {
     /// Run this revision (start the deployment, or move it to it), with
     /// its chain if it was started for this worker already.
-    Apply(Box<Prepared>, Option<Result<Chain, String>>),
+    Apply(Box<Prepared>, Option<Box<Result<Chain, String>>>),
     /// Close the deployment's meter window and drop it; acknowledge.
     Remove(String, crossbeam_channel::Sender<()>),
 }
@@ -185,7 +185,7 @@ impl Live {
     /// running there.
     pub(crate) async fn apply(&mut self, prepared: Prepared, digest: String) {
         let fresh = self.deployments.get(&prepared.spec.id).is_none_or(String::is_empty);
-        let mut chains: Vec<Option<Result<Chain, String>>> = self.orders.iter().map(|_| None).collect();
+        let mut chains: Vec<Option<Box<Result<Chain, String>>>> = self.orders.iter().map(|_| None).collect();
         if fresh && prepared.built.is_ok() {
             let built = Arc::new(prepared.built.clone());
             let tasks: Vec<_> = self
@@ -197,7 +197,7 @@ impl Live {
                 })
                 .collect();
             for (slot, t) in chains.iter_mut().zip(tasks) {
-                *slot = Some(t.await.unwrap_or_else(|e| Err(format!("starting the chain failed: {e}"))));
+                *slot = Some(Box::new(t.await.unwrap_or_else(|e| Err(format!("starting the chain failed: {e}")))));
             }
         }
         self.deployments.insert(prepared.spec.id.clone(), digest);
@@ -420,7 +420,7 @@ impl WorkerCtx {
                     let name = journal::name_of(&p.spec.id, Some(self.w));
                     let resume = journal::read(&self.shared.journal_dir, &name);
                     let attachments = p.spec.attachments.clone();
-                    let started = deployment::start(&self.shared, *p, resume, Some(self.w), chain);
+                    let started = deployment::start(&self.shared, *p, resume, Some(self.w), chain.map(|c| *c));
                     if started.is_none() {
                         claims.push((id, attachments));
                     }
