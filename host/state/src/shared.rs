@@ -187,6 +187,9 @@ pub(crate) struct Pending {
     /// The key was new when the update was made: its entry is reserved
     /// (counted against the capacity and charged) until the merge.
     pub(crate) reserved: bool,
+    /// Updated since the last merge. A merged entry stays (clean) until
+    /// the next merge, so that a key updated every interval takes no lock.
+    pub(crate) dirty: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -254,7 +257,9 @@ impl EventualShared {
             }
             let d = d.unsigned_abs();
             if let Some(p) = pending.get_mut(k) {
-                p.value = self.merge.apply(p.value, d);
+                let base = if p.dirty { p.value } else { self.identity() };
+                p.value = self.merge.apply(base, d);
+                p.dirty = true;
                 continue;
             }
             let e = guard.get_or_insert_with(|| lock(&self.inner));
@@ -269,23 +274,30 @@ impl EventualShared {
                 }
                 e.reserved += 1;
             }
-            pending.insert(*k, Pending { value: self.merge.apply(self.identity(), d), reserved: !live });
+            pending.insert(*k, Pending { value: self.merge.apply(self.identity(), d), reserved: !live, dirty: true });
         }
         Ok(())
     }
 
     /// Folds a worker's pending updates into the merged view.
     pub(crate) fn merge_in(&self, pending: &mut HashMap<u64, Pending>, now: u64) {
+        // Keys not updated since the last merge leave the worker's set;
+        // the others are folded in and stay, clean.
+        pending.retain(|_, p| p.dirty);
         if pending.is_empty() {
             return;
         }
         let identity = self.identity();
         let mut e = lock(&self.inner);
         let timeout = e.idle_timeout_ns;
-        for (k, p) in pending.drain() {
-            if p.reserved {
+        for (&k, p) in pending.iter_mut() {
+            let was_reserved = p.reserved;
+            let value = p.value;
+            *p = Pending { value: identity, reserved: false, dirty: false };
+            if was_reserved {
                 e.reserved = e.reserved.saturating_sub(1);
             }
+            let p = Pending { value, reserved: was_reserved, dirty: true };
             match e.values.get_mut(&k) {
                 Some(m) => {
                     // An idle entry the sweep has not reached yet starts over.
@@ -333,7 +345,7 @@ impl EventualShared {
                 }
                 _ => None,
             };
-            let local = pending.get(k).map(|p| p.value);
+            let local = pending.get(k).filter(|p| p.dirty).map(|p| p.value);
             out.push(match (merged, local) {
                 (Some(m), Some(l)) => self.merge.apply(m, l),
                 (Some(v), None) | (None, Some(v)) => v,
