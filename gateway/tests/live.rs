@@ -514,22 +514,7 @@ fn a_deployment_that_cannot_start_keeps_its_traffic_and_is_retried() {
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
     let api = gw.api();
-    let (_, a) = edge_tenant(&api, "alpha");
-    let (_, b) = edge_tenant(&api, "bravo");
-    assert_eq!(api.upload(Some(&a), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
-    assert_eq!(api.upload(Some(&b), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
-    let d = api.post(
-        Some(&a),
-        "/v1/deployments",
-        &json!({ "name": "stuck", "group": "edge", "module": "hostile@1", "config": "error:1000000", "attach": ["port=0,vlan=100"] }),
-    );
-    assert_eq!(d.status, 201, "{}", d.body);
-    let d = api.post(
-        Some(&b),
-        "/v1/deployments",
-        &json!({ "name": "count", "group": "edge", "module": "counter@1", "attach": ["port=0,vlan=200"] }),
-    );
-    assert_eq!(d.status, 201, "{}", d.body);
+    let (a, b) = hostile_beside_a_counter(&api, "stuck", "error:1000000");
     let input = vlan_trace(dir.path(), "tagged.pcap", 600, "100,200,0");
     let expected = per_vlan(&input);
     let total: u64 = expected.values().sum();
@@ -575,22 +560,7 @@ fn an_nf_cannot_retag_packets_into_another_tenants_vlan() {
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
     let api = gw.api();
-    let (_, a) = edge_tenant(&api, "alpha");
-    let (_, b) = edge_tenant(&api, "bravo");
-    assert_eq!(api.upload(Some(&a), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
-    assert_eq!(api.upload(Some(&b), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
-    let d = api.post(
-        Some(&a),
-        "/v1/deployments",
-        &json!({ "name": "retag", "group": "edge", "module": "hostile@1", "config": "retag", "attach": ["port=0,vlan=100"] }),
-    );
-    assert_eq!(d.status, 201, "{}", d.body);
-    let d = api.post(
-        Some(&b),
-        "/v1/deployments",
-        &json!({ "name": "count", "group": "edge", "module": "counter@1", "attach": ["port=0,vlan=200"] }),
-    );
-    assert_eq!(d.status, 201, "{}", d.body);
+    let (a, b) = hostile_beside_a_counter(&api, "retag", "retag");
     let input = vlan_trace(dir.path(), "tagged.pcap", 300, "100,200");
     let expected = per_vlan(&input);
     let total: u64 = expected.values().sum();
@@ -606,4 +576,26 @@ fn an_nf_cannot_retag_packets_into_another_tenants_vlan() {
     let got = per_vlan(&out);
     assert_eq!(got.get(&Some(200)), expected.get(&Some(200)), "{got:?}");
     assert_eq!(got.get(&Some(100)), None, "{got:?}");
+}
+
+/// Tenant alpha's hostile NF (`config`) as deployment `name` on VLAN 100,
+/// tenant bravo's counter as `count` on VLAN 200 of port 0; their keys.
+fn hostile_beside_a_counter(api: &Api, name: &str, config: &str) -> (String, String) {
+    let (_, a) = edge_tenant(api, "alpha");
+    let (_, b) = edge_tenant(api, "bravo");
+    assert_eq!(api.upload(Some(&a), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&b), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let d = api.post(
+        Some(&a),
+        "/v1/deployments",
+        &json!({ "name": name, "group": "edge", "module": "hostile@1", "config": config, "attach": ["port=0,vlan=100"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    let d = api.post(
+        Some(&b),
+        "/v1/deployments",
+        &json!({ "name": "count", "group": "edge", "module": "counter@1", "attach": ["port=0,vlan=200"] }),
+    );
+    assert_eq!(d.status, 201, "{}", d.body);
+    (a, b)
 }

@@ -128,23 +128,7 @@ impl DpdkReport {
             }
         }
         for nf in &self.nfs {
-            let m = &nf.meters;
-            s.push_str(&format!(
-                "  [{}] {:<12} {:>9} pkts {:>8} calls  fwd {:>9}  drop {:>9}  policy {:>7}  traps {:>3}  errors {:>3}\n",
-                nf.position,
-                nf.name,
-                m.packets,
-                m.invocations,
-                m.forwarded,
-                m.dropped,
-                m.policy_packets,
-                m.traps,
-                m.errors
-            ));
-            if !m.trap_causes.is_empty() {
-                let causes: Vec<String> = m.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-                s.push_str(&format!("      trap causes: {}\n", causes.join(", ")));
-            }
+            s.push_str(&nf.summary());
         }
         s
     }

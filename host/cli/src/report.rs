@@ -159,6 +159,40 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+impl NfReport {
+    /// The NF's summary line (every packet is forwarded, dropped or given
+    /// the failure policy: `fwd + drop + policy = pkts`), and its traps by
+    /// cause if it trapped.
+    pub fn summary(&self) -> String {
+        let m = &self.meters;
+        let per_pkt = if m.packets > 0 { m.cpu_ns as f64 / m.packets as f64 } else { 0.0 };
+        let mut s = format!(
+            "  [{}] {:<12} {:>9} pkts {:>8} calls  fwd {:>9}  drop {:>9}  policy {:>7}  rewr {:>7}  traps {:>3}  errors {:>3}  {:>7.1} ns/pkt  events {}\n",
+            self.position,
+            self.name,
+            m.packets,
+            m.invocations,
+            m.forwarded,
+            m.dropped,
+            m.policy_packets,
+            m.rewritten,
+            m.traps,
+            m.errors,
+            per_pkt,
+            m.events
+        );
+        if !m.trap_causes.is_empty() {
+            let causes: Vec<String> = m.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            s.push_str(&format!(
+                "      trap causes: {}; policy applied to {} packets\n",
+                causes.join(", "),
+                m.policy_packets
+            ));
+        }
+        s
+    }
+}
+
 impl Report {
     /// The human-readable summary.
     pub fn summary(&self) -> String {
@@ -179,30 +213,7 @@ impl Report {
         ));
         for nf in &self.nfs {
             let m = &nf.meters;
-            let per_pkt = if m.packets > 0 { m.cpu_ns as f64 / m.packets as f64 } else { 0.0 };
-            s.push_str(&format!(
-                "  [{}] {:<12} {:>9} pkts {:>8} calls  fwd {:>9}  drop {:>9}  policy {:>7}  rewr {:>7}  traps {:>3}  errors {:>3}  {:>7.1} ns/pkt  events {}\n",
-                nf.position,
-                nf.name,
-                m.packets,
-                m.invocations,
-                m.forwarded,
-                m.dropped,
-                m.policy_packets,
-                m.rewritten,
-                m.traps,
-                m.errors,
-                per_pkt,
-                m.events
-            ));
-            if !nf.meters.trap_causes.is_empty() {
-                let causes: Vec<String> = nf.meters.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-                s.push_str(&format!(
-                    "      trap causes: {}; policy applied to {} packets\n",
-                    causes.join(", "),
-                    m.policy_packets
-                ));
-            }
+            s.push_str(&nf.summary());
             for t in &nf.tables {
                 let mode = match t.spec.consistency {
                     sluice_state::Consistency::Local => "local".to_string(),
