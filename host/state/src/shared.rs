@@ -11,10 +11,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Shared state of one NF across the workers of a host. Create one per NF
 /// (per chain stage) and attach every worker's instance to it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Domain {
     inner: Mutex<DomainInner>,
     bytes: Arc<SharedBytes>,
+    /// The worker whose meters carry the shared tables' bytes (one live
+    /// worker at a time; [`NO_BILLER`] when none has claimed it).
+    biller: AtomicUsize,
+}
+
+/// No worker bills the shared tables yet.
+const NO_BILLER: usize = usize::MAX;
+
+impl Default for Domain {
+    fn default() -> Self {
+        Domain { inner: Mutex::default(), bytes: Arc::default(), biller: AtomicUsize::new(NO_BILLER) }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +88,20 @@ impl Domain {
         let mut d = lock(&self.inner);
         d.workers += 1;
         d.workers - 1
+    }
+
+    /// Whether `worker` bills the shared tables' bytes: the first live
+    /// worker to ask does, until it leaves.
+    pub(crate) fn bills_shared(&self, worker: usize) -> bool {
+        match self.biller.compare_exchange(NO_BILLER, worker, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => true,
+            Err(current) => current == worker,
+        }
+    }
+
+    /// A worker's tables are dropped: another worker bills from now on.
+    pub(crate) fn leave(&self, worker: usize) {
+        let _ = self.biller.compare_exchange(worker, NO_BILLER, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Sets the budget of the shared tables (the NF's state budget).

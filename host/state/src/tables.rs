@@ -199,11 +199,11 @@ impl Tables {
         self.used
     }
 
-    /// Bytes to bill this worker for: its own tables, and for the
-    /// domain's first worker the shared tables too, so that summing every
-    /// worker's counts each byte once.
+    /// Bytes to bill this worker for: its own tables, and for the one
+    /// live worker of the domain that bills them, the shared tables too,
+    /// so that summing every worker's counts each byte once.
     pub fn held_bytes(&self) -> usize {
-        if self.worker == 0 { self.used + self.domain.shared_bytes() } else { self.used }
+        if self.domain.bills_shared(self.worker) { self.used + self.domain.shared_bytes() } else { self.used }
     }
 
     /// The declared tables and their entry counts on this worker.
@@ -302,6 +302,13 @@ impl Tables {
                     *last_merge_ns = now;
                     self.meters.merges += 1;
                 }
+                // The shared view is swept by whichever worker is due first;
+                // a worker asks at most as often as it would sweep its own.
+                let timeout = t.spec.idle_timeout_ns;
+                if timeout == 0 || now.saturating_sub(t.last_sweep_ns) < (timeout / 8).max(1_000_000) {
+                    continue;
+                }
+                t.last_sweep_ns = now;
                 let notify = t.spec.notify_expired && t.declared;
                 let mut notes: Vec<(u64, u64)> = Vec::new();
                 self.meters.expired += shared.sweep(now, notify, &mut notes);
@@ -920,8 +927,9 @@ fn clone_local(store: &Store, spec: &TableSpec, domain: &Domain) -> Store {
 
 impl Drop for Tables {
     /// Gives back the entries this worker's unmerged updates reserved in
-    /// shared tables.
+    /// shared tables, and the billing of the shared tables if it had it.
     fn drop(&mut self) {
+        self.domain.leave(self.worker);
         for t in &mut self.tables {
             if let Store::Eventual { pending, shared, .. } = &mut t.store {
                 shared.forget(pending);

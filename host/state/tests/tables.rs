@@ -476,3 +476,21 @@ fn pool_bindings_are_charged_to_the_budget() {
     t.release(p, &out[..5]).unwrap();
     assert_eq!(d.shared_bytes(), 5 * per);
 }
+
+/// The shared tables' bytes are billed by one live worker at a time: when
+/// it goes, another takes over, so they are never billed twice or lost.
+#[test]
+fn one_live_worker_bills_the_shared_tables() {
+    let d = Domain::new();
+    let per = 16 + ENTRY_OVERHEAD;
+    let mut a = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let b = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let [h] = declared(&mut a, &[eventual("n", Merge::Sum)])[..] else { panic!() };
+    a.begin_batch(&[], 0);
+    a.counter_add(h, &[1, 2, 3], &[1, 1, 1]).unwrap();
+    a.end_batch(0);
+    assert_eq!(a.held_bytes() + b.held_bytes(), 3 * per);
+    assert_eq!(a.held_bytes(), 3 * per, "the first to ask bills");
+    drop(a);
+    assert_eq!(b.held_bytes(), 3 * per, "the next live worker takes over");
+}
