@@ -533,7 +533,7 @@ impl NfInstance {
     }
 
     /// Bytes of state this instance holds, to bill: its flow state, its
-    /// own tables and (on the domain's first worker) the NF's shared
+    /// own tables and (on the one live worker that bills them) the NF's shared
     /// tables. Summed over a deployment's workers, each byte counts once.
     pub fn state_bytes(&self) -> u64 {
         (self.table.bytes() + self.tables.as_deref().map_or(0, Tables::held_bytes)) as u64
