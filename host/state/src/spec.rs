@@ -166,6 +166,11 @@ impl TableSpec {
                 if self.idle_timeout_ns != 0 || self.notify_expired {
                     return bad("release tables do not expire: free resources with `release`".into());
                 }
+                if self.capacity != 0 && u64::from(self.capacity) < count {
+                    return bad(format!(
+                        "a release table holds up to its {count} resources: leave capacity 0 (or at least {count}), or declare a smaller pool"
+                    ));
+                }
             }
         }
         if self.kind == Kind::Bytes {

@@ -71,9 +71,11 @@ fn declare_only_in_init_and_refuse_bad_specs() {
     let bad = eventual("bytes", Merge::Sum);
     let bad = TableSpec { kind: Kind::Bytes, ..bad };
     assert!(matches!(t.declare(bad), Err(StateError::BadSpec(m)) if m.contains("counter")));
+    let bad = TableSpec { capacity: 10, ..pool("ports", 64) };
+    assert!(matches!(t.declare(bad), Err(StateError::BadSpec(m)) if m.contains("capacity 0")));
     assert_eq!(t.declare(eventual("hits", Merge::Sum)), Ok(0));
     assert!(t.end_init().is_ok());
-    assert_eq!(t.meters().errors, 4);
+    assert_eq!(t.meters().errors, 5);
 }
 
 #[test]
