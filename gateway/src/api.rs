@@ -699,34 +699,46 @@ pub async fn delete_module(
 
 // ---------------------------------------------------------------- deployments
 
-/// Limits of one NF; unset ones take the host's defaults.
+/// Limits of one NF; unset ones take the host's defaults. A value out of
+/// its range is a 422 `invalid_limit` naming the NF and the field.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsIn {
-    /// `fail-open` or `fail-closed`.
+    /// What a batch the NF failed (trap, deadline, error) becomes:
+    /// `fail-open` forwards it, `fail-closed` (hosts' default) drops it.
+    #[schema(pattern = "^fail-(open|closed)$")]
     pub failure_policy: Option<String>,
-    /// CPU deadline per batch, ms (1-1000).
+    /// CPU deadline per batch, ms (1-1000; hosts default to 10).
+    #[schema(minimum = 1, maximum = 1000)]
     pub deadline_ms: Option<u64>,
-    /// Memory cap, MiB (1 to the hosts' memory slot, 256 by default).
+    /// Linear memory cap per instance, MiB (1 to the hosts' memory slot,
+    /// `max-memory-mb`, 256 by default; hosts default to 64).
+    #[schema(minimum = 1)]
     pub memory_mb: Option<u64>,
     /// CPU deadline of starting an instance (instantiation and `init`),
     /// ms (1-30000; hosts default to 1000). Language runtimes restoring a
     /// snapshot (Python, JavaScript) need tens of milliseconds.
+    #[schema(minimum = 1, maximum = 30000)]
     pub start_deadline_ms: Option<u64>,
     /// Fuel (about one Wasm instruction) per batch call, 0 to 10^12; 0:
     /// unlimited. Counted only on hosts that compile fuel metering in.
+    #[schema(minimum = 0, maximum = 1e12)]
     pub fuel: Option<u64>,
-    /// Most flows with state per worker (1-16777216).
+    /// Most flows with state per worker (1-16777216 flows).
+    #[schema(minimum = 1, maximum = 16_777_216)]
     pub max_flows: Option<u64>,
     /// Largest state value of one flow, bytes (1-65536).
+    #[schema(minimum = 1, maximum = 65_536)]
     pub max_flow_state_bytes: Option<u64>,
     /// State budget, MiB (1 to the gateway's `max-state-budget-mb`, 1024
-    /// by default): each instance's own tables and flow state, and once
-    /// more the NF's shared tables on a host.
+    /// by default; hosts default to 64): each instance's own tables and
+    /// flow state, and once more the NF's shared tables on a host.
+    #[schema(minimum = 1)]
     pub state_budget_mb: Option<u64>,
-    /// Log lines per second per instance (0-10000); more are dropped and
-    /// counted.
-    pub log_lines_per_second: Option<u32>,
+    /// Log lines per second per instance, lines/s (0-10000; hosts default
+    /// to 50); more are dropped and counted.
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub log_lines_per_second: Option<u64>,
 }
 
 /// One NF of a chain.
@@ -1042,7 +1054,7 @@ fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
                 max_flows: n.limits.max_flows,
                 max_flow_state_bytes: n.limits.max_flow_state_bytes,
                 state_budget_mb: n.limits.state_budget_mb,
-                log_lines_per_second: n.limits.log_lines_per_second,
+                log_lines_per_second: n.limits.log_lines_per_second.map(u64::from),
             },
         })
         .collect();
@@ -1070,15 +1082,16 @@ fn config_text(v: Option<serde_json::Value>) -> String {
 }
 
 fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64, max_state_mb: u64) -> Result<NfLimitsSpec, ApiError> {
+    let invalid = |message: String| ApiError::unprocessable("invalid_limit", message);
     if let Some(p) = &l.failure_policy
         && p != "fail-open"
         && p != "fail-closed"
     {
-        return Err(ApiError::bad_request(format!("NF '{nf}': failure_policy '{p}' must be fail-open or fail-closed")));
+        return Err(invalid(format!("NF '{nf}': failure_policy '{p}' must be fail-open or fail-closed")));
     }
     let check = |field: &str, v: Option<u64>, lo: u64, hi: u64, what: &str| match v {
         Some(v) if !(lo..=hi).contains(&v) => {
-            Err(ApiError::bad_request(format!("NF '{nf}': {field} must be {lo}-{hi}{what}, not {v}")))
+            Err(invalid(format!("NF '{nf}': {field} must be {lo}-{hi}{what}, not {v}")))
         }
         _ => Ok(()),
     };
@@ -1089,7 +1102,12 @@ fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64, max_state_mb: u64) -> 
     check("max_flows", l.max_flows, 1, 1 << 24, "")?;
     check("max_flow_state_bytes", l.max_flow_state_bytes, 1, 65_536, "")?;
     check("state_budget_mb", l.state_budget_mb, 1, max_state_mb, " (the gateway's max-state-budget-mb)")?;
-    check("log_lines_per_second", l.log_lines_per_second.map(u64::from), 0, 10_000, "")?;
+    check("log_lines_per_second", l.log_lines_per_second, 0, 10_000, "")?;
+    let log_lines_per_second = l
+        .log_lines_per_second
+        .map(u32::try_from)
+        .transpose()
+        .map_err(|_| invalid(format!("NF '{nf}': log_lines_per_second must be 0-10000")))?;
     Ok(NfLimitsSpec {
         failure_policy: l.failure_policy,
         deadline_ms: l.deadline_ms,
@@ -1099,7 +1117,7 @@ fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64, max_state_mb: u64) -> 
         max_flows: l.max_flows,
         max_flow_state_bytes: l.max_flow_state_bytes,
         state_budget_mb: l.state_budget_mb,
-        log_lines_per_second: l.log_lines_per_second,
+        log_lines_per_second,
     })
 }
 
@@ -1335,7 +1353,7 @@ async fn publish(st: &AppState, groups: &[&str], deployment: Option<&str>) -> Re
     responses((status = 201, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, description = "unknown module", body = ErrorBody),
         (status = 409, description = "the name exists, a quota (`quota_exceeded`), or an attachment overlaps one of another deployment of the group (`attachment_overlap`)", body = ErrorBody),
         (status = 413, description = "a config or the chain is too large", body = ErrorBody),
-        (status = 422, description = "the NF rejected its configuration (`config_rejected`), or attachments do not fit the group's ports (`attachment_required`, `port_not_exposed`, `no_ports_exposed`)", body = ErrorBody),
+        (status = 422, description = "the NF rejected its configuration (`config_rejected`), a limit is out of its range (`invalid_limit`, naming the NF and the field), or attachments do not fit the group's ports (`attachment_required`, `port_not_exposed`, `no_ports_exposed`)", body = ErrorBody),
         (status = 500, description = "stored but cannot be published (the deployment is `failed`)", body = ErrorBody)))]
 pub async fn create_deployment(
     State(st): State<AppState>,
@@ -1433,7 +1451,8 @@ fn check_if_match(headers: &HeaderMap, revision: i64) -> Result<(), ApiError> {
     responses((status = 200, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "another update came first, or an attachment overlaps one of another deployment of the group (`attachment_overlap`)", body = ErrorBody),
         (status = 412, description = "If-Match names another revision", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 413, body = ErrorBody),
+        (status = 422, description = "as for POST: `config_rejected`, `invalid_limit`, or attachments that do not fit the group's ports", body = ErrorBody)))]
 pub async fn update_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
@@ -1630,12 +1649,21 @@ pub struct UsageRow {
     /// Events emitted.
     pub events: u64,
     /// State held (the NF's tables and flow state: keys, values and a
-    /// fixed per-entry overhead) times the time it was held, byte-ms.
+    /// fixed per-entry overhead) times the time it was held, byte-ms
+    /// (saturates at 2^64 - 1, about 5,124 GB-hours; `state_gb_hours` does
+    /// not).
     #[serde(default)]
     pub state_byte_ms: u64,
     /// The same in GB-hours (10^9 bytes for an hour), as billed.
     #[serde(default)]
     pub state_gb_hours: f64,
+    /// State held at the end of the latest meter window in the range,
+    /// bytes (a gauge, not a sum): each host's latest record of the
+    /// deployment's NF, counted in the row of the module version that host
+    /// ran then, summed over hosts; 0 in rows of versions no host ran
+    /// last. In `total`: the sum of the rows.
+    #[serde(default)]
+    pub state_bytes: u64,
     /// Meter records summed.
     pub records: u64,
 }
@@ -1657,7 +1685,8 @@ fn usage_row(u: UsageSums, names: &BTreeMap<String, String>) -> UsageRow {
         errors: u.sums.errors,
         events: u.sums.events,
         state_byte_ms: u.sums.state_byte_ms,
-        state_gb_hours: billing::gb_hours(u.sums.state_byte_ms),
+        state_gb_hours: billing::gb_hours(u.state_byte_ms),
+        state_bytes: u.state_bytes,
         records: u.records,
     }
 }
@@ -1905,6 +1934,86 @@ mod tests {
         assert!(schemas["DeploymentIn"]["properties"]["attach"].to_string().contains("AttachmentIn"));
         assert!(schemas["DeploymentOut"]["required"].to_string().contains("attachments"));
         assert!(schemas["AttachmentObject"]["properties"]["dst"].is_object());
+    }
+
+    #[test]
+    fn every_limit_reaches_the_spec_and_each_bound_is_a_422_naming_nf_and_field() {
+        let l: LimitsIn = serde_json::from_value(serde_json::json!({
+            "failure_policy": "fail-open", "deadline_ms": 1000, "memory_mb": 256, "start_deadline_ms": 30000,
+            "fuel": 1_000_000_000_000u64, "max_flows": 16_777_216, "max_flow_state_bytes": 65536,
+            "state_budget_mb": 1024, "log_lines_per_second": 0
+        }))
+        .unwrap();
+        let spec = limits_spec(l, "fw", 256, 1024).unwrap();
+        assert_eq!(
+            spec,
+            NfLimitsSpec {
+                failure_policy: Some("fail-open".into()),
+                deadline_ms: Some(1000),
+                memory_mb: Some(256),
+                start_deadline_ms: Some(30_000),
+                fuel: Some(1_000_000_000_000),
+                max_flows: Some(16_777_216),
+                max_flow_state_bytes: Some(65_536),
+                state_budget_mb: Some(1024),
+                log_lines_per_second: Some(0),
+            }
+        );
+        assert_eq!(limits_spec(LimitsIn::default(), "fw", 256, 1024).unwrap(), NfLimitsSpec::default());
+        for (field, bad, says) in [
+            ("failure_policy", serde_json::json!("fail-maybe"), "fail-open or fail-closed"),
+            ("deadline_ms", serde_json::json!(0), "1-1000, not 0"),
+            ("deadline_ms", serde_json::json!(1001), "1-1000, not 1001"),
+            ("memory_mb", serde_json::json!(257), "1-256"),
+            ("start_deadline_ms", serde_json::json!(0), "1-30000, not 0"),
+            ("start_deadline_ms", serde_json::json!(30_001), "1-30000"),
+            ("fuel", serde_json::json!(1_000_000_000_001u64), "0-1000000000000 (0: unlimited)"),
+            ("max_flows", serde_json::json!(0), "1-16777216"),
+            ("max_flows", serde_json::json!(16_777_217), "1-16777216"),
+            ("max_flow_state_bytes", serde_json::json!(0), "1-65536"),
+            ("max_flow_state_bytes", serde_json::json!(65_537), "1-65536"),
+            ("state_budget_mb", serde_json::json!(0), "1-1024"),
+            ("state_budget_mb", serde_json::json!(1025), "max-state-budget-mb"),
+            ("log_lines_per_second", serde_json::json!(10_001), "0-10000"),
+            ("log_lines_per_second", serde_json::json!(5_000_000_000u64), "0-10000"),
+        ] {
+            let l: LimitsIn = serde_json::from_value(serde_json::json!({ field: bad })).unwrap();
+            let e = limits_spec(l, "fw", 256, 1024).unwrap_err();
+            assert_eq!((e.status, e.code), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_limit"), "{field}={bad}");
+            assert!(e.message.starts_with(&format!("NF 'fw': {field}")), "{field}={bad}: {}", e.message);
+            assert!(e.message.contains(says), "{field}={bad}: {}", e.message);
+        }
+        // The gateway's own bound on state budgets applies.
+        let l = LimitsIn { state_budget_mb: Some(100), ..LimitsIn::default() };
+        assert!(limits_spec(l, "fw", 256, 64).unwrap_err().message.contains("1-64"));
+        // Unknown limits are refused by name.
+        let e = serde_json::from_value::<LimitsIn>(serde_json::json!({ "stack_mb": 1 })).unwrap_err();
+        assert!(e.to_string().contains("unknown field `stack_mb`"), "{e}");
+    }
+
+    #[test]
+    fn the_openapi_document_gives_each_limit_its_range() {
+        use utoipa::OpenApi;
+        let doc = serde_json::to_value(crate::ApiDoc::openapi()).unwrap();
+        let p = &doc["components"]["schemas"]["LimitsIn"]["properties"];
+        for (field, min, max) in [
+            ("deadline_ms", 1.0, Some(1000.0)),
+            ("start_deadline_ms", 1.0, Some(30_000.0)),
+            ("fuel", 0.0, Some(1e12)),
+            ("max_flows", 1.0, Some(16_777_216.0)),
+            ("max_flow_state_bytes", 1.0, Some(65_536.0)),
+            ("log_lines_per_second", 0.0, Some(10_000.0)),
+            ("memory_mb", 1.0, None),
+            ("state_budget_mb", 1.0, None),
+        ] {
+            assert_eq!(p[field]["minimum"].as_f64(), Some(min), "{field}: {}", p[field]);
+            assert_eq!(p[field]["maximum"].as_f64(), max, "{field}: {}", p[field]);
+            assert!(p[field]["description"].as_str().is_some_and(|d| d.contains('(')), "{field}: {}", p[field]);
+        }
+        let usage = &doc["components"]["schemas"]["UsageRow"]["properties"];
+        for field in ["state_byte_ms", "state_gb_hours", "state_bytes"] {
+            assert!(usage[field]["description"].is_string(), "{field}: {usage}");
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ fn cents(x: f64) -> f64 {
 }
 
 /// Byte-milliseconds of state in GB-hours (10^9 bytes held for an hour).
-pub fn gb_hours(byte_ms: u64) -> f64 {
+pub fn gb_hours(byte_ms: u128) -> f64 {
     byte_ms as f64 / 3.6e15
 }
 
@@ -66,7 +66,7 @@ pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
             inc.invocations as f64 / 1e6,
             plan.per_million_invocations,
         ),
-        line("state", "GB-hours", gb_hours(total.sums.state_byte_ms), inc.state_gb_hours, plan.per_gb_hour_state),
+        line("state", "GB-hours", gb_hours(total.state_byte_ms), inc.state_gb_hours, plan.per_gb_hour_state),
     ]
 }
 
@@ -79,11 +79,7 @@ pub fn total(lines: &[BillLine]) -> f64 {
 pub fn sum(rows: &[UsageSums]) -> UsageSums {
     let mut t = UsageSums::default();
     for r in rows {
-        t.sums.add(&r.sums);
-        t.records += r.records;
-        for (cause, n) in &r.trap_causes {
-            *t.trap_causes.entry(cause.clone()).or_default() += n;
-        }
+        t.add(r);
     }
     t
 }
@@ -143,13 +139,38 @@ mod tests {
     fn state_is_priced_per_gb_hour_after_its_allowance() {
         let plan = PricePlan { per_gb_hour_state: 0.5, ..PricePlan::default() };
         // 2 GB held for 3 hours: 6 GB-hours, 1 included.
-        let sums = sluice_control::MeterSums { state_byte_ms: 2_000_000_000 * 3 * 3_600_000, ..Default::default() };
-        let l = lines(&plan, &UsageSums { sums, ..Default::default() });
+        let byte_ms = 2_000_000_000 * 3 * 3_600_000;
+        let sums = sluice_control::MeterSums { state_byte_ms: byte_ms, ..Default::default() };
+        let l = lines(&plan, &UsageSums { sums, state_byte_ms: u128::from(byte_ms), ..Default::default() });
         let state = l.iter().find(|l| l.item == "state").unwrap();
         assert_eq!(state.unit, "GB-hours");
         assert!((state.quantity - 6.0).abs() < 1e-9);
         assert!((state.billable - 5.0).abs() < 1e-9);
         assert_eq!(state.amount, 2.5);
+    }
+
+    #[test]
+    fn state_rows_past_u64_byte_ms_are_billed_in_full() {
+        // Two NFs that each held 3000 GB-hours: together more byte-ms than
+        // a u64 holds.
+        let row = |nf: &str| {
+            let byte_ms: u64 = 3000 * 3_600_000_000_000_000;
+            UsageSums {
+                nf: nf.into(),
+                sums: sluice_control::MeterSums { state_byte_ms: byte_ms, ..Default::default() },
+                state_byte_ms: u128::from(byte_ms),
+                state_bytes: 10,
+                ..Default::default()
+            }
+        };
+        let t = sum(&[row("a"), row("b")]);
+        assert_eq!(t.sums.state_byte_ms, u64::MAX);
+        assert_eq!(t.state_bytes, 20);
+        let plan = PricePlan::default();
+        let state = lines(&plan, &t).into_iter().find(|l| l.item == "state").unwrap();
+        assert!((state.quantity - 6000.0).abs() < 1e-6, "{state:?}");
+        assert!((state.billable - 5999.0).abs() < 1e-6, "{state:?}");
+        assert_eq!(state.amount, 59.99);
     }
 
     #[test]

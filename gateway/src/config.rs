@@ -6,6 +6,9 @@
 //! data-dir = "/var/lib/sluice"       # SLUICE_DATA_DIR: gateway.db and blobs/
 //! admin-token = "change-me"          # SLUICE_ADMIN_TOKEN (required)
 //! max-module-mb = 32                 # SLUICE_MAX_MODULE_MB: upload size limit
+//! max-state-budget-mb = 1024         # SLUICE_MAX_STATE_BUDGET_MB: the largest state
+//!                                    # budget (`limits.state_budget_mb`) a deployment
+//!                                    # may give an NF, MiB
 //! cluster = "default"                # SLUICE_CLUSTER
 //! nats = "nats://127.0.0.1:4222"     # SLUICE_NATS_URL (several: comma-separated)
 //! nats-nkey = "/etc/sluice/gateway.nk"  # SLUICE_NATS_NKEY: the gateway's nkey seed
@@ -42,11 +45,13 @@
 //! per-gb = 0.02
 //! per-cpu-second = 0.10
 //! per-million-invocations = 0.20
+//! per-gb-hour-state = 0.01           # NF state held on hosts (10^9 bytes for an hour)
 //! [billing.included]                 # free allowances per tenant and period
 //! packets = 1_000_000
 //! gb = 1.0
 //! cpu-seconds = 10.0
 //! invocations = 100_000
+//! state-gb-hours = 1.0
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -328,6 +333,13 @@ impl GatewayConfig {
                 reason: "not a whole number of MiB".into(),
             })?;
         }
+        if let Some(v) = var("SLUICE_MAX_STATE_BUDGET_MB") {
+            cfg.max_state_budget_mb = v.parse().map_err(|_| ConfigError::Env {
+                name: "SLUICE_MAX_STATE_BUDGET_MB".into(),
+                value: v.clone(),
+                reason: "not a whole number of MiB".into(),
+            })?;
+        }
         if let Some(v) = var("SLUICE_CLUSTER") {
             cfg.cluster = v;
         }
@@ -438,7 +450,17 @@ mod tests {
         assert_eq!(c.billing.included.packets, 10);
         assert_eq!(c.billing.included.gb, 1.0);
         assert_eq!(c.billing.per_million_packets, 0.05);
+        assert_eq!((c.billing.per_gb_hour_state, c.billing.included.state_gb_hours), (0.01, 1.0));
+        assert_eq!(c.max_state_budget_mb, 1024);
         c.validate().unwrap();
+        let c: GatewayConfig = toml::from_str(
+            "admin-token = 'secret-token'\nmax-state-budget-mb = 256\n[billing]\nper-gb-hour-state = 0.2\n[billing.included]\nstate-gb-hours = 0.5\n",
+        )
+        .unwrap();
+        assert_eq!((c.billing.per_gb_hour_state, c.billing.included.state_gb_hours), (0.2, 0.5));
+        assert_eq!(c.max_state_budget_mb, 256);
+        let c: GatewayConfig = toml::from_str("admin-token = 'secret-token'\nmax-state-budget-mb = 0\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("max-state-budget-mb must be at least 1"));
         assert!(toml::from_str::<GatewayConfig>("listn = 'x'").is_err());
         assert!(GatewayConfig::default().validate().is_err());
     }

@@ -139,6 +139,27 @@ pub struct UsageSums {
     pub records: u64,
     /// Traps by cause.
     pub trap_causes: BTreeMap<String, u64>,
+    /// The exact sum of the records' `state_byte_ms`: `sums.state_byte_ms`
+    /// saturates at `u64::MAX` (about 5,124 GB-hours), which a month of a
+    /// few GB held can pass.
+    pub state_byte_ms: u128,
+    /// Bytes of state held at the end of the latest window in the range (a
+    /// gauge): each host's latest record of the deployment's NF counts in
+    /// the row of the module version it metered; summed over hosts.
+    pub state_bytes: u64,
+}
+
+impl UsageSums {
+    /// Adds another row: sums, records, traps by cause, and state held.
+    pub fn add(&mut self, o: &UsageSums) {
+        self.sums.add(&o.sums);
+        self.records += o.records;
+        for (cause, n) in &o.trap_causes {
+            *self.trap_causes.entry(cause.clone()).or_default() += n;
+        }
+        self.state_byte_ms = self.state_byte_ms.saturating_add(o.state_byte_ms);
+        self.state_bytes = self.state_bytes.saturating_add(o.state_bytes);
+    }
 }
 
 /// One point of a usage time series.
@@ -664,13 +685,17 @@ impl Store {
     /// version and deployment.
     pub fn usage(&self, tenant_id: &str, from_ms: i64, to_ms: i64) -> Result<Vec<UsageSums>, StoreError> {
         let db = self.db();
+        // State byte-ms is summed in two halves (high and low 32 bits of
+        // each record), which cannot overflow SQLite's 64-bit SUM, and put
+        // together exactly here.
         let mut st = db.prepare(
             "SELECT nf, module, version, deployment_id, SUM(invocations), SUM(packets), SUM(bytes), SUM(cpu_ns), SUM(state_ops),
-                    SUM(traps), SUM(errors), SUM(events), COUNT(*), SUM(state_byte_ms)
+                    SUM(traps), SUM(errors), SUM(events), COUNT(*), SUM(state_byte_ms >> 32), SUM(state_byte_ms & 4294967295)
              FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
              GROUP BY deployment_id, nf, module, version ORDER BY deployment_id, nf, module, version",
         )?;
         let rows = st.query_map(params![tenant_id, from_ms, to_ms], |r| {
+            let state_byte_ms = (u128::from(u(r.get(13)?)) << 32) + u128::from(u(r.get(14)?));
             Ok(UsageSums {
                 nf: r.get(0)?,
                 module: r.get(1)?,
@@ -685,10 +710,12 @@ impl Store {
                     traps: u(r.get(9)?),
                     errors: u(r.get(10)?),
                     events: u(r.get(11)?),
-                    state_byte_ms: u(r.get(13)?),
+                    state_byte_ms: u64::try_from(state_byte_ms).unwrap_or(u64::MAX),
                 },
                 records: u(r.get(12)?),
                 trap_causes: BTreeMap::new(),
+                state_byte_ms,
+                state_bytes: 0,
             })
         })?;
         let mut out: Vec<UsageSums> = rows.collect::<Result<_, _>>()?;
@@ -716,6 +743,33 @@ impl Store {
                 .find(|u| u.deployment == deployment && u.nf == nf && u.module == module && u.version == version)
             {
                 *row.trap_causes.entry(cause).or_default() += n;
+            }
+        }
+        // State held now: each host's latest record of each deployment's
+        // NF (whatever version it ran), in the row of that version.
+        let mut st = db.prepare(
+            "SELECT deployment_id, nf, module, version, state_bytes FROM (
+                 SELECT deployment_id, nf, module, version, state_bytes, ROW_NUMBER() OVER (
+                     PARTITION BY deployment_id, nf, host ORDER BY window_end_ms DESC, received_ms DESC, id DESC) AS latest
+                 FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3)
+             WHERE latest = 1",
+        )?;
+        let held = st.query_map(params![tenant_id, from_ms, to_ms], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                u(r.get(4)?),
+            ))
+        })?;
+        for h in held {
+            let (deployment, nf, module, version, bytes) = h?;
+            if let Some(row) = out
+                .iter_mut()
+                .find(|u| u.deployment == deployment && u.nf == nf && u.module == module && u.version == version)
+            {
+                row.state_bytes = row.state_bytes.saturating_add(bytes);
             }
         }
         Ok(out)
@@ -885,6 +939,62 @@ mod tests {
         s.insert_meters(&[a, b], 0).unwrap();
         let u = s.usage("t1", 0, 10_000).unwrap();
         assert_eq!(u[0].sums.state_byte_ms, u64::MAX / 4 + 7);
+        assert_eq!(u[0].state_byte_ms, u128::from(u64::MAX / 4 + 7));
+    }
+
+    #[test]
+    fn state_byte_ms_past_what_sqlite_and_u64_can_sum_stays_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        // Five records of i64::MAX byte-ms each: SQLite's SUM would fail
+        // with an overflow, and the u64 sums saturate.
+        let big = u64::try_from(i64::MAX).unwrap();
+        let recs: Vec<MeterRecord> = (0..5)
+            .map(|n| {
+                let mut r = rec(&format!("r{n}"), 1);
+                r.sums.state_byte_ms = big;
+                r
+            })
+            .collect();
+        s.insert_meters(&recs, 0).unwrap();
+        let u = s.usage("t1", 0, 10_000).unwrap();
+        assert_eq!(u[0].state_byte_ms, 5 * u128::from(big));
+        assert_eq!(u[0].sums.state_byte_ms, u64::MAX);
+    }
+
+    #[test]
+    fn state_held_is_each_hosts_latest_record_in_the_row_of_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("g.db")).unwrap();
+        let at = |id: &str, host: &str, version: &str, end: u64, bytes: u64| {
+            let mut r = rec(id, 1);
+            r.host = host.into();
+            r.version = version.into();
+            r.window_start_ms = end - 1000;
+            r.window_end_ms = end;
+            r.state_bytes = bytes;
+            r
+        };
+        s.insert_meters(
+            &[
+                // Host a ran 1.0.0, then 2.0.0, which holds 300 bytes now.
+                at("a1", "a", "1.0.0", 2000, 100),
+                at("a2", "a", "1.0.0", 3000, 200),
+                at("a3", "a", "2.0.0", 4000, 300),
+                // Host b still runs 1.0.0 with 50 bytes.
+                at("b1", "b", "1.0.0", 2000, 70),
+                at("b2", "b", "1.0.0", 3500, 50),
+            ],
+            0,
+        )
+        .unwrap();
+        let u = s.usage("t1", 0, 10_000).unwrap();
+        let held = |version: &str| u.iter().find(|r| r.version == version).unwrap().state_bytes;
+        assert_eq!((held("1.0.0"), held("2.0.0")), (50, 300));
+        // In a range that ends before host a's upgrade, its latest record
+        // there counts.
+        let u = s.usage("t1", 0, 2500).unwrap();
+        assert_eq!(u.iter().map(|r| (r.version.as_str(), r.state_bytes)).collect::<Vec<_>>(), [("1.0.0", 270)]);
     }
 
     #[test]

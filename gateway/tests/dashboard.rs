@@ -126,7 +126,7 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     assert_eq!(shown["foreign_requests"], Value::Array(vec![]), "the page fetched something from elsewhere: {shown}");
 
     let total = &usage["total"];
-    for m in ["packets", "bytes", "cpu_ns", "invocations"] {
+    for m in ["packets", "bytes", "cpu_ns", "invocations", "state_byte_ms", "state_bytes"] {
         assert_eq!(shown["tiles"][m], total[m], "tile {m}");
     }
     let mut by_nf: BTreeMap<String, BTreeMap<&str, u64>> = BTreeMap::new();

@@ -303,8 +303,8 @@ fn the_gateway_sheds_slow_clients_sends_safe_headers_and_keeps_shared_blobs() {
         "/v1/deployments",
         &json!({ "name": "big", "nfs": [{ "module": "noop@1", "limits": { "memory_mb": 1024 } }] }),
     );
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert!(r.body["message"].as_str().unwrap().contains("1-256"), "{}", r.body);
+    assert_eq!((r.status, r.body["error"].as_str()), (422, Some("invalid_limit")), "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("memory_mb must be 1-256"), "{}", r.body);
 
     // Two tenants share a blob (same bytes): one deleting its module while
     // the other uploads and deploys never takes the other's bytes away.
@@ -555,30 +555,43 @@ fn every_nf_limit_goes_through_the_api_and_the_cli_within_bounds() {
         assert_eq!(&d["nfs"][0]["limits"][k], v, "{k}: {d}");
     }
     for (field, bad) in [
+        ("failure_policy", json!("fail-sometimes")),
+        ("deadline_ms", json!(0)),
+        ("deadline_ms", json!(1001)),
+        ("memory_mb", json!(0)),
+        ("memory_mb", json!(257)),
         ("start_deadline_ms", json!(0)),
         ("start_deadline_ms", json!(30_001)),
         ("fuel", json!(1_000_000_000_001u64)),
         ("max_flows", json!(0)),
+        ("max_flows", json!(16_777_217)),
+        ("max_flow_state_bytes", json!(0)),
         ("max_flow_state_bytes", json!(65_537)),
+        ("state_budget_mb", json!(0)),
         ("state_budget_mb", json!(1025)),
         ("log_lines_per_second", json!(10_001)),
-        ("deadline_ms", json!(1001)),
     ] {
         let r = api.post(
             Some(&key),
             "/v1/deployments",
             &json!({ "name": "b", "module": "counter@1", "limits": { field: bad } }),
         );
-        assert!(r.status == 400 || r.status == 422, "{field}={bad}: {} {}", r.status, r.body);
-        let text = r.body.to_string();
-        assert!(text.contains(field) && text.contains("'counter'"), "{field}: {text}");
+        assert_eq!((r.status, r.body["error"].as_str()), (422, Some("invalid_limit")), "{field}={bad}: {}", r.body);
+        let message = r.body["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("NF 'counter': {field}")), "{field}={bad}: {message}");
     }
+    // An update is checked the same way, and the deployment keeps its
+    // limits.
+    let r = api.put(Some(&key), "/v1/deployments/a", &json!({ "module": "counter@1", "limits": { "max_flows": 0 } }));
+    assert_eq!((r.status, r.body["error"].as_str()), (422, Some("invalid_limit")), "{}", r.body);
+    assert_eq!(api.get(Some(&key), "/v1/deployments/a").body["nfs"][0]["limits"], limits);
     let r = api.post(
         Some(&key),
         "/v1/deployments",
         &json!({ "name": "b", "module": "counter@1", "limits": { "stack_mb": 1 } }),
     );
-    assert!(r.status == 400 || r.status == 422, "{} {}", r.status, r.body);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("unknown field `stack_mb`"), "{}", r.body);
     // An `init` that never returns is stopped by the start deadline at the
     // gateway's trial start, and the error names the limit to raise.
     assert_eq!(api.upload(Some(&key), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
@@ -603,22 +616,51 @@ fn every_nf_limit_goes_through_the_api_and_the_cli_within_bounds() {
             "--wait",
             "0",
         ])
-        .args(["--failure-policy", "fail-open", "--fuel", "0", "--max-flows", "10"])
+        .args(["--failure-policy", "fail-open", "--fuel", "0", "--max-flows", "10", "--deadline-ms", "25"])
+        .args(["--memory-mb", "16", "--max-flow-state-bytes", "512", "--log-lines-per-second", "7"])
         .env("SLUICE_URL", &api.base)
         .env("SLUICE_API_KEY", &key)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let d = api.get(Some(&key), "/v1/deployments/c").body;
-    let l = &d["nfs"][0]["limits"];
-    assert_eq!((l["start_deadline_ms"].as_u64(), l["state_budget_mb"].as_u64()), (Some(2000), Some(8)), "{d}");
-    assert_eq!((l["failure_policy"].as_str(), l["max_flows"].as_u64()), (Some("fail-open"), Some(10)), "{d}");
-    // Out of range is refused before anything is sent.
+    assert_eq!(
+        d["nfs"][0]["limits"],
+        json!({
+            "failure_policy": "fail-open", "deadline_ms": 25, "memory_mb": 16, "start_deadline_ms": 2000,
+            "fuel": 0, "max_flows": 10, "max_flow_state_bytes": 512, "state_budget_mb": 8, "log_lines_per_second": 7
+        }),
+        "{d}"
+    );
+    // Out of range is refused before anything is sent (the gateway would
+    // answer 404 for this module), naming the flag.
+    for (flag, bad) in [
+        ("--start-deadline-ms", "0"),
+        ("--deadline-ms", "1001"),
+        ("--fuel", "1000000000001"),
+        ("--max-flows", "16777217"),
+        ("--max-flow-state-bytes", "65537"),
+        ("--log-lines-per-second", "10001"),
+        ("--memory-mb", "0"),
+        ("--state-budget-mb", "0"),
+        ("--failure-policy", "fail-sometimes"),
+    ] {
+        let out = std::process::Command::new(sibling_bin("sluice"))
+            .args(["deploy", "d", "-m", "missing@1", flag, bad])
+            .env("SLUICE_URL", &api.base)
+            .env("SLUICE_API_KEY", &key)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(flag) && !err.contains("404"), "{flag} {bad}: {err}");
+    }
+    // The state budget's bound is the gateway's: the CLI shows its answer.
     let out = std::process::Command::new(sibling_bin("sluice"))
-        .args(["deploy", "d", "-m", "counter@1", "--start-deadline-ms", "0"])
+        .args(["deploy", "d", "-m", "counter@1", "--state-budget-mb", "4096"])
         .env("SLUICE_URL", &api.base)
         .env("SLUICE_API_KEY", &key)
         .output()
         .unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("start-deadline-ms"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("state_budget_mb must be 1-1024"), "{err}");
 }

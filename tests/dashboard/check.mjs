@@ -43,7 +43,10 @@ try {
     }
     const tile = (id) => Number(document.getElementById(id).dataset.value);
     return {
-      tiles: { packets: tile("t-packets"), bytes: tile("t-bytes"), cpu_ns: tile("t-cpu"), invocations: tile("t-invocations") },
+      tiles: {
+        packets: tile("t-packets"), bytes: tile("t-bytes"), cpu_ns: tile("t-cpu"), invocations: tile("t-invocations"),
+        state_byte_ms: tile("t-state"), state_bytes: tile("t-state-bytes"),
+      },
       charts,
       modules: [...document.querySelectorAll("#modules tbody tr[data-name]")].map((r) => r.dataset.name),
       deployments: [...document.querySelectorAll("#deployments tbody tr[data-name]")].map((r) => ({

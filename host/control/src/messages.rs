@@ -51,8 +51,9 @@ pub struct NfLimitsSpec {
     /// Largest state value of one flow, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_flow_state_bytes: Option<u64>,
-    /// State memory budget of the NF on a host (all its tables and
-    /// per-flow state, every worker together), MiB.
+    /// State memory budget of the NF, MiB: each instance's own tables and
+    /// per-flow state, and once more the NF's shared (global) tables on a
+    /// host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_budget_mb: Option<u64>,
     /// Log lines per second per instance.

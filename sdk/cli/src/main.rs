@@ -96,13 +96,16 @@ enum Command {
         /// (`"attach": []` in a --spec removes them).
         #[arg(long = "attach", value_name = "port=N[,vlan=V][,dst=PREFIX][,out=N]")]
         attach: Vec<String>,
-        /// Limits for every NF of the deployment (with --module; a --spec
-        /// gives them per NF). Unset ones take the hosts' defaults.
-        #[command(flatten)]
-        limits: LimitFlags,
         /// Wait up to this many seconds for every host to run it.
         #[arg(long, default_value_t = 30)]
         wait: u64,
+        /// Limits for every NF of the deployment (with --module; a --spec
+        /// gives them per NF). Unset ones take the hosts' defaults.
+        #[command(
+            flatten,
+            next_help_heading = "Limits (each applies to every NF of the deployment; unset: the hosts' defaults, also on an update)"
+        )]
+        limits: LimitFlags,
     },
     /// List deployments and their status per host.
     Deployments,
@@ -282,36 +285,46 @@ enum NfCommand {
     },
 }
 
-/// Per-NF limits of `sluice deploy`, applied to every NF of the deployment.
+/// Per-NF limits of `sluice deploy`, applied to every NF of the deployment
+/// (a --spec gives them per NF instead). Unset ones take the hosts'
+/// defaults; an update without them puts the defaults back. Values out of
+/// range are refused here, before anything is sent.
 #[derive(Debug, clap::Args)]
 struct LimitFlags {
     /// CPU deadline of one batch, ms (1-1000; hosts default to 10).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1000))]
     deadline_ms: Option<u64>,
-    /// CPU deadline of starting an instance (instantiation and init), ms
-    /// (1-30000; hosts default to 1000).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=30_000))]
+    /// CPU deadline of starting an instance (instantiation and init, and
+    /// re-creating it after a trap), ms (1-30000; hosts default to 1000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=30_000))]
     start_deadline_ms: Option<u64>,
-    /// What a failed batch becomes.
+    /// What a batch the NF failed becomes: fail-open forwards it,
+    /// fail-closed drops it (hosts' default).
     #[arg(long, value_parser = ["fail-open", "fail-closed"])]
     failure_policy: Option<String>,
-    /// Linear memory cap, MiB.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Linear memory cap per instance, MiB (1 to the hosts' memory slot,
+    /// 256 by default, which the gateway checks; hosts default to 64).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
     memory_mb: Option<u64>,
-    /// State budget, MiB (tables and flow state).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    /// State budget, MiB: each instance's own tables and flow state, and
+    /// once more the NF's shared tables on a host (1 to the gateway's
+    /// max-state-budget-mb, 1024 by default, which the gateway checks;
+    /// hosts default to 64).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
     state_budget_mb: Option<u64>,
-    /// Fuel per batch call (0: unlimited).
+    /// Fuel per batch call, about one Wasm instruction each (0 to 10^12;
+    /// 0: unlimited); counted only on hosts that compile fuel metering in.
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000_000))]
     fuel: Option<u64>,
-    /// Most flows with state per worker.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16_777_216))]
+    /// Most flows with state per worker (1-16777216).
+    #[arg(long, value_name = "FLOWS", value_parser = clap::value_parser!(u64).range(1..=16_777_216))]
     max_flows: Option<u64>,
-    /// Largest state value of one flow, bytes.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    /// Largest state value of one flow, bytes (1-65536).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=65_536))]
     max_flow_state_bytes: Option<u64>,
-    /// Log lines per second per instance.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    /// Log lines per second per instance (0-10000; hosts default to 50);
+    /// more are dropped and counted.
+    #[arg(long, value_name = "LINES", value_parser = clap::value_parser!(u32).range(0..=10_000))]
     log_lines_per_second: Option<u32>,
 }
 
@@ -767,12 +780,22 @@ fn print_usage(u: &Value) {
     }
     let max = rows.iter().map(|r| num(&r["packets"])).fold(0.0, f64::max);
     println!(
-        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10} {:>10} {:>6}  packets",
-        "deployment", "nf", "version", "invocations", "packets", "bytes", "cpu ms", "state ops", "traps"
+        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10} {:>6}  packets",
+        "deployment",
+        "nf",
+        "version",
+        "invocations",
+        "packets",
+        "bytes",
+        "cpu ms",
+        "state ops",
+        "state GB-h",
+        "state now",
+        "traps"
     );
     for r in &rows {
         println!(
-            "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>6}  {}",
+            "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>10.4} {:>10} {:>6}  {}",
             r["deployment_name"].as_str().unwrap_or_default(),
             r["nf"].as_str().unwrap_or_default(),
             r["version"].as_str().unwrap_or_default(),
@@ -781,13 +804,15 @@ fn print_usage(u: &Value) {
             r["bytes"].to_string(),
             num(&r["cpu_ns"]) / 1e6,
             r["state_ops"].to_string(),
+            num(&r["state_gb_hours"]),
+            format!("{}B", human(num(&r["state_bytes"]))),
             r["traps"].to_string(),
             bar(num(&r["packets"]), max, 24)
         );
     }
     let t = &u["total"];
     println!(
-        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>6}",
+        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>10.4} {:>10} {:>6}",
         "total",
         "",
         "",
@@ -796,6 +821,8 @@ fn print_usage(u: &Value) {
         t["bytes"].to_string(),
         num(&t["cpu_ns"]) / 1e6,
         t["state_ops"].to_string(),
+        num(&t["state_gb_hours"]),
+        format!("{}B", human(num(&t["state_bytes"]))),
         t["traps"].to_string()
     );
 }
