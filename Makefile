@@ -39,14 +39,15 @@ nfs: setup
 		echo "  $(NF_OUT)/$$n.wasm ($$(stat -c %s $(NF_OUT)/$$n.wasm) bytes)"; \
 	done
 
-# Test-only modules: the hostile NF, a component of the wrong world, and an
-# NF built against the released sluice:nf@0.1.0 contract.
+# Test-only modules: the hostile NF, a component of the wrong world, and
+# NFs built against the released sluice:nf@0.1.0 and @0.2.0 contracts.
 test-nfs: setup
 	$(CARGO) build --locked --profile $(NF_PROFILE) --target $(NF_TARGET) -p sluice-nf-hostile
 	@mkdir -p $(TEST_NF_OUT)
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/sluice_nf_hostile.wasm $(TEST_NF_OUT)/hostile.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/wrong-world.wasm $(TEST_NF_OUT)/wrong-world.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-1.wasm $(TEST_NF_OUT)/legacy-v0-1.wasm
+	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-2.wasm $(TEST_NF_OUT)/legacy-v0-2.wasm
 
 demo: build test-nfs
 	@mkdir -p $(DEMO_DIR)

@@ -33,7 +33,7 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     let fw = std::fs::read(nf("firewall")).unwrap();
     let up = api.upload(Some(&key), "firewall", "1.0.0", &fw);
     assert_eq!(up.status, 201, "{}", up.body);
-    assert_eq!(up.body["contract"], "0.2.0");
+    assert_eq!(up.body["contract"], "0.3.0");
     let up = api.upload(Some(&key), "counter", "1.0.0", &std::fs::read(nf("counter")).unwrap());
     assert_eq!(up.status, 201, "{}", up.body);
 
@@ -125,6 +125,17 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     let state = bill["lines"].as_array().unwrap().iter().find(|l| l["item"] == "state").unwrap();
     let gb_hours = total["state_byte_ms"].as_u64().unwrap() as f64 / 3.6e15;
     assert!(gb_hours > 0.0 && (state["quantity"].as_f64().unwrap() - gb_hours).abs() < 1e-12, "{bill}");
+    // State held at the end is the host's latest record of the firewall,
+    // which ran 2.0.0 then: none is left in the row of 1.0.0.
+    let rows = usage["rows"].as_array().unwrap();
+    let row = |version: &str| rows.iter().find(|r| r["nf"] == "firewall" && r["version"] == version).unwrap();
+    assert_eq!(row("1.0.0")["state_bytes"], 0, "{usage}");
+    let held: u64 = rows.iter().map(|r| r["state_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(total["state_bytes"].as_u64(), Some(held), "{usage}");
+    for r in rows {
+        let gb_hours = r["state_byte_ms"].as_u64().unwrap() as f64 / 3.6e15;
+        assert!((r["state_gb_hours"].as_f64().unwrap() - gb_hours).abs() < 1e-12, "{r}");
+    }
     let csv = api.get(Some(&key), &format!("/v1/bill?period={period}&format=csv")).body;
     let csv = csv.as_str().unwrap();
     assert!(csv.starts_with("tenant,period,item,unit,quantity"), "{csv}");
@@ -205,7 +216,7 @@ fn bad_uploads_get_a_4xx_that_says_why() {
         (json!({ "name": "x" }), 400),
         (json!({ "name": "x", "module": "nope@1" }), 404),
         (json!({ "name": "x", "module": "counter@1.0", "group": "a.b" }), 400),
-        (json!({ "name": "x", "module": "counter@1.0", "limits": { "failure_policy": "maybe" } }), 400),
+        (json!({ "name": "x", "module": "counter@1.0", "limits": { "failure_policy": "maybe" } }), 422),
         (json!({ "name": "x", "nfs": [{ "module": "counter@1.0", "next": "ghost" }] }), 400),
         (json!({ "name": "x", "nfs": [{ "module": "counter@1.0" }, { "module": "counter@1.0" }] }), 400),
         (json!({ "name": "x", "module": "counter@1.0", "surprise": 1 }), 400),

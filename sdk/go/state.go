@@ -40,12 +40,13 @@ const (
 
 // TableSpec declares a table (see the state interface of the contract).
 // Consistency: Eventual set for eventual tables, Pool for release tables,
-// neither for local ones.
+// SingleWriter for single-writer tables, none of them for local ones.
 type TableSpec struct {
 	Name                string
 	Scope, Access, Kind uint32
 	Eventual            *EventualSpec
 	Pool                *PoolSpec
+	SingleWriter        *SingleWriterSpec
 	KeySize, MaxValue   uint32
 	Capacity            uint32
 	IdleTimeoutNs       uint64
@@ -64,7 +65,18 @@ type PoolSpec struct {
 	Chunk        uint32
 }
 
+// SingleWriterSpec: how often the owners of a single-writer table's keys
+// apply the writes forwarded to them and publish their keys.
+type SingleWriterSpec struct {
+	SyncIntervalNs uint64
+}
+
 // Declare declares a table (only in Init) and returns its handle.
+//
+// The consistency variant is lowered flat, as the canonical ABI flattens
+// it: its discriminant, then the join of its cases' flattenings (i64, i64,
+// i32: pool-spec's first, count and chunk; eventual-spec's merge and
+// interval and single-writer-spec's interval fill the leading i64s).
 func Declare(spec TableSpec) (uint32, error) {
 	tag, c1, c2, c3 := uint32(0), uint64(0), uint64(0), uint32(0)
 	switch {
@@ -72,6 +84,8 @@ func Declare(spec TableSpec) (uint32, error) {
 		tag, c1, c2 = 1, uint64(spec.Eventual.Merge), spec.Eventual.MergeIntervalNs
 	case spec.Pool != nil:
 		tag, c1, c2, c3 = 2, spec.Pool.First, spec.Pool.Count, spec.Pool.Chunk
+	case spec.SingleWriter != nil:
+		tag, c1 = 3, spec.SingleWriter.SyncIntervalNs
 	}
 	notify := uint32(0)
 	if spec.NotifyExpired {
@@ -107,6 +121,17 @@ type Counters struct{ Table uint32 }
 func SumCounters(name string, mergeIntervalNs uint64) (Counters, error) {
 	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: CounterKind,
 		Eventual: &EventualSpec{Merge: MergeSum, MergeIntervalNs: mergeIntervalNs}, MaxValue: 8})
+	return Counters{t}, err
+}
+
+// SingleWriterCounters declares a global counter table with one owner
+// worker per key (only in Init): adds to keys another worker owns are
+// forwarded to it as deltas, so none is lost; reads see the owner's value
+// as published at its last sync plus this worker's own adds since. Owners
+// sync every syncIntervalNs of packet time (0: every batch).
+func SingleWriterCounters(name string, syncIntervalNs uint64) (Counters, error) {
+	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: CounterKind,
+		SingleWriter: &SingleWriterSpec{SyncIntervalNs: syncIntervalNs}, MaxValue: 8})
 	return Counters{t}, err
 }
 
@@ -159,6 +184,18 @@ func PerFlowBytes(name string, maxValueSize uint32) (Bytes, error) {
 func PerFlowBytesExpiring(name string, maxValueSize uint32, idleTimeoutNs uint64, notifyExpired bool) (Bytes, error) {
 	t, err := Declare(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: BytesKind, MaxValue: maxValueSize,
 		IdleTimeoutNs: idleTimeoutNs, NotifyExpired: notifyExpired})
+	return Bytes{t}, err
+}
+
+// SingleWriterBytes declares a global byte table with one owner worker
+// per key (only in Init): writes to keys another worker owns are forwarded
+// to it, and the last applied write wins (an empty value removes); reads
+// see the owner's value as published at its last sync plus this worker's
+// own writes since. keySize 0 allows keys of 1 to 256 bytes; owners sync
+// every syncIntervalNs of packet time (0: every batch).
+func SingleWriterBytes(name string, keySize, maxValueSize uint32, syncIntervalNs uint64) (Bytes, error) {
+	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: BytesKind,
+		SingleWriter: &SingleWriterSpec{SyncIntervalNs: syncIntervalNs}, KeySize: keySize, MaxValue: maxValueSize})
 	return Bytes{t}, err
 }
 

@@ -36,7 +36,7 @@ fn build(case: &str, lang: Lang, scratch: &Path) -> Option<PathBuf> {
         cache_dir: Some(workspace().join("target/sluice-cache")),
     };
     let built = sluice_cli::build(&project, &sdk, &opts).unwrap_or_else(|e| panic!("{case}/{lang}: {e}"));
-    assert_eq!(built.contract, "0.2.0");
+    assert_eq!(built.contract, "0.3.0");
     Some(built.path)
 }
 
@@ -76,7 +76,7 @@ fn summary(report: &sluice_host::Report) -> Value {
     })
 }
 
-fn run(case: &str, component: &Path, scratch: &Path) -> (Vec<u8>, Value) {
+fn run(case: &str, component: &Path, scratch: &Path, workers: usize) -> (Vec<u8>, Value) {
     let dir = workspace().join("tests/conformance").join(case);
     let config = std::fs::read_to_string(dir.join("config.txt")).unwrap_or_default();
     // A generous deadline: this suite compares outputs, and the interpreted
@@ -87,8 +87,8 @@ fn run(case: &str, component: &Path, scratch: &Path) -> (Vec<u8>, Value) {
         toml_string(&config)
     );
     let mut c = sluice_tests::host_config(scratch, &toml);
-    c.workers = 1;
-    let output = scratch.join(format!("{}.out.pcap", component.file_stem().unwrap().to_string_lossy()));
+    c.workers = workers;
+    let output = scratch.join(format!("{}.{workers}.out.pcap", component.file_stem().unwrap().to_string_lossy()));
     let opts = sluice_host::RunOptions {
         nfs: vec![component.to_path_buf()],
         chain: None,
@@ -106,13 +106,20 @@ fn toml_string(s: &str) -> String {
 }
 
 fn conformance(case: &str) {
+    conformance_on(case, &[1]);
+}
+
+/// Runs the case on each worker count: the first must match every
+/// expected file, the others the output bytes and the tables (meters
+/// count calls, which grow with the workers).
+fn conformance_on(case: &str, worker_counts: &[usize]) {
     let dir = workspace().join("tests/conformance").join(case);
     let bless = std::env::var_os("SLUICE_BLESS").is_some();
     let mut ran = Vec::new();
     for lang in Lang::ALL {
         let scratch = tempfile::tempdir().unwrap();
         let Some(component) = build(case, lang, scratch.path()) else { continue };
-        let (pcap, summary) = run(case, &component, scratch.path());
+        let (pcap, summary) = run(case, &component, scratch.path(), worker_counts[0]);
         assert_eq!(summary["meters"]["traps"], 0, "{case}/{lang} trapped: {summary:#}");
         assert_eq!(summary["meters"]["errors"], 0, "{case}/{lang} failed batches: {summary:#}");
         if bless && lang == Lang::Rust {
@@ -129,6 +136,18 @@ fn conformance(case: &str) {
         );
         assert_eq!(summary, expected, "{case}/{lang}: meters, events or tables differ from expected.json");
         println!("{case}/{lang}: identical ({} output bytes)", pcap.len());
+        for &workers in &worker_counts[1..] {
+            let (pcap_n, summary_n) = run(case, &component, scratch.path(), workers);
+            assert!(
+                pcap_n == expected_pcap,
+                "{case}/{lang} on {workers} workers: output differs from expected.pcap ({} vs {} bytes)",
+                pcap_n.len(),
+                expected_pcap.len()
+            );
+            assert_eq!(summary_n["tables"], expected["tables"], "{case}/{lang} on {workers} workers: tables differ");
+            assert_eq!(summary_n["packets_dropped"], expected["packets_dropped"]);
+            println!("{case}/{lang} on {workers} workers: identical");
+        }
         ran.push(lang);
     }
     assert!(ran.contains(&Lang::Rust), "{case}: the Rust NF is the reference and must be present");
@@ -162,6 +181,20 @@ fn tables_in_every_language() {
 #[test]
 fn expiry_in_every_language() {
     conformance("expiry");
+}
+
+/// Single-writer tables: a per-source SYN guard whose decisions span
+/// flows gives the same output on one worker and on two.
+#[test]
+fn guard_in_every_language_on_one_and_two_workers() {
+    conformance_on("guard", &[1, 2]);
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(workspace().join("tests/conformance/guard/expected.json")).unwrap())
+            .unwrap();
+    // The case means something: the guard dropped packets and blocked
+    // sources.
+    assert!(expected["packets_dropped"].as_u64().unwrap() > 0, "{expected:#}");
+    assert!(expected["tables"]["blocked"]["entries"].as_u64().unwrap() > 0, "{expected:#}");
 }
 
 /// The reference output of the rewriter is right on its own terms, not

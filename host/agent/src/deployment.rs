@@ -59,7 +59,7 @@ impl Prepared {
     /// Compiles `spec`'s modules (from `blobs`).
     pub fn new(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Self {
         let built = build(shared, &spec, blobs).map(|(specs, routes)| {
-            let domains = specs.iter().map(|_| sluice_state::Domain::new()).collect();
+            let domains = specs.iter().map(|_| sluice_state::Domain::for_workers(shared.workers)).collect();
             (specs, routes, domains)
         });
         Prepared { spec, built }
@@ -122,6 +122,9 @@ pub struct Shared {
     /// for a shorter CPU deadline than the host's, never a longer one (a
     /// batch holds the worker every tenant on it waits for).
     pub live: bool,
+    /// Workers a deployment runs on (live hosts: every worker; otherwise
+    /// one): the owners of its single-writer tables.
+    pub workers: usize,
     /// Deployments whose start failed, retried with back-off.
     pub retries: crate::retry::Retries,
 }

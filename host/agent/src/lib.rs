@@ -237,6 +237,7 @@ async fn run(
         cores: sluice_runtime::cores::CorePool::new(&cfg.cores),
         fair: sluice_engine::FairShare::new(),
         live: live_input.is_some(),
+        workers: live_input.as_ref().map_or(1, |l| l.ios.len().max(1)),
         retries: retry::Retries::default(),
     };
     let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));

@@ -159,7 +159,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
 
     // Every worker's chain is instantiated before traffic starts, so a
     // rejected config fails the run up front.
-    let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::new()).collect();
+    let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::for_workers(workers)).collect();
     let mut chains = Vec::with_capacity(workers);
     for _ in 0..workers {
         chains.push(Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?);

@@ -219,6 +219,7 @@ impl Report {
                     sluice_state::Consistency::Local => "local".to_string(),
                     sluice_state::Consistency::Eventual { merge, .. } => format!("eventual/{merge:?}").to_lowercase(),
                     sluice_state::Consistency::Release { .. } => "release".to_string(),
+                    sluice_state::Consistency::SingleWriter { .. } => "single-writer".to_string(),
                 };
                 let scope = match t.spec.scope {
                     sluice_state::Scope::PerFlow => "per-flow",

@@ -69,12 +69,15 @@ impl std::str::FromStr for SwapAt {
 enum Job {
     Packets(Vec<usize>),
     Swap(String, Box<NfSpec>),
+    /// A sync point of the single-writer tables (every worker at once).
+    Sync,
 }
 
 /// A worker's answers.
 enum Reply {
     Done(WorkerOutput),
     Swapped(Result<(), String>),
+    Synced,
 }
 
 /// Loads the new versions of hot swaps (so a bad module fails the run
@@ -132,6 +135,22 @@ fn run_indices(w: &mut Worker, trace: &Trace, indices: &[usize], batch_size: usi
         events.extend(w.drain_events());
     }
     WorkerOutput { results, events, batches: w.batches() - before }
+}
+
+/// Where a chunk `start..end` of a run with single-writer tables ends: at
+/// its sync point. Interval 0 syncs every `batch` packets of the capture
+/// (one worker's batch); otherwise at every multiple of the interval in
+/// packet time, and at least every 64 batches. Neither depends on the
+/// number of workers, so neither does the output.
+fn sync_cut(trace: &Trace, start: usize, end: usize, interval: u64, batch: usize) -> usize {
+    let batch = batch.max(1);
+    if interval == 0 {
+        return end.min(start + batch);
+    }
+    let end = end.min(start + batch * 64);
+    let ts = |i: usize| trace.packets().get(i).map_or(0, |p| p.timestamp_ns);
+    let period = ts(start) / interval;
+    (start + 1..end).find(|&i| ts(i) / interval != period).unwrap_or(end)
 }
 
 /// A finished worker's chain, its state flushed into the shared domains.
@@ -200,7 +219,12 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
     // Instantiate every worker's chain up front so that a rejected config
     // fails the run before any packet is processed.
     // One state domain per NF, shared by its instances on every worker.
-    let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::new()).collect();
+    let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::for_workers(workers)).collect();
+    // Single-writer tables sync only between chunks, on every worker at
+    // the same packet: the output does not depend on thread timing.
+    for d in &domains {
+        d.set_barrier(true);
+    }
     let mut worker_engines = Vec::with_capacity(workers);
     for _ in 0..workers {
         worker_engines.push(Worker::new(Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?));
@@ -223,6 +247,8 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
         Collector { sink, packets_out: 0, events: Vec::new(), events_total: 0, events_by_kind: BTreeMap::new() };
     let mut batches = 0u64;
     let chunk_len = config.batch_size * workers * 64;
+    // With single-writer tables, chunks end at their sync points.
+    let sync_interval = domains.iter().filter_map(|d| d.sync_interval_ns()).min();
     let mut fates: Vec<Option<PacketResult>> = Vec::new();
     let mut swap_records: Vec<SwapRecord> = Vec::new();
 
@@ -267,6 +293,12 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                         Job::Swap(name, spec) => {
                             Reply::Swapped(w.swap(runtime, &name, *spec).map_err(|e| e.to_string()))
                         }
+                        Job::Sync => {
+                            for stage in w.chain_mut().stages_mut() {
+                                stage.sync_state();
+                            }
+                            Reply::Synced
+                        }
                     };
                     if done.send(reply).is_err() {
                         break;
@@ -307,7 +339,10 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                 break;
             }
             let next_swap = pending_swaps.first().map(|s| s.0).unwrap_or(usize::MAX);
-            let end = (start_at + chunk_len.max(1)).min(total).min(next_swap.max(start_at + 1));
+            let mut end = (start_at + chunk_len.max(1)).min(total).min(next_swap.max(start_at + 1));
+            if let Some(interval) = sync_interval {
+                end = sync_cut(&trace, start_at, end, interval, batch_size);
+            }
             let mut per: Vec<Vec<usize>> = vec![Vec::new(); workers];
             for i in start_at..end {
                 let w = owner.get(i).copied().unwrap_or(0);
@@ -329,6 +364,14 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                     }
                 }
                 collector.take_events(done.events);
+            }
+            if sync_interval.is_some() {
+                for (wi, tx) in to_workers.iter().enumerate() {
+                    tx.send(Job::Sync).map_err(|_| RunError::Worker(wi))?;
+                }
+                for _ in 0..workers {
+                    done_rx.recv().map_err(|_| RunError::Worker(0))?;
+                }
             }
             collector.write(&trace, start_at..end, &mut fates)?;
             bar.inc((end - start_at) as u64);
@@ -421,6 +464,25 @@ pub fn table_reports<'a>(
             sluice_state::Consistency::Release { .. } => {
                 t.pool = pools.iter().find(|(n, _)| *n == t.spec.name).map(|(_, s)| *s);
                 t.entries = t.pool.map(|p| p.bound).unwrap_or(0);
+            }
+            sluice_state::Consistency::SingleWriter { .. } => {
+                // Every worker sees the whole table: count it once.
+                let entries = domain.single_snapshot(&t.spec.name).unwrap_or_default();
+                t.entries = entries.len() as u64;
+                if t.spec.kind == sluice_state::Kind::Counter {
+                    let mut values: Vec<(u64, u64)> = entries
+                        .iter()
+                        .filter_map(|(k, v)| {
+                            Some((
+                                u64::from_le_bytes(k.as_slice().try_into().ok()?),
+                                u64::from_le_bytes(v.as_slice().try_into().ok()?),
+                            ))
+                        })
+                        .collect();
+                    values.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                    values.truncate(MAX_REPORTED_ENTRIES);
+                    t.values = values;
+                }
             }
             sluice_state::Consistency::Local => {}
         }

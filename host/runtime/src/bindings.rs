@@ -1,7 +1,7 @@
 //! The one place that runs `bindgen!` over `wit/`: one module per released
-//! version of `sluice:nf`. Both versions share `types` field for field, so
-//! 0.2.0's types are mapped onto 0.1.0's: the whole host sees one set of
-//! batch and result types whatever version an NF was built against.
+//! version of `sluice:nf`. Every version shares `types` field for field, so
+//! later versions' types are mapped onto 0.1.0's: the whole host sees one
+//! set of batch and result types whatever version an NF was built against.
 
 /// `sluice:nf@0.1.0`: batches and events, no state tables.
 pub mod v0_1 {
@@ -19,6 +19,18 @@ pub mod v0_2 {
         world: "network-function",
         with: {
             "sluice:nf/types@0.2.0": super::v0_1::sluice::nf::types,
+        },
+    });
+}
+
+/// `sluice:nf@0.3.0`: 0.2.0 with single-writer tables (one more
+/// `consistency` case).
+pub mod v0_3 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.3.0",
+        world: "network-function",
+        with: {
+            "sluice:nf/types@0.3.0": super::v0_1::sluice::nf::types,
         },
     });
 }

@@ -130,13 +130,18 @@ impl Runtime {
         let engine = Engine::new(&c).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
-        // Both released contract versions: a component picks its own.
+        // Every released contract version: a component picks its own.
         crate::bindings::v0_1::NetworkFunction::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,
         )
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         crate::bindings::v0_2::NetworkFunction::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        crate::bindings::v0_3::NetworkFunction::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,
         )

@@ -2,6 +2,7 @@
 
 use crate::bindings::v0_1::sluice::nf::{host_log, types};
 use crate::bindings::v0_2::sluice::nf::{host_log as host_log_v2, state as wit_state};
+use crate::bindings::v0_3::sluice::nf::{host_log as host_log_v3, state as wit_state_v3};
 use crate::bindings::{Event, Level};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
 use sluice_state::{StateError, TableSpec, Tables};
@@ -229,6 +230,117 @@ impl host_log_v2::Host for HostState {
 
     fn emit(&mut self, events: Vec<Event>) {
         host_log::Host::emit(self, events)
+    }
+}
+
+impl host_log_v3::Host for HostState {
+    fn log(&mut self, level: Level, message: String) {
+        host_log::Host::log(self, level, message)
+    }
+
+    fn emit(&mut self, events: Vec<Event>) {
+        host_log::Host::emit(self, events)
+    }
+}
+
+/// A 0.3.0 table spec: 0.2.0's, or a single-writer table (the one case
+/// 0.2.0 does not have).
+fn spec_from_wit_v3(s: wit_state_v3::TableSpec) -> TableSpec {
+    use wit_state_v3 as w;
+    let (consistency, single) = match s.consistency {
+        w::Consistency::Local => (wit_state::Consistency::Local, None),
+        w::Consistency::Eventual(e) => (
+            wit_state::Consistency::Eventual(wit_state::EventualSpec {
+                merge: match e.merge {
+                    w::Merge::Sum => wit_state::Merge::Sum,
+                    w::Merge::Max => wit_state::Merge::Max,
+                    w::Merge::Min => wit_state::Merge::Min,
+                },
+                merge_interval_ns: e.merge_interval_ns,
+            }),
+            None,
+        ),
+        w::Consistency::Release(p) => (
+            wit_state::Consistency::Release(wit_state::PoolSpec { first: p.first, count: p.count, chunk: p.chunk }),
+            None,
+        ),
+        w::Consistency::SingleWriter(sw) => (wit_state::Consistency::Local, Some(sw.sync_interval_ns)),
+    };
+    let mut spec = spec_from_wit(wit_state::TableSpec {
+        name: s.name,
+        scope: match s.scope {
+            w::Scope::PerFlow => wit_state::Scope::PerFlow,
+            w::Scope::Global => wit_state::Scope::Global,
+        },
+        access: match s.access {
+            w::Access::ReadOnly => wit_state::Access::ReadOnly,
+            w::Access::ReadWrite => wit_state::Access::ReadWrite,
+        },
+        kind: match s.kind {
+            w::ValueKind::Counter => wit_state::ValueKind::Counter,
+            w::ValueKind::Bytes => wit_state::ValueKind::Bytes,
+        },
+        consistency,
+        key_size: s.key_size,
+        max_value_size: s.max_value_size,
+        capacity: s.capacity,
+        idle_timeout_ns: s.idle_timeout_ns,
+        notify_expired: s.notify_expired,
+    });
+    if let Some(sync_interval_ns) = single {
+        spec.consistency = sluice_state::Consistency::SingleWriter { sync_interval_ns };
+    }
+    spec
+}
+
+fn error_to_wit_v3(e: wit_state::StateError) -> wit_state_v3::StateError {
+    use wit_state::StateError as E;
+    use wit_state_v3::StateError as W;
+    match e {
+        E::UnknownTable(t) => W::UnknownTable(t),
+        E::NotNow => W::NotNow,
+        E::WrongKind => W::WrongKind,
+        E::BadSpec(m) => W::BadSpec(m),
+        E::Incompatible(m) => W::Incompatible(m),
+        E::BadInput(i) => W::BadInput(i),
+        E::Full(i) => W::Full(i),
+        E::OverBudget(i) => W::OverBudget(i),
+        E::TooLarge(i) => W::TooLarge(i),
+    }
+}
+
+/// 0.3.0's `state`: the same calls as 0.2.0's, on the same tables.
+impl wit_state_v3::Host for HostState {
+    fn declare(&mut self, spec: wit_state_v3::TableSpec) -> Result<u32, wit_state_v3::StateError> {
+        self.state(|t| t.declare(spec_from_wit_v3(spec))).map_err(error_to_wit_v3)
+    }
+
+    fn counter_add(&mut self, table: u32, keys: Vec<u64>, deltas: Vec<i64>) -> Result<(), wit_state_v3::StateError> {
+        wit_state::Host::counter_add(self, table, keys, deltas).map_err(error_to_wit_v3)
+    }
+
+    fn counter_get(&mut self, table: u32, keys: Vec<u64>) -> Result<Vec<u64>, wit_state_v3::StateError> {
+        wit_state::Host::counter_get(self, table, keys).map_err(error_to_wit_v3)
+    }
+
+    fn get_many(&mut self, table: u32, keys: Vec<u8>) -> Result<Vec<u8>, wit_state_v3::StateError> {
+        wit_state::Host::get_many(self, table, keys).map_err(error_to_wit_v3)
+    }
+
+    fn put_many(&mut self, table: u32, entries: Vec<u8>) -> Result<(), wit_state_v3::StateError> {
+        wit_state::Host::put_many(self, table, entries).map_err(error_to_wit_v3)
+    }
+
+    fn acquire(&mut self, table: u32, values: Vec<u8>) -> Result<Vec<u64>, wit_state_v3::StateError> {
+        wit_state::Host::acquire(self, table, values).map_err(error_to_wit_v3)
+    }
+
+    fn lookup(&mut self, table: u32, resources: Vec<u64>) -> Result<Vec<u8>, wit_state_v3::StateError> {
+        wit_state::Host::lookup(self, table, resources).map_err(error_to_wit_v3)
+    }
+
+    fn release(&mut self, table: u32, resources: Vec<u64>) -> Result<(), wit_state_v3::StateError> {
+        wit_state::Host::release(self, table, resources).map_err(error_to_wit_v3)
     }
 }
 

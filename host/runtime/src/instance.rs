@@ -2,7 +2,7 @@
 //! fails, re-created after a trap, with its flow state kept by the host.
 
 use crate::batch::BatchBuilder;
-use crate::bindings::{Event, NfInfo, Rewrite, StateOp, v0_1, v0_2};
+use crate::bindings::{Event, NfInfo, Rewrite, StateOp, v0_1, v0_2, v0_3};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -144,6 +144,7 @@ pub struct StageOutput {
 enum Guest {
     V1(v0_1::NetworkFunction),
     V2(v0_2::NetworkFunction),
+    V3(v0_3::NetworkFunction),
 }
 
 struct Live {
@@ -156,6 +157,7 @@ impl Live {
         match &self.guest {
             Guest::V1(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
             Guest::V2(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
+            Guest::V3(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
         }
     }
 
@@ -166,6 +168,7 @@ impl Live {
         match &self.guest {
             Guest::V1(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V2(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
+            Guest::V3(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
         }
     }
 
@@ -173,6 +176,7 @@ impl Live {
         match &self.guest {
             Guest::V1(_) => Ok(Ok(())),
             Guest::V2(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
+            Guest::V3(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
         }
     }
 
@@ -391,6 +395,7 @@ impl NfInstance {
         let guest = match &self.spec.module.pre {
             Pre::V1(pre) => Guest::V1(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V2(pre) => Guest::V2(pre.instantiate(&mut store).map_err(start_err)?),
+            Pre::V3(pre) => Guest::V3(pre.instantiate(&mut store).map_err(start_err)?),
         };
         let mut live = Live { store, guest };
         if let Some(t) = self.tables.as_deref_mut() {
@@ -544,6 +549,17 @@ impl NfInstance {
     pub fn flush_state(&mut self) {
         if let Some(t) = self.tables.as_deref_mut() {
             t.flush();
+            self.meters.set_tables(t.meters(), t.held_bytes());
+        }
+    }
+
+    /// A sync point of a runner that syncs every worker at the same packet
+    /// (`sluice-host run`): the single-writer keys this worker owns take
+    /// the writes forwarded to them and are published. Call it on every
+    /// worker while none is processing.
+    pub fn sync_state(&mut self) {
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.sync_point();
             self.meters.set_tables(t.meters(), t.held_bytes());
         }
     }
@@ -743,7 +759,7 @@ impl NfInstance {
             let outcome = if let Some(native) = self.native.as_mut() {
                 sluice_state::with_installed(&mut self.tables, || native.expired(table, &entries))
             } else if let Some(live) = self.live.as_mut() {
-                if !matches!(live.guest, Guest::V2(_)) {
+                if matches!(live.guest, Guest::V1(_)) {
                     continue;
                 }
                 Self::arm(&mut live.store, self.deadline_ticks, fuel);

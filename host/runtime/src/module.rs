@@ -1,6 +1,6 @@
 //! Loading an NF module: validate, compile (cached), pre-instantiate.
 
-use crate::bindings::{v0_1, v0_2};
+use crate::bindings::{v0_1, v0_2, v0_3};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -24,10 +24,12 @@ pub struct NfModule {
 pub(crate) enum Pre {
     V1(v0_1::NetworkFunctionPre<HostState>),
     V2(v0_2::NetworkFunctionPre<HostState>),
+    V3(v0_3::NetworkFunctionPre<HostState>),
 }
 
 /// The `nf` export of each contract version, newest first.
-const NF_EXPORTS: [(&str, &str); 2] = [("sluice:nf/nf@0.2.0", "0.2.0"), ("sluice:nf/nf@0.1.0", "0.1.0")];
+const NF_EXPORTS: [(&str, &str); 3] =
+    [("sluice:nf/nf@0.3.0", "0.3.0"), ("sluice:nf/nf@0.2.0", "0.2.0"), ("sluice:nf/nf@0.1.0", "0.1.0")];
 
 impl std::fmt::Debug for NfModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,6 +62,7 @@ impl NfModule {
         match self.pre {
             Pre::V1(_) => "0.1.0",
             Pre::V2(_) => "0.2.0",
+            Pre::V3(_) => "0.3.0",
         }
     }
 }
@@ -96,10 +99,10 @@ impl Runtime {
             reason: format!("as a sluice:nf@{version} component: {e:#}"),
         };
         let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong)?;
-        let pre = if *version == "0.2.0" {
-            Pre::V2(v0_2::NetworkFunctionPre::new(instance_pre).map_err(wrong)?)
-        } else {
-            Pre::V1(v0_1::NetworkFunctionPre::new(instance_pre).map_err(wrong)?)
+        let pre = match *version {
+            "0.3.0" => Pre::V3(v0_3::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
+            "0.2.0" => Pre::V2(v0_2::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
+            _ => Pre::V1(v0_1::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
         };
         Ok(NfModule { name: name.into(), digest, pre, size: bytes.len() })
     }

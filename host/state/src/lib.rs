@@ -10,14 +10,16 @@
 //!
 //! Categories follow Serpens (§III-A): per-flow tables live on the worker
 //! that owns the flow; read-only global tables are replicated to every
-//! worker; global read-write tables are either *eventual* (per-worker
+//! worker; global read-write tables are *eventual* (per-worker
 //! replicas merged with sum/max/min, [`Merge`]) or *release* (a pool of
 //! integer resources split into per-worker shares that are rebalanced when
-//! one runs dry, [`shared`]). Idle expiry runs on packet time, as
+//! one runs dry, [`shared`]), or *single-writer* (every key has one owner
+//! worker that applies the others' forwarded writes, `single`). Idle expiry runs on packet time, as
 //! StatelessNF's timers do, and can hand expired entries back to the NF.
 
 mod error;
 pub mod shared;
+mod single;
 mod spec;
 mod tables;
 

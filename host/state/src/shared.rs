@@ -5,8 +5,9 @@
 //! packet); between calls a worker works on its own replica or share.
 
 use crate::HashMap;
+use crate::single::{SingleShared, Value};
 use crate::spec::{Merge, TableSpec};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Shared state of one NF across the workers of a host. Create one per NF
@@ -18,6 +19,12 @@ pub struct Domain {
     /// The worker whose meters carry the shared tables' bytes (one live
     /// worker at a time; [`NO_BILLER`] when none has claimed it).
     biller: AtomicUsize,
+    /// Workers the host runs for the NF: the owners of its single-writer
+    /// tables.
+    planned: AtomicUsize,
+    /// Whether single-writer tables sync only when the runner says
+    /// ([`crate::Tables::sync_point`]), at the same packet on every worker.
+    barrier: AtomicBool,
 }
 
 /// No worker bills the shared tables yet.
@@ -25,7 +32,13 @@ const NO_BILLER: usize = usize::MAX;
 
 impl Default for Domain {
     fn default() -> Self {
-        Domain { inner: Mutex::default(), bytes: Arc::default(), biller: AtomicUsize::new(NO_BILLER) }
+        Domain {
+            inner: Mutex::default(),
+            bytes: Arc::default(),
+            biller: AtomicUsize::new(NO_BILLER),
+            planned: AtomicUsize::new(1),
+            barrier: AtomicBool::new(false),
+        }
     }
 }
 
@@ -34,6 +47,7 @@ struct DomainInner {
     workers: usize,
     eventual: HashMap<String, Arc<EventualShared>>,
     pools: HashMap<String, Arc<Pool>>,
+    single: HashMap<String, Arc<SingleShared>>,
 }
 
 /// Bytes the NF's shared tables hold on this host, and their budget: one
@@ -81,6 +95,63 @@ impl Domain {
     /// A new, empty domain.
     pub fn new() -> Arc<Self> {
         Arc::new(Domain::default())
+    }
+
+    /// A new, empty domain for an NF the host runs on `workers` workers:
+    /// its single-writer tables get one owner shard per worker.
+    pub fn for_workers(workers: usize) -> Arc<Self> {
+        let d = Domain::default();
+        d.planned.store(workers.max(1), Ordering::Relaxed);
+        Arc::new(d)
+    }
+
+    /// Makes single-writer tables sync only at [`crate::Tables::sync_point`],
+    /// which the runner calls on every worker at the same packet (`run`:
+    /// the output does not depend on thread timing).
+    pub fn set_barrier(&self, on: bool) {
+        self.barrier.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn barrier(&self) -> bool {
+        self.barrier.load(Ordering::Relaxed)
+    }
+
+    /// The shortest sync interval of the single-writer tables, if there
+    /// are any: how often (packet time) a barrier runner must sync.
+    pub fn sync_interval_ns(&self) -> Option<u64> {
+        lock(&self.inner).single.values().map(|s| s.sync_interval_ns()).min()
+    }
+
+    /// Single-writer table `spec.name`, created on first use with one
+    /// shard per planned worker; its limits follow the latest declaration.
+    pub(crate) fn single(&self, spec: &TableSpec, sync_interval_ns: u64) -> Arc<SingleShared> {
+        let mut d = lock(&self.inner);
+        let shards = self.planned.load(Ordering::Relaxed);
+        let s = d
+            .single
+            .entry(spec.name.clone())
+            .or_insert_with(|| Arc::new(SingleShared::new(spec, shards, sync_interval_ns, self.bytes.clone())))
+            .clone();
+        s.set_limits(spec, sync_interval_ns);
+        s
+    }
+
+    /// The published contents of single-writer table `name`, sorted by
+    /// key: counter values as 8 bytes little-endian.
+    pub fn single_snapshot(&self, name: &str) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let s = lock(&self.inner).single.get(name).cloned()?;
+        Some(
+            s.snapshot()
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::Counter(c) => c.to_le_bytes().to_vec(),
+                        Value::Bytes(b) => b,
+                    };
+                    (k, v)
+                })
+                .collect(),
+        )
     }
 
     /// Registers a worker and returns its index.

@@ -77,6 +77,13 @@ pub enum Consistency {
         /// Resources a worker takes at a time (0: host's choice).
         chunk: u32,
     },
+    /// Every key has one owner worker, its only writer; other workers'
+    /// writes are forwarded to it ([`crate::single`]).
+    SingleWriter {
+        /// How often owners apply forwarded writes and publish, in ns of
+        /// packet time (0: every batch).
+        sync_interval_ns: u64,
+    },
 }
 
 /// A table as declared.
@@ -96,7 +103,8 @@ pub struct TableSpec {
     pub key_size: u32,
     /// Longest value of a byte table.
     pub max_value_size: u32,
-    /// Most entries per worker (0: [`DEFAULT_CAPACITY`]).
+    /// Most entries per worker; eventual and single-writer tables: of the
+    /// whole table (0: [`DEFAULT_CAPACITY`]).
     pub capacity: u32,
     /// Idle expiry in ns of packet time (0: never).
     pub idle_timeout_ns: u64,
@@ -144,9 +152,11 @@ impl TableSpec {
             }
             (Scope::Global, Access::ReadWrite, Consistency::Local) => {
                 return bad(
-                    "a global read-write table is shared by workers: choose eventual or release consistency".into()
+                    "a global read-write table is shared by workers: choose single-writer, eventual or release consistency"
+                        .into(),
                 );
             }
+            (Scope::Global, Access::ReadWrite, Consistency::SingleWriter { .. }) => {}
             (Scope::Global, Access::ReadWrite, Consistency::Eventual { merge, .. }) => {
                 if self.kind != Kind::Counter {
                     return bad("eventual consistency needs a counter table (merge combines u64 values)".into());
@@ -207,7 +217,8 @@ impl TableSpec {
 }
 
 /// Consistency modes that can share contents: the same mode and merge, and
-/// for pools the same resources (the chunk and merge period may change).
+/// for pools the same resources (the chunk, merge period and sync interval
+/// may change).
 fn same_consistency(a: Consistency, b: Consistency) -> bool {
     match (a, b) {
         (Consistency::Local, Consistency::Local) => true,
@@ -215,6 +226,7 @@ fn same_consistency(a: Consistency, b: Consistency) -> bool {
         (Consistency::Release { first: f1, count: c1, .. }, Consistency::Release { first: f2, count: c2, .. }) => {
             f1 == f2 && c1 == c2
         }
+        (Consistency::SingleWriter { .. }, Consistency::SingleWriter { .. }) => true,
         _ => false,
     }
 }

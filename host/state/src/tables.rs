@@ -3,6 +3,7 @@
 use crate::HashMap;
 use crate::error::StateError;
 use crate::shared::{AddRefusal, Domain, EventualShared, Pending, Pool, stale};
+use crate::single::{Refusal, SingleStore};
 use crate::spec::{Access, Consistency, Kind, MAX_TABLES, Scope, TableSpec};
 use sluice_wire::FlowKey;
 use sluice_wire::abi::{frames, push_frame};
@@ -48,11 +49,15 @@ enum Store {
     FlowBytes(HashMap<FlowKey, Slot<Vec<u8>>>),
     Eventual { pending: HashMap<u64, Pending>, shared: Arc<EventualShared>, last_merge_ns: u64 },
     Pool(Arc<Pool>),
+    Single(SingleStore),
 }
 
 impl Store {
-    fn new(spec: &TableSpec, domain: &Domain) -> Store {
+    fn new(spec: &TableSpec, domain: &Domain, worker: usize) -> Store {
         match (spec.scope, spec.kind, spec.consistency) {
+            (_, _, Consistency::SingleWriter { sync_interval_ns }) => {
+                Store::Single(SingleStore::new(domain.single(spec, sync_interval_ns), worker))
+            }
             (_, _, Consistency::Eventual { merge, .. }) => {
                 Store::Eventual { pending: HashMap::default(), shared: domain.eventual(spec, merge), last_merge_ns: 0 }
             }
@@ -71,6 +76,7 @@ impl Store {
             Store::Bytes(m) => m.len(),
             Store::FlowBytes(m) => m.len(),
             Store::Eventual { shared, .. } => shared.len(),
+            Store::Single(s) => s.shared().len(),
             Store::Pool(_) => 0,
         }
     }
@@ -83,7 +89,7 @@ impl Store {
             Store::Bytes(m) => m.iter().map(|(k, v)| k.len() + v.value.len() + ENTRY_OVERHEAD).sum(),
             Store::FlowBytes(m) => m.values().map(|v| FlowKey::ENCODED_LEN + v.value.len() + ENTRY_OVERHEAD).sum(),
             // Charged to the domain's shared account.
-            Store::Eventual { .. } | Store::Pool(_) => 0,
+            Store::Eventual { .. } | Store::Pool(_) | Store::Single(_) => 0,
         }
     }
 
@@ -94,7 +100,7 @@ impl Store {
             Store::Bytes(m) => m.clear(),
             Store::FlowBytes(m) => m.clear(),
             Store::Eventual { pending, shared, .. } => shared.forget(pending),
-            Store::Pool(_) => {}
+            Store::Pool(_) | Store::Single(_) => {}
         }
     }
 }
@@ -136,6 +142,8 @@ pub struct Tables {
     used: usize,
     meters: StateMeters,
     expired: Vec<(u32, Vec<u8>)>,
+    /// A barrier sync ran since the last batch: prune the overlays.
+    synced: bool,
 }
 
 /// A restore point for a swap that may be refused.
@@ -170,6 +178,7 @@ impl Tables {
             used: 0,
             meters: StateMeters::default(),
             expired: Vec::new(),
+            synced: false,
         }
     }
 
@@ -282,6 +291,44 @@ impl Tables {
         self.flows.clear();
         self.flows.extend_from_slice(flows);
         self.now_ns = self.now_ns.max(now_ns);
+        if std::mem::take(&mut self.synced) {
+            for t in &mut self.tables {
+                if let Store::Single(s) = &mut t.store {
+                    s.prune();
+                }
+            }
+        }
+    }
+
+    /// A sync point of a barrier runner (`sluice-host run`), called on
+    /// every worker while none is processing: the owners of single-writer
+    /// keys apply the writes forwarded to them and publish. Every worker's
+    /// writes must have been handed over (`end_batch`) before any calls it.
+    pub fn sync_point(&mut self) {
+        self.sync_single(true);
+    }
+
+    /// Syncs single-writer tables (all of them, or those that are due).
+    fn sync_single(&mut self, all: bool) {
+        let now = self.now_ns;
+        for (i, t) in self.tables.iter_mut().enumerate() {
+            let Store::Single(s) = &mut t.store else { continue };
+            let interval = match t.spec.consistency {
+                Consistency::SingleWriter { sync_interval_ns } => sync_interval_ns,
+                _ => 0,
+            };
+            if !all && now.saturating_sub(s.last_sync_ns) < interval {
+                continue;
+            }
+            let notify = t.spec.notify_expired && t.declared;
+            let mut framed = Vec::new();
+            self.meters.expired += s.sync(now, notify, &mut framed);
+            self.meters.merges += 1;
+            if !framed.is_empty() {
+                self.expired.push((idx(i), framed));
+            }
+        }
+        self.synced = true;
     }
 
     /// After a batch: merges eventual replicas that are due and sweeps
@@ -291,7 +338,13 @@ impl Tables {
     pub fn end_batch(&mut self, now_ns: u64) {
         self.now_ns = self.now_ns.max(now_ns);
         let now = self.now_ns;
+        let mut single = false;
         for (i, t) in self.tables.iter_mut().enumerate() {
+            if let Store::Single(s) = &mut t.store {
+                s.push();
+                single = true;
+                continue;
+            }
             if let Store::Eventual { pending, shared, last_merge_ns } = &mut t.store {
                 let interval = match t.spec.consistency {
                     Consistency::Eventual { merge_interval_ns, .. } => merge_interval_ns,
@@ -372,7 +425,7 @@ impl Tables {
                     |s: &Slot<Vec<u8>>| s.value.clone(),
                     |_: &FlowKey, s: &Slot<Vec<u8>>| FlowKey::ENCODED_LEN + s.value.len() + ENTRY_OVERHEAD
                 ),
-                Store::Eventual { .. } | Store::Pool(_) => {}
+                Store::Eventual { .. } | Store::Pool(_) | Store::Single(_) => {}
             }
             self.used = self.used.saturating_sub(freed);
             self.meters.expired += n;
@@ -389,6 +442,11 @@ impl Tables {
                 self.expired.push((idx(i), framed));
             }
         }
+        // Live workers sync their single-writer shards when due; a barrier
+        // runner syncs every worker at once (`sync_point`).
+        if single && !self.domain.barrier() {
+            self.sync_single(false);
+        }
     }
 
     /// Expired entries to hand to the NF: `(table, framed key/value pairs)`.
@@ -396,9 +454,13 @@ impl Tables {
         std::mem::take(&mut self.expired)
     }
 
-    /// Merges every eventual replica now (end of a run, or before a report).
+    /// Merges every eventual replica now (end of a run, or before a
+    /// report), and hands single-writer writes to their owners.
     pub fn flush(&mut self) {
         for t in &mut self.tables {
+            if let Store::Single(s) = &mut t.store {
+                s.push();
+            }
             if let Store::Eventual { pending, shared, last_merge_ns } = &mut t.store {
                 shared.merge_in(pending, self.now_ns);
                 *last_merge_ns = self.now_ns;
@@ -487,6 +549,11 @@ impl Tables {
                 // Capacity and expiry may change between versions.
                 let _ = self.domain.eventual(&spec, merge);
             }
+            if let (Store::Single(s), Consistency::SingleWriter { sync_interval_ns }) = (&mut t.store, spec.consistency)
+            {
+                let _ = self.domain.single(&spec, sync_interval_ns);
+                s.claim();
+            }
             t.spec = spec;
             t.declared = true;
             self.recount();
@@ -495,7 +562,10 @@ impl Tables {
         if self.tables.len() >= MAX_TABLES {
             return Err(StateError::BadSpec(format!("more than {MAX_TABLES} tables")));
         }
-        let store = Store::new(&spec, &self.domain);
+        let mut store = Store::new(&spec, &self.domain, self.worker);
+        if let Store::Single(s) = &mut store {
+            s.claim();
+        }
         self.tables.push(Table { spec, store, last_sweep_ns: self.now_ns, declared: true });
         Ok(idx(self.tables.len() - 1))
     }
@@ -606,6 +676,7 @@ impl Tables {
                 }
                 r
             }
+            Store::Single(s) if table.spec.kind == Kind::Counter => s.counter_add(keys, deltas, now).map_err(refusal),
             Store::Eventual { pending, shared, .. } => shared.add(pending, keys, deltas, now).map_err(|r| match r {
                 AddRefusal::Full(i) => StateError::Full(idx(i)),
                 AddRefusal::OverBudget(i) => StateError::OverBudget(idx(i)),
@@ -633,6 +704,7 @@ impl Tables {
             Store::Counters(m) => read_counters(m, keys, now, timeout, out),
             Store::FlowCounters(m) => read_counters(m, &flow_keys, now, timeout, out),
             Store::Eventual { pending, shared, .. } => shared.read(keys, pending, now, out),
+            Store::Single(s) if table.spec.kind == Kind::Counter => s.counter_get(keys, now, out),
             _ => return Err(StateError::WrongKind),
         }
         self.meters.ops += keys.len() as u64;
@@ -653,6 +725,11 @@ impl Tables {
             let timeout = table.spec.idle_timeout_ns;
             let mut n = 0u64;
             match &mut table.store {
+                Store::Single(s) if table.spec.kind == Kind::Bytes => {
+                    let keys: Vec<&[u8]> = frames(keys).collect::<Result<_, _>>().map_err(StateError::BadInput)?;
+                    n = keys.len() as u64;
+                    s.get_many(&keys, now, out);
+                }
                 Store::Bytes(m) => {
                     for key in frames(keys) {
                         let key = key.map_err(StateError::BadInput)?;
@@ -708,6 +785,17 @@ impl Tables {
             let cap = table.spec.capacity();
             let key_size = table.spec.key_size as usize;
             let max_value = table.spec.max_value_size as usize;
+            if let Store::Single(s) = &mut table.store {
+                if table.spec.kind != Kind::Bytes {
+                    return Err(StateError::WrongKind);
+                }
+                // The items up to a malformed one are written, as for any
+                // other table.
+                let (items, bad) = single_items(entries, key_size, max_value);
+                n = items.len() as u64;
+                s.put_many(&items, now).map_err(refusal)?;
+                return bad.map_or(Ok(()), Err);
+            }
             let mut items = frames(entries);
             let mut item = 0u32;
             loop {
@@ -894,6 +982,44 @@ impl Tables {
     }
 }
 
+fn refusal(r: Refusal) -> StateError {
+    match r {
+        Refusal::Full(i) => StateError::Full(idx(i)),
+        Refusal::OverBudget(i) => StateError::OverBudget(idx(i)),
+    }
+}
+
+/// `(key, value)` items of a `put-many`.
+type Items<'a> = Vec<(&'a [u8], &'a [u8])>;
+
+/// The `(key, value)` items of a `put-many` on a single-writer byte table,
+/// up to the first malformed one, and the error for that one.
+fn single_items(entries: &[u8], key_size: usize, max_value: usize) -> (Items<'_>, Option<StateError>) {
+    let mut items = Vec::new();
+    let mut frames = frames(entries);
+    loop {
+        let item = idx(items.len());
+        let key = match frames.next() {
+            None => return (items, None),
+            Some(Ok(k)) => k,
+            Some(Err(_)) => return (items, Some(StateError::BadInput(item))),
+        };
+        let Some(Ok(value)) = frames.next() else { return (items, Some(StateError::BadInput(item))) };
+        let key_ok = if key_size == 0 {
+            !key.is_empty() && key.len() <= crate::spec::MAX_KEY_SIZE as usize
+        } else {
+            key.len() == key_size
+        };
+        if !key_ok {
+            return (items, Some(StateError::BadInput(item)));
+        }
+        if value.len() > max_value {
+            return (items, Some(StateError::TooLarge(item)));
+        }
+        items.push((key, value));
+    }
+}
+
 /// Appends the live value of each key (0 if absent or idle), marking the
 /// entries read.
 fn read_counters<K: std::hash::Hash + Eq>(
@@ -921,7 +1047,7 @@ fn clone_local(store: &Store, spec: &TableSpec, domain: &Domain) -> Store {
         Store::FlowCounters(m) => Store::FlowCounters(m.clone()),
         Store::Bytes(m) => Store::Bytes(m.clone()),
         Store::FlowBytes(m) => Store::FlowBytes(m.clone()),
-        Store::Eventual { .. } | Store::Pool(_) => Store::new(spec, domain),
+        Store::Eventual { .. } | Store::Pool(_) | Store::Single(_) => Store::new(spec, domain, usize::MAX),
     }
 }
 
@@ -931,8 +1057,10 @@ impl Drop for Tables {
     fn drop(&mut self) {
         self.domain.leave(self.worker);
         for t in &mut self.tables {
-            if let Store::Eventual { pending, shared, .. } = &mut t.store {
-                shared.forget(pending);
+            match &mut t.store {
+                Store::Eventual { pending, shared, .. } => shared.forget(pending),
+                Store::Single(s) => s.leave(),
+                _ => {}
             }
         }
     }

@@ -1,6 +1,7 @@
 //! A traffic monitor: packets and bytes per flow, per sending host and in
 //! total, kept in host-owned *eventual* counter tables so that every worker
-//! counts locally and the host merges the replicas (sum). Every
+//! counts locally and the host merges the replicas (sum), or on request in
+//! *single-writer* tables (each key counted by its owner worker). Every
 //! `report-interval-s` of packet time it emits a `monitor.report` event
 //! with the top talkers it has seen; the host's run report holds the
 //! merged tables. See README.md.
@@ -21,6 +22,14 @@ struct RawConfig {
     merge_interval_ms: u64,
     #[serde(default = "default_capacity")]
     max_entries: u32,
+    /// `eventual` (per-worker replicas merged) or `single-writer` (one
+    /// owner per key; reports read exact values as of the last sync).
+    #[serde(default = "default_consistency")]
+    consistency: String,
+}
+
+fn default_consistency() -> String {
+    "eventual".into()
 }
 
 fn default_interval() -> u64 {
@@ -126,8 +135,22 @@ impl NetworkFunction for Monitor {
             return Err(format!("monitor config: top must be 1..=100, got {}", raw.top));
         }
         let merge_ns = raw.merge_interval_ms.saturating_mul(1_000_000);
+        let single = match raw.consistency.as_str() {
+            "eventual" => false,
+            "single-writer" => true,
+            other => {
+                return Err(format!(
+                    "monitor config: consistency must be \"eventual\" or \"single-writer\", got {other:?}"
+                ));
+            }
+        };
         let table = |name: &str| {
-            Counters::declare(TableSpec::eventual_counter(name, Merge::Sum, merge_ns).capacity(raw.max_entries))
+            let spec = if single {
+                TableSpec::single_writer_counter(name, merge_ns)
+            } else {
+                TableSpec::eventual_counter(name, Merge::Sum, merge_ns)
+            };
+            Counters::declare(spec.capacity(raw.max_entries))
                 .map_err(|e| format!("monitor: cannot declare table '{name}': {e}"))
         };
         Ok((

@@ -3,43 +3,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `sluice:nf/host-log@0.2.0`
+// Imported Functions from `sluice:nf/host-log@0.3.0`
 
-__attribute__((__import_module__("sluice:nf/host-log@0.2.0"), __import_name__("log")))
+__attribute__((__import_module__("sluice:nf/host-log@0.3.0"), __import_name__("log")))
 extern void __wasm_import_sluice_nf_host_log_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("sluice:nf/host-log@0.2.0"), __import_name__("emit")))
+__attribute__((__import_module__("sluice:nf/host-log@0.3.0"), __import_name__("emit")))
 extern void __wasm_import_sluice_nf_host_log_emit(uint8_t *, size_t);
 
-// Imported Functions from `sluice:nf/state@0.2.0`
+// Imported Functions from `sluice:nf/state@0.3.0`
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("declare")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("declare")))
 extern void __wasm_import_sluice_nf_state_declare(uint8_t *, size_t, int32_t, int32_t, int32_t, int32_t, int64_t, int64_t, int32_t, int32_t, int32_t, int32_t, int64_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("counter-add")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("counter-add")))
 extern void __wasm_import_sluice_nf_state_counter_add(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("counter-get")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("counter-get")))
 extern void __wasm_import_sluice_nf_state_counter_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("get-many")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("get-many")))
 extern void __wasm_import_sluice_nf_state_get_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("put-many")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("put-many")))
 extern void __wasm_import_sluice_nf_state_put_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("acquire")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("acquire")))
 extern void __wasm_import_sluice_nf_state_acquire(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("lookup")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("lookup")))
 extern void __wasm_import_sluice_nf_state_lookup(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.2.0"), __import_name__("release")))
+__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("release")))
 extern void __wasm_import_sluice_nf_state_release(int32_t, uint8_t *, size_t, uint8_t *);
 
-// Exported Functions from `sluice:nf/nf@0.2.0`
+// Exported Functions from `sluice:nf/nf@0.3.0`
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.2.0#init")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.3.0#init")))
 void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -54,7 +54,7 @@ void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.2.0#process")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.3.0#process")))
 void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -122,7 +122,7 @@ void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.2.0#expired")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.3.0#expired")))
 void __wasm_export_exports_sluice_nf_nf_expired_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -284,6 +284,9 @@ void sluice_nf_state_consistency_free(sluice_nf_state_consistency_t *ptr) {
     case 2: {
       break;
     }
+    case 3: {
+      break;
+    }
   }
 }
 
@@ -429,36 +432,44 @@ bool sluice_nf_state_declare(sluice_nf_state_table_spec_t *spec, sluice_nf_state
   __attribute__((__aligned__(sizeof(void*))))
   uint8_t ret_area[(4*sizeof(void*))];
   int32_t variant;
-  int64_t variant2;
   int64_t variant3;
-  int32_t variant4;
+  int64_t variant4;
+  int32_t variant5;
   switch ((int32_t) ((*spec).consistency).tag) {
     case 0: {
       variant = 0;
-      variant2 = 0;
       variant3 = 0;
       variant4 = 0;
+      variant5 = 0;
       break;
     }
     case 1: {
       const sluice_nf_state_eventual_spec_t *payload0 = &((*spec).consistency).val.eventual;
       variant = 1;
-      variant2 = (int64_t) (int32_t) (*payload0).merge;
-      variant3 = (int64_t) ((*payload0).merge_interval_ns);
-      variant4 = 0;
+      variant3 = (int64_t) (int32_t) (*payload0).merge;
+      variant4 = (int64_t) ((*payload0).merge_interval_ns);
+      variant5 = 0;
       break;
     }
     case 2: {
       const sluice_nf_state_pool_spec_t *payload1 = &((*spec).consistency).val.release;
       variant = 2;
-      variant2 = (int64_t) ((*payload1).first);
-      variant3 = (int64_t) ((*payload1).count);
-      variant4 = (int32_t) ((*payload1).chunk);
+      variant3 = (int64_t) ((*payload1).first);
+      variant4 = (int64_t) ((*payload1).count);
+      variant5 = (int32_t) ((*payload1).chunk);
+      break;
+    }
+    case 3: {
+      const sluice_nf_state_single_writer_spec_t *payload2 = &((*spec).consistency).val.single_writer;
+      variant = 3;
+      variant3 = (int64_t) ((*payload2).sync_interval_ns);
+      variant4 = 0;
+      variant5 = 0;
       break;
     }
   }
   uint8_t *ptr = (uint8_t *) &ret_area;
-  __wasm_import_sluice_nf_state_declare((uint8_t *) ((*spec).name).ptr, ((*spec).name).len, (int32_t) (*spec).scope, (int32_t) (*spec).access, (int32_t) (*spec).kind, variant, variant2, variant3, variant4, (int32_t) ((*spec).key_size), (int32_t) ((*spec).max_value_size), (int32_t) ((*spec).capacity), (int64_t) ((*spec).idle_timeout_ns), (*spec).notify_expired, ptr);
+  __wasm_import_sluice_nf_state_declare((uint8_t *) ((*spec).name).ptr, ((*spec).name).len, (int32_t) (*spec).scope, (int32_t) (*spec).access, (int32_t) (*spec).kind, variant, variant3, variant4, variant5, (int32_t) ((*spec).key_size), (int32_t) ((*spec).max_value_size), (int32_t) ((*spec).capacity), (int64_t) ((*spec).idle_timeout_ns), (*spec).notify_expired, ptr);
   sluice_nf_state_result_table_state_error_t result;
   switch ((int32_t) *((uint8_t*) (ptr + 0))) {
     case 0: {
@@ -468,11 +479,11 @@ bool sluice_nf_state_declare(sluice_nf_state_table_spec_t *spec, sluice_nf_state
     }
     case 1: {
       result.is_err = true;
-      sluice_nf_state_state_error_t variant5;
-      variant5.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
-      switch ((int32_t) variant5.tag) {
+      sluice_nf_state_state_error_t variant6;
+      variant6.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant6.tag) {
         case 0: {
-          variant5.val.unknown_table = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          variant6.val.unknown_table = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
           break;
         }
         case 1: {
@@ -482,32 +493,32 @@ bool sluice_nf_state_declare(sluice_nf_state_table_spec_t *spec, sluice_nf_state
           break;
         }
         case 3: {
-          variant5.val.bad_spec = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          variant6.val.bad_spec = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
           break;
         }
         case 4: {
-          variant5.val.incompatible = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          variant6.val.incompatible = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
           break;
         }
         case 5: {
-          variant5.val.bad_input = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          variant6.val.bad_input = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
           break;
         }
         case 6: {
-          variant5.val.full = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          variant6.val.full = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
           break;
         }
         case 7: {
-          variant5.val.over_budget = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          variant6.val.over_budget = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
           break;
         }
         case 8: {
-          variant5.val.too_large = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          variant6.val.too_large = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
           break;
         }
       }
 
-      result.val.err = variant5;
+      result.val.err = variant6;
       break;
     }
   }
@@ -976,7 +987,7 @@ bool sluice_nf_state_release(sluice_nf_state_table_t table, network_function_lis
   }
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.2.0#init")))
+__attribute__((__export_name__("sluice:nf/nf@0.3.0#init")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   network_function_list_u8_t arg1 = (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) };
   exports_sluice_nf_nf_result_nf_info_string_t ret;
@@ -1002,7 +1013,7 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.2.0#process")))
+__attribute__((__export_name__("sluice:nf/nf@0.3.0#process")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4) {
   exports_sluice_nf_nf_batch_t arg5 = (sluice_nf_types_batch_t) {
     (network_function_list_u8_t) (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) },
@@ -1036,7 +1047,7 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0,
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.2.0#expired")))
+__attribute__((__export_name__("sluice:nf/nf@0.3.0#expired")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_expired(int32_t arg, uint8_t * arg0, size_t arg1) {
   network_function_list_u8_t arg2 = (network_function_list_u8_t) { (uint8_t*)(arg0), (arg1) };
   exports_sluice_nf_nf_result_void_string_t ret;

@@ -265,12 +265,22 @@ typedef struct sluice_nf_state_pool_spec_t {
   uint32_t   chunk;
 } sluice_nf_state_pool_spec_t;
 
+// Settings of a single-writer table.
+typedef struct sluice_nf_state_single_writer_spec_t {
+  // How often owners apply the writes forwarded to them and
+  // publish their keys to the other workers, in nanoseconds of
+  // packet time (0: every batch). A read of another worker's key
+  // is at most this old (plus one batch on live traffic).
+  uint64_t   sync_interval_ns;
+} sluice_nf_state_single_writer_spec_t;
+
 // How the workers of one host share a global read-write table.
 typedef struct sluice_nf_state_consistency_t {
   uint8_t tag;
   union {
     sluice_nf_state_eventual_spec_t     eventual;
     sluice_nf_state_pool_spec_t     release;
+    sluice_nf_state_single_writer_spec_t     single_writer;
   } val;
 } sluice_nf_state_consistency_t;
 
@@ -291,6 +301,31 @@ typedef struct sluice_nf_state_consistency_t {
 // A resource is held by at most one flow at a time, on any worker.
 // Use `acquire`, `lookup` and `release`.
 #define SLUICE_NF_STATE_CONSISTENCY_RELEASE 2
+// Shared read-write state with one writer per key (S6's
+// single-writer objects, Serpens' global state): every key has an
+// owner worker, chosen by a hash of the key. A worker's writes to
+// keys it owns apply at once; its writes to other keys are
+// forwarded to their owners, which apply them in order (one
+// writer's writes in call order, writers in worker order). Reads
+// see the owner's value as published at the last sync, plus this
+// worker's own writes since (a worker always reads its own
+// writes). Owners apply forwarded writes and publish their keys
+// every `sync-interval-ns` of packet time: `sluice-host run` syncs
+// every worker at the same packet, so a run's output is the same
+// on every run, and the same as one worker's when no two
+// dependent writes by different flows come closer than the
+// interval; on live traffic each owner syncs at its first batch
+// after the interval.
+// 
+// Counter tables (`counter-add` deltas are forwarded as deltas,
+// so adds from many workers are never lost) and byte tables
+// (`put-many`: the last applied write wins; an empty value
+// removes). `capacity` and the state budget count the whole
+// table, checked when a worker writes a key it has not seen (a
+// write it is refused is never forwarded); idle expiry counts from
+// the key's last applied write, and `notify-expired` hands the
+// removed entries to the owner's instance.
+#define SLUICE_NF_STATE_CONSISTENCY_SINGLE_WRITER 3
 
 // A table as the NF declares it.
 typedef struct sluice_nf_state_table_spec_t {
@@ -312,7 +347,9 @@ typedef struct sluice_nf_state_table_spec_t {
   // Byte tables: the longest value accepted (1 to 65536 bytes).
   uint32_t   max_value_size;
   // Most entries the table holds on one worker (0: the host's
-  // default, 65536). Release tables hold at most `count` bindings.
+  // default, 65536); eventual and single-writer tables count the
+  // whole table, over every worker. Release tables hold at most
+  // `count` bindings.
   uint32_t   capacity;
   // An entry not written or read for this long (packet time) is
   // removed; 0 never. Per-flow tables: the flow's idle time.
@@ -434,7 +471,7 @@ typedef struct {
   } val;
 } exports_sluice_nf_nf_result_void_string_t;
 
-// Imported Functions from `sluice:nf/host-log@0.2.0`
+// Imported Functions from `sluice:nf/host-log@0.3.0`
 // Writes a line to the host log, tagged with the NF's name. The host
 // rate-limits each instance and counts what it drops.
 extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_function_string_t *message);
@@ -443,7 +480,7 @@ extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_fun
 // cluster mode the event subject). Send the events of a batch in one call.
 extern void sluice_nf_host_log_emit(sluice_nf_host_log_list_event_t *events);
 
-// Imported Functions from `sluice:nf/state@0.2.0`
+// Imported Functions from `sluice:nf/state@0.3.0`
 // Declares a table, or finds the one this NF declared earlier under
 // the same name (after a trap, or in the version this one replaces).
 // Only during `init`.
@@ -497,7 +534,7 @@ extern bool sluice_nf_state_lookup(sluice_nf_state_table_t table, network_functi
 // Errors: `wrong-kind`.
 extern bool sluice_nf_state_release(sluice_nf_state_table_t table, network_function_list_u64_t *resources, sluice_nf_state_state_error_t *err);
 
-// Exported Functions from `sluice:nf/nf@0.2.0`
+// Exported Functions from `sluice:nf/nf@0.3.0`
 bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluice_nf_nf_nf_info_t *ret, network_function_string_t *err);
 bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_sluice_nf_nf_batch_result_t *ret, network_function_string_t *err);
 bool exports_sluice_nf_nf_expired(exports_sluice_nf_nf_table_t table, network_function_list_u8_t *entries, network_function_string_t *err);

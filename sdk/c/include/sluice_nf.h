@@ -18,7 +18,7 @@
  * Everything here is bounds-checked: an accessor on a packet too short for
  * the header returns 0 or false, never reads past the packet.
  *
- * The contract is wit/v0.2.0/nf.wit (sluice:nf@0.2.0); gen/ holds the
+ * The contract is wit/v0.3.0/nf.wit (sluice:nf@0.3.0); gen/ holds the
  * wit-bindgen bindings this header wraps.
  */
 #ifndef SLUICE_NF_H
@@ -215,6 +215,23 @@ bool sluice_declare_per_flow_bytes(const char *name, uint32_t max_value_size, sl
  * host hands expired entries to nf_expired (key: the 37-byte flow key). */
 bool sluice_declare_per_flow_bytes_expiring(const char *name, uint32_t max_value_size, uint64_t idle_timeout_ns,
                                             bool notify_expired, sluice_table_t *table, sluice_error_t *err);
+/* Declares a global counter table with one owner worker per key
+ * (single-writer consistency, only in nf_init): adds to keys another
+ * worker owns are forwarded to it as deltas, so none is lost; reads see
+ * the owner's value as published at its last sync plus this worker's own
+ * adds since. Owners sync every `sync_interval_ns` of packet time (0:
+ * every batch). */
+bool sluice_declare_single_writer_counter(const char *name, uint64_t sync_interval_ns, sluice_table_t *table,
+                                          sluice_error_t *err);
+/* Declares a global byte table with one owner worker per key
+ * (single-writer consistency, only in nf_init): writes to keys another
+ * worker owns are forwarded to it, and the last applied write wins (an
+ * empty value removes); reads see the owner's value as published at its
+ * last sync plus this worker's own writes since. `key_size` 0 allows keys
+ * of 1 to 256 bytes; owners sync every `sync_interval_ns` of packet time
+ * (0: every batch). */
+bool sluice_declare_single_writer_bytes(const char *name, uint32_t key_size, uint32_t max_value_size,
+                                        uint64_t sync_interval_ns, sluice_table_t *table, sluice_error_t *err);
 /* Declares a pool of the resources first .. first + count, each bound to
  * a value of up to max_value_size bytes while held (only in nf_init). */
 bool sluice_declare_pool(const char *name, uint64_t first, uint64_t count, uint32_t max_value_size,

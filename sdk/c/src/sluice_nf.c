@@ -483,6 +483,25 @@ bool sluice_declare_pool(const char *name, uint64_t first, uint64_t count, uint3
     return sluice_declare(&spec, table, err);
 }
 
+bool sluice_declare_single_writer_counter(const char *name, uint64_t sync_interval_ns, sluice_table_t *table,
+                                          sluice_error_t *err) {
+    sluice_nf_state_table_spec_t spec;
+    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
+    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_SINGLE_WRITER;
+    spec.consistency.val.single_writer.sync_interval_ns = sync_interval_ns;
+    return sluice_declare(&spec, table, err);
+}
+
+bool sluice_declare_single_writer_bytes(const char *name, uint32_t key_size, uint32_t max_value_size,
+                                        uint64_t sync_interval_ns, sluice_table_t *table, sluice_error_t *err) {
+    sluice_nf_state_table_spec_t spec;
+    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    spec.key_size = key_size;
+    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_SINGLE_WRITER;
+    spec.consistency.val.single_writer.sync_interval_ns = sync_interval_ns;
+    return sluice_declare(&spec, table, err);
+}
+
 bool sluice_get_many(sluice_table_t table, const uint8_t *keys, size_t len, sluice_buf_t *out, sluice_error_t *err) {
     network_function_list_u8_t k = {(uint8_t *)keys, len}, r = {0};
     sluice_nf_state_state_error_t e;

@@ -5,7 +5,7 @@ use crate::error::CliError;
 use std::path::{Path, PathBuf};
 
 /// The contract version new projects and builds target.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// A Sluice checkout (or installed copy) holding `wit/` and `sdk/`.
 #[derive(Debug, Clone)]

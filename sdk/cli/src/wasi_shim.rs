@@ -23,8 +23,9 @@ const EBADF: i32 = 8;
 /// carrying its component type (it imports `host-log`).
 pub fn build(core: &[u8], wit_dir: &std::path::Path) -> Result<Vec<u8>, String> {
     let imports = preview1_imports(core)?;
-    let mut wat = String::from(
-        "(module\n  (import \"env\" \"memory\" (memory 0))\n  (import \"sluice:nf/host-log@0.2.0\" \"log\" (func $log (param i32 i32 i32)))\n  (global $seed (mut i64) (i64.const 0x2545f4914f6cdd1d))\n",
+    let v = crate::sdk::CONTRACT_VERSION;
+    let mut wat = format!(
+        "(module\n  (import \"env\" \"memory\" (memory 0))\n  (import \"sluice:nf/host-log@{v}\" \"log\" (func $log (param i32 i32 i32)))\n  (global $seed (mut i64) (i64.const 0x2545f4914f6cdd1d))\n",
     );
     for (name, params, results) in &imports {
         let sig: String = params.iter().map(|t| format!(" {}", wat_type(*t))).collect();
@@ -41,7 +42,10 @@ pub fn build(core: &[u8], wit_dir: &std::path::Path) -> Result<Vec<u8>, String> 
     let mut resolve = wit_parser::Resolve::default();
     resolve.push_dir(wit_dir).map_err(|e| format!("reading the contract {}: {e:#}", wit_dir.display()))?;
     let pkg = resolve
-        .push_str("wasi-shim.wit", "package sluice:wasi-shim;\nworld shim { import sluice:nf/host-log@0.2.0; }\n")
+        .push_str(
+            "wasi-shim.wit",
+            &format!("package sluice:wasi-shim;\nworld shim {{ import sluice:nf/host-log@{v}; }}\n"),
+        )
         .map_err(|e| format!("{e:#}"))?;
     let world = resolve.select_world(&[pkg], Some("shim")).map_err(|e| format!("{e:#}"))?;
     wit_component::embed_component_metadata(&mut shim, &resolve, world, wit_component::StringEncoding::UTF8)

@@ -32,7 +32,7 @@ fn new_then_build_in_every_language() {
         }
         let o = sluice(&project, &["nf", "build", "--cargo-target-dir", target.to_str().unwrap()]);
         assert!(o.status.success(), "{lang}: {}", text(&o));
-        assert!(text(&o).contains("sluice:nf@0.2.0"), "{}", text(&o));
+        assert!(text(&o).contains("sluice:nf@0.3.0"), "{}", text(&o));
         let component = project.join("build").join(format!("{name}.wasm"));
         let o = sluice(tmp.path(), &["nf", "check", component.to_str().unwrap()]);
         assert!(o.status.success() && text(&o).contains(": ok"), "{}", text(&o));

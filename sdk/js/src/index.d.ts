@@ -77,6 +77,8 @@ export class Counters {
   readonly table: number;
   static declare(spec: object): Counters;
   static sum(name: string, mergeIntervalNs?: bigint | number): Counters;
+  /** Single-writer counters: one owner worker per key (see the README). */
+  static singleWriter(name: string, syncIntervalNs?: bigint | number): Counters;
   add(keys: ArrayLike<number | bigint>, deltas: ArrayLike<number | bigint>): void;
   get(keys: ArrayLike<number | bigint>): BigUint64Array;
 }
@@ -94,6 +96,8 @@ export class Bytes {
     maxValueSize: number,
     options?: { idleTimeoutNs?: bigint | number; notifyExpired?: boolean },
   ): Bytes;
+  /** Single-writer byte values: one owner worker per key (see the README). */
+  static singleWriter(name: string, keySize: number, maxValueSize: number, syncIntervalNs?: bigint | number): Bytes;
   getMany(keys: Uint8Array): Uint8Array;
   putMany(entries: Uint8Array): void;
 }

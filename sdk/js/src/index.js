@@ -11,11 +11,11 @@
 // fail a batch: the message goes to the host, which applies the NF's
 // failure policy.
 //
-// The contract is wit/v0.2.0/nf.wit (sluice:nf@0.2.0); componentize-js
+// The contract is wit/v0.3.0/nf.wit (sluice:nf@0.3.0); componentize-js
 // provides the `sluice:nf/*` imports when it builds the NF.
 
-import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.2.0";
-import { acquire, counterAdd, counterGet, declare, getMany, lookup, putMany, release } from "sluice:nf/state@0.2.0";
+import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.3.0";
+import { acquire, counterAdd, counterGet, declare, getMany, lookup, putMany, release } from "sluice:nf/state@0.3.0";
 
 /** Drop the packet. */
 export const DROP = 0;
@@ -328,6 +328,15 @@ export class Counters {
     });
   }
 
+  /** A global counter table with one owner worker per key (only in
+   * `init`): adds to keys another worker owns are forwarded to it as
+   * deltas, so none is lost; reads see the owner's value as published at
+   * its last sync plus this worker's own adds since. Owners sync every
+   * `syncIntervalNs` of packet time (0: every batch). */
+  static singleWriter(name, syncIntervalNs = 0n) {
+    return Counters.declare(spec(name, "global", "counter", singleWriter(syncIntervalNs), 8));
+  }
+
   add(keys, deltas) {
     const k = BigUint64Array.from(keys, BigInt);
     const d = BigInt64Array.from(deltas, BigInt);
@@ -366,19 +375,23 @@ export function unframe(data) {
   return items;
 }
 
-function spec(name, scope, kind, consistency, maxValueSize, idleTimeoutNs = 0n, notifyExpired = false) {
+function spec(name, scope, kind, consistency, maxValueSize, idleTimeoutNs = 0n, notifyExpired = false, keySize = 0) {
   return {
     name,
     scope,
     access: "read-write",
     kind,
     consistency,
-    keySize: 0,
+    keySize,
     maxValueSize,
     capacity: 0,
     idleTimeoutNs: BigInt(idleTimeoutNs),
     notifyExpired,
   };
+}
+
+function singleWriter(syncIntervalNs) {
+  return { tag: "single-writer", val: { syncIntervalNs: BigInt(syncIntervalNs) } };
 }
 
 /** A host byte table: framed keys and values (see `frame`). */
@@ -397,6 +410,16 @@ export class Bytes {
    * 37-byte flow keys). */
   static perFlow(name, maxValueSize, { idleTimeoutNs = 0n, notifyExpired = false } = {}) {
     return Bytes.declare(spec(name, "per-flow", "bytes", { tag: "local" }, maxValueSize, idleTimeoutNs, notifyExpired));
+  }
+
+  /** A global byte table with one owner worker per key (only in `init`):
+   * writes to keys another worker owns are forwarded to it, and the last
+   * applied write wins (an empty value removes); reads see the owner's
+   * value as published at its last sync plus this worker's own writes
+   * since. `keySize` 0 allows keys of 1 to 256 bytes; owners sync every
+   * `syncIntervalNs` of packet time (0: every batch). */
+  static singleWriter(name, keySize, maxValueSize, syncIntervalNs = 0n) {
+    return Bytes.declare(spec(name, "global", "bytes", singleWriter(syncIntervalNs), maxValueSize, 0n, false, keySize));
   }
 
   getMany(keys) {

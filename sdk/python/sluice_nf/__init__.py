@@ -11,7 +11,7 @@ batch) and setters for verdicts, rewrites and state; none of them calls the
 host. Raise an exception to refuse a configuration or fail a batch: its
 message goes to the host, which applies the NF's failure policy.
 
-The contract is ``wit/v0.2.0/nf.wit`` (``sluice:nf@0.2.0``); componentize-py
+The contract is ``wit/v0.3.0/nf.wit`` (``sluice:nf@0.3.0``); componentize-py
 generates the ``wit_world`` bindings this package wraps when it builds the NF.
 """
 
@@ -313,6 +313,16 @@ class Counters:
             key_size=0, max_value_size=8, capacity=0, idle_timeout_ns=0, notify_expired=False)
         return Counters.declare(spec)
 
+    @staticmethod
+    def single_writer(name: str, sync_interval_ns: int = 0) -> "Counters":
+        """A global counter table with one owner worker per key (only in
+        ``init``): adds to keys another worker owns are forwarded to it as
+        deltas, so none is lost; reads see the owner's value as published at
+        its last sync plus this worker's own adds since. Owners sync every
+        ``sync_interval_ns`` of packet time (0: every batch)."""
+        return Counters.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.COUNTER,
+                                      _single_writer(sync_interval_ns), 8))
+
     def add(self, keys: Sequence[int], deltas: Sequence[int]) -> None:
         _state_call("counter-add", _state.counter_add, self.table, list(keys), list(deltas))
 
@@ -344,10 +354,15 @@ def unframe(data: bytes) -> list:
     return items
 
 
-def _spec(name, scope, access, kind, consistency, max_value_size, idle_timeout_ns=0, notify_expired=False):
+def _spec(name, scope, access, kind, consistency, max_value_size, idle_timeout_ns=0, notify_expired=False,
+          key_size=0):
     return _state.TableSpec(
-        name=name, scope=scope, access=access, kind=kind, consistency=consistency, key_size=0,
+        name=name, scope=scope, access=access, kind=kind, consistency=consistency, key_size=key_size,
         max_value_size=max_value_size, capacity=0, idle_timeout_ns=idle_timeout_ns, notify_expired=notify_expired)
+
+
+def _single_writer(sync_interval_ns: int):
+    return _state.Consistency_SingleWriter(_state.SingleWriterSpec(sync_interval_ns))
 
 
 class Bytes:
@@ -368,6 +383,18 @@ class Bytes:
         ``expired`` (keys: 37-byte flow keys)."""
         return Bytes.declare(_spec(name, _state.Scope.PER_FLOW, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
                                    _state.Consistency_Local(), max_value_size, idle_timeout_ns, notify_expired))
+
+    @staticmethod
+    def single_writer(name: str, key_size: int, max_value_size: int, sync_interval_ns: int = 0) -> "Bytes":
+        """A global byte table with one owner worker per key (only in
+        ``init``): writes to keys another worker owns are forwarded to it,
+        and the last applied write wins (an empty value removes); reads see
+        the owner's value as published at its last sync plus this worker's
+        own writes since. ``key_size`` 0 allows keys of 1 to 256 bytes;
+        owners sync every ``sync_interval_ns`` of packet time (0: every
+        batch)."""
+        return Bytes.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
+                                   _single_writer(sync_interval_ns), max_value_size, key_size=key_size))
 
     def get_many(self, keys: bytes) -> bytes:
         return _state_call("get-many", _state.get_many, self.table, keys)

@@ -1,4 +1,4 @@
-//! Host-owned state tables (`sluice:nf@0.2.0` `state`).
+//! Host-owned state tables (`sluice:nf@0.3.0` `state`).
 //!
 //! Declare tables in [`NetworkFunction::init`](crate::NetworkFunction::init)
 //! with [`declare`]; keep the returned handles in the NF value. Every call
@@ -21,7 +21,7 @@
 //! the call.
 
 pub use crate::wit::sluice::nf::state::{
-    Access, Consistency, EventualSpec, Merge, PoolSpec, Scope, StateError, TableSpec, ValueKind,
+    Access, Consistency, EventualSpec, Merge, PoolSpec, Scope, SingleWriterSpec, StateError, TableSpec, ValueKind,
 };
 pub use sluice_wire::abi::{frames, push_frame};
 
@@ -69,6 +69,42 @@ impl TableSpec {
         )
     }
 
+    /// Global counters with one owner worker per key (single-writer
+    /// consistency). Adds to another worker's keys are forwarded to the
+    /// owner as deltas, so none is lost; reads see the owner's value as
+    /// published at its last sync plus this worker's own adds since.
+    /// Owners sync every `sync_interval_ns` of packet time (0: every batch).
+    pub fn single_writer_counter(name: &str, sync_interval_ns: u64) -> Self {
+        Self::base(
+            name,
+            Scope::Global,
+            Access::ReadWrite,
+            ValueKind::Counter,
+            Consistency::SingleWriter(SingleWriterSpec { sync_interval_ns }),
+        )
+    }
+
+    /// Global byte values with one owner worker per key (single-writer
+    /// consistency): writes to another worker's keys are forwarded to the
+    /// owner, where the last applied write wins (an empty value removes);
+    /// reads see the owner's value as published at its last sync plus this
+    /// worker's own writes since. Owners sync every `sync_interval_ns` of
+    /// packet time (0: every batch). `key_size` 0 allows keys of 1 to 256
+    /// bytes.
+    pub fn single_writer_bytes(name: &str, key_size: u32, max_value_size: u32, sync_interval_ns: u64) -> Self {
+        TableSpec {
+            key_size,
+            max_value_size,
+            ..Self::base(
+                name,
+                Scope::Global,
+                Access::ReadWrite,
+                ValueKind::Bytes,
+                Consistency::SingleWriter(SingleWriterSpec { sync_interval_ns }),
+            )
+        }
+    }
+
     /// Configuration-like byte values written in `init` and replicated to
     /// every worker. `key_size` 0 allows keys of 1 to 256 bytes.
     pub fn read_only_bytes(name: &str, key_size: u32, max_value_size: u32) -> Self {
@@ -100,7 +136,8 @@ impl TableSpec {
         }
     }
 
-    /// Most entries per worker.
+    /// Most entries per worker (eventual and single-writer tables: in the
+    /// whole table, over every worker).
     pub fn capacity(mut self, capacity: u32) -> Self {
         self.capacity = capacity;
         self
@@ -286,6 +323,7 @@ mod imp {
                     s::Consistency::Eventual { merge: merge(e.merge), merge_interval_ns: e.merge_interval_ns }
                 }
                 Consistency::Release(p) => s::Consistency::Release { first: p.first, count: p.count, chunk: p.chunk },
+                Consistency::SingleWriter(w) => s::Consistency::SingleWriter { sync_interval_ns: w.sync_interval_ns },
             },
             key_size: spec.key_size,
             max_value_size: spec.max_value_size,
