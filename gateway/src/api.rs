@@ -348,7 +348,7 @@ pub async fn list_hosts(State(st): State<AppState>, _: Admin) -> Result<Json<Vec
             .map(|r| {
                 let h = seen.get(&r.id);
                 HostOut {
-                    alive: h.is_some_and(|h| h.alive()),
+                    alive: h.is_some_and(|h| h.alive(st.silence())),
                     last_seen_ms_ago: h.map(|h| u64::try_from(h.at.elapsed().as_millis()).unwrap_or(u64::MAX)),
                     started_ms: h.map(|h| h.heartbeat.started_ms),
                     version: h.map(|h| h.heartbeat.version.clone()),
@@ -1007,7 +1007,7 @@ fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
     // only if it reports this digest (hosts that report none are older).
     let digest = crate::state::desired_spec(&row).digest();
     let mut hosts = Vec::new();
-    for h in st.hosts().into_iter().filter(|h| h.alive() && h.heartbeat.group == row.group) {
+    for h in st.hosts().into_iter().filter(|h| h.alive(st.silence()) && h.heartbeat.group == row.group) {
         let s = h.heartbeat.deployments.iter().find(|d| d.deployment == row.id);
         hosts.push(HostStatusOut {
             host: h.heartbeat.host.clone(),

@@ -21,6 +21,11 @@
 //! nats-auth-file = "/etc/nats/sluice-auth.conf"  # SLUICE_NATS_AUTH_FILE: where the
 //!                                    # servers' authorization block is written
 //! default-groups = ["default"]       # host groups a new tenant may deploy to
+//! host-silence-ms = 3000             # SLUICE_HOST_SILENCE_MS: a host heard from less
+//!                                    # recently is gone: out of its group's
+//!                                    # ownership table (500-600000)
+//! default-capacity-pps = 1000000     # a host's weight in its group's ownership
+//!                                    # table when it declares no --capacity-pps
 //!
 //! [groups.edge]                      # per host group (the name after `groups.`)
 //! ports = [0, 1]                     # ports of its hosts tenants may attach to:
@@ -211,7 +216,26 @@ pub struct GatewayConfig {
     /// Per host group settings, by group name.
     #[serde(default)]
     pub groups: BTreeMap<String, GroupConfig>,
+    /// A host not heard from for this long is gone (out of its group's
+    /// ownership table), ms.
+    #[serde(default = "default_host_silence_ms")]
+    pub host_silence_ms: u64,
+    /// A host's weight in its group's ownership table when it declares no
+    /// capacity, packets per second.
+    #[serde(default = "default_capacity_pps")]
+    pub default_capacity_pps: u64,
 }
+
+fn default_host_silence_ms() -> u64 {
+    3000
+}
+
+fn default_capacity_pps() -> u64 {
+    1_000_000
+}
+
+/// Bounds of `host-silence-ms`.
+pub const HOST_SILENCE_MS: std::ops::RangeInclusive<u64> = 500..=600_000;
 
 /// The operator's settings of one host group.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -300,6 +324,8 @@ impl Default for GatewayConfig {
             billing: PricePlan::default(),
             quotas: Quotas::default(),
             groups: BTreeMap::new(),
+            host_silence_ms: default_host_silence_ms(),
+            default_capacity_pps: default_capacity_pps(),
         }
     }
 }
@@ -358,6 +384,14 @@ impl GatewayConfig {
                 *slot = Some(v.into());
             }
         }
+        if let Some(v) = var("SLUICE_HOST_SILENCE_MS") {
+            cfg.host_silence_ms =
+                v.parse().ok().filter(|n| HOST_SILENCE_MS.contains(n)).ok_or_else(|| ConfigError::Env {
+                    name: "SLUICE_HOST_SILENCE_MS".into(),
+                    value: v.clone(),
+                    reason: format!("not a number of ms from {} to {}", HOST_SILENCE_MS.start(), HOST_SILENCE_MS.end()),
+                })?;
+        }
         if let Some(v) = var("SLUICE_NATS_REPLICAS") {
             let n: usize = v.parse().ok().filter(|n| (1..=5).contains(n)).ok_or_else(|| ConfigError::Env {
                 name: "SLUICE_NATS_REPLICAS".into(),
@@ -385,6 +419,14 @@ impl GatewayConfig {
             }
             Some(_) if self.nats_replicas.is_some_and(|n| !(1..=5).contains(&n)) => {
                 Err(ConfigError::Invalid("nats-replicas must be 1 to 5".into()))
+            }
+            Some(_) if !HOST_SILENCE_MS.contains(&self.host_silence_ms) => Err(ConfigError::Invalid(format!(
+                "host-silence-ms must be {} to {}",
+                HOST_SILENCE_MS.start(),
+                HOST_SILENCE_MS.end()
+            ))),
+            Some(_) if self.default_capacity_pps == 0 => {
+                Err(ConfigError::Invalid("default-capacity-pps must be at least 1".into()))
             }
             Some(_) => {
                 for g in &self.default_groups {

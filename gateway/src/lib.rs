@@ -19,6 +19,7 @@ pub mod billing;
 pub mod config;
 pub mod dashboard;
 pub mod error;
+pub mod groups;
 pub mod intake;
 pub mod state;
 pub mod store;
@@ -80,12 +81,13 @@ impl utoipa::Modify for BearerAuth {
         api::create_tenant, api::list_tenants, api::create_key, api::me, api::set_grants,
         api::tenant_keys, api::revoke_tenant_key, api::my_keys, api::add_my_key, api::rotate_my_key, api::revoke_my_key,
         api::list_hosts, api::register_host, api::remove_host, api::rejects,
+        groups::list_groups, groups::get_group, groups::set_settings, groups::add_capacity, groups::drain, groups::undrain,
         api::upload_module, api::list_modules, api::get_module, api::delete_module,
         api::create_deployment, api::list_deployments, api::get_deployment, api::update_deployment, api::delete_deployment,
         api::events, api::usage, api::usage_series, api::bill,
     ),
     modifiers(&BearerAuth),
-    tags((name = "tenants"), (name = "hosts"), (name = "modules"), (name = "deployments"), (name = "events"), (name = "usage"))
+    tags((name = "tenants"), (name = "hosts"), (name = "groups"), (name = "modules"), (name = "deployments"), (name = "events"), (name = "usage"))
 )]
 pub struct ApiDoc;
 
@@ -134,6 +136,7 @@ impl Gateway {
                 blob_lock: Arc::default(),
                 compiles: Arc::new(tokio::sync::Semaphore::new(compiles)),
                 uploads: Arc::default(),
+                groups: Arc::default(),
             },
         })
     }
@@ -152,6 +155,11 @@ impl Gateway {
             .route("/hosts", get(api::list_hosts).post(api::register_host))
             .route("/hosts/{id}", delete(api::remove_host))
             .route("/rejects", get(api::rejects))
+            .route("/groups", get(groups::list_groups))
+            .route("/groups/{group}", get(groups::get_group))
+            .route("/groups/{group}/settings", put(groups::set_settings))
+            .route("/groups/{group}/capacity", post(groups::add_capacity))
+            .route("/groups/{group}/hosts/{host}/drain", post(groups::drain).delete(groups::undrain))
             .route("/modules", post(api::upload_module).get(api::list_modules).layer(DefaultBodyLimit::disable()))
             .route("/modules/{id}", get(api::get_module).delete(api::delete_module))
             .route("/deployments", post(api::create_deployment).get(api::list_deployments))
@@ -197,6 +205,7 @@ impl Gateway {
             tokio::spawn(state::consume_meters(self.state.clone())),
             tokio::spawn(state::follow_events(self.state.clone())),
             tokio::spawn(state::reconcile(self.state.clone(), Duration::from_secs(10))),
+            tokio::spawn(groups::control(self.state.clone())),
         ];
         let result = serve_http(listener, self.router(), shutdown).await;
         for t in tasks {

@@ -23,10 +23,9 @@ pub struct HostSeen {
 }
 
 impl HostSeen {
-    /// Whether the host is considered up (fewer than three heartbeats missed).
-    pub fn alive(&self) -> bool {
-        let limit = Duration::from_millis(self.heartbeat.interval_ms.saturating_mul(3)).max(Duration::from_secs(3));
-        self.at.elapsed() < limit
+    /// Whether the host is considered up: heard from within `silence`.
+    pub fn alive(&self, silence: Duration) -> bool {
+        self.at.elapsed() < silence
     }
 }
 
@@ -58,6 +57,8 @@ pub struct AppState {
     /// Held while a module blob is written with its row, or a row removed
     /// with its unused blob.
     pub blob_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The group controller.
+    pub groups: Arc<crate::groups::Groups>,
     /// Deployments that cannot be published (not transiently), and why.
     pub publish_errors: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }
@@ -75,6 +76,11 @@ pub struct UploadTurn {
 }
 
 impl AppState {
+    /// How long a host may stay silent before it is gone.
+    pub fn silence(&self) -> Duration {
+        Duration::from_millis(self.config.host_silence_ms)
+    }
+
     /// Counts an upload of `tenant`, unless it has `limit` in flight.
     pub fn upload_turn(&self, tenant: &str, limit: u32) -> Option<UploadTurn> {
         let mut map = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);

@@ -383,6 +383,57 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Sets or clears a registered host's drained mark; `false` if no
+    /// such host.
+    pub fn set_drained(&self, id: &str, drained: bool) -> Result<bool, StoreError> {
+        Ok(self.db().execute("UPDATE hosts SET drained = ?2 WHERE id = ?1", params![id, drained])? == 1)
+    }
+
+    /// The registered hosts marked drained.
+    pub fn drained_hosts(&self) -> Result<std::collections::BTreeSet<String>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT id FROM hosts WHERE drained != 0")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The operator's settings of every group that has any.
+    pub fn group_settings(&self) -> Result<BTreeMap<String, crate::groups::GroupSettings>, StoreError> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT grp, min_hosts, max_hosts, target_load FROM group_settings ORDER BY grp")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                crate::groups::GroupSettings { min_hosts: r.get(1)?, max_hosts: r.get(2)?, target_load: r.get(3)? },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Stores a group's settings.
+    pub fn set_group_settings(&self, group: &str, s: &crate::groups::GroupSettings) -> Result<(), StoreError> {
+        self.db().execute(
+            "INSERT INTO group_settings (grp, min_hosts, max_hosts, target_load) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (grp) DO UPDATE SET min_hosts = ?2, max_hosts = ?3, target_load = ?4",
+            params![group, s.min_hosts, s.max_hosts, s.target_load],
+        )?;
+        Ok(())
+    }
+
+    /// The next version of a group's ownership table, at least `after + 1`
+    /// (counted up durably: versions never repeat).
+    pub fn next_table_version(&self, group: &str, after: u64) -> Result<u64, StoreError> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX - 1);
+        let v: i64 = self.db().query_row(
+            "INSERT INTO group_settings (grp, table_version) VALUES (?1, ?2 + 1)
+             ON CONFLICT (grp) DO UPDATE SET table_version = MAX(table_version, ?2) + 1
+             RETURNING table_version",
+            params![group, after],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(v).unwrap_or(0))
+    }
+
     /// The group of a registered host.
     pub fn host_group(&self, id: &str) -> Result<Option<String>, StoreError> {
         Ok(self.db().query_row("SELECT grp FROM hosts WHERE id = ?1", [id], |r| r.get(0)).optional()?)

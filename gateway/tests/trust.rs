@@ -189,6 +189,21 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
         let watch = tokio::time::timeout(Duration::from_secs(10), bus.watch_desired("default")).await;
         assert!(matches!(watch, Ok(Err(_)) | Err(_)), "a host watched another group's desired state");
         assert!(bus.watch_desired("other").await.is_ok(), "a host cannot watch its own group");
+        // Nor another group's flow-ownership table.
+        let table = tokio::time::timeout(Duration::from_secs(3), bus.ownership("default")).await;
+        assert!(!matches!(table, Ok(Ok(Some(_)))), "a host read another group's ownership table");
+        // Nor write one: a forged table would steer the group's flows.
+        let forged = sluice_control::OwnershipTable::build(
+            "default",
+            u64::MAX,
+            0,
+            &[sluice_control::Member { host: "h2".into(), weight: 1 }],
+            13,
+            1,
+        )
+        .unwrap();
+        let put = tokio::time::timeout(Duration::from_secs(3), bus.set_ownership(&forged)).await;
+        assert!(!matches!(put, Ok(Ok(()))), "a host published an ownership table");
 
         // 4. Heartbeats and events: on h1's subjects (refused by the
         // server), and on its own claiming the victim's group (refused by
@@ -202,6 +217,9 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
             interval_ms: 1000,
             version: "evil".into(),
             deployments: Vec::new(),
+            capacity_pps: 0,
+            load_pps: 0,
+            table_version: None,
         };
         client.publish("sluice.ctl.v1.test.host.heartbeat.h1", serde_json::to_vec(&hb).unwrap().into()).await.unwrap();
         let hb2 = Heartbeat { host: "h2".into(), ..hb.clone() };

@@ -41,7 +41,7 @@ use std::collections::HashSet;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where traffic comes from.
 #[derive(Debug, Clone)]
@@ -80,6 +80,10 @@ pub struct AgentConfig {
     pub window: Duration,
     /// Heartbeat interval.
     pub heartbeat: Duration,
+    /// Packets per second this host can take, declared to the group
+    /// controller (the weight of its share of the group's flows; 0: not
+    /// declared, the controller assumes its default).
+    pub capacity_pps: u64,
     /// Module cache and meter outbox.
     pub state_dir: PathBuf,
     /// Where to write the host's own report (updated as it goes).
@@ -264,6 +268,7 @@ async fn run(
     let mut report_tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
     tracing::info!(host = %cfg.host, group = %cfg.group, boot = %boot, "host joined");
+    let mut pulse = Pulse::new(&boot, started_ms);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -281,9 +286,9 @@ async fn run(
                 }
                 release(&cfg, &running, &mut inflight);
                 current = set;
-                heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await;
+                heartbeat(bus.as_ref(), &cfg, &pulse, &shared, &current).await;
             }
-            _ = shared.changed.notified() => heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await,
+            _ = shared.changed.notified() => heartbeat(bus.as_ref(), &cfg, &pulse, &shared, &current).await,
             _ = beat.tick() => {
                 // A group without deployments sends no desired set: its
                 // host opens its ports after two heartbeats all the same.
@@ -316,7 +321,8 @@ async fn run(
                         converge(bus.as_ref(), &shared, &cfg, &modules_dir, &current, &mut running, replay.as_ref()).await;
                     },
                 }
-                heartbeat(bus.as_ref(), &cfg, &boot, started_ms, &shared, &current).await;
+                pulse.measure(bus.as_ref(), &cfg.group, &shared, &current).await;
+                heartbeat(bus.as_ref(), &cfg, &pulse, &shared, &current).await;
             }
             _ = spool_tick.tick(), if matches!(cfg.input, Input::Spool { .. }) => {
                 if let Input::Spool { dir } = &cfg.input {
@@ -373,7 +379,45 @@ fn write_report(path: Option<&Path>, report: &Mutex<AgentReport>) {
     }
 }
 
-async fn heartbeat(bus: &dyn Bus, cfg: &AgentConfig, boot: &str, started_ms: u64, shared: &Shared, set: &DesiredSet) {
+/// What a host measures between heartbeats.
+struct Pulse {
+    boot: String,
+    started_ms: u64,
+    /// Packets processed (all deployments) at the last measurement.
+    last: Option<(Instant, u64)>,
+    load_pps: u64,
+    table_version: Option<u64>,
+}
+
+impl Pulse {
+    fn new(boot: &str, started_ms: u64) -> Self {
+        Pulse { boot: boot.to_string(), started_ms, last: None, load_pps: 0, table_version: None }
+    }
+
+    /// The packet rate since the last measurement, and the version of the
+    /// group's ownership table (a read that may not hold up the loop long).
+    async fn measure(&mut self, bus: &dyn Bus, group: &str, shared: &Shared, set: &DesiredSet) {
+        let packets: u64 = {
+            let status = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
+            status.values().filter(|s| set.deployments.iter().any(|d| d.id == s.deployment)).map(|s| s.packets).sum()
+        };
+        let now = Instant::now();
+        if let Some((at, before)) = self.last {
+            let secs = now.duration_since(at).as_secs_f64();
+            if secs > 0.0 {
+                self.load_pps = (packets.saturating_sub(before) as f64 / secs) as u64;
+            }
+        }
+        self.last = Some((now, packets));
+        match tokio::time::timeout(Duration::from_millis(500), bus.ownership(group)).await {
+            Ok(Ok(t)) => self.table_version = t.map(|t| t.version()),
+            Ok(Err(e)) => tracing::debug!(group, "reading the ownership table: {e}"),
+            Err(_) => tracing::debug!(group, "reading the ownership table timed out"),
+        }
+    }
+}
+
+async fn heartbeat(bus: &dyn Bus, cfg: &AgentConfig, pulse: &Pulse, shared: &Shared, set: &DesiredSet) {
     let deployments: Vec<DeploymentStatus> = {
         let status = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
         status.values().filter(|s| set.deployments.iter().any(|d| d.id == s.deployment)).cloned().collect()
@@ -381,12 +425,15 @@ async fn heartbeat(bus: &dyn Bus, cfg: &AgentConfig, boot: &str, started_ms: u64
     let hb = Heartbeat {
         host: cfg.host.clone(),
         group: cfg.group.clone(),
-        boot: boot.to_string(),
-        started_ms,
+        boot: pulse.boot.clone(),
+        started_ms: pulse.started_ms,
         sent_ms: now_ms(),
         interval_ms: u64::try_from(cfg.heartbeat.as_millis()).unwrap_or(u64::MAX),
         version: env!("CARGO_PKG_VERSION").to_string(),
         deployments,
+        capacity_pps: cfg.capacity_pps,
+        load_pps: pulse.load_pps,
+        table_version: pulse.table_version,
     };
     if let Err(e) = bus.heartbeat(&hb).await {
         tracing::warn!("heartbeat not sent: {e}");

@@ -171,9 +171,15 @@ enum Command {
         /// Meter window, ms.
         #[arg(long, default_value_t = 1000)]
         window_ms: u64,
-        /// Heartbeat interval, ms (three missed mean the host is gone).
+        /// Heartbeat interval, ms (the gateway counts a host gone after its
+        /// `host-silence-ms` without one).
         #[arg(long, default_value_t = 1000)]
         heartbeat_ms: u64,
+        /// Packets per second this host can take: the weight of its share
+        /// of its group's flows in the group's ownership table (default:
+        /// the gateway's `group-default-capacity-pps`).
+        #[arg(long, env = "SLUICE_CAPACITY_PPS", default_value_t = 0)]
+        capacity_pps: u64,
         /// Module cache and meter outbox (default: ~/.local/state/sluice/<host-id>).
         #[arg(long, env = "SLUICE_STATE_DIR")]
         state_dir: Option<PathBuf>,
@@ -330,6 +336,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             pps,
             window_ms,
             heartbeat_ms,
+            capacity_pps,
             state_dir,
             report,
             output,
@@ -365,6 +372,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 pps,
                 window: std::time::Duration::from_millis(window_ms.max(10)),
                 heartbeat: std::time::Duration::from_millis(heartbeat_ms.max(10)),
+                capacity_pps,
                 state_dir,
                 report,
                 output,

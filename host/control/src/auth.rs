@@ -10,8 +10,9 @@
 //! - a **host** publishes only its own heartbeat, meter and event subjects
 //!   (the subject's last token is its host id, which the gateway takes as
 //!   the publisher's identity), reads only its own group's desired
-//!   deployments and the module store, and receives only on its own inbox
-//!   prefix, so it cannot read other clients' replies;
+//!   deployments and flow-ownership table and the module store, and
+//!   receives only on its own inbox prefix, so it cannot read other
+//!   clients' replies;
 //! - the **gateway** writes desired state, creates the streams and buckets,
 //!   and reads every host's feeds.
 //!
@@ -68,6 +69,7 @@ pub fn host_permissions(names: &Names, host: &str, group: &str) -> Result<Permis
     let desired_stream = format!("KV_{}", names.desired_bucket());
     let desired_keys = format!("$KV.{}.{}", names.desired_bucket(), names.desired_keys(group)?);
     let modules_stream = format!("OBJ_{}", names.module_bucket());
+    let groups_stream = format!("KV_{}", names.groups_bucket());
     let publish = vec![
         // Its own feeds; the subject's last token names it.
         names.heartbeat(host)?,
@@ -83,6 +85,10 @@ pub fn host_permissions(names: &Names, host: &str, group: &str) -> Result<Permis
         format!("$JS.API.CONSUMER.CREATE.{desired_stream}.*.{desired_keys}"),
         format!("$JS.API.CONSUMER.DELETE.{desired_stream}.*"),
         format!("$JS.FC.{desired_stream}.>"),
+        // Reading its own group's flow-ownership table (a direct get of
+        // the one key).
+        format!("$JS.API.STREAM.INFO.{groups_stream}"),
+        format!("$JS.API.DIRECT.GET.{groups_stream}.$KV.{}.{}", names.groups_bucket(), names.group_key(group)?),
         // Reading modules (any: module bytes are not secret from the hosts
         // that run them): object metadata and chunks.
         format!("$JS.API.DIRECT.GET.{modules_stream}.>"),
@@ -103,6 +109,7 @@ pub fn gateway_permissions(names: &Names) -> Permissions {
         format!("sluice.*.v1.{c}.>"),
         "$JS.API.>".into(),
         format!("$KV.{}.>", names.desired_bucket()),
+        format!("$KV.{}.>", names.groups_bucket()),
         format!("$O.{}.>", names.module_bucket()),
         "$JS.ACK.>".into(),
         "$JS.FC.>".into(),
@@ -220,6 +227,8 @@ mod tests {
         assert!(p.publish.iter().all(|s| !s.contains("h2")));
         assert!(p.publish.iter().all(|s| !s.starts_with("$KV") && !s.contains("STREAM.CREATE")));
         assert!(p.publish.iter().any(|s| s.ends_with(".*.$KV.sluice-desired-c1.edge.>")));
+        assert!(p.publish.contains(&"$JS.API.DIRECT.GET.KV_sluice-groups-c1.$KV.sluice-groups-c1.edge".to_string()));
+        assert!(p.publish.iter().all(|s| !s.contains("DIRECT.GET.KV_sluice-groups-c1.>")));
         assert_eq!(p.subscribe, vec!["_INBOX_c1_h1.>".to_string()]);
         assert!(host_permissions(&n, "h.1", "edge").is_err());
         assert!(host_permissions(&n, "h1", "a>").is_err());

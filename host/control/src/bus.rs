@@ -153,6 +153,12 @@ pub trait Bus: Send + Sync + 'static {
     async fn publish_events(&self, batch: &EventBatch) -> Result<(), BusError>;
     /// Gateway: every host's NF events.
     async fn events(&self) -> Result<BoxStream<'static, FromHost<EventBatch>>, BusError>;
+    /// Gateway: publish a group's flow-ownership table (durable; replaces
+    /// the group's previous one).
+    async fn set_ownership(&self, table: &sluice_group::OwnershipTable) -> Result<(), BusError>;
+    /// Host, dispatcher: the latest flow-ownership table of `group`, if one
+    /// was published.
+    async fn ownership(&self, group: &str) -> Result<Option<sluice_group::OwnershipTable>, BusError>;
     /// Gateway, periodically: keeps the durable storage as configured (on
     /// NATS: scales the streams to the cluster's size as servers join).
     async fn maintain(&self) -> Result<(), BusError> {

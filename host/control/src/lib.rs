@@ -27,6 +27,7 @@ pub use messages::{
     NfEvent, NfLimitsSpec, NfPlacement, now_ms,
 };
 pub use nats::{NatsBus, Role};
+pub use sluice_group::{Member, OwnershipTable};
 pub use subjects::{NameError, Names};
 
 /// Resolves on SIGINT or SIGTERM: how every Sluice daemon is told to stop

@@ -19,6 +19,7 @@ pub struct LocalBus {
     events: broadcast::Sender<EventBatch>,
     desired: Mutex<HashMap<String, watch::Sender<Option<DesiredSet>>>>,
     modules: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    tables: Mutex<HashMap<String, sluice_group::OwnershipTable>>,
     meters_tx: mpsc::UnboundedSender<MeterRecord>,
     meters_rx: Mutex<Option<mpsc::UnboundedReceiver<MeterRecord>>>,
 }
@@ -31,6 +32,7 @@ impl Default for LocalBus {
             events: broadcast::channel(1024).0,
             desired: Mutex::new(HashMap::new()),
             modules: Mutex::new(HashMap::new()),
+            tables: Mutex::new(HashMap::new()),
             meters_tx,
             meters_rx: Mutex::new(Some(rx)),
         }
@@ -64,6 +66,15 @@ impl Bus for LocalBus {
     async fn set_desired(&self, set: &DesiredSet) -> Result<(), BusError> {
         self.group(&set.group).send_replace(Some(set.clone()));
         Ok(())
+    }
+
+    async fn set_ownership(&self, table: &sluice_group::OwnershipTable) -> Result<(), BusError> {
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner).insert(table.group().to_string(), table.clone());
+        Ok(())
+    }
+
+    async fn ownership(&self, group: &str) -> Result<Option<sluice_group::OwnershipTable>, BusError> {
+        Ok(self.tables.lock().unwrap_or_else(PoisonError::into_inner).get(group).cloned())
     }
 
     async fn watch_desired(&self, group: &str) -> Result<BoxStream<'static, DesiredSet>, BusError> {

@@ -176,6 +176,16 @@ pub struct Heartbeat {
     pub version: String,
     /// Every deployment of the group, as it is on this host.
     pub deployments: Vec<DeploymentStatus>,
+    /// Packets per second this host can take (its declared capacity, the
+    /// weight of its share of the group's flows; 0: not declared).
+    #[serde(default)]
+    pub capacity_pps: u64,
+    /// Packets per second it processed since its previous heartbeat.
+    #[serde(default)]
+    pub load_pps: u64,
+    /// The version of its group's flow-ownership table it has read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_version: Option<u64>,
 }
 
 /// Sums of per-invocation meters: what a meter record carries, and what

@@ -7,6 +7,8 @@
 //!   what it should run even while the gateway is down, watches changes,
 //!   and no deployment's size or failure can hold up another's;
 //! - modules: a JetStream object store keyed by SHA-256, checked on fetch;
+//! - flow-ownership tables: a KV bucket with one key per group, read by a
+//!   host with a direct get of its own group's key;
 //! - meters: a file-backed stream with a duplicate window, published with
 //!   `Nats-Msg-Id` = record id (JetStream drops re-publications), consumed
 //!   by the gateway's durable pull consumer with explicit acks (a record not
@@ -260,6 +262,21 @@ impl NatsBus {
                 .await
                 .map_err(|e| self.conn(format!("creating KV bucket {}: {e}", n.desired_bucket())))?;
         }
+        if self.js.get_key_value(n.groups_bucket()).await.is_err() {
+            self.js
+                .create_key_value(kv::Config {
+                    bucket: n.groups_bucket(),
+                    description: "Sluice flow-ownership table per host group".into(),
+                    history: 1,
+                    storage: stream::StorageType::File,
+                    // (async-nats makes KV streams allow direct gets, which
+                    // is how hosts read their group's key.)
+                    num_replicas: replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| self.conn(format!("creating KV bucket {}: {e}", n.groups_bucket())))?;
+        }
         if self.js.get_object_store(n.module_bucket()).await.is_err() {
             self.js
                 .create_object_store(object_store::Config {
@@ -273,7 +290,12 @@ impl NatsBus {
                 .map_err(|e| self.conn(format!("creating object store {}: {e}", n.module_bucket())))?;
         }
         // Streams made earlier with another replica count are scaled.
-        for name in [n.meter_stream(), format!("KV_{}", n.desired_bucket()), format!("OBJ_{}", n.module_bucket())] {
+        for name in [
+            n.meter_stream(),
+            format!("KV_{}", n.desired_bucket()),
+            format!("KV_{}", n.groups_bucket()),
+            format!("OBJ_{}", n.module_bucket()),
+        ] {
             let mut s =
                 self.js.get_stream(&name).await.map_err(|e| self.conn(format!("opening stream {name}: {e}")))?;
             let info = s.info().await.map_err(|e| self.conn(format!("stream {name}: {e}")))?;
@@ -458,6 +480,35 @@ impl Bus for NatsBus {
             Some((set, w))
         })
         .boxed())
+    }
+
+    async fn set_ownership(&self, table: &sluice_group::OwnershipTable) -> Result<(), BusError> {
+        let key = self.names.group_key(table.group())?;
+        let bucket = self.names.groups_bucket();
+        let body = serde_json::to_vec(table).map_err(|e| BusError::op("encoding an ownership table", e))?;
+        let store =
+            self.js.get_key_value(&bucket).await.map_err(|e| BusError::op(format!("opening KV bucket {bucket}"), e))?;
+        store.put(&key, body.into()).await.map_err(|e| {
+            BusError::op(format!("storing version {} of group {key}'s ownership table", table.version()), e)
+        })?;
+        Ok(())
+    }
+
+    async fn ownership(&self, group: &str) -> Result<Option<sluice_group::OwnershipTable>, BusError> {
+        let key = self.names.group_key(group)?;
+        let bucket = self.names.groups_bucket();
+        let op = || format!("reading group {key}'s ownership table");
+        let Ok(store) = self.js.get_key_value(&bucket).await else {
+            // A gateway that publishes no tables yet.
+            return Ok(None);
+        };
+        let Some(body) = store.get(&key).await.map_err(|e| BusError::op(op(), e))? else { return Ok(None) };
+        let table: sluice_group::OwnershipTable = serde_json::from_slice(&body)
+            .map_err(|e| BusError::Decode { what: "ownership table", reason: e.to_string() })?;
+        if table.group() != group {
+            return Err(BusError::op(op(), format!("the table under key {key} is group {}'s", table.group())));
+        }
+        Ok(Some(table))
     }
 
     async fn put_module(&self, digest: &str, bytes: &[u8]) -> Result<(), BusError> {

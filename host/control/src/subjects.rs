@@ -17,6 +17,7 @@
 //! | meter consumer of the gateway | `gateway` (durable) |
 //! | desired deployments | KV bucket `sluice-desired-<cluster>`, key = `<group>.<deployment>` |
 //! | module blobs | object store `sluice-modules-<cluster>`, object = SHA-256 digest |
+//! | flow-ownership tables | KV bucket `sluice-groups-<cluster>`, key = `<group>` |
 
 /// A name token that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +126,17 @@ impl Names {
     pub fn module_bucket(&self) -> String {
         format!("sluice-modules-{}", self.cluster)
     }
+
+    /// The KV bucket holding each group's flow-ownership table.
+    pub fn groups_bucket(&self) -> String {
+        format!("sluice-groups-{}", self.cluster)
+    }
+
+    /// The key of `group`'s flow-ownership table in the groups bucket.
+    pub fn group_key(&self, group: &str) -> Result<String, NameError> {
+        check_token("group", group)?;
+        Ok(group.to_string())
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +156,9 @@ mod tests {
         assert_eq!(n.meter_stream(), "SLUICE_METERS_prod-1");
         assert_eq!(n.desired_bucket(), "sluice-desired-prod-1");
         assert_eq!(n.module_bucket(), "sluice-modules-prod-1");
+        assert_eq!(n.groups_bucket(), "sluice-groups-prod-1");
+        assert_eq!(n.group_key("edge").unwrap(), "edge");
+        assert!(n.group_key("a.>").is_err());
     }
 
     #[test]

@@ -147,6 +147,12 @@ impl Client {
         Self::json("POST", path, &self.finish("POST", path, r)?)
     }
 
+    /// POST with no body and no answer expected (204).
+    pub fn post_empty(&self, path: &str) -> Result<(), ClientError> {
+        let r = self.agent.post(format!("{}{path}", self.base)).header("Authorization", self.auth()?).send_empty();
+        self.finish("POST", path, r).map(|_| ())
+    }
+
     /// DELETE.
     pub fn delete(&self, path: &str) -> Result<(), ClientError> {
         let r = self.agent.delete(format!("{}{path}", self.base)).header("Authorization", self.auth()?).call();

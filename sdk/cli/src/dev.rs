@@ -84,6 +84,7 @@ pub async fn run(
         pps: None,
         window: opts.window,
         heartbeat: Duration::from_millis(500),
+        capacity_pps: 0,
         state_dir: opts.data_dir.join("host"),
         report: Some(opts.data_dir.join("host-report.json")),
         output: None,

@@ -68,6 +68,17 @@ enum Command {
     /// admin token).
     #[command(subcommand)]
     Host(HostCommand),
+    /// Host groups: members, capacity, load, demand and the version of
+    /// each group's flow-ownership table; scaling settings, added
+    /// capacity, drains (needs the admin token). Without a subcommand:
+    /// list them.
+    Groups {
+        #[command(subcommand)]
+        command: Option<GroupsCommand>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table", global = true)]
+        output: Output,
+    },
     /// Your own API keys: list, add, rotate, revoke.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -215,6 +226,67 @@ enum HostCommand {
     Remove {
         /// Host id.
         id: String,
+    },
+}
+
+/// How a command prints what it read.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// For people.
+    Table,
+    /// For scripts: the API's JSON.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum GroupsCommand {
+    /// Every group, with its members.
+    List,
+    /// One group, with its members.
+    Show {
+        /// Group name.
+        group: String,
+    },
+    /// Set scaling settings; options left out keep their value.
+    Set {
+        /// Group name.
+        group: String,
+        /// Fewest active hosts.
+        #[arg(long)]
+        min_hosts: Option<u32>,
+        /// Most active hosts.
+        #[arg(long, conflicts_with = "no_max")]
+        max_hosts: Option<u32>,
+        /// No upper limit of active hosts.
+        #[arg(long)]
+        no_max: bool,
+        /// Share of declared capacity to run active hosts at (0.05-1):
+        /// turns autoscaling on.
+        #[arg(long, conflicts_with = "no_target")]
+        target_load: Option<f64>,
+        /// Autoscaling off: every live, undrained host is active.
+        #[arg(long)]
+        no_target: bool,
+    },
+    /// Make standby hosts active: raises min-hosts to the active hosts
+    /// plus --hosts.
+    AddCapacity {
+        /// Group name.
+        group: String,
+        /// Hosts to add.
+        #[arg(long, default_value_t = 1)]
+        hosts: u32,
+    },
+    /// Drain a host: its flows go to their next owners and it owns none
+    /// (--undo: it may own flows again).
+    Drain {
+        /// Group name.
+        group: String,
+        /// Host id.
+        host: String,
+        /// Undrain instead.
+        #[arg(long)]
+        undo: bool,
     },
 }
 
@@ -461,6 +533,7 @@ fn run() -> Result<()> {
             admin().delete(&format!("/v1/hosts/{}", encode(&id)))?;
             println!("host {id} removed");
         }
+        Command::Groups { command, output } => groups(&admin(), command.unwrap_or(GroupsCommand::List), output)?,
         Command::Key(KeyCommand::List) => {
             let keys: Vec<Value> = tenant().get("/v1/me/keys")?;
             print_keys(&keys);
@@ -862,4 +935,110 @@ fn print_bill(b: &Value) {
         human(packets),
         b["usage"].as_array().map(Vec::len).unwrap_or(0)
     );
+}
+
+fn groups(admin: &Client, command: GroupsCommand, output: Output) -> anyhow::Result<()> {
+    let print = |v: &Value| -> anyhow::Result<()> {
+        println!("{}", serde_json::to_string_pretty(v)?);
+        Ok(())
+    };
+    match command {
+        GroupsCommand::List => {
+            let gs: Vec<Value> = admin.get("/v1/groups")?;
+            if output == Output::Json {
+                return print(&Value::Array(gs));
+            }
+            if gs.is_empty() {
+                println!("no groups yet: register hosts with `sluice host add`");
+            }
+            for g in &gs {
+                print_group(g);
+            }
+        }
+        GroupsCommand::Show { group } => {
+            let g: Value = admin.get(&format!("/v1/groups/{}", encode(&group)))?;
+            if output == Output::Json {
+                return print(&g);
+            }
+            print_group(&g);
+        }
+        GroupsCommand::Set { group, min_hosts, max_hosts, no_max, target_load, no_target } => {
+            let mut body = serde_json::Map::new();
+            if let Some(m) = min_hosts {
+                body.insert("min_hosts".into(), json!(m));
+            }
+            if no_max {
+                body.insert("max_hosts".into(), Value::Null);
+            } else if let Some(m) = max_hosts {
+                body.insert("max_hosts".into(), json!(m));
+            }
+            if no_target {
+                body.insert("target_load".into(), Value::Null);
+            } else if let Some(t) = target_load {
+                body.insert("target_load".into(), json!(t));
+            }
+            let s: Value = admin.put(&format!("/v1/groups/{}/settings", encode(&group)), &Value::Object(body))?;
+            if output == Output::Json {
+                return print(&s);
+            }
+            println!("group {group}: {}", settings_line(&s));
+        }
+        GroupsCommand::AddCapacity { group, hosts } => {
+            let s: Value =
+                admin.post(&format!("/v1/groups/{}/capacity", encode(&group)), &json!({ "hosts": hosts }))?;
+            if output == Output::Json {
+                return print(&s);
+            }
+            println!("group {group}: {}", settings_line(&s));
+        }
+        GroupsCommand::Drain { group, host, undo } => {
+            let path = format!("/v1/groups/{}/hosts/{}/drain", encode(&group), encode(&host));
+            if undo {
+                admin.delete(&path)?;
+                println!("host {host} of group {group} may own flows again");
+            } else {
+                admin.post_empty(&path)?;
+                println!(
+                    "host {host} of group {group} is draining: the next table gives its flows to their next owners"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn settings_line(s: &Value) -> String {
+    let max = s["max_hosts"].as_u64().map_or("no limit".to_string(), |m| m.to_string());
+    let target = s["target_load"].as_f64().map_or("off (every host active)".to_string(), |t| format!("{t}"));
+    format!("min-hosts {}, max-hosts {max}, target-load {target}", s["min_hosts"])
+}
+
+fn print_group(g: &Value) {
+    println!(
+        "group {}  table v{}  active {}/proposed {}  demand {} pps  load {} pps  capacity {} pps  ({})",
+        g["group"].as_str().unwrap_or_default(),
+        g["table_version"],
+        g["active_hosts"],
+        g["proposed_hosts"],
+        g["demand_pps"],
+        g["load_pps"],
+        g["capacity_pps"],
+        settings_line(&g["settings"])
+    );
+    println!(
+        "  {:<20} {:<9} {:>12} {:>12} {:>7} {:>9} {:>6}",
+        "HOST", "STATE", "CAPACITY", "LOAD", "SHARE", "SEEN(ms)", "TABLE"
+    );
+    for m in g["members"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<20} {:<9} {:>12} {:>12} {:>6.1}% {:>9} {:>6}",
+            m["host"].as_str().unwrap_or_default(),
+            m["state"].as_str().unwrap_or_default(),
+            m["capacity_pps"],
+            m["load_pps"],
+            m["share"].as_f64().unwrap_or(0.0) * 100.0,
+            m["last_seen_ms_ago"].as_u64().map_or("-".to_string(), |v| v.to_string()),
+            m["table_version"].as_u64().map_or("-".to_string(), |v| format!("v{v}")),
+        );
+    }
 }

@@ -1,0 +1,12 @@
+//! Host groups: which host owns which flow.
+//!
+//! The gateway's group controller builds an [`OwnershipTable`] per group
+//! from the group's active members and publishes it; a dispatcher sends
+//! each flow to its slot's owner, and hosts replicate a flow's state to the
+//! slot's next owners, which are exactly the hosts that take the slot over
+//! when its owner goes (see [`table`]).
+
+mod maglev;
+pub mod table;
+
+pub use table::{DEFAULT_SLOTS, MAX_DEPTH, MAX_MEMBERS, Member, OwnershipTable, TableError};
