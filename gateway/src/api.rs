@@ -323,7 +323,10 @@ pub struct HostOut {
     pub group: String,
     /// Its NATS nkey public key, if it has one.
     pub nkey: Option<String>,
-    /// Heard from within three heartbeat intervals.
+    /// `host` (runs deployments) or `dispatcher` (steers the group's
+    /// traffic by its ownership table).
+    pub role: HostRole,
+    /// Heard from within the gateway's `host-silence-ms`.
     pub alive: bool,
     /// Ms since its last heartbeat (none: never heard from).
     pub last_seen_ms_ago: Option<u64>,
@@ -356,6 +359,7 @@ pub async fn list_hosts(State(st): State<AppState>, _: Admin) -> Result<Json<Vec
                     host: r.id,
                     group: r.group,
                     nkey: r.nkey,
+                    role: if r.dispatcher { HostRole::Dispatcher } else { HostRole::Host },
                 }
             })
             .collect(),
@@ -373,6 +377,21 @@ pub struct HostIn {
     /// Its NATS nkey public key (`sluice-host keygen` prints it); none for
     /// a bus without authentication.
     pub nkey: Option<String>,
+    /// `host` (the default) or `dispatcher`.
+    #[serde(default)]
+    pub role: HostRole,
+}
+
+/// What a registered identity is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostRole {
+    /// Runs the group's deployments, heartbeats, bills.
+    #[default]
+    Host,
+    /// `sluice-host steer`: reads its group's ownership table, nothing
+    /// else; not a member of the group.
+    Dispatcher,
 }
 
 /// Register a host (admin). Only registered hosts are heard: their
@@ -397,6 +416,7 @@ pub async fn register_host(
         group: req.group.clone(),
         nkey: req.nkey.clone(),
         created_ms: now(),
+        dispatcher: req.role == HostRole::Dispatcher,
     };
     if !st.store.add_host(&row)? {
         return Err(ApiError::conflict(format!(
@@ -405,11 +425,12 @@ pub async fn register_host(
         )));
     }
     crate::state::write_nats_authorization(&st.config, &st.store).map_err(ApiError::internal)?;
-    tracing::info!(host = %req.id, group = %req.group, "host registered");
+    tracing::info!(host = %req.id, group = %req.group, role = ?req.role, "host registered");
     let out = HostOut {
         host: req.id,
         group: req.group,
         nkey: req.nkey,
+        role: req.role,
         alive: false,
         last_seen_ms_ago: None,
         started_ms: None,

@@ -18,8 +18,10 @@
 //!   once, and when it shrinks, the last active hosts become standby after
 //!   the proposal stayed lower for [`SCALE_DOWN_AFTER`] (no flapping; a
 //!   lowered `max-hosts` applies at once);
-//! - when the active hosts or their capacities change, a new table version
-//!   is built over them, weighted by capacity, and published.
+//! - when the active hosts or their capacities change (or which hosts are
+//!   up without owning slots, which may finish their flowlets), a new
+//!   table version is built over them, weighted by capacity, and
+//!   published.
 //!
 //! Right after the gateway starts it has not heard every host yet: for one
 //! silence period it adopts the published table and changes nothing.
@@ -348,10 +350,10 @@ fn members_now(st: &AppState) -> Result<BTreeMap<String, Vec<Seen>>, String> {
         table_version: h.and_then(|h| h.heartbeat.table_version),
     };
     let mut groups: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
-    for r in &registered {
+    for r in registered.iter().filter(|r| !r.dispatcher) {
         groups.entry(r.group.clone()).or_default().push(seen(&r.id, heard.get(&r.id)));
     }
-    if registered.is_empty() {
+    if registered.iter().all(|r| r.dispatcher) {
         for (host, h) in &heard {
             groups.entry(h.heartbeat.group.clone()).or_default().push(seen(host, Some(h)));
         }
@@ -421,15 +423,25 @@ pub async fn step(st: &AppState) -> Result<(), String> {
             run.low_since = p.low_since;
             run.members = members;
             run.settings = settings;
-            let changed = run.table.as_ref().is_none_or(|t| t.members() != p.active.as_slice());
-            let build = (changed && settled).then_some(p.active);
+            // Up but owning no slots: they finish their flowlets.
+            let finishing: Vec<String> = run
+                .members
+                .iter()
+                .filter(|m| m.alive && !p.active.iter().any(|a| a.host == m.host))
+                .map(|m| m.host.clone())
+                .collect();
+            let changed = run
+                .table
+                .as_ref()
+                .is_none_or(|t| t.members() != p.active.as_slice() || t.finishing() != finishing.as_slice());
+            let build = (changed && settled).then_some((p.active, finishing));
             let republish = run.table.clone().filter(|_| {
                 !run.published || run.published_at.is_none_or(|at| now.duration_since(at) >= REPUBLISH_EVERY)
             });
             (build, republish)
         };
-        if let Some(active) = build {
-            publish_new(st, &group, active).await?;
+        if let Some((active, finishing)) = build {
+            publish_new(st, &group, active, finishing).await?;
         } else if let Some(t) = republish {
             let ok = st.bus.set_ownership(&t).await;
             let mut runs = st.groups.runs();
@@ -444,7 +456,7 @@ pub async fn step(st: &AppState) -> Result<(), String> {
 }
 
 /// Builds and publishes the next version of `group`'s table.
-async fn publish_new(st: &AppState, group: &str, active: Vec<Member>) -> Result<(), String> {
+async fn publish_new(st: &AppState, group: &str, active: Vec<Member>, finishing: Vec<String>) -> Result<(), String> {
     let previous = st.groups.table(group);
     let store = st.store.clone();
     let g = group.to_string();
@@ -452,6 +464,7 @@ async fn publish_new(st: &AppState, group: &str, active: Vec<Member>) -> Result<
     let table = tokio::task::spawn_blocking(move || {
         let version = store.next_table_version(&g, after).map_err(|e| e.to_string())?;
         OwnershipTable::build(&g, version, sluice_control::now_ms(), &active, DEFAULT_SLOTS, DEPTH)
+            .map(|t| t.with_finishing(&finishing))
             .map_err(|e| e.to_string())
     })
     .await

@@ -388,7 +388,7 @@ pub fn write_nats_authorization(config: &GatewayConfig, store: &Store) -> Result
         .registered_hosts()
         .map_err(|e| e.to_string())?
         .into_iter()
-        .filter_map(|h| Some(HostIdentity { nkey: h.nkey?, host: h.id, group: h.group }))
+        .filter_map(|h| Some(HostIdentity { nkey: h.nkey?, host: h.id, group: h.group, dispatcher: h.dispatcher }))
         .collect();
     let text = sluice_control::auth::render_authorization(&names, &gateway, &hosts)?;
     if std::fs::read_to_string(path).is_ok_and(|old| old == text) {

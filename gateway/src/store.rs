@@ -75,6 +75,8 @@ pub struct HostRow {
     pub nkey: Option<String>,
     /// Registered, ms.
     pub created_ms: i64,
+    /// A dispatcher (reads its group's ownership table only), not a host.
+    pub dispatcher: bool,
 }
 
 /// A module.
@@ -362,8 +364,8 @@ impl Store {
     /// Registers a host; `false` if the id or the nkey is taken.
     pub fn add_host(&self, h: &HostRow) -> Result<bool, StoreError> {
         let n = self.db().execute(
-            "INSERT OR IGNORE INTO hosts (id, grp, nkey, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![h.id, h.group, h.nkey, h.created_ms],
+            "INSERT OR IGNORE INTO hosts (id, grp, nkey, created_ms, role) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![h.id, h.group, h.nkey, h.created_ms, if h.dispatcher { "dispatcher" } else { "host" }],
         )?;
         Ok(n == 1)
     }
@@ -376,9 +378,15 @@ impl Store {
     /// Every registered host.
     pub fn registered_hosts(&self) -> Result<Vec<HostRow>, StoreError> {
         let db = self.db();
-        let mut st = db.prepare("SELECT id, grp, nkey, created_ms FROM hosts ORDER BY id")?;
+        let mut st = db.prepare("SELECT id, grp, nkey, created_ms, role FROM hosts ORDER BY id")?;
         let rows = st.query_map([], |r| {
-            Ok(HostRow { id: r.get(0)?, group: r.get(1)?, nkey: r.get(2)?, created_ms: r.get(3)? })
+            Ok(HostRow {
+                id: r.get(0)?,
+                group: r.get(1)?,
+                nkey: r.get(2)?,
+                created_ms: r.get(3)?,
+                dispatcher: r.get::<_, String>(4)? == "dispatcher",
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -386,7 +394,8 @@ impl Store {
     /// Sets or clears a registered host's drained mark; `false` if no
     /// such host.
     pub fn set_drained(&self, id: &str, drained: bool) -> Result<bool, StoreError> {
-        Ok(self.db().execute("UPDATE hosts SET drained = ?2 WHERE id = ?1", params![id, drained])? == 1)
+        Ok(self.db().execute("UPDATE hosts SET drained = ?2 WHERE id = ?1 AND role = 'host'", params![id, drained])?
+            == 1)
     }
 
     /// The registered hosts marked drained.
@@ -434,9 +443,13 @@ impl Store {
         Ok(u64::try_from(v).unwrap_or(0))
     }
 
-    /// The group of a registered host.
+    /// The group of a registered host (dispatchers have none here: they
+    /// may not heartbeat, bill or report events).
     pub fn host_group(&self, id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self.db().query_row("SELECT grp FROM hosts WHERE id = ?1", [id], |r| r.get(0)).optional()?)
+        Ok(self
+            .db()
+            .query_row("SELECT grp FROM hosts WHERE id = ?1 AND role = 'host'", [id], |r| r.get(0))
+            .optional()?)
     }
 
     /// Whether deployment `deployment` of `tenant` was ever placed on `group`.

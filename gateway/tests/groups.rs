@@ -224,3 +224,127 @@ fn heartbeats_drains_caps_and_a_kill_give_new_table_versions_with_minimal_moveme
     assert_eq!(api.get(Some(&key), "/v1/groups").status, 403);
     assert_eq!(api.post(Some(&key), "/v1/groups/default/hosts/h1/drain", &json!({})).status, 403);
 }
+
+/// A pcap file with no packets.
+fn empty_pcap(path: &std::path::Path) {
+    let mut h = Vec::new();
+    h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    h.extend_from_slice(&2u16.to_le_bytes());
+    h.extend_from_slice(&4u16.to_le_bytes());
+    h.extend_from_slice(&[0; 8]);
+    h.extend_from_slice(&65535u32.to_le_bytes());
+    h.extend_from_slice(&1u32.to_le_bytes());
+    std::fs::write(path, h).unwrap();
+}
+
+/// Each packet's normalized flow key (none: not IP), in capture order.
+fn flows(path: &std::path::Path) -> Vec<(Option<sluice_wire::FlowKey>, Vec<u8>)> {
+    let t = sluice_pcap::Trace::open(path).unwrap();
+    t.packets()
+        .iter()
+        .map(|p| {
+            let d = t.data(p);
+            (sluice_wire::parse(d).key.map(|k| k.normalized()), d.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn the_dispatcher_sends_every_flow_to_its_owner_whole_and_in_order() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_HOST_SILENCE_MS", "1500")]);
+    let api = gw.api();
+    let _h1 = start_host(&nats, &gw, dir.path(), "h1", &["--heartbeat-ms", "300", "--capacity-pps", "1000"]);
+    let _h2 = start_host(&nats, &gw, dir.path(), "h2", &["--heartbeat-ms", "300", "--capacity-pps", "2000"]);
+    let _h3 = start_host(&nats, &gw, dir.path(), "h3", &["--heartbeat-ms", "300", "--capacity-pps", "1000"]);
+    let table = wait_table(&api, &nats, 0, &["h1", "h2", "h3"]);
+
+    // The dispatcher's identity: registered as one, it may read the table.
+    let (_, public) = nats.pki.nkey("d1");
+    let r = api.post(
+        Some(ADMIN),
+        "/v1/hosts",
+        &json!({ "id": "d1", "group": "default", "nkey": public, "role": "dispatcher" }),
+    );
+    assert_eq!((r.status, r.body["role"].as_str()), (201, Some("dispatcher")), "{}", r.body);
+    nats.reload();
+
+    let pcap = trace(dir.path(), 2000);
+    let empty = dir.path().join("empty.pcap");
+    empty_pcap(&empty);
+    let report = dir.path().join("steer.json");
+    let out = |h: &str| dir.path().join(format!("to-{h}.pcap"));
+    let mut vdevs = vec![format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap={}",
+        pcap.display(),
+        dir.path().join("ingress-tx.pcap").display()
+    )];
+    for (i, h) in ["h1", "h2", "h3"].iter().enumerate() {
+        vdevs.push(format!("--vdev=net_pcap{},rx_pcap={},tx_pcap={}", i + 1, empty.display(), out(h).display()));
+    }
+    let prefix = format!("--file-prefix=sluice-{}-d1", dir.path().file_name().unwrap().to_string_lossy());
+    let st = Command::new(sibling_bin("sluice-host"))
+        .args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "default", "--id", "d1"])
+        .args(nats.pki.host_flags("d1"))
+        .args(["--ingress", "0", "--to", "h1=1", "--to", "h2=2@02:00:00:00:00:02", "--to", "h3=3"])
+        .args(["--workers", "1", "--idle-exit-ms", "1500", "--report"])
+        .arg(&report)
+        .args(["--", "--no-huge", "--no-pci", "-m", "256", "-l", "0", "--log-level=lib.eal:error", &prefix])
+        .args(&vdevs)
+        .env("SLUICE_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "steer: {}{}",
+        String::from_utf8_lossy(&st.stdout),
+        String::from_utf8_lossy(&st.stderr)
+    );
+    eprint!("{}", String::from_utf8_lossy(&st.stdout));
+    let rep: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+
+    let input = flows(&pcap);
+    let ip = input.iter().filter(|(k, _)| k.is_some()).count() as u64;
+    assert_eq!(rep["received"].as_u64(), Some(input.len() as u64), "{rep}");
+    assert_eq!((rep["forwarded"].as_u64(), rep["no_route"].as_u64()), (Some(ip), Some(0)), "{rep}");
+    assert_eq!(rep["not_ip"].as_u64(), Some(input.len() as u64 - ip), "{rep}");
+    assert_eq!(rep["table_version"].as_u64(), Some(table.version()), "{rep}");
+
+    // Every flow went whole, in order, to its owner; h2's frames carry its MAC.
+    let mut seen = std::collections::HashMap::new();
+    let mut total = 0;
+    for h in ["h1", "h2", "h3"] {
+        let got = flows(&out(h));
+        total += got.len();
+        let mut per_flow: std::collections::HashMap<sluice_wire::FlowKey, Vec<Vec<u8>>> = Default::default();
+        for (k, frame) in got {
+            let k = k.unwrap();
+            assert_eq!(
+                table.owner(k.hash_normalized()),
+                Some(h),
+                "a flow of {} reached {h}",
+                table.owner(k.hash_normalized()).unwrap()
+            );
+            if h == "h2" {
+                assert_eq!(frame[..6], [2, 0, 0, 0, 0, 2]);
+            }
+            per_flow.entry(k).or_default().push(frame);
+            assert!(seen.insert(k, h).is_none_or(|other| other == h), "a flow reached two hosts");
+        }
+        for (k, frames) in per_flow {
+            let sent: Vec<&Vec<u8>> = input.iter().filter(|(x, _)| *x == Some(k)).map(|(_, f)| f).collect();
+            assert_eq!(frames.len(), sent.len());
+            for (got, sent) in frames.iter().zip(sent) {
+                assert_eq!(got[6..], sent[6..], "a flow's packets arrived out of order");
+            }
+        }
+    }
+    assert_eq!(total as u64, ip);
+    // Each host got about its weighted share of the flows.
+    let share = |h: &str| seen.values().filter(|x| **x == h).count() as f64 / seen.len() as f64;
+    assert!((share("h2") - 0.5).abs() < 0.1 && (share("h1") - 0.25).abs() < 0.1, "{} {}", share("h1"), share("h2"));
+
+    // The dispatcher's identity cannot heartbeat or bill as a host.
+    assert_eq!(group(&api)["members"].as_array().unwrap().len(), 3);
+}

@@ -279,18 +279,18 @@ fn worker_loop(
 
 /// EAL, its ports started with one queue pair per worker, and their pool
 /// (fields drop in order: ports, pool, then EAL).
-struct Opened {
-    ports: Vec<sluice_dpdk::Port>,
-    pool: sluice_dpdk::Mempool,
-    port_ids: Vec<u16>,
+pub(crate) struct Opened {
+    pub(crate) ports: Vec<sluice_dpdk::Port>,
+    pub(crate) pool: sluice_dpdk::Mempool,
+    pub(crate) port_ids: Vec<u16>,
     /// Cores workers are pinned to (`cores`, else the EAL's lcores).
-    cores: CoreList,
-    eal: Eal,
+    pub(crate) cores: CoreList,
+    pub(crate) eal: Eal,
 }
 
 /// Initializes EAL with `eal_args` and starts `ports` (empty: every port
 /// DPDK found) with one queue pair per configured worker.
-fn open_ports(
+pub(crate) fn open_ports(
     config: &HostConfig,
     eal_args: &[String],
     ports: &[u16],

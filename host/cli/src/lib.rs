@@ -8,6 +8,8 @@ pub mod config;
 pub mod dpdk;
 pub mod report;
 pub mod run;
+#[cfg(feature = "dpdk")]
+pub mod steer;
 pub mod synth;
 
 pub use config::{ConfigError, HostConfig};

@@ -116,6 +116,94 @@ enum Command {
         #[arg(last = true)]
         eal: Vec<String>,
     },
+    /// The flowlet dispatcher of a host group: take the group's ingress
+    /// traffic on DPDK ports and send each packet to the host that owns its
+    /// flow in the group's flow-ownership table (read over NATS with the
+    /// dispatcher's own identity, registered with `sluice host add
+    /// --dispatcher`). A flow moves to a new owner only after it was idle
+    /// for the flowlet gap, so its packets are never reordered; a flow
+    /// whose host is gone moves at once. Runs no NF code. EAL arguments
+    /// follow `--`; stops on SIGINT/SIGTERM, after --max-packets, or after
+    /// --idle-exit-ms without traffic.
+    #[cfg(feature = "dpdk")]
+    Steer {
+        /// NATS server URL.
+        #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+        nats: String,
+        /// Cluster name.
+        #[arg(long, env = "SLUICE_CLUSTER", default_value = "default")]
+        cluster: String,
+        /// The host group whose traffic this dispatcher steers.
+        #[arg(long, env = "SLUICE_GROUP", default_value = "default")]
+        group: String,
+        /// Dispatcher id (as registered).
+        #[arg(long, env = "SLUICE_HOST_ID")]
+        id: String,
+        /// The dispatcher's nkey seed file.
+        #[arg(long, env = "SLUICE_NATS_NKEY")]
+        nats_nkey: Option<PathBuf>,
+        /// A NATS credentials file instead of --nats-nkey.
+        #[arg(long, env = "SLUICE_NATS_CREDS", conflicts_with = "nats_nkey")]
+        nats_creds: Option<PathBuf>,
+        /// CA certificate the NATS servers' certificates chain to.
+        #[arg(long, env = "SLUICE_NATS_CA")]
+        nats_ca: Option<PathBuf>,
+        /// Client certificate (mutual TLS).
+        #[arg(long, env = "SLUICE_NATS_CERT", requires = "nats_key")]
+        nats_cert: Option<PathBuf>,
+        /// Its private key.
+        #[arg(long, env = "SLUICE_NATS_KEY", requires = "nats_cert")]
+        nats_key: Option<PathBuf>,
+        /// Ports the group's traffic arrives on.
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        ingress: Vec<u16>,
+        /// Where a host's flows leave: `<host>=<port>` (a point-to-point
+        /// link) or `<host>=<port>@<mac>` (the destination MAC is rewritten
+        /// to the host's); repeat for every host of the group.
+        #[arg(long = "to", required = true)]
+        to: Vec<sluice_host::steer::Target>,
+        /// Flowlet gap, µs: a flow may move to another host only after this
+        /// long without packets (above the largest difference in delay
+        /// between the paths to two hosts).
+        #[arg(long, default_value_t = 2000)]
+        flowlet_gap_us: u64,
+        /// How long a flow's host is remembered without packets, ms.
+        #[arg(long, default_value_t = 30_000)]
+        remember_ms: u64,
+        /// Flows tracked per worker (more are steered by the table alone).
+        #[arg(long, default_value_t = 1 << 20)]
+        max_flows: usize,
+        /// How often the group's table is read, ms.
+        #[arg(long, default_value_t = 100)]
+        table_poll_ms: u64,
+        /// Packets per burst (up to 256).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Worker threads = RX/TX queue pairs per port.
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Cores the workers run on ("0-3,6"; default: the EAL's lcores).
+        #[arg(long, env = "SLUICE_CORES")]
+        cores: Option<String>,
+        /// Stop after this many received packets.
+        #[arg(long)]
+        max_packets: Option<u64>,
+        /// Stop when no packet arrived for this long (ms).
+        #[arg(long)]
+        idle_exit_ms: Option<u64>,
+        /// Mbufs in the packet pool.
+        #[arg(long, default_value_t = 8191)]
+        mbufs: u32,
+        /// RX/TX descriptors per queue.
+        #[arg(long, default_value_t = 512)]
+        descriptors: u16,
+        /// Keep a JSON report here (updated while it runs).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// EAL arguments.
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
     /// Join a cluster over NATS and run what the gateway deploys to this
     /// host's group.
     ///
@@ -320,6 +408,100 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 descriptors,
             };
             finish(sluice_host::dpdk::run_dpdk(&config, &opts, stop), sluice_host::dpdk::DpdkReport::summary, report)
+        }
+        #[cfg(feature = "dpdk")]
+        Command::Steer {
+            nats,
+            cluster,
+            group,
+            id,
+            nats_nkey,
+            nats_creds,
+            nats_ca,
+            nats_cert,
+            nats_key,
+            ingress,
+            to,
+            flowlet_gap_us,
+            remember_ms,
+            max_flows,
+            table_poll_ms,
+            batch,
+            workers,
+            cores,
+            max_packets,
+            idle_exit_ms,
+            mbufs,
+            descriptors,
+            report,
+            eal,
+        } => {
+            let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+            }
+            let feed =
+                std::sync::Arc::new(sluice_host::steer::RouteFeed::new(to.iter().map(|t| t.host.clone()).collect()));
+            let auth = sluice_control::NatsAuth {
+                nkey_file: nats_nkey,
+                creds_file: nats_creds,
+                ca_file: nats_ca,
+                cert_file: nats_cert,
+                key_file: nats_key,
+            };
+            // The table follower runs beside the workers, on its own thread.
+            let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            let follower = {
+                let (feed, stop, group) = (feed.clone(), stop.clone(), group.clone());
+                let role = sluice_control::Role::Dispatcher { id: id.clone() };
+                let who = format!("sluice-host steer {id}");
+                rt.spawn(async move {
+                    use sluice_control::Bus;
+                    let bus = loop {
+                        match sluice_control::NatsBus::connect(&nats, &cluster, &auth, role.clone(), &who).await {
+                            Ok(b) => break b,
+                            Err(e) if stop.load(std::sync::atomic::Ordering::Relaxed) => return Err(e.to_string()),
+                            Err(e) => {
+                                tracing::warn!("connecting to NATS: {e}; trying again");
+                                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                            }
+                        }
+                    };
+                    let mut tick = tokio::time::interval(std::time::Duration::from_millis(table_poll_ms.max(10)));
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        tick.tick().await;
+                        match bus.ownership(&group).await {
+                            Ok(Some(t)) => {
+                                if feed.set(&t) {
+                                    let hosts: Vec<&str> = t.members().iter().map(|m| m.host.as_str()).collect();
+                                    tracing::info!(version = t.version(), ?hosts, "new ownership table");
+                                }
+                            }
+                            Ok(None) => tracing::debug!(group, "no ownership table published yet"),
+                            Err(e) => tracing::warn!(group, "reading the ownership table: {e}"),
+                        }
+                    }
+                    Ok(())
+                })
+            };
+            let opts = sluice_host::steer::SteerOptions {
+                ingress,
+                to,
+                gap: std::time::Duration::from_micros(flowlet_gap_us),
+                remember: std::time::Duration::from_millis(remember_ms),
+                max_flows,
+                eal_args: eal,
+                mbufs,
+                descriptors,
+                max_packets,
+                idle_exit: idle_exit_ms.map(std::time::Duration::from_millis),
+                report: report.clone(),
+            };
+            let result = sluice_host::steer::run_steer(&config, &opts, feed, stop.clone());
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            follower.abort();
+            finish(result, sluice_host::steer::SteerReport::summary, report)
         }
         Command::Serve {
             nats,

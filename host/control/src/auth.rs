@@ -13,6 +13,8 @@
 //!   deployments and flow-ownership table and the module store, and
 //!   receives only on its own inbox prefix, so it cannot read other
 //!   clients' replies;
+//! - a **dispatcher** reads its own group's flow-ownership table and
+//!   nothing else;
 //! - the **gateway** writes desired state, creates the streams and buckets,
 //!   and reads every host's feeds.
 //!
@@ -101,6 +103,19 @@ pub fn host_permissions(names: &Names, host: &str, group: &str) -> Result<Permis
     Ok(Permissions { publish, subscribe })
 }
 
+/// What dispatcher `id` of group `group` may do: read its group's
+/// flow-ownership table, nothing else.
+pub fn dispatcher_permissions(names: &Names, id: &str, group: &str) -> Result<Permissions, NameError> {
+    let groups_stream = format!("KV_{}", names.groups_bucket());
+    let publish = vec![
+        "$JS.API.INFO".into(),
+        format!("$JS.API.STREAM.INFO.{groups_stream}"),
+        format!("$JS.API.DIRECT.GET.{groups_stream}.$KV.{}.{}", names.groups_bucket(), names.group_key(group)?),
+    ];
+    let subscribe = vec![format!("{}.>", host_inbox(names, id)?)];
+    Ok(Permissions { publish, subscribe })
+}
+
 /// What the gateway may do: everything of its cluster (it creates the
 /// streams and buckets, writes desired state, reads every feed).
 pub fn gateway_permissions(names: &Names) -> Permissions {
@@ -127,6 +142,8 @@ pub struct HostIdentity {
     pub group: String,
     /// Its nkey public key (`U...`).
     pub nkey: String,
+    /// A dispatcher, not a host: it only reads its group's table.
+    pub dispatcher: bool,
 }
 
 /// Whether `key` looks like an nkey user public key (`U` + 55 base32
@@ -203,8 +220,13 @@ pub fn render_authorization(names: &Names, gateway_nkey: &str, hosts: &[HostIden
     user_entry(&mut out, "gateway", gateway_nkey, &gateway_permissions(names));
     for h in hosts {
         check_user_nkey(&h.nkey)?;
-        let p = host_permissions(names, &h.host, &h.group).map_err(|e| e.to_string())?;
-        user_entry(&mut out, &format!("host {} (group {})", h.host, h.group), &h.nkey, &p);
+        let (kind, p) = if h.dispatcher {
+            ("dispatcher", dispatcher_permissions(names, &h.host, &h.group))
+        } else {
+            ("host", host_permissions(names, &h.host, &h.group))
+        };
+        let p = p.map_err(|e| e.to_string())?;
+        user_entry(&mut out, &format!("{kind} {} (group {})", h.host, h.group), &h.nkey, &p);
     }
     let _ = writeln!(out, "  ]");
     let _ = writeln!(out, "}}");
@@ -235,6 +257,16 @@ mod tests {
     }
 
     #[test]
+    fn a_dispatcher_may_only_read_its_group_s_table() {
+        let n = Names::new("c1").unwrap();
+        let p = dispatcher_permissions(&n, "d1", "edge").unwrap();
+        assert_eq!(p.publish.len(), 3);
+        assert!(p.publish.iter().all(|s| s.starts_with("$JS.API.")));
+        assert!(p.publish.iter().any(|s| s.ends_with("$KV.sluice-groups-c1.edge")));
+        assert_eq!(p.subscribe, vec!["_INBOX_c1_d1.>".to_string()]);
+    }
+
+    #[test]
     fn new_keys_are_user_keys_and_seeds_give_their_public_key() {
         let (seed, public) = new_user_key();
         assert!(seed.starts_with("SU"));
@@ -251,10 +283,13 @@ mod tests {
     #[test]
     fn the_authorization_block_lists_every_identity() {
         let n = Names::new("c1").unwrap();
-        let hosts = vec![HostIdentity { host: "h1".into(), group: "edge".into(), nkey: KEY.into() }];
+        let hosts = vec![
+            HostIdentity { host: "h1".into(), group: "edge".into(), nkey: KEY.into(), dispatcher: false },
+            HostIdentity { host: "d1".into(), group: "edge".into(), nkey: KEY.into(), dispatcher: true },
+        ];
         let conf = render_authorization(&n, KEY, &hosts).unwrap();
-        assert!(conf.contains("host h1 (group edge)"));
-        assert_eq!(conf.matches("nkey:").count(), 2);
+        assert!(conf.contains("host h1 (group edge)") && conf.contains("dispatcher d1 (group edge)"));
+        assert_eq!(conf.matches("nkey:").count(), 3);
         assert!(render_authorization(&n, "nope", &hosts).is_err());
         assert!(check_user_nkey(&KEY.replace('U', "S")).is_err());
     }

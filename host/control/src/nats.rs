@@ -52,6 +52,12 @@ pub enum Role {
         /// Host id.
         host: String,
     },
+    /// Dispatcher `id`: reads its group's flow-ownership table only, with
+    /// replies on its own inbox prefix.
+    Dispatcher {
+        /// Dispatcher id (registered as a host of role dispatcher).
+        id: String,
+    },
 }
 
 /// How long a host's desired-state watch may stay silent before it is
@@ -145,6 +151,7 @@ impl NatsBus {
         let inbox = match &role {
             Role::Gateway { .. } => gateway_inbox(&names),
             Role::Host { host } => host_inbox(&names, host)?,
+            Role::Dispatcher { id } => host_inbox(&names, id)?,
         };
         let servers: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
         let (connected, connects) = tokio::sync::watch::channel(0u64);
@@ -195,6 +202,8 @@ impl NatsBus {
                 }
             }
             Role::Host { .. } => bus.await_buckets().await?,
+            // It reads one key, which may not be there yet.
+            Role::Dispatcher { .. } => {}
         }
         Ok(bus)
     }
@@ -327,7 +336,7 @@ impl NatsBus {
         let op = || format!("watching the desired deployments of group {group}");
         let stream = self.js.get_stream(&stream_name).await.map_err(|e| BusError::op(op(), e))?;
         let who = match &self.role {
-            Role::Host { host } => host.clone(),
+            Role::Host { host } | Role::Dispatcher { id: host } => host.clone(),
             Role::Gateway { .. } => "gateway".into(),
         };
         let deliver_subject = self.client.new_inbox();
@@ -625,7 +634,7 @@ impl Bus for NatsBus {
     async fn maintain(&self) -> Result<(), BusError> {
         match &self.role {
             Role::Gateway { replicas } => self.ensure(*replicas).await,
-            Role::Host { .. } => Ok(()),
+            Role::Host { .. } | Role::Dispatcher { .. } => Ok(()),
         }
     }
 

@@ -170,6 +170,12 @@ void sl_mbuf_info(const struct rte_mbuf *m, struct sl_mbuf_info *out) {
     out->rss_hash = (m->ol_flags & RTE_MBUF_F_RX_RSS_HASH) ? m->hash.rss : 0;
 }
 
+/* Whether the mbuf's data may be written in place: held once, and its
+ * own buffer (not attached to another mbuf's or an external one). */
+int sl_mbuf_writable(const struct rte_mbuf *m) {
+    return rte_mbuf_refcnt_read(m) == 1 && RTE_MBUF_DIRECT(m);
+}
+
 /* Copies a (possibly multi-segment) packet into `buf`; returns the bytes
  * copied (at most `cap`). */
 uint32_t sl_mbuf_read(const struct rte_mbuf *m, uint8_t *buf, uint32_t cap) {

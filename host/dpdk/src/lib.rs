@@ -449,6 +449,23 @@ impl Mbuf {
         MbufView { data, len: i.pkt_len as usize, port: i.port }
     }
 
+    /// The first segment's bytes, writable in place (e.g. to rewrite an
+    /// Ethernet address), when the mbuf is held once and owns its buffer;
+    /// `None` otherwise.
+    pub fn first_segment_mut(&mut self) -> Option<&mut [u8]> {
+        // SAFETY: the mbuf is valid while we own it.
+        if unsafe { sys::sl_mbuf_writable(self.ptr.as_ptr()) } == 0 {
+            return None;
+        }
+        let i = self.info();
+        (!i.data.is_null()).then(|| {
+            // SAFETY: the first segment holds `data_len` bytes at `data`; the
+            // mbuf is referenced once (by us, exclusively borrowed) and owns
+            // its buffer, so no one else reads or writes them meanwhile.
+            unsafe { std::slice::from_raw_parts_mut(i.data.cast_mut(), i.data_len as usize) }
+        })
+    }
+
     /// Total length of the packet (all segments).
     pub fn len(&self) -> usize {
         self.info().pkt_len as usize

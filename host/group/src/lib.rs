@@ -4,9 +4,12 @@
 //! from the group's active members and publishes it; a dispatcher sends
 //! each flow to its slot's owner, and hosts replicate a flow's state to the
 //! slot's next owners, which are exactly the hosts that take the slot over
-//! when its owner goes (see [`table`]).
+//! when its owner goes (see [`table`]). A dispatcher moves a flow to a
+//! new owner only between flowlets ([`flowlet`]).
 
+pub mod flowlet;
 mod maglev;
 pub mod table;
 
+pub use flowlet::{FlowletCounters, Flowlets, NO_HOST, Route, Steer};
 pub use table::{DEFAULT_SLOTS, MAX_DEPTH, MAX_MEMBERS, Member, OwnershipTable, TableError};

@@ -24,6 +24,8 @@ pub const DEFAULT_SLOTS: usize = 16381;
 pub const MAX_SLOTS: usize = 65521;
 /// The most active members of one table (a member index is one byte).
 pub const MAX_MEMBERS: usize = 254;
+/// The most hosts a table lets finish their flowlets.
+pub const MAX_FINISHING: usize = 1024;
 /// The longest preference order per slot.
 pub const MAX_DEPTH: usize = 3;
 /// Groups larger than this get a preference order of at most 2 (owner and
@@ -66,6 +68,9 @@ pub struct OwnershipTable {
     /// `slots × depth` member indices, slot-major; [`NONE`] where a slot
     /// has fewer preferences than `depth` (fewer members).
     prefs: Vec<u8>,
+    /// Hosts that own no slots but are up (draining or standing by): they
+    /// finish the flowlets they have.
+    finishing: Vec<String>,
 }
 
 /// The published form: the preference matrix as base64.
@@ -79,6 +84,8 @@ struct TableWire {
     depth: usize,
     members: Vec<Member>,
     prefs: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    finishing: Vec<String>,
 }
 
 impl From<OwnershipTable> for TableWire {
@@ -91,6 +98,7 @@ impl From<OwnershipTable> for TableWire {
             depth: t.depth,
             members: t.members,
             prefs: base64::engine::general_purpose::STANDARD.encode(&t.prefs),
+            finishing: t.finishing,
         }
     }
 }
@@ -110,6 +118,7 @@ impl TryFrom<TableWire> for OwnershipTable {
             depth: w.depth,
             members: w.members.clone(),
             prefs,
+            finishing: w.finishing.clone(),
         };
         t.check().map_err(invalid)?;
         Ok(t)
@@ -193,15 +202,46 @@ impl OwnershipTable {
                 }
             }
         }
-        Ok(OwnershipTable { group: group.to_string(), version, made_ms, slots, depth, members, prefs })
+        Ok(OwnershipTable {
+            group: group.to_string(),
+            version,
+            made_ms,
+            slots,
+            depth,
+            members,
+            prefs,
+            finishing: Vec::new(),
+        })
+    }
+
+    /// The table with `hosts` (up, owning no slots) allowed to finish
+    /// their flowlets; members and duplicates are left out, and at most
+    /// [`MAX_FINISHING`] are kept.
+    pub fn with_finishing(mut self, hosts: &[String]) -> Self {
+        let mut f: Vec<String> =
+            hosts.iter().filter(|h| !self.members.iter().any(|m| &m.host == *h)).cloned().collect();
+        f.sort();
+        f.dedup();
+        f.truncate(MAX_FINISHING);
+        self.finishing = f;
+        self
+    }
+
+    /// Hosts that own no slots but finish the flowlets they have
+    /// (draining or standing by).
+    pub fn finishing(&self) -> &[String] {
+        &self.finishing
     }
 
     fn check(&self) -> Result<(), String> {
         if !(2..=MAX_SLOTS).contains(&self.slots) || !(1..=MAX_DEPTH).contains(&self.depth) {
             return Err(format!("{} slots of depth {}", self.slots, self.depth));
         }
-        if self.members.len() > MAX_MEMBERS {
-            return Err(format!("{} members", self.members.len()));
+        if self.members.len() > MAX_MEMBERS || self.finishing.len() > MAX_FINISHING {
+            return Err(format!("{} members, {} finishing", self.members.len(), self.finishing.len()));
+        }
+        if self.members.iter().map(|m| &m.host).chain(&self.finishing).any(|h| h.len() > 64) {
+            return Err("a host id longer than 64 bytes".into());
         }
         if self.prefs.len() != self.slots * self.depth {
             return Err(format!("{} preferences for {} slots of depth {}", self.prefs.len(), self.slots, self.depth));

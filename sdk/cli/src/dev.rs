@@ -72,6 +72,7 @@ pub async fn run(
             group: "default".into(),
             nkey: None,
             created_ms: i64::try_from(sluice_control::now_ms()).unwrap_or(0),
+            dispatcher: false,
         };
         gateway.state.store.add_host(&row)?;
     }

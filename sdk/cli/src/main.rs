@@ -219,6 +219,10 @@ enum HostCommand {
         /// Its NATS nkey public key (`sluice-host keygen` prints it).
         #[arg(long)]
         nkey: Option<String>,
+        /// Register a dispatcher (`sluice-host steer`) instead: it may only
+        /// read the group's flow-ownership table.
+        #[arg(long)]
+        dispatcher: bool,
     },
     /// List registered hosts and whether they are alive.
     List,
@@ -508,10 +512,12 @@ fn run() -> Result<()> {
                 admin().put(&format!("/v1/tenants/{}/groups", encode(&tenant)), &json!({ "groups": groups }))?;
             println!("{tenant} may deploy to: {}", g["groups"]);
         }
-        Command::Host(HostCommand::Add { id, group, nkey }) => {
-            let h: Value = admin().post("/v1/hosts", &json!({ "id": id, "group": group, "nkey": nkey }))?;
+        Command::Host(HostCommand::Add { id, group, nkey, dispatcher }) => {
+            let role = if dispatcher { "dispatcher" } else { "host" };
+            let h: Value =
+                admin().post("/v1/hosts", &json!({ "id": id, "group": group, "nkey": nkey, "role": role }))?;
             println!(
-                "host {} registered in group {}",
+                "{role} {} registered in group {}",
                 h["host"].as_str().unwrap_or_default(),
                 h["group"].as_str().unwrap_or_default()
             );

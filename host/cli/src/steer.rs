@@ -1,0 +1,492 @@
+//! `sluice-host steer`: the flowlet dispatcher of a host group.
+//!
+//! It takes the group's ingress traffic on DPDK ports and sends each packet
+//! to the host that owns its flow in the group's flow-ownership table,
+//! without running NF code. Worker `w` polls queue `w` of every ingress
+//! port (symmetric RSS keeps both directions of a flow on one worker) and
+//! tracks its flows' flowlets ([`sluice_group::Flowlets`]): a flow stays on
+//! its host until it has been idle longer than the flowlet gap, so a new
+//! table moves flows only between flowlets and never reorders one; a flow
+//! whose host is gone moves at once. Each host is reached through a port
+//! (`--to <host>=<port>`: a point-to-point link such as a memif or veth
+//! pair), optionally with the destination MAC rewritten to the host's
+//! (`--to <host>=<port>@<mac>`, for hosts behind one switch port).
+//!
+//! The table comes from the gateway over NATS ([`RouteFeed`], filled by
+//! the caller); the dispatcher opens its ports once it has one.
+
+use crate::config::HostConfig;
+use crate::dpdk::{PortReport, open_ports, port_report};
+use crate::run::RunError;
+use serde::Serialize;
+use sluice_dpdk::{Mbuf, Queue};
+use sluice_group::{FlowletCounters, Flowlets, OwnershipTable, Route};
+use sluice_wire::FlowKey;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+/// Where one host's flows leave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Host id (as in the ownership table).
+    pub host: String,
+    /// DPDK port towards it.
+    pub port: u16,
+    /// Destination MAC to write into each frame, if any.
+    pub mac: Option<[u8; 6]>,
+}
+
+impl FromStr for Target {
+    type Err = String;
+    /// `<host>=<port>` or `<host>=<port>@<mac>`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}' is not <host>=<port>[@<mac>], e.g. edge-1=1 or edge-1=0@02:00:00:00:00:01");
+        let (host, rest) = s.split_once('=').ok_or_else(bad)?;
+        sluice_control::subjects::check_token("host", host).map_err(|e| e.to_string())?;
+        let (port, mac) = match rest.split_once('@') {
+            Some((p, m)) => (p, Some(m)),
+            None => (rest, None),
+        };
+        let port = port.parse().map_err(|_| bad())?;
+        let mac = mac
+            .map(|m| {
+                let parts: Vec<u8> = m.split(':').filter_map(|b| u8::from_str_radix(b, 16).ok()).collect();
+                <[u8; 6]>::try_from(parts).map_err(|_| bad())
+            })
+            .transpose()?;
+        Ok(Target { host: host.to_string(), port, mac })
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SteerOptions {
+    /// Ports the group's traffic arrives on.
+    pub ingress: Vec<u16>,
+    /// Where each host's flows leave.
+    pub to: Vec<Target>,
+    /// Flowlet gap: a flow may move to another host only after this long
+    /// without packets.
+    pub gap: Duration,
+    /// How long a flow's host is remembered without packets.
+    pub remember: Duration,
+    /// Flows tracked per worker.
+    pub max_flows: usize,
+    /// EAL arguments.
+    pub eal_args: Vec<String>,
+    /// Mbufs in the pool.
+    pub mbufs: u32,
+    /// RX/TX descriptors per queue.
+    pub descriptors: u16,
+    /// Stop after this many received packets.
+    pub max_packets: Option<u64>,
+    /// Stop a worker when it has received nothing for this long.
+    pub idle_exit: Option<Duration>,
+    /// Keep a JSON report here (updated every second).
+    pub report: Option<PathBuf>,
+}
+
+/// The group's table as the workers steer by it: swapped whole when a new
+/// version arrives; a worker looks at the version once per burst.
+#[derive(Debug)]
+pub struct RouteFeed {
+    hosts: Vec<String>,
+    version: AtomicU64,
+    route: RwLock<Arc<Route>>,
+}
+
+impl RouteFeed {
+    /// A feed for a dispatcher that reaches `hosts` (in `--to` order).
+    pub fn new(hosts: Vec<String>) -> Self {
+        RouteFeed { hosts, version: AtomicU64::new(0), route: RwLock::new(Arc::new(Route::empty())) }
+    }
+
+    /// Steers by `table` from now on (an older or equal version is
+    /// ignored). Returns whether it was taken.
+    pub fn set(&self, table: &OwnershipTable) -> bool {
+        if table.version() <= self.version.load(Ordering::Acquire) {
+            return false;
+        }
+        let route = Arc::new(Route::of(table, &self.hosts));
+        *self.route.write().unwrap_or_else(PoisonError::into_inner) = route;
+        self.version.store(table.version(), Ordering::Release);
+        true
+    }
+
+    /// The version steered by (0: none yet).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    fn current(&self) -> Arc<Route> {
+        self.route.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Packets sent to one host.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HostCount {
+    /// Host id.
+    pub host: String,
+    /// Port towards it.
+    pub port: u16,
+    /// Packets it was sent.
+    pub packets: u64,
+}
+
+/// Counters of one worker.
+#[derive(Debug, Clone, Default, Serialize)]
+struct WorkerStats {
+    received: u64,
+    per_host: Vec<u64>,
+    no_route: u64,
+    not_ip: u64,
+    dropped_tx_full: u64,
+    flowlets: FlowletCounters,
+    flows: usize,
+}
+
+/// The report of a dispatcher run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SteerReport {
+    /// Packets received on the ingress ports.
+    pub received: u64,
+    /// Packets sent towards their hosts.
+    pub forwarded: u64,
+    /// Packets whose flow's owner is not reachable from here (no `--to`
+    /// for it, or no table yet): dropped.
+    pub no_route: u64,
+    /// Packets without a flow key (not IP): dropped.
+    pub not_ip: u64,
+    /// Packets a host's port did not take: dropped.
+    pub dropped_tx_full: u64,
+    /// Per host.
+    pub hosts: Vec<HostCount>,
+    /// Flowlets started, moved between hosts, moved because their host
+    /// was gone; flows untracked or forgotten.
+    pub flowlets: FlowletCounters,
+    /// Flows tracked at the end, over all workers.
+    pub flows: usize,
+    /// The table version steered by at the end.
+    pub table_version: u64,
+    /// Workers.
+    pub workers: usize,
+    /// Wall time, ns.
+    pub wall_ns: u64,
+    /// Received Mpps over the wall time.
+    pub mpps: f64,
+    /// Ports.
+    pub ports: Vec<PortReport>,
+}
+
+impl SteerReport {
+    /// The human-readable summary.
+    pub fn summary(&self) -> String {
+        let f = &self.flowlets;
+        let mut s = format!(
+            "packets: {} rx, {} forwarded, {} no route, {} not IP, {} dropped (TX full) | flowlets: {} started, {} moved ({} from a gone host), {} flows | table v{} | {:.3} Mpps | {} worker(s)\n",
+            self.received,
+            self.forwarded,
+            self.no_route,
+            self.not_ip,
+            self.dropped_tx_full,
+            f.flowlets,
+            f.moved,
+            f.moved_from_gone,
+            self.flows,
+            self.table_version,
+            self.mpps,
+            self.workers
+        );
+        for h in &self.hosts {
+            s.push_str(&format!("  {} (port {}): {} packets\n", h.host, h.port, h.packets));
+        }
+        s
+    }
+
+    fn add(&mut self, w: &WorkerStats) {
+        self.received += w.received;
+        self.no_route += w.no_route;
+        self.not_ip += w.not_ip;
+        self.dropped_tx_full += w.dropped_tx_full;
+        for (h, n) in self.hosts.iter_mut().zip(&w.per_host) {
+            h.packets += n;
+            self.forwarded += n;
+        }
+        let f = &mut self.flowlets;
+        f.flowlets += w.flowlets.flowlets;
+        f.moved += w.flowlets.moved;
+        f.moved_from_gone += w.flowlets.moved_from_gone;
+        f.untracked += w.flowlets.untracked;
+        f.forgotten += w.flowlets.forgotten;
+        self.flows += w.flows;
+    }
+}
+
+/// Checks the options against each other.
+fn check(opts: &SteerOptions) -> Result<(), RunError> {
+    if opts.to.is_empty() {
+        return Err(RunError::Usage("no hosts to steer to: give --to <host>=<port> for each host of the group".into()));
+    }
+    for (i, t) in opts.to.iter().enumerate() {
+        if opts.to.iter().skip(i + 1).any(|u| u.host == t.host) {
+            return Err(RunError::Usage(format!("--to names host {} twice", t.host)));
+        }
+        if opts.ingress.contains(&t.port) {
+            return Err(RunError::Usage(format!("port {} is both an ingress port and host {}'s", t.port, t.host)));
+        }
+    }
+    if opts.ingress.is_empty() {
+        return Err(RunError::Usage("no ingress port: give --ingress".into()));
+    }
+    if opts.gap.is_zero() {
+        return Err(RunError::Usage("the flowlet gap must be above 0".into()));
+    }
+    Ok(())
+}
+
+/// Steers until stopped (signal, `max_packets` or `idle_exit`). Waits for
+/// the first table before opening the ports.
+pub fn run_steer(
+    config: &HostConfig,
+    opts: &SteerOptions,
+    feed: Arc<RouteFeed>,
+    stop: Arc<AtomicBool>,
+) -> Result<SteerReport, RunError> {
+    check(opts)?;
+    while feed.version() == 0 {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(SteerReport::default());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tracing::info!(version = feed.version(), "steering by the group's table");
+    let workers = config.workers.clamp(1, 64);
+    let mut ports: Vec<u16> = opts.ingress.clone();
+    for t in &opts.to {
+        if !ports.contains(&t.port) {
+            ports.push(t.port);
+        }
+    }
+    let opened = open_ports(config, &opts.eal_args, &ports, opts.mbufs, opts.descriptors, "sluice_steer")?;
+    let burst = config.batch_size.clamp(1, 256);
+    let stats: Arc<Mutex<Vec<WorkerStats>>> = Arc::new(Mutex::new(vec![WorkerStats::default(); workers]));
+    let received = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let empty = |opts: &SteerOptions| SteerReport {
+        hosts: opts.to.iter().map(|t| HostCount { host: t.host.clone(), port: t.port, packets: 0 }).collect(),
+        workers,
+        ..Default::default()
+    };
+    let results: Vec<Result<(), RunError>> = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let queues: Vec<Queue> = opened
+                .ports
+                .iter()
+                .filter(|p| opts.ingress.contains(&p.id()))
+                .filter_map(|p| p.queue(w as u16))
+                .collect();
+            let (stop, feed, stats, received, eal) = (&stop, &feed, &stats, &received, &opened.eal);
+            let core = opened.cores.for_worker(w);
+            handles.push(scope.spawn(move || -> Result<(), RunError> {
+                sluice_runtime::cores::pin_worker(&format!("steer worker {w}"), core);
+                let _guard = eal.register_thread()?;
+                steer_loop(w, queues, opts, burst, feed, stop, received, stats);
+                Ok(())
+            }));
+        }
+        // The report is kept up to date while the workers run.
+        let writer = scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                if let Some(path) = &opts.report {
+                    let mut r = empty(opts);
+                    for w in stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+                        r.add(w);
+                    }
+                    r.table_version = feed.version();
+                    write_report(path, &r);
+                }
+            }
+        });
+        let r: Vec<Result<(), RunError>> =
+            handles.into_iter().enumerate().map(|(w, h)| h.join().unwrap_or(Err(RunError::Worker(w)))).collect();
+        done.store(true, Ordering::Relaxed);
+        let _ = writer.join();
+        r
+    });
+    for r in results {
+        r?;
+    }
+    let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut report = empty(opts);
+    for w in stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        report.add(w);
+    }
+    report.table_version = feed.version();
+    report.wall_ns = wall_ns;
+    report.mpps = if wall_ns > 0 { report.received as f64 * 1e3 / wall_ns as f64 } else { 0.0 };
+    report.ports = opened.ports.iter().map(|p| port_report(p, Vec::new())).collect();
+    if let Some(path) = &opts.report {
+        write_report(path, &report);
+    }
+    drop(opened);
+    Ok(report)
+}
+
+fn write_report(path: &std::path::Path, r: &SteerReport) {
+    let tmp = path.with_extension("tmp");
+    let written = serde_json::to_vec_pretty(r)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), "cannot write the dispatcher report: {e}");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn steer_loop(
+    w: usize,
+    mut queues: Vec<Queue>,
+    opts: &SteerOptions,
+    burst: usize,
+    feed: &RouteFeed,
+    stop: &AtomicBool,
+    received: &AtomicU64,
+    shared: &Mutex<Vec<WorkerStats>>,
+) {
+    let targets = &opts.to;
+    let gap_ns = u64::try_from(opts.gap.as_nanos()).unwrap_or(u64::MAX);
+    let remember_ns = u64::try_from(opts.remember.as_nanos()).unwrap_or(u64::MAX);
+    let mut flowlets: Flowlets<FlowKey> = Flowlets::new(gap_ns, remember_ns, opts.max_flows);
+    let mut route = feed.current();
+    let mut rx: Vec<Mbuf> = Vec::with_capacity(burst);
+    let mut out: Vec<Vec<Mbuf>> = targets.iter().map(|_| Vec::with_capacity(burst)).collect();
+    let mut stats = WorkerStats { per_host: vec![0; targets.len()], ..Default::default() };
+    let mut scratch = Vec::new();
+    let clock = Instant::now();
+    let mut last_rx = Instant::now();
+    let mut last_publish = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(max) = opts.max_packets
+            && received.load(Ordering::Relaxed) >= max
+        {
+            break;
+        }
+        if feed.version() != route.version {
+            route = feed.current();
+        }
+        let mut got = 0;
+        for q in queues.iter_mut() {
+            got += q.rx_burst(&mut rx, burst as u16);
+        }
+        if got == 0 {
+            if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
+                break;
+            }
+            if last_publish.elapsed() >= Duration::from_millis(100) {
+                publish(shared, w, &mut stats, &flowlets, &mut last_publish);
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        last_rx = Instant::now();
+        received.fetch_add(got as u64, Ordering::Relaxed);
+        stats.received += got as u64;
+        let now_ns = u64::try_from(clock.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        for mut m in rx.drain(..) {
+            let key = match m.data() {
+                Some(d) => sluice_wire::parse(d).key,
+                None => {
+                    m.read_into(&mut scratch);
+                    sluice_wire::parse(&scratch).key
+                }
+            };
+            let Some(key) = key else {
+                stats.not_ip += 1;
+                continue;
+            };
+            let key = key.normalized();
+            let Some(s) = flowlets.steer(key, key.hash_normalized(), now_ns, &route) else {
+                stats.no_route += 1;
+                continue;
+            };
+            let i = usize::from(s.host);
+            if let Some(mac) = targets.get(i).and_then(|t| t.mac) {
+                match m.first_segment_mut() {
+                    Some(frame) if frame.len() >= 6 => {
+                        if let Some(dst) = frame.get_mut(..6) {
+                            dst.copy_from_slice(&mac);
+                        }
+                    }
+                    _ => {
+                        // A shared buffer: rewrite a copy.
+                        m.read_into(&mut scratch);
+                        if let Some(dst) = scratch.get_mut(..6) {
+                            dst.copy_from_slice(&mac);
+                        }
+                        if m.set_data(&scratch).is_err() {
+                            stats.dropped_tx_full += 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+            if let Some(v) = out.get_mut(i) {
+                v.push(m);
+            }
+        }
+        if let Some(q) = queues.first_mut() {
+            for ((v, t), count) in out.iter_mut().zip(targets).zip(stats.per_host.iter_mut()) {
+                if v.is_empty() {
+                    continue;
+                }
+                let sent = q.tx_burst(t.port, v);
+                *count += sent as u64;
+                stats.dropped_tx_full += v.len() as u64;
+                // What the port did not take is freed here.
+                v.clear();
+            }
+        }
+        if last_publish.elapsed() >= Duration::from_millis(100) {
+            publish(shared, w, &mut stats, &flowlets, &mut last_publish);
+        }
+    }
+    publish(shared, w, &mut stats, &flowlets, &mut last_publish);
+}
+
+fn publish(
+    shared: &Mutex<Vec<WorkerStats>>,
+    w: usize,
+    stats: &mut WorkerStats,
+    flowlets: &Flowlets<FlowKey>,
+    at: &mut Instant,
+) {
+    stats.flowlets = flowlets.counters();
+    stats.flows = flowlets.len();
+    if let Some(slot) = shared.lock().unwrap_or_else(PoisonError::into_inner).get_mut(w) {
+        slot.clone_from(stats);
+    }
+    *at = Instant::now();
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn targets_parse_and_bad_ones_say_why() {
+        assert_eq!("edge-1=2".parse::<Target>().unwrap(), Target { host: "edge-1".into(), port: 2, mac: None });
+        assert_eq!("h=0@02:00:00:00:00:0a".parse::<Target>().unwrap().mac, Some([2, 0, 0, 0, 0, 10]));
+        for bad in ["h", "h=x", "h=1@02:00", "a.b=1", "h=1@zz:00:00:00:00:00"] {
+            assert!(bad.parse::<Target>().is_err(), "{bad}");
+        }
+    }
+}
