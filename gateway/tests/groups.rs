@@ -19,9 +19,14 @@ use support::*;
 
 const SILENCE_MS: u64 = 1500;
 
-/// The group's table as the gateway published it, read with the gateway's
-/// identity.
+/// The group `default`'s table as the gateway published it.
 fn published(nats: &Nats) -> Option<OwnershipTable> {
+    published_group(nats, "default")
+}
+
+/// A group's table as the gateway published it, read with the gateway's
+/// identity.
+fn published_group(nats: &Nats, group: &str) -> Option<OwnershipTable> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let (cert, key) = nats.pki.client_cert("gateway");
@@ -41,7 +46,7 @@ fn published(nats: &Nats) -> Option<OwnershipTable> {
         )
         .await
         .unwrap();
-        bus.ownership("default").await.unwrap()
+        bus.ownership(group).await.unwrap()
     })
 }
 
@@ -347,4 +352,143 @@ fn the_dispatcher_sends_every_flow_to_its_owner_whole_and_in_order() {
 
     // The dispatcher's identity cannot heartbeat or bill as a host.
     assert_eq!(group(&api)["members"].as_array().unwrap().len(), 3);
+}
+
+/// `serve --dpdk` of group `edge`: port 0 a memif (server on `sock`)
+/// towards the dispatcher, port 1 a capture of what it forwards.
+fn edge_host_args(
+    dir: &std::path::Path,
+    id: &str,
+    sock: &std::path::Path,
+    out: &std::path::Path,
+    empty: &std::path::Path,
+) -> Vec<String> {
+    let prefix = format!("--file-prefix=sluice-{}-{id}", dir.file_name().unwrap().to_string_lossy());
+    [
+        "--group",
+        "edge",
+        "--dpdk",
+        "--workers",
+        "1",
+        "--window-ms",
+        "200",
+        "--heartbeat-ms",
+        "300",
+        "--capacity-pps",
+        "1000",
+        "--report",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([dir.join(format!("{id}.json")).to_str().unwrap().to_string()])
+    .chain(
+        ["--", "--no-huge", "--no-pci", "-m", "256", "-l", "0", "--log-level=lib.eal:error"]
+            .iter()
+            .map(|s| s.to_string()),
+    )
+    .chain([
+        prefix,
+        format!("--vdev=net_memif0,role=server,socket={}", sock.display()),
+        format!("--vdev=net_pcap1,rx_pcap={},tx_pcap={}", empty.display(), out.display()),
+    ])
+    .collect()
+}
+
+#[test]
+fn a_group_behind_its_dispatcher_processes_every_packet_once_on_its_flow_s_owner() {
+    let dir = test_dir();
+    let d = dir.path();
+    let nats = Nats::start(d);
+    let conf = d.join("gateway.toml");
+    std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
+    let gw = Gateway::start(
+        &nats,
+        d,
+        &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap()), ("SLUICE_HOST_SILENCE_MS", "1500")],
+    );
+    let api = gw.api();
+    let empty = d.join("empty.pcap");
+    empty_pcap(&empty);
+    let hosts = ["h1", "h2", "h3"];
+    let mut procs = Vec::new();
+    for h in hosts {
+        let args = edge_host_args(d, h, &d.join(format!("{h}.sock")), &d.join(format!("{h}.out.pcap")), &empty);
+        procs.push(start_host(&nats, &gw, d, h, &args.iter().map(String::as_str).collect::<Vec<_>>()));
+    }
+    let (id, key) = api.tenant("acme");
+    assert_eq!(api.put(Some(ADMIN), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["edge"] })).status, 200);
+    assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "c", "group": "edge", "module": "counter@1", "attach": ["port=0,out=1"] }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    api.wait_running(&key, "c", 1);
+    wait_for(30, "the edge group's table of three hosts", || {
+        (api.get(Some(ADMIN), "/v1/groups/edge").body["active_hosts"] == 3).then_some(())
+    });
+
+    let (_, public) = nats.pki.nkey("d1");
+    let r = api.post(
+        Some(ADMIN),
+        "/v1/hosts",
+        &json!({ "id": "d1", "group": "edge", "nkey": public, "role": "dispatcher" }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    nats.reload();
+    let pcap = trace(d, 1000);
+    let mut vdevs =
+        vec![format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", pcap.display(), d.join("ingress-tx.pcap").display())];
+    for (i, h) in hosts.iter().enumerate() {
+        vdevs.push(format!("--vdev=net_memif{},role=client,socket={}", i + 1, d.join(format!("{h}.sock")).display()));
+    }
+    let prefix = format!("--file-prefix=sluice-{}-d1", d.file_name().unwrap().to_string_lossy());
+    let report = d.join("steer.json");
+    let st = Command::new(sibling_bin("sluice-host"))
+        .args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "edge", "--id", "d1"])
+        .args(nats.pki.host_flags("d1"))
+        .args(["--ingress", "0", "--to", "h1=1", "--to", "h2=2", "--to", "h3=3", "--workers", "1", "--batch", "32"])
+        .args(["--idle-exit-ms", "1500", "--report"])
+        .arg(&report)
+        .args(["--", "--no-huge", "--no-pci", "-m", "512", "-l", "0", "--log-level=lib.eal:error", &prefix])
+        .args(&vdevs)
+        .env("SLUICE_LOG", "info")
+        .output()
+        .unwrap();
+    eprint!("{}", String::from_utf8_lossy(&st.stdout));
+    assert!(st.status.success(), "steer: {}", String::from_utf8_lossy(&st.stderr));
+    let rep: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let input = flows(&pcap);
+    assert_eq!(rep["forwarded"].as_u64(), Some(input.len() as u64), "{rep}");
+
+    // Every packet is billed once, by one host: usage equals the trace.
+    wait_for(60, "usage to reach the trace's packets", || {
+        let u = api.get(Some(&key), "/v1/usage").body;
+        (u["total"]["packets"].as_u64() == Some(input.len() as u64)).then_some(())
+    });
+    for p in procs.iter_mut() {
+        p.term();
+    }
+    let u = api.get(Some(&key), "/v1/usage").body;
+    assert_eq!(u["total"]["packets"].as_u64(), Some(input.len() as u64), "{u}");
+
+    // Each host forwarded exactly its flows, whole and in order.
+    let table = published_group(&nats, "edge").unwrap();
+    let mut total = 0;
+    for h in hosts {
+        let got = flows(&d.join(format!("{h}.out.pcap")));
+        total += got.len();
+        let mut per_flow: std::collections::HashMap<sluice_wire::FlowKey, Vec<Vec<u8>>> = Default::default();
+        for (k, frame) in got {
+            let k = k.unwrap();
+            assert_eq!(table.owner(k.hash_normalized()), Some(h));
+            per_flow.entry(k).or_default().push(frame);
+        }
+        for (k, frames) in per_flow {
+            let sent: Vec<&Vec<u8>> = input.iter().filter(|(x, _)| *x == Some(k)).map(|(_, f)| f).collect();
+            assert_eq!(frames.iter().collect::<Vec<_>>(), sent, "a flow of {h} lost, gained or reordered packets");
+        }
+    }
+    assert_eq!(total, input.len());
 }

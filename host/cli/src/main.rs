@@ -176,6 +176,10 @@ enum Command {
         /// How often the group's table is read, ms.
         #[arg(long, default_value_t = 100)]
         table_poll_ms: u64,
+        /// How long to wait for the links towards the hosts to come up
+        /// before taking traffic, ms.
+        #[arg(long, default_value_t = 10_000)]
+        link_wait_ms: u64,
         /// Packets per burst (up to 256).
         #[arg(long)]
         batch: Option<usize>,
@@ -426,6 +430,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             remember_ms,
             max_flows,
             table_poll_ms,
+            link_wait_ms,
             batch,
             workers,
             cores,
@@ -497,6 +502,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 max_packets,
                 idle_exit: idle_exit_ms.map(std::time::Duration::from_millis),
                 report: report.clone(),
+                link_wait: std::time::Duration::from_millis(link_wait_ms),
             };
             let result = sluice_host::steer::run_steer(&config, &opts, feed, stop.clone());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);

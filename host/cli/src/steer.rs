@@ -87,6 +87,9 @@ pub struct SteerOptions {
     pub idle_exit: Option<Duration>,
     /// Keep a JSON report here (updated every second).
     pub report: Option<PathBuf>,
+    /// How long to wait for the links towards the hosts before taking
+    /// traffic.
+    pub link_wait: Duration,
 }
 
 /// The group's table as the workers steer by it: swapped whole when a new
@@ -272,6 +275,22 @@ pub fn run_steer(
         }
     }
     let opened = open_ports(config, &opts.eal_args, &ports, opts.mbufs, opts.descriptors, "sluice_steer")?;
+    // Traffic is taken once the links towards the hosts are up (a memif
+    // peer connects a moment after both sides started), or after
+    // `link_wait`: a host whose link stays down counts as TX drops.
+    let deadline = Instant::now() + opts.link_wait;
+    let targets: Vec<&sluice_dpdk::Port> =
+        opened.ports.iter().filter(|p| opts.to.iter().any(|t| t.port == p.id())).collect();
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && !targets.iter().all(|p| p.link_up()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in targets.iter().filter(|p| !p.link_up()) {
+        tracing::warn!(
+            port = p.id(),
+            name = p.name(),
+            "the link towards a host is down; its packets are dropped until it is up"
+        );
+    }
     let burst = config.batch_size.clamp(1, 256);
     let stats: Arc<Mutex<Vec<WorkerStats>>> = Arc::new(Mutex::new(vec![WorkerStats::default(); workers]));
     let received = AtomicU64::new(0);

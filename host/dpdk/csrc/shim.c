@@ -124,6 +124,15 @@ int sl_port_stop(uint16_t port) {
 }
 
 /* Port counters from the device. */
+/* 1 when the port's link is up, 0 when down, negative on error. */
+int sl_port_link_up(uint16_t port) {
+    struct rte_eth_link link;
+    memset(&link, 0, sizeof(link));
+    int r = rte_eth_link_get_nowait(port, &link);
+    if (r != 0) return r;
+    return link.link_status == RTE_ETH_LINK_UP ? 1 : 0;
+}
+
 struct sl_port_stats {
     uint64_t ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf;
 };

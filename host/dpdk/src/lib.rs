@@ -316,6 +316,12 @@ impl Port {
         (q < self.queues).then_some(Queue { port: self.id, queue: q })
     }
 
+    /// Whether the port's link is up (a virtual device's peer connected).
+    pub fn link_up(&self) -> bool {
+        // SAFETY: the port is started; the call only reads its link state.
+        unsafe { sys::sl_port_link_up(self.id) == 1 }
+    }
+
     /// The device's counters.
     pub fn stats(&self) -> PortStats {
         let mut s = sys::SlPortStats::default();
