@@ -99,6 +99,17 @@ pub(crate) fn host_run(
 /// over that time (its own per-period printout is not reliable when its
 /// stdin is not a terminal).
 fn testpmd_mpps(dir: &Path, trace: &Path, cpus: &[usize], queues: usize) -> Result<f64> {
+    testpmd_mpps_with(dir, trace, cpus, queues, &[])
+}
+
+/// [`testpmd_mpps`] with `extra` devices after the two of [`eal`].
+pub(crate) fn testpmd_mpps_with(
+    dir: &Path,
+    trace: &Path,
+    cpus: &[usize],
+    queues: usize,
+    extra: &[String],
+) -> Result<f64> {
     use std::io::BufRead;
     let testpmd = which("dpdk-testpmd").context("dpdk-testpmd not found (Debian package dpdk-dev)")?;
     // stdbuf: testpmd's stdout is a pipe here, which stdio would buffer
@@ -107,6 +118,7 @@ fn testpmd_mpps(dir: &Path, trace: &Path, cpus: &[usize], queues: usize) -> Resu
         .arg("-oL")
         .arg(testpmd)
         .args(eal(&format!("testpmd{queues}"), trace, queues))
+        .args(extra)
         .args(["--lcores".to_string(), lcores(cpus, queues), "--".into()])
         .args(["-a", "--forward-mode=io", "--total-num-mbufs=65535"])
         .args([format!("--rxq={queues}"), format!("--txq={queues}"), format!("--nb-cores={queues}")])
@@ -162,7 +174,7 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 /// Worker counts of the scaling table: 1, 2, 4, ... up to `cores`.
-fn worker_counts(cores: usize) -> Vec<usize> {
+pub(crate) fn worker_counts(cores: usize) -> Vec<usize> {
     let mut v: Vec<usize> =
         std::iter::successors(Some(1usize), |n| n.checked_mul(2)).take_while(|&n| n <= cores).collect();
     if v.last().is_some_and(|&l| l < cores) {

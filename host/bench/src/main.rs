@@ -8,6 +8,7 @@
 //! machine; absolute ns are printed alongside.
 
 mod control;
+mod dispatch;
 mod dpdk;
 mod languages;
 mod live;
@@ -59,6 +60,10 @@ struct Args {
     /// writes nothing).
     #[arg(long, requires = "host")]
     live_only: bool,
+    /// Only the host-group tables (ownership tables; the dispatcher with
+    /// --host; prints, writes nothing).
+    #[arg(long)]
+    groups_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -203,6 +208,11 @@ fn main() -> Result<()> {
     if let (true, Some(host)) = (args.dpdk_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
         print!("{}", dpdk::section(host, &args.nfs, &frames, DPDK_CONFIGS)?);
+        return Ok(());
+    }
+    if args.groups_only {
+        let frames = traffic(64, 1024, 8192);
+        print!("{}", dispatch::section(args.host.as_deref(), &frames)?);
         return Ok(());
     }
     if let (true, Some(host)) = (args.live_only, &args.host) {
@@ -374,6 +384,8 @@ fn main() -> Result<()> {
         md.push_str(&control::section(host, &args.nfs, FIREWALL_CONFIG)?);
         md.push_str(&live::section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
     }
+    let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
+    md.push_str(&dispatch::section(args.host.as_deref(), frames64)?);
     print!("{md}");
     if let Some(p) = args.write {
         std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;

@@ -137,8 +137,13 @@ enum Command {
         #[arg(long, env = "SLUICE_GROUP", default_value = "default")]
         group: String,
         /// Dispatcher id (as registered).
-        #[arg(long, env = "SLUICE_HOST_ID")]
-        id: String,
+        #[arg(long, env = "SLUICE_HOST_ID", required_unless_present = "table")]
+        id: Option<String>,
+        /// Steer by this ownership table (JSON, as the gateway publishes
+        /// it) instead of following the group's over NATS: a fixed split,
+        /// for a dispatcher without a control plane.
+        #[arg(long)]
+        table: Option<PathBuf>,
         /// The dispatcher's nkey seed file.
         #[arg(long, env = "SLUICE_NATS_NKEY")]
         nats_nkey: Option<PathBuf>,
@@ -419,6 +424,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             cluster,
             group,
             id,
+            table,
             nats_nkey,
             nats_creds,
             nats_ca,
@@ -457,11 +463,21 @@ fn real_main() -> anyhow::Result<ExitCode> {
             };
             // The table follower runs beside the workers, on its own thread.
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            let follower = {
+            let follower = if let Some(path) = &table {
+                let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                let t: sluice_control::OwnershipTable = serde_json::from_slice(&text)
+                    .with_context(|| format!("{} is not an ownership table", path.display()))?;
+                if t.version() == 0 {
+                    anyhow::bail!("{}: a table's version starts at 1", path.display());
+                }
+                feed.set(&t);
+                None
+            } else {
+                let id = id.clone().unwrap_or_default();
                 let (feed, stop, group) = (feed.clone(), stop.clone(), group.clone());
                 let role = sluice_control::Role::Dispatcher { id: id.clone() };
                 let who = format!("sluice-host steer {id}");
-                rt.spawn(async move {
+                Some(rt.spawn(async move {
                     use sluice_control::Bus;
                     let bus = loop {
                         match sluice_control::NatsBus::connect(&nats, &cluster, &auth, role.clone(), &who).await {
@@ -488,7 +504,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                         }
                     }
                     Ok(())
-                })
+                }))
             };
             let opts = sluice_host::steer::SteerOptions {
                 ingress,
@@ -506,7 +522,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
             };
             let result = sluice_host::steer::run_steer(&config, &opts, feed, stop.clone());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            follower.abort();
+            if let Some(f) = follower {
+                f.abort();
+            }
             finish(result, sluice_host::steer::SteerReport::summary, report)
         }
         Command::Serve {
