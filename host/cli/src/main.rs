@@ -17,6 +17,48 @@ struct Cli {
     command: Command,
 }
 
+/// Where the cluster's NATS is and who this process is on it.
+#[derive(clap::Args)]
+struct BusArgs {
+    /// NATS server URL(s), comma-separated.
+    #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats: String,
+    /// Cluster name (prefix of every subject, stream and bucket).
+    #[arg(long, env = "SLUICE_CLUSTER", default_value = "default")]
+    cluster: String,
+    /// Host group: the one a host serves, or a dispatcher steers.
+    #[arg(long, env = "SLUICE_GROUP", default_value = "default")]
+    group: String,
+    /// NATS nkey seed file (`sluice-host keygen` writes one; the operator
+    /// registers its public key with the gateway).
+    #[arg(long, env = "SLUICE_NATS_NKEY")]
+    nats_nkey: Option<PathBuf>,
+    /// A NATS credentials (JWT) file, instead of --nats-nkey.
+    #[arg(long, env = "SLUICE_NATS_CREDS", conflicts_with = "nats_nkey")]
+    nats_creds: Option<PathBuf>,
+    /// CA certificate the NATS servers' certificates chain to (requires TLS).
+    #[arg(long, env = "SLUICE_NATS_CA")]
+    nats_ca: Option<PathBuf>,
+    /// Client certificate for mutual TLS with NATS.
+    #[arg(long, env = "SLUICE_NATS_CERT", requires = "nats_key")]
+    nats_cert: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, env = "SLUICE_NATS_KEY", requires = "nats_cert")]
+    nats_key: Option<PathBuf>,
+}
+
+impl BusArgs {
+    fn auth(&self) -> sluice_control::NatsAuth {
+        sluice_control::NatsAuth {
+            nkey_file: self.nats_nkey.clone(),
+            creds_file: self.nats_creds.clone(),
+            ca_file: self.nats_ca.clone(),
+            cert_file: self.nats_cert.clone(),
+            key_file: self.nats_key.clone(),
+        }
+    }
+}
+
 // Parsed once per process: the size of its largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
@@ -127,15 +169,8 @@ enum Command {
     /// --idle-exit-ms without traffic.
     #[cfg(feature = "dpdk")]
     Steer {
-        /// NATS server URL.
-        #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-        nats: String,
-        /// Cluster name.
-        #[arg(long, env = "SLUICE_CLUSTER", default_value = "default")]
-        cluster: String,
-        /// The host group whose traffic this dispatcher steers.
-        #[arg(long, env = "SLUICE_GROUP", default_value = "default")]
-        group: String,
+        #[command(flatten)]
+        bus: BusArgs,
         /// Dispatcher id (as registered).
         #[arg(long, env = "SLUICE_HOST_ID", required_unless_present = "table")]
         id: Option<String>,
@@ -144,21 +179,6 @@ enum Command {
         /// for a dispatcher without a control plane.
         #[arg(long)]
         table: Option<PathBuf>,
-        /// The dispatcher's nkey seed file.
-        #[arg(long, env = "SLUICE_NATS_NKEY")]
-        nats_nkey: Option<PathBuf>,
-        /// A NATS credentials file instead of --nats-nkey.
-        #[arg(long, env = "SLUICE_NATS_CREDS", conflicts_with = "nats_nkey")]
-        nats_creds: Option<PathBuf>,
-        /// CA certificate the NATS servers' certificates chain to.
-        #[arg(long, env = "SLUICE_NATS_CA")]
-        nats_ca: Option<PathBuf>,
-        /// Client certificate (mutual TLS).
-        #[arg(long, env = "SLUICE_NATS_CERT", requires = "nats_key")]
-        nats_cert: Option<PathBuf>,
-        /// Its private key.
-        #[arg(long, env = "SLUICE_NATS_KEY", requires = "nats_cert")]
-        nats_key: Option<PathBuf>,
         /// Ports the group's traffic arrives on.
         #[arg(long, value_delimiter = ',', default_value = "0")]
         ingress: Vec<u16>,
@@ -228,34 +248,11 @@ enum Command {
     /// deployment (each attached deployment gets its share, others all).
     /// Stops on SIGINT/SIGTERM after flushing its meters.
     Serve {
-        /// NATS server URL.
-        #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-        nats: String,
-        /// Cluster name (prefix of every subject, stream and bucket).
-        #[arg(long, env = "SLUICE_CLUSTER", default_value = "default")]
-        cluster: String,
-        /// Host group to serve: deployments target groups.
-        #[arg(long, env = "SLUICE_GROUP", default_value = "default")]
-        group: String,
+        #[command(flatten)]
+        bus: BusArgs,
         /// Host id, unique in the cluster (default: the machine's hostname).
         #[arg(long = "host-id", env = "SLUICE_HOST_ID")]
         host_id: Option<String>,
-        /// This host's NATS nkey seed file (`sluice-host keygen` writes one;
-        /// the operator registers its public key with the gateway).
-        #[arg(long, env = "SLUICE_NATS_NKEY")]
-        nats_nkey: Option<PathBuf>,
-        /// A NATS credentials (JWT) file, instead of --nats-nkey.
-        #[arg(long, env = "SLUICE_NATS_CREDS")]
-        nats_creds: Option<PathBuf>,
-        /// CA certificate the NATS servers' certificates chain to (requires TLS).
-        #[arg(long, env = "SLUICE_NATS_CA")]
-        nats_ca: Option<PathBuf>,
-        /// Client certificate for mutual TLS with NATS.
-        #[arg(long, env = "SLUICE_NATS_CERT", requires = "nats_key")]
-        nats_cert: Option<PathBuf>,
-        /// Its private key.
-        #[arg(long, env = "SLUICE_NATS_KEY", requires = "nats_cert")]
-        nats_key: Option<PathBuf>,
         /// Traffic: a capture file to replay, or a spool directory.
         #[arg(long = "in")]
         input: Option<PathBuf>,
@@ -420,16 +417,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
         }
         #[cfg(feature = "dpdk")]
         Command::Steer {
-            nats,
-            cluster,
-            group,
+            bus,
             id,
             table,
-            nats_nkey,
-            nats_creds,
-            nats_ca,
-            nats_cert,
-            nats_key,
             ingress,
             to,
             flowlet_gap_us,
@@ -454,13 +444,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             let feed =
                 std::sync::Arc::new(sluice_host::steer::RouteFeed::new(to.iter().map(|t| t.host.clone()).collect()));
-            let auth = sluice_control::NatsAuth {
-                nkey_file: nats_nkey,
-                creds_file: nats_creds,
-                ca_file: nats_ca,
-                cert_file: nats_cert,
-                key_file: nats_key,
-            };
+            let auth = bus.auth();
+            let BusArgs { nats, cluster, group, .. } = bus;
             // The table follower runs beside the workers, on its own thread.
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let follower = if let Some(path) = &table {
@@ -528,15 +513,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
             finish(result, sluice_host::steer::SteerReport::summary, report)
         }
         Command::Serve {
-            nats,
-            cluster,
-            group,
+            bus,
             host_id,
-            nats_nkey,
-            nats_creds,
-            nats_ca,
-            nats_cert,
-            nats_key,
             input,
             loops,
             pps,
@@ -571,6 +549,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 Some(path) => sluice_agent::Input::Replay { path, loops },
             };
             let state_dir = state_dir.unwrap_or_else(|| default_state_dir(&host));
+            let auth = bus.auth();
+            let BusArgs { nats, cluster, group, .. } = bus;
             let cfg = sluice_agent::AgentConfig {
                 host: host.clone(),
                 group,
@@ -590,13 +570,6 @@ fn real_main() -> anyhow::Result<ExitCode> {
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(async move {
-                let auth = sluice_control::NatsAuth {
-                    nkey_file: nats_nkey,
-                    creds_file: nats_creds,
-                    ca_file: nats_ca,
-                    cert_file: nats_cert,
-                    key_file: nats_key,
-                };
                 let role = sluice_control::Role::Host { host: host.clone() };
                 // Stopping works from the start, also while NATS is unreachable.
                 let mut stop = Box::pin(sluice_control::shutdown_signal());
