@@ -19,7 +19,7 @@ export SLUICE_NATS_SERVER ?= $(shell command -v nats-server 2>/dev/null || echo 
 .PHONY: help setup build nfs test-nfs demo test lint unit fuzz-smoke fuzz bench clean
 
 help:
-	@echo "make demo   - build everything, run a sample trace through firewall, IDS, monitor, NAT, NFs in C, Python, JS, Go, then the tenant flow (upload, deploy, usage, bill) on sluice dev"
+	@echo "make demo   - build everything, run a sample trace through firewall, IDS, monitor, NAT, NFs in C, Python, JS, Go, then the tenant flow (upload, deploy, usage, bill) on sluice dev, two tenants on one DPDK port, and a host group behind its dispatcher"
 	@echo "make test   - lint, build the NFs, run every test (unit, integration, fuzz smoke)"
 	@echo "make bench  - benchmarks; writes docs/benchmarks.md"
 	@echo "make setup  - install what the above need (idempotent)"
@@ -108,6 +108,11 @@ demo: build test-nfs
 	@echo "   nats-server, the gateway, and sluice-host serve --dpdk on a net_pcap device replaying"
 	@echo "   VLAN-tagged traffic; each tenant's NF sees and pays for its VLAN only"
 	@bash deploy/local/demo-live.sh
+	@echo
+	@echo "== a host group behind its dispatcher (deploy/local/demo-group.sh): the gateway's group controller"
+	@echo "   keeps a flow-ownership table over three serve --dpdk hosts; sluice-host steer sends every flow"
+	@echo "   to its owner over memif links; a drain and a kill -9 each give a new table version"
+	@bash deploy/local/demo-group.sh
 
 lint: setup
 	$(CARGO) fmt --all --check

@@ -205,6 +205,11 @@ enum Command {
         /// before taking traffic, ms.
         #[arg(long, default_value_t = 10_000)]
         link_wait_ms: u64,
+        /// How long a burst towards a host whose port is full is retried
+        /// before the rest is dropped, µs (backpressure from a slow host,
+        /// bounded: it holds up the worker's other hosts meanwhile).
+        #[arg(long, default_value_t = 100)]
+        tx_retry_us: u64,
         /// Packets per burst (up to 256).
         #[arg(long)]
         batch: Option<usize>,
@@ -427,6 +432,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             max_flows,
             table_poll_ms,
             link_wait_ms,
+            tx_retry_us,
             batch,
             workers,
             cores,
@@ -504,6 +510,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 idle_exit: idle_exit_ms.map(std::time::Duration::from_millis),
                 report: report.clone(),
                 link_wait: std::time::Duration::from_millis(link_wait_ms),
+                tx_retry: std::time::Duration::from_micros(tx_retry_us),
             };
             let result = sluice_host::steer::run_steer(&config, &opts, feed, stop.clone());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -90,6 +90,10 @@ pub struct SteerOptions {
     /// How long to wait for the links towards the hosts before taking
     /// traffic.
     pub link_wait: Duration,
+    /// How long a burst towards a host whose port is full is retried
+    /// before what is left is dropped (backpressure from a slow host,
+    /// bounded so that it cannot stall the others for long).
+    pub tx_retry: Duration,
 }
 
 /// The group's table as the workers steer by it: swapped whole when a new
@@ -466,7 +470,12 @@ fn steer_loop(
                 if v.is_empty() {
                     continue;
                 }
-                let sent = q.tx_burst(t.port, v);
+                let mut sent = q.tx_burst(t.port, v);
+                let since = Instant::now();
+                while !v.is_empty() && since.elapsed() < opts.tx_retry {
+                    std::hint::spin_loop();
+                    sent += q.tx_burst(t.port, v);
+                }
                 *count += sent as u64;
                 stats.dropped_tx_full += v.len() as u64;
                 // What the port did not take is freed here.

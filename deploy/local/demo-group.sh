@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# A host group behind its dispatcher (`make demo`): a secure nats-server,
+# the gateway, three `sluice-host serve --dpdk` hosts of group `edge` and
+# one `sluice-host steer` dispatcher, connected by memif links (DPDK's
+# shared-memory interface between processes: each host serves one, the
+# dispatcher connects to all three). The dispatcher replays a trace and
+# sends every flow to its owner in the group's flow-ownership table; each
+# host runs tenant alpha's counter and writes what it forwards to a
+# capture. Then a host is drained and another killed: each gives the group
+# a new table version. Everything lives under target/demo/group.
+set -euo pipefail
+B=${SLUICE_BIN:-./target/release}
+D=target/demo/group
+rm -rf "$D"
+mkdir -p "$D/nats"
+nats=${SLUICE_NATS_SERVER:-$(command -v nats-server || echo "$HOME/go/bin/nats-server")}
+[ -x "$nats" ] || { echo "demo-group.sh: nats-server not found: run make setup" >&2; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+nats_port=$(free_port)
+http_port=$(free_port)
+pids=()
+stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap stop EXIT
+
+SLUICE_BIN=$B deploy/nats/bootstrap.sh "$D/pki" >/dev/null
+for h in h1 h2 h3 d1; do SLUICE_BIN=$B deploy/nats/bootstrap.sh "$D/pki" host "$h" >/dev/null; done
+admin="demo-admin-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+cat >"$D/gateway.toml" <<TOML
+listen = "127.0.0.1:$http_port"
+data-dir = "$D/gateway"
+admin-token = "$admin"
+cluster = "demo"
+nats = "tls://127.0.0.1:$nats_port"
+nats-nkey = "$D/pki/gateway.nk"
+nats-ca = "$D/pki/tls/ca.pem"
+nats-cert = "$D/pki/tls/gateway.pem"
+nats-key = "$D/pki/tls/gateway-key.pem"
+nats-auth-file = "$D/nats/sluice-auth.conf"
+default-groups = ["edge"]
+host-silence-ms = 1500
+
+[groups.edge]
+ports = [0, 1]
+TOML
+"$B/sluice-gateway" --config "$D/gateway.toml" nats-auth >"$D/nats-auth.log" 2>&1 || { cat "$D/nats-auth.log"; exit 1; }
+sed -e "s|/etc/nats/tls/|$PWD/$D/pki/tls/|" -e "s|store_dir: /var/lib/nats|store_dir: \"$PWD/$D/jetstream\"|" \
+  -e "s|^http: .*||" deploy/nats/nats-server.conf >"$D/nats/nats-server.conf"
+"$nats" -c "$D/nats/nats-server.conf" -a 127.0.0.1 -p "$nats_port" >"$D/nats.log" 2>&1 &
+nats_pid=$!
+pids+=("$nats_pid")
+"$B/sluice-gateway" --config "$D/gateway.toml" >"$D/gateway.log" 2>&1 &
+pids+=($!)
+export SLUICE_URL="http://127.0.0.1:$http_port" SLUICE_ADMIN_TOKEN="$admin"
+unset SLUICE_API_KEY
+for _ in $(seq 100); do
+  curl -sf "$SLUICE_URL/healthz" >/dev/null && break
+  sleep 0.1
+done
+curl -sf "$SLUICE_URL/healthz" >/dev/null || { cat "$D/gateway.log"; exit 1; }
+
+echo "\$ sluice host add h1|h2|h3 --group edge --nkey ...; sluice host add d1 --group edge --dispatcher --nkey ..."
+for h in h1 h2 h3; do
+  "$B/sluice" host add "$h" --group edge --nkey "$("$B/sluice-host" keygen --show --out "$D/pki/hosts/$h/host.nk")" >/dev/null
+done
+"$B/sluice" host add d1 --group edge --dispatcher --nkey "$("$B/sluice-host" keygen --show --out "$D/pki/hosts/d1/host.nk")" >/dev/null
+kill -HUP "$nats_pid"
+sleep 0.5
+A=$("$B/sluice" tenant create alpha --groups edge --key-only)
+SLUICE_API_KEY=$A "$B/sluice" nf upload target/nfs/counter.wasm --version 1.0.0 >/dev/null
+echo "\$ SLUICE_API_KEY=<alpha> sluice deploy count -m counter@1.0.0 --group edge --attach port=0,out=1"
+SLUICE_API_KEY=$A "$B/sluice" deploy count -m counter@1.0.0 --group edge --attach port=0,out=1 --wait 0 >/dev/null
+
+python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<IHHiIII",0xa1b2c3d4,2,4,0,0,65535,1))' "$D/empty.pcap"
+echo "\$ sluice-host serve --group edge --host-id hN --capacity-pps 1000000 --dpdk -- ... --vdev=net_memif0,role=server,socket=hN.sock --vdev=net_pcap1,tx_pcap=hN.out.pcap   (N = 1, 2, 3)"
+declare -A host_pid
+for h in h1 h2 h3; do
+  P=$D/pki/hosts/$h
+  "$B/sluice-host" serve --nats "tls://127.0.0.1:$nats_port" --cluster demo --group edge --host-id "$h" \
+    --nats-nkey "$P/host.nk" --nats-ca "$P/ca.pem" --nats-cert "$P/$h.pem" --nats-key "$P/$h-key.pem" \
+    --state-dir "$D/$h" --report "$D/$h.json" --window-ms 250 --heartbeat-ms 300 --capacity-pps 1000000 \
+    --dpdk --workers 1 -- --no-huge --no-pci -m 256 -l 0 --file-prefix "sluice-demo-$h-$$" --log-level=lib.eal:error \
+    "--vdev=net_memif0,role=server,socket=$PWD/$D/$h.sock" \
+    "--vdev=net_pcap1,rx_pcap=$D/empty.pcap,tx_pcap=$D/$h.out.pcap" >"$D/$h.log" 2>&1 &
+  host_pid[$h]=$!
+  pids+=($!)
+done
+for _ in $(seq 300); do
+  # Three active hosts, each having read the current table.
+  active=$("$B/sluice" groups show edge --output json | python3 -c 'import json,sys
+g = json.load(sys.stdin)
+print(g["active_hosts"] if all(m["table_version"] == g["table_version"] for m in g["members"]) else 0)' 2>/dev/null || echo 0)
+  running=$(curl -sf -H "Authorization: Bearer $A" "$SLUICE_URL/v1/deployments/count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])' 2>/dev/null || echo pending)
+  [ "$active" = 3 ] && [ "$running" = running ] && break
+  sleep 0.1
+done
+[ "$active" = 3 ] && [ "$running" = running ] || { echo "demo-group.sh: the group did not get its three hosts running the counter" >&2; tail -5 "$D"/h*.log >&2; exit 1; }
+echo "\$ sluice groups"
+"$B/sluice" groups
+
+"$B/sluice-host" synth --sessions 5000 --seed 7 --out "$D/trace.pcap" >/dev/null
+echo
+echo "\$ sluice-host steer --group edge --id d1 --to h1=1 --to h2=2 --to h3=3 --tx-retry-us 20000 -- ... --vdev=net_pcap0,rx_pcap=trace.pcap --vdev=net_memif1..3,role=client"
+echo "  (the capture is read as fast as the hosts take it: a full link is retried, not dropped)"
+P=$D/pki/hosts/d1
+"$B/sluice-host" steer --nats "tls://127.0.0.1:$nats_port" --cluster demo --group edge --id d1 \
+  --nats-nkey "$P/host.nk" --nats-ca "$P/ca.pem" --nats-cert "$P/d1.pem" --nats-key "$P/d1-key.pem" \
+  --ingress 0 --to h1=1 --to h2=2 --to h3=3 --workers 1 --idle-exit-ms 1500 --report "$D/steer.json" \
+  --tx-retry-us 20000 -- \
+  --no-huge --no-pci -m 512 -l 0 --file-prefix "sluice-demo-d1-$$" --log-level=lib.eal:error \
+  "--vdev=net_pcap0,rx_pcap=$D/trace.pcap,tx_pcap=$D/ingress-tx.pcap" \
+  "--vdev=net_memif1,role=client,socket=$PWD/$D/h1.sock" \
+  "--vdev=net_memif2,role=client,socket=$PWD/$D/h2.sock" \
+  "--vdev=net_memif3,role=client,socket=$PWD/$D/h3.sock" 2>"$D/steer.log" | sed 's/^/  /'
+total=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["forwarded"])' "$D/steer.json")
+for _ in $(seq 200); do
+  got=$(SLUICE_API_KEY=$A "$B/sluice" usage --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"]["packets"])')
+  [ "$got" = "$total" ] && break
+  sleep 0.1
+done
+[ "$got" = "$total" ] || { echo "demo-group.sh: alpha is billed $got packets, the dispatcher sent $total" >&2; exit 1; }
+echo "alpha is billed $got packets: each of the $total packets the dispatcher sent ran once, on its flow's owner"
+
+echo
+echo "\$ sluice groups drain edge h3     # h3 finishes its flowlets and owns no slots: they go to their next owners"
+"$B/sluice" groups drain edge h3 >/dev/null
+sleep 1
+"$B/sluice" groups | sed -n '1p;/h3/p'
+echo "\$ kill -9 <h2>                    # silent for host-silence-ms (1.5 s): gone, its slots to their next owners"
+{ kill -9 "${host_pid[h2]}" && wait "${host_pid[h2]}"; } 2>/dev/null || true
+sleep 2.5
+"$B/sluice" groups | sed -n '1p;/h2/p'
