@@ -67,10 +67,16 @@ fn active(t: &OwnershipTable) -> Vec<&str> {
 /// Waits for a table version after `after` whose active hosts are `hosts`,
 /// published and read back by every live member.
 fn wait_table(api: &Api, nats: &Nats, after: u64, hosts: &[&str]) -> OwnershipTable {
-    wait_for(30, &format!("a table of {hosts:?} after v{after}"), || {
-        let g = group(api);
-        let v = g["table_version"].as_u64().unwrap();
-        let t = published(nats)?;
+    wait_group_table(api, nats, "default", after, hosts)
+}
+
+/// [`wait_table`] of any group.
+fn wait_group_table(api: &Api, nats: &Nats, name: &str, after: u64, hosts: &[&str]) -> OwnershipTable {
+    wait_for(30, &format!("a table of {name} of {hosts:?} after v{after}"), || {
+        let r = api.get(Some(ADMIN), &format!("/v1/groups/{name}"));
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.body["table_version"].as_u64().unwrap_or(0);
+        let t = published_group(nats, name)?;
         (v > after && t.version() == v && active(&t) == hosts).then_some(t)
     })
 }
@@ -491,4 +497,175 @@ fn a_group_behind_its_dispatcher_processes_every_packet_once_on_its_flow_s_owner
         }
     }
     assert_eq!(total, input.len());
+}
+
+/// A capture of `frames` (1 µs apart).
+fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
+    empty_pcap(path);
+    let mut b = std::fs::read(path).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&(i as u32).to_le_bytes());
+        b.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        b.extend_from_slice(f);
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+/// One pass of the dispatcher `d1` over `pcap`, to the hosts named (each
+/// on its memif); returns its report.
+fn steer_once(nats: &Nats, d: &std::path::Path, pass: &str, pcap: &std::path::Path, hosts: &[&str]) -> Value {
+    let mut args = vec![format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap={}",
+        pcap.display(),
+        d.join(format!("{pass}-ingress-tx.pcap")).display()
+    )];
+    let mut to = Vec::new();
+    for (i, h) in hosts.iter().enumerate() {
+        args.push(format!("--vdev=net_memif{},role=client,socket={}", i + 1, d.join(format!("{h}.sock")).display()));
+        to.extend(["--to".to_string(), format!("{h}={}", i + 1)]);
+    }
+    let prefix = format!("--file-prefix=sluice-{}-d1-{pass}", d.file_name().unwrap().to_string_lossy());
+    let report = d.join(format!("steer-{pass}.json"));
+    let st = Command::new(sibling_bin("sluice-host"))
+        .args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "edge", "--id", "d1"])
+        .args(nats.pki.host_flags("d1"))
+        .args(["--ingress", "0", "--workers", "1", "--batch", "32", "--idle-exit-ms", "1500", "--report"])
+        .arg(&report)
+        .args(&to)
+        .args(["--", "--no-huge", "--no-pci", "-m", "512", "-l", "0", "--log-level=lib.eal:error", &prefix])
+        .args(&args)
+        .env("SLUICE_LOG", "info")
+        .output()
+        .unwrap();
+    eprint!("{}", String::from_utf8_lossy(&st.stdout));
+    assert!(st.status.success(), "steer {pass}: {}", String::from_utf8_lossy(&st.stderr));
+    serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap()
+}
+
+/// A host's report, as last written.
+fn host_report(d: &std::path::Path, h: &str) -> Value {
+    std::fs::read(d.join(format!("{h}.json"))).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null)
+}
+
+/// SNF's promise with the stateful firewall: connections opened through
+/// three hosts keep their state when their host is killed (`kill -9`:
+/// their replies pass at the next owners, which imported the replicas
+/// the dead host had sent) and when a host is drained (its flows' state
+/// goes with them). Without the state, the firewall drops every reply:
+/// no rule allows traffic from the server.
+#[test]
+fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    let dir = test_dir();
+    let d = dir.path();
+    let nats = Nats::start(d);
+    let conf = d.join("gateway.toml");
+    std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
+    let gw = Gateway::start(
+        &nats,
+        d,
+        &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap()), ("SLUICE_HOST_SILENCE_MS", &SILENCE_MS.to_string())],
+    );
+    let api = gw.api();
+    let empty = d.join("empty.pcap");
+    empty_pcap(&empty);
+    let hosts = ["h1", "h2", "h3"];
+    let mut procs = Vec::new();
+    for h in hosts {
+        let args = edge_host_args(d, h, &d.join(format!("{h}.sock")), &d.join(format!("{h}.out.pcap")), &empty);
+        procs.push(start_host(&nats, &gw, d, h, &args.iter().map(String::as_str).collect::<Vec<_>>()));
+    }
+    let (id, key) = api.tenant("acme");
+    assert_eq!(api.put(Some(ADMIN), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["edge"] })).status, 200);
+    assert_eq!(api.upload(Some(&key), "firewall", "1", &std::fs::read(nf("firewall")).unwrap()).status, 201);
+    let config = json!({ "default": "deny", "rules": [{ "action": "allow", "proto": "tcp", "src": "10.0.0.0/8", "dst-ports": "80" }] });
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "fw", "group": "edge", "module": "firewall@1", "config": config, "attach": ["port=0,out=1"] }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    api.wait_running(&key, "fw", 1);
+    let before = wait_group_table(&api, &nats, "edge", 0, &hosts);
+    let (_, public) = nats.pki.nkey("d1");
+    let r = api.post(
+        Some(ADMIN),
+        "/v1/hosts",
+        &json!({ "id": "d1", "group": "edge", "nkey": public, "role": "dispatcher" }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    nats.reload();
+
+    // 600 connections from clients to a web server: the SYNs, then the
+    // server's SYN-ACKs, then the clients' ACKs.
+    let conns: Vec<([u8; 4], u16)> =
+        (0..600u32).map(|i| ([10, 0, (i / 200) as u8, (i % 200) as u8 + 1], 40000 + i as u16)).collect();
+    let server = [192, 0, 2, 1];
+    let syn: Vec<Vec<u8>> = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::SYN).build()).collect();
+    let syn_ack: Vec<Vec<u8>> =
+        conns.iter().map(|&(c, p)| FrameSpec::tcp4(server, 80, c, p, flags::SYN | flags::ACK).build()).collect();
+    let ack: Vec<Vec<u8>> = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::ACK).build()).collect();
+    let key_of = |f: &Vec<u8>| sluice_wire::parse(f).key.unwrap().normalized();
+    let owned_by =
+        |t: &OwnershipTable, h: &str| syn.iter().filter(|f| t.owner(key_of(f).hash_normalized()) == Some(h)).count();
+    let h2_flows = owned_by(&before, "h2");
+    assert!(h2_flows > 50, "h2 owns {h2_flows} of the connections");
+
+    let p1 = d.join("syn.pcap");
+    write_pcap(&p1, &syn);
+    let rep = steer_once(&nats, d, "syn", &p1, &hosts);
+    assert_eq!(rep["forwarded"].as_u64(), Some(syn.len() as u64), "{rep}");
+    // Every host has sent its connections' state to their next owners.
+    wait_for(30, "each host to replicate its connections", || {
+        let sent: u64 = hosts.iter().map(|h| host_report(d, h)["peer"]["flows_sent"].as_u64().unwrap_or(0)).sum();
+        (sent >= syn.len() as u64).then_some(())
+    });
+
+    // kill -9 of h2: its slots go to their next owners, which hold the
+    // state h2 replicated.
+    let killed = Instant::now();
+    procs[1].kill9();
+    let after = wait_group_table(&api, &nats, "edge", before.version(), &["h1", "h3"]);
+    eprintln!("h2 out of the table {:.2} s after the kill", killed.elapsed().as_secs_f64());
+    let live = ["h1", "h3"];
+    let p2 = d.join("syn-ack.pcap");
+    write_pcap(&p2, &syn_ack);
+    let rep = steer_once(&nats, d, "syn-ack", &p2, &live);
+    assert_eq!(rep["forwarded"].as_u64(), Some(syn_ack.len() as u64), "{rep}");
+    // The replies are in the outputs once each host's capture is written.
+    let passed = |h: &str, frames: &[Vec<u8>]| {
+        let got = flows(&d.join(format!("{h}.out.pcap")));
+        frames.iter().filter(|f| got.iter().any(|(_, g)| g == *f)).count()
+    };
+    wait_for(30, "every server reply to pass", || {
+        (live.iter().map(|h| passed(h, &syn_ack)).sum::<usize>() == syn_ack.len()).then_some(())
+    });
+    let imported: u64 = live.iter().map(|h| host_report(d, h)["peer"]["flows_imported"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(imported, h2_flows as u64, "the next owners imported exactly h2's connections");
+
+    // Drain h3: its flows go to h1 with their state; h3 stays up.
+    let h3_flows = owned_by(&after, "h3");
+    let r = api.post(Some(ADMIN), "/v1/groups/edge/hosts/h3/drain", &json!({}));
+    assert!(r.status < 300, "{}", r.body);
+    let drained = wait_group_table(&api, &nats, "edge", after.version(), &["h1"]);
+    assert!(drained.finishing().iter().any(|h| h == "h3"));
+    // h3 sends the state of the flows whose next owner changed (the ones
+    // h2 had), and already replicated its own to h1.
+    std::thread::sleep(Duration::from_millis(500));
+    let p3 = d.join("ack.pcap");
+    write_pcap(&p3, &ack);
+    let rep = steer_once(&nats, d, "ack", &p3, &live);
+    assert_eq!(rep["forwarded"].as_u64(), Some(ack.len() as u64), "{rep}");
+    wait_for(30, "every client ACK to pass at h1", || (passed("h1", &ack) == ack.len()).then_some(()));
+    assert_eq!(passed("h3", &ack), 0, "a drained host takes no new flowlet");
+    let imported_h1 = host_report(d, "h1")["peer"]["flows_imported"].as_u64().unwrap_or(0);
+    assert!(imported_h1 >= h3_flows as u64, "h1 imported {imported_h1}, h3 had {h3_flows}");
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i != 1 {
+            p.term();
+        }
+    }
 }

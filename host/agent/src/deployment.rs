@@ -127,6 +127,8 @@ pub struct Shared {
     pub workers: usize,
     /// Deployments whose start failed, retried with back-off.
     pub retries: crate::retry::Retries,
+    /// Peer state with the group's other hosts (live hosts that replicate).
+    pub peer: Option<Arc<sluice_peer::Peer>>,
 }
 
 /// An NF's limits: the host's defaults, the deployment's own, then the

@@ -36,6 +36,7 @@ use report::AgentReport;
 use sluice_control::{Bus, DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, now_ms};
 use sluice_engine::Classifier;
 use sluice_pcap::Trace;
+use sluice_peer::{Outgoing, Peer, PeerBatch, PeerStore};
 use sluice_runtime::{NfLimits, Runtime, RuntimeConfig};
 use std::collections::HashSet;
 use std::collections::{BTreeMap, HashMap};
@@ -103,6 +104,39 @@ pub struct AgentConfig {
     /// Cores deployment threads are pinned to: each takes the core fewest
     /// others hold.
     pub cores: sluice_runtime::cores::CoreList,
+    /// Peer state with the group's other hosts (live hosts only; none:
+    /// flows are not replicated).
+    pub peer: Option<PeerConfig>,
+}
+
+/// How a live host replicates its flows' state to its group's other hosts.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// How often a worker sends the state of the flows it touched. Keep it
+    /// under half the dispatcher's flowlet gap: a flow then moves only
+    /// after its last update was sent.
+    pub interval: Duration,
+    /// Replicas kept for peers, at most.
+    pub max_flows: usize,
+    /// Bytes of replicas kept for peers, at most.
+    pub max_bytes: usize,
+    /// A replica not refreshed for this long is dropped (its flow went
+    /// idle on its owner).
+    pub lifetime: Duration,
+    /// How often the group's ownership table is read.
+    pub table_poll: Duration,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        PeerConfig {
+            interval: Duration::from_millis(1),
+            max_flows: 1 << 20,
+            max_bytes: 256 << 20,
+            lifetime: Duration::from_secs(120),
+            table_poll: Duration::from_millis(100),
+        }
+    }
 }
 
 /// Errors that stop the agent.
@@ -215,6 +249,10 @@ async fn run(
             d.nfs.entry(format!("{}@{}", rec.nf, rec.version)).or_default().add(rec);
         }
     }
+    let peer = match (&live_input, &cfg.peer) {
+        (Some(_), Some(pc)) => Some(start_peer(&bus, &cfg, pc).await?),
+        _ => None,
+    };
     let (meter_tx, meter_rx) = tokio::sync::mpsc::unbounded_channel();
     let (event_tx, mut event_rx) = tokio::sync::mpsc::unbounded_channel::<sluice_control::EventBatch>();
     let shared = Shared {
@@ -243,6 +281,7 @@ async fn run(
         live: live_input.is_some(),
         workers: live_input.as_ref().map_or(1, |l| l.ios.len().max(1)),
         retries: retry::Retries::default(),
+        peer: peer.clone(),
     };
     let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));
     let event_bus = bus.clone();
@@ -266,6 +305,7 @@ async fn run(
     let mut beat = tokio::time::interval(cfg.heartbeat);
     let mut spool_tick = tokio::time::interval(Duration::from_millis(200));
     let mut report_tick = tokio::time::interval(Duration::from_secs(1));
+    let mut table_tick = tokio::time::interval(cfg.peer.as_ref().map_or(Duration::from_secs(3600), |p| p.table_poll));
     tokio::pin!(shutdown);
     tracing::info!(host = %cfg.host, group = %cfg.group, boot = %boot, "host joined");
     let mut pulse = Pulse::new(&boot, started_ms);
@@ -335,9 +375,18 @@ async fn run(
                 }
                 release(&cfg, &running, &mut inflight);
             }
+            _ = table_tick.tick(), if peer.is_some() => {
+                if let Some(p) = &peer {
+                    follow_table(bus.as_ref(), &cfg.group, p).await;
+                }
+            }
             _ = report_tick.tick() => {
                 if let Some(l) = &live {
                     l.report(&shared);
+                }
+                if let Some(p) = &peer {
+                    p.store().expire(std::time::Instant::now());
+                    report.lock().unwrap_or_else(PoisonError::into_inner).peer = Some(p.counters());
                 }
                 write_report(cfg.report.as_deref(), &report);
             }
@@ -360,6 +409,60 @@ async fn run(
     write_report(cfg.report.as_deref(), &report);
     let out = report.lock().unwrap_or_else(PoisonError::into_inner).clone();
     Ok(out)
+}
+
+/// Starts a live host's peer state: the store of replicas its peers send,
+/// fed from its inbox, and the publisher of what its workers replicate.
+async fn start_peer(bus: &Arc<dyn Bus>, cfg: &AgentConfig, pc: &PeerConfig) -> Result<Arc<Peer>, AgentError> {
+    if pc.interval.is_zero() {
+        return Err(AgentError::Config("the replication interval must be above 0".into()));
+    }
+    let (tx, rx) = crossbeam_channel::bounded::<Outgoing>(4096);
+    let store = PeerStore::new(pc.max_flows, pc.max_bytes, pc.lifetime);
+    let peer = Peer::new(&cfg.host, pc.interval, store, tx);
+    let mut inbox = bus.peer_inbox(&cfg.group, &cfg.host).await?;
+    let p = peer.clone();
+    tokio::spawn(async move {
+        while let Some(m) = inbox.next().await {
+            match PeerBatch::decode(&m.message) {
+                Ok(b) => p.store().insert(&m.host, b, std::time::Instant::now()),
+                Err(e) => {
+                    p.store().refused();
+                    tracing::warn!(from = %m.host, "peer state refused: {e}");
+                }
+            }
+        }
+    });
+    // Workers hand messages over without waiting; this thread sends them.
+    let (out_bus, group, me) = (bus.clone(), cfg.group.clone(), cfg.host.clone());
+    let handle = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name("peer-out".into())
+        .spawn(move || {
+            while let Ok(o) = rx.recv() {
+                if let Err(e) = handle.block_on(out_bus.publish_peer(&group, &o.to, &me, o.body)) {
+                    tracing::debug!(to = %o.to, flows = o.flows, "peer state not sent: {e}");
+                }
+            }
+        })
+        .map_err(|e| AgentError::Config(format!("cannot start the peer-state sender: {e}")))?;
+    follow_table(bus.as_ref(), &cfg.group, &peer).await;
+    Ok(peer)
+}
+
+/// Reads the group's ownership table into the host's peer state.
+async fn follow_table(bus: &dyn Bus, group: &str, peer: &Peer) {
+    match tokio::time::timeout(Duration::from_millis(500), bus.ownership(group)).await {
+        Ok(Ok(Some(t))) => {
+            let version = t.version();
+            if peer.set_table(t) {
+                tracing::info!(group, version, "new ownership table");
+            }
+        }
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => tracing::debug!(group, "reading the ownership table: {e}"),
+        Err(_) => tracing::debug!(group, "reading the ownership table timed out"),
+    }
 }
 
 fn write_report(path: Option<&Path>, report: &Mutex<AgentReport>) {

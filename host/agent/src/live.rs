@@ -74,6 +74,9 @@ struct LiveLane {
     packets_in: u64,
     packets_out: u64,
     over_share: u64,
+    /// Its flows' state replicated to, and imported from, the group's
+    /// other hosts.
+    peer: Option<sluice_peer::LanePeer>,
 }
 
 impl Lane for LiveLane {
@@ -101,6 +104,12 @@ impl Lane for LiveLane {
 
     fn refused(&mut self, packets: u64) {
         self.over_share += packets;
+    }
+
+    fn before_run(&mut self, packets: &[sluice_runtime::RawPacket<'_>]) {
+        if let Some(p) = &mut self.peer {
+            p.admit(self.active.worker.chain_mut(), packets);
+        }
     }
 }
 
@@ -210,6 +219,9 @@ impl Live {
     /// closed its meter window.
     pub(crate) async fn remove(&mut self, id: &str) {
         self.deployments.remove(id);
+        if let Some(p) = &self.shared.peer {
+            p.store().remove_deployment(id);
+        }
         let mut acks = Vec::new();
         for o in &self.orders {
             let (tx, rx) = crossbeam_channel::bounded(1);
@@ -326,6 +338,7 @@ impl WorkerCtx {
         let mut idle = 0u32;
         let mut last_report = Instant::now();
         let mut last_tick = Instant::now();
+        let mut last_peer = Instant::now();
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
             // Read before the orders: once open, every order sent before
             // opening is in the channel.
@@ -356,7 +369,18 @@ impl WorkerCtx {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
-            match dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes) {
+            let got = dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes);
+            // Peer state goes out on its interval, with traffic or without.
+            if self.shared.peer.is_some() && last_peer.elapsed() >= TICK_EVERY {
+                let now = Instant::now();
+                last_peer = now;
+                for l in &mut lanes {
+                    if let Some(p) = l.peer.as_mut().filter(|p| p.due(now)) {
+                        p.export(l.active.worker.chain(), now);
+                    }
+                }
+            }
+            match got {
                 Receive::Packets(_) => {
                     idle = 0;
                     // Events, windows and checkpoints at most every
@@ -407,13 +431,16 @@ impl WorkerCtx {
         match order {
             Order::Apply(p, chain) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
                 Some(i) => {
-                    let LiveLane { active, share, packets_in, packets_out, over_share, .. } = lanes.remove(i);
+                    let LiveLane { active, share, packets_in, packets_out, over_share, peer, .. } = lanes.remove(i);
                     // The traffic claim follows the desired revision even
                     // when its NFs are refused and the running ones stay:
                     // the gateway has already given up what it released.
                     let attachments = p.spec.attachments.clone();
                     if let Some(active) = deployment::update(&self.shared, Some(active), *p) {
-                        lanes.insert(i, LiveLane { active, attachments, share, packets_in, packets_out, over_share });
+                        lanes.insert(
+                            i,
+                            LiveLane { active, attachments, share, packets_in, packets_out, over_share, peer },
+                        );
                     }
                 }
                 None => {
@@ -427,7 +454,9 @@ impl WorkerCtx {
                     if let Some(active) = started {
                         let attachments = active.spec.attachments.clone();
                         let share = fair.join(0, &active.spec.tenant);
+                        let peer = self.shared.peer.as_ref().map(|p| p.lane(&active.spec.id));
                         lanes.push(LiveLane {
+                            peer,
                             active,
                             attachments,
                             share,

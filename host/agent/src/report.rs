@@ -89,4 +89,8 @@ pub struct AgentReport {
     /// Live ports: device and per-worker queue counters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<sluice_engine::PortReport>,
+    /// Peer state with the other hosts of the group (live hosts that
+    /// replicate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<sluice_peer::PeerCounters>,
 }

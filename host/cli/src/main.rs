@@ -321,6 +321,15 @@ enum Command {
         /// With --dpdk: RX/TX descriptors per queue.
         #[arg(long, default_value_t = 512, requires = "dpdk")]
         descriptors: u16,
+        /// With --dpdk: how often, µs, each worker sends the state of the
+        /// flows it touched to their next owners in the group (0: off).
+        /// Keep it under half the dispatcher's --flowlet-gap-us.
+        #[arg(long, env = "SLUICE_REPLICATE_US", default_value_t = 1000, requires = "dpdk")]
+        replicate_us: u64,
+        /// With --dpdk: MiB of replicas kept for the group's other hosts, at
+        /// most (past it, new replicas are refused and counted).
+        #[arg(long, env = "SLUICE_PEER_MAX_MB", default_value_t = 256, requires = "dpdk")]
+        peer_max_mb: usize,
         /// EAL arguments (with --dpdk).
         #[arg(last = true)]
         eal: Vec<String>,
@@ -540,6 +549,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
             unmatched,
             mbufs,
             descriptors,
+            replicate_us,
+            peer_max_mb,
             eal,
         } => {
             let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
@@ -574,6 +585,11 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 limits: config.limits(""),
                 nf_caps: config.serve_caps(),
                 cores: config.worker_cores()?,
+                peer: (dpdk && replicate_us > 0).then(|| sluice_agent::PeerConfig {
+                    interval: std::time::Duration::from_micros(replicate_us),
+                    max_bytes: peer_max_mb.saturating_mul(1 << 20),
+                    ..Default::default()
+                }),
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(async move {

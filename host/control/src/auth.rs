@@ -77,6 +77,8 @@ pub fn host_permissions(names: &Names, host: &str, group: &str) -> Result<Permis
         names.heartbeat(host)?,
         names.meter(host)?,
         names.event(host)?,
+        // Peer state to the other hosts of its group, as itself.
+        names.peer_outbox(group, host)?,
         // JetStream: account info, and opening (not changing) the buckets.
         "$JS.API.INFO".into(),
         format!("$JS.API.STREAM.INFO.{desired_stream}"),
@@ -99,7 +101,7 @@ pub fn host_permissions(names: &Names, host: &str, group: &str) -> Result<Permis
         format!("$JS.API.CONSUMER.DELETE.{modules_stream}.*"),
         format!("$JS.FC.{modules_stream}.>"),
     ];
-    let subscribe = vec![format!("{}.>", host_inbox(names, host)?)];
+    let subscribe = vec![format!("{}.>", host_inbox(names, host)?), names.peer_inbox(group, host)?];
     Ok(Permissions { publish, subscribe })
 }
 
@@ -251,7 +253,8 @@ mod tests {
         assert!(p.publish.iter().any(|s| s.ends_with(".*.$KV.sluice-desired-c1.edge.>")));
         assert!(p.publish.contains(&"$JS.API.DIRECT.GET.KV_sluice-groups-c1.$KV.sluice-groups-c1.edge".to_string()));
         assert!(p.publish.iter().all(|s| !s.contains("DIRECT.GET.KV_sluice-groups-c1.>")));
-        assert_eq!(p.subscribe, vec!["_INBOX_c1_h1.>".to_string()]);
+        assert_eq!(p.subscribe, vec!["_INBOX_c1_h1.>".to_string(), "sluice.peer.v1.c1.edge.h1.*".to_string()]);
+        assert!(p.publish.contains(&"sluice.peer.v1.c1.edge.*.h1".to_string()));
         assert!(host_permissions(&n, "h.1", "edge").is_err());
         assert!(host_permissions(&n, "h1", "a>").is_err());
     }

@@ -2,6 +2,7 @@
 
 use crate::messages::{DesiredSet, EventBatch, Heartbeat, MeterRecord};
 use crate::subjects::NameError;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 
 /// Why a bus operation failed.
@@ -159,6 +160,19 @@ pub trait Bus: Send + Sync + 'static {
     /// Host, dispatcher: the latest flow-ownership table of `group`, if one
     /// was published.
     async fn ownership(&self, group: &str) -> Result<Option<sluice_group::OwnershipTable>, BusError>;
+    /// Host: sends peer state to host `to` of `group`, as host `from`
+    /// (best effort: a lost message is a replica that is older, and the
+    /// next one replaces it).
+    async fn publish_peer(&self, group: &str, to: &str, from: &str, body: Vec<u8>) -> Result<(), BusError> {
+        let _ = (group, to, from, body);
+        Err(BusError::op("sending peer state", "this bus connects no other hosts"))
+    }
+    /// Host: the peer state the other hosts of `group` send to `me`, each
+    /// message with its sender.
+    async fn peer_inbox(&self, group: &str, me: &str) -> Result<BoxStream<'static, FromHost<Vec<u8>>>, BusError> {
+        let _ = (group, me);
+        Ok(futures::stream::empty().boxed())
+    }
     /// Gateway, periodically: keeps the durable storage as configured (on
     /// NATS: scales the streams to the cluster's size as servers join).
     async fn maintain(&self) -> Result<(), BusError> {

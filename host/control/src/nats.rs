@@ -631,6 +631,20 @@ impl Bus for NatsBus {
         Ok(())
     }
 
+    async fn publish_peer(&self, group: &str, to: &str, from: &str, body: Vec<u8>) -> Result<(), BusError> {
+        let subject = self.names.peer(group, to, from)?;
+        self.client.publish(subject, body.into()).await.map_err(|e| BusError::op("sending peer state", e))
+    }
+
+    async fn peer_inbox(&self, group: &str, me: &str) -> Result<BoxStream<'static, FromHost<Vec<u8>>>, BusError> {
+        let sub = self
+            .client
+            .subscribe(self.names.peer_inbox(group, me)?)
+            .await
+            .map_err(|e| BusError::op("subscribing to peer state", e))?;
+        Ok(sub.map(|m| FromHost { host: publisher(&m.subject), message: m.payload.to_vec() }).boxed())
+    }
+
     async fn maintain(&self) -> Result<(), BusError> {
         match &self.role {
             Role::Gateway { replicas } => self.ensure(*replicas).await,

@@ -18,6 +18,7 @@
 //! | desired deployments | KV bucket `sluice-desired-<cluster>`, key = `<group>.<deployment>` |
 //! | module blobs | object store `sluice-modules-<cluster>`, object = SHA-256 digest |
 //! | flow-ownership tables | KV bucket `sluice-groups-<cluster>`, key = `<group>` |
+//! | peer state from host `<from>` to host `<to>` of a group | `sluice.peer.v1.<cluster>.<group>.<to>.<from>` |
 
 /// A name token that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +133,30 @@ impl Names {
         format!("sluice-groups-{}", self.cluster)
     }
 
+    /// Where host `from` sends peer state (flows it replicates) to host
+    /// `to` of `group`. The last token names the sender: a host may
+    /// publish only subjects ending in its own name.
+    pub fn peer(&self, group: &str, to: &str, from: &str) -> Result<String, NameError> {
+        check_token("group", group)?;
+        check_token("host", to)?;
+        check_token("host", from)?;
+        Ok(format!("sluice.peer.v1.{}.{group}.{to}.{from}", self.cluster))
+    }
+
+    /// The peer state host `me` of `group` receives, from any peer.
+    pub fn peer_inbox(&self, group: &str, me: &str) -> Result<String, NameError> {
+        check_token("group", group)?;
+        check_token("host", me)?;
+        Ok(format!("sluice.peer.v1.{}.{group}.{me}.*", self.cluster))
+    }
+
+    /// The peer state host `me` of `group` may send, to any peer.
+    pub fn peer_outbox(&self, group: &str, me: &str) -> Result<String, NameError> {
+        check_token("group", group)?;
+        check_token("host", me)?;
+        Ok(format!("sluice.peer.v1.{}.{group}.*.{me}", self.cluster))
+    }
+
     /// The key of `group`'s flow-ownership table in the groups bucket.
     pub fn group_key(&self, group: &str) -> Result<String, NameError> {
         check_token("group", group)?;
@@ -159,6 +184,10 @@ mod tests {
         assert_eq!(n.groups_bucket(), "sluice-groups-prod-1");
         assert_eq!(n.group_key("edge").unwrap(), "edge");
         assert!(n.group_key("a.>").is_err());
+        assert_eq!(n.peer("edge", "h2", "h1").unwrap(), "sluice.peer.v1.prod-1.edge.h2.h1");
+        assert_eq!(n.peer_inbox("edge", "h2").unwrap(), "sluice.peer.v1.prod-1.edge.h2.*");
+        assert_eq!(n.peer_outbox("edge", "h1").unwrap(), "sluice.peer.v1.prod-1.edge.*.h1");
+        assert!(n.peer("edge", "h.*", "h1").is_err());
     }
 
     #[test]

@@ -43,6 +43,12 @@ pub trait Lane {
     fn ran(&mut self, packets: u64, forwarded: u64, took: std::time::Duration) {
         let _ = (packets, forwarded, took);
     }
+    /// Called with its packets of a batch just before its chain runs them
+    /// (a host in a group imports the peer state of flows that arrive
+    /// from another host here).
+    fn before_run(&mut self, packets: &[RawPacket<'_>]) {
+        let _ = packets;
+    }
     /// Told how many of its packets were refused because it was over its
     /// share.
     fn refused(&mut self, packets: u64) {
@@ -198,6 +204,7 @@ impl Dispatch {
                 self.allowed.clear();
                 self.allowed.extend(self.ports.iter().map(|&p| lane.may_send(p)));
                 let started = std::time::Instant::now();
+                lane.before_run(&sub);
                 let results = lane.worker().run(&sub);
                 let mut it = results.iter();
                 let mut forwarded = 0u64;

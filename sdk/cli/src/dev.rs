@@ -97,6 +97,7 @@ pub async fn run(
         limits: sluice_runtime::NfLimits::default(),
         nf_caps: Default::default(),
         cores: sluice_runtime::cores::CoreList::allowed()?,
+        peer: None,
     };
     gateway.state.publish_all().await;
     let (stop_host, mut rx1) = tokio::sync::watch::channel(false);

@@ -1,0 +1,349 @@
+//! Peer state between the hosts of a group (SNF §5: ephemeral state kept
+//! on the host that processes the flow, replicated to the host that would
+//! process it next).
+//!
+//! - Each live worker's lane of a deployment ([`LanePeer`]) marks the flows
+//!   its batches touched. Every replication interval it exports their state
+//!   from every NF of its chain (flow-state bytes and per-flow table
+//!   entries, each with its logical clock) and sends it, batched per host,
+//!   to the flow's **next owner**: the first host of the flow's slot in the
+//!   group's ownership table that is not this one (the owner itself when
+//!   this host is not the owner, e.g. one that is finishing flows after a
+//!   table change). A flow whose state ended is sent as an empty entry, so
+//!   the replica is forgotten rather than resurrected.
+//! - When the table changes, every flow this host holds whose next owner
+//!   changed is sent at the next interval too (the flows a new or a
+//!   draining host takes over get their state before their next flowlet).
+//! - The receiving host keeps replicas in its [`PeerStore`]. When a batch
+//!   brings a flow the store holds a replica of, the replica is imported
+//!   into the lane's NFs before the chain runs; a part whose clock is not
+//!   newer than what the NF holds is stale and refused.
+//!
+//! Nothing here is on the path of a host that is not in a group with
+//! peers: a lane without a table does no work but marking flows.
+
+pub mod store;
+pub mod wire;
+
+pub use store::{PeerStore, Replica, StoreCounters};
+pub use wire::{PeerBatch, WireError};
+
+use serde::{Deserialize, Serialize};
+use sluice_group::OwnershipTable;
+use sluice_runtime::{Chain, RawPacket};
+use sluice_wire::FlowKey;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+use wire::{NfPart, PeerFlow};
+
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Encoded bytes per message at most (under NATS' default 1 MiB payload).
+pub const MAX_MESSAGE: usize = 512 * 1024;
+
+/// A message for another host of the group.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// The receiving host.
+    pub to: String,
+    /// The encoded [`PeerBatch`].
+    pub body: Vec<u8>,
+    /// Flows in it.
+    pub flows: usize,
+}
+
+/// What a host's peer state did, for the host report.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerCounters {
+    /// Flows sent to peers (state or end).
+    pub flows_sent: u64,
+    /// Messages sent.
+    pub batches_sent: u64,
+    /// Flows not sent because the outbox to the bus was full.
+    pub flows_send_dropped: u64,
+    /// Flows sent because a table change gave them another next owner.
+    pub flows_handed_over: u64,
+    /// Flows whose replica was imported when they arrived here.
+    pub flows_imported: u64,
+    /// NF parts of arriving replicas refused as stale (not newer than what
+    /// the NF held).
+    pub parts_stale: u64,
+    /// NF parts refused otherwise (the NF's flow table full).
+    pub parts_refused: u64,
+    /// The ownership table version the host holds.
+    pub table_version: Option<u64>,
+    /// The replicas this host keeps for its peers.
+    pub store: StoreCounters,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    flows_sent: AtomicU64,
+    batches_sent: AtomicU64,
+    flows_send_dropped: AtomicU64,
+    flows_handed_over: AtomicU64,
+    flows_imported: AtomicU64,
+    parts_stale: AtomicU64,
+    parts_refused: AtomicU64,
+}
+
+/// A host's peer state: its name, the group's ownership table, the
+/// replicas it keeps and its way out to the bus. Shared by its workers.
+#[derive(Debug)]
+pub struct Peer {
+    me: String,
+    table: RwLock<Option<Arc<OwnershipTable>>>,
+    store: PeerStore,
+    outbox: crossbeam_channel::Sender<Outgoing>,
+    interval: Duration,
+    counts: Counts,
+}
+
+impl Peer {
+    /// The peer state of host `me`: replicate every `interval` through
+    /// `outbox`, keep replicas in `store`.
+    pub fn new(
+        me: &str,
+        interval: Duration,
+        store: PeerStore,
+        outbox: crossbeam_channel::Sender<Outgoing>,
+    ) -> Arc<Self> {
+        Arc::new(Peer {
+            me: me.to_string(),
+            table: RwLock::new(None),
+            store,
+            outbox,
+            interval,
+            counts: Counts::default(),
+        })
+    }
+
+    /// This host's name.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// The replicas it keeps.
+    pub fn store(&self) -> &PeerStore {
+        &self.store
+    }
+
+    /// Takes a newer ownership table of the group; true if it was newer.
+    pub fn set_table(&self, t: OwnershipTable) -> bool {
+        let mut g = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        if g.as_ref().is_some_and(|old| old.version() >= t.version()) {
+            return false;
+        }
+        *g = Some(Arc::new(t));
+        true
+    }
+
+    /// The table it holds.
+    pub fn table(&self) -> Option<Arc<OwnershipTable>> {
+        self.table.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The part of one deployment's lane on one worker.
+    pub fn lane(self: &Arc<Self>, deployment: &str) -> LanePeer {
+        LanePeer {
+            peer: self.clone(),
+            deployment: deployment.to_string(),
+            dirty: HashSet::default(),
+            keys: Vec::new(),
+            taken: Vec::new(),
+            next_export: Instant::now() + self.interval,
+            table: None,
+        }
+    }
+
+    /// Its counts now.
+    pub fn counters(&self) -> PeerCounters {
+        let c = &self.counts;
+        PeerCounters {
+            flows_sent: c.flows_sent.load(Ordering::Relaxed),
+            batches_sent: c.batches_sent.load(Ordering::Relaxed),
+            flows_send_dropped: c.flows_send_dropped.load(Ordering::Relaxed),
+            flows_handed_over: c.flows_handed_over.load(Ordering::Relaxed),
+            flows_imported: c.flows_imported.load(Ordering::Relaxed),
+            parts_stale: c.parts_stale.load(Ordering::Relaxed),
+            parts_refused: c.parts_refused.load(Ordering::Relaxed),
+            table_version: self.table().map(|t| t.version()),
+            store: self.store.counters(),
+        }
+    }
+}
+
+/// The host a flow's state goes to from `me`: the first host of its slot
+/// that is not `me`.
+pub fn next_owner<'t>(table: &'t OwnershipTable, me: &str, key: &FlowKey) -> Option<&'t str> {
+    table.preferences(table.slot_of(key.hash_normalized())).find(|h| *h != me)
+}
+
+/// A deployment's peer state on one worker.
+#[derive(Debug)]
+pub struct LanePeer {
+    peer: Arc<Peer>,
+    deployment: String,
+    /// Flows touched since the last export (normalized keys).
+    dirty: HashSet<FlowKey>,
+    keys: Vec<FlowKey>,
+    taken: Vec<(FlowKey, Replica)>,
+    next_export: Instant,
+    /// The table the last export went by.
+    table: Option<Arc<OwnershipTable>>,
+}
+
+impl LanePeer {
+    /// Before the chain runs a batch: marks its flows, and imports into
+    /// the chain's NFs the replicas held for them.
+    pub fn admit(&mut self, chain: &mut Chain, packets: &[RawPacket<'_>]) {
+        self.keys.clear();
+        let mut last = None;
+        for p in packets {
+            let Some(k) = sluice_wire::parse(p.data).key else { continue };
+            let k = k.normalized();
+            if last == Some(k) {
+                continue;
+            }
+            last = Some(k);
+            if self.dirty.insert(k) {
+                self.keys.push(k);
+            }
+        }
+        // Only flows new since the last export can be new to this host.
+        if self.keys.is_empty() || self.peer.store.held() == 0 {
+            return;
+        }
+        self.peer.store.take(&self.deployment, &self.keys, &mut self.taken);
+        let counts = &self.peer.counts;
+        for (key, replica) in self.taken.drain(..) {
+            counts.flows_imported.fetch_add(1, Ordering::Relaxed);
+            for part in &replica.nfs {
+                let Some(stage) = chain.stages_mut().iter_mut().find(|s| s.name() == part.nf) else { continue };
+                match stage.import_flow(part.to_export(key)) {
+                    Ok(()) => {}
+                    Err(sluice_runtime::ImportError::Stale { .. }) => {
+                        counts.parts_stale.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(sluice_runtime::ImportError::Full { .. }) => {
+                        counts.parts_refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether an export is due.
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next_export
+    }
+
+    /// Sends the state of the flows touched since the last export to their
+    /// next owners (and, after a table change, of every flow held whose
+    /// next owner changed). Call when [`due`](Self::due).
+    pub fn export(&mut self, chain: &Chain, now: Instant) {
+        self.next_export = now + self.peer.interval;
+        let Some(table) = self.peer.table() else {
+            self.dirty.clear();
+            return;
+        };
+        let me = self.peer.me.as_str();
+        if self.table.as_ref().is_none_or(|t| t.version() != table.version()) {
+            let before = self.table.clone();
+            let mut handed = 0u64;
+            for stage in chain.stages() {
+                for k in stage.flow_table().keys() {
+                    let old = before.as_deref().and_then(|t| next_owner(t, me, k));
+                    if old != next_owner(&table, me, k) && self.dirty.insert(*k) {
+                        handed += 1;
+                    }
+                }
+            }
+            self.peer.counts.flows_handed_over.fetch_add(handed, Ordering::Relaxed);
+            self.table = Some(table.clone());
+        }
+        if self.dirty.is_empty() {
+            return;
+        }
+        let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
+        for k in self.dirty.drain() {
+            let Some(to) = next_owner(&table, me, &k) else { continue };
+            let nfs: Vec<NfPart> =
+                chain.stages().iter().filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e))).collect();
+            // No part: the flow ended here; the replica is forgotten.
+            per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
+        }
+        for (to, flows) in per_host {
+            self.send(to, table.version(), flows);
+        }
+    }
+
+    /// Sends flows to one host, in messages under [`MAX_MESSAGE`].
+    fn send(&self, to: &str, version: u64, flows: Vec<PeerFlow>) {
+        let counts = &self.peer.counts;
+        let mut part = Vec::new();
+        let mut size = 0usize;
+        let flush = |part: Vec<PeerFlow>| {
+            let n = part.len();
+            let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
+            let sent = batch
+                .encode()
+                .ok()
+                .map(|body| self.peer.outbox.try_send(Outgoing { to: to.to_string(), body, flows: n }).is_ok());
+            if sent == Some(true) {
+                counts.flows_sent.fetch_add(n as u64, Ordering::Relaxed);
+                counts.batches_sent.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counts.flows_send_dropped.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        };
+        for f in flows {
+            // Encoded size, roughly: key, names, values, varints.
+            let s = 48 + f.nfs.iter().map(|p| 32 + p.nf.len() + p.bytes() + 24 * p.tables.len()).sum::<usize>();
+            if size + s > MAX_MESSAGE && !part.is_empty() {
+                flush(std::mem::take(&mut part));
+                size = 0;
+            }
+            size += s;
+            part.push(f);
+        }
+        if !part.is_empty() {
+            flush(part);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use sluice_group::Member;
+
+    fn table(version: u64, hosts: &[&str]) -> OwnershipTable {
+        let members: Vec<Member> = hosts.iter().map(|h| Member { host: h.to_string(), weight: 1 }).collect();
+        OwnershipTable::build("edge", version, 0, &members, 1021, 3).unwrap()
+    }
+
+    #[test]
+    fn the_next_owner_is_the_first_other_host_of_the_slot() {
+        let t = table(1, &["h1", "h2", "h3"]);
+        for port in 0..200u16 {
+            let k = FlowKey { src_port: port, dst_port: 80, protocol: 6, ..FlowKey::default() };
+            let prefs: Vec<&str> = t.preferences(t.slot_of(k.hash_normalized())).collect();
+            assert_eq!(next_owner(&t, prefs[0], &k), Some(prefs[1]));
+            assert_eq!(next_owner(&t, "elsewhere", &k), Some(prefs[0]));
+        }
+        assert_eq!(next_owner(&table(2, &["h1"]), "h1", &FlowKey::default()), None);
+    }
+
+    #[test]
+    fn only_newer_tables_replace_the_held_one() {
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        let p = Peer::new("h1", Duration::from_millis(10), PeerStore::new(10, 1 << 20, Duration::from_secs(1)), tx);
+        assert!(p.set_table(table(2, &["h1", "h2"])));
+        assert!(!p.set_table(table(1, &["h1", "h2", "h3"])));
+        assert_eq!(p.counters().table_version, Some(2));
+    }
+}

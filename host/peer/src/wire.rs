@@ -1,0 +1,258 @@
+//! The message one host sends another: the state of some flows of one
+//! deployment, per NF, each part with its logical clock.
+//!
+//! Encoded with `postcard` behind a version byte. A message comes from
+//! another host of the group (the subject names the sender and NATS
+//! permissions hold it to its own name), yet it is decoded as untrusted
+//! input: every count and length is bounded, and a message over a bound is
+//! refused whole with the reason.
+
+use serde::{Deserialize, Serialize};
+use sluice_runtime::instance::FlowExport;
+use sluice_runtime::state::ExportedFlow;
+use sluice_state::FlowTableEntry;
+use sluice_wire::FlowKey;
+
+/// The format version this host writes and reads.
+pub const VERSION: u8 = 1;
+/// Flows in one message at most.
+pub const MAX_FLOWS: usize = 65_536;
+/// NFs of one flow at most (a chain's stages).
+pub const MAX_NFS: usize = 16;
+/// Table entries of one flow in one NF at most.
+pub const MAX_TABLES: usize = 64;
+/// Bytes of one value at most (the host's largest per-flow state).
+pub const MAX_VALUE: usize = 65_536;
+/// Bytes of a deployment id, NF or table name at most.
+pub const MAX_NAME: usize = 128;
+
+/// Why a message was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// Empty, or written by another format version.
+    #[error("peer message of format version {0:?}; this host reads version {VERSION}")]
+    Version(Option<u8>),
+    /// Not a message of this format.
+    #[error("malformed peer message: {0}")]
+    Malformed(#[from] postcard::Error),
+    /// Over a bound.
+    #[error("peer message refused: {0}")]
+    Bound(String),
+}
+
+/// Per-flow table entry of a flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TablePart {
+    /// Table name.
+    pub table: String,
+    /// Value.
+    pub value: Vec<u8>,
+    /// Logical clock.
+    pub clock: u64,
+}
+
+/// A flow's flow-state bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatePart {
+    /// Value.
+    pub value: Vec<u8>,
+    /// Logical clock.
+    pub clock: u64,
+    /// Packet time of the flow's last packet on the sender.
+    pub last_seen_ns: u64,
+}
+
+/// One NF's state of a flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfPart {
+    /// The NF's name in its deployment's chain.
+    pub nf: String,
+    /// Flow-state bytes, if any.
+    pub state: Option<StatePart>,
+    /// Per-flow table entries.
+    pub tables: Vec<TablePart>,
+}
+
+/// One flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerFlow {
+    /// The normalized flow key ([`FlowKey::to_bytes`]).
+    pub key: Vec<u8>,
+    /// Its state in each NF that holds some.
+    pub nfs: Vec<NfPart>,
+}
+
+/// One message: flows of one deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerBatch {
+    /// The deployment's id.
+    pub deployment: String,
+    /// The ownership table version the sender chose the receiver by.
+    pub table_version: u64,
+    /// The flows.
+    pub flows: Vec<PeerFlow>,
+}
+
+impl NfPart {
+    /// The part of an export that one NF gave.
+    pub fn of(nf: &str, e: &FlowExport) -> Self {
+        NfPart {
+            nf: nf.to_string(),
+            state: e.flow.as_ref().map(|f| StatePart {
+                value: f.value.clone(),
+                clock: f.clock,
+                last_seen_ns: f.last_seen_ns,
+            }),
+            tables: e
+                .tables
+                .iter()
+                .map(|t| TablePart { table: t.table.clone(), value: t.value.clone(), clock: t.clock })
+                .collect(),
+        }
+    }
+
+    /// The export to import into the NF's instance for flow `key`.
+    pub fn to_export(&self, key: FlowKey) -> FlowExport {
+        FlowExport {
+            key,
+            flow: self.state.as_ref().map(|s| ExportedFlow {
+                key,
+                value: s.value.clone(),
+                clock: s.clock,
+                last_seen_ns: s.last_seen_ns,
+            }),
+            tables: self
+                .tables
+                .iter()
+                .map(|t| FlowTableEntry { table: t.table.clone(), value: t.value.clone(), clock: t.clock })
+                .collect(),
+        }
+    }
+
+    /// Bytes of values it carries (what holding it costs, roughly).
+    pub fn bytes(&self) -> usize {
+        self.state.as_ref().map_or(0, |s| s.value.len()) + self.tables.iter().map(|t| t.value.len()).sum::<usize>()
+    }
+}
+
+impl PeerBatch {
+    /// The message's bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        let mut out = vec![VERSION];
+        out.extend_from_slice(&postcard::to_allocvec(self)?);
+        Ok(out)
+    }
+
+    /// Reads a message and checks its bounds.
+    pub fn decode(bytes: &[u8]) -> Result<PeerBatch, WireError> {
+        match bytes.split_first() {
+            Some((&VERSION, rest)) => {
+                let b: PeerBatch = postcard::from_bytes(rest)?;
+                b.check()?;
+                Ok(b)
+            }
+            other => Err(WireError::Version(other.map(|(v, _)| *v))),
+        }
+    }
+
+    fn check(&self) -> Result<(), WireError> {
+        let bound = |what: String| Err(WireError::Bound(what));
+        if self.deployment.is_empty() || self.deployment.len() > MAX_NAME {
+            return bound(format!("deployment id of {} bytes (1-{MAX_NAME})", self.deployment.len()));
+        }
+        if self.flows.len() > MAX_FLOWS {
+            return bound(format!("{} flows (at most {MAX_FLOWS})", self.flows.len()));
+        }
+        for f in &self.flows {
+            if FlowKey::from_bytes(&f.key).is_none() {
+                return bound(format!("a flow key of {} bytes is not a flow key", f.key.len()));
+            }
+            if f.nfs.len() > MAX_NFS {
+                return bound(format!("a flow with {} NFs (at most {MAX_NFS})", f.nfs.len()));
+            }
+            for n in &f.nfs {
+                if n.nf.is_empty() || n.nf.len() > MAX_NAME {
+                    return bound(format!("NF name of {} bytes (1-{MAX_NAME})", n.nf.len()));
+                }
+                if n.tables.len() > MAX_TABLES {
+                    return bound(format!("NF '{}': {} table entries (at most {MAX_TABLES})", n.nf, n.tables.len()));
+                }
+                if n.state.as_ref().is_some_and(|s| s.value.len() > MAX_VALUE) {
+                    return bound(format!("NF '{}': flow state over {MAX_VALUE} bytes", n.nf));
+                }
+                for t in &n.tables {
+                    if t.table.is_empty() || t.table.len() > MAX_NAME || t.value.len() > MAX_VALUE {
+                        return bound(format!("NF '{}': a table entry over its bounds", n.nf));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(n: u8) -> FlowKey {
+        FlowKey { src_port: u16::from(n), dst_port: 80, protocol: 6, ..FlowKey::default() }
+    }
+
+    fn batch() -> PeerBatch {
+        PeerBatch {
+            deployment: "d-1".into(),
+            table_version: 7,
+            flows: vec![PeerFlow {
+                key: key(1).to_bytes().to_vec(),
+                nfs: vec![NfPart {
+                    nf: "firewall".into(),
+                    state: Some(StatePart { value: vec![1], clock: 3, last_seen_ns: 9 }),
+                    tables: vec![TablePart { table: "bytes".into(), value: 5u64.to_le_bytes().to_vec(), clock: 2 }],
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_batch_round_trips() {
+        let b = batch();
+        assert_eq!(PeerBatch::decode(&b.encode().unwrap()).unwrap(), b);
+    }
+
+    #[test]
+    fn an_export_round_trips_through_a_part() {
+        let b = batch();
+        let part = &b.flows[0].nfs[0];
+        let e = part.to_export(key(1));
+        assert_eq!(&NfPart::of("firewall", &e), part);
+        assert_eq!(part.bytes(), 9);
+    }
+
+    #[test]
+    fn bad_messages_say_why() {
+        assert!(matches!(PeerBatch::decode(&[]), Err(WireError::Version(None))));
+        assert!(matches!(PeerBatch::decode(&[2, 0]), Err(WireError::Version(Some(2)))));
+        assert!(matches!(PeerBatch::decode(&[VERSION, 200]), Err(WireError::Malformed(_))));
+        let mut b = batch();
+        b.flows[0].key = vec![1, 2, 3];
+        let e = PeerBatch::decode(&b.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not a flow key"), "{e}");
+        let mut b = batch();
+        b.flows[0].nfs[0].state.as_mut().unwrap().value = vec![0; MAX_VALUE + 1];
+        assert!(matches!(PeerBatch::decode(&b.encode().unwrap()), Err(WireError::Bound(_))));
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn arbitrary_bytes_are_refused_or_read(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = PeerBatch::decode(&bytes);
+            let mut v = vec![VERSION];
+            v.extend_from_slice(&bytes);
+            let _ = PeerBatch::decode(&v);
+        }
+    }
+}
