@@ -13,12 +13,13 @@
 
 use crate::deployment::{self, Active, Prepared, Shared};
 use crate::journal;
+use sluice_engine::SteerMark;
 use sluice_engine::{
     Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
     Worker,
 };
-use sluice_runtime::Chain;
 use sluice_runtime::cores::CoreList;
+use sluice_runtime::{Chain, PacketResult};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -106,9 +107,13 @@ impl Lane for LiveLane {
         self.over_share += packets;
     }
 
-    fn before_run(&mut self, packets: &[sluice_runtime::RawPacket<'_>]) {
-        if let Some(p) = &mut self.peer {
-            p.admit(self.active.worker.chain_mut(), packets);
+    fn run(&mut self, packets: &[sluice_runtime::RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &[PacketResult] {
+        match &mut self.peer {
+            Some(p) => {
+                p.set_moved(packets, moved);
+                self.active.worker.run_hooked(packets, Some(p))
+            }
+            None => self.active.worker.run(packets),
         }
     }
 }

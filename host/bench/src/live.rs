@@ -75,6 +75,11 @@ struct LiveHost<'a> {
 impl LiveHost<'_> {
     /// `sluice-host serve --dpdk` on `trace`, one worker.
     fn start(&self, trace: &Path, report: &Path, tag: &str, heartbeat_ms: u32) -> Result<Kill> {
+        self.start_with(trace, report, tag, heartbeat_ms, &[])
+    }
+
+    /// [`start`](Self::start) with more `serve` arguments.
+    fn start_with(&self, trace: &Path, report: &Path, tag: &str, heartbeat_ms: u32, extra: &[&str]) -> Result<Kill> {
         let child = Command::new(self.host)
             .env("SLUICE_CACHE_DIR", self.cluster.dir.join("cache"))
             .env("SLUICE_LOG", "info")
@@ -82,6 +87,7 @@ impl LiveHost<'_> {
             .args(["--group", "edge", "--dpdk", "--workers", "1", "--pairs", "--mbufs", "65535"])
             .args(["--heartbeat-ms", &heartbeat_ms.to_string(), "--window-ms", "1000", "--report"])
             .arg(report)
+            .args(extra)
             .arg("--")
             .args(eal(&format!("live-{tag}"), trace, 1))
             .args(["--lcores".to_string(), lcores(self.cpus, 1)])
@@ -245,6 +251,98 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &st
         s.push_str(&format!(
             "| {n} | {live:.2} | {alone:.2} | {:.2} | {traps} |\n",
             if alone > 0.0 { live / alone } else { 0.0 }
+        ));
+    }
+    Ok(s)
+}
+
+/// Packets per second of a live host between two of its reports `secs`
+/// apart, after `warm` of warm-up; and the flows it replicated per second.
+fn rate(rep: &Path, warm: Duration, secs: u64) -> Result<(f64, f64)> {
+    wait("the live host to run traffic", 60, || ran(rep).is_some_and(|(p, _)| p > 0))?;
+    std::thread::sleep(warm);
+    let sent = |r: &Value| r["peer"]["flows_sent"].as_u64().unwrap_or(0);
+    let r0 = report(rep).context("no host report")?;
+    let (p0, t0) = ran(rep).context("no host report")?;
+    std::thread::sleep(Duration::from_secs(secs));
+    let r1 = report(rep).context("no host report")?;
+    let (p1, t1) = ran(rep).context("no host report")?;
+    if t1 <= t0 {
+        bail!("the live host wrote no report for {secs} s");
+    }
+    let ms = (t1 - t0) as f64;
+    Ok(((p1 - p0) as f64 / (ms * 1e3), (sent(&r1).saturating_sub(sent(&r0))) as f64 / (ms / 1e3)))
+}
+
+/// What replicating flow state to a peer costs a live host: the firewall
+/// on one worker of a host in a two-host group, with `--replicate-us`
+/// 0 (off) against on, alternating, on the same trace.
+pub fn replication_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &str) -> Result<String> {
+    const INTERVALS_US: [u64; 3] = [0, 1000, 5000];
+    let cluster = Cluster::start(host, "peer", "[groups.edge]\nports = [0, 1]\n")?;
+    let dir = cluster.dir.clone();
+    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let fw = std::fs::read(nfs.join("firewall.wasm")).context("firewall.wasm (make nfs)")?;
+    let host_args = cluster.register_host("rep", "edge")?;
+    let peer_args = cluster.register_host("peer", "edge")?;
+    let (key, _) = cluster.tenant("tenant0", &["edge"])?;
+    cluster.upload(&key, "firewall", "1", &fw)?;
+    deploy(&cluster, &key, "fw", firewall_config, "port=0")?;
+    // The other member of the group: a host without ports. It is in the
+    // table, so every flow of the measured host has a next owner.
+    let peer = Kill(
+        Command::new(host)
+            .env("SLUICE_CACHE_DIR", cluster.dir.join("cache"))
+            .args(&peer_args)
+            .args(["--group", "edge", "--heartbeat-ms", "200"])
+            .stdout(cluster.log("peer.log")?)
+            .stderr(cluster.log("peer.err")?)
+            .spawn()
+            .context("starting the peer host")?,
+    );
+    let trace = dir.join("trace.pcap");
+    write_trace(&trace, frames)?;
+    let flows: std::collections::HashSet<_> =
+        frames.iter().filter_map(|f| sluice_wire::parse(f).key.map(|k| k.normalized())).collect();
+    let live_host = LiveHost { host, cluster: &cluster, args: &host_args, cpus: &cpus };
+    let mut runs: Vec<(u64, Vec<f64>, Vec<f64>)> =
+        INTERVALS_US.iter().map(|&us| (us, Vec::new(), Vec::new())).collect();
+    for round in 0..ROUNDS {
+        for (us, mpps, sent) in runs.iter_mut() {
+            let rep = dir.join(format!("rep-{us}-{round}.json"));
+            let arg = us.to_string();
+            let live =
+                live_host.start_with(&trace, &rep, &format!("rep{us}r{round}"), 200, &["--replicate-us", &arg])?;
+            if *us > 0 {
+                wait("the host to hold its group's table", 30, || {
+                    report(&rep).is_some_and(|r| r["peer"]["table_version"].as_u64().is_some())
+                })?;
+            }
+            let (pps, fps) = rate(&rep, Duration::from_millis(1500), 6)?;
+            mpps.push(pps);
+            sent.push(fps);
+            term(live);
+        }
+    }
+    drop(peer);
+    let base = runs.first().map(|(_, m, _)| median(m.clone())).unwrap_or(0.0);
+    let mut s = String::new();
+    s.push_str("\n## Peer state: what replication costs a host\n\n");
+    s.push_str(&format!(
+        "A group of two hosts under the control-plane cluster: the measured `sluice-host serve --dpdk` (one worker on a CPU of its own, the firewall attached to port 0, \
+         the DPDK section's 64-byte TCP trace of {} flows replayed from memory) and a second member without ports, so every flow has a next owner. \
+         Each worker sends the state of the flows it touched every `--replicate-us` (`0`: off); rates between two host reports 6 s apart after 1.5 s of warm-up; \
+         the settings alternate, {ROUNDS} rounds each, medians shown. Target: ≤ 10 % cost.\n\n",
+        flows.len()
+    ));
+    s.push_str("| --replicate-us | Mpps | vs off | flows replicated / s |\n|---:|---:|---:|---:|\n");
+    for (us, mpps, sent) in runs {
+        let m = median(mpps);
+        s.push_str(&format!(
+            "| {} | {m:.2} | {:.2} | {:.0} |\n",
+            if us == 0 { "0 (off)".to_string() } else { us.to_string() },
+            if base > 0.0 { m / base } else { 0.0 },
+            median(sent)
         ));
     }
     Ok(s)

@@ -64,6 +64,10 @@ struct Args {
     /// --host; prints, writes nothing).
     #[arg(long)]
     groups_only: bool,
+    /// Only what replicating peer state costs a live host (prints, writes
+    /// nothing).
+    #[arg(long, requires = "host")]
+    peer_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -210,9 +214,17 @@ fn main() -> Result<()> {
         print!("{}", dpdk::section(host, &args.nfs, &frames, DPDK_CONFIGS)?);
         return Ok(());
     }
+    if let (true, Some(host)) = (args.peer_only, &args.host) {
+        let frames = traffic(64, 1024, 8192);
+        print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
+        return Ok(());
+    }
     if args.groups_only {
         let frames = traffic(64, 1024, 8192);
         print!("{}", dispatch::section(args.host.as_deref(), &frames)?);
+        if let Some(host) = &args.host {
+            print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
+        }
         return Ok(());
     }
     if let (true, Some(host)) = (args.live_only, &args.host) {
@@ -386,6 +398,9 @@ fn main() -> Result<()> {
     }
     let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
     md.push_str(&dispatch::section(args.host.as_deref(), frames64)?);
+    if let Some(host) = &args.host {
+        md.push_str(&live::replication_section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
+    }
     print!("{md}");
     if let Some(p) = args.write {
         std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;

@@ -201,6 +201,12 @@ enum Command {
         /// How often the group's table is read, ms.
         #[arg(long, default_value_t = 100)]
         table_poll_ms: u64,
+        /// A planned table change (a host joining or draining) is steered by
+        /// this long after it is first seen, ms, so that the hosts (which
+        /// read the table every 100 ms) hand the moving flows' state to
+        /// their new owners first. A table that loses a host applies at once.
+        #[arg(long, default_value_t = 300)]
+        handover_ms: u64,
         /// How long to wait for the links towards the hosts to come up
         /// before taking traffic, ms.
         #[arg(long, default_value_t = 10_000)]
@@ -440,6 +446,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             remember_ms,
             max_flows,
             table_poll_ms,
+            handover_ms,
             link_wait_ms,
             tx_retry_us,
             batch,
@@ -489,14 +496,26 @@ fn real_main() -> anyhow::Result<ExitCode> {
                             }
                         }
                     };
-                    let mut tick = tokio::time::interval(std::time::Duration::from_millis(table_poll_ms.max(10)));
+                    let poll = std::time::Duration::from_millis(table_poll_ms.max(10));
+                    let handover = std::time::Duration::from_millis(handover_ms);
+                    let mut tick = tokio::time::interval(std::time::Duration::from_millis(10));
+                    let mut last_read: Option<std::time::Instant> = None;
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                         tick.tick().await;
+                        let now = std::time::Instant::now();
+                        if feed.apply_due(now, handover) {
+                            tracing::info!(version = feed.version(), "steering by the new ownership table");
+                        }
+                        if last_read.is_some_and(|at| now.duration_since(at) < poll) {
+                            continue;
+                        }
+                        last_read = Some(now);
                         match bus.ownership(&group).await {
                             Ok(Some(t)) => {
-                                if feed.set(&t) {
-                                    let hosts: Vec<&str> = t.members().iter().map(|m| m.host.as_str()).collect();
-                                    tracing::info!(version = t.version(), ?hosts, "new ownership table");
+                                let (version, hosts) =
+                                    (t.version(), t.members().iter().map(|m| m.host.clone()).collect::<Vec<_>>());
+                                if feed.offer(t, std::time::Instant::now(), handover) {
+                                    tracing::info!(version, ?hosts, "steering by the new ownership table");
                                 }
                             }
                             Ok(None) => tracing::debug!(group, "no ownership table published yet"),

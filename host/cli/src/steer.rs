@@ -103,12 +103,125 @@ pub struct RouteFeed {
     hosts: Vec<String>,
     version: AtomicU64,
     route: RwLock<Arc<Route>>,
+    started: Instant,
+    /// A table seen but not steered by yet, and when it will be.
+    pending: Mutex<Option<(OwnershipTable, Instant)>>,
+    events: Mutex<Vec<TableEvent>>,
+}
+
+/// Tables kept in a dispatcher's report, at most (the latest).
+const MAX_EVENTS: usize = 64;
+
+/// A table the dispatcher started to steer by.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TableEvent {
+    /// Its version.
+    pub version: u64,
+    /// When, ms since the dispatcher started.
+    pub at_ms: u64,
+    /// How long after the dispatcher first saw it, ms (the handover delay
+    /// of a planned change; 0 when a host was lost).
+    pub delayed_ms: u64,
+    /// Hosts of the dispatcher that may receive packets now and could not
+    /// before.
+    pub joined: Vec<String>,
+    /// Hosts that could receive packets before and are gone now: their
+    /// flows move at once, their next packets start flowlets elsewhere.
+    pub left: Vec<String>,
 }
 
 impl RouteFeed {
     /// A feed for a dispatcher that reaches `hosts` (in `--to` order).
     pub fn new(hosts: Vec<String>) -> Self {
-        RouteFeed { hosts, version: AtomicU64::new(0), route: RwLock::new(Arc::new(Route::empty())) }
+        RouteFeed {
+            hosts,
+            version: AtomicU64::new(0),
+            route: RwLock::new(Arc::new(Route::empty())),
+            started: Instant::now(),
+            pending: Mutex::new(None),
+            events: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Offers a table read from the bus. A table in which a host the
+    /// dispatcher sends to is gone (neither a member nor finishing) is
+    /// steered by at once: packets sent there are lost. Any other change
+    /// (a host joining or draining, new weights) waits `handover` after it
+    /// was first seen, so that the hosts, which read the table as often,
+    /// have handed the moving flows' state to their new owners before the
+    /// first packet reaches them. Returns whether the dispatcher steers by
+    /// a new table now.
+    pub fn offer(&self, table: OwnershipTable, now: Instant, handover: Duration) -> bool {
+        if table.version() <= self.version() {
+            return false;
+        }
+        let current = self.current();
+        let listed = |h: &str| table.members().iter().any(|m| m.host == h) || table.finishing().iter().any(|f| f == h);
+        let lost = (0..self.hosts.len())
+            .any(|i| u16::try_from(i).is_ok_and(|i| current.is_up(i)) && !self.hosts.get(i).is_some_and(|h| listed(h)));
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let (due, seen) = match &*pending {
+            Some((t, due)) if t.version() == table.version() => (*due, due.checked_sub(handover).unwrap_or(now)),
+            _ => (now + handover, now),
+        };
+        if lost || current.version == 0 || now >= due {
+            *pending = None;
+            drop(pending);
+            self.apply(&table, now.saturating_duration_since(seen));
+            true
+        } else {
+            *pending = Some((table, due));
+            false
+        }
+    }
+
+    /// Steers by the pending table if its delay is over.
+    pub fn apply_due(&self, now: Instant, handover: Duration) -> bool {
+        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match pending {
+            Some((t, due)) if now >= due => {
+                self.apply(&t, handover);
+                true
+            }
+            Some(p) => {
+                *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn apply(&self, table: &OwnershipTable, delayed: Duration) {
+        let before = self.current();
+        if !self.set(table) {
+            return;
+        }
+        let after = self.current();
+        let (mut joined, mut left) = (Vec::new(), Vec::new());
+        for (i, h) in self.hosts.iter().enumerate() {
+            let Ok(i) = u16::try_from(i) else { continue };
+            match (before.is_up(i), after.is_up(i)) {
+                (false, true) => joined.push(h.clone()),
+                (true, false) => left.push(h.clone()),
+                _ => {}
+            }
+        }
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if events.len() >= MAX_EVENTS {
+            events.remove(0);
+        }
+        events.push(TableEvent {
+            version: table.version(),
+            at_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            delayed_ms: u64::try_from(delayed.as_millis()).unwrap_or(u64::MAX),
+            joined,
+            left,
+        });
+    }
+
+    /// The tables steered by so far (the latest [`MAX_EVENTS`]).
+    pub fn events(&self) -> Vec<TableEvent> {
+        self.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Steers by `table` from now on (an older or equal version is
@@ -142,6 +255,9 @@ pub struct HostCount {
     pub port: u16,
     /// Packets it was sent.
     pub packets: u64,
+    /// Packets for it that its port did not take (a full ring, or a link
+    /// that went down with the host): dropped.
+    pub dropped: u64,
 }
 
 /// Counters of one worker.
@@ -149,9 +265,11 @@ pub struct HostCount {
 struct WorkerStats {
     received: u64,
     per_host: Vec<u64>,
+    per_host_dropped: Vec<u64>,
     no_route: u64,
     not_ip: u64,
     dropped_tx_full: u64,
+    marked: u64,
     flowlets: FlowletCounters,
     flows: usize,
 }
@@ -170,8 +288,15 @@ pub struct SteerReport {
     pub not_ip: u64,
     /// Packets a host's port did not take: dropped.
     pub dropped_tx_full: u64,
+    /// First packets of moved flowlets, marked with the host the flow was
+    /// on (see `sluice_wire::steer`); a mark that did not fit the buffer
+    /// leaves the packet unmarked.
+    pub marked: u64,
     /// Per host.
     pub hosts: Vec<HostCount>,
+    /// The tables steered by, in order, with the hosts each let in or
+    /// lost (the latest 64).
+    pub tables: Vec<TableEvent>,
     /// Flowlets started, moved between hosts, moved because their host
     /// was gone; flows untracked or forgotten.
     pub flowlets: FlowletCounters,
@@ -194,7 +319,7 @@ impl SteerReport {
     pub fn summary(&self) -> String {
         let f = &self.flowlets;
         let mut s = format!(
-            "packets: {} rx, {} forwarded, {} no route, {} not IP, {} dropped (TX full) | flowlets: {} started, {} moved ({} from a gone host), {} flows | table v{} | {:.3} Mpps | {} worker(s)\n",
+            "packets: {} rx, {} forwarded, {} no route, {} not IP, {} dropped (TX full) | flowlets: {} started, {} moved ({} from a gone host, {} marked), {} flows | table v{} | {:.3} Mpps | {} worker(s)\n",
             self.received,
             self.forwarded,
             self.no_route,
@@ -203,6 +328,7 @@ impl SteerReport {
             f.flowlets,
             f.moved,
             f.moved_from_gone,
+            self.marked,
             self.flows,
             self.table_version,
             self.mpps,
@@ -219,9 +345,13 @@ impl SteerReport {
         self.no_route += w.no_route;
         self.not_ip += w.not_ip;
         self.dropped_tx_full += w.dropped_tx_full;
+        self.marked += w.marked;
         for (h, n) in self.hosts.iter_mut().zip(&w.per_host) {
             h.packets += n;
             self.forwarded += n;
+        }
+        for (h, n) in self.hosts.iter_mut().zip(&w.per_host_dropped) {
+            h.dropped += n;
         }
         let f = &mut self.flowlets;
         f.flowlets += w.flowlets.flowlets;
@@ -301,7 +431,11 @@ pub fn run_steer(
     let done = AtomicBool::new(false);
     let start = Instant::now();
     let empty = |opts: &SteerOptions| SteerReport {
-        hosts: opts.to.iter().map(|t| HostCount { host: t.host.clone(), port: t.port, packets: 0 }).collect(),
+        hosts: opts
+            .to
+            .iter()
+            .map(|t| HostCount { host: t.host.clone(), port: t.port, packets: 0, dropped: 0 })
+            .collect(),
         workers,
         ..Default::default()
     };
@@ -333,6 +467,7 @@ pub fn run_steer(
                         r.add(w);
                     }
                     r.table_version = feed.version();
+                    r.tables = feed.events();
                     write_report(path, &r);
                 }
             }
@@ -352,6 +487,7 @@ pub fn run_steer(
         report.add(w);
     }
     report.table_version = feed.version();
+    report.tables = feed.events();
     report.wall_ns = wall_ns;
     report.mpps = if wall_ns > 0 { report.received as f64 * 1e3 / wall_ns as f64 } else { 0.0 };
     report.ports = opened.ports.iter().map(|p| port_report(p, Vec::new())).collect();
@@ -391,8 +527,14 @@ fn steer_loop(
     let mut route = feed.current();
     let mut rx: Vec<Mbuf> = Vec::with_capacity(burst);
     let mut out: Vec<Vec<Mbuf>> = targets.iter().map(|_| Vec::with_capacity(burst)).collect();
-    let mut stats = WorkerStats { per_host: vec![0; targets.len()], ..Default::default() };
+    let mut stats = WorkerStats {
+        per_host: vec![0; targets.len()],
+        per_host_dropped: vec![0; targets.len()],
+        ..Default::default()
+    };
     let mut scratch = Vec::new();
+    let mut marked = Vec::new();
+    let hashes: Vec<u32> = targets.iter().map(|t| sluice_wire::steer::host_hash(&t.host)).collect();
     let clock = Instant::now();
     let mut last_rx = Instant::now();
     let mut last_publish = Instant::now();
@@ -441,6 +583,14 @@ fn steer_loop(
                 continue;
             };
             let i = usize::from(s.host);
+            // The new owner learns which host had the flow.
+            if let Some(prev) = s.moved_from.and_then(|p| hashes.get(usize::from(p))) {
+                m.read_into(&mut scratch);
+                let mark = sluice_wire::steer::SteerMark { previous: *prev, table_version: route.version };
+                if sluice_wire::steer::encap(&scratch, mark, &mut marked) && m.set_data(&marked).is_ok() {
+                    stats.marked += 1;
+                }
+            }
             if let Some(mac) = targets.get(i).and_then(|t| t.mac) {
                 match m.first_segment_mut() {
                     Some(frame) if frame.len() >= 6 => {
@@ -466,7 +616,8 @@ fn steer_loop(
             }
         }
         if let Some(q) = queues.first_mut() {
-            for ((v, t), count) in out.iter_mut().zip(targets).zip(stats.per_host.iter_mut()) {
+            let counts = stats.per_host.iter_mut().zip(stats.per_host_dropped.iter_mut());
+            for ((v, t), (count, dropped)) in out.iter_mut().zip(targets).zip(counts) {
                 if v.is_empty() {
                     continue;
                 }
@@ -478,6 +629,7 @@ fn steer_loop(
                 }
                 *count += sent as u64;
                 stats.dropped_tx_full += v.len() as u64;
+                *dropped += v.len() as u64;
                 // What the port did not take is freed here.
                 v.clear();
             }

@@ -15,6 +15,7 @@ use crate::io::{PacketIo, Receive};
 use crate::worker::{Worker, recycle};
 use serde::Serialize;
 use sluice_runtime::{Fate, PacketResult, RawPacket};
+use sluice_wire::steer::SteerMark;
 
 /// A deployment's part of a host worker.
 pub trait Lane {
@@ -43,11 +44,12 @@ pub trait Lane {
     fn ran(&mut self, packets: u64, forwarded: u64, took: std::time::Duration) {
         let _ = (packets, forwarded, took);
     }
-    /// Called with its packets of a batch just before its chain runs them
-    /// (a host in a group imports the peer state of flows that arrive
-    /// from another host here).
-    fn before_run(&mut self, packets: &[RawPacket<'_>]) {
-        let _ = packets;
+    /// Runs its packets of a batch through its chain. `moved`: the packets
+    /// (index in `packets`) a group's dispatcher marked as the first of a
+    /// flowlet moved here from another host.
+    fn run(&mut self, packets: &[RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &[PacketResult] {
+        let _ = moved;
+        self.worker().run(packets)
     }
     /// Told how many of its packets were refused because it was over its
     /// share.
@@ -99,6 +101,9 @@ pub struct Dispatch {
     /// (position in the batch, new VLAN).
     retagged: Vec<(usize, Option<u16>)>,
     results: Vec<PacketResult>,
+    /// The batch's marked packets, and those of the lane being run.
+    moved: Vec<(usize, SteerMark)>,
+    lane_moved: Vec<(usize, SteerMark)>,
 }
 
 impl Dispatch {
@@ -116,6 +121,8 @@ impl Dispatch {
             per_lane: Vec::new(),
             retagged: Vec::new(),
             results: Vec::new(),
+            moved: Vec::new(),
+            lane_moved: Vec::new(),
         }
     }
 
@@ -155,6 +162,8 @@ impl Dispatch {
         if !matches!(got, Receive::Packets(_)) {
             return got;
         }
+        self.moved.clear();
+        self.moved.extend_from_slice(io.moved());
         let mut raw = recycle(std::mem::take(&mut self.raw));
         io.packets(&mut raw);
         self.owners.clear();
@@ -199,13 +208,28 @@ impl Dispatch {
                 continue;
             }
             let mut sub = recycle(std::mem::take(&mut self.sub));
-            sub.extend(raw.iter().zip(&self.owners).filter(|(_, o)| o.is_some_and(|o| o.lane == li)).map(|(p, _)| *p));
+            self.lane_moved.clear();
+            let mut marks = self.moved.iter().peekable();
+            for (i, (p, o)) in raw.iter().zip(&self.owners).enumerate() {
+                if !o.is_some_and(|o| o.lane == li) {
+                    continue;
+                }
+                while let Some(&&(at, mark)) = marks.peek() {
+                    if at > i {
+                        break;
+                    }
+                    if at == i {
+                        self.lane_moved.push((sub.len(), mark));
+                    }
+                    marks.next();
+                }
+                sub.push(*p);
+            }
             if !sub.is_empty() {
                 self.allowed.clear();
                 self.allowed.extend(self.ports.iter().map(|&p| lane.may_send(p)));
                 let started = std::time::Instant::now();
-                lane.before_run(&sub);
-                let results = lane.worker().run(&sub);
+                let results = lane.run(&sub, &self.lane_moved);
                 let mut it = results.iter();
                 let mut forwarded = 0u64;
                 for (i, ((slot, owner), original)) in self.results.iter_mut().zip(&self.owners).zip(&raw).enumerate() {

@@ -11,6 +11,7 @@
 use crate::io::{PacketIo, QueueCounters, Receive};
 use sluice_dpdk::{Mbuf, Queue};
 use sluice_runtime::{Fate, PacketResult, RawPacket};
+use sluice_wire::steer::{self, SteerMark};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One worker's queues, and the buffers its batches reuse.
@@ -27,6 +28,9 @@ pub struct DpdkIo {
     scratch: Vec<Vec<u8>>,
     out: Vec<Vec<Mbuf>>,
     ts: u64,
+    /// Packets of the batch a dispatcher marked (see [`sluice_wire::steer`]).
+    moved: Vec<(usize, SteerMark)>,
+    unmark: Vec<u8>,
 }
 
 impl DpdkIo {
@@ -43,6 +47,8 @@ impl DpdkIo {
             port_ids,
             pairs,
             ts: 0,
+            moved: Vec::new(),
+            unmark: Vec::new(),
         }
     }
 
@@ -80,6 +86,10 @@ impl PacketIo for DpdkIo {
         &self.counters
     }
 
+    fn moved(&self) -> &[(usize, SteerMark)] {
+        &self.moved
+    }
+
     /// Up to `max` packets from each of the worker's queues.
     fn receive(&mut self, max: usize) -> Receive {
         self.mbufs.clear();
@@ -96,6 +106,19 @@ impl PacketIo for DpdkIo {
             return Receive::Idle;
         }
         self.ts = now_ns();
+        // A dispatcher's mark is stripped before anything reads the packet.
+        self.moved.clear();
+        for (i, m) in self.mbufs.iter_mut().enumerate() {
+            let Some(d) = m.data() else { continue };
+            if d.get(12..14) != Some(&steer::ETHERTYPE.to_be_bytes()) {
+                continue;
+            }
+            if let Some(mark) = steer::decap(d, &mut self.unmark)
+                && m.set_data(&self.unmark).is_ok()
+            {
+                self.moved.push((i, mark));
+            }
+        }
         // Multi-segment packets are copied into one buffer each; the rest
         // are read in place.
         let mut used = 0;

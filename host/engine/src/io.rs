@@ -35,6 +35,13 @@ pub trait PacketIo {
     fn queue_counters(&self) -> &[QueueCounters] {
         &[]
     }
+
+    /// The packets of the last `receive` that a group's dispatcher marked
+    /// as the first of a flowlet moved here from another host (index in
+    /// the batch, and the mark, already stripped from the packet).
+    fn moved(&self) -> &[(usize, sluice_wire::steer::SteerMark)] {
+        &[]
+    }
 }
 
 /// Counters of one queue pair (one worker on one port).

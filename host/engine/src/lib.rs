@@ -41,4 +41,5 @@ pub use classify::{Attachment, AttachmentError, Classifier, Unmatched};
 pub use dispatch::{Dispatch, DispatchCounters, Lane};
 pub use fair::{FairShare, Share};
 pub use io::{PacketIo, PortReport, QueueCounters, Receive};
+pub use sluice_wire::steer::SteerMark;
 pub use worker::Worker;

@@ -1,7 +1,7 @@
 //! One worker: a chain and the per-batch step every data path shares.
 
 use crate::io::{PacketIo, Receive};
-use sluice_runtime::{Chain, EmittedEvent, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
+use sluice_runtime::{Chain, EmittedEvent, FlowHook, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
 
 /// A chain of NF instances and the buffers its batches reuse.
 #[derive(Debug)]
@@ -39,9 +39,15 @@ impl Worker {
     /// [`Dispatch`](crate::Dispatch), which gives each worker of a host its
     /// own packets of a shared batch.
     pub fn run(&mut self, packets: &[RawPacket<'_>]) -> &[PacketResult] {
+        self.run_hooked(packets, None)
+    }
+
+    /// [`run`](Self::run) with a hook called before each batch's first NF
+    /// (see [`Chain::process_hooked`](sluice_runtime::Chain::process_hooked)).
+    pub fn run_hooked(&mut self, packets: &[RawPacket<'_>], hook: Option<&mut dyn FlowHook>) -> &[PacketResult] {
         self.batches += 1;
         self.packets += packets.len() as u64;
-        self.chain.process(packets)
+        self.chain.process_hooked(packets, hook)
     }
 
     /// Hot-swaps the NF named `name` to another version: takes effect with

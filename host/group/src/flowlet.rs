@@ -57,7 +57,9 @@ impl Route {
         self.owners.get(slot).copied().filter(|&h| h != NO_HOST)
     }
 
-    fn is_up(&self, host: u16) -> bool {
+    /// Whether host `host` (index in the dispatcher's host list) may
+    /// receive packets.
+    pub fn is_up(&self, host: u16) -> bool {
         self.up.get(usize::from(host)).copied().unwrap_or(false)
     }
 }

@@ -30,8 +30,9 @@ pub use wire::{PeerBatch, WireError};
 
 use serde::{Deserialize, Serialize};
 use sluice_group::OwnershipTable;
-use sluice_runtime::{Chain, RawPacket};
+use sluice_runtime::{Chain, FlowHook, NfInstance, RawPacket};
 use sluice_wire::FlowKey;
+use sluice_wire::steer::SteerMark;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -42,6 +43,9 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 
 /// Encoded bytes per message at most (under NATS' default 1 MiB payload).
 pub const MAX_MESSAGE: usize = 512 * 1024;
+/// A flow whose state did not change is sent again after this long, so
+/// its replica outlives the store's lifetime while the flow is active.
+pub const REFRESH: Duration = Duration::from_secs(30);
 
 /// A message for another host of the group.
 #[derive(Debug)]
@@ -65,6 +69,9 @@ pub struct PeerCounters {
     pub flows_send_dropped: u64,
     /// Flows sent because a table change gave them another next owner.
     pub flows_handed_over: u64,
+    /// Touched flows not sent because their state had not changed since
+    /// they were last sent (and was sent less than 30 s ago).
+    pub flows_unchanged: u64,
     /// Flows whose replica was imported when they arrived here.
     pub flows_imported: u64,
     /// NF parts of arriving replicas refused as stale (not newer than what
@@ -72,6 +79,15 @@ pub struct PeerCounters {
     pub parts_stale: u64,
     /// NF parts refused otherwise (the NF's flow table full).
     pub parts_refused: u64,
+    /// Flowlets the dispatcher moved here from another host (their first
+    /// packet carried its mark).
+    pub flowlets_moved_in: u64,
+    /// Of those, flowlets whose state was here when their first packet
+    /// ran (replicated before, or already held).
+    pub moved_with_state: u64,
+    /// Of those, flowlets whose NFs held no state for them when their
+    /// first packet ran: it had not arrived, or there was none to send.
+    pub moved_without_state: u64,
     /// The ownership table version the host holds.
     pub table_version: Option<u64>,
     /// The replicas this host keeps for its peers.
@@ -84,9 +100,13 @@ struct Counts {
     batches_sent: AtomicU64,
     flows_send_dropped: AtomicU64,
     flows_handed_over: AtomicU64,
+    flows_unchanged: AtomicU64,
     flows_imported: AtomicU64,
     parts_stale: AtomicU64,
     parts_refused: AtomicU64,
+    flowlets_moved_in: AtomicU64,
+    moved_with_state: AtomicU64,
+    moved_without_state: AtomicU64,
 }
 
 /// A host's peer state: its name, the group's ownership table, the
@@ -151,8 +171,11 @@ impl Peer {
             peer: self.clone(),
             deployment: deployment.to_string(),
             dirty: HashSet::default(),
+            sent: HashMap::default(),
+            last_sweep: Instant::now(),
             keys: Vec::new(),
             taken: Vec::new(),
+            moved: Vec::new(),
             next_export: Instant::now() + self.interval,
             table: None,
         }
@@ -166,9 +189,13 @@ impl Peer {
             batches_sent: c.batches_sent.load(Ordering::Relaxed),
             flows_send_dropped: c.flows_send_dropped.load(Ordering::Relaxed),
             flows_handed_over: c.flows_handed_over.load(Ordering::Relaxed),
+            flows_unchanged: c.flows_unchanged.load(Ordering::Relaxed),
             flows_imported: c.flows_imported.load(Ordering::Relaxed),
             parts_stale: c.parts_stale.load(Ordering::Relaxed),
             parts_refused: c.parts_refused.load(Ordering::Relaxed),
+            flowlets_moved_in: c.flowlets_moved_in.load(Ordering::Relaxed),
+            moved_with_state: c.moved_with_state.load(Ordering::Relaxed),
+            moved_without_state: c.moved_without_state.load(Ordering::Relaxed),
             table_version: self.table().map(|t| t.version()),
             store: self.store.counters(),
         }
@@ -188,49 +215,27 @@ pub struct LanePeer {
     deployment: String,
     /// Flows touched since the last export (normalized keys).
     dirty: HashSet<FlowKey>,
+    /// Flows sent: the sum of their clocks then, and when.
+    sent: HashMap<FlowKey, (u64, Instant)>,
+    last_sweep: Instant,
     keys: Vec<FlowKey>,
     taken: Vec<(FlowKey, Replica)>,
+    /// Flows of the batch's packets marked as moved here.
+    moved: Vec<FlowKey>,
     next_export: Instant,
     /// The table the last export went by.
     table: Option<Arc<OwnershipTable>>,
 }
 
 impl LanePeer {
-    /// Before the chain runs a batch: marks its flows, and imports into
-    /// the chain's NFs the replicas held for them.
-    pub fn admit(&mut self, chain: &mut Chain, packets: &[RawPacket<'_>]) {
-        self.keys.clear();
-        let mut last = None;
-        for p in packets {
-            let Some(k) = sluice_wire::parse(p.data).key else { continue };
-            let k = k.normalized();
-            if last == Some(k) {
-                continue;
-            }
-            last = Some(k);
-            if self.dirty.insert(k) {
-                self.keys.push(k);
-            }
-        }
-        // Only flows new since the last export can be new to this host.
-        if self.keys.is_empty() || self.peer.store.held() == 0 {
-            return;
-        }
-        self.peer.store.take(&self.deployment, &self.keys, &mut self.taken);
-        let counts = &self.peer.counts;
-        for (key, replica) in self.taken.drain(..) {
-            counts.flows_imported.fetch_add(1, Ordering::Relaxed);
-            for part in &replica.nfs {
-                let Some(stage) = chain.stages_mut().iter_mut().find(|s| s.name() == part.nf) else { continue };
-                match stage.import_flow(part.to_export(key)) {
-                    Ok(()) => {}
-                    Err(sluice_runtime::ImportError::Stale { .. }) => {
-                        counts.parts_stale.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(sluice_runtime::ImportError::Full { .. }) => {
-                        counts.parts_refused.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+    /// Before the chain runs a batch: notes the flows of the packets the
+    /// dispatcher marked as moved here (`moved`: index in `packets`), to
+    /// count in [`FlowHook::before`] whether their state is here.
+    pub fn set_moved(&mut self, packets: &[RawPacket<'_>], moved: &[(usize, SteerMark)]) {
+        self.moved.clear();
+        for &(i, _mark) in moved {
+            if let Some(k) = packets.get(i).and_then(|p| sluice_wire::parse(p.data).key) {
+                self.moved.push(k.normalized());
             }
         }
     }
@@ -256,25 +261,53 @@ impl LanePeer {
             for stage in chain.stages() {
                 for k in stage.flow_table().keys() {
                     let old = before.as_deref().and_then(|t| next_owner(t, me, k));
-                    if old != next_owner(&table, me, k) && self.dirty.insert(*k) {
-                        handed += 1;
+                    if old != next_owner(&table, me, k) {
+                        // Sent again whatever it was sent before.
+                        self.sent.remove(k);
+                        if self.dirty.insert(*k) {
+                            handed += 1;
+                        }
                     }
                 }
             }
             self.peer.counts.flows_handed_over.fetch_add(handed, Ordering::Relaxed);
             self.table = Some(table.clone());
         }
+        if now.saturating_duration_since(self.last_sweep) >= REFRESH {
+            self.last_sweep = now;
+            self.sent.retain(|_, (_, at)| now.saturating_duration_since(*at) < REFRESH);
+        }
         if self.dirty.is_empty() {
             return;
         }
         let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
+        let mut unchanged = 0u64;
         for k in self.dirty.drain() {
             let Some(to) = next_owner(&table, me, &k) else { continue };
-            let nfs: Vec<NfPart> =
-                chain.stages().iter().filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e))).collect();
-            // No part: the flow ended here; the replica is forgotten.
+            // Every write counts a clock up: an equal sum is the same
+            // state (a flow whose packets only read it), not sent again.
+            let clocks = chain.stages().iter().filter_map(|s| s.flow_clock(&k)).reduce(u64::wrapping_add);
+            let nfs: Vec<NfPart> = match clocks {
+                None => {
+                    // The flow ended here: a replica sent before is forgotten.
+                    if self.sent.remove(&k).is_none() {
+                        continue;
+                    }
+                    Vec::new()
+                }
+                Some(sum) => {
+                    if self.sent.get(&k).is_some_and(|&(s, at)| s == sum && now.saturating_duration_since(at) < REFRESH)
+                    {
+                        unchanged += 1;
+                        continue;
+                    }
+                    self.sent.insert(k, (sum, now));
+                    chain.stages().iter().filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e))).collect()
+                }
+            };
             per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
         }
+        self.peer.counts.flows_unchanged.fetch_add(unchanged, Ordering::Relaxed);
         for (to, flows) in per_host {
             self.send(to, table.version(), flows);
         }
@@ -311,6 +344,47 @@ impl LanePeer {
         }
         if !part.is_empty() {
             flush(part);
+        }
+    }
+}
+
+impl FlowHook for LanePeer {
+    /// Marks the batch's flows for the next export, imports the replicas
+    /// held for flows new since the last one, and counts the moved
+    /// flowlets by whether their state is here.
+    fn before(&mut self, stages: &mut [NfInstance], keys: &[FlowKey]) {
+        self.keys.clear();
+        for k in keys {
+            if self.dirty.insert(*k) {
+                self.keys.push(*k);
+            }
+        }
+        let counts = &self.peer.counts;
+        if !self.keys.is_empty() && self.peer.store.held() > 0 {
+            self.peer.store.take(&self.deployment, &self.keys, &mut self.taken);
+            for (key, replica) in self.taken.drain(..) {
+                counts.flows_imported.fetch_add(1, Ordering::Relaxed);
+                for part in &replica.nfs {
+                    let Some(stage) = stages.iter_mut().find(|s| s.name() == part.nf) else { continue };
+                    match stage.import_flow(part.to_export(key)) {
+                        Ok(()) => {}
+                        Err(sluice_runtime::ImportError::Stale { .. }) => {
+                            counts.parts_stale.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(sluice_runtime::ImportError::Full { .. }) => {
+                            counts.parts_refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+        for k in self.moved.drain(..) {
+            counts.flowlets_moved_in.fetch_add(1, Ordering::Relaxed);
+            if stages.iter().any(|s| s.flow_clock(&k).is_some()) {
+                counts.moved_with_state.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counts.moved_without_state.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

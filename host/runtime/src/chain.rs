@@ -81,6 +81,13 @@ pub fn check_routes(names: &[&str], routes: &[Routes]) -> Result<(), String> {
     Ok(())
 }
 
+/// Called by [`Chain::process_hooked`] before a batch's first NF runs.
+pub trait FlowHook {
+    /// `keys`: the batch's distinct flows (normalized; empty when no NF of
+    /// the chain keeps flows).
+    fn before(&mut self, stages: &mut [NfInstance], keys: &[sluice_wire::FlowKey]);
+}
+
 /// NF instances of one worker, called in chain order on every batch.
 #[derive(Debug)]
 pub struct Chain {
@@ -214,17 +221,29 @@ impl Chain {
     /// in input order. More than [`MAX_BATCH`] packets are run as several
     /// batches.
     pub fn process(&mut self, packets: &[RawPacket<'_>]) -> &[PacketResult] {
+        self.process_hooked(packets, None)
+    }
+
+    /// [`process`](Self::process), calling `hook` with the distinct flows
+    /// of each batch before its first NF runs (a host in a group imports
+    /// the state of flows that arrive from another host there, and marks
+    /// the flows it replicates). The flows are those the first NF sees.
+    pub fn process_hooked(
+        &mut self,
+        packets: &[RawPacket<'_>],
+        mut hook: Option<&mut dyn FlowHook>,
+    ) -> &[PacketResult] {
         self.results.clear();
         self.results.resize(packets.len(), PacketResult { fate: Fate::Forward(0), data: None, label: None });
         for (n, chunk) in packets.chunks(MAX_BATCH).enumerate() {
-            self.process_batch(chunk, n * MAX_BATCH);
+            self.process_batch(chunk, n * MAX_BATCH, &mut hook);
         }
         &self.results
     }
 
     /// Runs `packets` (at most [`MAX_BATCH`]) as one batch; their results
     /// start at `base` in `self.results`.
-    fn process_batch(&mut self, packets: &[RawPacket<'_>], base: usize) {
+    fn process_batch(&mut self, packets: &[RawPacket<'_>], base: usize, hook: &mut Option<&mut dyn FlowHook>) {
         for inbox in &mut self.inbox {
             inbox.clear();
         }
@@ -246,6 +265,9 @@ impl Chain {
             // Cannot fail: at most MAX_BATCH packets.
             let _ = self.builder.push(*p);
             self.built.push(base + i);
+        }
+        if let Some(h) = hook.as_mut() {
+            h.before(&mut self.stages, self.builder.flow_keys());
         }
         for s in 0..self.stages.len() {
             let Some(slot) = self.inbox.get_mut(s) else { continue };

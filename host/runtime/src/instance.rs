@@ -576,6 +576,18 @@ impl NfInstance {
         Some(FlowExport { key, flow, tables })
     }
 
+    /// The sum of the logical clocks of everything this worker holds for
+    /// one (normalized) flow, and whether it holds anything: a cheap test
+    /// of whether the flow's state changed since it was last exported.
+    pub fn flow_clock(&self, key: &sluice_wire::FlowKey) -> Option<u64> {
+        let flow = self.table.get(key).map(|e| e.clock);
+        let tables = self.tables.as_deref().map_or(0, |t| t.flow_clock(key));
+        if flow.is_none() && tables == 0 {
+            return None;
+        }
+        Some(flow.unwrap_or(0).wrapping_add(tables))
+    }
+
     /// Imports a flow exported by [`export_flow`](Self::export_flow) on
     /// another host. Parts whose logical clock is not newer than the local
     /// one are stale and refused; the flow-state part's refusal is the

@@ -950,6 +950,21 @@ impl Tables {
         out
     }
 
+    /// The sum of the clocks of a flow's per-flow table entries (0: none):
+    /// it changes whenever one of them is written.
+    pub fn flow_clock(&self, flow: &FlowKey) -> u64 {
+        let mut sum = 0u64;
+        for t in &self.tables {
+            let clock = match &t.store {
+                Store::FlowCounters(m) => m.get(flow).map(|s| s.clock),
+                Store::FlowBytes(m) => m.get(flow).map(|s| s.clock),
+                _ => None,
+            };
+            sum = sum.wrapping_add(clock.unwrap_or(0));
+        }
+        sum
+    }
+
     /// Imports a flow's per-flow table entries. An entry whose clock is not
     /// newer than the local one is stale and skipped; returns how many
     /// were imported. Entries of unknown tables are skipped too.
