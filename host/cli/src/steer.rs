@@ -107,6 +107,22 @@ pub struct RouteFeed {
     /// A table seen but not steered by yet, and when it will be.
     pending: Mutex<Option<(OwnershipTable, Instant)>>,
     events: Mutex<Vec<TableEvent>>,
+    /// Per host (in `--to` order): whether its link is down.
+    down: Vec<AtomicBool>,
+    /// Counts link changes, so workers copy `down` only after one.
+    link_epoch: AtomicU64,
+    links: Mutex<Vec<LinkEvent>>,
+}
+
+/// A link towards a host that went down or came back.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LinkEvent {
+    /// The host.
+    pub host: String,
+    /// Whether it is up now.
+    pub up: bool,
+    /// When, ms since the dispatcher started.
+    pub at_ms: u64,
 }
 
 /// Tables kept in a dispatcher's report, at most (the latest).
@@ -134,13 +150,59 @@ impl RouteFeed {
     /// A feed for a dispatcher that reaches `hosts` (in `--to` order).
     pub fn new(hosts: Vec<String>) -> Self {
         RouteFeed {
-            hosts,
             version: AtomicU64::new(0),
             route: RwLock::new(Arc::new(Route::empty())),
             started: Instant::now(),
             pending: Mutex::new(None),
             events: Mutex::new(Vec::new()),
+            down: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
+            link_epoch: AtomicU64::new(0),
+            links: Mutex::new(Vec::new()),
+            hosts,
         }
+    }
+
+    /// Notes the state of the link towards host `i`. A host whose link
+    /// went down is treated as gone at once: its flows move to their
+    /// next owners (which hold their replicated state) without waiting
+    /// for the controller to notice its silence.
+    pub fn set_link(&self, i: usize, up: bool) {
+        let Some(flag) = self.down.get(i) else { return };
+        let was_down = flag.swap(!up, Ordering::AcqRel);
+        if was_down != up {
+            // No change.
+            return;
+        }
+        self.link_epoch.fetch_add(1, Ordering::AcqRel);
+        let host = self.hosts.get(i).cloned().unwrap_or_default();
+        if up {
+            tracing::info!(host, "the link towards a host is up");
+        } else {
+            tracing::warn!(host, "the link towards a host went down: its flows go to their next owners");
+        }
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        if links.len() >= MAX_EVENTS {
+            links.remove(0);
+        }
+        links.push(LinkEvent {
+            host,
+            up,
+            at_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+    }
+
+    /// The link changes so far (the latest 64).
+    pub fn link_events(&self) -> Vec<LinkEvent> {
+        self.links.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn link_epoch(&self) -> u64 {
+        self.link_epoch.load(Ordering::Acquire)
+    }
+
+    fn copy_down(&self, out: &mut Vec<bool>) {
+        out.clear();
+        out.extend(self.down.iter().map(|d| d.load(Ordering::Acquire)));
     }
 
     /// Offers a table read from the bus. A table in which a host the
@@ -297,6 +359,8 @@ pub struct SteerReport {
     /// The tables steered by, in order, with the hosts each let in or
     /// lost (the latest 64).
     pub tables: Vec<TableEvent>,
+    /// Links towards hosts that went down or came back (the latest 64).
+    pub links: Vec<LinkEvent>,
     /// Flowlets started, moved between hosts, moved because their host
     /// was gone; flows untracked or forgotten.
     pub flowlets: FlowletCounters,
@@ -457,6 +521,25 @@ pub fn run_steer(
                 Ok(())
             }));
         }
+        // Links towards hosts are watched: a host that died takes its link
+        // down with it (memif, a cable), long before the controller
+        // notices its silence.
+        let watched: Vec<(usize, &sluice_dpdk::Port)> = opts
+            .to
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| opened.ports.iter().find(|p| p.id() == t.port).map(|p| (i, p)))
+            .collect();
+        let (done_ref, feed_ref) = (&done, &feed);
+        let watcher = scope.spawn(move || {
+            let (done, feed) = (done_ref, feed_ref);
+            while !done.load(Ordering::Relaxed) {
+                for (i, p) in &watched {
+                    feed.set_link(*i, p.link_up());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
         // The report is kept up to date while the workers run.
         let writer = scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
@@ -468,6 +551,7 @@ pub fn run_steer(
                     }
                     r.table_version = feed.version();
                     r.tables = feed.events();
+                    r.links = feed.link_events();
                     write_report(path, &r);
                 }
             }
@@ -476,6 +560,7 @@ pub fn run_steer(
             handles.into_iter().enumerate().map(|(w, h)| h.join().unwrap_or(Err(RunError::Worker(w)))).collect();
         done.store(true, Ordering::Relaxed);
         let _ = writer.join();
+        let _ = watcher.join();
         r
     });
     for r in results {
@@ -488,6 +573,7 @@ pub fn run_steer(
     }
     report.table_version = feed.version();
     report.tables = feed.events();
+    report.links = feed.link_events();
     report.wall_ns = wall_ns;
     report.mpps = if wall_ns > 0 { report.received as f64 * 1e3 / wall_ns as f64 } else { 0.0 };
     report.ports = opened.ports.iter().map(|p| port_report(p, Vec::new())).collect();
@@ -525,6 +611,7 @@ fn steer_loop(
     let remember_ns = u64::try_from(opts.remember.as_nanos()).unwrap_or(u64::MAX);
     let mut flowlets: Flowlets<FlowKey> = Flowlets::new(gap_ns, remember_ns, opts.max_flows);
     let mut route = feed.current();
+    let (mut down, mut link_epoch) = (Vec::new(), u64::MAX);
     let mut rx: Vec<Mbuf> = Vec::with_capacity(burst);
     let mut out: Vec<Vec<Mbuf>> = targets.iter().map(|_| Vec::with_capacity(burst)).collect();
     let mut stats = WorkerStats {
@@ -546,6 +633,10 @@ fn steer_loop(
         }
         if feed.version() != route.version {
             route = feed.current();
+        }
+        if feed.link_epoch() != link_epoch {
+            link_epoch = feed.link_epoch();
+            feed.copy_down(&mut down);
         }
         let mut got = 0;
         for q in queues.iter_mut() {
@@ -578,7 +669,7 @@ fn steer_loop(
                 continue;
             };
             let key = key.normalized();
-            let Some(s) = flowlets.steer(key, key.hash_normalized(), now_ns, &route) else {
+            let Some(s) = flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, &route, &down) else {
                 stats.no_route += 1;
                 continue;
             };

@@ -25,6 +25,10 @@ pub struct Route {
     /// Per slot, the owner's index in the dispatcher's host list
     /// ([`NO_HOST`]: none the dispatcher can reach).
     pub owners: Vec<u16>,
+    /// Per slot, the next owner's index ([`NO_HOST`]: none): where the
+    /// slot's flows go while the owner's link is down, as they will in the
+    /// table without it.
+    pub nexts: Vec<u16>,
     /// Per host index: whether it may receive packets (an owner, or a
     /// member finishing its flowlets: draining or standing by).
     pub up: Vec<bool>,
@@ -33,7 +37,7 @@ pub struct Route {
 impl Route {
     /// A route that owns nothing.
     pub fn empty() -> Self {
-        Route { version: 0, owners: Vec::new(), up: Vec::new() }
+        Route { version: 0, owners: Vec::new(), nexts: Vec::new(), up: Vec::new() }
     }
 
     /// The route of `table` for a dispatcher that reaches `hosts` (by id,
@@ -41,20 +45,33 @@ impl Route {
     pub fn of(table: &crate::OwnershipTable, hosts: &[String]) -> Self {
         let index = |h: &str| hosts.iter().position(|x| x == h).and_then(|i| u16::try_from(i).ok());
         let owners = (0..table.slots()).map(|s| table.owner_of_slot(s).and_then(index).unwrap_or(NO_HOST)).collect();
+        let nexts =
+            (0..table.slots()).map(|s| table.preferences(s).nth(1).and_then(index).unwrap_or(NO_HOST)).collect();
         let up = hosts
             .iter()
             .map(|h| table.members().iter().any(|m| &m.host == h) || table.finishing().iter().any(|f| f == h))
             .collect();
-        Route { version: table.version(), owners, up }
+        Route { version: table.version(), owners, nexts, up }
     }
 
     /// The owner of a flow by its symmetric hash, if reachable.
     pub fn owner(&self, flow_hash: u64) -> Option<u16> {
+        self.owner_avoiding(flow_hash, &[])
+    }
+
+    /// The owner of a flow, or its next owner when the owner's link is
+    /// down (`down[host]`), if reachable.
+    pub fn owner_avoiding(&self, flow_hash: u64, down: &[bool]) -> Option<u16> {
         if self.owners.is_empty() {
             return None;
         }
         let slot = ((u128::from(flow_hash) * self.owners.len() as u128) >> 64) as usize;
-        self.owners.get(slot).copied().filter(|&h| h != NO_HOST)
+        let is_down = |h: u16| down.get(usize::from(h)).copied().unwrap_or(false);
+        let owner = self.owners.get(slot).copied().filter(|&h| h != NO_HOST);
+        match owner {
+            Some(h) if is_down(h) => self.nexts.get(slot).copied().filter(|&n| n != NO_HOST && !is_down(n)),
+            other => other,
+        }
     }
 
     /// Whether host `host` (index in the dispatcher's host list) may
@@ -145,18 +162,32 @@ impl<K: Hash + Eq> Flowlets<K> {
     /// (a monotonic clock). `None`: the route has no reachable owner for
     /// it.
     pub fn steer(&mut self, key: K, flow_hash: u64, now_ns: u64, route: &Route) -> Option<Steer> {
+        self.steer_avoiding(key, flow_hash, now_ns, route, &[])
+    }
+
+    /// [`steer`](Self::steer) while the links to some hosts are down
+    /// (`down[host]`): their flowlets move at once, to the slot's next
+    /// owner, which holds the state their owner replicated.
+    pub fn steer_avoiding(
+        &mut self,
+        key: K,
+        flow_hash: u64,
+        now_ns: u64,
+        route: &Route,
+        down: &[bool],
+    ) -> Option<Steer> {
         self.since_sweep += 1;
         if self.since_sweep >= SWEEP_EVERY {
             self.sweep(now_ns);
         }
         if let Some(e) = self.flows.get_mut(&key) {
             let idle = now_ns.saturating_sub(e.last_ns);
-            let up = route.is_up(e.host);
+            let up = route.is_up(e.host) && !down.get(usize::from(e.host)).copied().unwrap_or(false);
             if idle <= self.gap_ns && up {
                 e.last_ns = now_ns;
                 return Some(Steer { host: e.host, new_flowlet: false, moved_from: None });
             }
-            let to = route.owner(flow_hash)?;
+            let to = route.owner_avoiding(flow_hash, down)?;
             let from = e.host;
             e.host = to;
             e.last_ns = now_ns;
@@ -170,7 +201,7 @@ impl<K: Hash + Eq> Flowlets<K> {
             }
             return Some(Steer { host: to, new_flowlet: true, moved_from });
         }
-        let to = route.owner(flow_hash)?;
+        let to = route.owner_avoiding(flow_hash, down)?;
         self.counters.flowlets += 1;
         if self.flows.len() >= self.capacity {
             self.sweep(now_ns);
