@@ -309,16 +309,22 @@ impl LanePeer {
         }
         self.peer.counts.flows_unchanged.fetch_add(unchanged, Ordering::Relaxed);
         for (to, flows) in per_host {
-            self.send(to, table.version(), flows);
+            // A flow that could not be sent is sent again at the next
+            // interval it is touched.
+            for k in self.send(to, table.version(), flows) {
+                self.sent.remove(&k);
+            }
         }
     }
 
     /// Sends flows to one host, in messages under [`MAX_MESSAGE`].
-    fn send(&self, to: &str, version: u64, flows: Vec<PeerFlow>) {
+    /// Returns the flows it could not send (the outbox to the bus full).
+    fn send(&self, to: &str, version: u64, flows: Vec<PeerFlow>) -> Vec<FlowKey> {
         let counts = &self.peer.counts;
         let mut part = Vec::new();
         let mut size = 0usize;
-        let flush = |part: Vec<PeerFlow>| {
+        let mut unsent = Vec::new();
+        let mut flush = |part: Vec<PeerFlow>| {
             let n = part.len();
             let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
             let sent = batch
@@ -330,6 +336,7 @@ impl LanePeer {
                 counts.batches_sent.fetch_add(1, Ordering::Relaxed);
             } else {
                 counts.flows_send_dropped.fetch_add(n as u64, Ordering::Relaxed);
+                unsent.extend(batch.flows.iter().filter_map(|f| FlowKey::from_bytes(&f.key)));
             }
         };
         for f in flows {
@@ -345,6 +352,7 @@ impl LanePeer {
         if !part.is_empty() {
             flush(part);
         }
+        unsent
     }
 }
 
