@@ -386,8 +386,14 @@ pub async fn step(st: &AppState) -> Result<(), String> {
     })
     .await
     .map_err(|e| e.to_string())??;
+    // Groups with settings, and groups with a table whose hosts were all
+    // removed (they get an empty table, not a stale one).
     for g in settings.keys() {
         groups.entry(g.clone()).or_default();
+    }
+    let known: Vec<String> = st.groups.runs().keys().cloned().collect();
+    for g in known {
+        groups.entry(g).or_default();
     }
     let now = Instant::now();
     let settled = st.groups.started.elapsed() >= st.silence();
@@ -395,11 +401,23 @@ pub async fn step(st: &AppState) -> Result<(), String> {
         let settings = settings.get(&group).copied().unwrap_or_default();
         // After a restart, the published table is the starting point.
         let adopt = !st.groups.runs().get(&group).is_some_and(|r| r.adopted);
-        let adopted = if adopt { st.bus.ownership(&group).await.ok().flatten().map(Arc::new) } else { None };
+        let adopted = if adopt {
+            match st.bus.ownership(&group).await {
+                Ok(t) => Some(t.map(Arc::new)),
+                Err(e) => {
+                    // Not knowing the published table, building one could
+                    // go back on its version: try again next pass.
+                    tracing::warn!(group, "reading the published ownership table: {e}; trying again");
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
         let (build, republish) = {
             let mut runs = st.groups.runs();
             let run = runs.entry(group.clone()).or_default();
-            if adopt {
+            if let Some(adopted) = adopted {
                 run.adopted = true;
                 if let Some(t) = adopted {
                     tracing::info!(group, version = t.version(), "adopted the published ownership table");
