@@ -400,22 +400,31 @@ fn edge_host_args(
     .collect()
 }
 
-#[test]
-fn a_group_behind_its_dispatcher_processes_every_packet_once_on_its_flow_s_owner() {
-    let dir = test_dir();
-    let d = dir.path();
+/// A group `edge` behind a dispatcher, up to its first table: a secure
+/// nats-server, the gateway (ports 0 and 1 exposed in `edge`), `hosts` as
+/// `serve --dpdk` hosts (see [`edge_host_args`]), tenant acme's deployment
+/// `dep` of NF `nf` (with `config`, if any) attached `port=0,out=1` and
+/// running, and dispatcher `d1` registered.
+struct EdgeGroup {
+    nats: Nats,
+    gw: Gateway,
+    procs: Vec<Proc>,
+    key: String,
+    table: OwnershipTable,
+}
+
+fn edge_group(d: &std::path::Path, hosts: &[&str], nf_name: &str, dep: &str, config: Option<Value>) -> EdgeGroup {
     let nats = Nats::start(d);
     let conf = d.join("gateway.toml");
     std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
     let gw = Gateway::start(
         &nats,
         d,
-        &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap()), ("SLUICE_HOST_SILENCE_MS", "1500")],
+        &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap()), ("SLUICE_HOST_SILENCE_MS", &SILENCE_MS.to_string())],
     );
     let api = gw.api();
     let empty = d.join("empty.pcap");
     empty_pcap(&empty);
-    let hosts = ["h1", "h2", "h3"];
     let mut procs = Vec::new();
     for h in hosts {
         let args = edge_host_args(d, h, &d.join(format!("{h}.sock")), &d.join(format!("{h}.out.pcap")), &empty);
@@ -423,18 +432,16 @@ fn a_group_behind_its_dispatcher_processes_every_packet_once_on_its_flow_s_owner
     }
     let (id, key) = api.tenant("acme");
     assert_eq!(api.put(Some(ADMIN), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["edge"] })).status, 200);
-    assert_eq!(api.upload(Some(&key), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
-    let r = api.post(
-        Some(&key),
-        "/v1/deployments",
-        &json!({ "name": "c", "group": "edge", "module": "counter@1", "attach": ["port=0,out=1"] }),
-    );
+    assert_eq!(api.upload(Some(&key), nf_name, "1", &std::fs::read(nf(nf_name)).unwrap()).status, 201);
+    let mut spec =
+        json!({ "name": dep, "group": "edge", "module": format!("{nf_name}@1"), "attach": ["port=0,out=1"] });
+    if let Some(c) = config {
+        spec["config"] = c;
+    }
+    let r = api.post(Some(&key), "/v1/deployments", &spec);
     assert_eq!(r.status, 201, "{}", r.body);
-    api.wait_running(&key, "c", 1);
-    wait_for(30, "the edge group's table of three hosts", || {
-        (api.get(Some(ADMIN), "/v1/groups/edge").body["active_hosts"] == 3).then_some(())
-    });
-
+    api.wait_running(&key, dep, 1);
+    let table = wait_group_table(&api, &nats, "edge", 0, hosts);
     let (_, public) = nats.pki.nkey("d1");
     let r = api.post(
         Some(ADMIN),
@@ -443,28 +450,25 @@ fn a_group_behind_its_dispatcher_processes_every_packet_once_on_its_flow_s_owner
     );
     assert_eq!(r.status, 201, "{}", r.body);
     nats.reload();
+    EdgeGroup { nats, gw, procs, key, table }
+}
+
+/// The stateful firewall's config in these tests: clients of 10.0.0.0/8
+/// may open connections to port 80; nothing else passes, so a server's
+/// packet passes only where its connection's state is.
+fn web_firewall() -> Value {
+    json!({ "default": "deny", "rules": [{ "action": "allow", "proto": "tcp", "src": "10.0.0.0/8", "dst-ports": "80" }] })
+}
+
+#[test]
+fn a_group_behind_its_dispatcher_processes_every_packet_once_on_its_flow_s_owner() {
+    let dir = test_dir();
+    let d = dir.path();
+    let hosts = ["h1", "h2", "h3"];
+    let EdgeGroup { nats, gw, mut procs, key, .. } = edge_group(d, &hosts, "counter", "c", None);
+    let api = gw.api();
     let pcap = trace(d, 1000);
-    let mut vdevs =
-        vec![format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", pcap.display(), d.join("ingress-tx.pcap").display())];
-    for (i, h) in hosts.iter().enumerate() {
-        vdevs.push(format!("--vdev=net_memif{},role=client,socket={}", i + 1, d.join(format!("{h}.sock")).display()));
-    }
-    let prefix = format!("--file-prefix=sluice-{}-d1", d.file_name().unwrap().to_string_lossy());
-    let report = d.join("steer.json");
-    let st = Command::new(sibling_bin("sluice-host"))
-        .args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "edge", "--id", "d1"])
-        .args(nats.pki.host_flags("d1"))
-        .args(["--ingress", "0", "--to", "h1=1", "--to", "h2=2", "--to", "h3=3", "--workers", "1", "--batch", "32"])
-        .args(["--idle-exit-ms", "1500", "--report"])
-        .arg(&report)
-        .args(["--", "--no-huge", "--no-pci", "-m", "512", "-l", "0", "--log-level=lib.eal:error", &prefix])
-        .args(&vdevs)
-        .env("SLUICE_LOG", "info")
-        .output()
-        .unwrap();
-    eprint!("{}", String::from_utf8_lossy(&st.stdout));
-    assert!(st.status.success(), "steer: {}", String::from_utf8_lossy(&st.stderr));
-    let rep: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let rep = steer_once(&nats, d, "trace", &pcap, &hosts);
     let input = flows(&pcap);
     assert_eq!(rep["forwarded"].as_u64(), Some(input.len() as u64), "{rep}");
 
@@ -513,35 +517,49 @@ fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
     std::fs::write(path, b).unwrap();
 }
 
-/// One pass of the dispatcher `d1` over `pcap`, to the hosts named (each
-/// on its memif); returns its report.
-fn steer_once(nats: &Nats, d: &std::path::Path, pass: &str, pcap: &std::path::Path, hosts: &[&str]) -> Value {
-    let mut args = vec![format!(
-        "--vdev=net_pcap0,rx_pcap={},tx_pcap={}",
-        pcap.display(),
-        d.join(format!("{pass}-ingress-tx.pcap")).display()
-    )];
+/// The dispatcher `d1` of group `edge` taking port 0 from `ingress` (a
+/// vdev) and sending to `hosts` over their memifs (port i + 1), exiting
+/// after `idle_exit_ms` without traffic; its report in `steer-<pass>.json`.
+fn steer_command(
+    nats: &Nats,
+    d: &std::path::Path,
+    pass: &str,
+    ingress: String,
+    hosts: &[&str],
+    idle_exit_ms: u64,
+) -> Command {
+    let mut vdevs = vec![ingress];
     let mut to = Vec::new();
     for (i, h) in hosts.iter().enumerate() {
-        args.push(format!("--vdev=net_memif{},role=client,socket={}", i + 1, d.join(format!("{h}.sock")).display()));
+        vdevs.push(format!("--vdev=net_memif{},role=client,socket={}", i + 1, d.join(format!("{h}.sock")).display()));
         to.extend(["--to".to_string(), format!("{h}={}", i + 1)]);
     }
     let prefix = format!("--file-prefix=sluice-{}-d1-{pass}", d.file_name().unwrap().to_string_lossy());
-    let report = d.join(format!("steer-{pass}.json"));
-    let st = Command::new(sibling_bin("sluice-host"))
-        .args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "edge", "--id", "d1"])
+    let mut c = Command::new(sibling_bin("sluice-host"));
+    c.args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "edge", "--id", "d1"])
         .args(nats.pki.host_flags("d1"))
-        .args(["--ingress", "0", "--workers", "1", "--batch", "32", "--idle-exit-ms", "1500", "--report"])
-        .arg(&report)
+        .args(["--ingress", "0", "--workers", "1", "--batch", "32", "--idle-exit-ms", &idle_exit_ms.to_string()])
+        .arg("--report")
+        .arg(d.join(format!("steer-{pass}.json")))
         .args(&to)
         .args(["--", "--no-huge", "--no-pci", "-m", "512", "-l", "0", "--log-level=lib.eal:error", &prefix])
-        .args(&args)
-        .env("SLUICE_LOG", "info")
-        .output()
-        .unwrap();
+        .args(&vdevs)
+        .env("SLUICE_LOG", "info");
+    c
+}
+
+/// One pass of the dispatcher over `pcap`, to the hosts named; returns its
+/// report.
+fn steer_once(nats: &Nats, d: &std::path::Path, pass: &str, pcap: &std::path::Path, hosts: &[&str]) -> Value {
+    let ingress = format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap={}",
+        pcap.display(),
+        d.join(format!("{pass}-ingress-tx.pcap")).display()
+    );
+    let st = steer_command(nats, d, pass, ingress, hosts, 1500).output().unwrap();
     eprint!("{}", String::from_utf8_lossy(&st.stdout));
     assert!(st.status.success(), "steer {pass}: {}", String::from_utf8_lossy(&st.stderr));
-    serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap()
+    serde_json::from_slice(&std::fs::read(d.join(format!("steer-{pass}.json"))).unwrap()).unwrap()
 }
 
 /// A host's report, as last written.
@@ -561,43 +579,10 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
     use sluice_wire::tcp::flags;
     let dir = test_dir();
     let d = dir.path();
-    let nats = Nats::start(d);
-    let conf = d.join("gateway.toml");
-    std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
-    let gw = Gateway::start(
-        &nats,
-        d,
-        &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap()), ("SLUICE_HOST_SILENCE_MS", &SILENCE_MS.to_string())],
-    );
-    let api = gw.api();
-    let empty = d.join("empty.pcap");
-    empty_pcap(&empty);
     let hosts = ["h1", "h2", "h3"];
-    let mut procs = Vec::new();
-    for h in hosts {
-        let args = edge_host_args(d, h, &d.join(format!("{h}.sock")), &d.join(format!("{h}.out.pcap")), &empty);
-        procs.push(start_host(&nats, &gw, d, h, &args.iter().map(String::as_str).collect::<Vec<_>>()));
-    }
-    let (id, key) = api.tenant("acme");
-    assert_eq!(api.put(Some(ADMIN), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["edge"] })).status, 200);
-    assert_eq!(api.upload(Some(&key), "firewall", "1", &std::fs::read(nf("firewall")).unwrap()).status, 201);
-    let config = json!({ "default": "deny", "rules": [{ "action": "allow", "proto": "tcp", "src": "10.0.0.0/8", "dst-ports": "80" }] });
-    let r = api.post(
-        Some(&key),
-        "/v1/deployments",
-        &json!({ "name": "fw", "group": "edge", "module": "firewall@1", "config": config, "attach": ["port=0,out=1"] }),
-    );
-    assert_eq!(r.status, 201, "{}", r.body);
-    api.wait_running(&key, "fw", 1);
-    let before = wait_group_table(&api, &nats, "edge", 0, &hosts);
-    let (_, public) = nats.pki.nkey("d1");
-    let r = api.post(
-        Some(ADMIN),
-        "/v1/hosts",
-        &json!({ "id": "d1", "group": "edge", "nkey": public, "role": "dispatcher" }),
-    );
-    assert_eq!(r.status, 201, "{}", r.body);
-    nats.reload();
+    let EdgeGroup { nats, gw, mut procs, table: before, .. } =
+        edge_group(d, &hosts, "firewall", "fw", Some(web_firewall()));
+    let api = gw.api();
 
     // 600 connections from clients to a web server: the SYNs, then the
     // server's SYN-ACKs, then the clients' ACKs.
@@ -745,46 +730,13 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     let dir = test_dir();
     let d = dir.path();
     let veth = Veth::new();
-    let nats = Nats::start(d);
-    let conf = d.join("gateway.toml");
-    std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
-    let gw = Gateway::start(
-        &nats,
-        d,
-        &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap()), ("SLUICE_HOST_SILENCE_MS", &SILENCE_MS.to_string())],
-    );
-    let api = gw.api();
-    let empty = d.join("empty.pcap");
-    empty_pcap(&empty);
     let hosts = ["h1", "h2", "h3", "h4"];
-    let mut procs = Vec::new();
-    for h in hosts {
-        let args = edge_host_args(d, h, &d.join(format!("{h}.sock")), &d.join(format!("{h}.out.pcap")), &empty);
-        procs.push(start_host(&nats, &gw, d, h, &args.iter().map(String::as_str).collect::<Vec<_>>()));
-    }
-    let (id, key) = api.tenant("acme");
-    assert_eq!(api.put(Some(ADMIN), &format!("/v1/tenants/{id}/groups"), &json!({ "groups": ["edge"] })).status, 200);
-    assert_eq!(api.upload(Some(&key), "firewall", "1", &std::fs::read(nf("firewall")).unwrap()).status, 201);
-    let config = json!({ "default": "deny", "rules": [{ "action": "allow", "proto": "tcp", "src": "10.0.0.0/8", "dst-ports": "80" }] });
-    let r = api.post(
-        Some(&key),
-        "/v1/deployments",
-        &json!({ "name": "fw", "group": "edge", "module": "firewall@1", "config": config, "attach": ["port=0,out=1"] }),
-    );
-    assert_eq!(r.status, 201, "{}", r.body);
-    api.wait_running(&key, "fw", 1);
-    let four = wait_group_table(&api, &nats, "edge", 0, &hosts);
+    let EdgeGroup { nats, gw, mut procs, table: four, .. } =
+        edge_group(d, &hosts, "firewall", "fw", Some(web_firewall()));
+    let api = gw.api();
     // h4 stands by, up and running the deployment, owning nothing.
     assert!(api.post(Some(ADMIN), "/v1/groups/edge/hosts/h4/drain", &json!({})).status < 300);
     let three = wait_group_table(&api, &nats, "edge", four.version(), &["h1", "h2", "h3"]);
-    let (_, public) = nats.pki.nkey("d1");
-    let r = api.post(
-        Some(ADMIN),
-        "/v1/hosts",
-        &json!({ "id": "d1", "group": "edge", "nkey": public, "role": "dispatcher" }),
-    );
-    assert_eq!(r.status, 201, "{}", r.body);
-    nats.reload();
 
     // 240 connections opened over the first second, then a packet every
     // 50 ms each way by turns until 8 s; every frame unique.
@@ -819,23 +771,9 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     }
     std::fs::write(d.join("schedule.bin"), file).unwrap();
 
-    let mut vdevs = vec![format!("--vdev=net_af_packet0,iface={}", veth.a)];
-    let mut to = Vec::new();
-    for (i, h) in hosts.iter().enumerate() {
-        vdevs.push(format!("--vdev=net_memif{},role=client,socket={}", i + 1, d.join(format!("{h}.sock")).display()));
-        to.extend(["--to".to_string(), format!("{h}={}", i + 1)]);
-    }
-    let prefix = format!("--file-prefix=sluice-{}-d1", d.file_name().unwrap().to_string_lossy());
-    let report = d.join("steer.json");
-    let steer = Command::new(sibling_bin("sluice-host"))
-        .args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "edge", "--id", "d1"])
-        .args(nats.pki.host_flags("d1"))
-        .args(["--ingress", "0", "--workers", "1", "--batch", "32", "--idle-exit-ms", "3000", "--report"])
-        .arg(&report)
-        .args(&to)
-        .args(["--", "--no-huge", "--no-pci", "-m", "512", "-l", "0", "--log-level=lib.eal:error", &prefix])
-        .args(&vdevs)
-        .env("SLUICE_LOG", "info")
+    let report = d.join("steer-live.json");
+    let ingress = format!("--vdev=net_af_packet0,iface={}", veth.a);
+    let steer = steer_command(&nats, d, "live", ingress, &hosts, 3000)
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(d.join("steer.err")).unwrap())
         .spawn()
