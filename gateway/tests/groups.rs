@@ -19,6 +19,15 @@ use support::*;
 
 const SILENCE_MS: u64 = 1500;
 
+/// Tests that run a group with its dispatcher take turns: each runs five
+/// or six busy-polling processes, which on a small machine would hold up
+/// each other's hosts.
+static GROUP_UNDER_TRAFFIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+    GROUP_UNDER_TRAFFIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The group `default`'s table as the gateway published it.
 fn published(nats: &Nats) -> Option<OwnershipTable> {
     published_group(nats, "default")
@@ -262,6 +271,7 @@ fn flows(path: &std::path::Path) -> Vec<(Option<sluice_wire::FlowKey>, Vec<u8>)>
 
 #[test]
 fn the_dispatcher_sends_every_flow_to_its_owner_whole_and_in_order() {
+    let _turn = take_turn();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_HOST_SILENCE_MS", "1500")]);
@@ -411,9 +421,12 @@ struct EdgeGroup {
     procs: Vec<Proc>,
     key: String,
     table: OwnershipTable,
+    /// This test's turn (see [`GROUP_UNDER_TRAFFIC`]).
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 fn edge_group(d: &std::path::Path, hosts: &[&str], nf_name: &str, dep: &str, config: Option<Value>) -> EdgeGroup {
+    let turn = take_turn();
     let nats = Nats::start(d);
     let conf = d.join("gateway.toml");
     std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
@@ -450,7 +463,7 @@ fn edge_group(d: &std::path::Path, hosts: &[&str], nf_name: &str, dep: &str, con
     );
     assert_eq!(r.status, 201, "{}", r.body);
     nats.reload();
-    EdgeGroup { nats, gw, procs, key, table }
+    EdgeGroup { nats, gw, procs, key, table, _turn: turn }
 }
 
 /// The stateful firewall's config in these tests: clients of 10.0.0.0/8
@@ -465,7 +478,7 @@ fn a_group_behind_its_dispatcher_processes_every_packet_once_on_its_flow_s_owner
     let dir = test_dir();
     let d = dir.path();
     let hosts = ["h1", "h2", "h3"];
-    let EdgeGroup { nats, gw, mut procs, key, .. } = edge_group(d, &hosts, "counter", "c", None);
+    let EdgeGroup { nats, gw, mut procs, key, _turn, .. } = edge_group(d, &hosts, "counter", "c", None);
     let api = gw.api();
     let pcap = trace(d, 1000);
     let rep = steer_once(&nats, d, "trace", &pcap, &hosts);
@@ -539,6 +552,9 @@ fn steer_command(
     c.args(["steer", "--nats", &nats.url, "--cluster", "test", "--group", "edge", "--id", "d1"])
         .args(nats.pki.host_flags("d1"))
         .args(["--ingress", "0", "--workers", "1", "--batch", "32", "--idle-exit-ms", &idle_exit_ms.to_string()])
+        // A host held up by a busy test machine slows the dispatcher down
+        // rather than losing packets.
+        .args(["--tx-retry-us", "50000"])
         .arg("--report")
         .arg(d.join(format!("steer-{pass}.json")))
         .args(&to)
@@ -580,7 +596,7 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
     let dir = test_dir();
     let d = dir.path();
     let hosts = ["h1", "h2", "h3"];
-    let EdgeGroup { nats, gw, mut procs, table: before, .. } =
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } =
         edge_group(d, &hosts, "firewall", "fw", Some(web_firewall()));
     let api = gw.api();
 
@@ -731,7 +747,7 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     let d = dir.path();
     let veth = Veth::new();
     let hosts = ["h1", "h2", "h3", "h4"];
-    let EdgeGroup { nats, gw, mut procs, table: four, .. } =
+    let EdgeGroup { nats, gw, mut procs, table: four, _turn, .. } =
         edge_group(d, &hosts, "firewall", "fw", Some(web_firewall()));
     let api = gw.api();
     // h4 stands by, up and running the deployment, owning nothing.
@@ -881,5 +897,41 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
         if i != 1 {
             p.term();
         }
+    }
+}
+
+/// Global eventual tables are merged over the group: the monitor's
+/// totals, counted on three hosts each for its own flows, read the same
+/// on every host, and equal the trace (what one host alone would count).
+#[test]
+fn a_monitor_s_totals_are_group_wide() {
+    let dir = test_dir();
+    let d = dir.path();
+    let hosts = ["h1", "h2", "h3"];
+    let EdgeGroup { nats, mut procs, _turn, .. } = edge_group(d, &hosts, "monitor", "mon", None);
+    let pcap = trace(d, 1000);
+    let rep = steer_once(&nats, d, "trace", &pcap, &hosts);
+    let packets = flows(&pcap).len() as u64;
+    assert_eq!(rep["forwarded"].as_u64(), Some(packets), "{rep}");
+    let total_on = |h: &str| -> Option<(u64, u64)> {
+        let r = host_report(d, h);
+        let tables = r["global_tables"].as_object()?;
+        let (_, totals) = tables.iter().find(|(k, _)| k.ends_with("/totals"))?;
+        let top = totals["top"].as_array()?;
+        let value = |key: u64| top.iter().find(|e| e[0] == key).and_then(|e| e[1].as_u64()).unwrap_or(0);
+        Some((value(0), r["deployments"].as_object()?.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum()))
+    };
+    wait_for(30, "every host's totals to count the whole trace", || {
+        let all: Vec<Option<(u64, u64)>> = hosts.iter().map(|h| total_on(h)).collect();
+        all.iter().all(|t| t.is_some_and(|(total, _)| total == packets)).then_some(all)
+    });
+    // Each host ran only its own flows, and counted them once.
+    let own: Vec<u64> = hosts.iter().map(|h| total_on(h).unwrap().1).collect();
+    assert_eq!(own.iter().sum::<u64>(), packets, "{own:?}");
+    assert!(own.iter().all(|&n| n < packets), "each host ran a part: {own:?}");
+    let p = host_report(d, "h1")["peer"].clone();
+    assert!(p["global_entries_received"].as_u64() > Some(0), "{p}");
+    for p in procs.iter_mut() {
+        p.term();
     }
 }

@@ -36,7 +36,7 @@ use report::AgentReport;
 use sluice_control::{Bus, DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, now_ms};
 use sluice_engine::Classifier;
 use sluice_pcap::Trace;
-use sluice_peer::{Outgoing, Peer, PeerBatch, PeerStore};
+use sluice_peer::{Outgoing, Peer, PeerMessage, PeerStore};
 use sluice_runtime::{NfLimits, Runtime, RuntimeConfig};
 use std::collections::HashSet;
 use std::collections::{BTreeMap, HashMap};
@@ -386,7 +386,10 @@ async fn run(
                 }
                 if let Some(p) = &peer {
                     p.store().expire(std::time::Instant::now());
-                    report.lock().unwrap_or_else(PoisonError::into_inner).peer = Some(p.counters());
+                    let (counters, tables) = (p.counters(), p.global_tables(16));
+                    let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
+                    r.peer = Some(counters);
+                    r.global_tables = tables;
                 }
                 write_report(cfg.report.as_deref(), &report);
             }
@@ -424,11 +427,29 @@ async fn start_peer(bus: &Arc<dyn Bus>, cfg: &AgentConfig, pc: &PeerConfig) -> R
     let p = peer.clone();
     tokio::spawn(async move {
         while let Some(m) = inbox.next().await {
-            match PeerBatch::decode(&m.message) {
-                Ok(b) => p.store().insert(&m.host, b, std::time::Instant::now()),
+            match PeerMessage::decode(&m.message) {
+                Ok(PeerMessage::Flows(b)) => p.store().insert(&m.host, b, std::time::Instant::now()),
+                Ok(PeerMessage::Global(g)) => p.take_global(&m.host, g, wall_ns()),
                 Err(e) => {
                     p.store().refused();
                     tracing::warn!(from = %m.host, "peer state refused: {e}");
+                }
+            }
+        }
+    });
+    // This host's values of global eventual tables go to every other host.
+    let (p, global_bus, group, me) = (peer.clone(), bus.clone(), cfg.group.clone(), cfg.host.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(sluice_peer::GLOBAL_EVERY);
+        loop {
+            tick.tick().await;
+            let peers = p.peers();
+            let messages = p.global_messages(peers.len());
+            for body in &messages {
+                for to in &peers {
+                    if let Err(e) = global_bus.publish_peer(&group, to, &me, body.clone()).await {
+                        tracing::debug!(to, "global table values not sent: {e}");
+                    }
                 }
             }
         }
@@ -463,6 +484,14 @@ async fn follow_table(bus: &dyn Bus, group: &str, peer: &Peer) {
         Ok(Err(e)) => tracing::debug!(group, "reading the ownership table: {e}"),
         Err(_) => tracing::debug!(group, "reading the ownership table timed out"),
     }
+}
+
+/// The wall clock in ns (live workers' packet time).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 fn write_report(path: Option<&Path>, report: &Mutex<AgentReport>) {

@@ -214,6 +214,16 @@ impl Live {
                 *slot = Some(Box::new(t.await.unwrap_or_else(|e| Err(format!("starting the chain failed: {e}")))));
             }
         }
+        // The NFs' global eventual tables are merged over the group.
+        if let (Some(peer), Ok((_, _, domains))) = (&self.shared.peer, &prepared.built) {
+            let nfs = &prepared.spec.nfs;
+            let shape = format!("{:?}", nfs.iter().map(|n| (&n.name, &n.next, &n.labels)).collect::<Vec<_>>());
+            peer.register(
+                &prepared.spec.id,
+                shape,
+                nfs.iter().map(|n| n.name.clone()).zip(domains.iter().cloned()).collect(),
+            );
+        }
         self.deployments.insert(prepared.spec.id.clone(), digest);
         for (o, chain) in self.orders.iter().zip(chains) {
             let _ = o.send(Order::Apply(Box::new(prepared.clone()), chain));
@@ -225,7 +235,7 @@ impl Live {
     pub(crate) async fn remove(&mut self, id: &str) {
         self.deployments.remove(id);
         if let Some(p) = &self.shared.peer {
-            p.store().remove_deployment(id);
+            p.unregister(id);
         }
         let mut acks = Vec::new();
         for o in &self.orders {
@@ -408,9 +418,14 @@ impl WorkerCtx {
             }
             if last_report.elapsed() >= REPORT_EVERY {
                 last_report = Instant::now();
-                // Windows close on time also without traffic.
+                // Windows close on time also without traffic, and the
+                // workers' eventual updates reach the host's view (and the
+                // group's) though no packet comes to merge them.
                 for l in &mut lanes {
                     l.active.tick(&self.shared);
+                    for stage in l.active.worker.chain_mut().stages_mut() {
+                        stage.flush_state();
+                    }
                 }
                 self.report(&mut lanes, &dispatch, io.as_ref());
             }

@@ -93,4 +93,8 @@ pub struct AgentReport {
     /// replicate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<sluice_peer::PeerCounters>,
+    /// Live hosts in a group: each global eventual table merged over the
+    /// group's hosts, by `<deployment>/<nf>/<table>` (its 16 largest values).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub global_tables: std::collections::BTreeMap<String, sluice_peer::GlobalTable>,
 }

@@ -26,7 +26,7 @@ pub mod store;
 pub mod wire;
 
 pub use store::{PeerStore, Replica, StoreCounters};
-pub use wire::{PeerBatch, WireError};
+pub use wire::{GlobalBatch, PeerBatch, PeerMessage, TableValues, WireError};
 
 use serde::{Deserialize, Serialize};
 use sluice_group::OwnershipTable;
@@ -43,6 +43,10 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 
 /// Encoded bytes per message at most (under NATS' default 1 MiB payload).
 pub const MAX_MESSAGE: usize = 512 * 1024;
+/// How often a host sends its values of its global eventual tables to the
+/// group's other hosts.
+pub const GLOBAL_EVERY: Duration = Duration::from_millis(100);
+
 /// A flow whose state did not change is sent again after this long, so
 /// its replica outlives the store's lifetime while the flow is active.
 pub const REFRESH: Duration = Duration::from_secs(30);
@@ -92,6 +96,14 @@ pub struct PeerCounters {
     pub table_version: Option<u64>,
     /// The replicas this host keeps for its peers.
     pub store: StoreCounters,
+    /// Entries of global eventual tables sent to the group's other hosts
+    /// (this host's values of keys that changed), per receiving host.
+    pub global_entries_sent: u64,
+    /// Entries of global eventual tables other hosts sent here.
+    pub global_entries_received: u64,
+    /// Of those, entries refused (the table's capacity for that host, or
+    /// the NF's state budget) or for a deployment or NF not running here.
+    pub global_entries_refused: u64,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +119,26 @@ struct Counts {
     flowlets_moved_in: AtomicU64,
     moved_with_state: AtomicU64,
     moved_without_state: AtomicU64,
+    global_entries_sent: AtomicU64,
+    global_entries_received: AtomicU64,
+    global_entries_refused: AtomicU64,
+}
+
+/// A global eventual table as the host sees it, merged over the group.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobalTable {
+    /// Keys held.
+    pub entries: usize,
+    /// The largest values (key, value), largest first.
+    pub top: Vec<(u64, u64)>,
+}
+
+/// The NFs of a deployment whose global tables are merged over the group:
+/// their names and shared state, and the chain's shape they belong to.
+#[derive(Debug)]
+struct Registered {
+    shape: String,
+    nfs: Vec<(String, Arc<sluice_state::Domain>)>,
 }
 
 /// A host's peer state: its name, the group's ownership table, the
@@ -119,6 +151,7 @@ pub struct Peer {
     outbox: crossbeam_channel::Sender<Outgoing>,
     interval: Duration,
     counts: Counts,
+    domains: std::sync::Mutex<HashMap<String, Registered>>,
 }
 
 impl Peer {
@@ -137,7 +170,111 @@ impl Peer {
             outbox,
             interval,
             counts: Counts::default(),
+            domains: std::sync::Mutex::new(HashMap::default()),
         })
+    }
+
+    /// Registers the NFs of a deployment (names and the state their
+    /// workers share) whose global eventual tables are merged over the
+    /// group. `shape` names the chain they belong to: a registration of
+    /// the same shape is kept (a hot swap keeps the NFs' shared state).
+    pub fn register(&self, deployment: &str, shape: String, nfs: Vec<(String, Arc<sluice_state::Domain>)>) {
+        let mut d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        if d.get(deployment).is_some_and(|r| r.shape == shape) {
+            return;
+        }
+        d.insert(deployment.to_string(), Registered { shape, nfs });
+    }
+
+    /// The group-wide view of every registered global eventual table, by
+    /// `<deployment>/<nf>/<table>`: its largest `top` values (all when
+    /// fewer), largest first, and its entry count.
+    pub fn global_tables(&self, top: usize) -> std::collections::BTreeMap<String, GlobalTable> {
+        let registered: Vec<(String, String, Arc<sluice_state::Domain>)> = {
+            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            d.iter().flat_map(|(dep, r)| r.nfs.iter().map(|(nf, dom)| (dep.clone(), nf.clone(), dom.clone()))).collect()
+        };
+        let mut out = std::collections::BTreeMap::new();
+        for (deployment, nf, domain) in registered {
+            for table in domain.eventual_tables() {
+                let mut values = domain.eventual_snapshot(&table).unwrap_or_default();
+                let entries = values.len();
+                values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                values.truncate(top);
+                out.insert(format!("{deployment}/{nf}/{table}"), GlobalTable { entries, top: values });
+            }
+        }
+        out
+    }
+
+    /// Forgets a removed deployment.
+    pub fn unregister(&self, deployment: &str) {
+        self.domains.lock().unwrap_or_else(PoisonError::into_inner).remove(deployment);
+        self.store.remove_deployment(deployment);
+    }
+
+    /// The group's other hosts: the table's members and the hosts
+    /// finishing their flows.
+    pub fn peers(&self) -> Vec<String> {
+        let Some(t) = self.table() else { return Vec::new() };
+        let mut v: Vec<String> = t
+            .members()
+            .iter()
+            .map(|m| m.host.clone())
+            .chain(t.finishing().iter().cloned())
+            .filter(|h| *h != self.me)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Messages with this host's values of the global eventual tables
+    /// that changed since the last call, for every other host of the
+    /// group (each message under [`MAX_MESSAGE`]); counts them as sent to
+    /// `peers` hosts.
+    pub fn global_messages(&self, peers: usize) -> Vec<Vec<u8>> {
+        let registered: Vec<(String, String, Arc<sluice_state::Domain>)> = {
+            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            d.iter().flat_map(|(dep, r)| r.nfs.iter().map(|(nf, dom)| (dep.clone(), nf.clone(), dom.clone()))).collect()
+        };
+        let mut out = Vec::new();
+        for (deployment, nf, domain) in registered {
+            for (table, entries) in domain.eventual_changes() {
+                // 16 bytes an entry at most, encoded: well under the bound.
+                for chunk in entries.chunks(wire::MAX_ENTRIES.min(MAX_MESSAGE / 20)) {
+                    let m = PeerMessage::Global(GlobalBatch {
+                        deployment: deployment.clone(),
+                        nf: nf.clone(),
+                        tables: vec![TableValues { table: table.clone(), entries: chunk.to_vec() }],
+                    });
+                    if let Ok(body) = m.encode() {
+                        self.counts.global_entries_sent.fetch_add((chunk.len() * peers) as u64, Ordering::Relaxed);
+                        out.push(body);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes host `from`'s values of global eventual tables (`now_ns`:
+    /// the host's clock, as its live workers' packet time).
+    pub fn take_global(&self, from: &str, b: GlobalBatch, now_ns: u64) {
+        let n: u64 = b.tables.iter().map(|t| t.entries.len() as u64).sum();
+        self.counts.global_entries_received.fetch_add(n, Ordering::Relaxed);
+        let domain = {
+            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            d.get(&b.deployment).and_then(|r| r.nfs.iter().find(|(nf, _)| *nf == b.nf).map(|(_, dom)| dom.clone()))
+        };
+        let Some(domain) = domain else {
+            self.counts.global_entries_refused.fetch_add(n, Ordering::Relaxed);
+            return;
+        };
+        for t in &b.tables {
+            let refused = domain.set_eventual_remote(from, &t.table, &t.entries, now_ns);
+            self.counts.global_entries_refused.fetch_add(refused, Ordering::Relaxed);
+        }
     }
 
     /// This host's name.
@@ -196,6 +333,9 @@ impl Peer {
             flowlets_moved_in: c.flowlets_moved_in.load(Ordering::Relaxed),
             moved_with_state: c.moved_with_state.load(Ordering::Relaxed),
             moved_without_state: c.moved_without_state.load(Ordering::Relaxed),
+            global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
+            global_entries_received: c.global_entries_received.load(Ordering::Relaxed),
+            global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),
             table_version: self.table().map(|t| t.version()),
             store: self.store.counters(),
         }
@@ -327,7 +467,8 @@ impl LanePeer {
         let mut flush = |part: Vec<PeerFlow>| {
             let n = part.len();
             let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
-            let sent = batch
+            let message = PeerMessage::Flows(batch);
+            let sent = message
                 .encode()
                 .ok()
                 .map(|body| self.peer.outbox.try_send(Outgoing { to: to.to_string(), body, flows: n }).is_ok());
@@ -336,7 +477,9 @@ impl LanePeer {
                 counts.batches_sent.fetch_add(1, Ordering::Relaxed);
             } else {
                 counts.flows_send_dropped.fetch_add(n as u64, Ordering::Relaxed);
-                unsent.extend(batch.flows.iter().filter_map(|f| FlowKey::from_bytes(&f.key)));
+                if let PeerMessage::Flows(batch) = &message {
+                    unsent.extend(batch.flows.iter().filter_map(|f| FlowKey::from_bytes(&f.key)));
+                }
             }
         };
         for f in flows {

@@ -1,5 +1,7 @@
-//! The message one host sends another: the state of some flows of one
-//! deployment, per NF, each part with its logical clock.
+//! The messages one host sends another: the state of some flows of one
+//! deployment, per NF, each part with its logical clock
+//! ([`PeerBatch`]); or the sender's own values of the global eventual
+//! tables of one NF ([`GlobalBatch`]).
 //!
 //! Encoded with `postcard` behind a version byte. A message comes from
 //! another host of the group (the subject names the sender and NATS
@@ -25,6 +27,10 @@ pub const MAX_TABLES: usize = 64;
 pub const MAX_VALUE: usize = 65_536;
 /// Bytes of a deployment id, NF or table name at most.
 pub const MAX_NAME: usize = 128;
+/// Eventual tables in one message at most.
+pub const MAX_GLOBAL_TABLES: usize = 64;
+/// Entries of one eventual table in one message at most.
+pub const MAX_ENTRIES: usize = 32_768;
 
 /// Why a message was refused.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +99,84 @@ pub struct PeerBatch {
     pub flows: Vec<PeerFlow>,
 }
 
+/// One eventual table's values on the sending host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableValues {
+    /// Table name.
+    pub table: String,
+    /// (key, the sender's merged value).
+    pub entries: Vec<(u64, u64)>,
+}
+
+/// The sending host's values of eventual tables of one NF of one
+/// deployment: they replace what it sent before (each host sends its own
+/// workers' merged updates; receivers merge the hosts' values on read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobalBatch {
+    /// The deployment's id.
+    pub deployment: String,
+    /// The NF's name in its chain.
+    pub nf: String,
+    /// The tables.
+    pub tables: Vec<TableValues>,
+}
+
+/// A message between the hosts of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerMessage {
+    /// Flows' state, to their next owner.
+    Flows(PeerBatch),
+    /// Global eventual tables, to every other host.
+    Global(GlobalBatch),
+}
+
+impl PeerMessage {
+    /// The message's bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        let mut out = vec![VERSION];
+        out.extend_from_slice(&postcard::to_allocvec(self)?);
+        Ok(out)
+    }
+
+    /// Reads a message and checks its bounds.
+    pub fn decode(bytes: &[u8]) -> Result<PeerMessage, WireError> {
+        match bytes.split_first() {
+            Some((&VERSION, rest)) => {
+                let m: PeerMessage = postcard::from_bytes(rest)?;
+                match &m {
+                    PeerMessage::Flows(b) => b.check()?,
+                    PeerMessage::Global(g) => g.check()?,
+                }
+                Ok(m)
+            }
+            other => Err(WireError::Version(other.map(|(v, _)| *v))),
+        }
+    }
+}
+
+impl GlobalBatch {
+    fn check(&self) -> Result<(), WireError> {
+        let bound = |what: String| Err(WireError::Bound(what));
+        for name in [&self.deployment, &self.nf] {
+            if name.is_empty() || name.len() > MAX_NAME {
+                return bound(format!("a name of {} bytes (1-{MAX_NAME})", name.len()));
+            }
+        }
+        if self.tables.len() > MAX_GLOBAL_TABLES {
+            return bound(format!("{} tables (at most {MAX_GLOBAL_TABLES})", self.tables.len()));
+        }
+        for t in &self.tables {
+            if t.table.is_empty() || t.table.len() > MAX_NAME {
+                return bound(format!("a table name of {} bytes (1-{MAX_NAME})", t.table.len()));
+            }
+            if t.entries.len() > MAX_ENTRIES {
+                return bound(format!("table '{}': {} entries (at most {MAX_ENTRIES})", t.table, t.entries.len()));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl NfPart {
     /// The part of an export that one NF gave.
     pub fn of(nf: &str, e: &FlowExport) -> Self {
@@ -136,25 +220,6 @@ impl NfPart {
 }
 
 impl PeerBatch {
-    /// The message's bytes.
-    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let mut out = vec![VERSION];
-        out.extend_from_slice(&postcard::to_allocvec(self)?);
-        Ok(out)
-    }
-
-    /// Reads a message and checks its bounds.
-    pub fn decode(bytes: &[u8]) -> Result<PeerBatch, WireError> {
-        match bytes.split_first() {
-            Some((&VERSION, rest)) => {
-                let b: PeerBatch = postcard::from_bytes(rest)?;
-                b.check()?;
-                Ok(b)
-            }
-            other => Err(WireError::Version(other.map(|(v, _)| *v))),
-        }
-    }
-
     fn check(&self) -> Result<(), WireError> {
         let bound = |what: String| Err(WireError::Bound(what));
         if self.deployment.is_empty() || self.deployment.len() > MAX_NAME {
@@ -216,10 +281,25 @@ mod tests {
         }
     }
 
+    fn flows(b: PeerBatch) -> Vec<u8> {
+        PeerMessage::Flows(b).encode().unwrap()
+    }
+
     #[test]
-    fn a_batch_round_trips() {
-        let b = batch();
-        assert_eq!(PeerBatch::decode(&b.encode().unwrap()).unwrap(), b);
+    fn messages_round_trip() {
+        let m = PeerMessage::Flows(batch());
+        assert_eq!(PeerMessage::decode(&m.encode().unwrap()).unwrap(), m);
+        let g = PeerMessage::Global(GlobalBatch {
+            deployment: "d-1".into(),
+            nf: "monitor".into(),
+            tables: vec![TableValues { table: "totals".into(), entries: vec![(0, 7), (1, 448)] }],
+        });
+        assert_eq!(PeerMessage::decode(&g.encode().unwrap()).unwrap(), g);
+        let mut big = g.clone();
+        if let PeerMessage::Global(b) = &mut big {
+            b.tables[0].entries = vec![(1, 1); MAX_ENTRIES + 1];
+        }
+        assert!(matches!(PeerMessage::decode(&big.encode().unwrap()), Err(WireError::Bound(_))));
     }
 
     #[test]
@@ -233,26 +313,26 @@ mod tests {
 
     #[test]
     fn bad_messages_say_why() {
-        assert!(matches!(PeerBatch::decode(&[]), Err(WireError::Version(None))));
-        assert!(matches!(PeerBatch::decode(&[2, 0]), Err(WireError::Version(Some(2)))));
-        assert!(matches!(PeerBatch::decode(&[VERSION, 200]), Err(WireError::Malformed(_))));
+        assert!(matches!(PeerMessage::decode(&[]), Err(WireError::Version(None))));
+        assert!(matches!(PeerMessage::decode(&[2, 0]), Err(WireError::Version(Some(2)))));
+        assert!(matches!(PeerMessage::decode(&[VERSION, 200]), Err(WireError::Malformed(_))));
         let mut b = batch();
         b.flows[0].key = vec![1, 2, 3];
-        let e = PeerBatch::decode(&b.encode().unwrap()).unwrap_err();
+        let e = PeerMessage::decode(&flows(b)).unwrap_err();
         assert!(e.to_string().contains("not a flow key"), "{e}");
         let mut b = batch();
         b.flows[0].nfs[0].state.as_mut().unwrap().value = vec![0; MAX_VALUE + 1];
-        assert!(matches!(PeerBatch::decode(&b.encode().unwrap()), Err(WireError::Bound(_))));
+        assert!(matches!(PeerMessage::decode(&flows(b)), Err(WireError::Bound(_))));
     }
 
     proptest! {
         /// Arbitrary bytes never panic the decoder.
         #[test]
         fn arbitrary_bytes_are_refused_or_read(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = PeerBatch::decode(&bytes);
+            let _ = PeerMessage::decode(&bytes);
             let mut v = vec![VERSION];
             v.extend_from_slice(&bytes);
-            let _ = PeerBatch::decode(&v);
+            let _ = PeerMessage::decode(&v);
         }
     }
 }

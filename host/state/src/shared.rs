@@ -242,9 +242,28 @@ impl Domain {
     /// merged so far), sorted by key.
     pub fn eventual_snapshot(&self, name: &str) -> Option<Vec<(u64, u64)>> {
         let shared = lock(&self.inner).eventual.get(name).cloned()?;
-        let mut v: Vec<(u64, u64)> = lock(&shared.inner).values.iter().map(|(k, e)| (*k, e.value)).collect();
-        v.sort_unstable();
-        Some(v)
+        Some(shared.snapshot())
+    }
+
+    /// Per eventual table, this host's values of the keys its workers
+    /// merged since the last call: what the group's other hosts are sent.
+    pub fn eventual_changes(&self) -> Vec<(String, Vec<(u64, u64)>)> {
+        let tables: Vec<(String, Arc<EventualShared>)> =
+            lock(&self.inner).eventual.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut out: Vec<(String, Vec<(u64, u64)>)> =
+            tables.into_iter().map(|(k, t)| (k, t.take_changed())).filter(|(_, v)| !v.is_empty()).collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Takes another host's values of eventual table `table` (they replace
+    /// what it sent before; reads merge them with this host's). Returns
+    /// how many were refused (the table's capacity for that host, or the
+    /// NF's state budget); entries of a table this host has not declared
+    /// are ignored.
+    pub fn set_eventual_remote(&self, host: &str, table: &str, entries: &[(u64, u64)], now_ns: u64) -> u64 {
+        let shared = lock(&self.inner).eventual.get(table).cloned();
+        shared.map_or(0, |t| t.set_remote(host, entries, now_ns))
     }
 
     /// Names of the eventual tables.
@@ -297,7 +316,15 @@ struct Merged {
 
 #[derive(Debug, Default)]
 struct EventualInner {
+    /// This host's view: its workers' updates, merged.
     values: HashMap<u64, Merged>,
+    /// Keys of `values` merged since they were last taken for the group's
+    /// other hosts ([`EventualShared::take_changed`]).
+    changed: HashMap<u64, ()>,
+    /// The views of the group's other hosts (each their own workers'
+    /// merged updates, as they last sent them), by host; a read merges
+    /// them with this host's. Each host's is bounded by the capacity.
+    remote: HashMap<String, HashMap<u64, Merged>>,
     /// New keys in workers' pending updates, not merged yet.
     reserved: usize,
     capacity: usize,
@@ -395,6 +422,7 @@ impl EventualShared {
                 e.reserved = e.reserved.saturating_sub(1);
             }
             let p = Pending { value, reserved: was_reserved, dirty: true };
+            e.changed.insert(k, ());
             match e.values.get_mut(&k) {
                 Some(m) => {
                     // An idle entry the sweep has not reached yet starts over.
@@ -429,19 +457,26 @@ impl EventualShared {
         }
     }
 
-    /// Reads keys from the merged view, combined with the worker's pending
+    /// Reads keys from the merged view (this host's, merged with the
+    /// group's other hosts' views), combined with the worker's pending
     /// updates; a read keeps a live entry from idling out.
     pub(crate) fn read(&self, keys: &[u64], pending: &HashMap<u64, Pending>, now: u64, out: &mut Vec<u64>) {
         let mut e = lock(&self.inner);
         let timeout = e.idle_timeout_ns;
+        let identity = self.identity();
         for k in keys {
-            let merged = match e.values.get_mut(k) {
+            let mut merged = match e.values.get_mut(k) {
                 Some(m) if !stale(m.last_ns, now, timeout) => {
                     m.last_ns = now;
                     Some(m.value)
                 }
                 _ => None,
             };
+            for host in e.remote.values() {
+                if let Some(m) = host.get(k).filter(|m| !stale(m.last_ns, now, timeout)) {
+                    merged = Some(self.merge.apply(merged.unwrap_or(identity), m.value));
+                }
+            }
             let local = pending.get(k).filter(|p| p.dirty).map(|p| p.value);
             out.push(match (merged, local) {
                 (Some(m), Some(l)) => self.merge.apply(m, l),
@@ -456,6 +491,55 @@ impl EventualShared {
         lock(&self.inner).values.len()
     }
 
+    /// This host's values of the keys merged since the last call, for
+    /// the group's other hosts.
+    pub(crate) fn take_changed(&self) -> Vec<(u64, u64)> {
+        let mut e = lock(&self.inner);
+        let inner = &mut *e;
+        let out = inner.changed.keys().filter_map(|k| inner.values.get(k).map(|m| (*k, m.value))).collect();
+        inner.changed.clear();
+        out
+    }
+
+    /// Takes host `host`'s view of some keys (its values replace what it
+    /// sent before). A key new to that host's view needs room within the
+    /// table's capacity for it and the NF's state budget; returns how many
+    /// were refused for want of either.
+    pub(crate) fn set_remote(&self, host: &str, entries: &[(u64, u64)], now: u64) -> u64 {
+        let mut e = lock(&self.inner);
+        let capacity = e.capacity;
+        let view = e.remote.entry(host.to_string()).or_default();
+        let mut refused = 0;
+        for &(k, value) in entries {
+            if let Some(m) = view.get_mut(&k) {
+                *m = Merged { value, last_ns: now };
+                continue;
+            }
+            if view.len() >= capacity || !self.bytes.try_charge(EVENTUAL_ENTRY) {
+                refused += 1;
+                continue;
+            }
+            view.insert(k, Merged { value, last_ns: now });
+        }
+        refused
+    }
+
+    /// The merged view over the group (this host's and the others'), sorted
+    /// by key.
+    pub(crate) fn snapshot(&self) -> Vec<(u64, u64)> {
+        let e = lock(&self.inner);
+        let mut all: HashMap<u64, u64> = e.values.iter().map(|(k, m)| (*k, m.value)).collect();
+        for host in e.remote.values() {
+            for (k, m) in host {
+                let v = all.entry(*k).or_insert(self.identity());
+                *v = self.merge.apply(*v, m.value);
+            }
+        }
+        let mut v: Vec<(u64, u64)> = all.into_iter().collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Removes entries idle for longer than the table's timeout, if a
     /// sweep is due (one worker sweeps for all). Returns how many were
     /// removed and, if `notify`, the removed `(key, value)` pairs.
@@ -467,17 +551,26 @@ impl EventualShared {
         }
         e.last_sweep_ns = now;
         let mut n = 0u64;
-        e.values.retain(|k, m| {
+        let inner = &mut *e;
+        inner.values.retain(|k, m| {
             if !stale(m.last_ns, now, timeout) {
                 return true;
             }
             n += 1;
+            inner.changed.remove(k);
             if notify {
                 notes.push((*k, m.value));
             }
             false
         });
-        self.bytes.free(n as usize * EVENTUAL_ENTRY);
+        let mut gone = 0usize;
+        for host in e.remote.values_mut() {
+            let before = host.len();
+            host.retain(|_, m| !stale(m.last_ns, now, timeout));
+            gone += before - host.len();
+        }
+        e.remote.retain(|_, h| !h.is_empty());
+        self.bytes.free((n as usize + gone) * EVENTUAL_ENTRY);
         n
     }
 }
