@@ -183,6 +183,9 @@ impl Peer {
         if d.get(deployment).is_some_and(|r| r.shape == shape) {
             return;
         }
+        for (_, domain) in &nfs {
+            domain.track_changes();
+        }
         d.insert(deployment.to_string(), Registered { shape, nfs });
     }
 
@@ -197,10 +200,7 @@ impl Peer {
         let mut out = std::collections::BTreeMap::new();
         for (deployment, nf, domain) in registered {
             for table in domain.eventual_tables() {
-                let mut values = domain.eventual_snapshot(&table).unwrap_or_default();
-                let entries = values.len();
-                values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-                values.truncate(top);
+                let (entries, values) = domain.eventual_top(&table, top).unwrap_or_default();
                 out.insert(format!("{deployment}/{nf}/{table}"), GlobalTable { entries, top: values });
             }
         }

@@ -25,6 +25,10 @@ pub struct Domain {
     /// Whether single-writer tables sync only when the runner says
     /// ([`crate::Tables::sync_point`]), at the same packet on every worker.
     barrier: AtomicBool,
+    /// Whether eventual tables note the keys merged for the group's other
+    /// hosts ([`Domain::eventual_changes`]); off unless the host is in a
+    /// group with peers, so that a lone host keeps no such set.
+    track: Arc<AtomicBool>,
 }
 
 /// No worker bills the shared tables yet.
@@ -38,6 +42,7 @@ impl Default for Domain {
             biller: AtomicUsize::new(NO_BILLER),
             planned: AtomicUsize::new(1),
             barrier: AtomicBool::new(false),
+            track: Arc::default(),
         }
     }
 }
@@ -200,6 +205,7 @@ impl Domain {
                 Arc::new(EventualShared {
                     merge,
                     bytes: self.bytes.clone(),
+                    track: self.track.clone(),
                     inner: Mutex::new(EventualInner::default()),
                 })
             })
@@ -245,8 +251,15 @@ impl Domain {
         Some(shared.snapshot())
     }
 
+    /// Starts noting the keys of eventual tables that workers merge, for
+    /// [`eventual_changes`](Self::eventual_changes) (a host in a group).
+    pub fn track_changes(&self) {
+        self.track.store(true, Ordering::Relaxed);
+    }
+
     /// Per eventual table, this host's values of the keys its workers
-    /// merged since the last call: what the group's other hosts are sent.
+    /// merged since the last call (since [`track_changes`](Self::track_changes)):
+    /// what the group's other hosts are sent.
     pub fn eventual_changes(&self) -> Vec<(String, Vec<(u64, u64)>)> {
         let tables: Vec<(String, Arc<EventualShared>)> =
             lock(&self.inner).eventual.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -264,6 +277,13 @@ impl Domain {
     pub fn set_eventual_remote(&self, host: &str, table: &str, entries: &[(u64, u64)], now_ns: u64) -> u64 {
         let shared = lock(&self.inner).eventual.get(table).cloned();
         shared.map_or(0, |t| t.set_remote(host, entries, now_ns))
+    }
+
+    /// The number of keys of eventual table `name` merged over the group,
+    /// and its `n` largest values, largest first (cheap on a large table).
+    pub fn eventual_top(&self, name: &str, n: usize) -> Option<(usize, Vec<(u64, u64)>)> {
+        let shared = lock(&self.inner).eventual.get(name).cloned()?;
+        Some(shared.top(n))
     }
 
     /// Names of the eventual tables.
@@ -339,6 +359,7 @@ struct EventualInner {
 pub(crate) struct EventualShared {
     pub(crate) merge: Merge,
     bytes: Arc<SharedBytes>,
+    track: Arc<AtomicBool>,
     inner: Mutex<EventualInner>,
 }
 
@@ -422,7 +443,9 @@ impl EventualShared {
                 e.reserved = e.reserved.saturating_sub(1);
             }
             let p = Pending { value, reserved: was_reserved, dirty: true };
-            e.changed.insert(k, ());
+            if self.track.load(Ordering::Relaxed) {
+                e.changed.insert(k, ());
+            }
             match e.values.get_mut(&k) {
                 Some(m) => {
                     // An idle entry the sweep has not reached yet starts over.
@@ -524,10 +547,58 @@ impl EventualShared {
         refused
     }
 
+    /// The number of keys in the merged view over the group and its `n`
+    /// largest values (key, value), largest first; allocates O(n), not
+    /// O(table).
+    pub(crate) fn top(&self, n: usize) -> (usize, Vec<(u64, u64)>) {
+        use std::cmp::Reverse;
+        let e = lock(&self.inner);
+        let identity = self.identity();
+        let merged = |k: &u64| {
+            let mut v = e.values.get(k).map(|m| m.value);
+            for host in e.remote.values() {
+                if let Some(m) = host.get(k) {
+                    v = Some(self.merge.apply(v.unwrap_or(identity), m.value));
+                }
+            }
+            v.unwrap_or(0)
+        };
+        let mut count = 0usize;
+        let mut heap: std::collections::BinaryHeap<Reverse<(u64, Reverse<u64>)>> = std::collections::BinaryHeap::new();
+        let mut consider = |k: &u64| {
+            count += 1;
+            heap.push(Reverse((merged(k), Reverse(*k))));
+            if heap.len() > n {
+                heap.pop();
+            }
+        };
+        for k in e.values.keys() {
+            consider(k);
+        }
+        let hosts: Vec<&HashMap<u64, Merged>> = e.remote.values().collect();
+        for (i, host) in hosts.iter().enumerate() {
+            for k in host.keys() {
+                // Each key once: skip it where an earlier view has it.
+                if e.values.contains_key(k) || hosts.iter().take(i).any(|h| h.contains_key(k)) {
+                    continue;
+                }
+                consider(k);
+            }
+        }
+        let mut top: Vec<(u64, u64)> = heap.into_iter().map(|Reverse((v, Reverse(k)))| (k, v)).collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        (count, top)
+    }
+
     /// The merged view over the group (this host's and the others'), sorted
     /// by key.
     pub(crate) fn snapshot(&self) -> Vec<(u64, u64)> {
         let e = lock(&self.inner);
+        if e.remote.is_empty() {
+            let mut v: Vec<(u64, u64)> = e.values.iter().map(|(k, m)| (*k, m.value)).collect();
+            v.sort_unstable();
+            return v;
+        }
         let mut all: HashMap<u64, u64> = e.values.iter().map(|(k, m)| (*k, m.value)).collect();
         for host in e.remote.values() {
             for (k, m) in host {

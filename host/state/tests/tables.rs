@@ -496,3 +496,39 @@ fn one_live_worker_bills_the_shared_tables() {
     drop(a);
     assert_eq!(b.held_bytes(), 3 * per, "the next live worker takes over");
 }
+
+/// A group's hosts merge their eventual tables: each sends its own values
+/// of changed keys, and reads merge them with the other hosts' values.
+#[test]
+fn eventual_tables_merge_other_hosts_values_on_read() {
+    let d = Domain::new();
+    d.track_changes();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let [sum, peak] = declared(&mut t, &[eventual("bytes", Merge::Sum), eventual("peak", Merge::Max)])[..] else {
+        panic!()
+    };
+    t.begin_batch(&[], 1);
+    t.counter_add(sum, &[1, 2], &[10, 20]).unwrap();
+    t.counter_add(peak, &[1], &[5]).unwrap();
+    t.end_batch(1);
+    t.flush();
+    // This host's values of the changed keys, once.
+    let changes = d.eventual_changes();
+    assert_eq!(changes, vec![("bytes".to_string(), vec![(1, 10), (2, 20)]), ("peak".to_string(), vec![(1, 5)])]);
+    assert!(d.eventual_changes().is_empty());
+    // Another host's values replace what it sent before; reads merge.
+    assert_eq!(d.set_eventual_remote("h2", "bytes", &[(1, 3), (3, 4)], 2), 0);
+    assert_eq!(d.set_eventual_remote("h2", "bytes", &[(1, 7)], 2), 0);
+    assert_eq!(d.set_eventual_remote("h3", "peak", &[(1, 9)], 2), 0);
+    assert_eq!(d.set_eventual_remote("h3", "unknown", &[(1, 9)], 2), 0);
+    let mut out = Vec::new();
+    t.begin_batch(&[], 3);
+    t.counter_get(sum, &[1, 2, 3], &mut out).unwrap();
+    t.counter_get(peak, &[1], &mut out).unwrap();
+    t.end_batch(3);
+    assert_eq!(out, vec![17, 20, 4, 9]);
+    assert_eq!(d.eventual_snapshot("bytes").unwrap(), vec![(1, 17), (2, 20), (3, 4)]);
+    assert_eq!(d.eventual_top("bytes", 2).unwrap(), (3, vec![(2, 20), (1, 17)]));
+    // Remote values do not travel on: only this host's changes are sent.
+    assert!(d.eventual_changes().is_empty());
+}
