@@ -519,8 +519,10 @@ impl EventualShared {
     pub(crate) fn take_changed(&self) -> Vec<(u64, u64)> {
         let mut e = lock(&self.inner);
         let inner = &mut *e;
-        let out = inner.changed.keys().filter_map(|k| inner.values.get(k).map(|m| (*k, m.value))).collect();
+        let mut out: Vec<(u64, u64)> =
+            inner.changed.keys().filter_map(|k| inner.values.get(k).map(|m| (*k, m.value))).collect();
         inner.changed.clear();
+        out.sort_unstable();
         out
     }
 
