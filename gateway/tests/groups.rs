@@ -19,15 +19,6 @@ use support::*;
 
 const SILENCE_MS: u64 = 1500;
 
-/// Tests that run a group with its dispatcher take turns: each runs five
-/// or six busy-polling processes, which on a small machine would hold up
-/// each other's hosts.
-static GROUP_UNDER_TRAFFIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn take_turn() -> std::sync::MutexGuard<'static, ()> {
-    GROUP_UNDER_TRAFFIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// The group `default`'s table as the gateway published it.
 fn published(nats: &Nats) -> Option<OwnershipTable> {
     published_group(nats, "default")
@@ -119,6 +110,7 @@ fn sluice(gw: &Gateway, args: &[&str]) -> String {
 
 #[test]
 fn heartbeats_drains_caps_and_a_kill_give_new_table_versions_with_minimal_movement() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let silence = SILENCE_MS.to_string();
@@ -271,7 +263,7 @@ fn flows(path: &std::path::Path) -> Vec<(Option<sluice_wire::FlowKey>, Vec<u8>)>
 
 #[test]
 fn the_dispatcher_sends_every_flow_to_its_owner_whole_and_in_order() {
-    let _turn = take_turn();
+    let _turn = measuring_alone();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_HOST_SILENCE_MS", "1500")]);
@@ -421,12 +413,15 @@ struct EdgeGroup {
     procs: Vec<Proc>,
     key: String,
     table: OwnershipTable,
-    /// This test's turn (see [`GROUP_UNDER_TRAFFIC`]).
-    _turn: std::sync::MutexGuard<'static, ()>,
+    /// This test's turn, alone among the file's tests.
+    _turn: std::sync::RwLockWriteGuard<'static, ()>,
 }
 
 fn edge_group(d: &std::path::Path, hosts: &[&str], nf_name: &str, dep: &str, config: Option<Value>) -> EdgeGroup {
-    let turn = take_turn();
+    // Tests that run a group with its dispatcher take turns alone: each
+    // runs five or six busy-polling processes, which on a small machine
+    // would hold up each other's hosts.
+    let turn = measuring_alone();
     let nats = Nats::start(d);
     let conf = d.join("gateway.toml");
     std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();

@@ -50,6 +50,7 @@ fn at_once<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
 
 #[test]
 fn an_oversize_deployment_is_refused_or_fails_alone_and_the_group_converges() {
+    let _turn = beside_others();
     let dir = test_dir();
     // A server with a small max_payload: a deployment under the API's
     // limits can still be too large for it.
@@ -109,6 +110,7 @@ fn an_oversize_deployment_is_refused_or_fails_alone_and_the_group_converges() {
 
 #[test]
 fn concurrent_updates_lose_nothing_and_the_host_runs_the_revision_reported() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -165,6 +167,7 @@ fn peak_rss(pid: u32) -> u64 {
 
 #[test]
 fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bounded() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -257,6 +260,7 @@ fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bou
 
 #[test]
 fn the_gateway_sheds_slow_clients_sends_safe_headers_and_keeps_shared_blobs() {
+    let _turn = beside_others();
     use std::io::{Read, Write};
     let dir = test_dir();
     let nats = Nats::start(dir.path());
@@ -327,6 +331,7 @@ fn the_gateway_sheds_slow_clients_sends_safe_headers_and_keeps_shared_blobs() {
 
 #[test]
 fn quotas_answer_409_or_429_and_bound_what_one_tenant_holds() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let config = dir.path().join("gateway.toml");
@@ -379,6 +384,7 @@ fn quotas_answer_409_or_429_and_bound_what_one_tenant_holds() {
 
 #[test]
 fn one_tenants_many_deployments_leave_room_for_the_next_tenant() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -439,6 +445,7 @@ fn rate(report: &std::path::Path, id: &str, secs: u64) -> f64 {
 /// needs a third of the core, keeps its throughput.
 #[test]
 fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
+    let _turn = measuring_alone();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -501,6 +508,7 @@ fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
 /// with `[nf.""]`.
 #[test]
 fn host_sections_cap_the_nfs_of_their_name() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -538,6 +546,7 @@ fn host_sections_cap_the_nfs_of_their_name() {
 /// out-of-range value is a 422 naming the NF and the field.
 #[test]
 fn every_nf_limit_goes_through_the_api_and_the_cli_within_bounds() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);

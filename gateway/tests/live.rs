@@ -128,6 +128,7 @@ fn fw_config() -> serde_json::Value {
 
 #[test]
 fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
@@ -214,6 +215,7 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
 
 #[test]
 fn hot_swap_on_the_live_path_loses_no_packet_and_a_restarted_host_resumes() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
@@ -280,6 +282,7 @@ fn hot_swap_on_the_live_path_loses_no_packet_and_a_restarted_host_resumes() {
 
 #[test]
 fn run_dpdk_and_serve_agree_on_the_same_capture() {
+    let _turn = beside_others();
     let dir = test_dir();
     let d = dir.path();
     let input = vlan_trace(d, "in.pcap", 400, "");
@@ -350,6 +353,7 @@ fn run_dpdk_and_serve_agree_on_the_same_capture() {
 
 #[test]
 fn a_host_joining_a_group_with_removed_deployments_runs_the_current_ones() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
@@ -403,6 +407,7 @@ fn live_rate(report: &Path, name: &str, secs: u64) -> f64 {
 
 #[test]
 fn a_tenant_whose_nf_spins_does_not_starve_its_neighbour_on_a_live_worker() {
+    let _turn = measuring_alone();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
@@ -448,6 +453,7 @@ fn a_tenant_whose_nf_spins_does_not_starve_its_neighbour_on_a_live_worker() {
 
 #[test]
 fn two_workers_each_run_every_deployment_and_usage_adds_up() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
@@ -510,6 +516,7 @@ fn two_workers_each_run_every_deployment_and_usage_adds_up() {
 /// start with back-off and says so in the status.
 #[test]
 fn a_deployment_that_cannot_start_keeps_its_traffic_and_is_retried() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
@@ -556,6 +563,7 @@ fn a_deployment_that_cannot_start_keeps_its_traffic_and_is_retried() {
 /// bravo's VLAN.
 #[test]
 fn an_nf_cannot_retag_packets_into_another_tenants_vlan() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());

@@ -13,6 +13,21 @@ use std::time::{Duration, Instant};
 
 pub const ADMIN: &str = "test-admin-token";
 
+/// The tests of one file run in parallel, except those that measure a
+/// throughput: they take this lock for writing, the others for reading, so
+/// they measure with no other test's processes beside them.
+static MEASURING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// A test's turn beside the file's other tests (see [`MEASURING`]).
+pub fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    MEASURING.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A measuring test's turn, alone among the file's tests.
+pub fn measuring_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MEASURING.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A directory for one test; kept after the test (for its logs) when
 /// `SLUICE_KEEP_TEST_DIRS` is set.
 pub fn test_dir() -> tempfile::TempDir {
