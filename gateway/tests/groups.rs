@@ -13,6 +13,7 @@ mod support;
 
 use serde_json::{Value, json};
 use sluice_control::{Bus, OwnershipTable};
+use sluice_wire::FlowKey;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
@@ -418,6 +419,18 @@ struct EdgeGroup {
 }
 
 fn edge_group(d: &std::path::Path, hosts: &[&str], nf_name: &str, dep: &str, config: Option<Value>) -> EdgeGroup {
+    edge_group_with(d, hosts, nf_name, dep, config, &[])
+}
+
+/// [`edge_group`] with `extra` arguments for every host.
+fn edge_group_with(
+    d: &std::path::Path,
+    hosts: &[&str],
+    nf_name: &str,
+    dep: &str,
+    config: Option<Value>,
+    extra: &[&str],
+) -> EdgeGroup {
     // Tests that run a group with its dispatcher take turns alone: each
     // runs five or six busy-polling processes, which on a small machine
     // would hold up each other's hosts.
@@ -435,7 +448,9 @@ fn edge_group(d: &std::path::Path, hosts: &[&str], nf_name: &str, dep: &str, con
     empty_pcap(&empty);
     let mut procs = Vec::new();
     for h in hosts {
-        let args = edge_host_args(d, h, &d.join(format!("{h}.sock")), &d.join(format!("{h}.out.pcap")), &empty);
+        let mut args = edge_host_args(d, h, &d.join(format!("{h}.sock")), &d.join(format!("{h}.out.pcap")), &empty);
+        let eal = args.iter().position(|a| a == "--").unwrap_or(args.len());
+        args.splice(eal..eal, extra.iter().map(|a| a.to_string()));
         procs.push(start_host(&nats, &gw, d, h, &args.iter().map(String::as_str).collect::<Vec<_>>()));
     }
     let (id, key) = api.tenant("acme");
@@ -726,6 +741,53 @@ for due, f in frames:
 print('done', round(time.monotonic() - t0, 3), late, flush=True)
 "#;
 
+/// Starts sending `frames` (due seconds, bytes) on `veth.b` at their due
+/// times (see [`PACED_SENDER`]); returns once the sender started, with
+/// the rest of its output.
+fn paced_sender<'f>(
+    d: &std::path::Path,
+    veth: &Veth,
+    frames: impl Iterator<Item = (f64, &'f [u8])>,
+) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
+    use std::io::BufRead;
+    let mut file = Vec::new();
+    for (t, f) in frames {
+        file.extend_from_slice(&((t * 1e6) as u64).to_le_bytes());
+        file.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        file.extend_from_slice(f);
+    }
+    std::fs::write(d.join("schedule.bin"), file).unwrap();
+    let mut sender = Command::new("python3")
+        .args(["-c", PACED_SENDER])
+        .arg(d.join("schedule.bin"))
+        .arg(&veth.b)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(sender.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "start");
+    (sender, lines)
+}
+
+/// Dispatcher `d1` taking `veth.a` (net_af_packet) for `hosts`, reporting
+/// to `steer-live.json`, once it steers by table `version`; it exits 3 s
+/// after the last packet.
+fn live_dispatcher(nats: &Nats, d: &std::path::Path, veth: &Veth, hosts: &[&str], version: u64) -> std::process::Child {
+    let ingress = format!("--vdev=net_af_packet0,iface={}", veth.a);
+    let steer = steer_command(nats, d, "live", ingress, hosts, 3000)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(d.join("steer.err")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(30, "the dispatcher to steer by the group's table", || {
+        std::fs::read(d.join("steer-live.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .filter(|r| r["table_version"].as_u64() == Some(version))
+    });
+    steer
+}
+
 /// The elastic group under live traffic (SNF's claims): 240 firewall
 /// connections replayed at a fixed rate into the dispatcher for 8 s while
 /// a standby host joins (3 → 4), one is drained (4 → 3) and one is killed
@@ -737,7 +799,6 @@ print('done', round(time.monotonic() - t0, 3), late, flush=True)
 fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state() {
     use sluice_wire::build::FrameSpec;
     use sluice_wire::tcp::flags;
-    use std::io::BufRead;
     let dir = test_dir();
     let d = dir.path();
     let veth = Veth::new();
@@ -774,36 +835,9 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
         }
     }
     schedule.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut file = Vec::new();
-    for (t, f, _) in &schedule {
-        file.extend_from_slice(&((t * 1e6) as u64).to_le_bytes());
-        file.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        file.extend_from_slice(f);
-    }
-    std::fs::write(d.join("schedule.bin"), file).unwrap();
-
     let report = d.join("steer-live.json");
-    let ingress = format!("--vdev=net_af_packet0,iface={}", veth.a);
-    let steer = steer_command(&nats, d, "live", ingress, &hosts, 3000)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(d.join("steer.err")).unwrap())
-        .spawn()
-        .unwrap();
-    wait_for(30, "the dispatcher to steer by the group's table", || {
-        std::fs::read(&report)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .filter(|r| r["table_version"].as_u64() == Some(three.version()))
-    });
-    let mut sender = Command::new("python3")
-        .args(["-c", PACED_SENDER])
-        .arg(d.join("schedule.bin"))
-        .arg(&veth.b)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(sender.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "start");
+    let steer = live_dispatcher(&nats, d, &veth, &hosts, three.version());
+    let (mut sender, mut lines) = paced_sender(d, &veth, schedule.iter().map(|(t, f, _)| (*t, f.as_slice())));
     let t0 = Instant::now();
     let at = |secs: f64| std::thread::sleep(Duration::from_secs_f64(secs).saturating_sub(t0.elapsed()));
 
@@ -892,6 +926,142 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
         if i != 1 {
             p.term();
         }
+    }
+}
+
+/// SNF's reactive pull: with proactive replication slowed to a minute, a
+/// drained host's flows move to their next owners without their state.
+/// The first packet of each moved flowlet names the host it left; the new
+/// owner asks that host for the state, holds the flow's packets meanwhile
+/// and runs them, in order, once it arrives: every server reply of an open
+/// connection passes. For flows the drained host holds no state of
+/// (unsolicited server packets, which its firewall dropped) it answers so,
+/// and their packets run at once and are dropped.
+#[test]
+fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    let dir = test_dir();
+    let d = dir.path();
+    let veth = Veth::new();
+    let hosts = ["h1", "h2", "h3"];
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } =
+        edge_group_with(d, &hosts, "firewall", "fw", Some(web_firewall()), &["--replicate-us", "60000000", "--pull-wait-us", "50000"]);
+    let api = gw.api();
+
+    // 300 connections opened over the first half second; 2 s later the
+    // server answers each with three packets 200 µs apart, and 0.5 s
+    // after that the client acknowledges. 60 unsolicited server packets
+    // early, and a second one of each late.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kind {
+        Client,
+        Reply(u32),
+        Unsolicited,
+    }
+    let server = [192, 0, 2, 1];
+    let mut schedule: Vec<(f64, Vec<u8>, Kind, FlowKey)> = Vec::new();
+    let mut add = |t: f64, f: FrameSpec, kind: Kind| {
+        let f = f.build();
+        let key = sluice_wire::parse(&f).key.unwrap().normalized();
+        schedule.push((t, f, kind, key));
+    };
+    for i in 0..300u32 {
+        let (client, port) = ([10, 2, (i / 200) as u8, (i % 200) as u8 + 1], 20000 + i as u16);
+        let t = f64::from(i) / 600.0;
+        add(t, FrameSpec::tcp4(client, port, server, 80, flags::SYN), Kind::Client);
+        for n in 0..3u32 {
+            let reply =
+                FrameSpec::tcp4(server, 80, client, port, flags::SYN | flags::ACK).with_payload(n.to_be_bytes());
+            add(t + 2.0 + f64::from(n) * 0.0002, reply, Kind::Reply(n));
+        }
+        add(t + 2.5, FrameSpec::tcp4(client, port, server, 80, flags::ACK), Kind::Client);
+    }
+    for i in 0..60u32 {
+        let (client, port) = ([10, 3, 0, i as u8 + 1], 50000 + i as u16);
+        for (t, n) in [(0.6 + f64::from(i) / 600.0, 0u32), (2.7 + f64::from(i) / 600.0, 1)] {
+            let f = FrameSpec::tcp4(server, 80, client, port, flags::ACK).with_payload(n.to_be_bytes());
+            add(t, f, Kind::Unsolicited);
+        }
+    }
+    schedule.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let steer = live_dispatcher(&nats, d, &veth, &hosts, before.version());
+    let (mut sender, mut lines) = paced_sender(d, &veth, schedule.iter().map(|(t, f, ..)| (*t, f.as_slice())));
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(1).saturating_sub(t0.elapsed()));
+    assert!(api.post(Some(ADMIN), "/v1/groups/edge/hosts/h3/drain", &json!({})).status < 300);
+    let drained = wait_group_table(&api, &nats, "edge", before.version(), &["h1", "h2"]);
+    assert!(t0.elapsed() < Duration::from_millis(1900), "the drain took effect before the replies");
+    let done = lines.next().unwrap().unwrap();
+    assert!(sender.wait().unwrap().success());
+    let st = steer.wait_with_output().unwrap();
+    eprint!("sender: {done}\n{}", String::from_utf8_lossy(&st.stdout));
+    assert!(st.status.success(), "steer: {}", std::fs::read_to_string(d.join("steer.err")).unwrap());
+    std::thread::sleep(Duration::from_millis(1200));
+
+    // Where each frame came out, and at which position of that output.
+    let mut seen: std::collections::HashMap<Vec<u8>, Vec<(&str, usize)>> = Default::default();
+    for h in hosts {
+        for (i, (_, f)) in flows(&d.join(format!("{h}.out.pcap"))).into_iter().enumerate() {
+            seen.entry(f).or_default().push((h, i));
+        }
+    }
+    let moved = |k: &FlowKey| before.owner(k.hash_normalized()) == Some("h3");
+    let mut failures = Vec::new();
+    for (t, f, kind, key) in &schedule {
+        let at = seen.get(f).map(Vec::as_slice).unwrap_or(&[]);
+        let ok = match kind {
+            Kind::Unsolicited => at.is_empty(),
+            _ => at.len() == 1,
+        };
+        if !ok {
+            failures.push(format!("{t:.4}s moved={} {at:?}", moved(key)));
+        }
+    }
+    assert!(failures.is_empty(), "{} frames passed wrongly or not once: {failures:#?}", failures.len());
+    // A moved connection's three replies came out of its new owner, in order.
+    for (_, _, _, key) in schedule.iter().filter(|s| s.2 == Kind::Reply(0) && moved(&s.3)) {
+        let owner = drained.owner(key.hash_normalized()).unwrap();
+        let out: Vec<usize> = (0..3u32)
+            .map(|n| {
+                let (_, f, ..) = schedule.iter().find(|s| s.3 == *key && s.2 == Kind::Reply(n)).unwrap();
+                let at = &seen[f][0];
+                assert_eq!(at.0, owner);
+                at.1
+            })
+            .collect();
+        assert!(out.windows(2).all(|w| w[0] < w[1]), "replies out of order: {out:?}");
+    }
+    let conns = schedule.iter().filter(|s| s.2 == Kind::Reply(0) && moved(&s.3)).count() as u64;
+    let unsolicited = schedule.iter().filter(|s| s.2 == Kind::Unsolicited && s.0 > 2.0 && moved(&s.3)).count() as u64;
+    assert!(conns > 50, "h3 had {conns} connections");
+    let peer: Vec<Value> = ["h1", "h2"].iter().map(|h| host_report(d, h)["peer"].clone()).collect();
+    let sum = |k: &str| peer.iter().map(|p| p[k].as_u64().unwrap_or(0)).sum::<u64>();
+    let h3 = host_report(d, "h3")["peer"].clone();
+    eprintln!(
+        "h3 had {conns} connections and {unsolicited} unsolicited flows | new owners: {} moved flowlets waited, {} with state, {} not held, {} timed out, {} packets held, wait avg {} µs max {} µs | h3: {} flows sent, {} not held",
+        sum("moved_waited"),
+        sum("waits_with_state"),
+        sum("waits_not_held"),
+        sum("waits_timed_out"),
+        sum("packets_held"),
+        sum("wait_us_total") / sum("moved_waited").max(1),
+        peer.iter().map(|p| p["wait_us_max"].as_u64().unwrap_or(0)).max().unwrap_or(0),
+        h3["pull_flows_sent"],
+        h3["pull_flows_not_held"],
+    );
+    assert_eq!(sum("moved_waited"), conns + unsolicited);
+    assert_eq!(sum("waits_with_state"), conns);
+    assert_eq!(sum("waits_not_held"), unsolicited);
+    assert_eq!(sum("waits_timed_out"), 0);
+    assert_eq!(sum("packets_held_dropped"), 0);
+    assert!(sum("packets_held") >= conns + unsolicited);
+    assert_eq!(h3["pull_flows_sent"].as_u64(), Some(conns));
+    assert_eq!(h3["pull_flows_not_held"].as_u64(), Some(unsolicited));
+    // Nothing was replicated proactively: the state came only by pulls.
+    assert_eq!(h3["flows_sent"].as_u64(), Some(conns));
+    for p in &mut procs {
+        p.term();
     }
 }
 

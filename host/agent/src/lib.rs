@@ -36,7 +36,7 @@ use report::AgentReport;
 use sluice_control::{Bus, DeploymentSpec, DeploymentStatus, DesiredSet, Heartbeat, HostState, now_ms};
 use sluice_engine::Classifier;
 use sluice_pcap::Trace;
-use sluice_peer::{Outgoing, Peer, PeerMessage, PeerStore};
+use sluice_peer::{Outgoing, Peer, PeerStore};
 use sluice_runtime::{NfLimits, Runtime, RuntimeConfig};
 use std::collections::HashSet;
 use std::collections::{BTreeMap, HashMap};
@@ -125,6 +125,9 @@ pub struct PeerConfig {
     pub lifetime: Duration,
     /// How often the group's ownership table is read.
     pub table_poll: Duration,
+    /// How long the packets of a flow moved here without its state wait
+    /// for it from the host that had it (then they run without it).
+    pub pull_wait: Duration,
 }
 
 impl Default for PeerConfig {
@@ -135,6 +138,7 @@ impl Default for PeerConfig {
             max_bytes: 256 << 20,
             lifetime: Duration::from_secs(120),
             table_poll: Duration::from_millis(100),
+            pull_wait: Duration::from_millis(5),
         }
     }
 }
@@ -420,20 +424,22 @@ async fn start_peer(bus: &Arc<dyn Bus>, cfg: &AgentConfig, pc: &PeerConfig) -> R
     if pc.interval.is_zero() {
         return Err(AgentError::Config("the replication interval must be above 0".into()));
     }
+    if pc.pull_wait > sluice_peer::pull::MAX_WAIT {
+        return Err(AgentError::Config(format!(
+            "a pull wait of {:?} is over the {:?} packets may wait (--pull-wait-us)",
+            pc.pull_wait,
+            sluice_peer::pull::MAX_WAIT
+        )));
+    }
     let (tx, rx) = crossbeam_channel::bounded::<Outgoing>(4096);
     let store = PeerStore::new(pc.max_flows, pc.max_bytes, pc.lifetime);
-    let peer = Peer::new(&cfg.host, pc.interval, store, tx);
+    let peer = Peer::new(&cfg.host, pc.interval, pc.pull_wait, store, tx);
     let mut inbox = bus.peer_inbox(&cfg.group, &cfg.host).await?;
     let p = peer.clone();
     tokio::spawn(async move {
         while let Some(m) = inbox.next().await {
-            match PeerMessage::decode(&m.message) {
-                Ok(PeerMessage::Flows(b)) => p.store().insert(&m.host, b, std::time::Instant::now()),
-                Ok(PeerMessage::Global(g)) => p.take_global(&m.host, g, wall_ns()),
-                Err(e) => {
-                    p.store().refused();
-                    tracing::warn!(from = %m.host, "peer state refused: {e}");
-                }
+            if let Err(e) = p.receive(&m.host, &m.message, std::time::Instant::now(), wall_ns()) {
+                tracing::warn!(from = %m.host, "peer state refused: {e}");
             }
         }
     });
@@ -444,7 +450,7 @@ async fn start_peer(bus: &Arc<dyn Bus>, cfg: &AgentConfig, pc: &PeerConfig) -> R
         loop {
             tick.tick().await;
             let peers = p.peers();
-            let messages = p.global_messages(peers.len());
+            let messages = p.global_messages(peers.len(), wall_ns());
             for body in &messages {
                 for to in &peers {
                     if let Err(e) = global_bus.publish_peer(&group, to, &me, body.clone()).await {

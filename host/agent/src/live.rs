@@ -107,6 +107,24 @@ impl Lane for LiveLane {
         self.over_share += packets;
     }
 
+    fn hold(
+        &mut self,
+        packets: &[sluice_runtime::RawPacket<'_>],
+        moved: &[(usize, SteerMark)],
+        room: usize,
+        out: &mut Vec<(usize, sluice_runtime::Hold)>,
+    ) {
+        if let Some(p) = &mut self.peer {
+            p.hold(self.active.worker.chain().stages(), packets, moved, room, out);
+        }
+    }
+
+    fn release(&mut self, out: &mut Vec<u64>) {
+        if let Some(p) = &mut self.peer {
+            p.release(out);
+        }
+    }
+
     fn run(&mut self, packets: &[sluice_runtime::RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &[PacketResult] {
         match &mut self.peer {
             Some(p) => {
@@ -385,6 +403,15 @@ impl WorkerCtx {
                 continue;
             }
             let got = dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes);
+            // Other hosts' requests for flows moved away from here.
+            if self.shared.peer.is_some() {
+                let now = Instant::now();
+                for l in &mut lanes {
+                    if let Some(p) = l.peer.as_mut() {
+                        p.serve(l.active.worker.chain(), now);
+                    }
+                }
+            }
             // Peer state goes out on its interval, with traffic or without.
             if self.shared.peer.is_some() && last_peer.elapsed() >= TICK_EVERY {
                 let now = Instant::now();

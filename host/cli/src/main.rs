@@ -336,6 +336,11 @@ enum Command {
         /// most (past it, new replicas are refused and counted).
         #[arg(long, env = "SLUICE_PEER_MAX_MB", default_value_t = 256, requires = "dpdk")]
         peer_max_mb: usize,
+        /// With --dpdk: how long, µs, the packets of a flow the dispatcher
+        /// moved here without its state wait while it is pulled from the
+        /// host that had it (then they run without it: a state miss).
+        #[arg(long, env = "SLUICE_PULL_WAIT_US", default_value_t = 5000, requires = "dpdk")]
+        pull_wait_us: u64,
         /// EAL arguments (with --dpdk).
         #[arg(last = true)]
         eal: Vec<String>,
@@ -570,6 +575,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             descriptors,
             replicate_us,
             peer_max_mb,
+            pull_wait_us,
             eal,
         } => {
             let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
@@ -607,6 +613,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 peer: (dpdk && replicate_us > 0).then(|| sluice_agent::PeerConfig {
                     interval: std::time::Duration::from_micros(replicate_us),
                     max_bytes: peer_max_mb.saturating_mul(1 << 20),
+                    pull_wait: std::time::Duration::from_micros(pull_wait_us),
                     ..Default::default()
                 }),
             };

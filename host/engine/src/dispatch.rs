@@ -14,7 +14,7 @@ use crate::classify::{Attachment, Classifier, Unmatched, outer_vlan};
 use crate::io::{PacketIo, Receive};
 use crate::worker::{Worker, recycle};
 use serde::Serialize;
-use sluice_runtime::{Fate, PacketResult, RawPacket};
+use sluice_runtime::{Fate, Hold, PacketResult, RawPacket};
 use sluice_wire::steer::SteerMark;
 
 /// A deployment's part of a host worker.
@@ -55,6 +55,24 @@ pub trait Lane {
     /// share.
     fn refused(&mut self, packets: u64) {
         let _ = packets;
+    }
+    /// Before its part of a batch runs: the packets that wait for their
+    /// flow's state from another host (index in `packets`, held or
+    /// dropped, at most `room` held; see [`Hold`]). The others run.
+    /// `moved` as for [`run`](Self::run).
+    fn hold(
+        &mut self,
+        packets: &[RawPacket<'_>],
+        moved: &[(usize, SteerMark)],
+        room: usize,
+        out: &mut Vec<(usize, Hold)>,
+    ) {
+        let _ = (packets, moved, room, out);
+    }
+    /// Appends the tickets of its held packets whose wait is over: they
+    /// come back first in the next batch.
+    fn release(&mut self, out: &mut Vec<u64>) {
+        let _ = out;
     }
 }
 
@@ -104,6 +122,17 @@ pub struct Dispatch {
     /// The batch's marked packets, and those of the lane being run.
     moved: Vec<(usize, SteerMark)>,
     lane_moved: Vec<(usize, SteerMark)>,
+    /// Position in the batch of each packet of the lane being run.
+    positions: Vec<usize>,
+    /// The lane's decisions for packets that wait (index in its part).
+    holds: Vec<(usize, Hold)>,
+    /// Positions in the batch not run: held or dropped while waiting
+    /// (empty when none).
+    skip: Vec<bool>,
+    /// Packets of the batch to hold (position, ticket), and tickets to
+    /// release.
+    to_hold: Vec<(usize, u64)>,
+    tickets: Vec<u64>,
 }
 
 impl Dispatch {
@@ -123,6 +152,11 @@ impl Dispatch {
             results: Vec::new(),
             moved: Vec::new(),
             lane_moved: Vec::new(),
+            positions: Vec::new(),
+            holds: Vec::new(),
+            skip: Vec::new(),
+            to_hold: Vec::new(),
+            tickets: Vec::new(),
         }
     }
 
@@ -158,10 +192,21 @@ impl Dispatch {
         // Each lane's part of a batch should be about a batch: more lanes,
         // larger batches (up to the runtime's).
         let max = max.saturating_mul(lanes.len().max(1)).min(sluice_wire::abi::MAX_BATCH.max(max));
+        // Held packets whose wait is over come back first.
+        self.tickets.clear();
+        for lane in lanes.iter_mut() {
+            lane.release(&mut self.tickets);
+        }
+        if !self.tickets.is_empty() {
+            io.release(&self.tickets);
+        }
         let got = io.receive(max);
         if !matches!(got, Receive::Packets(_)) {
             return got;
         }
+        let mut room = io.hold_room();
+        self.skip.clear();
+        self.to_hold.clear();
         self.moved.clear();
         self.moved.extend_from_slice(io.moved());
         let mut raw = recycle(std::mem::take(&mut self.raw));
@@ -209,6 +254,7 @@ impl Dispatch {
             }
             let mut sub = recycle(std::mem::take(&mut self.sub));
             self.lane_moved.clear();
+            self.positions.clear();
             let mut marks = self.moved.iter().peekable();
             for (i, (p, o)) in raw.iter().zip(&self.owners).enumerate() {
                 if !o.is_some_and(|o| o.lane == li) {
@@ -224,6 +270,14 @@ impl Dispatch {
                     marks.next();
                 }
                 sub.push(*p);
+                self.positions.push(i);
+            }
+            self.holds.clear();
+            lane.hold(&sub, &self.lane_moved, room, &mut self.holds);
+            if !self.holds.is_empty() {
+                let before = self.to_hold.len();
+                self.without_held(&mut sub, raw.len());
+                room = room.saturating_sub(self.to_hold.len() - before);
             }
             if !sub.is_empty() {
                 self.allowed.clear();
@@ -234,6 +288,9 @@ impl Dispatch {
                 let mut forwarded = 0u64;
                 for (i, ((slot, owner), original)) in self.results.iter_mut().zip(&self.owners).zip(&raw).enumerate() {
                     let Some(owner) = owner.filter(|o| o.lane == li) else { continue };
+                    if self.skip.get(i) == Some(&true) {
+                        continue;
+                    }
                     let Some(r) = it.next() else { break };
                     let fate = match &r.fate {
                         // An `out` port this host does not have.
@@ -280,8 +337,49 @@ impl Dispatch {
             self.sub = recycle(sub);
         }
         self.raw = recycle(raw);
+        for &(at, ticket) in &self.to_hold {
+            io.hold(at, ticket);
+        }
         io.deliver(&self.results);
         got
+    }
+
+    /// Takes the packets the lane holds or drops (`holds`) out of its part
+    /// (`sub`, and the marks of `lane_moved` re-indexed), notes them in
+    /// `skip` (a batch of `batch` packets) and the held ones in `to_hold`.
+    /// Their results stay refused: a held one is not delivered, a dropped
+    /// one is dropped.
+    fn without_held(&mut self, sub: &mut Vec<RawPacket<'_>>, batch: usize) {
+        self.holds.sort_unstable_by_key(|&(i, _)| i);
+        self.holds.dedup_by_key(|&mut (i, _)| i);
+        if self.skip.len() != batch {
+            self.skip.clear();
+            self.skip.resize(batch, false);
+        }
+        for &(si, h) in &self.holds {
+            let Some(&at) = self.positions.get(si) else { continue };
+            if let Some(s) = self.skip.get_mut(at) {
+                *s = true;
+            }
+            if let Hold::Keep(ticket) = h {
+                self.to_hold.push((at, ticket));
+            }
+        }
+        let held = |si: usize| self.holds.binary_search_by_key(&si, |&(i, _)| i);
+        let mut si = 0;
+        sub.retain(|_| {
+            let keep = held(si).is_err();
+            si += 1;
+            keep
+        });
+        self.lane_moved.retain_mut(|(si, _)| match held(*si) {
+            Ok(_) => false,
+            // Err(n): n held packets come before it.
+            Err(n) => {
+                *si -= n;
+                true
+            }
+        });
     }
 }
 
@@ -348,6 +446,158 @@ mod tests {
         assert_eq!(io.delivered, vec![Fate::Refused, Fate::Forward(0)]);
         assert_eq!(d.counters().not_running, 1);
         assert_eq!(d.counters().unmatched, 1);
+    }
+
+    /// Frames of a batch, and the marks among them.
+    type Batch = (Vec<Vec<u8>>, Vec<(usize, SteerMark)>);
+
+    /// Batches from a list; packets held by ticket come back first in the
+    /// next batch once released, as a DPDK I/O does.
+    struct HoldIo {
+        batches: std::collections::VecDeque<Batch>,
+        frames: Vec<Vec<u8>>,
+        marks: Vec<(usize, SteerMark)>,
+        held: Vec<(u64, Vec<u8>)>,
+        holding: Vec<(usize, u64)>,
+        released: Vec<Vec<u8>>,
+        delivered: Vec<(Vec<u8>, Fate)>,
+    }
+
+    impl PacketIo for HoldIo {
+        fn receive(&mut self, _max: usize) -> Receive {
+            self.frames = std::mem::take(&mut self.released);
+            let (frames, marks) = self.batches.pop_front().unwrap_or_default();
+            let back = self.frames.len();
+            self.marks = marks.into_iter().map(|(i, m)| (i + back, m)).collect();
+            self.frames.extend(frames);
+            if self.frames.is_empty() { Receive::Done } else { Receive::Packets(self.frames.len()) }
+        }
+        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+            for f in &self.frames {
+                out.push(RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 0, ingress_port: 0 });
+            }
+        }
+        fn deliver(&mut self, results: &[PacketResult]) {
+            for (i, (f, r)) in self.frames.iter().zip(results).enumerate() {
+                match self.holding.iter().find(|h| h.0 == i) {
+                    Some(&(_, t)) => self.held.push((t, f.clone())),
+                    None => self.delivered.push((f.clone(), r.fate.clone())),
+                }
+            }
+            self.holding.clear();
+        }
+        fn moved(&self) -> &[(usize, SteerMark)] {
+            &self.marks
+        }
+        fn hold_room(&self) -> usize {
+            4 - self.held.len() - self.holding.len()
+        }
+        fn hold(&mut self, index: usize, ticket: u64) {
+            self.holding.push((index, ticket));
+        }
+        fn release(&mut self, tickets: &[u64]) {
+            let (go, stay): (Vec<_>, Vec<_>) = self.held.drain(..).partition(|(t, _)| tickets.contains(t));
+            self.held = stay;
+            self.released.extend(go.into_iter().map(|(_, f)| f));
+        }
+    }
+
+    /// A lane that forwards everything, and holds the packets whose last
+    /// byte is 1 (a "flow" waiting for its state) until told to release
+    /// them; over the I/O's room it drops them. Records what it ran, and
+    /// the marks it was given.
+    struct WaitingLane {
+        waiting: bool,
+        release: bool,
+        ran: Vec<Vec<u8>>,
+        marks: Vec<usize>,
+        results: Vec<PacketResult>,
+    }
+
+    impl Lane for WaitingLane {
+        fn worker(&mut self) -> &mut Worker {
+            unreachable!("run is its own")
+        }
+        fn may_send(&self, _: u16) -> bool {
+            true
+        }
+        fn hold(
+            &mut self,
+            packets: &[RawPacket<'_>],
+            _: &[(usize, SteerMark)],
+            mut room: usize,
+            out: &mut Vec<(usize, Hold)>,
+        ) {
+            for (i, p) in packets.iter().enumerate() {
+                if self.waiting && p.data.last() == Some(&1) {
+                    if room > 0 {
+                        room -= 1;
+                        out.push((i, Hold::Keep(7)));
+                    } else {
+                        out.push((i, Hold::Drop));
+                    }
+                }
+            }
+        }
+        fn release(&mut self, out: &mut Vec<u64>) {
+            if self.release {
+                self.waiting = false;
+                self.release = false;
+                out.push(7);
+            }
+        }
+        fn run(&mut self, packets: &[RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &[PacketResult] {
+            self.ran.extend(packets.iter().map(|p| p.data.to_vec()));
+            self.marks.extend(moved.iter().map(|m| m.0));
+            self.results =
+                packets.iter().map(|_| PacketResult { fate: Fate::Forward(0), data: None, label: None }).collect();
+            &self.results
+        }
+    }
+
+    /// Held packets are neither run nor delivered; once released they run
+    /// first in the next batch, in the order they came, ahead of newer
+    /// packets of their flow. Marks of the packets that run keep pointing
+    /// at them; packets over the I/O's room are dropped.
+    #[test]
+    fn held_packets_wait_then_run_first_and_in_order() {
+        let mark = SteerMark { previous: 9, table_version: 2 };
+        let c = Classifier::new([(0, "port=0,vlan=100".parse().unwrap())]);
+        let f = |flow: u8, n: u8| {
+            let mut p = tagged(100);
+            p.extend_from_slice(&[n, flow]);
+            p
+        };
+        let mut io = HoldIo {
+            batches: [
+                (vec![f(1, 1), f(2, 1), f(1, 2), f(2, 2), f(1, 3), f(1, 4), f(1, 5)], vec![(0, mark), (3, mark)]),
+                (vec![f(1, 6), f(2, 3)], vec![(1, mark)]),
+            ]
+            .into(),
+            frames: Vec::new(),
+            marks: Vec::new(),
+            held: Vec::new(),
+            holding: Vec::new(),
+            released: Vec::new(),
+            delivered: Vec::new(),
+        };
+        let mut d = Dispatch::new(vec![0], Unmatched::Drop);
+        let mut lanes =
+            vec![WaitingLane { waiting: true, release: false, ran: vec![], marks: vec![], results: vec![] }];
+        assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(7));
+        // The held first packet's mark went with it; f(2, 2)'s follows it.
+        assert_eq!(lanes[0].marks, vec![1]);
+        // Four held (the I/O's room), the fifth dropped; flow 2 ran.
+        assert_eq!(io.held.len(), 4);
+        assert_eq!(lanes[0].ran, vec![f(2, 1), f(2, 2)]);
+        assert_eq!(io.delivered.iter().filter(|(_, fate)| *fate == Fate::Refused).count(), 1);
+        lanes[0].release = true;
+        assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(6));
+        assert_eq!(lanes[0].ran[2..], [f(1, 1), f(1, 2), f(1, 3), f(1, 4), f(1, 6), f(2, 3)]);
+        // The mark of f(2, 3), after the four released packets and f(1, 6).
+        assert_eq!(lanes[0].marks, vec![1, 5]);
+        assert!(io.held.is_empty());
+        assert_eq!(io.delivered.iter().filter(|(_, fate)| *fate == Fate::Forward(0)).count(), 8);
     }
 
     /// A lane that never exists (lanes with chains are tested with real

@@ -7,12 +7,32 @@
 //!
 //! Output ports: verdict port 0 is the default output (the port the packet
 //! came in on, or its pair with `pairs`); port k ≥ 1 is the k-th port.
+//!
+//! Packets whose flow waits for its state from another host are held (the
+//! mbufs kept, at most [`MAX_HELD`] a worker) until released, then come
+//! back first, in order; one not released within [`HOLD_LIMIT`] (its
+//! deployment was removed meanwhile) comes back anyway.
 
 use crate::io::{PacketIo, QueueCounters, Receive};
 use sluice_dpdk::{Mbuf, Queue};
 use sluice_runtime::{Fate, PacketResult, RawPacket};
 use sluice_wire::steer::{self, SteerMark};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Packets one worker holds at most.
+pub const MAX_HELD: usize = 512;
+/// A held packet comes back after this long even if not released.
+pub const HOLD_LIMIT: Duration = Duration::from_millis(100);
+
+/// A packet kept back until its ticket is released.
+#[derive(Debug)]
+struct Held {
+    ticket: u64,
+    mbuf: Mbuf,
+    /// Port index it came in on.
+    ingress: usize,
+    at: Instant,
+}
 
 /// One worker's queues, and the buffers its batches reuse.
 #[derive(Debug)]
@@ -31,6 +51,12 @@ pub struct DpdkIo {
     /// Packets of the batch a dispatcher marked (see [`sluice_wire::steer`]).
     moved: Vec<(usize, SteerMark)>,
     unmark: Vec<u8>,
+    /// Packets held, in the order held.
+    held: Vec<Held>,
+    /// Packets of the batch to hold at `deliver`: (index, ticket).
+    holding: Vec<(usize, u64)>,
+    /// Held packets released, to come back at the next `receive`.
+    released: std::collections::VecDeque<(Mbuf, usize)>,
 }
 
 impl DpdkIo {
@@ -49,7 +75,24 @@ impl DpdkIo {
             ts: 0,
             moved: Vec::new(),
             unmark: Vec::new(),
+            held: Vec::new(),
+            holding: Vec::new(),
+            released: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Moves the held packets `release` picks to the released queue, in
+    /// the order they were held.
+    fn release_where(&mut self, release: impl Fn(&Held) -> bool) {
+        let mut keep = Vec::with_capacity(self.held.len());
+        for h in self.held.drain(..) {
+            if release(&h) {
+                self.released.push_back((h.mbuf, h.ingress));
+            } else {
+                keep.push(h);
+            }
+        }
+        self.held = keep;
     }
 
     /// The default output of a packet that came in on port index `pi`.
@@ -90,12 +133,43 @@ impl PacketIo for DpdkIo {
         &self.moved
     }
 
-    /// Up to `max` packets from each of the worker's queues.
+    fn hold_room(&self) -> usize {
+        MAX_HELD.saturating_sub(self.held.len() + self.released.len() + self.holding.len())
+    }
+
+    fn hold(&mut self, index: usize, ticket: u64) {
+        if self.hold_room() > 0 {
+            self.holding.push((index, ticket));
+        }
+    }
+
+    fn release(&mut self, tickets: &[u64]) {
+        if !tickets.is_empty() {
+            self.release_where(|h| tickets.contains(&h.ticket));
+        }
+    }
+
+    /// Released packets first (up to `max`), then, once none is left, up
+    /// to `max` packets from each of the worker's queues: a packet never
+    /// overtakes a released one of its flow.
     fn receive(&mut self, max: usize) -> Receive {
         self.mbufs.clear();
         self.ingress.clear();
+        if self.held.first().is_some_and(|h| h.at.elapsed() >= HOLD_LIMIT) {
+            let now = Instant::now();
+            self.release_where(|h| now.saturating_duration_since(h.at) >= HOLD_LIMIT);
+        }
+        while self.mbufs.len() < max.max(1) {
+            let Some((m, pi)) = self.released.pop_front() else { break };
+            self.mbufs.push(m);
+            self.ingress.push(pi);
+        }
+        let back = self.mbufs.len();
         let per_port = u16::try_from(max).unwrap_or(u16::MAX);
         for (pi, q) in self.queues.iter_mut().enumerate() {
+            if !self.released.is_empty() {
+                break;
+            }
             let got = q.rx_burst(&mut self.mbufs, per_port);
             self.ingress.extend(std::iter::repeat_n(pi, got));
             if let Some(c) = self.counters.get_mut(pi) {
@@ -108,7 +182,8 @@ impl PacketIo for DpdkIo {
         self.ts = now_ns();
         // A dispatcher's mark is stripped before anything reads the packet.
         self.moved.clear();
-        for (i, m) in self.mbufs.iter_mut().enumerate() {
+        // (Released packets were stripped when they first came in.)
+        for (i, m) in self.mbufs.iter_mut().enumerate().skip(back) {
             let Some(d) = m.data() else { continue };
             if d.get(12..14) != Some(&steer::ETHERTYPE.to_be_bytes()) {
                 continue;
@@ -160,7 +235,14 @@ impl PacketIo for DpdkIo {
     fn deliver(&mut self, results: &[PacketResult]) {
         let n_ports = self.queues.len();
         let mut mbufs = std::mem::take(&mut self.mbufs);
-        for ((mut m, pi), r) in mbufs.drain(..).zip(self.ingress.iter().copied()).zip(results) {
+        self.holding.sort_unstable_by_key(|&(i, _)| i);
+        let mut holding = self.holding.iter().peekable();
+        let now = Instant::now();
+        for (i, ((mut m, pi), r)) in mbufs.drain(..).zip(self.ingress.iter().copied()).zip(results).enumerate() {
+            if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
+                self.held.push(Held { ticket, mbuf: m, ingress: pi, at: now });
+                continue;
+            }
             let target = match r.fate {
                 Fate::Dropped(_) => {
                     if let Some(c) = self.counters.get_mut(pi) {
@@ -183,6 +265,7 @@ impl PacketIo for DpdkIo {
                 }
             }
         }
+        self.holding.clear();
         self.mbufs = mbufs;
         self.transmit();
     }

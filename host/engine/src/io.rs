@@ -42,6 +42,25 @@ pub trait PacketIo {
     fn moved(&self) -> &[(usize, sluice_wire::steer::SteerMark)] {
         &[]
     }
+
+    /// Packets it can still hold (see [`hold`](Self::hold)); 0: it holds
+    /// none, and no packet waits.
+    fn hold_room(&self) -> usize {
+        0
+    }
+
+    /// Keeps packet `index` of the last `receive` back from `deliver`
+    /// (its result is not read) under `ticket`, until the ticket is
+    /// released. Called before `deliver`, at most `hold_room` times.
+    fn hold(&mut self, index: usize, ticket: u64) {
+        let _ = (index, ticket);
+    }
+
+    /// The packets held under these tickets come back at the next
+    /// `receive`, in the order they were held, ahead of new packets.
+    fn release(&mut self, tickets: &[u64]) {
+        let _ = tickets;
+    }
 }
 
 /// Counters of one queue pair (one worker on one port).

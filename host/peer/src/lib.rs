@@ -19,18 +19,24 @@
 //!   into the lane's NFs before the chain runs; a part whose clock is not
 //!   newer than what the NF holds is stale and refused.
 //!
+//! - A flowlet the dispatcher moved here whose state is neither here nor
+//!   replicated is pulled from the host that had it, its packets waiting
+//!   meanwhile ([`pull`]).
+//!
 //! Nothing here is on the path of a host that is not in a group with
 //! peers: a lane without a table does no work but marking flows.
 
+pub mod pull;
 pub mod store;
 pub mod wire;
 
 pub use store::{PeerStore, Replica, StoreCounters};
-pub use wire::{GlobalBatch, PeerBatch, PeerMessage, TableValues, WireError};
+pub use wire::{FlowRequest, GlobalBatch, PeerBatch, PeerMessage, TableValues, WireError};
 
+use pull::{Answers, Asks, Outcome, Wait};
 use serde::{Deserialize, Serialize};
 use sluice_group::OwnershipTable;
-use sluice_runtime::{Chain, FlowHook, NfInstance, RawPacket};
+use sluice_runtime::{Chain, FlowHook, Hold, NfInstance, RawPacket};
 use sluice_wire::FlowKey;
 use sluice_wire::steer::SteerMark;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,8 +96,35 @@ pub struct PeerCounters {
     /// ran (replicated before, or already held).
     pub moved_with_state: u64,
     /// Of those, flowlets whose NFs held no state for them when their
-    /// first packet ran: it had not arrived, or there was none to send.
+    /// first packet ran and which did not wait for it: their chain keeps
+    /// no per-flow state, their previous host left the group, or no room
+    /// was left to hold their packets.
     pub moved_without_state: u64,
+    /// Of those, flowlets whose state was neither here nor replicated:
+    /// their packets waited while it was pulled from their previous host.
+    pub moved_waited: u64,
+    /// Waits that ended with the state arriving.
+    pub waits_with_state: u64,
+    /// Waits that ended with the previous host answering it held none.
+    pub waits_not_held: u64,
+    /// Waits that ended at the pull wait without either (state misses).
+    pub waits_timed_out: u64,
+    /// Microseconds waited, over all waits, and the longest wait.
+    pub wait_us_total: u64,
+    pub wait_us_max: u64,
+    /// Packets held while their flow waited.
+    pub packets_held: u64,
+    /// Packets of waiting flows dropped: over [`pull::PER_FLOW`] a flow,
+    /// or no room left to hold them.
+    pub packets_held_dropped: u64,
+    /// Requests for flows this host had, from hosts their flows moved to.
+    pub pulls_received: u64,
+    /// Of those, requests dropped: too many pending.
+    pub pulls_refused: u64,
+    /// Flows sent in answer to requests.
+    pub pull_flows_sent: u64,
+    /// Flows of requests this host held no state of.
+    pub pull_flows_not_held: u64,
     /// The ownership table version the host holds.
     pub table_version: Option<u64>,
     /// The replicas this host keeps for its peers.
@@ -119,6 +152,18 @@ struct Counts {
     flowlets_moved_in: AtomicU64,
     moved_with_state: AtomicU64,
     moved_without_state: AtomicU64,
+    moved_waited: AtomicU64,
+    waits_with_state: AtomicU64,
+    waits_not_held: AtomicU64,
+    waits_timed_out: AtomicU64,
+    wait_us_total: AtomicU64,
+    wait_us_max: AtomicU64,
+    packets_held: AtomicU64,
+    packets_held_dropped: AtomicU64,
+    pulls_received: AtomicU64,
+    pulls_refused: AtomicU64,
+    pull_flows_sent: AtomicU64,
+    pull_flows_not_held: AtomicU64,
     global_entries_sent: AtomicU64,
     global_entries_received: AtomicU64,
     global_entries_refused: AtomicU64,
@@ -150,16 +195,26 @@ pub struct Peer {
     store: PeerStore,
     outbox: crossbeam_channel::Sender<Outgoing>,
     interval: Duration,
+    /// How long a moved flow's packets wait for its pulled state.
+    pull_wait: Duration,
     counts: Counts,
     domains: std::sync::Mutex<HashMap<String, Registered>>,
+    /// Other hosts' requests for flows this host had.
+    asks: Asks,
+    /// Other hosts' answers that they hold none of a flow asked for.
+    answers: Answers,
+    /// Tickets of held packets, unique on the host.
+    tickets: AtomicU64,
 }
 
 impl Peer {
     /// The peer state of host `me`: replicate every `interval` through
-    /// `outbox`, keep replicas in `store`.
+    /// `outbox`, keep replicas in `store`, let a moved flow's packets wait
+    /// up to `pull_wait` for its pulled state.
     pub fn new(
         me: &str,
         interval: Duration,
+        pull_wait: Duration,
         store: PeerStore,
         outbox: crossbeam_channel::Sender<Outgoing>,
     ) -> Arc<Self> {
@@ -169,9 +224,61 @@ impl Peer {
             store,
             outbox,
             interval,
+            pull_wait,
             counts: Counts::default(),
             domains: std::sync::Mutex::new(HashMap::default()),
+            asks: Asks::default(),
+            answers: Answers::default(),
+            tickets: AtomicU64::new(1),
         })
+    }
+
+    /// Takes a message host `from` sent (`now_ns`: the host's clock, as
+    /// its live workers' packet time). A message that cannot be read is
+    /// counted and its error returned (to log); nothing is kept of it.
+    pub fn receive(&self, from: &str, bytes: &[u8], now: Instant, now_ns: u64) -> Result<(), WireError> {
+        match PeerMessage::decode(bytes) {
+            Ok(PeerMessage::Flows(b)) => self.store.insert(from, b, now),
+            Ok(PeerMessage::Global(g)) => self.take_global(from, g, now_ns),
+            Ok(PeerMessage::Pull(r)) => self.ask(from, r, now),
+            Ok(PeerMessage::NotHeld(r)) => self.answers.insert(&r.deployment, r.flow_keys(), now),
+            Err(e) => {
+                self.store.refused();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Host `from` asks for flows it received without their state: the
+    /// deployment's lanes answer (see [`LanePeer::serve`]); with none here,
+    /// the answer is that none is held.
+    fn ask(&self, from: &str, r: FlowRequest, now: Instant) {
+        let c = &self.counts;
+        c.pulls_received.fetch_add(1, Ordering::Relaxed);
+        let keys: Vec<FlowKey> = r.flow_keys().map(|k| k.normalized()).collect();
+        let lanes = self.asks.lanes_of(&r.deployment);
+        if lanes == 0 {
+            c.pull_flows_not_held.fetch_add(keys.len() as u64, Ordering::Relaxed);
+            self.send_not_held(from, &r.deployment, &keys);
+            return;
+        }
+        if !self.asks.push(from, &r.deployment, keys, lanes, now) {
+            c.pulls_refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn send_not_held(&self, to: &str, deployment: &str, keys: &[FlowKey]) {
+        if keys.is_empty() {
+            return;
+        }
+        let m = PeerMessage::NotHeld(FlowRequest {
+            deployment: deployment.to_string(),
+            keys: keys.iter().map(|k| k.to_bytes().to_vec()).collect(),
+        });
+        if let Ok(body) = m.encode() {
+            let _ = self.outbox.try_send(Outgoing { to: to.to_string(), body, flows: 0 });
+        }
     }
 
     /// Registers the NFs of a deployment (names and the state their
@@ -230,17 +337,18 @@ impl Peer {
     }
 
     /// Messages with this host's values of the global eventual tables
-    /// that changed since the last call, for every other host of the
-    /// group (each message under [`MAX_MESSAGE`]); counts them as sent to
-    /// `peers` hosts.
-    pub fn global_messages(&self, peers: usize) -> Vec<Vec<u8>> {
+    /// that changed since the last call (and of all live keys every half
+    /// idle timeout), for every other host of the group (each message
+    /// under [`MAX_MESSAGE`]); counts them as sent to `peers` hosts.
+    /// `now_ns`: the host's clock, as its live workers' packet time.
+    pub fn global_messages(&self, peers: usize, now_ns: u64) -> Vec<Vec<u8>> {
         let registered: Vec<(String, String, Arc<sluice_state::Domain>)> = {
             let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
             d.iter().flat_map(|(dep, r)| r.nfs.iter().map(|(nf, dom)| (dep.clone(), nf.clone(), dom.clone()))).collect()
         };
         let mut out = Vec::new();
         for (deployment, nf, domain) in registered {
-            for (table, entries) in domain.eventual_changes() {
+            for (table, entries) in domain.eventual_changes(now_ns) {
                 // 16 bytes an entry at most, encoded: well under the bound.
                 for chunk in entries.chunks(wire::MAX_ENTRIES.min(MAX_MESSAGE / 20)) {
                     let m = PeerMessage::Global(GlobalBatch {
@@ -304,7 +412,14 @@ impl Peer {
 
     /// The part of one deployment's lane on one worker.
     pub fn lane(self: &Arc<Self>, deployment: &str) -> LanePeer {
+        self.asks.lane_started(deployment);
         LanePeer {
+            waiting: HashMap::default(),
+            pulls: HashMap::default(),
+            asks_seen: self.asks.newest.load(Ordering::Acquire),
+            arrivals_seen: (0, 0),
+            next_deadline: None,
+            released: Vec::new(),
             peer: self.clone(),
             deployment: deployment.to_string(),
             dirty: HashSet::default(),
@@ -333,6 +448,18 @@ impl Peer {
             flowlets_moved_in: c.flowlets_moved_in.load(Ordering::Relaxed),
             moved_with_state: c.moved_with_state.load(Ordering::Relaxed),
             moved_without_state: c.moved_without_state.load(Ordering::Relaxed),
+            moved_waited: c.moved_waited.load(Ordering::Relaxed),
+            waits_with_state: c.waits_with_state.load(Ordering::Relaxed),
+            waits_not_held: c.waits_not_held.load(Ordering::Relaxed),
+            waits_timed_out: c.waits_timed_out.load(Ordering::Relaxed),
+            wait_us_total: c.wait_us_total.load(Ordering::Relaxed),
+            wait_us_max: c.wait_us_max.load(Ordering::Relaxed),
+            packets_held: c.packets_held.load(Ordering::Relaxed),
+            packets_held_dropped: c.packets_held_dropped.load(Ordering::Relaxed),
+            pulls_received: c.pulls_received.load(Ordering::Relaxed),
+            pulls_refused: c.pulls_refused.load(Ordering::Relaxed),
+            pull_flows_sent: c.pull_flows_sent.load(Ordering::Relaxed),
+            pull_flows_not_held: c.pull_flows_not_held.load(Ordering::Relaxed),
             global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
             global_entries_received: c.global_entries_received.load(Ordering::Relaxed),
             global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),
@@ -346,6 +473,17 @@ impl Peer {
 /// that is not `me`.
 pub fn next_owner<'t>(table: &'t OwnershipTable, me: &str, key: &FlowKey) -> Option<&'t str> {
     table.preferences(table.slot_of(key.hash_normalized())).find(|h| *h != me)
+}
+
+/// The host of the group's table (a member, or one finishing its flows)
+/// whose [`sluice_wire::steer::host_hash`] is `hash`.
+pub fn host_by_hash(table: &OwnershipTable, hash: u32) -> Option<&str> {
+    let members = table.members().iter().map(|m| m.host.as_str());
+    members.chain(table.finishing().iter().map(String::as_str)).find(|h| sluice_wire::steer::host_hash(h) == hash)
+}
+
+fn flow_of(p: &RawPacket<'_>) -> Option<FlowKey> {
+    sluice_wire::parse(p.data).key.map(|k| k.normalized())
 }
 
 /// A deployment's peer state on one worker.
@@ -365,6 +503,26 @@ pub struct LanePeer {
     next_export: Instant,
     /// The table the last export went by.
     table: Option<Arc<OwnershipTable>>,
+    /// Flows whose packets wait for their pulled state.
+    waiting: HashMap<FlowKey, Wait>,
+    /// Flows to ask for, per previous host, not asked for yet.
+    pulls: HashMap<String, Vec<FlowKey>>,
+    /// The newest request of other hosts this lane looked at.
+    asks_seen: u64,
+    /// The arrival counts of the store and of answers the waiting flows
+    /// were last looked at by.
+    arrivals_seen: (u64, u64),
+    /// When the first waiting flow times out.
+    next_deadline: Option<Instant>,
+    /// Flows whose wait ended, whose replica (if it came) is imported
+    /// when their packets run.
+    released: Vec<FlowKey>,
+}
+
+impl Drop for LanePeer {
+    fn drop(&mut self) {
+        self.peer.asks.lane_stopped(&self.deployment);
+    }
 }
 
 impl LanePeer {
@@ -377,6 +535,180 @@ impl LanePeer {
             if let Some(k) = packets.get(i).and_then(|p| sluice_wire::parse(p.data).key) {
                 self.moved.push(k.normalized());
             }
+        }
+    }
+
+    /// Before the chain runs its part of a batch: which packets wait for
+    /// their flow's state (see [`pull`]). A marked packet (`moved`: index
+    /// in `packets`) whose flow none of `stages` holds state of, and of
+    /// which no replica arrived, starts a wait and a request to its
+    /// previous host; every packet of a waiting flow is held (at most
+    /// `room` in all) or, over the bounds, dropped. Appends (index,
+    /// decision) for those packets to `out`; the others run.
+    pub fn hold(
+        &mut self,
+        stages: &[NfInstance],
+        packets: &[RawPacket<'_>],
+        moved: &[(usize, SteerMark)],
+        mut room: usize,
+        out: &mut Vec<(usize, Hold)>,
+    ) {
+        if self.waiting.is_empty() && (moved.is_empty() || room == 0) {
+            return;
+        }
+        let counts = &self.peer.counts;
+        if !moved.is_empty() && stages.iter().any(NfInstance::needs_flows) {
+            let table = self.peer.table();
+            let now = Instant::now();
+            for &(i, mark) in moved {
+                let Some(k) = packets.get(i).and_then(flow_of) else { continue };
+                if self.waiting.contains_key(&k)
+                    || self.waiting.len() >= pull::MAX_WAITING
+                    || stages.iter().any(|s| s.flow_clock(&k).is_some())
+                    || self.peer.store.holds(&self.deployment, &k)
+                {
+                    continue;
+                }
+                let me = self.peer.me.as_str();
+                let Some(previous) = table.as_deref().and_then(|t| host_by_hash(t, mark.previous)).filter(|h| *h != me)
+                else {
+                    continue;
+                };
+                let ticket = self.peer.tickets.fetch_add(1, Ordering::Relaxed);
+                self.waiting.insert(k, Wait { ticket, since: now, packets: 0 });
+                self.pulls.entry(previous.to_string()).or_default().push(k);
+                counts.flowlets_moved_in.fetch_add(1, Ordering::Relaxed);
+                counts.moved_waited.fetch_add(1, Ordering::Relaxed);
+                let deadline = now + self.peer.pull_wait;
+                self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
+            }
+        }
+        if self.waiting.is_empty() {
+            return;
+        }
+        let (mut held, mut dropped) = (0u64, 0u64);
+        for (i, p) in packets.iter().enumerate() {
+            let Some(w) = flow_of(p).and_then(|k| self.waiting.get_mut(&k)) else { continue };
+            if w.packets < pull::PER_FLOW && room > 0 {
+                w.packets += 1;
+                room -= 1;
+                held += 1;
+                out.push((i, Hold::Keep(w.ticket)));
+            } else {
+                dropped += 1;
+                out.push((i, Hold::Drop));
+            }
+        }
+        counts.packets_held.fetch_add(held, Ordering::Relaxed);
+        counts.packets_held_dropped.fetch_add(dropped, Ordering::Relaxed);
+        for (to, keys) in self.pulls.drain() {
+            for chunk in keys.chunks(wire::MAX_REQUEST) {
+                let r = FlowRequest {
+                    deployment: self.deployment.clone(),
+                    keys: chunk.iter().map(|k| k.to_bytes().to_vec()).collect(),
+                };
+                // Not sent (the outbox full): the wait times out.
+                if let Ok(body) = PeerMessage::Pull(r).encode() {
+                    let _ = self.peer.outbox.try_send(Outgoing { to: to.clone(), body, flows: 0 });
+                }
+            }
+        }
+    }
+
+    /// Appends the tickets of the waiting flows whose wait is over (their
+    /// state arrived, their previous host holds none, or the pull wait
+    /// passed): their held packets run first in the next batch.
+    pub fn release(&mut self, out: &mut Vec<u64>) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let arrivals = (self.peer.store.arrivals(), self.peer.answers.arrivals.load(Ordering::Acquire));
+        if arrivals == self.arrivals_seen && self.next_deadline.is_none_or(|d| now < d) {
+            return;
+        }
+        self.arrivals_seen = arrivals;
+        let (peer, deployment) = (&self.peer, self.deployment.as_str());
+        let mut next: Option<Instant> = None;
+        let released = &mut self.released;
+        self.waiting.retain(|k, w| {
+            let outcome = if peer.store.holds(deployment, k) {
+                Outcome::State
+            } else if peer.answers.take(deployment, k) {
+                Outcome::NotHeld
+            } else if now.saturating_duration_since(w.since) >= peer.pull_wait {
+                Outcome::TimedOut
+            } else {
+                let d = w.since + peer.pull_wait;
+                next = Some(next.map_or(d, |n| n.min(d)));
+                return true;
+            };
+            let c = &peer.counts;
+            match outcome {
+                Outcome::State => c.waits_with_state.fetch_add(1, Ordering::Relaxed),
+                Outcome::NotHeld => c.waits_not_held.fetch_add(1, Ordering::Relaxed),
+                Outcome::TimedOut => c.waits_timed_out.fetch_add(1, Ordering::Relaxed),
+            };
+            let us = u64::try_from(now.saturating_duration_since(w.since).as_micros()).unwrap_or(u64::MAX);
+            c.wait_us_total.fetch_add(us, Ordering::Relaxed);
+            c.wait_us_max.fetch_max(us, Ordering::Relaxed);
+            released.push(*k);
+            out.push(w.ticket);
+            false
+        });
+        self.next_deadline = next;
+    }
+
+    /// Answers the requests of other hosts for flows of this deployment
+    /// (see [`pull`]) that this lane has not looked at: sends the state of
+    /// those it holds; the deployment's last lane to look answers for the
+    /// flows none held.
+    pub fn serve(&mut self, chain: &Chain, now: Instant) {
+        if self.peer.asks.newest.load(Ordering::Acquire) == self.asks_seen {
+            return;
+        }
+        let mut found: Vec<(String, Vec<PeerFlow>)> = Vec::new();
+        let mut not_held: Vec<(String, Vec<FlowKey>)> = Vec::new();
+        {
+            let mut g = self.peer.asks.lock();
+            let (list, seq) = &mut *g;
+            for a in list.iter_mut().filter(|a| a.seq > self.asks_seen && a.deployment == self.deployment) {
+                let mut flows = Vec::new();
+                for k in &a.keys {
+                    let Some(sum) = chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add)
+                    else {
+                        continue;
+                    };
+                    a.found.insert(*k);
+                    // The asking host now holds it: it is sent again only
+                    // when it changes.
+                    self.sent.insert(*k, (sum, now));
+                    let nfs = chain.stages().iter().filter_map(|s| s.export_flow(k).map(|e| NfPart::of(s.name(), &e)));
+                    flows.push(PeerFlow { key: k.to_bytes().to_vec(), nfs: nfs.collect() });
+                }
+                a.remaining = a.remaining.saturating_sub(1);
+                if a.remaining == 0 {
+                    let missing: Vec<FlowKey> = a.keys.iter().filter(|k| !a.found.contains(k)).copied().collect();
+                    not_held.push((a.from.clone(), missing));
+                }
+                if !flows.is_empty() {
+                    found.push((a.from.clone(), flows));
+                }
+            }
+            list.retain(|a| a.remaining > 0);
+            self.asks_seen = *seq;
+        }
+        let version = self.peer.table().map_or(0, |t| t.version());
+        let c = &self.peer.counts;
+        for (to, flows) in found {
+            c.pull_flows_sent.fetch_add(flows.len() as u64, Ordering::Relaxed);
+            for k in self.send(&to, version, flows) {
+                self.sent.remove(&k);
+            }
+        }
+        for (to, keys) in not_held {
+            c.pull_flows_not_held.fetch_add(keys.len() as u64, Ordering::Relaxed);
+            self.peer.send_not_held(&to, &self.deployment, &keys);
         }
     }
 
@@ -510,6 +842,12 @@ impl FlowHook for LanePeer {
                 self.keys.push(*k);
             }
         }
+        // Flows whose wait ended run now: their replica, if it came.
+        for k in self.released.drain(..) {
+            if !self.keys.contains(&k) {
+                self.keys.push(k);
+            }
+        }
         let counts = &self.peer.counts;
         if !self.keys.is_empty() && self.peer.store.held() > 0 {
             self.peer.store.take(&self.deployment, &self.keys, &mut self.taken);
@@ -566,7 +904,13 @@ mod tests {
     #[test]
     fn only_newer_tables_replace_the_held_one() {
         let (tx, _rx) = crossbeam_channel::bounded(1);
-        let p = Peer::new("h1", Duration::from_millis(10), PeerStore::new(10, 1 << 20, Duration::from_secs(1)), tx);
+        let p = Peer::new(
+            "h1",
+            Duration::from_millis(10),
+            Duration::from_millis(2),
+            PeerStore::new(10, 1 << 20, Duration::from_secs(1)),
+            tx,
+        );
         assert!(p.set_table(table(2, &["h1", "h2"])));
         assert!(!p.set_table(table(1, &["h1", "h2", "h3"])));
         assert_eq!(p.counters().table_version, Some(2));

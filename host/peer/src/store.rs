@@ -10,7 +10,7 @@
 use crate::wire::{NfPart, PeerBatch};
 use serde::{Deserialize, Serialize};
 use sluice_wire::FlowKey;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,8 @@ struct Inner {
 pub struct PeerStore {
     inner: Mutex<Inner>,
     held: AtomicUsize,
+    /// Counts up with every message taken in (see [`Self::arrivals`]).
+    arrivals: AtomicU64,
     max_flows: usize,
     max_bytes: usize,
     lifetime: Duration,
@@ -76,7 +78,14 @@ impl PeerStore {
     /// A store of at most `max_flows` replicas and `max_bytes` bytes,
     /// each kept `lifetime` after its last refresh.
     pub fn new(max_flows: usize, max_bytes: usize, lifetime: Duration) -> Self {
-        PeerStore { inner: Mutex::new(Inner::default()), held: AtomicUsize::new(0), max_flows, max_bytes, lifetime }
+        PeerStore {
+            inner: Mutex::new(Inner::default()),
+            held: AtomicUsize::new(0),
+            arrivals: AtomicU64::new(0),
+            max_flows,
+            max_bytes,
+            lifetime,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -87,6 +96,17 @@ impl PeerStore {
     /// while it is empty).
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
+    }
+
+    /// A number that changes whenever a message of flows was taken in: a
+    /// worker waiting for flows looks again only when it changed.
+    pub fn arrivals(&self) -> u64 {
+        self.arrivals.load(Ordering::Acquire)
+    }
+
+    /// Whether a replica of this (normalized) flow of `deployment` is held.
+    pub fn holds(&self, deployment: &str, key: &FlowKey) -> bool {
+        self.held() > 0 && self.lock().deployments.get(deployment).is_some_and(|m| m.contains_key(key))
     }
 
     /// Counts a message that could not be read.
@@ -101,6 +121,9 @@ impl PeerStore {
     /// older (by logical clock) than the one held is ignored.
     pub fn insert(&self, from: &str, batch: PeerBatch, now: Instant) {
         let mut g = self.lock();
+        // Counted while the lock is held: a worker that sees the new count
+        // and then locks finds the flows.
+        self.arrivals.fetch_add(1, Ordering::Release);
         let inner = &mut *g;
         inner.counters.batches_received += 1;
         let map = inner.deployments.entry(batch.deployment).or_default();

@@ -1,7 +1,9 @@
 //! The messages one host sends another: the state of some flows of one
 //! deployment, per NF, each part with its logical clock
 //! ([`PeerBatch`]); or the sender's own values of the global eventual
-//! tables of one NF ([`GlobalBatch`]).
+//! tables of one NF ([`GlobalBatch`]); or a request for the state of
+//! flows moved to the sender without it, and the answer for those the
+//! receiver holds none of ([`FlowRequest`]).
 //!
 //! Encoded with `postcard` behind a version byte. A message comes from
 //! another host of the group (the subject names the sender and NATS
@@ -31,6 +33,8 @@ pub const MAX_NAME: usize = 128;
 pub const MAX_GLOBAL_TABLES: usize = 64;
 /// Entries of one eventual table in one message at most.
 pub const MAX_ENTRIES: usize = 32_768;
+/// Flows of one request (or answer) at most.
+pub const MAX_REQUEST: usize = 1024;
 
 /// Why a message was refused.
 #[derive(Debug, thiserror::Error)]
@@ -121,13 +125,31 @@ pub struct GlobalBatch {
     pub tables: Vec<TableValues>,
 }
 
+/// Flows of one deployment, by key: the flows a host asks another for
+/// ([`PeerMessage::Pull`]), or those it holds no state of
+/// ([`PeerMessage::NotHeld`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowRequest {
+    /// The deployment's id.
+    pub deployment: String,
+    /// Normalized flow keys ([`FlowKey::to_bytes`]).
+    pub keys: Vec<Vec<u8>>,
+}
+
 /// A message between the hosts of a group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerMessage {
-    /// Flows' state, to their next owner.
+    /// Flows' state, to their next owner, or to a host that asked for it.
     Flows(PeerBatch),
     /// Global eventual tables, to every other host.
     Global(GlobalBatch),
+    /// The state of flows the dispatcher moved to the sender from the
+    /// receiver, which the sender does not hold: answered with
+    /// [`PeerMessage::Flows`] for those the receiver holds, and
+    /// [`PeerMessage::NotHeld`] for the rest.
+    Pull(FlowRequest),
+    /// The flows of a [`PeerMessage::Pull`] the sender holds no state of.
+    NotHeld(FlowRequest),
 }
 
 impl PeerMessage {
@@ -146,11 +168,33 @@ impl PeerMessage {
                 match &m {
                     PeerMessage::Flows(b) => b.check()?,
                     PeerMessage::Global(g) => g.check()?,
+                    PeerMessage::Pull(r) | PeerMessage::NotHeld(r) => r.check()?,
                 }
                 Ok(m)
             }
             other => Err(WireError::Version(other.map(|(v, _)| *v))),
         }
+    }
+}
+
+impl FlowRequest {
+    fn check(&self) -> Result<(), WireError> {
+        let bound = |what: String| Err(WireError::Bound(what));
+        if self.deployment.is_empty() || self.deployment.len() > MAX_NAME {
+            return bound(format!("deployment id of {} bytes (1-{MAX_NAME})", self.deployment.len()));
+        }
+        if self.keys.len() > MAX_REQUEST {
+            return bound(format!("a request for {} flows (at most {MAX_REQUEST})", self.keys.len()));
+        }
+        if let Some(k) = self.keys.iter().find(|k| FlowKey::from_bytes(k).is_none()) {
+            return bound(format!("a flow key of {} bytes is not a flow key", k.len()));
+        }
+        Ok(())
+    }
+
+    /// The flow keys it names.
+    pub fn flow_keys(&self) -> impl Iterator<Item = FlowKey> + '_ {
+        self.keys.iter().filter_map(|k| FlowKey::from_bytes(k))
     }
 }
 
@@ -300,6 +344,17 @@ mod tests {
             b.tables[0].entries = vec![(1, 1); MAX_ENTRIES + 1];
         }
         assert!(matches!(PeerMessage::decode(&big.encode().unwrap()), Err(WireError::Bound(_))));
+        let r = FlowRequest { deployment: "d-1".into(), keys: vec![key(1).to_bytes().to_vec()] };
+        for m in [PeerMessage::Pull(r.clone()), PeerMessage::NotHeld(r.clone())] {
+            assert_eq!(PeerMessage::decode(&m.encode().unwrap()).unwrap(), m);
+        }
+        let mut many = r.clone();
+        many.keys = vec![key(1).to_bytes().to_vec(); MAX_REQUEST + 1];
+        assert!(matches!(PeerMessage::decode(&PeerMessage::Pull(many).encode().unwrap()), Err(WireError::Bound(_))));
+        let mut bad = r;
+        bad.keys.push(vec![0; 3]);
+        let e = PeerMessage::decode(&PeerMessage::NotHeld(bad).encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not a flow key"), "{e}");
     }
 
     #[test]

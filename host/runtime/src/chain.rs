@@ -29,6 +29,18 @@ pub enum Fate {
     Refused,
 }
 
+/// A packet kept back from the chain while its flow's state is fetched
+/// from another host: held by the packet I/O until released, or dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// The I/O keeps it under this ticket until the ticket is released;
+    /// it then comes back, ahead of newer packets.
+    Keep(u64),
+    /// Its flow holds as many packets as it may, or the I/O has no room:
+    /// dropped, since it may not overtake the held ones.
+    Drop,
+}
+
 /// One packet's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PacketResult {

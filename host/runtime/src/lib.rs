@@ -42,7 +42,7 @@ pub mod module;
 pub mod state;
 
 pub use batch::{BatchBuilder, RawPacket};
-pub use chain::{Chain, Fate, FlowHook, PacketResult, Routes, check_routes};
+pub use chain::{Chain, Fate, FlowHook, Hold, PacketResult, Routes, check_routes};
 pub use engine::{Runtime, RuntimeConfig};
 pub use error::RuntimeError;
 pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfSpec, StageOutput, TrapCause};

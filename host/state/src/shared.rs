@@ -258,13 +258,16 @@ impl Domain {
     }
 
     /// Per eventual table, this host's values of the keys its workers
-    /// merged since the last call (since [`track_changes`](Self::track_changes)):
-    /// what the group's other hosts are sent.
-    pub fn eventual_changes(&self) -> Vec<(String, Vec<(u64, u64)>)> {
+    /// merged since the last call (since [`track_changes`](Self::track_changes)),
+    /// and every half idle timeout those of all its live keys: what the
+    /// group's other hosts are sent. (A key read here but no longer
+    /// updated stays live here; without the refresh it would idle out on
+    /// the other hosts.) `now_ns`: the host's packet clock.
+    pub fn eventual_changes(&self, now_ns: u64) -> Vec<(String, Vec<(u64, u64)>)> {
         let tables: Vec<(String, Arc<EventualShared>)> =
             lock(&self.inner).eventual.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let mut out: Vec<(String, Vec<(u64, u64)>)> =
-            tables.into_iter().map(|(k, t)| (k, t.take_changed())).filter(|(_, v)| !v.is_empty()).collect();
+            tables.into_iter().map(|(k, t)| (k, t.take_changed(now_ns))).filter(|(_, v)| !v.is_empty()).collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
@@ -350,6 +353,8 @@ struct EventualInner {
     capacity: usize,
     idle_timeout_ns: u64,
     last_sweep_ns: u64,
+    /// When all live keys were last taken for the other hosts.
+    last_refresh_ns: u64,
 }
 
 /// The merged view of one eventual table. Capacity, idle expiry and the
@@ -515,12 +520,19 @@ impl EventualShared {
     }
 
     /// This host's values of the keys merged since the last call, for
-    /// the group's other hosts.
-    pub(crate) fn take_changed(&self) -> Vec<(u64, u64)> {
+    /// the group's other hosts; of all its live keys every half idle
+    /// timeout.
+    pub(crate) fn take_changed(&self, now: u64) -> Vec<(u64, u64)> {
         let mut e = lock(&self.inner);
         let inner = &mut *e;
-        let mut out: Vec<(u64, u64)> =
-            inner.changed.keys().filter_map(|k| inner.values.get(k).map(|m| (*k, m.value))).collect();
+        let timeout = inner.idle_timeout_ns;
+        let refresh = timeout > 0 && now.saturating_sub(inner.last_refresh_ns) >= timeout / 2;
+        let mut out: Vec<(u64, u64)> = if refresh {
+            inner.last_refresh_ns = now;
+            inner.values.iter().filter(|(_, m)| !stale(m.last_ns, now, timeout)).map(|(k, m)| (*k, m.value)).collect()
+        } else {
+            inner.changed.keys().filter_map(|k| inner.values.get(k).map(|m| (*k, m.value))).collect()
+        };
         inner.changed.clear();
         out.sort_unstable();
         out

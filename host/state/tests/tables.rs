@@ -513,9 +513,9 @@ fn eventual_tables_merge_other_hosts_values_on_read() {
     t.end_batch(1);
     t.flush();
     // This host's values of the changed keys, once.
-    let changes = d.eventual_changes();
+    let changes = d.eventual_changes(2);
     assert_eq!(changes, vec![("bytes".to_string(), vec![(1, 10), (2, 20)]), ("peak".to_string(), vec![(1, 5)])]);
-    assert!(d.eventual_changes().is_empty());
+    assert!(d.eventual_changes(2).is_empty());
     // Another host's values replace what it sent before; reads merge.
     assert_eq!(d.set_eventual_remote("h2", "bytes", &[(1, 3), (3, 4)], 2), 0);
     assert_eq!(d.set_eventual_remote("h2", "bytes", &[(1, 7)], 2), 0);
@@ -530,5 +530,34 @@ fn eventual_tables_merge_other_hosts_values_on_read() {
     assert_eq!(d.eventual_snapshot("bytes").unwrap(), vec![(1, 17), (2, 20), (3, 4)]);
     assert_eq!(d.eventual_top("bytes", 2).unwrap(), (3, vec![(2, 20), (1, 17)]));
     // Remote values do not travel on: only this host's changes are sent.
-    assert!(d.eventual_changes().is_empty());
+    assert!(d.eventual_changes(3).is_empty());
+}
+
+/// A key that stays live on its host without changing (it is read) is
+/// sent again every half idle timeout, so it does not idle out on the
+/// group's other hosts; one idle here is not.
+#[test]
+fn live_eventual_keys_are_sent_again_every_half_idle_timeout() {
+    let d = Domain::new();
+    d.track_changes();
+    let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+    let s = TableSpec { idle_timeout_ns: 1_000_000_000, ..eventual("hits", Merge::Sum) };
+    let [hits] = declared(&mut t, &[s])[..] else { panic!() };
+    let at = |ms: u64| ms * 1_000_000;
+    t.begin_batch(&[], at(1));
+    t.counter_add(hits, &[1, 2], &[10, 20]).unwrap();
+    t.end_batch(at(1));
+    t.flush();
+    assert_eq!(d.eventual_changes(at(2)), vec![("hits".to_string(), vec![(1, 10), (2, 20)])]);
+    assert!(d.eventual_changes(at(100)).is_empty());
+    // Key 1 is read (kept live), key 2 is not.
+    let mut out = Vec::new();
+    for ms in [400, 800] {
+        t.begin_batch(&[], at(ms));
+        t.counter_get(hits, &[1], &mut out).unwrap();
+        t.end_batch(at(ms));
+    }
+    assert_eq!(d.eventual_changes(at(502)), vec![("hits".to_string(), vec![(1, 10), (2, 20)])]);
+    assert!(d.eventual_changes(at(600)).is_empty());
+    assert_eq!(d.eventual_changes(at(1100)), vec![("hits".to_string(), vec![(1, 10)])]);
 }
