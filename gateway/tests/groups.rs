@@ -690,8 +690,11 @@ struct Veth {
 
 impl Veth {
     fn new() -> Veth {
+        // Unique per pair: tests of this process may hold one each.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
         let id = std::process::id() % 100_000;
-        let v = Veth { a: format!("slg{id}a"), b: format!("slg{id}b") };
+        let v = Veth { a: format!("slg{id}x{n}a"), b: format!("slg{id}x{n}b") };
         let ip = |args: &[&str]| {
             let o = Command::new("ip").args(args).output().unwrap_or_else(|e| panic!("`ip` (iproute2) is needed: {e}"));
             assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
@@ -903,6 +906,23 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
         rep["links"],
         rep["hosts"]
     );
+    // Per host a flow left: the dispatcher's count of flowlets it moved
+    // away, and the new owners' count of those that came, with state.
+    for h in ["h2", "h3"] {
+        let away = rep["hosts"].as_array().unwrap().iter().find(|x| x["host"] == h).unwrap()["moved_away"].as_u64();
+        let from: Vec<&Value> = peer.iter().map(|p| &p["moved_from"][h]).collect();
+        let came = from.iter().map(|m| m["flowlets"].as_u64().unwrap_or(0)).sum::<u64>();
+        let with: u64 =
+            from.iter().map(|m| m["with_state"].as_u64().unwrap_or(0) + m["pulled"].as_u64().unwrap_or(0)).sum();
+        eprintln!("flowlets moved from {h}: {away:?} by the dispatcher, {came} arrived, {with} with their state");
+        assert_eq!(with, came, "{h}");
+        if h == "h2" {
+            assert_eq!(Some(came), away, "every flowlet the kill moved arrived");
+        } else {
+            // Some went to h2, killed since.
+            assert!(Some(came) <= away, "{h}");
+        }
+    }
     assert_eq!(twice, 0, "no frame is processed twice");
     assert_eq!(
         lost_other, 0,
@@ -945,8 +965,14 @@ fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
     let d = dir.path();
     let veth = Veth::new();
     let hosts = ["h1", "h2", "h3"];
-    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } =
-        edge_group_with(d, &hosts, "firewall", "fw", Some(web_firewall()), &["--replicate-us", "60000000", "--pull-wait-us", "50000"]);
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = edge_group_with(
+        d,
+        &hosts,
+        "firewall",
+        "fw",
+        Some(web_firewall()),
+        &["--replicate-us", "60000000", "--pull-wait-us", "50000"],
+    );
     let api = gw.api();
 
     // 300 connections opened over the first half second; 2 s later the
@@ -1057,6 +1083,8 @@ fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
     assert_eq!(sum("packets_held_dropped"), 0);
     assert!(sum("packets_held") >= conns + unsolicited);
     assert_eq!(h3["pull_flows_sent"].as_u64(), Some(conns));
+    let pulled: u64 = peer.iter().map(|p| p["moved_from"]["h3"]["pulled"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(pulled, conns);
     assert_eq!(h3["pull_flows_not_held"].as_u64(), Some(unsolicited));
     // Nothing was replicated proactively: the state came only by pulls.
     assert_eq!(h3["flows_sent"].as_u64(), Some(conns));

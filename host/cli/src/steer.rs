@@ -320,6 +320,12 @@ pub struct HostCount {
     /// Packets for it that its port did not take (a full ring, or a link
     /// that went down with the host): dropped.
     pub dropped: u64,
+    /// Flowlets moved to it from another host.
+    pub moved_in: u64,
+    /// Flowlets of flows it had that went to another host (a table that
+    /// moved its slots, or its link down): after a kill, the flows the
+    /// loss moved.
+    pub moved_away: u64,
 }
 
 /// Counters of one worker.
@@ -328,6 +334,8 @@ struct WorkerStats {
     received: u64,
     per_host: Vec<u64>,
     per_host_dropped: Vec<u64>,
+    per_host_moved_in: Vec<u64>,
+    per_host_moved_away: Vec<u64>,
     no_route: u64,
     not_ip: u64,
     dropped_tx_full: u64,
@@ -399,7 +407,10 @@ impl SteerReport {
             self.workers
         );
         for h in &self.hosts {
-            s.push_str(&format!("  {} (port {}): {} packets\n", h.host, h.port, h.packets));
+            s.push_str(&format!(
+                "  {} (port {}): {} packets, {} dropped | flowlets moved in {}, away {}\n",
+                h.host, h.port, h.packets, h.dropped, h.moved_in, h.moved_away
+            ));
         }
         s
     }
@@ -416,6 +427,12 @@ impl SteerReport {
         }
         for (h, n) in self.hosts.iter_mut().zip(&w.per_host_dropped) {
             h.dropped += n;
+        }
+        for (h, n) in self.hosts.iter_mut().zip(&w.per_host_moved_in) {
+            h.moved_in += n;
+        }
+        for (h, n) in self.hosts.iter_mut().zip(&w.per_host_moved_away) {
+            h.moved_away += n;
         }
         let f = &mut self.flowlets;
         f.flowlets += w.flowlets.flowlets;
@@ -495,11 +512,7 @@ pub fn run_steer(
     let done = AtomicBool::new(false);
     let start = Instant::now();
     let empty = |opts: &SteerOptions| SteerReport {
-        hosts: opts
-            .to
-            .iter()
-            .map(|t| HostCount { host: t.host.clone(), port: t.port, packets: 0, dropped: 0 })
-            .collect(),
+        hosts: opts.to.iter().map(|t| HostCount { host: t.host.clone(), port: t.port, ..Default::default() }).collect(),
         workers,
         ..Default::default()
     };
@@ -617,6 +630,8 @@ fn steer_loop(
     let mut stats = WorkerStats {
         per_host: vec![0; targets.len()],
         per_host_dropped: vec![0; targets.len()],
+        per_host_moved_in: vec![0; targets.len()],
+        per_host_moved_away: vec![0; targets.len()],
         ..Default::default()
     };
     let mut scratch = Vec::new();
@@ -674,6 +689,14 @@ fn steer_loop(
                 continue;
             };
             let i = usize::from(s.host);
+            if let Some(p) = s.moved_from {
+                if let Some(n) = stats.per_host_moved_away.get_mut(usize::from(p)) {
+                    *n += 1;
+                }
+                if let Some(n) = stats.per_host_moved_in.get_mut(i) {
+                    *n += 1;
+                }
+            }
             // The new owner learns which host had the flow.
             if let Some(prev) = s.moved_from.and_then(|p| hashes.get(usize::from(p))) {
                 m.read_into(&mut scratch);

@@ -125,6 +125,10 @@ pub struct PeerCounters {
     pub pull_flows_sent: u64,
     /// Flows of requests this host held no state of.
     pub pull_flows_not_held: u64,
+    /// The moved flowlets by the host they came from (its id, or the
+    /// hash its mark carried if it is no longer in the table): after a
+    /// kill, how many of the dead host's flows found their state here.
+    pub moved_from: std::collections::BTreeMap<String, MovedFrom>,
     /// The ownership table version the host holds.
     pub table_version: Option<u64>,
     /// The replicas this host keeps for its peers.
@@ -169,6 +173,20 @@ struct Counts {
     global_entries_refused: AtomicU64,
 }
 
+/// The flowlets moved to a host from one other host.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedFrom {
+    /// Flowlets.
+    pub flowlets: u64,
+    /// Of those, whose state was here when their first packet ran.
+    pub with_state: u64,
+    /// Of those, whose state was pulled while their packets waited.
+    pub pulled: u64,
+    /// Of those, that ran without state: none came within the wait, the
+    /// host held none, or they could not wait.
+    pub without_state: u64,
+}
+
 /// A global eventual table as the host sees it, merged over the group.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GlobalTable {
@@ -205,6 +223,8 @@ pub struct Peer {
     answers: Answers,
     /// Tickets of held packets, unique on the host.
     tickets: AtomicU64,
+    /// Moved flowlets by the host they came from.
+    moved_from: std::sync::Mutex<std::collections::BTreeMap<String, MovedFrom>>,
 }
 
 impl Peer {
@@ -230,7 +250,24 @@ impl Peer {
             asks: Asks::default(),
             answers: Answers::default(),
             tickets: AtomicU64::new(1),
+            moved_from: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         })
+    }
+
+    /// Counts a moved flowlet against the host it came from (`previous`:
+    /// the hash its mark carried).
+    fn note_moved(&self, previous: u32, count: impl FnOnce(&mut MovedFrom)) {
+        let name = self
+            .table()
+            .and_then(|t| host_by_hash(&t, previous).map(String::from))
+            .unwrap_or_else(|| format!("#{previous:08x}"));
+        let mut m = self.moved_from.lock().unwrap_or_else(PoisonError::into_inner);
+        // Bounded: hashes of hosts no longer in the table are few, but come
+        // from the wire.
+        if m.len() >= 1024 && !m.contains_key(&name) {
+            return;
+        }
+        count(m.entry(name).or_default());
     }
 
     /// Takes a message host `from` sent (`now_ns`: the host's clock, as
@@ -465,6 +502,7 @@ impl Peer {
             global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),
             table_version: self.table().map(|t| t.version()),
             store: self.store.counters(),
+            moved_from: self.moved_from.lock().unwrap_or_else(PoisonError::into_inner).clone(),
         }
     }
 }
@@ -498,8 +536,9 @@ pub struct LanePeer {
     last_sweep: Instant,
     keys: Vec<FlowKey>,
     taken: Vec<(FlowKey, Replica)>,
-    /// Flows of the batch's packets marked as moved here.
-    moved: Vec<FlowKey>,
+    /// Flows of the batch's packets marked as moved here, with the hash
+    /// of the host they came from.
+    moved: Vec<(FlowKey, u32)>,
     next_export: Instant,
     /// The table the last export went by.
     table: Option<Arc<OwnershipTable>>,
@@ -531,9 +570,9 @@ impl LanePeer {
     /// count in [`FlowHook::before`] whether their state is here.
     pub fn set_moved(&mut self, packets: &[RawPacket<'_>], moved: &[(usize, SteerMark)]) {
         self.moved.clear();
-        for &(i, _mark) in moved {
+        for &(i, mark) in moved {
             if let Some(k) = packets.get(i).and_then(|p| sluice_wire::parse(p.data).key) {
-                self.moved.push(k.normalized());
+                self.moved.push((k.normalized(), mark.previous));
             }
         }
     }
@@ -575,7 +614,7 @@ impl LanePeer {
                     continue;
                 };
                 let ticket = self.peer.tickets.fetch_add(1, Ordering::Relaxed);
-                self.waiting.insert(k, Wait { ticket, since: now, packets: 0 });
+                self.waiting.insert(k, Wait { ticket, since: now, packets: 0, previous: mark.previous });
                 self.pulls.entry(previous.to_string()).or_default().push(k);
                 counts.flowlets_moved_in.fetch_add(1, Ordering::Relaxed);
                 counts.moved_waited.fetch_add(1, Ordering::Relaxed);
@@ -649,6 +688,14 @@ impl LanePeer {
                 Outcome::NotHeld => c.waits_not_held.fetch_add(1, Ordering::Relaxed),
                 Outcome::TimedOut => c.waits_timed_out.fetch_add(1, Ordering::Relaxed),
             };
+            peer.note_moved(w.previous, |m| {
+                m.flowlets += 1;
+                if outcome == Outcome::State {
+                    m.pulled += 1;
+                } else {
+                    m.without_state += 1;
+                }
+            });
             let us = u64::try_from(now.saturating_duration_since(w.since).as_micros()).unwrap_or(u64::MAX);
             c.wait_us_total.fetch_add(us, Ordering::Relaxed);
             c.wait_us_max.fetch_max(us, Ordering::Relaxed);
@@ -867,13 +914,22 @@ impl FlowHook for LanePeer {
                 }
             }
         }
-        for k in self.moved.drain(..) {
+        for (k, previous) in self.moved.drain(..) {
             counts.flowlets_moved_in.fetch_add(1, Ordering::Relaxed);
-            if stages.iter().any(|s| s.flow_clock(&k).is_some()) {
+            let with = stages.iter().any(|s| s.flow_clock(&k).is_some());
+            if with {
                 counts.moved_with_state.fetch_add(1, Ordering::Relaxed);
             } else {
                 counts.moved_without_state.fetch_add(1, Ordering::Relaxed);
             }
+            self.peer.note_moved(previous, |m| {
+                m.flowlets += 1;
+                if with {
+                    m.with_state += 1;
+                } else {
+                    m.without_state += 1;
+                }
+            });
         }
     }
 }

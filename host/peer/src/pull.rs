@@ -60,6 +60,8 @@ pub(crate) struct Wait {
     pub ticket: u64,
     pub since: Instant,
     pub packets: usize,
+    /// The hash of the host the flow came from.
+    pub previous: u32,
 }
 
 /// A request from another host, waiting for this host's lanes.
