@@ -715,34 +715,8 @@ impl Drop for Veth {
     }
 }
 
-/// Sends frames from a schedule file (`u64` due µs, `u32` length, bytes;
-/// little endian) on an interface at their due times; prints `start`
-/// when it starts, then `done <seconds> <late frames>`.
-const PACED_SENDER: &str = r#"
-import socket, struct, sys, time
-data = open(sys.argv[1], 'rb').read()
-frames, off = [], 0
-while off < len(data):
-    due, n = struct.unpack_from('<QI', data, off)
-    off += 12
-    frames.append((due / 1e6, data[off:off + n]))
-    off += n
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((sys.argv[2], 0))
-print('start', flush=True)
-t0 = time.monotonic()
-late = 0
-for due, f in frames:
-    d = t0 + due - time.monotonic()
-    if d > 0.002:
-        time.sleep(d - 0.001)
-    while t0 + due > time.monotonic():
-        pass
-    if time.monotonic() - (t0 + due) > 0.005:
-        late += 1
-    s.send(f)
-print('done', round(time.monotonic() - t0, 3), late, flush=True)
-"#;
+/// Sends frames from a schedule file at their due times (see the script).
+const PACED_SENDER: &str = include_str!("../../tests/tools/paced-send.py");
 
 /// Starts sending `frames` (due seconds, bytes) on `veth.b` at their due
 /// times (see [`PACED_SENDER`]); returns once the sender started, with
@@ -768,7 +742,7 @@ fn paced_sender<'f>(
         .spawn()
         .unwrap();
     let mut lines = std::io::BufReader::new(sender.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "start");
+    assert!(lines.next().unwrap().unwrap().starts_with("start "));
     (sender, lines)
 }
 

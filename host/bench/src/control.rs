@@ -186,6 +186,26 @@ impl Cluster {
     /// the server; returns the `sluice-host serve` arguments that sign in
     /// as it.
     pub(crate) fn register_host(&self, id: &str, group: &str) -> Result<Vec<std::ffi::OsString>> {
+        let mut args: Vec<std::ffi::OsString> =
+            ["serve", "--nats", &self.nats_url, "--cluster", "bench", "--host-id", id].map(Into::into).to_vec();
+        args.extend(self.register(id, group, "host")?);
+        args.push("--state-dir".into());
+        args.push(self.dir.join(format!("host-{id}")).into());
+        Ok(args)
+    }
+
+    /// [`register_host`](Self::register_host) for a group's dispatcher:
+    /// the `sluice-host steer` arguments that sign in as it.
+    pub(crate) fn register_dispatcher(&self, id: &str, group: &str) -> Result<Vec<std::ffi::OsString>> {
+        let mut args: Vec<std::ffi::OsString> =
+            ["steer", "--nats", &self.nats_url, "--cluster", "bench", "--id", id].map(Into::into).to_vec();
+        args.extend(self.register(id, group, "dispatcher")?);
+        Ok(args)
+    }
+
+    /// Makes `id`'s credentials, registers it in `group` as `role` and
+    /// reloads the server; returns its NATS credential flags.
+    fn register(&self, id: &str, group: &str, role: &str) -> Result<Vec<std::ffi::OsString>> {
         let st = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/nats/bootstrap.sh"))
             .arg(&self.pki)
             .args(["host", id])
@@ -203,15 +223,14 @@ impl Cluster {
             agent()
                 .post(format!("{}/v1/hosts", self.base))
                 .header("Authorization", format!("Bearer {ADMIN}"))
-                .send_json(json!({"id": id, "group": group, "nkey": nkey})),
+                .send_json(json!({"id": id, "group": group, "nkey": nkey, "role": role})),
         )?;
         if st != 201 {
             bail!("registering host {id}: {st} {h}");
         }
         Command::new("kill").args(["-HUP", &self.nats.0.id().to_string()]).status()?;
         std::thread::sleep(Duration::from_millis(500));
-        let mut args: Vec<std::ffi::OsString> =
-            ["serve", "--nats", &self.nats_url, "--cluster", "bench", "--host-id", id].map(Into::into).to_vec();
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
         for (flag, path) in [
             ("--nats-nkey", auth.nkey_file),
             ("--nats-ca", auth.ca_file),
@@ -221,8 +240,6 @@ impl Cluster {
             args.push(flag.into());
             args.push(path.unwrap_or_default().into());
         }
-        args.push("--state-dir".into());
-        args.push(self.dir.join(format!("host-{id}")).into());
         Ok(args)
     }
 

@@ -10,6 +10,7 @@
 mod control;
 mod dispatch;
 mod dpdk;
+mod elastic;
 mod languages;
 mod live;
 mod native;
@@ -68,6 +69,11 @@ struct Args {
     /// nothing).
     #[arg(long, requires = "host")]
     peer_only: bool,
+    /// Only the elastic group under live traffic: scale-out, drain,
+    /// failover and pulls, from the packets (needs --host, root, python3;
+    /// prints, writes nothing).
+    #[arg(long, requires = "host")]
+    elastic_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -217,6 +223,10 @@ fn main() -> Result<()> {
     if let (true, Some(host)) = (args.peer_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
         print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
+        return Ok(());
+    }
+    if let (true, Some(host)) = (args.elastic_only, &args.host) {
+        print!("{}", elastic::section(host, &args.nfs)?);
         return Ok(());
     }
     if args.groups_only {
@@ -400,6 +410,8 @@ fn main() -> Result<()> {
     md.push_str(&dispatch::section(args.host.as_deref(), frames64)?);
     if let Some(host) = &args.host {
         md.push_str(&live::replication_section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
+        eprintln!("the elastic group under live traffic (about a minute)...");
+        md.push_str(&elastic::section(host, &args.nfs)?);
     }
     print!("{md}");
     if let Some(p) = args.write {

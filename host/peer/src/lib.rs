@@ -109,6 +109,9 @@ pub struct PeerCounters {
     pub waits_not_held: u64,
     /// Waits that ended at the pull wait without either (state misses).
     pub waits_timed_out: u64,
+    /// Of those, flows whose state arrived later and was imported when
+    /// their next packet came.
+    pub late_state_imported: u64,
     /// Microseconds waited, over all waits, and the longest wait.
     pub wait_us_total: u64,
     pub wait_us_max: u64,
@@ -160,6 +163,7 @@ struct Counts {
     waits_with_state: AtomicU64,
     waits_not_held: AtomicU64,
     waits_timed_out: AtomicU64,
+    late_state_imported: AtomicU64,
     wait_us_total: AtomicU64,
     wait_us_max: AtomicU64,
     packets_held: AtomicU64,
@@ -457,6 +461,7 @@ impl Peer {
             arrivals_seen: (0, 0),
             next_deadline: None,
             released: Vec::new(),
+            late: HashMap::default(),
             peer: self.clone(),
             deployment: deployment.to_string(),
             dirty: HashSet::default(),
@@ -489,6 +494,7 @@ impl Peer {
             waits_with_state: c.waits_with_state.load(Ordering::Relaxed),
             waits_not_held: c.waits_not_held.load(Ordering::Relaxed),
             waits_timed_out: c.waits_timed_out.load(Ordering::Relaxed),
+            late_state_imported: c.late_state_imported.load(Ordering::Relaxed),
             wait_us_total: c.wait_us_total.load(Ordering::Relaxed),
             wait_us_max: c.wait_us_max.load(Ordering::Relaxed),
             packets_held: c.packets_held.load(Ordering::Relaxed),
@@ -556,7 +562,13 @@ pub struct LanePeer {
     /// Flows whose wait ended, whose replica (if it came) is imported
     /// when their packets run.
     released: Vec<FlowKey>,
+    /// Flows whose wait timed out, and when: their state, if it comes
+    /// later, is imported with their next packet (kept [`LATE`] at most).
+    late: HashMap<FlowKey, Instant>,
 }
+
+/// How long a flow whose pull timed out still takes its late state.
+pub const LATE: Duration = Duration::from_secs(2);
 
 impl Drop for LanePeer {
     fn drop(&mut self) {
@@ -670,6 +682,10 @@ impl LanePeer {
         let (peer, deployment) = (&self.peer, self.deployment.as_str());
         let mut next: Option<Instant> = None;
         let released = &mut self.released;
+        let late = &mut self.late;
+        if !late.is_empty() {
+            late.retain(|_, at| now.saturating_duration_since(*at) < LATE);
+        }
         self.waiting.retain(|k, w| {
             let outcome = if peer.store.holds(deployment, k) {
                 Outcome::State
@@ -688,6 +704,9 @@ impl LanePeer {
                 Outcome::NotHeld => c.waits_not_held.fetch_add(1, Ordering::Relaxed),
                 Outcome::TimedOut => c.waits_timed_out.fetch_add(1, Ordering::Relaxed),
             };
+            if outcome == Outcome::TimedOut && late.len() < pull::MAX_WAITING * 4 {
+                late.insert(*k, now);
+            }
             peer.note_moved(w.previous, |m| {
                 m.flowlets += 1;
                 if outcome == Outcome::State {
@@ -889,10 +908,20 @@ impl FlowHook for LanePeer {
                 self.keys.push(*k);
             }
         }
-        // Flows whose wait ended run now: their replica, if it came.
+        // Flows whose wait ended run now: their replica, if it came; and
+        // flows whose wait timed out, if theirs came since.
         for k in self.released.drain(..) {
             if !self.keys.contains(&k) {
                 self.keys.push(k);
+            }
+        }
+        let mut late = 0usize;
+        if !self.late.is_empty() {
+            for k in keys {
+                if self.late.contains_key(k) && !self.keys.contains(k) {
+                    self.keys.push(*k);
+                    late += 1;
+                }
             }
         }
         let counts = &self.peer.counts;
@@ -900,6 +929,9 @@ impl FlowHook for LanePeer {
             self.peer.store.take(&self.deployment, &self.keys, &mut self.taken);
             for (key, replica) in self.taken.drain(..) {
                 counts.flows_imported.fetch_add(1, Ordering::Relaxed);
+                if late > 0 && self.late.remove(&key).is_some() {
+                    counts.late_state_imported.fetch_add(1, Ordering::Relaxed);
+                }
                 for part in &replica.nfs {
                     let Some(stage) = stages.iter_mut().find(|s| s.name() == part.nf) else { continue };
                     match stage.import_flow(part.to_export(key)) {
