@@ -113,6 +113,13 @@ demo: build test-nfs
 	@echo "   keeps a flow-ownership table over three serve --dpdk hosts; sluice-host steer sends every flow"
 	@echo "   to its owner over memif links; a drain and a kill -9 each give a new table version"
 	@bash deploy/local/demo-group.sh
+	@echo
+	@echo "== the group under live traffic (sluice-bench --elastic-only): 240 firewall connections from a paced"
+	@echo "   sender on a veth pair through the dispatcher; a standby host joins, one is drained, one is killed,"
+	@echo "   then a drain whose flows pull their state; every frame's latency and loss, from the packets"
+	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null; then \
+		./target/release/sluice-bench --nfs $(NF_OUT) --host target/release/sluice-host --elastic-only; \
+	else echo "   skipped: the veth pairs need root and iproute2 (ip)"; fi
 
 lint: setup
 	$(CARGO) fmt --all --check

@@ -46,6 +46,7 @@ fn nats_server() -> Result<PathBuf> {
         .unwrap_or_default()
         .split(':')
         .map(|d| Path::new(d).join("nats-server"))
+        .chain(std::env::var_os("HOME").map(|h| Path::new(&h).join("go/bin/nats-server")))
         .find(|p| p.exists())
         .context("nats-server not found: run `make setup`")
 }
