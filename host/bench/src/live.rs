@@ -106,9 +106,13 @@ fn term(mut k: Kill) {
 }
 
 fn deploy(cluster: &Cluster, key: &str, name: &str, config: &str, attach: &str) -> Result<()> {
+    deploy_module(cluster, key, name, "firewall@1", config, attach)
+}
+
+fn deploy_module(cluster: &Cluster, key: &str, name: &str, module: &str, config: &str, attach: &str) -> Result<()> {
     let (st, d) =
         call(agent().post(format!("{}/v1/deployments", cluster.base)).header("Authorization", key).send_json(
-            json!({"name": name, "group": "edge", "module": "firewall@1", "config": config, "attach": [attach]}),
+            json!({"name": name, "group": "edge", "module": module, "config": config, "attach": [attach]}),
         ))?;
     if st != 201 {
         bail!("deploying {name}: {st} {d}");
@@ -274,20 +278,63 @@ fn rate(rep: &Path, warm: Duration, secs: u64) -> Result<(f64, f64)> {
     Ok(((p1 - p0) as f64 / (ms * 1e3), (sent(&r1).saturating_sub(sent(&r0))) as f64 / (ms / 1e3)))
 }
 
-/// What replicating flow state to a peer costs a live host: the firewall
-/// on one worker of a host in a two-host group, with `--replicate-us`
-/// 0 (off) against on, alternating, on the same trace.
-pub fn replication_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &str) -> Result<String> {
+/// What replicating flow state to a peer costs a live host: an NF on one
+/// worker of a host in a two-host group, with `--replicate-us` 0 (off)
+/// against on, alternating, on the same trace. The firewall, whose state
+/// of a connection changes when it opens and closes, and the IDS, whose
+/// state of a flow (its rules' stream matchers) changes with every packet.
+pub fn replication_section(
+    host: &Path,
+    nfs: &Path,
+    frames: &[Vec<u8>],
+    firewall_config: &str,
+    ids_config: &str,
+) -> Result<String> {
+    let fw = replication_runs(host, nfs, frames, "firewall", firewall_config)?;
+    let ids = replication_runs(host, nfs, frames, "ids", ids_config)?;
+    let flows: std::collections::HashSet<_> =
+        frames.iter().filter_map(|f| sluice_wire::parse(f).key.map(|k| k.normalized())).collect();
+    let mut s = String::new();
+    s.push_str("\n## Peer state: what replication costs a host\n\n");
+    s.push_str(&format!(
+        "A group of two hosts under the control-plane cluster: the measured `sluice-host serve --dpdk` (one worker on a CPU of its own, the NF attached to port 0, \
+         the DPDK section's 64-byte TCP trace of {} flows replayed from memory) and a second member without ports, so every flow has a next owner. \
+         Each worker sends the state of the flows it touched, when it changed, every `--replicate-us` (`0`: off); rates between two host reports 6 s apart \
+         after 1.5 s of warm-up; the settings alternate, {ROUNDS} rounds each, medians shown. The firewall's state of a connection changes when it opens and \
+         closes; the IDS's state of a flow (its stream matchers) changes with every packet, so every active flow is sent every interval. Target: ≤ 10 % cost.\n\n",
+        flows.len()
+    ));
+    s.push_str("| NF | --replicate-us | Mpps | vs off | flows replicated / s |\n|---|---:|---:|---:|---:|\n");
+    for (nf, runs) in [("firewall", fw), ("ids", ids)] {
+        let base = runs.first().map(|(_, m, _)| median(m.clone())).unwrap_or(0.0);
+        for (us, mpps, sent) in runs {
+            let m = median(mpps);
+            s.push_str(&format!(
+                "| {nf} | {} | {m:.2} | {:.2} | {:.0} |\n",
+                if us == 0 { "0 (off)".to_string() } else { us.to_string() },
+                if base > 0.0 { m / base } else { 0.0 },
+                median(sent)
+            ));
+        }
+    }
+    Ok(s)
+}
+
+/// Rates of one NF per replication interval: (interval µs, Mpps per
+/// round, flows sent per second per round).
+type Runs = Vec<(u64, Vec<f64>, Vec<f64>)>;
+
+fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, config: &str) -> Result<Runs> {
     const INTERVALS_US: [u64; 3] = [0, 1000, 5000];
-    let cluster = Cluster::start(host, "peer", "[groups.edge]\nports = [0, 1]\n")?;
+    let cluster = Cluster::start(host, &format!("peer-{nf}"), "[groups.edge]\nports = [0, 1]\n")?;
     let dir = cluster.dir.clone();
     let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
-    let fw = std::fs::read(nfs.join("firewall.wasm")).context("firewall.wasm (make nfs)")?;
+    let module = std::fs::read(nfs.join(format!("{nf}.wasm"))).with_context(|| format!("{nf}.wasm (make nfs)"))?;
     let host_args = cluster.register_host("rep", "edge")?;
     let peer_args = cluster.register_host("peer", "edge")?;
     let (key, _) = cluster.tenant("tenant0", &["edge"])?;
-    cluster.upload(&key, "firewall", "1", &fw)?;
-    deploy(&cluster, &key, "fw", firewall_config, "port=0")?;
+    cluster.upload(&key, nf, "1", &module)?;
+    deploy_module(&cluster, &key, nf, &format!("{nf}@1"), config, "port=0")?;
     // The other member of the group: a host without ports. It is in the
     // table, so every flow of the measured host has a next owner.
     let peer = Kill(
@@ -302,11 +349,8 @@ pub fn replication_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall
     );
     let trace = dir.join("trace.pcap");
     write_trace(&trace, frames)?;
-    let flows: std::collections::HashSet<_> =
-        frames.iter().filter_map(|f| sluice_wire::parse(f).key.map(|k| k.normalized())).collect();
     let live_host = LiveHost { host, cluster: &cluster, args: &host_args, cpus: &cpus };
-    let mut runs: Vec<(u64, Vec<f64>, Vec<f64>)> =
-        INTERVALS_US.iter().map(|&us| (us, Vec::new(), Vec::new())).collect();
+    let mut runs: Runs = INTERVALS_US.iter().map(|&us| (us, Vec::new(), Vec::new())).collect();
     for round in 0..ROUNDS {
         for (us, mpps, sent) in runs.iter_mut() {
             let rep = dir.join(format!("rep-{us}-{round}.json"));
@@ -325,25 +369,5 @@ pub fn replication_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall
         }
     }
     drop(peer);
-    let base = runs.first().map(|(_, m, _)| median(m.clone())).unwrap_or(0.0);
-    let mut s = String::new();
-    s.push_str("\n## Peer state: what replication costs a host\n\n");
-    s.push_str(&format!(
-        "A group of two hosts under the control-plane cluster: the measured `sluice-host serve --dpdk` (one worker on a CPU of its own, the firewall attached to port 0, \
-         the DPDK section's 64-byte TCP trace of {} flows replayed from memory) and a second member without ports, so every flow has a next owner. \
-         Each worker sends the state of the flows it touched every `--replicate-us` (`0`: off); rates between two host reports 6 s apart after 1.5 s of warm-up; \
-         the settings alternate, {ROUNDS} rounds each, medians shown. Target: ≤ 10 % cost.\n\n",
-        flows.len()
-    ));
-    s.push_str("| --replicate-us | Mpps | vs off | flows replicated / s |\n|---:|---:|---:|---:|\n");
-    for (us, mpps, sent) in runs {
-        let m = median(mpps);
-        s.push_str(&format!(
-            "| {} | {m:.2} | {:.2} | {:.0} |\n",
-            if us == 0 { "0 (off)".to_string() } else { us.to_string() },
-            if base > 0.0 { m / base } else { 0.0 },
-            median(sent)
-        ));
-    }
-    Ok(s)
+    Ok(runs)
 }

@@ -222,7 +222,7 @@ fn main() -> Result<()> {
     }
     if let (true, Some(host)) = (args.peer_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
-        print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
+        print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG, IDS_CONFIG)?);
         return Ok(());
     }
     if let (true, Some(host)) = (args.elastic_only, &args.host) {
@@ -233,7 +233,7 @@ fn main() -> Result<()> {
         let frames = traffic(64, 1024, 8192);
         print!("{}", dispatch::section(args.host.as_deref(), &frames)?);
         if let Some(host) = &args.host {
-            print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
+            print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG, IDS_CONFIG)?);
         }
         return Ok(());
     }
@@ -409,7 +409,7 @@ fn main() -> Result<()> {
     let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
     md.push_str(&dispatch::section(args.host.as_deref(), frames64)?);
     if let Some(host) = &args.host {
-        md.push_str(&live::replication_section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
+        md.push_str(&live::replication_section(host, &args.nfs, frames64, FIREWALL_CONFIG, IDS_CONFIG)?);
         eprintln!("the elastic group under live traffic (about a minute)...");
         md.push_str(&elastic::section(host, &args.nfs)?);
     }
