@@ -57,6 +57,14 @@ pub const GLOBAL_EVERY: Duration = Duration::from_millis(100);
 /// its replica outlives the store's lifetime while the flow is active.
 pub const REFRESH: Duration = Duration::from_secs(30);
 
+/// A flow still busy (its packets ran since the last export) whose state
+/// changed again is sent at most once every this many replication
+/// intervals; it is sent at the first export after it goes quiet, and at
+/// once when a table change gives it another next owner. A flow moves
+/// only after an idle gap, or with a table change, so this only bounds
+/// how stale a busy flow's replica is when its host dies.
+pub const BUSY_EVERY: u32 = 10;
+
 /// A message for another host of the group.
 #[derive(Debug)]
 pub struct Outgoing {
@@ -82,6 +90,9 @@ pub struct PeerCounters {
     /// Touched flows not sent because their state had not changed since
     /// they were last sent (and was sent less than 30 s ago).
     pub flows_unchanged: u64,
+    /// Times a busy flow's changed state waited for the flow to go quiet
+    /// (see [`BUSY_EVERY`]).
+    pub flows_deferred: u64,
     /// Flows whose replica was imported when they arrived here.
     pub flows_imported: u64,
     /// NF parts of arriving replicas refused as stale (not newer than what
@@ -153,6 +164,7 @@ struct Counts {
     flows_send_dropped: AtomicU64,
     flows_handed_over: AtomicU64,
     flows_unchanged: AtomicU64,
+    flows_deferred: AtomicU64,
     flows_imported: AtomicU64,
     parts_stale: AtomicU64,
     parts_refused: AtomicU64,
@@ -462,6 +474,8 @@ impl Peer {
             next_deadline: None,
             released: Vec::new(),
             late: HashMap::default(),
+            deferred: HashSet::default(),
+            quiet: Vec::new(),
             peer: self.clone(),
             deployment: deployment.to_string(),
             dirty: HashSet::default(),
@@ -484,6 +498,7 @@ impl Peer {
             flows_send_dropped: c.flows_send_dropped.load(Ordering::Relaxed),
             flows_handed_over: c.flows_handed_over.load(Ordering::Relaxed),
             flows_unchanged: c.flows_unchanged.load(Ordering::Relaxed),
+            flows_deferred: c.flows_deferred.load(Ordering::Relaxed),
             flows_imported: c.flows_imported.load(Ordering::Relaxed),
             parts_stale: c.parts_stale.load(Ordering::Relaxed),
             parts_refused: c.parts_refused.load(Ordering::Relaxed),
@@ -565,6 +580,10 @@ pub struct LanePeer {
     /// Flows whose wait timed out, and when: their state, if it comes
     /// later, is imported with their next packet (kept [`LATE`] at most).
     late: HashMap<FlowKey, Instant>,
+    /// Busy flows whose changed state was not sent yet (see
+    /// [`BUSY_EVERY`]), and those of them that went quiet.
+    deferred: HashSet<FlowKey>,
+    quiet: Vec<FlowKey>,
 }
 
 /// How long a flow whose pull timed out still takes its late state.
@@ -815,12 +834,24 @@ impl LanePeer {
             self.last_sweep = now;
             self.sent.retain(|_, (_, at)| now.saturating_duration_since(*at) < REFRESH);
         }
-        if self.dirty.is_empty() {
+        // Deferred flows that ran no packet since the last export are
+        // quiet: their state goes now.
+        self.quiet.clear();
+        for k in self.deferred.drain() {
+            if !self.dirty.contains(&k) {
+                self.quiet.push(k);
+            }
+        }
+        if self.dirty.is_empty() && self.quiet.is_empty() {
             return;
         }
+        let busy_every = self.peer.interval.saturating_mul(BUSY_EVERY);
         let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
-        let mut unchanged = 0u64;
-        for k in self.dirty.drain() {
+        let (mut unchanged, mut deferred) = (0u64, 0u64);
+        let quiet = std::mem::take(&mut self.quiet);
+        let touched = self.dirty.drain().map(|k| (k, true));
+        let all: Vec<(FlowKey, bool)> = touched.chain(quiet.iter().map(|k| (*k, false))).collect();
+        for (k, busy) in all {
             let Some(to) = next_owner(&table, me, &k) else { continue };
             // Every write counts a clock up: an equal sum is the same
             // state (a flow whose packets only read it), not sent again.
@@ -839,6 +870,12 @@ impl LanePeer {
                         unchanged += 1;
                         continue;
                     }
+                    if busy && self.sent.get(&k).is_some_and(|&(_, at)| now.saturating_duration_since(at) < busy_every)
+                    {
+                        self.deferred.insert(k);
+                        deferred += 1;
+                        continue;
+                    }
                     self.sent.insert(k, (sum, now));
                     chain.stages().iter().filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e))).collect()
                 }
@@ -846,6 +883,8 @@ impl LanePeer {
             per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
         }
         self.peer.counts.flows_unchanged.fetch_add(unchanged, Ordering::Relaxed);
+        self.peer.counts.flows_deferred.fetch_add(deferred, Ordering::Relaxed);
+        self.quiet = quiet;
         for (to, flows) in per_host {
             // A flow that could not be sent is sent again at the next
             // interval it is touched.
