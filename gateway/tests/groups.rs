@@ -906,7 +906,13 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     assert!(lost_kill < in_window / 2, "the kill lost {lost_kill} of the {in_window} frames h2's flows had around it");
     assert!(moved > 0 && with_state * 100 >= moved * 95, "{with_state} of {moved} moved flowlets found their state");
     let links = rep["links"].as_array().unwrap();
-    assert!(links.iter().any(|l| l["host"] == "h2" && l["up"] == false), "{rep}");
+    let down = links.iter().find(|l| l["host"] == "h2" && l["up"] == false).unwrap_or_else(|| panic!("{rep}"));
+    // The dispatcher's account of the kill: the flowlets it moved away
+    // from h2 since, and what it had sent h2 just before (what could be
+    // lost with it).
+    eprintln!("link of h2 down: {down}; frames lost to the kill {lost_kill}");
+    assert!(down["flowlets_moved"].as_u64().unwrap() > 0, "{down}");
+    assert!(down["sent_before"].as_u64().unwrap() > 0, "{down}");
     let events = rep["tables"].as_array().unwrap();
     // Planned changes wait for the state handover; the loss does not.
     for v in [four.version(), drained.version()] {
@@ -1050,11 +1056,10 @@ fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
         h3["pull_flows_sent"],
         h3["pull_flows_not_held"],
     );
-    assert_eq!(sum("moved_waited"), conns + unsolicited);
-    assert_eq!(sum("waits_with_state"), conns);
-    assert_eq!(sum("waits_not_held"), unsolicited);
-    assert_eq!(sum("waits_timed_out"), 0);
-    assert_eq!(sum("packets_held_dropped"), 0);
+    // (waited, with state, not held, timed out, held packets dropped)
+    let waits = ["moved_waited", "waits_with_state", "waits_not_held", "waits_timed_out", "packets_held_dropped"];
+    let waits: Vec<u64> = waits.iter().map(|k| sum(k)).collect();
+    assert_eq!(waits, [conns + unsolicited, conns, unsolicited, 0, 0]);
     assert!(sum("packets_held") >= conns + unsolicited);
     assert_eq!(h3["pull_flows_sent"].as_u64(), Some(conns));
     let pulled: u64 = peer.iter().map(|p| p["moved_from"]["h3"]["pulled"].as_u64().unwrap_or(0)).sum();

@@ -460,12 +460,15 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
         "\nMoved flowlets that started without waiting for state: **{with} of {moved}** ({:.1} %; SNF: 90.43 %, target ≥ 95 %). \
          The kill of h2 (its {} connections): the first of its flows' frames came out of another host **{:.1} ms** after the kill; \
          {lost_kill} of its flows' frames were lost, the last of them due {:.1} ms after the kill (until its link went down and in its queues); \
-         the controller's table dropped it {:.2} s after the kill. Dispatcher: flowlets moved away from h2 {}, from h3 {}.\n\n",
+         the controller's table dropped it {:.2} s after the kill. The dispatcher's report of the event (its link to h2 down): {} packets sent to h2 in the \
+         20 ms before (what could be lost with it), {} flowlets moved away since; flowlets moved away from h2 over the run {}, from h3 {}.\n\n",
         if moved > 0 { with as f64 * 100.0 / moved as f64 } else { 0.0 },
         h2_flows.len(),
         (first_elsewhere - killed_at).max(0.0) * 1e3,
         last_lost * 1e3,
         rep.killed_out.map_or(0.0, |t| t - killed_at),
+        link_down(&rep.steer, "h2", "sent_before"),
+        link_down(&rep.steer, "h2", "flowlets_moved"),
         host_count(&rep.steer, "h2", "moved_away"),
         host_count(&rep.steer, "h3", "moved_away"),
     ));
@@ -491,6 +494,15 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
         sum(&pulled.peers, "packets_held_dropped"),
     ));
     Ok(s)
+}
+
+/// A counter of the latest down event of `host`'s link.
+fn link_down(steer: &Value, host: &str, k: &str) -> u64 {
+    steer["links"]
+        .as_array()
+        .and_then(|l| l.iter().rev().find(|x| x["host"] == host && x["up"] == false))
+        .and_then(|x| x[k].as_u64())
+        .unwrap_or(0)
 }
 
 fn host_count(steer: &Value, host: &str, k: &str) -> u64 {

@@ -112,7 +112,17 @@ pub struct RouteFeed {
     /// Counts link changes, so workers copy `down` only after one.
     link_epoch: AtomicU64,
     links: Mutex<Vec<LinkEvent>>,
+    /// Per host, since its link last went down: flowlets moved away from
+    /// it, and the packets sent to it in the [`RECENT_MS`] before (added
+    /// by each worker when it sees the link down).
+    since_down: Vec<(AtomicU64, AtomicU64)>,
 }
+
+/// The window before a link went down whose packets a link event counts
+/// (they were in flight to, or queued at, a host that may have died).
+pub const RECENT_MS: u64 = 20;
+/// Buckets of the per-host count of recent packets (one per ms).
+const BUCKETS: usize = 32;
 
 /// A link towards a host that went down or came back.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -123,6 +133,13 @@ pub struct LinkEvent {
     pub up: bool,
     /// When, ms since the dispatcher started.
     pub at_ms: u64,
+    /// Down: packets sent to the host in the 20 ms before its link went
+    /// down: what may have been lost with it (in flight, in its queues;
+    /// what a dead host had taken before is not counted).
+    pub sent_before: u64,
+    /// Down: flowlets moved away from the host since (its flows, each at
+    /// its next packet, to the slot's next owner).
+    pub flowlets_moved: u64,
 }
 
 /// Tables kept in a dispatcher's report, at most (the latest).
@@ -158,6 +175,7 @@ impl RouteFeed {
             down: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
             link_epoch: AtomicU64::new(0),
             links: Mutex::new(Vec::new()),
+            since_down: hosts.iter().map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
             hosts,
         }
     }
@@ -181,6 +199,10 @@ impl RouteFeed {
             tracing::warn!(host, "the link towards a host went down: its flows go to their next owners");
         }
         let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        if !up && let Some((moved, sent)) = self.since_down.get(i) {
+            moved.store(0, Ordering::Relaxed);
+            sent.store(0, Ordering::Relaxed);
+        }
         if links.len() >= MAX_EVENTS {
             links.remove(0);
         }
@@ -188,12 +210,39 @@ impl RouteFeed {
             host,
             up,
             at_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..Default::default()
         });
     }
 
-    /// The link changes so far (the latest 64).
+    /// The link changes so far (the latest 64); each host's latest down
+    /// event with its counts since.
     pub fn link_events(&self) -> Vec<LinkEvent> {
-        self.links.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        for (i, host) in self.hosts.iter().enumerate() {
+            let Some((moved, sent)) = self.since_down.get(i) else { continue };
+            if let Some(e) = links.iter_mut().rev().find(|e| e.host == *host && !e.up) {
+                e.flowlets_moved = moved.load(Ordering::Relaxed);
+                e.sent_before = sent.load(Ordering::Relaxed);
+            }
+        }
+        links
+    }
+
+    /// A worker's count of the packets it sent host `i` in the window
+    /// before its link went down.
+    fn add_sent_before_down(&self, i: usize, n: u64) {
+        if let Some((_, sent)) = self.since_down.get(i) {
+            sent.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// A flowlet moved away from host `i` while its link is down.
+    fn moved_from_down(&self, i: usize) {
+        if let Some((moved, _)) = self.since_down.get(i)
+            && self.down.get(i).is_some_and(|d| d.load(Ordering::Relaxed))
+        {
+            moved.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn link_epoch(&self) -> u64 {
@@ -625,6 +674,8 @@ fn steer_loop(
     let mut flowlets: Flowlets<FlowKey> = Flowlets::new(gap_ns, remember_ns, opts.max_flows);
     let mut route = feed.current();
     let (mut down, mut link_epoch) = (Vec::new(), u64::MAX);
+    // Per host, packets sent per ms over the last BUCKETS ms: (ms, count).
+    let mut recent: Vec<[(u64, u64); BUCKETS]> = vec![[(0, 0); BUCKETS]; targets.len()];
     let mut rx: Vec<Mbuf> = Vec::with_capacity(burst);
     let mut out: Vec<Vec<Mbuf>> = targets.iter().map(|_| Vec::with_capacity(burst)).collect();
     let mut stats = WorkerStats {
@@ -650,8 +701,17 @@ fn steer_loop(
             route = feed.current();
         }
         if feed.link_epoch() != link_epoch {
+            let was: Vec<bool> = down.clone();
             link_epoch = feed.link_epoch();
             feed.copy_down(&mut down);
+            // A link that went down: what this worker sent there just before.
+            let now_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+            for (i, (&d, r)) in down.iter().zip(&recent).enumerate() {
+                if d && !was.get(i).copied().unwrap_or(false) {
+                    let n = r.iter().filter(|(ms, _)| now_ms.saturating_sub(*ms) < RECENT_MS).map(|(_, n)| n).sum();
+                    feed.add_sent_before_down(i, n);
+                }
+            }
         }
         let mut got = 0;
         for q in queues.iter_mut() {
@@ -693,6 +753,7 @@ fn steer_loop(
                 if let Some(n) = stats.per_host_moved_away.get_mut(usize::from(p)) {
                     *n += 1;
                 }
+                feed.moved_from_down(usize::from(p));
                 if let Some(n) = stats.per_host_moved_in.get_mut(i) {
                     *n += 1;
                 }
@@ -731,7 +792,7 @@ fn steer_loop(
         }
         if let Some(q) = queues.first_mut() {
             let counts = stats.per_host.iter_mut().zip(stats.per_host_dropped.iter_mut());
-            for ((v, t), (count, dropped)) in out.iter_mut().zip(targets).zip(counts) {
+            for (hi, ((v, t), (count, dropped))) in out.iter_mut().zip(targets).zip(counts).enumerate() {
                 if v.is_empty() {
                     continue;
                 }
@@ -742,6 +803,12 @@ fn steer_loop(
                     sent += q.tx_burst(t.port, v);
                 }
                 *count += sent as u64;
+                if let Some(r) = recent.get_mut(hi) {
+                    let ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    if let Some(b) = r.get_mut((ms % BUCKETS as u64) as usize) {
+                        *b = if b.0 == ms { (ms, b.1 + sent as u64) } else { (ms, sent as u64) };
+                    }
+                }
                 stats.dropped_tx_full += v.len() as u64;
                 *dropped += v.len() as u64;
                 // What the port did not take is freed here.

@@ -757,7 +757,15 @@ impl LanePeer {
         {
             let mut g = self.peer.asks.lock();
             let (list, seq) = &mut *g;
-            for a in list.iter_mut().filter(|a| a.seq > self.asks_seen && a.deployment == self.deployment) {
+            // At most SERVE_AT_ONCE requests a call: a flood of requests
+            // slows the answers, never the worker's packets.
+            let mut seen = self.asks_seen;
+            let mine = list.iter_mut().filter(|a| a.seq > self.asks_seen);
+            for a in mine.take(pull::SERVE_AT_ONCE) {
+                seen = a.seq;
+                if a.deployment != self.deployment {
+                    continue;
+                }
                 let mut flows = Vec::new();
                 for k in &a.keys {
                     let Some(sum) = chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add)
@@ -781,7 +789,8 @@ impl LanePeer {
                 }
             }
             list.retain(|a| a.remaining > 0);
-            self.asks_seen = *seq;
+            // Nothing newer left: every later request is another's.
+            self.asks_seen = if list.iter().any(|a| a.seq > seen) { seen } else { (*seq).max(seen) };
         }
         let version = self.peer.table().map_or(0, |t| t.version());
         let c = &self.peer.counts;

@@ -35,6 +35,8 @@ pub const MAX_WAIT: Duration = Duration::from_millis(50);
 pub const PER_FLOW: usize = 64;
 /// Flows one lane waits for at once.
 pub const MAX_WAITING: usize = 256;
+/// Requests a lane looks at in one call, at most.
+pub const SERVE_AT_ONCE: usize = 4;
 /// Requests from other hosts waiting for this host's lanes, at most.
 pub const MAX_ASKED: usize = 1024;
 /// A request no lane finished looking at within this long is dropped
