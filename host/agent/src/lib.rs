@@ -443,12 +443,16 @@ async fn start_peer(bus: &Arc<dyn Bus>, cfg: &AgentConfig, pc: &PeerConfig) -> R
             }
         }
     });
-    // This host's values of global eventual tables go to every other host.
+    // This host's values of global eventual tables go to every other host,
+    // and its split release pools follow the table.
     let (p, global_bus, group, me) = (peer.clone(), bus.clone(), cfg.group.clone(), cfg.host.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(sluice_peer::GLOBAL_EVERY);
         loop {
             tick.tick().await;
+            // Release pools follow the table: blocks handed over, waited
+            // for, replicated (see sluice_peer::pools).
+            p.pool_tick(std::time::Instant::now());
             let peers = p.peers();
             let messages = p.global_messages(peers.len(), wall_ns());
             for body in &messages {

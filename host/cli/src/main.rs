@@ -216,6 +216,12 @@ enum Command {
         /// bounded: it holds up the worker's other hosts meanwhile).
         #[arg(long, default_value_t = 100)]
         tx_retry_us: u64,
+        /// An address whose TCP and UDP ports are a release pool split
+        /// between the hosts (a NAT's public address): packets to it go to
+        /// the host that owns the destination port's block, where the
+        /// connection's binding is. Repeat for each address.
+        #[arg(long = "pool-address")]
+        pool_addresses: Vec<std::net::IpAddr>,
         /// Packets per burst (up to 256).
         #[arg(long)]
         batch: Option<usize>,
@@ -454,6 +460,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             handover_ms,
             link_wait_ms,
             tx_retry_us,
+            pool_addresses,
             batch,
             workers,
             cores,
@@ -544,6 +551,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 report: report.clone(),
                 link_wait: std::time::Duration::from_millis(link_wait_ms),
                 tx_retry: std::time::Duration::from_micros(tx_retry_us),
+                pool_addresses: pool_addresses.into_iter().map(sluice_wire::IpAddr128::from).collect(),
             };
             let result = sluice_host::steer::run_steer(&config, &opts, feed, stop.clone());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);

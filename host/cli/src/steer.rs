@@ -94,6 +94,11 @@ pub struct SteerOptions {
     /// before what is left is dropped (backpressure from a slow host,
     /// bounded so that it cannot stall the others for long).
     pub tx_retry: Duration,
+    /// Addresses whose TCP and UDP ports are resources of a release pool
+    /// split between the hosts (a NAT's public addresses): a packet to one
+    /// goes to the owner of its destination port's block
+    /// ([`sluice_group::blocks`]), not by its flow.
+    pub pool_addresses: Vec<sluice_wire::IpAddr128>,
 }
 
 /// The group's table as the workers steer by it: swapped whole when a new
@@ -389,6 +394,7 @@ struct WorkerStats {
     not_ip: u64,
     dropped_tx_full: u64,
     marked: u64,
+    to_pool_owner: u64,
     flowlets: FlowletCounters,
     flows: usize,
 }
@@ -411,6 +417,9 @@ pub struct SteerReport {
     /// on (see `sluice_wire::steer`); a mark that did not fit the buffer
     /// leaves the packet unmarked.
     pub marked: u64,
+    /// Packets to a pool address (`--pool-address`) sent to the owner of
+    /// their destination port's block.
+    pub to_pool_owner: u64,
     /// Per host.
     pub hosts: Vec<HostCount>,
     /// The tables steered by, in order, with the hosts each let in or
@@ -470,6 +479,7 @@ impl SteerReport {
         self.not_ip += w.not_ip;
         self.dropped_tx_full += w.dropped_tx_full;
         self.marked += w.marked;
+        self.to_pool_owner += w.to_pool_owner;
         for (h, n) in self.hosts.iter_mut().zip(&w.per_host) {
             h.packets += n;
             self.forwarded += n;
@@ -743,8 +753,21 @@ fn steer_loop(
                 stats.not_ip += 1;
                 continue;
             };
-            let key = key.normalized();
-            let Some(s) = flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, &route, &down) else {
+            // A reply to a pooled resource (a NAT's public port) goes to the
+            // host that owns the port's block; it is another flow than the
+            // connection the host translated, so flowlets do not apply.
+            let pooled = matches!(key.protocol, 6 | 17) && opts.pool_addresses.contains(&key.dst);
+            let s = if pooled {
+                let block = sluice_group::block_of(u64::from(key.dst_port));
+                route.owner_avoiding(sluice_group::block_hash(block), &down).map(|host| {
+                    stats.to_pool_owner += 1;
+                    sluice_group::Steer { host, new_flowlet: false, moved_from: None }
+                })
+            } else {
+                let key = key.normalized();
+                flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, &route, &down)
+            };
+            let Some(s) = s else {
                 stats.no_route += 1;
                 continue;
             };

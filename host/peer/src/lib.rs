@@ -26,12 +26,15 @@
 //! Nothing here is on the path of a host that is not in a group with
 //! peers: a lane without a table does no work but marking flows.
 
+pub mod pools;
 pub mod pull;
 pub mod store;
 pub mod wire;
 
 pub use store::{PeerStore, Replica, StoreCounters};
-pub use wire::{FlowRequest, GlobalBatch, PeerBatch, PeerMessage, TableValues, WireError};
+pub use wire::{
+    BindingsKind, FlowRequest, GlobalBatch, PeerBatch, PeerMessage, PoolBindings, PoolRelease, TableValues, WireError,
+};
 
 use pull::{Answers, Asks, Outcome, Wait};
 use serde::{Deserialize, Serialize};
@@ -155,6 +158,26 @@ pub struct PeerCounters {
     /// Of those, entries refused (the table's capacity for that host, or
     /// the NF's state budget) or for a deployment or NF not running here.
     pub global_entries_refused: u64,
+    /// Release pools split between the group's hosts ([`pools`]).
+    pub pools: PoolCounters,
+}
+
+/// Counters of the release pools split between the group's hosts.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolCounters {
+    /// Bindings handed to the new owner of their block.
+    pub handed_over: u64,
+    /// Bindings taken in with blocks handed over to this host.
+    pub taken_over: u64,
+    /// Replicated bindings taken in with blocks of a host that went.
+    pub replicas_imported: u64,
+    /// Resources released here by flows that moved to other hosts.
+    pub released_remote: u64,
+    /// Bindings refused (state budget, outside the pool, unknown NF).
+    pub refused: u64,
+    /// Gained blocks handed out after [`pools::HANDOVER_WAIT`] without
+    /// their previous owner's handover.
+    pub handover_waits_timed_out: u64,
 }
 
 #[derive(Debug, Default)]
@@ -241,6 +264,9 @@ pub struct Peer {
     tickets: AtomicU64,
     /// Moved flowlets by the host they came from.
     moved_from: std::sync::Mutex<std::collections::BTreeMap<String, MovedFrom>>,
+    /// Release pools split between the group's hosts.
+    pools: pools::Pools,
+    pools_counts: pools::PoolCounts,
 }
 
 impl Peer {
@@ -267,6 +293,8 @@ impl Peer {
             answers: Answers::default(),
             tickets: AtomicU64::new(1),
             moved_from: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+            pools: pools::Pools::default(),
+            pools_counts: pools::PoolCounts::default(),
         })
     }
 
@@ -295,6 +323,8 @@ impl Peer {
             Ok(PeerMessage::Global(g)) => self.take_global(from, g, now_ns),
             Ok(PeerMessage::Pull(r)) => self.ask(from, r, now),
             Ok(PeerMessage::NotHeld(r)) => self.answers.insert(&r.deployment, r.flow_keys(), now),
+            Ok(PeerMessage::Bindings(b)) => self.take_bindings(b, now),
+            Ok(PeerMessage::Released(r)) => self.take_released(r),
             Err(e) => {
                 self.store.refused();
                 return Err(e);
@@ -347,6 +377,9 @@ impl Peer {
             domain.track_changes();
         }
         d.insert(deployment.to_string(), Registered { shape, nfs });
+        drop(d);
+        // Its release pools hand out only this host's blocks, from the start.
+        self.pool_tick(Instant::now());
     }
 
     /// The group-wide view of every registered global eventual table, by
@@ -524,6 +557,7 @@ impl Peer {
             table_version: self.table().map(|t| t.version()),
             store: self.store.counters(),
             moved_from: self.moved_from.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            pools: self.pools_counts.snapshot(),
         }
     }
 }

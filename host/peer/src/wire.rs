@@ -3,7 +3,9 @@
 //! ([`PeerBatch`]); or the sender's own values of the global eventual
 //! tables of one NF ([`GlobalBatch`]); or a request for the state of
 //! flows moved to the sender without it, and the answer for those the
-//! receiver holds none of ([`FlowRequest`]).
+//! receiver holds none of ([`FlowRequest`]); or bindings of a release pool
+//! split between the hosts, handed over or replicated with their blocks
+//! ([`PoolBindings`]), and releases for a block's owner ([`PoolRelease`]).
 //!
 //! Encoded with `postcard` behind a version byte. A message comes from
 //! another host of the group (the subject names the sender and NATS
@@ -35,6 +37,12 @@ pub const MAX_GLOBAL_TABLES: usize = 64;
 pub const MAX_ENTRIES: usize = 32_768;
 /// Flows of one request (or answer) at most.
 pub const MAX_REQUEST: usize = 1024;
+/// Pool bindings or resources of one message at most.
+pub const MAX_BINDINGS: usize = 16_384;
+/// Blocks of one handover message at most.
+pub const MAX_BLOCKS: usize = 65_536;
+/// Bytes of one binding at most.
+pub const MAX_BINDING: usize = 4096;
 
 /// Why a message was refused.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +144,84 @@ pub struct FlowRequest {
     pub keys: Vec<Vec<u8>>,
 }
 
+/// Why pool bindings are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BindingsKind {
+    /// The blocks moved to the receiver: it takes their bindings in, and
+    /// hands out their free resources from now on.
+    Handover,
+    /// Changes of bindings in blocks the receiver takes over if the sender
+    /// goes: it keeps them aside until then.
+    Replica,
+}
+
+/// Bindings of one release pool of one NF of one deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolBindings {
+    /// The deployment's id.
+    pub deployment: String,
+    /// The NF's name in its chain.
+    pub nf: String,
+    /// The pool's name.
+    pub pool: String,
+    /// Why they are sent.
+    pub kind: BindingsKind,
+    /// Handover: the blocks handed over (those without bindings too).
+    pub blocks: Vec<u64>,
+    /// (resource, its binding; `None`: no longer bound, replicas only).
+    pub entries: Vec<(u64, Option<Vec<u8>>)>,
+}
+
+/// Resources of one release pool released by the sender's flows but
+/// bound on the receiver, which owns their block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRelease {
+    /// The deployment's id.
+    pub deployment: String,
+    /// The NF's name in its chain.
+    pub nf: String,
+    /// The pool's name.
+    pub pool: String,
+    /// The resources.
+    pub resources: Vec<u64>,
+}
+
+fn check_names(names: [&String; 3]) -> Result<(), WireError> {
+    for name in names {
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(WireError::Bound(format!("a name of {} bytes (1-{MAX_NAME})", name.len())));
+        }
+    }
+    Ok(())
+}
+
+impl PoolBindings {
+    fn check(&self) -> Result<(), WireError> {
+        check_names([&self.deployment, &self.nf, &self.pool])?;
+        let bound = |what: String| Err(WireError::Bound(what));
+        if self.blocks.len() > MAX_BLOCKS {
+            return bound(format!("{} blocks (at most {MAX_BLOCKS})", self.blocks.len()));
+        }
+        if self.entries.len() > MAX_BINDINGS {
+            return bound(format!("{} bindings (at most {MAX_BINDINGS})", self.entries.len()));
+        }
+        if let Some((r, _)) = self.entries.iter().find(|(_, v)| v.as_ref().is_some_and(|v| v.len() > MAX_BINDING)) {
+            return bound(format!("the binding of resource {r} is over {MAX_BINDING} bytes"));
+        }
+        Ok(())
+    }
+}
+
+impl PoolRelease {
+    fn check(&self) -> Result<(), WireError> {
+        check_names([&self.deployment, &self.nf, &self.pool])?;
+        if self.resources.len() > MAX_BINDINGS {
+            return Err(WireError::Bound(format!("{} resources (at most {MAX_BINDINGS})", self.resources.len())));
+        }
+        Ok(())
+    }
+}
+
 /// A message between the hosts of a group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerMessage {
@@ -150,6 +236,12 @@ pub enum PeerMessage {
     Pull(FlowRequest),
     /// The flows of a [`PeerMessage::Pull`] the sender holds no state of.
     NotHeld(FlowRequest),
+    /// Bindings of a release pool split between the hosts: handed over
+    /// with their blocks, or replicated to the blocks' next owner.
+    Bindings(PoolBindings),
+    /// Resources of a split release pool released by flows that moved to
+    /// the sender, to their block's owner.
+    Released(PoolRelease),
 }
 
 impl PeerMessage {
@@ -169,6 +261,8 @@ impl PeerMessage {
                     PeerMessage::Flows(b) => b.check()?,
                     PeerMessage::Global(g) => g.check()?,
                     PeerMessage::Pull(r) | PeerMessage::NotHeld(r) => r.check()?,
+                    PeerMessage::Bindings(b) => b.check()?,
+                    PeerMessage::Released(r) => r.check()?,
                 }
                 Ok(m)
             }
@@ -378,6 +472,40 @@ mod tests {
         let mut b = batch();
         b.flows[0].nfs[0].state.as_mut().unwrap().value = vec![0; MAX_VALUE + 1];
         assert!(matches!(PeerMessage::decode(&flows(b)), Err(WireError::Bound(_))));
+    }
+
+    #[test]
+    fn pool_messages_round_trip_and_are_bounded() {
+        let b = PoolBindings {
+            deployment: "d".into(),
+            nf: "nat".into(),
+            pool: "ports".into(),
+            kind: BindingsKind::Handover,
+            blocks: vec![64, 65],
+            entries: vec![(1024, Some(vec![1; 13])), (1025, None)],
+        };
+        let m = PeerMessage::Bindings(b.clone());
+        assert_eq!(PeerMessage::decode(&m.encode().unwrap()).unwrap(), m);
+        let r = PeerMessage::Released(PoolRelease {
+            deployment: "d".into(),
+            nf: "nat".into(),
+            pool: "ports".into(),
+            resources: vec![1024],
+        });
+        assert_eq!(PeerMessage::decode(&r.encode().unwrap()).unwrap(), r);
+        let too_big = PoolBindings { entries: vec![(1, Some(vec![0; MAX_BINDING + 1]))], ..b.clone() };
+        let e = PeerMessage::decode(&PeerMessage::Bindings(too_big).encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("binding of resource 1"), "{e}");
+        let too_many = PoolBindings { blocks: vec![0; MAX_BLOCKS + 1], ..b.clone() };
+        assert!(matches!(
+            PeerMessage::decode(&PeerMessage::Bindings(too_many).encode().unwrap()),
+            Err(WireError::Bound(_))
+        ));
+        let unnamed = PoolBindings { pool: String::new(), ..b };
+        assert!(matches!(
+            PeerMessage::decode(&PeerMessage::Bindings(unnamed).encode().unwrap()),
+            Err(WireError::Bound(_))
+        ));
     }
 
     proptest! {

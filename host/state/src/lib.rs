@@ -33,6 +33,7 @@ pub use tables::{Checkpoint, DEFAULT_BUDGET_BYTES, ENTRY_OVERHEAD, FlowTableEntr
 
 /// Keys come from packets: seeded per process against hash flooding.
 pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 use std::cell::RefCell;
 

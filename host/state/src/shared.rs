@@ -4,9 +4,10 @@
 //! Every access takes one lock per state call (so one per batch, not per
 //! packet); between calls a worker works on its own replica or share.
 
-use crate::HashMap;
 use crate::single::{SingleShared, Value};
 use crate::spec::{Merge, TableSpec};
+use crate::{HashMap, HashSet};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -231,13 +232,18 @@ impl Domain {
                     inner: Mutex::new(PoolInner {
                         first,
                         end: first + count,
-                        next: first,
+                        fresh: VecDeque::from([(first, first + count)]),
                         free: Vec::new(),
                         shares: Vec::new(),
                         bound: HashMap::default(),
                         chunk: chunk as usize,
                         rebalances: 0,
                         exhausted: 0,
+                        split: None,
+                        foreign: Vec::new(),
+                        changed: HashSet::default(),
+                        changed_all: false,
+                        unknown_releases: 0,
                     }),
                 })
             })
@@ -303,6 +309,72 @@ impl Domain {
         let mut v: Vec<(String, PoolStats)> = pools.into_iter().map(|(k, p)| (k, p.stats())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
+    }
+
+    /// Names of the pools, sorted.
+    pub fn pools(&self) -> Vec<String> {
+        let mut v: Vec<String> = lock(&self.inner).pools.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Pool `name`'s resources: `first..end`.
+    pub fn pool_range(&self, name: &str) -> Option<(u64, u64)> {
+        let pool = self.pool_named(name)?;
+        let p = lock(&pool.inner);
+        Some((p.first, p.end))
+    }
+
+    fn pool_named(&self, name: &str) -> Option<Arc<Pool>> {
+        lock(&self.inner).pools.get(name).cloned()
+    }
+
+    /// Splits pool `name` between the hosts of a group: this host hands
+    /// out only the resources `owns` allows, tested once per aligned
+    /// `block`. Free resources outside are forgotten; blocks it gains are
+    /// handed out fresh, but for resources bound here (so a block's
+    /// bindings from its previous owner are [imported](Self::pool_import)
+    /// before it is allowed).
+    pub fn split_pool(&self, name: &str, block: u64, owns: &dyn Fn(u64) -> bool) {
+        if let Some(p) = self.pool_named(name) {
+            p.split(block, owns);
+        }
+    }
+
+    /// Removes and returns pool `name`'s bindings of the resources `keep`
+    /// does not allow (for the host their block moved to), sorted.
+    pub fn pool_take_bindings(&self, name: &str, keep: &dyn Fn(u64) -> bool) -> Vec<(u64, Vec<u8>)> {
+        self.pool_named(name).map(|p| p.take_bindings(keep)).unwrap_or_default()
+    }
+
+    /// Pool `name`'s bindings of the resources `pick` allows, sorted.
+    pub fn pool_bindings_where(&self, name: &str, pick: &dyn Fn(u64) -> bool) -> Vec<(u64, Vec<u8>)> {
+        self.pool_named(name).map(|p| p.bindings_where(pick)).unwrap_or_default()
+    }
+
+    /// Binds, in pool `name`, resources held by flows of another host; returns
+    /// how many were refused (outside the pool, or over the state budget).
+    pub fn pool_import(&self, name: &str, entries: &[(u64, Vec<u8>)]) -> u64 {
+        self.pool_named(name).map_or(entries.len() as u64, |p| p.import(entries))
+    }
+
+    /// Unbinds resources of pool `name` that another host released;
+    /// returns how many were bound here.
+    pub fn pool_release_remote(&self, name: &str, resources: &[u64]) -> u64 {
+        self.pool_named(name).map_or(0, |p| p.release_remote(resources))
+    }
+
+    /// Takes pool `name`'s resources released here but bound on another
+    /// host, to send to their block's owner.
+    pub fn pool_take_foreign(&self, name: &str) -> Vec<u64> {
+        self.pool_named(name).map(|p| p.take_foreign()).unwrap_or_default()
+    }
+
+    /// Takes pool `name`'s resources whose binding changed since the last
+    /// call (split pools), with their binding now (`None`: free); `None`
+    /// when every binding is to be sent again.
+    pub fn pool_take_changed(&self, name: &str) -> Option<Vec<(u64, Option<Vec<u8>>)>> {
+        self.pool_named(name).map_or(Some(Vec::new()), |p| p.take_changed())
     }
 
     /// The resources currently bound in pool `name`, with their values,
@@ -694,8 +766,8 @@ struct Binding {
 struct PoolInner {
     first: u64,
     end: u64,
-    /// Resources from `next` to `end` were never handed out.
-    next: u64,
+    /// Ranges `start..end` never handed out here, ascending.
+    fresh: VecDeque<(u64, u64)>,
     /// Resources given back to the host.
     free: Vec<u64>,
     /// Each worker's share: resources it may hand out without asking.
@@ -704,6 +776,61 @@ struct PoolInner {
     chunk: usize,
     rebalances: u64,
     exhausted: u64,
+    /// The part of the pool this host may hand out, when the pool is split
+    /// between the hosts of a group; `None`: all of it.
+    split: Option<Split>,
+    /// Resources released here that were bound on another host (a split
+    /// pool's flow that moved here), to send to their block's owner.
+    foreign: Vec<u64>,
+    /// Resources bound or unbound since the last
+    /// [`Pool::take_changed`] (split pools only): replicated to the
+    /// host that takes their block over.
+    changed: HashSet<u64>,
+    /// `changed` overflowed: every binding is sent again.
+    changed_all: bool,
+    /// Releases of resources bound nowhere here and not foreign either.
+    unknown_releases: u64,
+}
+
+/// Which blocks of a split pool this host hands out.
+#[derive(Debug, Clone)]
+struct Split {
+    /// Resources per block (blocks are aligned on absolute values).
+    block: u64,
+    first_block: u64,
+    owns: Vec<bool>,
+}
+
+impl Split {
+    fn allows(&self, r: u64) -> bool {
+        let i = (r / self.block).saturating_sub(self.first_block);
+        usize::try_from(i).ok().and_then(|i| self.owns.get(i)).copied().unwrap_or(false)
+    }
+}
+
+/// Resources released here for other hosts, kept at most.
+pub const MAX_FOREIGN: usize = 65_536;
+/// Changed bindings noted at most between two replications.
+const MAX_CHANGED: usize = 1 << 20;
+
+/// Cuts `ranges` to the resources `allows` lets through, testing one
+/// resource per aligned block of `block`.
+fn cut(ranges: impl Iterator<Item = (u64, u64)>, block: u64, allows: impl Fn(u64) -> bool) -> VecDeque<(u64, u64)> {
+    let mut out: VecDeque<(u64, u64)> = VecDeque::new();
+    for (start, end) in ranges {
+        let mut at = start;
+        while at < end {
+            let stop = ((at / block).saturating_add(1)).saturating_mul(block).min(end);
+            if allows(at) {
+                match out.back_mut() {
+                    Some(last) if last.1 == at => last.1 = stop,
+                    _ => out.push_back((at, stop)),
+                }
+            }
+            at = stop;
+        }
+    }
+    out
 }
 
 impl PoolInner {
@@ -721,14 +848,38 @@ impl PoolInner {
         }
     }
 
+    fn allows(&self, r: u64) -> bool {
+        self.split.as_ref().is_none_or(|s| s.allows(r))
+    }
+
+    fn note(&mut self, r: u64) {
+        if self.split.is_none() || self.changed_all {
+            return;
+        }
+        if self.changed.len() >= MAX_CHANGED {
+            self.changed_all = true;
+            self.changed.clear();
+        } else {
+            self.changed.insert(r);
+        }
+    }
+
     /// Refills `worker`'s share: from resources never handed out, then the
     /// free list, then half of the largest other share.
     fn refill(&mut self, worker: usize) {
         let chunk = self.chunk;
         let mut taken: Vec<u64> = Vec::with_capacity(chunk);
-        while taken.len() < chunk && self.next < self.end {
-            taken.push(self.next);
-            self.next += 1;
+        while taken.len() < chunk {
+            let Some(range) = self.fresh.front_mut() else { break };
+            let r = range.0;
+            range.0 += 1;
+            if range.0 >= range.1 {
+                self.fresh.pop_front();
+            }
+            // Bound here already: taken over from another host.
+            if !self.bound.contains_key(&r) {
+                taken.push(r);
+            }
         }
         while taken.len() < chunk {
             match self.free.pop() {
@@ -797,6 +948,7 @@ impl Pool {
             match r {
                 Some(r) => {
                     p.bound.insert(r, Binding { value: value.to_vec(), worker });
+                    p.note(r);
                     out.push(r);
                 }
                 None => {
@@ -826,8 +978,21 @@ impl Pool {
         for r in resources {
             if let Some(b) = p.bound.remove(r) {
                 self.bytes.free(binding_cost(&b.value));
-                p.share(worker).push(*r);
+                p.note(*r);
+                if p.allows(*r) {
+                    p.share(worker).push(*r);
+                } else {
+                    // Its block moved to another host while it was bound
+                    // here (its binding could not be handed over yet).
+                    p.foreign.push(*r);
+                }
                 released += 1;
+            } else if p.split.is_some() && p.foreign.len() < MAX_FOREIGN {
+                // Bound on the host that owns its block: the flow moved
+                // here from there.
+                p.foreign.push(*r);
+            } else {
+                p.unknown_releases += 1;
             }
         }
         let chunk = p.chunk;
@@ -853,5 +1018,141 @@ impl Pool {
             rebalances: p.rebalances,
             exhausted: p.exhausted,
         }
+    }
+
+    /// Splits the pool between hosts: from now on this host hands out only
+    /// the resources `owns` allows, tested once per aligned `block` of
+    /// resources. Free resources it no longer owns are forgotten (their
+    /// block's owner hands them out); blocks it gains are fresh, but for
+    /// resources bound here (imported first, see [`Pool::import`]).
+    pub(crate) fn split(&self, block: u64, owns: &dyn Fn(u64) -> bool) {
+        let block = block.max(1);
+        let mut p = lock(&self.inner);
+        let (first, end) = (p.first, p.end);
+        let first_block = first / block;
+        let blocks = ((end.saturating_sub(1)) / block).saturating_sub(first_block).saturating_add(1);
+        let split = Split {
+            block,
+            first_block,
+            owns: (0..blocks).map(|i| owns(first_block.saturating_add(i).saturating_mul(block).max(first))).collect(),
+        };
+        let old = p.split.replace(split.clone());
+        p.free.retain(|r| split.allows(*r));
+        for share in &mut p.shares {
+            share.retain(|r| split.allows(*r));
+        }
+        let fresh = std::mem::take(&mut p.fresh);
+        let mut ranges: Vec<(u64, u64)> = cut(fresh.into_iter(), block, |r| split.allows(r)).into();
+        if let Some(old) = old {
+            let gained = (0..blocks).filter_map(|i| {
+                let at = first_block.saturating_add(i).saturating_mul(block).max(first);
+                (split.allows(at) && !old.allows(at))
+                    .then(|| (at, (first_block.saturating_add(i).saturating_add(1)).saturating_mul(block).min(end)))
+            });
+            ranges.extend(gained);
+            ranges.sort_unstable();
+        }
+        p.fresh = cut(ranges.into_iter(), block, |_| true);
+    }
+
+    /// Removes and returns the bindings of the resources `keep` does not
+    /// allow (their block moved to another host, which takes them in),
+    /// sorted by resource.
+    pub(crate) fn take_bindings(&self, keep: &dyn Fn(u64) -> bool) -> Vec<(u64, Vec<u8>)> {
+        let mut p = lock(&self.inner);
+        let gone: Vec<u64> = p.bound.keys().filter(|r| !keep(**r)).copied().collect();
+        let mut out = Vec::with_capacity(gone.len());
+        for r in gone {
+            if let Some(b) = p.bound.remove(&r) {
+                self.bytes.free(binding_cost(&b.value));
+                p.changed.remove(&r);
+                out.push((r, b.value));
+            }
+        }
+        out.sort_unstable_by_key(|e| e.0);
+        out
+    }
+
+    /// The bindings of the resources `pick` allows, sorted by resource.
+    pub(crate) fn bindings_where(&self, pick: &dyn Fn(u64) -> bool) -> Vec<(u64, Vec<u8>)> {
+        let p = lock(&self.inner);
+        let mut v: Vec<(u64, Vec<u8>)> =
+            p.bound.iter().filter(|(r, _)| pick(**r)).map(|(r, b)| (*r, b.value.clone())).collect();
+        v.sort_unstable_by_key(|e| e.0);
+        v
+    }
+
+    /// Binds resources held by flows of another host (a block taken over):
+    /// they are not handed out here until released. Returns how many the
+    /// state budget had no room for, or that are outside the pool.
+    pub(crate) fn import(&self, entries: &[(u64, Vec<u8>)]) -> u64 {
+        let mut p = lock(&self.inner);
+        let mut refused = 0;
+        let mut taken: HashSet<u64> = HashSet::default();
+        for (r, value) in entries {
+            if !(p.first..p.end).contains(r) {
+                refused += 1;
+                continue;
+            }
+            if let Some(old) = p.bound.remove(r) {
+                self.bytes.free(binding_cost(&old.value));
+            }
+            if !self.bytes.try_charge(binding_cost(value)) {
+                refused += 1;
+                continue;
+            }
+            p.bound.insert(*r, Binding { value: value.clone(), worker: 0 });
+            p.note(*r);
+            taken.insert(*r);
+        }
+        if !taken.is_empty() {
+            p.free.retain(|r| !taken.contains(r));
+            for share in &mut p.shares {
+                share.retain(|r| !taken.contains(r));
+            }
+        }
+        refused
+    }
+
+    /// Unbinds resources another host released (flows that moved there):
+    /// they become free here. Returns how many were bound here.
+    pub(crate) fn release_remote(&self, resources: &[u64]) -> u64 {
+        let mut p = lock(&self.inner);
+        let mut released = 0;
+        for r in resources {
+            if let Some(b) = p.bound.remove(r) {
+                self.bytes.free(binding_cost(&b.value));
+                p.note(*r);
+                if p.allows(*r) {
+                    p.free.push(*r);
+                } else if p.foreign.len() < MAX_FOREIGN {
+                    p.foreign.push(*r);
+                }
+                released += 1;
+            } else {
+                p.unknown_releases += 1;
+            }
+        }
+        released
+    }
+
+    /// Takes the resources released here that are bound elsewhere.
+    pub(crate) fn take_foreign(&self) -> Vec<u64> {
+        std::mem::take(&mut lock(&self.inner).foreign)
+    }
+
+    /// Takes the resources whose binding changed since the last call, each
+    /// with its binding now (`None`: free); `None` when too many changed
+    /// to note: then every binding is to be sent again.
+    pub(crate) fn take_changed(&self) -> Option<Vec<(u64, Option<Vec<u8>>)>> {
+        let mut p = lock(&self.inner);
+        if std::mem::take(&mut p.changed_all) {
+            return None;
+        }
+        let changed = std::mem::take(&mut p.changed);
+        let mut v: Vec<(u64, Option<Vec<u8>>)> =
+            changed.into_iter().map(|r| (r, p.bound.get(&r).map(|b| b.value.clone()))).collect();
+        v.sort_unstable_by_key(|e| e.0);
+        Some(v)
     }
 }

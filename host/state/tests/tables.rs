@@ -561,3 +561,51 @@ fn live_eventual_keys_are_sent_again_every_half_idle_timeout() {
     assert!(d.eventual_changes(at(600)).is_empty());
     assert_eq!(d.eventual_changes(at(1100)), vec![("hits".to_string(), vec![(1, 10)])]);
 }
+
+/// Two hosts split one pool by blocks of 16: each hands out only its own
+/// blocks; a block that moves takes its bindings along (handed over, then
+/// allowed), a release of a binding held on the other host is kept for it,
+/// and no resource is ever bound on both.
+#[test]
+fn a_split_pool_hands_out_its_own_blocks_and_moved_bindings_go_along() {
+    let (a, b) = (Domain::new(), Domain::new());
+    let mut ta = Tables::new(&a, DEFAULT_BUDGET_BYTES);
+    let mut tb = Tables::new(&b, DEFAULT_BUDGET_BYTES);
+    let [pa] = declared(&mut ta, &[pool("ports", 64)])[..] else { panic!() };
+    let [pb] = declared(&mut tb, &[pool("ports", 64)])[..] else { panic!() };
+    // Resources 1000..1064: blocks 62 (1000..1008), 63, 64, 65, 66 (1056..1064).
+    let a_owns = |r: u64| (r / 16).is_multiple_of(2);
+    a.split_pool("ports", 16, &a_owns);
+    b.split_pool("ports", 16, &|r| !a_owns(r));
+    let take = |t: &mut Tables, p: u32, n: usize| {
+        let values: Vec<&[u8]> = vec![b"x".as_slice(); n];
+        let mut got = Vec::new();
+        t.acquire(p, &framed(&values), &mut got).unwrap();
+        got
+    };
+    let got_a = take(&mut ta, pa, 64);
+    let got_b = take(&mut tb, pb, 64);
+    assert!(got_a.iter().all(|r| a_owns(*r)) && got_b.iter().all(|r| !a_owns(*r)));
+    assert_eq!(got_a.len() + got_b.len(), 64, "together they hand out the whole pool once");
+
+    // Block 64 (1024..1040) moves from a to b: a stops handing it out and
+    // hands its bindings over; b takes them in, then hands out the rest.
+    let a_now = |r: u64| a_owns(r) && r / 16 != 64;
+    a.split_pool("ports", 16, &a_now);
+    let moved = a.pool_take_bindings("ports", &a_now);
+    assert_eq!(moved.iter().map(|e| e.0).collect::<Vec<_>>(), (1024..1040).collect::<Vec<_>>());
+    assert_eq!(b.pool_import("ports", &moved), 0);
+    b.split_pool("ports", 16, &|r| !a_now(r));
+    assert!(take(&mut tb, pb, 1).is_empty(), "every resource is bound somewhere");
+
+    // A connection of block 64 that stayed on a ends there: its release
+    // goes to b, which frees it for b's flows.
+    ta.release(pa, &[1030]).unwrap();
+    assert_eq!(a.pool_take_foreign("ports"), vec![1030]);
+    assert_eq!(b.pool_release_remote("ports", &[1030]), 1);
+    assert_eq!(take(&mut tb, pb, 2), vec![1030]);
+    // b notes what changed, for the host that would take its blocks over.
+    let changed = b.pool_take_changed("ports").unwrap();
+    assert!(changed.iter().any(|(r, v)| *r == 1030 && v.is_some()));
+    assert!(changed.iter().any(|(r, _)| *r == 1024));
+}
