@@ -776,12 +776,17 @@ fn live_dispatcher_with(
         .stderr(std::fs::File::create(d.join("steer.err")).unwrap())
         .spawn()
         .unwrap();
-    wait_for(30, "the dispatcher to steer by the group's table", || {
-        std::fs::read(d.join("steer-live.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .filter(|r| r["table_version"].as_u64() == Some(version))
-    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read(d.join("steer-live.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .filter(|r| r["table_version"].as_u64() == Some(version))
+        .is_none()
+    {
+        let err = std::fs::read_to_string(d.join("steer.err")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "the dispatcher does not steer by table v{version}: {err}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     steer
 }
 
@@ -1263,4 +1268,82 @@ fn a_nat_s_public_ports_are_split_between_the_hosts_and_every_reply_reaches_its_
     assert!(sum("handed_over") > 0 && sum("taken_over") > 0, "{pools:?}");
     assert!(sum("replicas_imported") > 0, "h2's bindings were taken over from their replicas: {pools:?}");
     assert_eq!(sum("refused"), 0, "{pools:?}");
+}
+
+/// A per-source rate limit over the whole group (`per = "group-source"`:
+/// counts per window merged by sum over the hosts): a source whose flows
+/// are spread over three hosts is held to its rate in all, not three
+/// times it; a source under its rate loses nothing.
+#[test]
+fn a_group_wide_rate_limit_holds_a_source_spread_over_the_hosts_to_its_rate() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    let dir = test_dir();
+    let d = dir.path();
+    let veth = Veth::new();
+    let hosts = ["h1", "h2", "h3"];
+    let config = json!({ "packets-per-second": 200, "per": "group-source" });
+    let EdgeGroup { nats, gw: _gw, procs: _procs, table, _turn, .. } =
+        edge_group(d, &hosts, "ratelimit", "rl", Some(config));
+    let steer = live_dispatcher(&nats, d, &veth, &hosts, table.version());
+
+    // For 3 s: source A sends 600 packets/s over 60 flows, source B 100/s
+    // over 30; every frame marked (source, number).
+    const SECS: f64 = 3.0;
+    let (a, b, server) = ([10, 9, 0, 1], [10, 9, 0, 2], [192, 0, 2, 1]);
+    let mut schedule: Vec<(f64, Vec<u8>)> = Vec::new();
+    for (src, tag, pps, flows) in [(a, 0u32, 600u32, 60u16), (b, 1, 100, 30)] {
+        for n in 0..(f64::from(pps) * SECS) as u32 {
+            let port = 20000 + (n % u32::from(flows)) as u16;
+            let f = FrameSpec::tcp4(src, port, server, 80, flags::ACK)
+                .with_payload([tag.to_be_bytes(), n.to_be_bytes()].concat());
+            schedule.push((f64::from(n) / f64::from(pps), f.build()));
+        }
+    }
+    schedule.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let spread: std::collections::BTreeSet<&str> = (0..60u16)
+        .filter_map(|i| {
+            let k = sluice_wire::parse(&FrameSpec::tcp4(a, 20000 + i, server, 80, flags::ACK).build()).key.unwrap();
+            table.owner(k.symmetric_hash())
+        })
+        .collect();
+    assert_eq!(spread.len(), 3, "source A's flows are spread over the three hosts");
+    let (mut sender, mut lines) = paced_sender(d, &veth, schedule.iter().map(|(t, f)| (*t, f.as_slice())));
+    lines.next().unwrap().unwrap();
+    assert!(sender.wait().unwrap().success());
+    let st = steer.wait_with_output().unwrap();
+    assert!(st.status.success(), "steer: {}", std::fs::read_to_string(d.join("steer.err")).unwrap());
+    std::thread::sleep(Duration::from_millis(1200));
+
+    let mut passed = [0u64; 2];
+    let mut per_host: std::collections::BTreeMap<&str, u64> = Default::default();
+    for h in hosts {
+        for (_, f) in flows(&d.join(format!("{h}.out.pcap"))) {
+            let tag =
+                f.len().checked_sub(8).and_then(|i| f.get(i..i + 4)).map(|t| u32::from_be_bytes(t.try_into().unwrap()));
+            if let Some(t @ (0 | 1)) = tag {
+                passed[t as usize] += 1;
+                if t == 0 {
+                    *per_host.entry(h).or_default() += 1;
+                }
+            }
+        }
+    }
+    // Its burst (a second's worth) and then its rate.
+    let allowed = 200.0 + 200.0 * SECS;
+    eprintln!(
+        "source A: {} of {} passed (its rate allows about {allowed}), by host {per_host:?}; source B: {} of 300",
+        passed[0],
+        600.0 * SECS,
+        passed[1]
+    );
+    assert_eq!(passed[1], 300, "a source under its rate loses nothing");
+    let a_passed = passed[0] as f64;
+    // The sliding window admits about its rate after the first window (an
+    // estimate: between the rate alone and the bucket's burst plus rate).
+    assert!(a_passed >= 0.75 * 200.0 * SECS, "source A was held below its rate: {a_passed}");
+    // Each host alone would pass all its third (200/s, within the rate):
+    // all 1800.
+    assert!(a_passed <= 1.2 * allowed, "source A passed {a_passed}, over what its rate allows the group ({allowed})");
+    assert!(per_host.len() == 3, "{per_host:?}");
 }

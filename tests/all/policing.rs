@@ -112,6 +112,17 @@ fn a_source_is_policed_over_all_its_flows() {
         assert_eq!(r.nfs[0].tables.len(), 2);
         assert_eq!(r.nfs[0].meters.table_errors, 0);
     }
+    // Over the group: a burst per window of burst/rate (50 ms), counted
+    // by sum; the 40 packets fall in one window, so only the burst passes,
+    // and a packet two windows later passes again.
+    let mut later = frames.clone();
+    later.push((T0 + 150 * MS, FrameSpec::udp4([10, 0, 0, 7], 999, [192, 0, 2, 1], 53).build()));
+    let per_group = format!("{per_flow}per = \"group-source\"\n");
+    for batch in [1, 8, 64] {
+        let (r, out) = run_nf("ratelimit", &per_group, &later, batch, 1);
+        assert_eq!(out.len(), 5 + 1 + 1, "batch {batch}");
+        assert_eq!(r.nfs[0].meters.table_errors, 0);
+    }
     let bad = "[nf.ratelimit.config]\npackets-per-second = 100\nper = \"tenant\"\n";
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.pcap");

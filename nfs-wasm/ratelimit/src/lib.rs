@@ -22,7 +22,7 @@ struct RawConfig {
     report_every: u64,
     #[serde(default)]
     idle_timeout_s: Option<u64>,
-    /// `flow` (default) or `source`.
+    /// `flow` (default), `source` or `group-source`.
     #[serde(default)]
     per: Option<String>,
     /// Per-source mode: how often workers' views are merged, ms.
@@ -37,6 +37,37 @@ struct RawConfig {
 struct PerSource {
     packets_tat: Counters,
     bytes_tat: Counters,
+}
+
+/// Group-wide per-source budgets: packets and bytes each source sent per
+/// window, in eventual tables merged by sum over the workers and the hosts
+/// of a group (keyed by source and window number).
+#[derive(Debug, Clone, Copy)]
+struct PerSourceGroup {
+    packets: Counters,
+    bytes: Counters,
+}
+
+/// The key of a source's count in window `window` (splitmix64 of both).
+fn window_key(source: u64, window: u64) -> u64 {
+    let mut z = source ^ window.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Where one packet's counts are, per bucket (packets, bytes): this
+/// window's key, the last window's key, and the last one's weight.
+type Windows = [Option<(u64, u64, f64)>; 2];
+
+/// A bucket as a sliding window: `burst` per window of `burst / rate`
+/// seconds. The window (ns) and the two keys a packet at `now` reads (this
+/// window's, the previous one's) with the weight of the previous one.
+fn window_of(b: Bucket, source: u64, now: u64) -> (u64, u64, f64) {
+    let w = ((b.burst / b.rate) * 1e9).max(1.0) as u64;
+    let idx = now / w;
+    let into = (now % w) as f64 / w as f64;
+    (window_key(source, idx), window_key(source, idx.wrapping_sub(1)), 1.0 - into)
 }
 
 /// GCRA: the packet conforms if, after adding its cost, the arrival time
@@ -98,6 +129,7 @@ pub struct RateLimiter {
     dropped: u64,
     next_report: u64,
     per_source: Option<PerSource>,
+    per_group: Option<PerSourceGroup>,
 }
 
 fn bucket(rate: Option<f64>, burst: Option<f64>, what: &str) -> Result<Option<Bucket>, String> {
@@ -139,9 +171,27 @@ impl NetworkFunction for RateLimiter {
                 };
                 Some(PerSource { packets_tat: table("source-packets-tat")?, bytes_tat: table("source-bytes-tat")? })
             }
-            Some(other) => return Err(format!("ratelimit config: per = '{other}': use \"flow\" or \"source\"")),
+            Some("group-source") => None,
+            Some(other) => {
+                return Err(format!("ratelimit config: per = '{other}': use \"flow\", \"source\" or \"group-source\""));
+            }
         };
-        let info = if per_source.is_some() { NfInfo::stateless() } else { NfInfo::with_flow_state(timeout) };
+        let per_group = if raw.per.as_deref() == Some("group-source") {
+            let merge_ns = raw.merge_interval_ms.unwrap_or(10).saturating_mul(1_000_000);
+            // A count is read for its window and the next: it lives two
+            // windows, then idles out.
+            let longest = [packets, bytes].iter().flatten().map(|b| b.burst / b.rate).fold(0.0, f64::max);
+            let expiry = ((longest * 2e9) as u64).max(1_000_000_000);
+            let table = |name: &str| {
+                let spec = TableSpec::eventual_counter(name, Merge::Sum, merge_ns).idle_timeout_ns(expiry);
+                Counters::declare(spec).map_err(|e| format!("ratelimit: cannot declare table '{name}': {e}"))
+            };
+            Some(PerSourceGroup { packets: table("group-source-packets")?, bytes: table("group-source-bytes")? })
+        } else {
+            None
+        };
+        let stateless = per_source.is_some() || per_group.is_some();
+        let info = if stateless { NfInfo::stateless() } else { NfInfo::with_flow_state(timeout) };
         let nf = RateLimiter {
             packets,
             bytes,
@@ -149,6 +199,7 @@ impl NetworkFunction for RateLimiter {
             dropped: 0,
             next_report: raw.report_every,
             per_source,
+            per_group,
         };
         Ok((nf, info))
     }
@@ -156,6 +207,8 @@ impl NetworkFunction for RateLimiter {
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
         if let Some(ps) = self.per_source {
             self.police_sources(batch, ps)?;
+        } else if let Some(pg) = self.per_group {
+            self.police_group_sources(batch, pg)?;
         } else {
             self.police_flows(batch);
         }
@@ -209,6 +262,88 @@ impl RateLimiter {
         // A full table leaves new sources unpoliced for now; the host counts it.
         for (table, tats) in [(ps.packets_tat, &ptat), (ps.bytes_tat, &btat)] {
             match table.add(&keys, &as_delta(tats)) {
+                Ok(()) | Err(StateError::Full(_) | StateError::OverBudget(_)) => {}
+                Err(e) => return Err(format!("ratelimit: source state: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Per source over the group: each packet reads its source's count in
+    /// this window and the last (one read a table for the batch), passes
+    /// if the sliding estimate (this window's count plus the part of the
+    /// last one's still inside the sliding window) leaves room for it, and
+    /// what passed is added (one write a table).
+    fn police_group_sources(&mut self, batch: &mut Batch, pg: PerSourceGroup) -> Result<(), String> {
+        // Per packet and bucket: (this window's key, last window's key, weight).
+        let mut plan: Vec<Option<Windows>> = Vec::with_capacity(batch.len());
+        let mut keys: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+        for i in 0..batch.len() {
+            let Some(p) = batch.packet(i) else {
+                plan.push(None);
+                continue;
+            };
+            let Some(src) = p.key().map(|k| k.src.key64()) else {
+                plan.push(None);
+                continue;
+            };
+            let now = p.timestamp_ns();
+            let w = [self.packets, self.bytes].map(|b| b.map(|b| window_of(b, src, now)));
+            for (k, w) in keys.iter_mut().zip(&w) {
+                if let Some((cur, last, _)) = w {
+                    k.extend([*cur, *last]);
+                }
+            }
+            plan.push(Some(w));
+        }
+        if plan.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        let err = |e: StateError| format!("ratelimit: source state: {e}");
+        let tables = [pg.packets, pg.bytes];
+        let mut counts: [std::collections::HashMap<u64, u64>; 2] = Default::default();
+        for ((k, t), c) in keys.iter_mut().zip(tables).zip(counts.iter_mut()) {
+            k.sort_unstable();
+            k.dedup();
+            if !k.is_empty() {
+                let values = t.get(k).map_err(err)?;
+                c.extend(k.iter().copied().zip(values));
+            }
+        }
+        let mut added: [std::collections::HashMap<u64, i64>; 2] = Default::default();
+        let buckets = [self.packets, self.bytes];
+        for (i, w) in plan.iter().enumerate() {
+            let (Some(w), Some(p)) = (w, batch.packet(i)) else { continue };
+            let costs = [1.0, f64::from(p.wire_len())];
+            let fits = (0..2).all(|j| {
+                let (Some(Some((cur, last, weight))), Some(Some(b))) = (w.get(j), buckets.get(j)) else { return true };
+                let Some(c) = counts.get(j) else { return true };
+                let seen = |k: &u64| c.get(k).copied().unwrap_or(0) as f64;
+                seen(cur) + seen(last) * weight + costs.get(j).copied().unwrap_or(0.0) <= b.burst
+            });
+            if !fits {
+                batch.set_verdict(i, Verdict::Drop);
+                self.dropped += 1;
+                continue;
+            }
+            for j in 0..2 {
+                let Some(Some((cur, _, _))) = w.get(j) else { continue };
+                let cost = costs.get(j).copied().unwrap_or(0.0) as u64;
+                if let Some(c) = counts.get_mut(j) {
+                    *c.entry(*cur).or_default() += cost;
+                }
+                if let Some(a) = added.get_mut(j) {
+                    *a.entry(*cur).or_default() += cost as i64;
+                }
+            }
+        }
+        // A full table leaves new sources unpoliced for now; the host counts it.
+        for (t, a) in tables.iter().zip(added) {
+            if a.is_empty() {
+                continue;
+            }
+            let (k, d): (Vec<u64>, Vec<i64>) = a.into_iter().unzip();
+            match t.add(&k, &d) {
                 Ok(()) | Err(StateError::Full(_) | StateError::OverBudget(_)) => {}
                 Err(e) => return Err(format!("ratelimit: source state: {e}")),
             }
