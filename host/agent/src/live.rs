@@ -418,7 +418,7 @@ impl WorkerCtx {
                 last_peer = now;
                 for l in &mut lanes {
                     if let Some(p) = l.peer.as_mut().filter(|p| p.due(now)) {
-                        p.export(l.active.worker.chain(), now);
+                        p.export(l.active.worker.chain_mut(), now);
                     }
                 }
             }

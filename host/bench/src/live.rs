@@ -299,7 +299,7 @@ pub fn replication_section(
     s.push_str(&format!(
         "A group of two hosts under the control-plane cluster: the measured `sluice-host serve --dpdk` (one worker on a CPU of its own, the NF attached to port 0, \
          the DPDK section's 64-byte TCP trace of {} flows replayed from memory) and a second member without ports, so every flow has a next owner. \
-         Each worker sends the state of the flows it touched, when it changed, every `--replicate-us` (`0`: off); rates between two host reports 6 s apart \
+         Each worker sends the state of the flows whose state changed every `--replicate-us` (`0`: off); rates between two host reports 6 s apart \
          after 1.5 s of warm-up; the settings alternate, {ROUNDS} rounds each, medians shown. The firewall's state of a connection changes when it opens and \
          closes; the IDS's state of a flow (its stream matchers) changes with every packet, so every active flow is sent every interval. Target: ≤ 10 % cost.\n\n",
         flows.len()

@@ -512,6 +512,8 @@ impl Peer {
             peer: self.clone(),
             deployment: deployment.to_string(),
             dirty: HashSet::default(),
+            changed: Vec::new(),
+            busy: HashSet::default(),
             sent: HashMap::default(),
             last_sweep: Instant::now(),
             keys: Vec::new(),
@@ -584,8 +586,13 @@ fn flow_of(p: &RawPacket<'_>) -> Option<FlowKey> {
 pub struct LanePeer {
     peer: Arc<Peer>,
     deployment: String,
-    /// Flows touched since the last export (normalized keys).
+    /// Flows looked up in the store since the last export (normalized
+    /// keys; only while the store holds replicas).
     dirty: HashSet<FlowKey>,
+    /// Flows whose state changed since the last export, as noted.
+    changed: Vec<FlowKey>,
+    /// The same, normalized and without repeats.
+    busy: HashSet<FlowKey>,
     /// Flows sent: the sum of their clocks then, and when.
     sent: HashMap<FlowKey, (u64, Instant)>,
     last_sweep: Instant,
@@ -845,16 +852,25 @@ impl LanePeer {
         now >= self.next_export
     }
 
-    /// Sends the state of the flows touched since the last export to their
-    /// next owners (and, after a table change, of every flow held whose
-    /// next owner changed). Call when [`due`](Self::due).
-    pub fn export(&mut self, chain: &Chain, now: Instant) {
+    /// Sends the state of the flows whose state changed since the last
+    /// export to their next owners (and, after a table change, of every
+    /// flow held whose next owner changed; every [`REFRESH`], of the flows
+    /// sent that long ago and still held). Call when [`due`](Self::due).
+    pub fn export(&mut self, chain: &mut Chain, now: Instant) {
         self.next_export = now + self.peer.interval;
+        // What changed since the last export, as the state noted it.
+        self.changed.clear();
+        let mut complete = true;
+        for stage in chain.stages_mut() {
+            complete &= stage.take_flow_changes(&mut self.changed);
+        }
         let Some(table) = self.peer.table() else {
             self.dirty.clear();
             return;
         };
+        let chain: &Chain = chain;
         let me = self.peer.me.as_str();
+        let mut candidates: Vec<(FlowKey, bool)> = Vec::new();
         if self.table.as_ref().is_none_or(|t| t.version() != table.version()) {
             let before = self.table.clone();
             let mut handed = 0u64;
@@ -864,40 +880,59 @@ impl LanePeer {
                     if old != next_owner(&table, me, k) {
                         // Sent again whatever it was sent before.
                         self.sent.remove(k);
-                        if self.dirty.insert(*k) {
-                            handed += 1;
-                        }
+                        candidates.push((*k, false));
+                        handed += 1;
                     }
                 }
             }
             self.peer.counts.flows_handed_over.fetch_add(handed, Ordering::Relaxed);
             self.table = Some(table.clone());
         }
+        if !complete {
+            // Too many changed to note: every flow held may have.
+            for stage in chain.stages() {
+                candidates.extend(stage.flow_table().keys().map(|k| (*k, true)));
+            }
+        }
         if now.saturating_duration_since(self.last_sweep) >= REFRESH {
             self.last_sweep = now;
-            self.sent.retain(|_, (_, at)| now.saturating_duration_since(*at) < REFRESH);
+            // Flows still held whose replica was sent a refresh ago: sent
+            // again, so that it outlives the receiver's lifetime.
+            for (k, (_, at)) in &self.sent {
+                if now.saturating_duration_since(*at) >= REFRESH {
+                    candidates.push((*k, false));
+                }
+            }
+            self.sent.retain(|_, (_, at)| now.saturating_duration_since(*at) < REFRESH * 2);
         }
-        // Deferred flows that ran no packet since the last export are
+        self.dirty.clear();
+        self.busy.clear();
+        self.busy.extend(self.changed.iter().map(|k| k.normalized()));
+        // Deferred flows that did not change since the last export are
         // quiet: their state goes now.
         self.quiet.clear();
         for k in self.deferred.drain() {
-            if !self.dirty.contains(&k) {
+            if !self.busy.contains(&k) {
                 self.quiet.push(k);
             }
         }
-        if self.dirty.is_empty() && self.quiet.is_empty() {
+        if self.busy.is_empty() && self.quiet.is_empty() && candidates.is_empty() {
             return;
         }
         let busy_every = self.peer.interval.saturating_mul(BUSY_EVERY);
         let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
         let (mut unchanged, mut deferred) = (0u64, 0u64);
         let quiet = std::mem::take(&mut self.quiet);
-        let touched = self.dirty.drain().map(|k| (k, true));
-        let all: Vec<(FlowKey, bool)> = touched.chain(quiet.iter().map(|k| (*k, false))).collect();
-        for (k, busy) in all {
+        candidates.extend(self.busy.iter().map(|k| (*k, true)));
+        candidates.extend(quiet.iter().map(|k| (*k, false)));
+        let mut seen: HashSet<FlowKey> = HashSet::default();
+        for (k, busy) in candidates {
+            if !seen.insert(k) {
+                continue;
+            }
             let Some(to) = next_owner(&table, me, &k) else { continue };
             // Every write counts a clock up: an equal sum is the same
-            // state (a flow whose packets only read it), not sent again.
+            // state (noted, but written back unchanged), not sent again.
             let clocks = chain.stages().iter().filter_map(|s| s.flow_clock(&k)).reduce(u64::wrapping_add);
             let nfs: Vec<NfPart> = match clocks {
                 None => {
@@ -930,7 +965,7 @@ impl LanePeer {
         self.quiet = quiet;
         for (to, flows) in per_host {
             // A flow that could not be sent is sent again at the next
-            // interval it is touched.
+            // interval it changes.
             for k in self.send(to, table.version(), flows) {
                 self.sent.remove(&k);
             }
@@ -984,10 +1019,17 @@ impl FlowHook for LanePeer {
     /// held for flows new since the last one, and counts the moved
     /// flowlets by whether their state is here.
     fn before(&mut self, stages: &mut [NfInstance], keys: &[FlowKey]) {
+        for stage in stages.iter_mut() {
+            stage.track_flow_changes();
+        }
         self.keys.clear();
-        for k in keys {
-            if self.dirty.insert(*k) {
-                self.keys.push(*k);
+        // Flows not seen since the last export look for a replica, while
+        // the store holds any.
+        if self.peer.store.held() > 0 {
+            for k in keys {
+                if self.dirty.insert(*k) {
+                    self.keys.push(*k);
+                }
             }
         }
         // Flows whose wait ended run now: their replica, if it came; and

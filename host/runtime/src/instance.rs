@@ -576,6 +576,25 @@ impl NfInstance {
         Some(FlowExport { key, flow, tables })
     }
 
+    /// Starts noting the flows whose state changes here (flow-state bytes
+    /// and per-flow table entries): a host in a group replicates those.
+    pub fn track_flow_changes(&mut self) {
+        if !self.table.tracking_changes() {
+            self.table.track_changes();
+            if let Some(t) = self.tables.as_deref_mut() {
+                t.track_flow_changes();
+            }
+        }
+    }
+
+    /// Appends the (normalized) flows whose state changed since the last
+    /// call; `false` if too many changed to note (any may have).
+    pub fn take_flow_changes(&mut self, out: &mut Vec<sluice_wire::FlowKey>) -> bool {
+        let a = self.table.take_changes(out);
+        let b = self.tables.as_deref_mut().is_none_or(|t| t.take_flow_changes(out));
+        a && b
+    }
+
     /// The sum of the logical clocks of everything this worker holds for
     /// one (normalized) flow, and whether it holds anything: a cheap test
     /// of whether the flow's state changed since it was last exported.

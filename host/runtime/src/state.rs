@@ -76,12 +76,22 @@ pub struct FlowTable {
     /// Packet time of the last expiry sweep.
     last_sweep_ns: u64,
     expired: u64,
+    /// Flows whose state changed (a host in a group).
+    changes: sluice_state::FlowChanges,
 }
 
 impl FlowTable {
     /// An empty table.
     pub fn new(idle_timeout_ns: u64, capacity: usize) -> Self {
-        FlowTable { entries: HashMap::default(), idle_timeout_ns, capacity, bytes: 0, last_sweep_ns: 0, expired: 0 }
+        FlowTable {
+            entries: HashMap::default(),
+            idle_timeout_ns,
+            capacity,
+            bytes: 0,
+            last_sweep_ns: 0,
+            expired: 0,
+            changes: sluice_state::FlowChanges::default(),
+        }
     }
 
     /// Bytes held (values and per-flow overhead).
@@ -140,6 +150,7 @@ impl FlowTable {
     /// bytes. Returns `false` (and stores nothing) if it would not, or if
     /// the table is full and the flow is new.
     pub fn set(&mut self, key: FlowKey, value: Vec<u8>, now_ns: u64, budget: usize) -> bool {
+        self.changes.note(&key);
         let old = self.entries.get(&key).map_or(0, |e| cost(&e.value));
         let held = self.bytes.saturating_sub(old).saturating_add(cost(&value));
         if held > budget && held > self.bytes {
@@ -165,6 +176,7 @@ impl FlowTable {
     /// Forgets a flow.
     pub fn remove(&mut self, key: &FlowKey) {
         if let Some(e) = self.entries.remove(key) {
+            self.changes.note(key);
             self.bytes = self.bytes.saturating_sub(cost(&e.value));
         }
     }
@@ -185,10 +197,12 @@ impl FlowTable {
         let timeout = self.idle_timeout_ns;
         let before = self.entries.len();
         let mut freed = 0usize;
-        self.entries.retain(|_, e| {
+        let changes = &mut self.changes;
+        self.entries.retain(|k, e| {
             let keep = now_ns.saturating_sub(e.last_seen_ns) <= timeout;
             if !keep {
                 freed += cost(&e.value);
+                changes.note(k);
             }
             keep
         });
@@ -199,6 +213,23 @@ impl FlowTable {
     /// The keys of every flow with state (e.g. to export them all).
     pub fn keys(&self) -> impl Iterator<Item = &FlowKey> {
         self.entries.keys()
+    }
+
+    /// Starts noting the flows whose state changes (set, forgotten,
+    /// idled out or imported), for [`take_changes`](Self::take_changes).
+    pub fn track_changes(&mut self) {
+        self.changes.track();
+    }
+
+    /// Whether changes are noted.
+    pub fn tracking_changes(&self) -> bool {
+        self.changes.tracking()
+    }
+
+    /// Appends the flows whose state changed since the last call; `false`
+    /// if too many changed to note (any may have).
+    pub fn take_changes(&mut self, out: &mut Vec<FlowKey>) -> bool {
+        self.changes.take(out)
     }
 
     /// Exports one flow's state and clock.
@@ -213,6 +244,8 @@ impl FlowTable {
 
     /// Imports one flow's state; refused if the local clock is as new.
     pub fn import(&mut self, f: ExportedFlow) -> Result<(), ImportError> {
+        // Imported state is sent on to this host's next owner.
+        self.changes.note(&f.key);
         if let Some(e) = self.entries.get_mut(&f.key) {
             if f.clock <= e.clock {
                 return Err(ImportError::Stale { key: f.key, imported: f.clock, local: e.clock });

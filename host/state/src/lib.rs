@@ -17,12 +17,14 @@
 //! worker that applies the others' forwarded writes, `single`). Idle expiry runs on packet time, as
 //! StatelessNF's timers do, and can hand expired entries back to the NF.
 
+pub mod changes;
 mod error;
 pub mod shared;
 mod single;
 mod spec;
 mod tables;
 
+pub use changes::FlowChanges;
 pub use error::StateError;
 pub use shared::{Domain, PoolStats};
 pub use spec::{

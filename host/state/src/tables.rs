@@ -144,6 +144,8 @@ pub struct Tables {
     expired: Vec<(u32, Vec<u8>)>,
     /// A barrier sync ran since the last batch: prune the overlays.
     synced: bool,
+    /// Flows whose per-flow entries changed (a host in a group).
+    changes: crate::FlowChanges,
 }
 
 /// A restore point for a swap that may be refused.
@@ -179,6 +181,7 @@ impl Tables {
             meters: StateMeters::default(),
             expired: Vec::new(),
             synced: false,
+            changes: crate::FlowChanges::default(),
         }
     }
 
@@ -385,12 +388,17 @@ impl Tables {
             let notify = t.spec.notify_expired && t.declared;
             let mut freed = 0usize;
             let mut n = 0u64;
+            let changes = &mut self.changes;
             macro_rules! sweep {
                 ($m:expr, $key:expr, $val:expr, $cost:expr) => {
+                    sweep!($m, $key, $val, $cost, |_| {})
+                };
+                ($m:expr, $key:expr, $val:expr, $cost:expr, $gone:expr) => {
                     $m.retain(|k, s| {
                         if !stale(s.last_ns, now, timeout) {
                             return true;
                         }
+                        $gone(k);
                         n += 1;
                         freed += $cost(k, s);
                         if notify {
@@ -411,7 +419,8 @@ impl Tables {
                     m,
                     |k: &FlowKey| k.to_bytes().to_vec(),
                     |s: &Slot<u64>| s.value.to_le_bytes().to_vec(),
-                    |_: &FlowKey, _: &Slot<u64>| FlowKey::ENCODED_LEN + 8 + ENTRY_OVERHEAD
+                    |_: &FlowKey, _: &Slot<u64>| FlowKey::ENCODED_LEN + 8 + ENTRY_OVERHEAD,
+                    |k: &FlowKey| changes.note(k)
                 ),
                 Store::Bytes(m) => sweep!(
                     m,
@@ -423,7 +432,8 @@ impl Tables {
                     m,
                     |k: &FlowKey| k.to_bytes().to_vec(),
                     |s: &Slot<Vec<u8>>| s.value.clone(),
-                    |_: &FlowKey, s: &Slot<Vec<u8>>| FlowKey::ENCODED_LEN + s.value.len() + ENTRY_OVERHEAD
+                    |_: &FlowKey, s: &Slot<Vec<u8>>| FlowKey::ENCODED_LEN + s.value.len() + ENTRY_OVERHEAD,
+                    |k: &FlowKey| changes.note(k)
                 ),
                 Store::Eventual { .. } | Store::Pool(_) | Store::Single(_) => {}
             }
@@ -617,6 +627,9 @@ impl Tables {
         let mut used = self.used;
         // Per-flow keys are resolved before borrowing the table.
         let flow_keys: Vec<FlowKey> = self.counter_flow_keys(t, keys)?;
+        for k in &flow_keys {
+            self.changes.note(k);
+        }
         let table = self.table(t)?;
         let cap = table.spec.capacity();
         let timeout = table.spec.idle_timeout_ns;
@@ -780,6 +793,7 @@ impl Tables {
         let mut used = self.used;
         let flows = std::mem::take(&mut self.flows);
         let mut n = 0u64;
+        let mut changes = std::mem::take(&mut self.changes);
         let result = (|| {
             let table = self.table(t)?;
             let cap = table.spec.capacity();
@@ -839,6 +853,7 @@ impl Tables {
                     }
                     Store::FlowBytes(m) => {
                         let flow = *flow_index(key).and_then(|i| flows.get(i)).ok_or(StateError::BadInput(item))?;
+                        changes.note(&flow);
                         let old = m.get(&flow).map(|s| (s.value.len(), s.clock));
                         let base = FlowKey::ENCODED_LEN + ENTRY_OVERHEAD;
                         if value.is_empty() {
@@ -868,6 +883,7 @@ impl Tables {
                 item += 1;
             }
         })();
+        self.changes = changes;
         self.flows = flows;
         self.used = used;
         self.meters.ops += n;
@@ -965,12 +981,26 @@ impl Tables {
         sum
     }
 
+    /// Starts noting the flows whose per-flow entries change (written,
+    /// imported or idled out), for [`take_flow_changes`](Self::take_flow_changes).
+    pub fn track_flow_changes(&mut self) {
+        self.changes.track();
+    }
+
+    /// Appends the flows whose per-flow entries changed since the last
+    /// call; `false` if too many changed to note (any may have).
+    pub fn take_flow_changes(&mut self, out: &mut Vec<FlowKey>) -> bool {
+        self.changes.take(out)
+    }
+
     /// Imports a flow's per-flow table entries. An entry whose clock is not
     /// newer than the local one is stale and skipped; returns how many
     /// were imported. Entries of unknown tables are skipped too.
     pub fn import_flow(&mut self, flow: FlowKey, entries: &[FlowTableEntry]) -> usize {
         let now = self.now_ns;
         let mut n = 0;
+        // Imported state is sent on to this host's next owner.
+        self.changes.note(&flow);
         for e in entries {
             let Some(t) = self.tables.iter_mut().find(|t| t.spec.name == e.table) else { continue };
             match &mut t.store {
