@@ -1245,6 +1245,10 @@ fn a_nat_s_public_ports_are_split_between_the_hosts_and_every_reply_reaches_its_
     };
 
     step("three hosts", &three, 0..120, 1);
+    // Blocks a host gains while hosts start wait out their handover (no
+    // pool held them yet); from here on every handover arrives.
+    let timed_out = |h: &str| host_report(d, h)["peer"]["pools"]["handover_waits_timed_out"].as_u64().unwrap_or(0);
+    let waits_before: Vec<u64> = ["h1", "h3", "h4"].iter().map(|h| timed_out(h)).collect();
     assert!(api.delete(Some(ADMIN), "/v1/groups/edge/hosts/h4/drain").status < 300);
     let four = wait_group_table(&api, &nats, "edge", three.version(), &hosts);
     std::thread::sleep(Duration::from_millis(800));
@@ -1268,6 +1272,8 @@ fn a_nat_s_public_ports_are_split_between_the_hosts_and_every_reply_reaches_its_
     assert!(sum("handed_over") > 0 && sum("taken_over") > 0, "{pools:?}");
     assert!(sum("replicas_imported") > 0, "h2's bindings were taken over from their replicas: {pools:?}");
     assert_eq!(sum("refused"), 0, "{pools:?}");
+    let waits_after: Vec<u64> = ["h1", "h3", "h4"].iter().map(|h| timed_out(h)).collect();
+    assert_eq!(waits_after, waits_before, "a join, a drain and a kill wait for no handover in vain");
 }
 
 /// A per-source rate limit over the whole group (`per = "group-source"`:

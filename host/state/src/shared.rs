@@ -976,23 +976,17 @@ impl Pool {
         let mut p = lock(&self.inner);
         let mut released = 0;
         for r in resources {
-            if let Some(b) = p.bound.remove(r) {
-                self.bytes.free(binding_cost(&b.value));
-                p.note(*r);
-                if p.allows(*r) {
-                    p.share(worker).push(*r);
-                } else {
-                    // Its block moved to another host while it was bound
-                    // here (its binding could not be handed over yet).
-                    p.foreign.push(*r);
+            match self.unbind(&mut p, *r) {
+                Some(mine) => {
+                    if mine {
+                        p.share(worker).push(*r);
+                    }
+                    released += 1;
                 }
-                released += 1;
-            } else if p.split.is_some() && p.foreign.len() < MAX_FOREIGN {
                 // Bound on the host that owns its block: the flow moved
                 // here from there.
-                p.foreign.push(*r);
-            } else {
-                p.unknown_releases += 1;
+                None if p.split.is_some() && p.foreign.len() < MAX_FOREIGN => p.foreign.push(*r),
+                None => p.unknown_releases += 1,
             }
         }
         let chunk = p.chunk;
@@ -1120,20 +1114,33 @@ impl Pool {
         let mut p = lock(&self.inner);
         let mut released = 0;
         for r in resources {
-            if let Some(b) = p.bound.remove(r) {
-                self.bytes.free(binding_cost(&b.value));
-                p.note(*r);
-                if p.allows(*r) {
-                    p.free.push(*r);
-                } else if p.foreign.len() < MAX_FOREIGN {
-                    p.foreign.push(*r);
+            match self.unbind(&mut p, *r) {
+                Some(mine) => {
+                    if mine {
+                        p.free.push(*r);
+                    }
+                    released += 1;
                 }
-                released += 1;
-            } else {
-                p.unknown_releases += 1;
+                None => p.unknown_releases += 1,
             }
         }
         released
+    }
+
+    /// Unbinds `r` if it is bound here: `Some(true)` if this host hands it
+    /// out again, `Some(false)` if its block moved to another host while
+    /// it was bound here (kept for that host, see [`Pool::take_foreign`]).
+    fn unbind(&self, p: &mut PoolInner, r: u64) -> Option<bool> {
+        let b = p.bound.remove(&r)?;
+        self.bytes.free(binding_cost(&b.value));
+        p.note(r);
+        if p.allows(r) {
+            return Some(true);
+        }
+        if p.foreign.len() < MAX_FOREIGN {
+            p.foreign.push(r);
+        }
+        Some(false)
     }
 
     /// Takes the resources released here that are bound elsewhere.
