@@ -404,8 +404,14 @@ pub fn start_host(nats: &Nats, gw: &Gateway, dir: &Path, id: &str, args: &[&str]
 
 /// `sluice-host serve` signing in as `id`, whether registered or not.
 pub fn start_host_unregistered(nats: &Nats, dir: &Path, id: &str, args: &[&str]) -> Proc {
-    let child = Command::new(sibling_bin("sluice-host"))
-        .args(["serve", "--nats", &nats.url, "--cluster", "test", "--host-id", id])
+    let child = host_command(nats, dir, id, args).spawn().unwrap();
+    Proc { child, name: format!("sluice-host {id}") }
+}
+
+/// The command [`start_host_unregistered`] runs, logging to `<id>.log`.
+pub fn host_command(nats: &Nats, dir: &Path, id: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(sibling_bin("sluice-host"));
+    c.args(["serve", "--nats", &nats.url, "--cluster", "test", "--host-id", id])
         .args(nats.pki.host_flags(id))
         .arg("--state-dir")
         .arg(dir.join(format!("state-{id}")))
@@ -413,10 +419,8 @@ pub fn start_host_unregistered(nats: &Nats, dir: &Path, id: &str, args: &[&str])
         .env("SLUICE_LOG", "info")
         .env("SLUICE_CACHE_DIR", workspace().join("target/sluice-cache"))
         .stdout(log_file(dir, id))
-        .stderr(log_file(dir, id))
-        .spawn()
-        .unwrap();
-    Proc { child, name: format!("sluice-host {id}") }
+        .stderr(log_file(dir, id));
+    c
 }
 
 /// How a host replays a capture: passes (0 = forever), packets per second

@@ -387,13 +387,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = sluice_telemetry::init_logs("warn") {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(1);
+    }
     match real_main() {
         Ok(code) => code,
         Err(e) => {

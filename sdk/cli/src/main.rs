@@ -442,13 +442,7 @@ fn run() -> Result<()> {
     let admin = || Client::new(&cli.url, cli.admin_token.clone());
     match cli.command {
         Command::Dev { listen, data, spool, window_ms, config } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-                )
-                .with_writer(std::io::stderr)
-                .init();
+            sluice_telemetry::init_logs("warn")?;
             let opts = sluice_cli::dev::DevOptions {
                 listen,
                 data_dir: data,
