@@ -176,6 +176,7 @@ impl Gateway {
         Router::new()
             .nest("/v1", v1)
             .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(readyz))
             .route("/", get(dashboard::redirect))
             .route("/dashboard", get(dashboard::page))
             .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
@@ -266,4 +267,24 @@ async fn serve_http(
         tracing::warn!("some HTTP connections were still open 10 s after shutdown began");
     }
     Ok(())
+}
+
+/// Readiness: 200 when the gateway can do its work — NATS connected, the
+/// database taking writes —, else 503; the body says each check's result.
+/// (`/healthz` is liveness: the process answers.)
+async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let nats = state.bus.connected();
+    let store = state.store.clone();
+    let database = tokio::task::spawn_blocking(move || store.check_writable().map_err(|e| e.to_string()))
+        .await
+        .unwrap_or_else(|e| Err(format!("the check did not finish: {e}")));
+    let ready = nats && database.is_ok();
+    let body = serde_json::json!({
+        "ready": ready,
+        "nats": if nats { "connected" } else { "disconnected" },
+        "database": match &database { Ok(()) => "writable".to_string(), Err(e) => e.clone() },
+    });
+    let status = if ready { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
+    (status, axum::Json(body)).into_response()
 }

@@ -258,6 +258,13 @@ impl Store {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether the database takes writes now: a write transaction is
+    /// begun and rolled back (for `/readyz`).
+    pub fn check_writable(&self) -> Result<(), StoreError> {
+        self.db().execute_batch("BEGIN IMMEDIATE; ROLLBACK;")?;
+        Ok(())
+    }
+
     /// Creates a tenant with its first key. `None` if the name is taken.
     pub fn create_tenant(&self, t: &TenantRow, key_hash: &str, prefix: &str) -> Result<bool, StoreError> {
         let mut db = self.db();

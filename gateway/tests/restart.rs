@@ -290,3 +290,35 @@ fn python_and_js_deployments_come_back_running_after_every_restart() {
     }
     proc.term();
 }
+
+/// `/readyz` says whether the gateway can work — NATS connected, the
+/// database taking writes — and follows NATS going away and coming back;
+/// `/healthz` (liveness) answers throughout.
+#[test]
+fn readiness_follows_nats_and_the_database() {
+    let dir = support::test_dir();
+    let mut nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let ready = |want: u16| {
+        wait_for(30, &format!("/readyz to answer {want}"), || {
+            let r = api.get(None, "/readyz");
+            (r.status == want).then_some(r.body)
+        })
+    };
+    let body = ready(200);
+    assert_eq!(body["nats"], "connected", "{body}");
+    assert_eq!(body["database"], "writable", "{body}");
+    assert_eq!(body["ready"], true, "{body}");
+    nats.proc = None;
+    let body = ready(503);
+    assert_eq!(body["nats"], "disconnected", "{body}");
+    assert_eq!(body["database"], "writable", "{body}");
+    assert_eq!(api.get(None, "/healthz").status, 200);
+    nats.restart();
+    let body = ready(200);
+    assert_eq!(body["ready"], true, "{body}");
+    // The API still works once NATS is back.
+    let (_, key) = api.tenant("acme");
+    assert_eq!(api.get(Some(&key), "/v1/me").status, 200);
+}

@@ -131,6 +131,11 @@ impl MeterDelivery {
 #[async_trait::async_trait]
 pub trait Bus: Send + Sync + 'static {
     /// Host: announce liveness and deployment status (best effort).
+    /// Whether the bus is connected now (an in-process bus always is).
+    fn connected(&self) -> bool {
+        true
+    }
+
     async fn heartbeat(&self, hb: &Heartbeat) -> Result<(), BusError>;
     /// Gateway: every host's heartbeats.
     async fn heartbeats(&self) -> Result<BoxStream<'static, FromHost<Heartbeat>>, BusError>;

@@ -410,6 +410,10 @@ impl NatsBus {
 
 #[async_trait::async_trait]
 impl Bus for NatsBus {
+    fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
     async fn heartbeat(&self, hb: &Heartbeat) -> Result<(), BusError> {
         let subject = self.names.heartbeat(&hb.host)?;
         let body = serde_json::to_vec(hb).map_err(|e| BusError::op("encoding a heartbeat", e))?;
