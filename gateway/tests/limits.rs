@@ -448,9 +448,10 @@ fn best_rate(report: &std::path::Path, id: &str, windows: usize, secs: u64) -> f
 }
 
 /// Six spinning NFs of one tenant on the core a neighbour's deployment
-/// runs on: the OS shares a core per thread, which left the neighbour a
-/// seventh of it; the host shares it per tenant, so the neighbour, which
-/// needs a third of the core, keeps its throughput.
+/// runs on: the OS shares a core per thread, which would leave the
+/// neighbour, which needs a quarter of the core, a seventh of it (0.57 of
+/// its rate); the host shares it per tenant, so the neighbour keeps its
+/// throughput.
 #[test]
 fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
     let _turn = measuring_alone();
@@ -475,11 +476,13 @@ fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
     api.wait_running(&good, "good", 1);
     let capacity = rate(&report, &id, 3);
     h.term();
-    // Paced at a third of that: it needs a third of the core.
-    let pps = (capacity / 3.0) as u32;
+    // Paced at a quarter of that: it needs a quarter of the core, and its
+    // share beside one other tenant is half of it, a margin wide enough
+    // for a CI runner whose core is slower some seconds than others.
+    let pps = (capacity / 4.0) as u32;
     let mut h = host(pps);
     api.wait_running(&good, "good", 1);
-    let alone = best_rate(&report, &id, 2, 3);
+    let alone = best_rate(&report, &id, 3, 3);
     // Six spinning NFs of another tenant join it on the core.
     for i in 0..6 {
         let name = format!("spin{i}");
