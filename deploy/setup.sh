@@ -16,7 +16,7 @@ need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
 # SDKs: clang + lld + wasi-libc for C, Node.js + npm for JavaScript, Python
 # with pip for Python; chromium for the dashboard test.
 apt_pkgs=(build-essential pkg-config curl ca-certificates openssl libdpdk-dev dpdk-dev tshark
-  clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium)
+  clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium prometheus)
 command -v node >/dev/null || apt_pkgs+=(nodejs)
 command -v npm >/dev/null || apt_pkgs+=(npm)
 command -v python3 >/dev/null || apt_pkgs+=(python3)
@@ -104,6 +104,12 @@ if [ ! -x sdk/js/node_modules/.bin/componentize-js ] || [ ! -x sdk/js/node_modul
   did+=("npm: sdk/js")
 fi
 
+# Prometheus (Debian's package, above) scrapes the gateway and a host in
+# the observability test; its own service is not started.
+if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+  $(need_root) systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+
 # NATS: the control plane needs nats-server 2.10 or newer (JetStream KV and
 # object store as async-nats uses them; Debian 12 ships 2.9). Built from the
 # Go module proxy into $(go env GOPATH)/bin when missing or too old.
@@ -117,6 +123,24 @@ gobin="$(go env GOPATH)/bin"
 if ! { command -v nats-server >/dev/null && nats_ok "$(command -v nats-server)"; } && ! nats_ok "$gobin/nats-server"; then
   GOFLAGS=-mod=mod go install "github.com/nats-io/nats-server/v2@v$nats_version"
   did+=("nats-server $nats_version ($gobin)")
+fi
+
+# An OpenTelemetry Collector (OTLP in, files out) for the export test and
+# the demo: built once with the collector builder from deploy/otel/builder.yaml.
+otel_version=0.161.0
+if [ ! -x "$gobin/otelcol-sluice" ] || [ deploy/otel/builder.yaml -nt "$gobin/otelcol-sluice" ]; then
+  if [ ! -x "$gobin/builder" ] || ! "$gobin/builder" version 2>/dev/null | grep -q "$otel_version"; then
+    GOFLAGS=-mod=mod go install "go.opentelemetry.io/collector/cmd/builder@v$otel_version"
+  fi
+  work=$(mktemp -d)
+  cp deploy/otel/builder.yaml "$work/"
+  (cd "$work" && "$gobin/builder" --config builder.yaml >"$work/build.log" 2>&1) || {
+    echo "setup: building the OpenTelemetry Collector failed; see $work/build.log" >&2
+    exit 1
+  }
+  install -m 0755 "$work/otelcol-sluice/otelcol-sluice" "$gobin/otelcol-sluice"
+  rm -rf "$work"
+  did+=("otelcol-sluice $otel_version ($gobin)")
 fi
 
 # The dashboard test drives Debian's chromium with playwright-core (npm).

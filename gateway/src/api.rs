@@ -1022,7 +1022,7 @@ pub struct DeploymentOut {
     pub updated_ms: i64,
 }
 
-fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
+pub(crate) fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut {
     let revision = u64::try_from(row.revision).unwrap_or(0);
     // What the hosts were given: a host counts as running this revision
     // only if it reports this digest (hosts that report none are older).

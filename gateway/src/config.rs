@@ -26,6 +26,9 @@
 //!                                    # ownership table (500-600000)
 //! default-capacity-pps = 1000000     # a host's weight in its group's ownership
 //!                                    # table when it declares no --capacity-pps
+//! metrics-listen = "10.0.0.5:9464"   # SLUICE_METRICS_LISTEN: the operator's listener:
+//!                                    # Prometheus /metrics, /healthz, /readyz (none
+//!                                    # by default; keep it off the tenants' network)
 //!
 //! [groups.edge]                      # per host group (the name after `groups.`)
 //! ports = [0, 1]                     # ports of its hosts tenants may attach to:
@@ -224,6 +227,10 @@ pub struct GatewayConfig {
     /// capacity, packets per second.
     #[serde(default = "default_capacity_pps")]
     pub default_capacity_pps: u64,
+    /// Where to serve Prometheus `/metrics`, `/healthz` and `/readyz` for
+    /// the operator (none: nowhere; the metrics name every tenant).
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
 }
 
 fn default_host_silence_ms() -> u64 {
@@ -326,6 +333,7 @@ impl Default for GatewayConfig {
             groups: BTreeMap::new(),
             host_silence_ms: default_host_silence_ms(),
             default_capacity_pps: default_capacity_pps(),
+            metrics_listen: None,
         }
     }
 }
@@ -371,6 +379,9 @@ impl GatewayConfig {
         }
         if let Some(v) = var("SLUICE_NATS_URL") {
             cfg.nats = v;
+        }
+        if let Some(v) = var("SLUICE_METRICS_LISTEN") {
+            cfg.metrics_listen = Some(v);
         }
         for (name, slot) in [
             ("SLUICE_NATS_NKEY", &mut cfg.nats_nkey),

@@ -23,6 +23,7 @@ pub mod groups;
 pub mod intake;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -181,6 +182,7 @@ impl Gateway {
             .route("/dashboard", get(dashboard::page))
             .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
             .with_state(self.state.clone())
+            .layer(axum::middleware::from_fn(telemetry::observe_requests))
             // A body that trickles in is cut off (uploads included).
             .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_TIMEOUT))
             .layer(SetResponseHeaderLayer::if_not_present(
@@ -207,6 +209,7 @@ impl Gateway {
             tokio::spawn(state::follow_events(self.state.clone())),
             tokio::spawn(state::reconcile(self.state.clone(), Duration::from_secs(10))),
             tokio::spawn(groups::control(self.state.clone())),
+            tokio::spawn(telemetry::sample(self.state.clone())),
         ];
         let result = serve_http(listener, self.router(), shutdown).await;
         for t in tasks {
@@ -272,7 +275,7 @@ async fn serve_http(
 /// Readiness: 200 when the gateway can do its work — NATS connected, the
 /// database taking writes —, else 503; the body says each check's result.
 /// (`/healthz` is liveness: the process answers.)
-async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> axum::response::Response {
+pub(crate) async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> axum::response::Response {
     use axum::response::IntoResponse;
     let nats = state.bus.connected();
     let store = state.store.clone();

@@ -49,34 +49,61 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    if let Err(e) = sluice_telemetry::init_logs("info") {
-        eprintln!("error: {e}");
-        return std::process::ExitCode::from(1);
-    }
-    match run() {
+    let cli = Cli::parse();
+    // The configuration names the cluster the telemetry reports on; an
+    // error in it is reported once logging runs.
+    let cfg = config(&cli);
+    let serving = matches!(cli.command, None | Some(Command::Serve));
+    let settings = sluice_telemetry::Settings {
+        service: if serving { "sluice-gateway" } else { "" },
+        log_default: "info",
+        attributes: cfg.as_ref().map(|c| vec![("sluice.cluster", c.cluster.clone())]).unwrap_or_default(),
+        prometheus: serving && cfg.as_ref().is_ok_and(|c| c.metrics_listen.is_some()),
+    };
+    let telemetry = match sluice_telemetry::start(settings) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let prometheus = telemetry.prometheus();
+    let code = match cfg.and_then(|cfg| run(cli, cfg, prometheus)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)
         }
-    }
+    };
+    // What is buffered is exported before the process ends (SIGTERM
+    // included: serving returns when it arrives).
+    telemetry.shutdown();
+    code
 }
 
-fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// The configuration: the file, `SLUICE_*` variables, then the flags.
+fn config(cli: &Cli) -> anyhow::Result<sluice_gateway::GatewayConfig> {
     let mut cfg = sluice_gateway::GatewayConfig::load(cli.config.as_deref())?;
-    if let Some(v) = cli.listen {
-        cfg.listen = v;
+    if let Some(v) = &cli.listen {
+        cfg.listen.clone_from(v);
     }
-    if let Some(v) = cli.data_dir {
-        cfg.data_dir = v;
+    if let Some(v) = &cli.data_dir {
+        cfg.data_dir.clone_from(v);
     }
-    if let Some(v) = cli.nats {
-        cfg.nats = v;
+    if let Some(v) = &cli.nats {
+        cfg.nats.clone_from(v);
     }
-    if let Some(v) = cli.cluster {
-        cfg.cluster = v;
+    if let Some(v) = &cli.cluster {
+        cfg.cluster.clone_from(v);
     }
+    Ok(cfg)
+}
+
+fn run(
+    cli: Cli,
+    cfg: sluice_gateway::GatewayConfig,
+    prometheus: Option<sluice_telemetry::Prometheus>,
+) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {}
         Command::NatsAuth => {
@@ -104,8 +131,21 @@ fn run() -> anyhow::Result<()> {
             _ = &mut stop => return anyhow::Ok(()),
         };
         let listen = cfg.listen.clone();
+        let metrics_listen = cfg.metrics_listen.clone();
         let gateway = sluice_gateway::Gateway::new(cfg, Arc::new(bus))?;
         gateway.state.publish_all().await;
+        if let Some(addr) = metrics_listen {
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("listening on {addr} (metrics-listen)"))?;
+            tracing::info!("metrics, health and readiness on http://{}", listener.local_addr()?);
+            let app = sluice_gateway::telemetry::operator_router(gateway.state.clone(), prometheus);
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!("the metrics listener stopped: {e}");
+                }
+            });
+        }
         let listener =
             tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("listening on {listen}"))?;
         let addr = listener.local_addr()?;

@@ -153,7 +153,7 @@ impl AppState {
     /// bus that does not answer is an error (the group is retried).
     pub async fn publish_group(&self, group: &str) -> Result<(), String> {
         let rows = self.store.group_deployments(group).map_err(|e| e.to_string())?;
-        let mut set = DesiredSet { group: group.to_string(), deployments: Vec::new() };
+        let mut set = DesiredSet { group: group.to_string(), ..Default::default() };
         let mut failed = HashMap::new();
         'rows: for row in rows {
             let spec = desired_spec(&row);
@@ -295,7 +295,14 @@ pub async fn consume_meters(state: AppState) {
                         Ok(Ok(verdicts)) => {
                             for (d, verdict) in deliveries.into_iter().zip(verdicts) {
                                 let done = match verdict {
-                                    None => d.ack().await,
+                                    None => {
+                                        if sluice_telemetry::metrics::enabled() {
+                                            let tenant =
+                                                opentelemetry::KeyValue::new("tenant", d.record.tenant.clone());
+                                            sluice_telemetry::metrics::gateway().meter_records.add(1, &[tenant]);
+                                        }
+                                        d.ack().await
+                                    }
                                     Some(why) => {
                                         state.rejects.record("meter", &d.publisher, why);
                                         d.reject().await

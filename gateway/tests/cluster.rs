@@ -147,16 +147,6 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     assert_eq!(api.get(Some(&key), "/v1/modules/firewall@1.0.0").status, 404);
 }
 
-fn read_count(p: &std::path::Path) -> u64 {
-    let bytes = std::fs::read(p).unwrap();
-    let (mut n, mut off) = (0u64, 24usize);
-    while off + 16 <= bytes.len() {
-        off += 16 + u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
-        n += 1;
-    }
-    n
-}
-
 fn time_period() -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     // Civil date from days since the epoch (H. Hinnant's algorithm).

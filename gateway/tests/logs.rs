@@ -63,13 +63,19 @@ fn json_logs_are_one_object_a_line_and_bad_settings_say_why() {
         "no `deployment running` line with its deployment"
     );
 
-    // Not a format, not a filter: the binary stops before doing anything.
+    // Not a format, not a filter: the binary stops before doing anything
+    // (`--version` and `--help` need no logging and still answer).
+    let nowhere = d.join("no-such-module.wasm");
     for (bin, var, value, says) in [
         ("sluice-host", "SLUICE_LOG_FORMAT", "xml", "SLUICE_LOG_FORMAT='xml'"),
         ("sluice-gateway", "SLUICE_LOG_FORMAT", "yaml", "use `text` or `json`"),
         ("sluice-host", "SLUICE_LOG", "info,[[[", "SLUICE_LOG='info,[[['"),
     ] {
-        let out = Command::new(sibling_bin(bin)).arg("--version").env(var, value).output().unwrap();
+        let args: Vec<&std::ffi::OsStr> = match bin {
+            "sluice-host" => vec!["check".as_ref(), nowhere.as_os_str()],
+            _ => vec!["nats-auth".as_ref()],
+        };
+        let out = Command::new(sibling_bin(bin)).args(&args).env(var, value).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{bin} with {var}={value}: {err}");
         assert!(err.contains(says), "{bin} with {var}={value}: {err}");

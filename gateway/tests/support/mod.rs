@@ -716,3 +716,14 @@ impl NatsCluster {
         }
     }
 }
+
+/// Packets in a pcap file.
+pub fn read_count(p: &Path) -> u64 {
+    let bytes = std::fs::read(p).unwrap();
+    let (mut n, mut off) = (0u64, 24usize);
+    while off + 16 <= bytes.len() {
+        off += 16 + u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
+        n += 1;
+    }
+    n
+}

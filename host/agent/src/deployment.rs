@@ -15,6 +15,7 @@ use sluice_pcap::{PcapAppender, Trace};
 use sluice_runtime::{
     Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, PacketResult, RawPacket, Routes, Runtime,
 };
+use sluice_telemetry::metrics;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -53,6 +54,9 @@ pub struct Prepared {
     pub spec: DeploymentSpec,
     /// Its chain, or why not.
     pub built: Result<Built, String>,
+    /// The trace of the change that asked for it (the host's work on it
+    /// joins that trace), if one is recorded.
+    pub trace: Option<opentelemetry::Context>,
 }
 
 impl Prepared {
@@ -62,7 +66,12 @@ impl Prepared {
             let domains = specs.iter().map(|_| sluice_state::Domain::for_workers(shared.workers)).collect();
             (specs, routes, domains)
         });
-        Prepared { spec, built }
+        Prepared { spec, built, trace: None }
+    }
+
+    /// A revision that cannot run, and why.
+    pub fn failed(spec: DeploymentSpec, reason: String) -> Self {
+        Prepared { spec, built: Err(reason), trace: None }
     }
 }
 
@@ -129,6 +138,8 @@ pub struct Shared {
     pub retries: crate::retry::Retries,
     /// Peer state with the group's other hosts (live hosts that replicate).
     pub peer: Option<Arc<sluice_peer::Peer>>,
+    /// What the control loop says about itself (the probes read it).
+    pub vitals: Arc<crate::probes::Vitals>,
 }
 
 /// An NF's limits: the host's defaults, the deployment's own, then the
@@ -248,6 +259,17 @@ pub(crate) struct Active {
     state_byte_us: Vec<u128>,
     state_bytes: Vec<u64>,
     last_state_sample: Instant,
+    /// The host it runs on (metrics name it).
+    host: String,
+    /// The trace of the revision started or applied last, until its first
+    /// batch ran.
+    first_batch: Option<opentelemetry::Context>,
+    /// Per NF: its metrics' attributes (for the revision in
+    /// `metric_revision`), and its invocations and guest time at the last
+    /// batch observed.
+    metric_attrs: Vec<Vec<opentelemetry::KeyValue>>,
+    metric_revision: Option<u64>,
+    guest_seen: Vec<(u64, u64)>,
 }
 
 /// Events sent per deployment and window; the rest are counted (and all
@@ -278,6 +300,7 @@ impl Active {
             }
             _ => None,
         };
+        let guest_seen = chain.stages().iter().map(|s| (s.meters().invocations, s.meters().cpu_ns)).collect();
         Ok(Active {
             spec,
             lane,
@@ -300,6 +323,11 @@ impl Active {
             state_byte_us: vec![0; spec_nfs],
             state_bytes: vec![0; spec_nfs],
             last_state_sample: Instant::now(),
+            host: shared.host.clone(),
+            first_batch: None,
+            metric_attrs: Vec::new(),
+            metric_revision: None,
+            guest_seen,
         })
     }
 
@@ -315,6 +343,84 @@ impl Active {
             // The bytes held since the last sample are those seen then.
             *acc = acc.saturating_add(u128::from(*held) * us);
             *held = stage.state_bytes();
+        }
+    }
+
+    /// Each NF's metrics attributes, for the running revision.
+    fn metric_attrs(&mut self) -> &[Vec<opentelemetry::KeyValue>] {
+        if self.metric_revision != Some(self.spec.revision) || self.metric_attrs.len() != self.spec.nfs.len() {
+            let s = &self.spec;
+            self.metric_attrs = s
+                .nfs
+                .iter()
+                .map(|nf| metrics::nf_attributes(&s.tenant, &s.id, &nf.name, &nf.module.version, &self.host))
+                .collect();
+            self.metric_revision = Some(s.revision);
+        }
+        &self.metric_attrs
+    }
+
+    /// After a batch: each NF that ran in it adds its time in the guest to
+    /// the guest-time histogram (nothing when no metrics are collected).
+    pub(crate) fn observe_batch(&mut self) {
+        if let Some(cx) = self.first_batch.take() {
+            let span = tracing::info_span!("first batch", deployment = %self.spec.id, revision = self.spec.revision);
+            sluice_telemetry::context::start_under(&span, &cx);
+        }
+        if !metrics::enabled() {
+            return;
+        }
+        let n = self.worker.chain().stages().len();
+        if self.guest_seen.len() != n {
+            self.guest_seen =
+                self.worker.chain().stages().iter().map(|s| (s.meters().invocations, s.meters().cpu_ns)).collect();
+            return;
+        }
+        self.metric_attrs();
+        let histogram = &metrics::nf().guest_time;
+        for ((stage, seen), attrs) in
+            self.worker.chain().stages().iter().zip(&mut self.guest_seen).zip(&self.metric_attrs)
+        {
+            let m = stage.meters();
+            let calls = m.invocations.saturating_sub(seen.0);
+            if calls > 0 {
+                let ns = m.cpu_ns.saturating_sub(seen.1);
+                histogram.record(ns as f64 * 1e-9 / calls as f64, attrs);
+                *seen = (m.invocations, m.cpu_ns);
+            }
+        }
+    }
+
+    /// Adds the window's work of each NF to the metrics.
+    fn record_window_metrics(&mut self) {
+        if !metrics::enabled() {
+            return;
+        }
+        self.metric_attrs();
+        let worker = self.lane.map(|l| opentelemetry::KeyValue::new("worker", l as i64));
+        let stages = self.worker.chain().stages();
+        for ((stage, base), attrs) in stages.iter().zip(&self.base).zip(&self.metric_attrs) {
+            let now = stage.meters();
+            let d = |f: fn(&NfMeters) -> u64| f(now).saturating_sub(f(base));
+            let traps = now.trap_causes_since(base);
+            let w = metrics::NfWindow {
+                packets: d(|m| m.packets),
+                forwarded: d(|m| m.forwarded),
+                dropped: d(|m| m.dropped),
+                rewritten: d(|m| m.rewritten),
+                policy: d(|m| m.policy_packets),
+                bytes: d(|m| m.bytes),
+                invocations: d(|m| m.invocations),
+                instantiations: d(|m| m.instantiations),
+                state_rejected: d(|m| m.state_rejected + m.table_rejected),
+                state_expired: d(|m| m.table_expired),
+                events: d(|m| m.events),
+                log_dropped: d(|m| m.log_dropped),
+                traps: Some(&traps),
+                state_bytes: stage.state_bytes(),
+                state_entries: stage.state_entries(),
+            };
+            metrics::nf().record_window(attrs, worker.as_ref(), &w);
         }
     }
 
@@ -513,11 +619,14 @@ pub(crate) fn start(
     lane: Option<usize>,
     chain: Option<Result<Chain, String>>,
 ) -> Option<Active> {
+    let span = traced("start", &prepared, lane);
+    let _in = span.enter();
     let chain = chain.unwrap_or_else(|| chain_of(shared, &prepared.built));
-    let Prepared { spec, .. } = prepared;
+    let Prepared { spec, trace, .. } = prepared;
     let made = chain.and_then(|chain| Active::new(shared, spec.clone(), chain, resume, lane));
     match made {
         Ok(mut a) => {
+            a.first_batch = trace;
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
             shared.retries.started(&spec.id);
             set_status(shared, &spec, HostState::Running, None);
@@ -534,12 +643,24 @@ pub(crate) fn start(
     }
 }
 
+/// A span of the host's work on `prepared`, in the trace of the change
+/// that asked for it (disabled, at no cost, when there is none).
+fn traced(what: &'static str, prepared: &Prepared, lane: Option<usize>) -> tracing::Span {
+    let Some(cx) = &prepared.trace else { return tracing::Span::none() };
+    let span = tracing::info_span!("apply on worker", step = what, deployment = %prepared.spec.id, revision = prepared.spec.revision, worker = lane);
+    sluice_telemetry::context::start_under(&span, cx);
+    span
+}
+
 /// Applies a new revision. Same NFs and routes: each NF whose module or
 /// config changed is hot-swapped, keeping its state. Otherwise the chain
 /// is rebuilt. A refused update leaves the running revision in place.
 pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared) -> Option<Active> {
     let Some(mut a) = active else { return start(shared, prepared, None, None, None) };
-    let Prepared { spec, built } = prepared;
+    let span = traced("update", &prepared, a.lane);
+    let _in = span.enter();
+    let Prepared { spec, built, trace } = prepared;
+    a.first_batch = trace;
     flush(shared, &mut a);
     let same_shape = a.spec.nfs.len() == spec.nfs.len()
         && a.spec.nfs.iter().zip(&spec.nfs).all(|(o, n)| o.name == n.name && o.next == n.next && o.labels == n.labels);
@@ -550,6 +671,7 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
             Ok(chain) => {
                 // The new chain continues where the old one was.
                 a.worker.replace_chain(chain);
+                a.guest_seen = vec![(0, 0); spec.nfs.len()];
                 a.base = vec![NfMeters::default(); spec.nfs.len()];
                 a.state_byte_us = vec![0; spec.nfs.len()];
                 a.state_bytes = vec![0; spec.nfs.len()];
@@ -684,6 +806,7 @@ fn process(
             p.packet = next as u64;
         }
         done += n as u64;
+        a.observe_batch();
         a.tick(shared);
         if let Some(s) = share.as_mut() {
             s.charge();
@@ -777,6 +900,7 @@ pub(crate) fn flush(shared: &Shared, a: &mut Active) {
             tracing::error!(deployment = %a.spec.id, "the meter publisher is gone; the record waits in the outbox");
         }
     }
+    a.record_window_metrics();
     // 3. The next window starts, and is checkpointed empty.
     for (stage, base) in a.worker.chain().stages().iter().zip(a.base.iter_mut()) {
         *base = stage.meters().clone();

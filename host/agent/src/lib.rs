@@ -25,6 +25,7 @@ pub mod deployment;
 pub mod journal;
 pub mod live;
 pub mod outbox;
+pub mod probes;
 pub mod report;
 pub mod retry;
 
@@ -43,6 +44,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// Where traffic comes from.
 #[derive(Debug, Clone)]
@@ -107,6 +109,10 @@ pub struct AgentConfig {
     /// Peer state with the group's other hosts (live hosts only; none:
     /// flows are not replicated).
     pub peer: Option<PeerConfig>,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` (none: nowhere).
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The process's Prometheus registry, rendered at `/metrics`.
+    pub prometheus: Option<sluice_telemetry::Prometheus>,
 }
 
 /// How a live host replicates its flows' state to its group's other hosts.
@@ -286,7 +292,66 @@ async fn run(
         workers: live_input.as_ref().map_or(1, |l| l.ios.len().max(1)),
         retries: retry::Retries::default(),
         peer: peer.clone(),
+        vitals: Arc::new(probes::Vitals::default()),
     };
+    shared.vitals.turned();
+    let (probes_stop, probes_stopped) = tokio::sync::oneshot::channel::<()>();
+    let probes_task = match cfg.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| AgentError::Config(format!("cannot listen on {addr} (--metrics-listen): {e}")))?;
+            tracing::info!("metrics, health and readiness on http://{addr}");
+            Some(tokio::spawn(probes::serve(
+                listener,
+                bus.clone(),
+                shared.clone(),
+                shared.vitals.clone(),
+                cfg.prometheus.clone(),
+                shared.outbox_dir.clone(),
+                async move {
+                    let _ = probes_stopped.await;
+                },
+            )))
+        }
+        None => None,
+    };
+    // The host's own gauges, read when the metrics are collected.
+    let _host_metrics = sluice_telemetry::metrics::enabled().then(|| {
+        let (report, outbox, status, vitals) =
+            (report.clone(), outbox_dir.clone(), shared.status.clone(), shared.vitals.clone());
+        sluice_telemetry::metrics::host(&cfg.host, move || {
+            let (ports, unmatched) = {
+                let r = report.lock().unwrap_or_else(PoisonError::into_inner);
+                (r.ports.clone(), r.unmatched)
+            };
+            let beat = vitals.heartbeat_ms.load(std::sync::atomic::Ordering::Relaxed);
+            sluice_telemetry::metrics::HostReading {
+                ports: ports
+                    .into_iter()
+                    .map(|p| sluice_telemetry::metrics::PortReading {
+                        port: p.port,
+                        name: p.name,
+                        received: p.ipackets,
+                        sent: p.opackets,
+                        missed: p.imissed,
+                        no_mbuf: p.rx_nombuf,
+                        receive_errors: p.ierrors,
+                        send_errors: p.oerrors,
+                    })
+                    .collect(),
+                unmatched,
+                outbox: outbox::pending(&outbox) as u64,
+                heartbeat_age: if beat == 0 { 0.0 } else { now_ms().saturating_sub(beat) as f64 / 1000.0 },
+                deployments: status
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .values()
+                    .filter(|s| s.state == HostState::Running)
+                    .count() as u64,
+            }
+        })
+    });
     let publisher = tokio::spawn(outbox::run(bus.clone(), outbox_dir, meter_rx, Duration::from_secs(10)));
     let event_bus = bus.clone();
     let event_publisher = tokio::spawn(async move {
@@ -305,7 +370,7 @@ async fn run(
     let mut running: HashMap<String, Running> = HashMap::new();
     // Spool captures handed out, and the deployments still processing each.
     let mut inflight: HashMap<String, HashSet<String>> = HashMap::new();
-    let mut current = DesiredSet { group: cfg.group.clone(), deployments: Vec::new() };
+    let mut current = DesiredSet { group: cfg.group.clone(), ..Default::default() };
     let mut beat = tokio::time::interval(cfg.heartbeat);
     let mut spool_tick = tokio::time::interval(Duration::from_millis(200));
     let mut report_tick = tokio::time::interval(Duration::from_secs(1));
@@ -328,6 +393,7 @@ async fn run(
                     }
                     None => converge(bus.as_ref(), &shared, &cfg, &modules_dir, &set, &mut running, replay.as_ref()).await,
                 }
+                shared.vitals.converged.store(true, std::sync::atomic::Ordering::Relaxed);
                 release(&cfg, &running, &mut inflight);
                 current = set;
                 heartbeat(bus.as_ref(), &cfg, &pulse, &shared, &current).await;
@@ -336,10 +402,11 @@ async fn run(
             _ = beat.tick() => {
                 // A group without deployments sends no desired set: its
                 // host opens its ports after two heartbeats all the same.
-                if let Some(l) = &live
-                    && joined.elapsed() >= cfg.heartbeat * 2
-                {
-                    l.open();
+                if joined.elapsed() >= cfg.heartbeat * 2 {
+                    if let Some(l) = &live {
+                        l.open();
+                    }
+                    shared.vitals.converged.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 // Deployments that could not start are retried: a failed
                 // module fetch on every beat, a failed start when its
@@ -385,6 +452,7 @@ async fn run(
                 }
             }
             _ = report_tick.tick() => {
+                shared.vitals.turned();
                 if let Some(l) = &live {
                     l.report(&shared);
                 }
@@ -400,6 +468,10 @@ async fn run(
         }
     }
     tracing::info!(host = %cfg.host, "stopping: flushing meters");
+    let _ = probes_stop.send(());
+    if let Some(t) = probes_task {
+        let _ = t.await;
+    }
     if let Some(l) = live.take() {
         l.stop(&shared).await;
     }
@@ -577,8 +649,9 @@ async fn heartbeat(bus: &dyn Bus, cfg: &AgentConfig, pulse: &Pulse, shared: &Sha
         load_pps: pulse.load_pps,
         table_version: pulse.table_version,
     };
-    if let Err(e) = bus.heartbeat(&hb).await {
-        tracing::warn!("heartbeat not sent: {e}");
+    match bus.heartbeat(&hb).await {
+        Ok(()) => shared.vitals.heartbeat_ms.store(hb.sent_ms, std::sync::atomic::Ordering::Relaxed),
+        Err(e) => tracing::warn!("heartbeat not sent: {e}"),
     }
 }
 
@@ -597,9 +670,18 @@ async fn fetch(bus: &dyn Bus, dir: &Path, spec: &DeploymentSpec) -> Result<Blobs
         let cached =
             tokio::fs::read(&path).await.ok().filter(|b| sluice_control::bus::verify_digest(digest, b).is_ok());
         let bytes = match cached {
-            Some(b) => b,
+            Some(b) => {
+                tracing::info!(nf = %nf.name, digest = %digest, bytes = b.len(), "module from the host's cache");
+                b
+            }
             None => {
-                let b = bus.get_module(digest).await.map_err(|e| format!("NF '{}': {e}", nf.name))?;
+                let span = if tracing::Span::current().is_disabled() {
+                    tracing::Span::none()
+                } else {
+                    tracing::info_span!("fetch module", nf = %nf.name, digest = %digest)
+                };
+                let b = bus.get_module(digest).instrument(span).await.map_err(|e| format!("NF '{}': {e}", nf.name))?;
+                tracing::info!(nf = %nf.name, digest = %digest, bytes = b.len(), "module fetched");
                 if let Err(e) = tokio::fs::write(&path, &b).await {
                     tracing::warn!(path = %path.display(), "cannot cache module: {e}");
                 }
@@ -639,8 +721,12 @@ async fn converge(
         if running.get(&spec.id).is_some_and(|r| r.digest == digest) {
             continue;
         }
-        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).await else { continue };
-        let prepared = prepare(shared, spec, blobs).await;
+        let span = apply_span(set, spec);
+        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).instrument(span.clone()).await else {
+            continue;
+        };
+        let mut prepared = prepare(shared, spec, blobs).instrument(span.clone()).await;
+        prepared.trace = traced(&span);
         match running.get_mut(&spec.id) {
             Some(r) if !r.thread.is_finished() => {
                 if r.tx.send(Control::Update(Box::new(prepared))).is_ok() {
@@ -763,9 +849,14 @@ fn release(cfg: &AgentConfig, running: &HashMap<String, Running>, inflight: &mut
 /// Compiles a revision's modules off the async threads.
 async fn prepare(shared: &Shared, spec: &DeploymentSpec, blobs: Blobs) -> Prepared {
     let (s, spec2) = (shared.clone(), spec.clone());
-    match tokio::task::spawn_blocking(move || Prepared::new(&s, spec2, &blobs)).await {
+    let span = if tracing::Span::current().is_disabled() {
+        tracing::Span::none()
+    } else {
+        tracing::info_span!("compile", nfs = spec.nfs.len())
+    };
+    match tokio::task::spawn_blocking(move || span.in_scope(|| Prepared::new(&s, spec2, &blobs))).await {
         Ok(p) => p,
-        Err(e) => Prepared { spec: spec.clone(), built: Err(format!("compiling the chain failed: {e}")) },
+        Err(e) => Prepared::failed(spec.clone(), format!("compiling the chain failed: {e}")),
     }
 }
 
@@ -821,12 +912,13 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
         if live.deployments.get(&spec.id).is_some_and(|d| *d == digest) {
             continue;
         }
-        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).await else {
+        let span = apply_span(set, spec);
+        let Some(blobs) = fetch_for(bus, shared, modules_dir, spec, &digest).instrument(span.clone()).await else {
             // Its workers still take the new traffic claim (with the NFs
             // they run); it is retried on the next heartbeat.
             if live.deployments.contains_key(&spec.id) {
                 let reason = "modules not fetched".to_string();
-                live.apply(Prepared { spec: spec.clone(), built: Err(reason) }, String::new()).await;
+                live.apply(Prepared::failed(spec.clone(), reason), String::new()).await;
             }
             continue;
         };
@@ -836,9 +928,30 @@ async fn converge_live(bus: &dyn Bus, shared: &Shared, modules_dir: &Path, set: 
         if spec.attachments.is_empty() {
             tracing::warn!(deployment = %spec.id, "deployment has no traffic attachment: it receives no live traffic");
         }
-        let prepared = prepare(shared, spec, blobs).await;
-        live.apply(prepared, digest).await;
+        let mut prepared = prepare(shared, spec, blobs).instrument(span.clone()).await;
+        prepared.trace = traced(&span);
+        live.apply(prepared, digest).instrument(span).await;
     }
+}
+
+/// The span of this host's work on a deployment's new revision, in the
+/// trace of the change that wrote it; none (no cost) if it carried none.
+fn apply_span(set: &DesiredSet, spec: &DeploymentSpec) -> tracing::Span {
+    let Some(carrier) = set.traces.get(&spec.id) else { return tracing::Span::none() };
+    let span = tracing::info_span!(
+        "apply deployment",
+        deployment = %spec.id,
+        tenant = %spec.tenant,
+        revision = spec.revision,
+    );
+    sluice_telemetry::context::set_parent(&span, carrier);
+    span
+}
+
+/// The context that later spans of the deployment (on its workers) start
+/// under, if `span` is recorded.
+fn traced(span: &tracing::Span) -> Option<opentelemetry::Context> {
+    (!span.is_disabled()).then(|| sluice_telemetry::context::of(span))
 }
 
 /// Forgets a removed deployment: its status, its retries and its part of

@@ -101,6 +101,7 @@ impl Lane for LiveLane {
         self.packets_in += packets;
         self.packets_out += forwarded;
         self.share.charge_used(took);
+        self.active.observe_batch();
     }
 
     fn refused(&mut self, packets: u64) {
@@ -538,6 +539,15 @@ impl WorkerCtx {
             d.packets_in += l.packets_in;
             d.packets_out += l.packets_out;
             d.dropped_over_share += l.over_share;
+        }
+        if l.over_share > 0 && sluice_telemetry::metrics::enabled() {
+            let s = &l.active.spec;
+            let attrs = [
+                opentelemetry::KeyValue::new("tenant", s.tenant.clone()),
+                opentelemetry::KeyValue::new("deployment", s.id.clone()),
+                opentelemetry::KeyValue::new("host", self.shared.host.clone()),
+            ];
+            sluice_telemetry::metrics::deployment().over_share.add(l.over_share, &attrs);
         }
         if let Some(s) = self.shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(id) {
             s.packets += l.packets_in;

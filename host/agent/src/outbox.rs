@@ -96,3 +96,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
 }
+
+/// Records waiting in the outbox (stored, not yet acknowledged by the bus).
+pub fn pending(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "json")).count())
+        .unwrap_or(0)
+}

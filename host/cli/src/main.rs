@@ -270,6 +270,11 @@ enum Command {
         /// Host id, unique in the cluster (default: the machine's hostname).
         #[arg(long = "host-id", env = "SLUICE_HOST_ID")]
         host_id: Option<String>,
+        /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on this
+        /// address (e.g. `127.0.0.1:9464`; the metrics name every tenant
+        /// on the host: keep it on the operator's network).
+        #[arg(long, env = "SLUICE_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
         /// Traffic: a capture file to replay, or a spool directory.
         #[arg(long = "in")]
         input: Option<PathBuf>,
@@ -387,21 +392,59 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    if let Err(e) = sluice_telemetry::init_logs("warn") {
-        eprintln!("error: {e}");
-        return std::process::ExitCode::from(1);
-    }
-    match real_main() {
+    let cli = Cli::parse();
+    let telemetry = match sluice_telemetry::start(telemetry_settings(&cli)) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let prometheus = telemetry.prometheus();
+    let code = match real_main(cli, prometheus) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
-    }
+    };
+    // Whatever is buffered goes out before the process ends (SIGTERM
+    // included: the commands return when it arrives).
+    telemetry.shutdown();
+    code
 }
 
-fn real_main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+/// What each command reports and as whom: the long-running ones (`serve`,
+/// `steer`, `dpdk`) export over OTLP when the `OTEL_*` variables ask;
+/// `run` and the one-shot tools only log.
+fn telemetry_settings(cli: &Cli) -> sluice_telemetry::Settings<'static> {
+    let mut s = sluice_telemetry::Settings { log_default: "warn", ..Default::default() };
+    match &cli.command {
+        Command::Serve { bus, host_id, metrics_listen, .. } => {
+            s.service = "sluice-host";
+            s.prometheus = metrics_listen.is_some();
+            let host = host_id.clone().unwrap_or_else(default_host_id);
+            s.attributes = vec![
+                ("sluice.cluster", bus.cluster.clone()),
+                ("sluice.group", bus.group.clone()),
+                ("host.name", host.clone()),
+                ("service.instance.id", host),
+            ];
+        }
+        #[cfg(feature = "dpdk")]
+        Command::Steer { bus, id, .. } => {
+            s.service = "sluice-steer";
+            s.attributes = vec![("sluice.cluster", bus.cluster.clone()), ("sluice.group", bus.group.clone())];
+            s.attributes.extend(id.clone().map(|id| ("service.instance.id", id)));
+        }
+        #[cfg(feature = "dpdk")]
+        Command::Dpdk { .. } => s.service = "sluice-host",
+        _ => {}
+    }
+    s
+}
+
+fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run { nfs, chain, swaps, input, output, report, batch, workers, cores, quiet } => {
             let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
@@ -560,6 +603,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
         Command::Serve {
             bus,
             host_id,
+            metrics_listen,
             input,
             loops,
             pps,
@@ -621,6 +665,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
                     pull_wait: std::time::Duration::from_micros(pull_wait_us),
                     ..Default::default()
                 }),
+                metrics_listen,
+                prometheus,
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(async move {

@@ -130,12 +130,18 @@ impl MeterDelivery {
 /// The control plane as both sides use it.
 #[async_trait::async_trait]
 pub trait Bus: Send + Sync + 'static {
-    /// Host: announce liveness and deployment status (best effort).
     /// Whether the bus is connected now (an in-process bus always is).
     fn connected(&self) -> bool {
         true
     }
 
+    /// Gateway: meter records published and not yet stored and
+    /// acknowledged by the meter consumer (none: the bus cannot tell).
+    async fn meter_lag(&self) -> Result<Option<u64>, BusError> {
+        Ok(None)
+    }
+
+    /// Host: announce liveness and deployment status (best effort).
     async fn heartbeat(&self, hb: &Heartbeat) -> Result<(), BusError>;
     /// Gateway: every host's heartbeats.
     async fn heartbeats(&self) -> Result<BoxStream<'static, FromHost<Heartbeat>>, BusError>;

@@ -150,13 +150,13 @@ mod tests {
     #[tokio::test]
     async fn late_watchers_get_the_current_set_then_changes() {
         let bus = LocalBus::new();
-        let mut set = DesiredSet { group: "g".into(), deployments: Vec::new() };
+        let mut set = DesiredSet { group: "g".into(), ..Default::default() };
         bus.set_desired(&set).await.unwrap();
         let mut w = bus.watch_desired("g").await.unwrap();
         assert_eq!(w.next().await.unwrap(), set);
         set.deployments.clear();
         set.group = "g".into();
-        bus.set_desired(&DesiredSet { group: "other".into(), deployments: Vec::new() }).await.unwrap();
+        bus.set_desired(&DesiredSet { group: "other".into(), ..Default::default() }).await.unwrap();
         bus.set_desired(&set).await.unwrap();
         assert_eq!(w.next().await.unwrap().group, "g");
     }

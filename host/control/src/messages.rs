@@ -121,6 +121,12 @@ pub struct DesiredSet {
     pub group: String,
     /// Deployments.
     pub deployments: Vec<DeploymentSpec>,
+    /// The W3C trace context (header name to value) of the change that
+    /// last wrote each deployment, by deployment id: a host's work on the
+    /// deployment joins that trace. Carried in message headers, not in
+    /// the body.
+    #[serde(skip)]
+    pub traces: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// How a deployment is doing on one host.

@@ -414,6 +414,20 @@ impl Bus for NatsBus {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
+    async fn meter_lag(&self) -> Result<Option<u64>, BusError> {
+        let n = &self.names;
+        let stream = self
+            .js
+            .get_stream(n.meter_stream())
+            .await
+            .map_err(|e| BusError::op(format!("opening stream {}", n.meter_stream()), e))?;
+        let info = stream
+            .consumer_info(n.meter_consumer())
+            .await
+            .map_err(|e| BusError::op("reading the meter consumer's state", e))?;
+        Ok(Some(info.num_pending + info.num_ack_pending as u64))
+    }
+
     async fn heartbeat(&self, hb: &Heartbeat) -> Result<(), BusError> {
         let subject = self.names.heartbeat(&hb.host)?;
         let body = serde_json::to_vec(hb).map_err(|e| BusError::op("encoding a heartbeat", e))?;
@@ -462,10 +476,23 @@ impl Bus for NatsBus {
             if written && existing.contains(&key) {
                 continue;
             }
-            store
-                .put(&key, body.into())
-                .await
-                .map_err(|e| BusError::op(format!("storing deployment {} of group {}", d.id, set.group), e))?;
+            // The write carries the trace of the change that made it (the
+            // API request), for the hosts that apply it.
+            let trace = sluice_telemetry::context::current();
+            let stored = if trace.is_empty() {
+                store.put(&key, body.into()).await.map(drop).map_err(|e| e.to_string())
+            } else {
+                let mut headers = async_nats::HeaderMap::new();
+                for (k, v) in &trace {
+                    headers.insert(k.as_str(), v.as_str());
+                }
+                let subject = format!("$KV.{}.{key}", self.names.desired_bucket());
+                match self.js.publish_with_headers(subject, headers, body.into()).await {
+                    Ok(ack) => ack.await.map(drop).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            };
+            stored.map_err(|e| BusError::op(format!("storing deployment {} of group {}", d.id, set.group), e))?;
             self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, digest);
         }
         for key in existing.iter().filter(|k| !wanted.contains(*k)) {
@@ -486,6 +513,7 @@ impl Bus for NatsBus {
             group: group.to_string(),
             current: Some(first),
             deployments: std::collections::BTreeMap::new(),
+            traces: std::collections::BTreeMap::new(),
             connects,
         };
         Ok(futures::stream::unfold(state, |mut w| async move {
@@ -692,12 +720,19 @@ struct DesiredWatch {
     /// before the set is complete; none: to be re-established.
     current: Option<(u64, DesiredMessages)>,
     deployments: std::collections::BTreeMap<String, DeploymentSpec>,
+    /// The trace context each key's message carried.
+    traces: std::collections::BTreeMap<String, sluice_telemetry::context::Carrier>,
     connects: tokio::sync::watch::Receiver<u64>,
 }
 
 impl DesiredWatch {
     fn set(&self) -> DesiredSet {
-        DesiredSet { group: self.group.clone(), deployments: self.deployments.values().cloned().collect() }
+        let traces = self
+            .deployments
+            .iter()
+            .filter_map(|(key, d)| self.traces.get(key).map(|t| (d.id.clone(), t.clone())))
+            .collect();
+        DesiredSet { group: self.group.clone(), deployments: self.deployments.values().cloned().collect(), traces }
     }
 
     async fn next_set(&mut self) -> DesiredSet {
@@ -739,7 +774,12 @@ impl DesiredWatch {
                     tracing::debug!(group = %self.group, %key, left = *left, "desired-state message");
                     if is_deletion(&m) {
                         self.deployments.remove(&key);
+                        self.traces.remove(&key);
                     } else {
+                        match trace_context(m.headers.as_ref()) {
+                            Some(t) => self.traces.insert(key.clone(), t),
+                            None => self.traces.remove(&key),
+                        };
                         match serde_json::from_slice::<DeploymentSpec>(&m.payload) {
                             Ok(d) if self.bus.names.desired_key(&self.group, &d.id).ok().as_deref() == Some(&key) => {
                                 self.deployments.insert(key, d);
@@ -780,4 +820,12 @@ fn desired_key_of(names: &Names, subject: &async_nats::Subject) -> String {
 /// Whether a KV message deletes its key.
 fn is_deletion(m: &jetstream::Message) -> bool {
     m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some_and(|v| v.as_str() == "DEL" || v.as_str() == "PURGE")
+}
+
+/// The W3C trace context a message's headers carry, if any.
+fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<sluice_telemetry::context::Carrier> {
+    let headers = headers?;
+    let fields = ["traceparent", "tracestate"].into_iter().filter_map(|n| headers.get(n).map(|v| (n, v.as_str())));
+    let out = sluice_telemetry::context::from_headers(fields);
+    (!out.is_empty()).then_some(out)
 }

@@ -544,6 +544,13 @@ impl NfInstance {
         (self.table.bytes() + self.tables.as_deref().map_or(0, Tables::held_bytes)) as u64
     }
 
+    /// Flows with state and table entries this instance holds, counted as
+    /// [`state_bytes`](Self::state_bytes) counts bytes (shared tables on
+    /// one worker only).
+    pub fn state_entries(&self) -> u64 {
+        (self.table.len() + self.tables.as_deref().map_or(0, Tables::held_entries)) as u64
+    }
+
     /// Merges this worker's eventual replicas into the shared view (end
     /// of a run, or before a report).
     pub fn flush_state(&mut self) {

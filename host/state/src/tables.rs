@@ -69,6 +69,11 @@ impl Store {
         }
     }
 
+    /// Whether the store is the domain's, shared by its workers.
+    fn is_shared(&self) -> bool {
+        matches!(self, Store::Eventual { .. } | Store::Single(_) | Store::Pool(_))
+    }
+
     fn len(&self) -> usize {
         match self {
             Store::Counters(m) => m.len(),
@@ -216,6 +221,14 @@ impl Tables {
     /// so that summing every worker's counts each byte once.
     pub fn held_bytes(&self) -> usize {
         if self.domain.bills_shared(self.worker) { self.used + self.domain.shared_bytes() } else { self.used }
+    }
+
+    /// Entries to count for this worker, as [`held_bytes`](Self::held_bytes)
+    /// counts bytes: its own tables' entries, and the shared tables' on
+    /// the one worker that bills them.
+    pub fn held_entries(&self) -> usize {
+        let bills_shared = self.domain.bills_shared(self.worker);
+        self.tables.iter().filter(|t| t.declared && (bills_shared || !t.store.is_shared())).map(|t| t.store.len()).sum()
     }
 
     /// The declared tables and their entry counts on this worker.

@@ -98,6 +98,8 @@ pub async fn run(
         nf_caps: Default::default(),
         cores: sluice_runtime::cores::CoreList::allowed()?,
         peer: None,
+        metrics_listen: None,
+        prometheus: None,
     };
     gateway.state.publish_all().await;
     let (stop_host, mut rx1) = tokio::sync::watch::channel(false);
