@@ -74,6 +74,10 @@ struct Args {
     /// prints, writes nothing).
     #[arg(long, requires = "host")]
     elastic_only: bool,
+    /// Only what metrics and OTLP export cost a live host (needs --host and
+    /// `make setup`'s collector; prints, writes nothing).
+    #[arg(long, requires = "host")]
+    telemetry_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -223,6 +227,11 @@ fn main() -> Result<()> {
     if let (true, Some(host)) = (args.peer_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
         print!("{}", live::replication_section(host, &args.nfs, &frames, FIREWALL_CONFIG, IDS_CONFIG)?);
+        return Ok(());
+    }
+    if let (true, Some(host)) = (args.telemetry_only, &args.host) {
+        let frames = traffic(64, 1024, 8192);
+        print!("{}", live::telemetry_section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
         return Ok(());
     }
     if let (true, Some(host)) = (args.elastic_only, &args.host) {
@@ -410,6 +419,7 @@ fn main() -> Result<()> {
     md.push_str(&dispatch::section(args.host.as_deref(), frames64)?);
     if let Some(host) = &args.host {
         md.push_str(&live::replication_section(host, &args.nfs, frames64, FIREWALL_CONFIG, IDS_CONFIG)?);
+        md.push_str(&live::telemetry_section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
         eprintln!("the elastic group under live traffic (about a minute)...");
         md.push_str(&elastic::section(host, &args.nfs)?);
     }
