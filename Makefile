@@ -106,7 +106,8 @@ demo: build test-nfs
 	@echo
 	@echo "== two tenants sharing one DPDK port through the gateway (deploy/local/demo-live.sh): a secure"
 	@echo "   nats-server, the gateway, and sluice-host serve --dpdk on a net_pcap device replaying"
-	@echo "   VLAN-tagged traffic; each tenant's NF sees and pays for its VLAN only"
+	@echo "   VLAN-tagged traffic; each tenant's NF sees and pays for its VLAN only. The gateway and the host export"
+	@echo "   traces, metrics and logs over OTLP to an OpenTelemetry Collector and serve Prometheus metrics"
 	@bash deploy/local/demo-live.sh
 	@echo
 	@echo "== a host group behind its dispatcher (deploy/local/demo-group.sh): the gateway's group controller"
@@ -120,6 +121,9 @@ demo: build test-nfs
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null; then \
 		./target/release/sluice-bench --nfs $(NF_OUT) --host target/release/sluice-host --elastic-only; \
 	else echo "   skipped: the veth pairs need root and iproute2 (ip)"; fi
+	@echo
+	@echo "== observability: the live demo's run, as an operator sees it"
+	@cat $(DEMO_DIR)/live/observability.txt
 
 lint: setup
 	$(CARGO) fmt --all --check

@@ -4,7 +4,10 @@
 # exposing port 0, and one `sluice-host serve --dpdk` whose port is a
 # net_pcap virtual device replaying VLAN-tagged traffic. Tenant alpha's
 # firewall is attached to VLAN 100, tenant bravo's counter to VLAN 200;
-# untagged traffic is nobody's. Everything lives under target/demo/live.
+# untagged traffic is nobody's. The gateway and the host export traces,
+# metrics and logs to an OpenTelemetry Collector (the one `make setup`
+# builds) and serve Prometheus metrics. Everything lives under
+# target/demo/live.
 set -euo pipefail
 B=${SLUICE_BIN:-./target/release}
 D=target/demo/live
@@ -15,9 +18,47 @@ nats=${SLUICE_NATS_SERVER:-$(command -v nats-server || echo "$HOME/go/bin/nats-s
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 nats_port=$(free_port)
 http_port=$(free_port)
+metrics_gw=127.0.0.1:$(free_port)
+metrics_host=127.0.0.1:$(free_port)
 pids=()
-stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap stop EXIT
+stop() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+# The collector stops last: the others flush into it as they stop.
+stop_collector() { [ -z "${otel_pid:-}" ] || { kill -TERM "$otel_pid" 2>/dev/null; wait "$otel_pid" 2>/dev/null || true; }; }
+trap 'stop; stop_collector' EXIT
+
+# The collector: OTLP over HTTP in, one JSON-lines file per signal out.
+otelcol="$(go env GOPATH 2>/dev/null)/bin/otelcol-sluice"
+if [ -x "$otelcol" ]; then
+  otlp_port=$(free_port)
+  mkdir -p "$D/otel"
+  cat >"$D/collector.yaml" <<YAML
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:$otlp_port
+exporters:
+  file/traces: {path: $PWD/$D/otel/traces.jsonl, flush_interval: 100ms}
+  file/metrics: {path: $PWD/$D/otel/metrics.jsonl, flush_interval: 100ms}
+  file/logs: {path: $PWD/$D/otel/logs.jsonl, flush_interval: 100ms}
+service:
+  telemetry: {metrics: {level: none}, logs: {level: warn}}
+  pipelines:
+    traces: {receivers: [otlp], exporters: [file/traces]}
+    metrics: {receivers: [otlp], exporters: [file/metrics]}
+    logs: {receivers: [otlp], exporters: [file/logs]}
+YAML
+  echo "\$ otelcol-sluice --config $D/collector.yaml &   # OTLP in, files out"
+  "$otelcol" --config "$D/collector.yaml" >"$D/collector.log" 2>&1 &
+  otel_pid=$!
+  export OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" OTEL_METRIC_EXPORT_INTERVAL=1000
+else
+  echo "(no OpenTelemetry Collector at $otelcol: make setup builds it; the run exports nothing)"
+fi
 
 echo "\$ deploy/nats/bootstrap.sh $D/pki && deploy/nats/bootstrap.sh $D/pki host h1   # CA, certificates, nkeys"
 SLUICE_BIN=$B deploy/nats/bootstrap.sh "$D/pki" >/dev/null
@@ -36,6 +77,7 @@ nats-cert = "$D/pki/tls/gateway.pem"
 nats-key = "$D/pki/tls/gateway-key.pem"
 nats-auth-file = "$D/nats/sluice-auth.conf"
 default-groups = ["edge"]
+metrics-listen = "$metrics_gw"
 
 [groups.edge]
 ports = [0]
@@ -86,7 +128,7 @@ echo
 echo "\$ sluice-host serve --group edge --host-id h1 ... --dpdk -- --no-huge --no-pci --vdev=net_pcap0,rx_pcap=tagged.pcap,tx_pcap=out.pcap"
 "$B/sluice-host" serve --nats "tls://127.0.0.1:$nats_port" --cluster demo --group edge --host-id h1 \
   --nats-nkey "$H/host.nk" --nats-ca "$H/ca.pem" --nats-cert "$H/h1.pem" --nats-key "$H/h1-key.pem" \
-  --state-dir "$D/h1" --report "$D/h1.json" --window-ms 250 --dpdk --workers 1 -- \
+  --state-dir "$D/h1" --report "$D/h1.json" --window-ms 250 --metrics-listen "$metrics_host" --dpdk --workers 1 -- \
   --no-huge --no-pci -m 256 -l 0 --file-prefix "sluice-demo-$$" --log-level=lib.eal:error \
   "--vdev=net_pcap0,rx_pcap=$D/tagged.pcap,tx_pcap=$D/out.pcap" >"$D/h1.log" 2>&1 &
 host=$!
@@ -102,6 +144,9 @@ print(sum(d["packets_in"] for d in r["deployments"].values()) + r.get("unmatched
   kill -0 "$host" 2>/dev/null || { cat "$D/h1.log"; exit 1; }
   sleep 0.1
 done
+# What Prometheus would scrape, as the host stops.
+sleep 0.5
+curl -sf "http://$metrics_host/metrics" >"$D/h1.metrics.txt" || true
 kill -TERM "$host"
 wait "$host" || true
 python3 - "$D/h1.json" "$total" <<'PY'
@@ -126,3 +171,31 @@ for t in alpha bravo; do
   echo "\$ SLUICE_API_KEY=<$t> sluice usage"
   SLUICE_API_KEY=$k "$B/sluice" usage
 done
+curl -sf "http://$metrics_gw/metrics" >"$D/gateway.metrics.txt" || true
+stop
+stop_collector
+trap - EXIT
+echo
+{
+echo "where to see this run (README, Observability):"
+echo "  Prometheus metrics of the host and the gateway, as scraped at the end: $D/h1.metrics.txt, $D/gateway.metrics.txt"
+echo "    e.g. $(grep -m1 '^sluice_nf_packets_total' "$D/h1.metrics.txt" 2>/dev/null || echo '(none)')"
+if [ -n "${otel_pid:-}" ]; then
+  python3 - "$D/otel" <<'PY'
+import json, sys, os
+d = sys.argv[1]
+def read(name):
+    p = os.path.join(d, name)
+    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+spans = [(rs, s) for e in read("traces.jsonl") for rs in e.get("resourceSpans", [])
+         for ss in rs.get("scopeSpans", []) for s in ss.get("spans", [])]
+deploys = {s["traceId"] for _, s in spans if s["name"] == "POST /v1/deployments"}
+joined = {s["traceId"] for _, s in spans if s["name"] == "first batch"} & deploys
+logs = sum(len(sl.get("logRecords", [])) for e in read("logs.jsonl") for rl in e.get("resourceLogs", []) for sl in rl.get("scopeLogs", []))
+points = sum(1 for e in read("metrics.jsonl") for rm in e.get("resourceMetrics", []) for sm in rm.get("scopeMetrics", []) for m in sm.get("metrics", []))
+print(f"  OTLP traces: {d}/traces.jsonl ({len(spans)} spans; {len(joined)} deployments traced from their API request to their first batch on the host, of {len(deploys)} requests)")
+print(f"  OTLP metrics: {d}/metrics.jsonl ({points} metric exports); logs: {d}/logs.jsonl ({logs} records)")
+PY
+fi
+echo "  a Grafana dashboard over these metrics: deploy/grafana/sluice.json; alert rules: deploy/prometheus/alerts.yml"
+} | tee "$D/observability.txt"

@@ -85,10 +85,10 @@ impl utoipa::Modify for BearerAuth {
         groups::list_groups, groups::get_group, groups::set_settings, groups::add_capacity, groups::drain, groups::undrain,
         api::upload_module, api::list_modules, api::get_module, api::delete_module,
         api::create_deployment, api::list_deployments, api::get_deployment, api::update_deployment, api::delete_deployment,
-        api::events, api::usage, api::usage_series, api::bill,
+        api::events, api::logs, api::usage, api::usage_series, api::bill,
     ),
     modifiers(&BearerAuth),
-    tags((name = "tenants"), (name = "hosts"), (name = "groups"), (name = "modules"), (name = "deployments"), (name = "events"), (name = "usage"))
+    tags((name = "tenants"), (name = "hosts"), (name = "groups"), (name = "modules"), (name = "deployments"), (name = "events"), (name = "logs"), (name = "usage"))
 )]
 pub struct ApiDoc;
 
@@ -169,6 +169,7 @@ impl Gateway {
                 get(api::get_deployment).put(api::update_deployment).delete(api::delete_deployment),
             )
             .route("/events", get(api::events))
+            .route("/logs", get(api::logs))
             .route("/usage", get(api::usage))
             .route("/usage/series", get(api::usage_series))
             .route("/bill", get(api::bill));

@@ -903,11 +903,17 @@ impl Store {
                 tenants.insert(e.tenant.clone());
             }
         }
+        // NF log lines and traps are kept apart from the NFs' own events: a
+        // chatty NF must not push its tenant's alerts out.
         for t in tenants {
-            tx.execute(
-                "DELETE FROM events WHERE tenant_id = ?1 AND seq <= (SELECT seq FROM events WHERE tenant_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
-                params![t, i(keep)],
-            )?;
+            for logs in [false, true] {
+                tx.execute(
+                    "DELETE FROM events WHERE tenant_id = ?1 AND (kind LIKE 'sluice.%') = ?3 AND seq <= (
+                       SELECT seq FROM events WHERE tenant_id = ?1 AND (kind LIKE 'sluice.%') = ?3
+                       ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+                    params![t, i(keep), logs],
+                )?;
+            }
         }
         tx.commit()?;
         Ok(())
@@ -924,7 +930,8 @@ impl Store {
         let db = self.db();
         let mut st = db.prepare(
             "SELECT host, deployment_id, nf, version, kind, level, timestamp_ns, flow, fields FROM events
-             WHERE tenant_id = ?1 AND (?2 IS NULL OR deployment_id = ?2) AND (?3 IS NULL OR kind = ?3)
+             WHERE tenant_id = ?1 AND (?2 IS NULL OR deployment_id = ?2)
+               AND (?3 IS NULL OR kind = ?3) AND (?3 IS NOT NULL OR kind NOT LIKE 'sluice.%')
              ORDER BY seq DESC LIMIT ?4",
         )?;
         let rows = st.query_map(params![tenant_id, deployment_id, kind, i(limit)], |r| {
@@ -947,11 +954,81 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// A tenant's NF log lines and traps (events of the host's `sluice.`
+    /// kinds), in order: those after sequence number `after`, else the
+    /// newest `limit`; filtered by deployment, NF, levels and time
+    /// received (ms).
+    pub fn logs(&self, tenant_id: &str, q: &LogQuery<'_>) -> Result<Vec<LogRow>, StoreError> {
+        let db = self.db();
+        let levels = q.levels.join(",");
+        let order = if q.after.is_some() { "ASC" } else { "DESC" };
+        let mut st = db.prepare(&format!(
+            "SELECT seq, received_ms, host, deployment_id, nf, version, kind, level, timestamp_ns, fields FROM events
+             WHERE tenant_id = ?1 AND kind IN ('sluice.log', 'sluice.trap')
+               AND (?2 IS NULL OR deployment_id = ?2) AND (?3 IS NULL OR nf = ?3)
+               AND instr(',' || ?4 || ',', ',' || level || ',') > 0
+               AND (?5 IS NULL OR received_ms >= ?5) AND (?6 IS NULL OR seq > ?6)
+             ORDER BY seq {order} LIMIT ?7"
+        ))?;
+        let rows =
+            st.query_map(params![tenant_id, q.deployment, q.nf, levels, q.since_ms, q.after, i(q.limit)], |r| {
+                let fields: String = r.get(9)?;
+                Ok(LogRow {
+                    seq: r.get(0)?,
+                    received_ms: r.get(1)?,
+                    host: r.get(2)?,
+                    deployment: r.get(3)?,
+                    nf: r.get(4)?,
+                    version: r.get(5)?,
+                    kind: r.get(6)?,
+                    level: r.get(7)?,
+                    timestamp_ns: u(r.get(8)?),
+                    fields: serde_json::from_str(&fields).unwrap_or_default(),
+                })
+            })?;
+        let mut out: Vec<LogRow> = rows.collect::<Result<_, _>>()?;
+        out.sort_by_key(|r| r.seq);
+        Ok(out)
+    }
+
     /// How many meter records are stored (all tenants).
     pub fn meter_count(&self) -> Result<u64, StoreError> {
         let n: i64 = self.db().query_row("SELECT COUNT(*) FROM meters", [], |r| r.get(0))?;
         Ok(u(n))
     }
+}
+
+/// Which log lines [`Store::logs`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct LogQuery<'a> {
+    /// Only this deployment (id).
+    pub deployment: Option<&'a str>,
+    /// Only this NF (name in the chain).
+    pub nf: Option<&'a str>,
+    /// The levels wanted (`debug`, `info`, `warn`, `error`).
+    pub levels: Vec<&'static str>,
+    /// Only lines received at or after this time, ms since the epoch.
+    pub since_ms: Option<i64>,
+    /// Only lines after this sequence number (oldest first); none: the
+    /// newest.
+    pub after: Option<i64>,
+    /// At most this many.
+    pub limit: u64,
+}
+
+/// One stored log line or trap of an NF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRow {
+    pub seq: i64,
+    pub received_ms: i64,
+    pub host: String,
+    pub deployment: String,
+    pub nf: String,
+    pub version: String,
+    pub kind: String,
+    pub level: String,
+    pub timestamp_ns: u64,
+    pub fields: BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -1116,6 +1193,30 @@ mod tests {
         assert_eq!(s.events("t1", Some("d1"), Some("k8"), 100).unwrap().len(), 1);
         assert_eq!(s.events("t1", Some("d2"), None, 100).unwrap().len(), 0);
         assert_eq!(s.events("t2", None, None, 100).unwrap().len(), 1);
+
+        // Log lines are kept apart: a flood of them leaves the events, and
+        // the events list leaves them out.
+        let lines = EventBatch {
+            host: "h".into(),
+            events: (0..10)
+                .map(|n| NfEvent { level: if n % 2 == 0 { "info" } else { "error" }.into(), ..ev("t1", "sluice.log") })
+                .collect(),
+            dropped: 0,
+        };
+        s.insert_events(&lines, 5, 4).unwrap();
+        assert_eq!(s.events("t1", None, None, 100).unwrap().len(), 4);
+        let q = |levels: Vec<&'static str>, after: Option<i64>| LogQuery {
+            levels,
+            after,
+            limit: 100,
+            ..Default::default()
+        };
+        let all = s.logs("t1", &q(vec!["debug", "info", "warn", "error"], None)).unwrap();
+        assert_eq!(all.len(), 4);
+        assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
+        assert_eq!(s.logs("t1", &q(vec!["error"], None)).unwrap().len(), 2);
+        assert_eq!(s.logs("t1", &q(vec!["debug", "info", "warn", "error"], Some(all[1].seq))).unwrap().len(), 2);
+        assert_eq!(s.logs("t2", &q(vec!["debug", "info", "warn", "error"], None)).unwrap().len(), 0);
     }
 
     #[test]

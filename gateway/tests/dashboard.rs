@@ -149,6 +149,9 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     let kinds: Vec<&str> = events.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert!(!kinds.is_empty(), "the firewall logs denied telnet connections");
     assert_eq!(shown["events"], serde_json::json!(kinds));
+    // The logs table shows the newest 20 NF log lines and traps.
+    let logs = api.get(k, "/v1/logs?limit=20").body;
+    assert_eq!(shown["logs"].as_array().unwrap().len(), logs["lines"].as_array().unwrap().len(), "{shown}");
     let out = sluice(&url, k, &["events", "--kind", "firewall.deny", "--limit", "3"]);
     assert_eq!(out.lines().count(), 3, "{out}");
     assert!(out.lines().all(|l| l.contains("firewall.deny") && l.contains("rule=1")), "{out}");

@@ -469,3 +469,145 @@ fn otlp_export_makes_one_trace_of_a_deployment_and_counts_what_usage_bills() {
     });
     assert!(trapped, "no trap log with its cause among {} log exports", logs.len());
 }
+
+/// `sluice logs` as the tenant with `key`.
+fn sluice_logs(url: &str, key: &str, args: &[&str]) -> std::process::Output {
+    Command::new(sibling_bin("sluice"))
+        .arg("logs")
+        .args(args)
+        .env("SLUICE_URL", url)
+        .env("SLUICE_API_KEY", key)
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .output()
+        .unwrap()
+}
+
+/// A tenant sees what its NFs write and its NFs' traps with their causes;
+/// another tenant sees none of it; a flood of lines is cut to the NF's
+/// log rate.
+#[test]
+fn tenants_see_their_nfs_logs_and_traps_and_nobody_elses() {
+    let _turn = beside_others();
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let pcap = trace(dir.path(), 100);
+    let report = dir.path().join("h1.json");
+    let replay = Replay { pcap: &pcap, loops: 0, pps: 2000, window_ms: 200, report: &report };
+    let mut host = start_replay_host(&nats, &gw, dir.path(), "h1", replay);
+    let (a_id, a) = api.tenant("alpha");
+    let (_, b) = api.tenant("beta");
+    assert_eq!(api.upload(Some(&a), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    assert_eq!(api.upload(Some(&b), "counter", "1", &std::fs::read(nf("counter")).unwrap()).status, 201);
+    let boom =
+        api.post(Some(&a), "/v1/deployments", &json!({ "name": "boom", "module": "hostile@1", "config": "panic:2" }));
+    assert_eq!(boom.status, 201, "{}", boom.body);
+    // 1000 stdout lines per batch, at most 20 a second get through.
+    let chatty = api.post(
+        Some(&a),
+        "/v1/deployments",
+        &json!({ "name": "chatty", "nfs": [{ "module": "hostile@1", "config": "print", "limits": { "log_lines_per_second": 20 } }] }),
+    );
+    assert_eq!(chatty.status, 201, "{}", chatty.body);
+    let started = std::time::Instant::now();
+    let d = api.post(Some(&b), "/v1/deployments", &json!({ "name": "count", "module": "counter@1" }));
+    assert_eq!(d.status, 201, "{}", d.body);
+
+    // The trap, with its cause, NF, version and host.
+    let traps = wait_for(60, "alpha's trap lines", || {
+        let r = api.get(Some(&a), "/v1/logs?deployment=boom&level=error");
+        assert_eq!(r.status, 200, "{}", r.body);
+        let lines = r.body["lines"].as_array().unwrap().clone();
+        (!lines.is_empty()).then_some(lines)
+    });
+    let t = &traps[0];
+    assert_eq!(t["kind"], "trap", "{t}");
+    assert_eq!(t["cause"], "panic", "{t}");
+    assert_eq!(t["level"], "error", "{t}");
+    assert_eq!((t["nf"].as_str(), t["version"].as_str(), t["host"].as_str()), (Some("hostile"), Some("1"), Some("h1")));
+    assert_eq!(t["deployment_name"], "boom");
+    assert_eq!(t["fields"]["policy"], "fail-closed", "{t}");
+    assert!(t["message"].as_str().unwrap().contains("panic") || !t["message"].as_str().unwrap().is_empty(), "{t}");
+    // The lines the other NF printed, from stdout.
+    let printed = wait_for(60, "alpha's printed lines", || {
+        let r = api.get(Some(&a), "/v1/logs?deployment=chatty&limit=1000");
+        let lines = r.body["lines"].as_array().unwrap().clone();
+        (lines.len() >= 5).then_some(lines)
+    });
+    assert!(
+        printed.iter().all(|l| l["kind"] == "log" && l["source"] == "stdout" && l["level"] == "info"),
+        "{printed:?}"
+    );
+
+    // Beta sees nothing of alpha's, and cannot name alpha's deployment.
+    let r = api.get(Some(&b), "/v1/logs");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["lines"].as_array().unwrap().len(), 0, "{}", r.body);
+    assert_eq!(api.get(Some(&b), &format!("/v1/logs?deployment={}", boom.body["id"].as_str().unwrap())).status, 404);
+    // Logs are not events.
+    let ev = api.get(Some(&a), "/v1/events?limit=1000");
+    assert!(
+        ev.body.as_array().unwrap().iter().all(|e| !e["kind"].as_str().unwrap().starts_with("sluice.")),
+        "{}",
+        ev.body
+    );
+    assert_eq!(api.get(Some(&a), "/v1/logs?level=loud").status, 400);
+    assert_eq!(api.get(Some(&a), "/v1/logs?after=xyz").status, 400);
+
+    // The flood is cut to the rate: over the run, at most 20 lines a
+    // second (and one second's burst) reached the tenant.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let elapsed = started.elapsed().as_secs_f64();
+    let (mut count, mut after) = (0usize, None::<String>);
+    loop {
+        let path = match &after {
+            Some(c) => format!("/v1/logs?deployment=chatty&limit=1000&after={c}"),
+            None => "/v1/logs?deployment=chatty&limit=1000&since=0&after=0".to_string(),
+        };
+        let r = api.get(Some(&a), &path);
+        let lines = r.body["lines"].as_array().unwrap();
+        count += lines.len();
+        if lines.len() < 1000 {
+            break;
+        }
+        after = r.body["next"].as_str().map(str::to_string);
+    }
+    assert!(count >= 20, "only {count} lines");
+    assert!(count as f64 <= 20.0 * (elapsed + 1.0) + 20.0, "{count} lines in {elapsed:.1} s over a rate of 20/s");
+    let usage = api.get(Some(&a), "/v1/usage");
+    assert_eq!(usage.status, 200);
+
+    // The CLI: the same lines, as JSON or text; following picks up new ones.
+    let out =
+        sluice_logs(&gw.url, &a, &["--deployment", "boom", "--level", "error", "--output", "json", "--limit", "5"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!lines.is_empty() && lines.iter().all(|l| l["cause"] == "panic"), "{lines:?}");
+    let out = sluice_logs(&gw.url, &a, &["--deployment", "boom", "--level", "error", "--limit", "3"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("TRAP (panic)") && text.contains("boom/hostile@1 h1"), "{text}");
+    // The guest's own panic message (its stderr) is there too.
+    let out = sluice_logs(&gw.url, &a, &["--deployment", "boom", "--level", "warn", "--limit", "50"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[stderr]") && text.contains("panicked"), "{text}");
+    let out = sluice_logs(&gw.url, &b, &[]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    host.term();
+    // The host's own log names the tenant, deployment and version of the
+    // NF that trapped and of the lines it printed (no colour in a file).
+    let log = std::fs::read_to_string(dir.path().join("h1.log")).unwrap();
+    assert!(!log.contains('\u{1b}'), "colour codes in a log file");
+    let boom_id = boom.body["id"].as_str().unwrap();
+    let named = |what: &str, deployment: &str| {
+        log.lines().any(|l| {
+            l.contains(what)
+                && l.contains(&format!("tenant={a_id}"))
+                && l.contains(&format!("deployment={deployment}"))
+                && l.contains("version=1")
+        })
+    };
+    assert!(named("NF trapped", boom_id), "no trap line naming its tenant, deployment and version");
+    assert!(named("sluice::guest", chatty.body["id"].as_str().unwrap()), "no guest line naming its owner");
+}

@@ -157,7 +157,7 @@ fn flow_state_survives_a_trap_and_re_instantiation() {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let module = runtime.load_file(&test_nf("hostile")).unwrap();
     // Counts per flow on every batch; panics on batch 3 of each instance.
-    let spec = NfSpec { module, config: b"count-panic:2".as_slice().into(), limits: NfLimits::default() };
+    let spec = NfSpec { module, config: b"count-panic:2".as_slice().into(), limits: NfLimits::default(), owner: None };
     let mut chain = Chain::new(&runtime, &[spec]).unwrap();
     let frame = FrameSpec::udp4([10, 0, 0, 1], 7, [10, 0, 0, 2], 8).build();
     let pkt = RawPacket { data: &frame, wire_len: frame.len() as u32, timestamp_ns: 1, ingress_port: 0 };

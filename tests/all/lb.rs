@@ -104,6 +104,7 @@ fn affinity_survives_a_backend_list_change() {
         module: module.clone(),
         config: lb_config(backends).into_bytes().into(),
         limits: NfLimits::default(),
+        owner: None,
     };
     let three = ["10.1.0.1", "10.1.0.2", "10.1.0.3"];
     let four = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"];
@@ -178,6 +179,7 @@ fn a_frame_too_long_to_rewrite_is_refused_alone_and_its_batch_is_balanced() {
         module,
         config: lb_config(&["10.1.0.1", "10.1.0.2", "10.1.0.3"]).into_bytes().into(),
         limits: NfLimits::default(),
+        owner: None,
     };
     let mut chain = Chain::new(&runtime, &[spec]).unwrap();
     // 31 connections to the VIP and, in the middle, one 70,000-byte frame

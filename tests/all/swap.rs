@@ -74,8 +74,12 @@ fn an_incompatible_version_is_refused_and_the_old_one_runs_on() {
 fn a_new_config_applies_to_new_connections_only() {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let module = runtime.load("firewall", &std::fs::read(nf("firewall")).unwrap()).unwrap();
-    let spec =
-        |config: &str| NfSpec { module: module.clone(), config: config.as_bytes().into(), limits: NfLimits::default() };
+    let spec = |config: &str| NfSpec {
+        module: module.clone(),
+        config: config.as_bytes().into(),
+        limits: NfLimits::default(),
+        owner: None,
+    };
     let mut chain = Chain::new(&runtime, &[spec(r#"{"rules":[{"action":"allow","proto":"tcp"}]}"#)]).unwrap();
     let syn = |p: u16| FrameSpec::tcp4([10, 0, 0, 1], p, [192, 0, 2, 1], 80, SYN).build();
     let ack = |p: u16| FrameSpec::tcp4([10, 0, 0, 1], p, [192, 0, 2, 1], 80, ACK).build();

@@ -33,8 +33,8 @@ fn a_component_built_against_0_1_0_still_loads_and_chains_with_0_2_0() {
     let monitor = runtime.load_file(&nf("monitor")).unwrap();
     assert_eq!(monitor.contract_version(), "0.3.0");
     let specs = [
-        NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default() },
-        NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default() },
+        NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None },
+        NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default(), owner: None },
     ];
     let mut chain = Chain::new(&runtime, &specs).unwrap();
     let frames = trace(40);
@@ -64,8 +64,8 @@ fn a_component_built_against_0_2_0_still_loads_with_its_tables() {
     assert_eq!(legacy.contract_version(), "0.2.0");
     let monitor = runtime.load_file(&nf("monitor")).unwrap();
     let specs = [
-        NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default() },
-        NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default() },
+        NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None },
+        NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default(), owner: None },
     ];
     let mut chain = Chain::new(&runtime, &specs).unwrap();
     let frames = trace(40);
@@ -107,7 +107,7 @@ fn a_hot_swap_keeps_global_tables_and_refuses_incompatible_ones() {
     // with its tables.
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let monitor = runtime.load_file(&nf("monitor")).unwrap();
-    let spec = NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default() };
+    let spec = NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default(), owner: None };
     let mut chain = Chain::new(&runtime, &[spec]).unwrap();
     let raw: Vec<RawPacket<'_>> = frames
         .iter()
@@ -119,6 +119,7 @@ fn a_hot_swap_keeps_global_tables_and_refuses_incompatible_ones() {
         module: runtime.load("monitor", &hostile).unwrap(),
         config: b"clash".to_vec().into(),
         limits: NfLimits::default(),
+        owner: None,
     };
     let err = chain.swap(&runtime, "monitor", clash).unwrap_err().to_string();
     assert!(err.contains("table 'totals'") && err.contains("another layout"), "{err}");

@@ -53,6 +53,7 @@ try {
         name: r.dataset.name, status: r.querySelector(".badge").textContent })),
       bill_total: Number(document.getElementById("bill-total").dataset.value),
       events: [...document.querySelectorAll("#events tbody tr.event")].map((r) => r.children[1].textContent),
+      logs: [...document.querySelectorAll("#logs tbody tr.log")].map((r) => r.children[5].textContent),
     };
   });
   // SLUICE_DASHBOARD_SCREENSHOT=<file.png> keeps a picture of the page.

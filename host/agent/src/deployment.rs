@@ -213,6 +213,11 @@ pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(V
                 }
                 l
             },
+            owner: Some(Arc::new(sluice_runtime::NfOwner {
+                tenant: spec.tenant.clone(),
+                deployment: spec.id.clone(),
+                version: nf.module.version.clone(),
+            })),
         });
         let mut labels = Vec::new();
         for (l, to) in &nf.labels {

@@ -266,7 +266,8 @@ async fn run(
     let (meter_tx, meter_rx) = tokio::sync::mpsc::unbounded_channel();
     let (event_tx, mut event_rx) = tokio::sync::mpsc::unbounded_channel::<sluice_control::EventBatch>();
     let shared = Shared {
-        runtime: Arc::new(Runtime::new(cfg.runtime.clone())?),
+        // Tenants see their NFs' log lines and traps (GET /v1/logs).
+        runtime: Arc::new(Runtime::new(RuntimeConfig { nf_logs_as_events: true, ..cfg.runtime.clone() })?),
         host: cfg.host.clone(),
         journal_dir: journal_dir.clone(),
         outbox_dir: outbox_dir.clone(),

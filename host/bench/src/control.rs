@@ -354,7 +354,12 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
     for i in 0..=DEPLOYS {
         let t0 = Instant::now();
         let module = runtime.load("firewall", &fw)?;
-        let spec = NfSpec { module, config: firewall_config.as_bytes().to_vec().into(), limits: NfLimits::default() };
+        let spec = NfSpec {
+            module,
+            config: firewall_config.as_bytes().to_vec().into(),
+            limits: NfLimits::default(),
+            owner: None,
+        };
         let chain = Chain::new(&runtime, &[spec])?;
         drop(chain);
         if i > 0 {

@@ -57,7 +57,7 @@ pub fn measure(sdk_root: &Path, scratch: &Path, frames: &[Vec<u8>], bench: &Benc
         let started = Instant::now();
         let module = runtime.load("firewall", &bytes)?;
         let compile_ms = started.elapsed().as_secs_f64() * 1e3;
-        let spec = NfSpec { module, config: CONFIG.as_bytes().into(), limits: NfLimits::default() };
+        let spec = NfSpec { module, config: CONFIG.as_bytes().into(), limits: NfLimits::default(), owner: None };
         let instantiate_us = bench.per_call(|| {
             let _ = NfInstance::new(&runtime, spec.clone());
         }) / 1e3;

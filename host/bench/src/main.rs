@@ -334,7 +334,7 @@ fn main() -> Result<()> {
         let path = args.nfs.join(format!("{}.wasm", case.name));
         let module =
             runtime.load_file(&path).with_context(|| format!("loading {} (run `make nfs`)", path.display()))?;
-        let spec = NfSpec { module, config: case.config.as_bytes().into(), limits: NfLimits::default() };
+        let spec = NfSpec { module, config: case.config.as_bytes().into(), limits: NfLimits::default(), owner: None };
         let inst_ns = bench.per_call(|| {
             let _ = NfInstance::new(&runtime, spec.clone());
         });
@@ -360,7 +360,7 @@ fn main() -> Result<()> {
     let packets64 = frames.first().map(|(_, f)| raw(f)).unwrap_or_default();
     for case in cases.iter().filter(|c| c.name == "noop" || c.name == "firewall") {
         let module = runtime.load_file(&args.nfs.join(format!("{}.wasm", case.name)))?;
-        let spec = NfSpec { module, config: case.config.as_bytes().into(), limits: NfLimits::default() };
+        let spec = NfSpec { module, config: case.config.as_bytes().into(), limits: NfLimits::default(), owner: None };
         let batch: Vec<RawPacket<'_>> = packets64.iter().take(32).copied().collect();
         let mut warm = Chain::new(&runtime, std::slice::from_ref(&spec))?;
         let warm_ns = bench.per_call(|| {
@@ -389,7 +389,7 @@ fn main() -> Result<()> {
     }
     for (label, case, config) in scaled {
         let module = runtime.load_file(&args.nfs.join(format!("{}.wasm", case.name)))?;
-        let spec = NfSpec { module, config: config.as_bytes().into(), limits: NfLimits::default() };
+        let spec = NfSpec { module, config: config.as_bytes().into(), limits: NfLimits::default(), owner: None };
         for workers in [1usize, 2] {
             let native = workers_mpps(&runtime, &spec, Some(case.native), frames64, workers, &bench)?;
             let wasm = workers_mpps(&runtime, &spec, None, frames64, workers, &bench)?;

@@ -95,7 +95,8 @@ fn load_swaps(
         }
         let bytes = std::fs::read(&s.module).map_err(|source| RuntimeError::Read { path: s.module.clone(), source })?;
         let module = runtime.load(&s.nf, &bytes)?;
-        let spec = NfSpec { module, config: config.nf_config_bytes(&s.nf)?.into(), limits: config.limits(&s.nf) };
+        let spec =
+            NfSpec { module, config: config.nf_config_bytes(&s.nf)?.into(), limits: config.limits(&s.nf), owner: None };
         out.push((s.at, s.nf.clone(), spec));
     }
     Ok(out)
@@ -188,7 +189,7 @@ pub fn load_specs(runtime: &Runtime, config: &HostConfig, chain: &ChainDef) -> R
             )));
         }
         let bytes = config.nf_config_bytes(&name)?;
-        specs.push(NfSpec { module, config: bytes.into(), limits: config.limits(&name) });
+        specs.push(NfSpec { module, config: bytes.into(), limits: config.limits(&name), owner: None });
     }
     for name in config.nf.keys() {
         if !seen.contains(name) {

@@ -27,6 +27,10 @@ pub struct RuntimeConfig {
     pub fuel: bool,
     /// Epoch tick: the granularity of batch deadlines.
     pub epoch_tick: Duration,
+    /// Whether each NF's log lines (guest stdout/stderr and `host-log`)
+    /// and traps are also kept as events of kind `log` and `trap` for the
+    /// NF's tenant (hosts under `serve`), within the NF's log rate.
+    pub nf_logs_as_events: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -37,6 +41,7 @@ impl Default for RuntimeConfig {
             max_instances: 128,
             fuel: false,
             epoch_tick: Duration::from_millis(1),
+            nf_logs_as_events: false,
         }
     }
 }

@@ -18,12 +18,31 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 /// without a newline).
 pub(crate) const MAX_LINE: usize = 4096;
 
+/// Log lines kept for the tenant between two collections at most (the
+/// rate limit keeps it far lower; this bounds a host that stops
+/// collecting).
+pub const MAX_KEPT_LINES: usize = 1024;
+
+/// One log line let through the limiter, kept for the NF's tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptLine {
+    /// `debug`, `info`, `warn` or `error`.
+    pub level: &'static str,
+    /// `stdout`, `stderr` or `host-log`.
+    pub source: &'static str,
+    /// The line (cut at [`MAX_LINE`] bytes).
+    pub text: String,
+}
+
 /// A token bucket over wall time: `rate` lines per second, bursts of `rate`.
 #[derive(Debug)]
 pub struct LogLimiter {
     rate: f64,
     tokens: f64,
     last: Instant,
+    /// Whether lines let through are kept for the tenant.
+    keep: bool,
+    kept: Vec<KeptLine>,
     /// Lines dropped so far; an atomic so the host can read it after every
     /// batch without taking the limiter's lock.
     dropped: Arc<AtomicU64>,
@@ -33,7 +52,43 @@ impl LogLimiter {
     /// A limiter allowing `per_second` lines per second.
     pub fn new(per_second: u32) -> Self {
         let rate = f64::from(per_second.max(1));
-        LogLimiter { rate, tokens: rate, last: Instant::now(), dropped: Arc::new(AtomicU64::new(0)) }
+        LogLimiter {
+            rate,
+            tokens: rate,
+            last: Instant::now(),
+            keep: false,
+            kept: Vec::new(),
+            dropped: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A limiter that also keeps the lines it lets through for the tenant
+    /// ([`take_kept`](Self::take_kept)).
+    pub fn keeping(per_second: u32) -> Self {
+        LogLimiter { keep: true, ..LogLimiter::new(per_second) }
+    }
+
+    /// Lets a line through (true) or counts it dropped, keeping it for the
+    /// tenant if it passes and lines are kept.
+    pub fn admit(&mut self, level: &'static str, source: &'static str, text: &str) -> bool {
+        if !self.allow() {
+            return false;
+        }
+        if self.keep && self.kept.len() < MAX_KEPT_LINES {
+            self.kept.push(KeptLine { level, source, text: text.to_string() });
+        }
+        true
+    }
+
+    /// Whether a host record of the NF (a trap) is kept for the tenant now:
+    /// lines are kept and the rate allows one more.
+    pub fn admit_record(&mut self) -> bool {
+        self.keep && self.allow()
+    }
+
+    /// The lines kept since the last call.
+    pub fn take_kept(&mut self) -> Vec<KeptLine> {
+        std::mem::take(&mut self.kept)
     }
 
     /// A handle on the count of dropped lines.
@@ -69,6 +124,7 @@ pub enum Stream {
 #[derive(Debug)]
 struct Inner {
     nf: Arc<str>,
+    owner: Option<Arc<crate::NfOwner>>,
     stream: Stream,
     line: Vec<u8>,
     limiter: Arc<Mutex<LogLimiter>>,
@@ -91,12 +147,21 @@ impl Inner {
     }
 
     fn flush_line(&mut self) {
-        let allowed = self.limiter.lock().map(|mut l| l.allow()).unwrap_or(false);
+        let text = String::from_utf8_lossy(&self.line);
+        let (level, source) = match self.stream {
+            Stream::Stdout => ("info", "stdout"),
+            Stream::Stderr => ("warn", "stderr"),
+        };
+        let allowed = self.limiter.lock().map(|mut l| l.admit(level, source, &text)).unwrap_or(false);
         if allowed {
-            let text = String::from_utf8_lossy(&self.line);
+            let (tenant, deployment, version) = crate::NfOwner::fields(self.owner.as_deref());
             match self.stream {
-                Stream::Stdout => tracing::info!(target: "sluice::guest", nf = %self.nf, "{text}"),
-                Stream::Stderr => tracing::warn!(target: "sluice::guest", nf = %self.nf, "{text}"),
+                Stream::Stdout => {
+                    tracing::info!(target: "sluice::guest", nf = %self.nf, tenant, deployment, version, "{text}")
+                }
+                Stream::Stderr => {
+                    tracing::warn!(target: "sluice::guest", nf = %self.nf, tenant, deployment, version, "{text}")
+                }
             }
         }
         self.line.clear();
@@ -120,8 +185,13 @@ pub struct GuestOutput {
 impl GuestOutput {
     /// A stream for NF `nf` sharing `limiter` with the instance's other
     /// outputs.
-    pub fn new(nf: Arc<str>, stream: Stream, limiter: Arc<Mutex<LogLimiter>>) -> Self {
-        GuestOutput { inner: Arc::new(Mutex::new(Inner { nf, stream, line: Vec::new(), limiter })) }
+    pub fn new(
+        nf: Arc<str>,
+        owner: Option<Arc<crate::NfOwner>>,
+        stream: Stream,
+        limiter: Arc<Mutex<LogLimiter>>,
+    ) -> Self {
+        GuestOutput { inner: Arc::new(Mutex::new(Inner { nf, owner, stream, line: Vec::new(), limiter })) }
     }
 
     fn write_bytes(&self, data: &[u8]) {
@@ -198,7 +268,7 @@ mod tests {
     #[test]
     fn long_lines_are_cut() {
         let limiter = Arc::new(Mutex::new(LogLimiter::new(10)));
-        let out = GuestOutput::new("t".into(), Stream::Stdout, limiter);
+        let out = GuestOutput::new("t".into(), None, Stream::Stdout, limiter);
         out.write_bytes(&vec![b'a'; 10_000]);
         assert_eq!(out.inner.lock().unwrap().line.len(), MAX_LINE);
         out.write_bytes(b"\n");

@@ -33,6 +33,8 @@ pub struct HostState {
     table: ResourceTable,
     pub(crate) limits: StoreLimits,
     nf: Arc<str>,
+    /// Whose NF it is (host log lines name them).
+    owner: Option<Arc<crate::NfOwner>>,
     limiter: Arc<Mutex<LogLimiter>>,
     log_dropped: Arc<AtomicU64>,
     /// Events of the current call.
@@ -124,6 +126,7 @@ impl HostState {
     /// refill it).
     pub fn new(
         nf: Arc<str>,
+        owner: Option<Arc<crate::NfOwner>>,
         memory_bytes: u64,
         limiter: Arc<Mutex<LogLimiter>>,
         deadline: std::time::Duration,
@@ -138,8 +141,8 @@ impl HostState {
         // are its config and its batches. Randomness stays (guest std hash
         // maps need it) but is seeded, so runs are reproducible.
         let wasi = WasiCtxBuilder::new()
-            .stdout(GuestOutput::new(nf.clone(), Stream::Stdout, limiter.clone()))
-            .stderr(GuestOutput::new(nf.clone(), Stream::Stderr, limiter.clone()))
+            .stdout(GuestOutput::new(nf.clone(), owner.clone(), Stream::Stdout, limiter.clone()))
+            .stderr(GuestOutput::new(nf.clone(), owner.clone(), Stream::Stderr, limiter.clone()))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -160,6 +163,7 @@ impl HostState {
             table: ResourceTable::new(),
             limits,
             nf,
+            owner,
             limiter,
             log_dropped,
             events: Vec::new(),
@@ -186,10 +190,6 @@ impl types::Host for HostState {}
 
 impl host_log::Host for HostState {
     fn log(&mut self, level: Level, mut message: String) {
-        let allowed = self.limiter.lock().map(|mut l| l.allow()).unwrap_or(false);
-        if !allowed {
-            return;
-        }
         if message.len() > MAX_LOG_LINE {
             let mut cut = MAX_LOG_LINE;
             while !message.is_char_boundary(cut) {
@@ -198,19 +198,28 @@ impl host_log::Host for HostState {
             message.truncate(cut);
             message.push_str(" [cut]");
         }
+        let name = crate::bindings::level_name(level);
+        let allowed = self.limiter.lock().map(|mut l| l.admit(name, "host-log", &message)).unwrap_or(false);
+        if !allowed {
+            return;
+        }
         let nf = &*self.nf;
+        let (tenant, deployment, version) = crate::NfOwner::fields(self.owner.as_deref());
         match level {
-            Level::Debug => tracing::debug!(target: "sluice::guest", nf, "{message}"),
-            Level::Info => tracing::info!(target: "sluice::guest", nf, "{message}"),
-            Level::Warn => tracing::warn!(target: "sluice::guest", nf, "{message}"),
-            Level::Error => tracing::error!(target: "sluice::guest", nf, "{message}"),
+            Level::Debug => tracing::debug!(target: "sluice::guest", nf, tenant, deployment, version, "{message}"),
+            Level::Info => tracing::info!(target: "sluice::guest", nf, tenant, deployment, version, "{message}"),
+            Level::Warn => tracing::warn!(target: "sluice::guest", nf, tenant, deployment, version, "{message}"),
+            Level::Error => tracing::error!(target: "sluice::guest", nf, tenant, deployment, version, "{message}"),
         }
     }
 
     fn emit(&mut self, events: Vec<Event>) {
         for e in events {
             let size = event_size(&e);
+            // `sluice.` kinds are the host's own (logs, traps): an NF may not
+            // pass its events off as them.
             if size > MAX_EVENT_BYTES
+                || e.kind.starts_with("sluice.")
                 || self.events.len() >= MAX_EVENTS_PER_BATCH
                 || self.event_bytes.saturating_add(size) > MAX_EVENT_BYTES_PER_BATCH
             {

@@ -2,7 +2,7 @@
 //! fails, re-created after a trap, with its flow state kept by the host.
 
 use crate::batch::BatchBuilder;
-use crate::bindings::{Event, NfInfo, Rewrite, StateOp, v0_1, v0_2, v0_3};
+use crate::bindings::{Event, Level, NfInfo, Rewrite, StateOp, v0_1, v0_2, v0_3};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -30,7 +30,34 @@ pub struct NfSpec {
     pub config: Arc<[u8]>,
     /// Limits and failure policy.
     pub limits: NfLimits,
+    /// Whose NF this is, for the host's log lines about it (none: the
+    /// operator's own, as under `sluice-host run`).
+    pub owner: Option<Arc<NfOwner>>,
 }
+
+/// Whose NF an instance runs: its tenant, deployment and version, named in
+/// every host log line about it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NfOwner {
+    /// Tenant id.
+    pub tenant: String,
+    /// Deployment id.
+    pub deployment: String,
+    /// Module version.
+    pub version: String,
+}
+
+impl NfOwner {
+    /// The fields of `owner` for a log line: tenant, deployment, version
+    /// (absent without an owner).
+    pub fn fields(owner: Option<&NfOwner>) -> (OwnerField<'_>, OwnerField<'_>, OwnerField<'_>) {
+        let f = |pick: fn(&NfOwner) -> &str| owner.map(|o| tracing::field::display(pick(o)));
+        (f(|o| &o.tenant), f(|o| &o.deployment), f(|o| &o.version))
+    }
+}
+
+/// One field of an [`NfOwner`] in a log line.
+pub type OwnerField<'a> = Option<tracing::field::DisplayValue<&'a str>>;
 
 /// Why a trap happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -64,6 +91,28 @@ impl std::fmt::Display for TrapCause {
             TrapCause::MemoryFault => "memory fault",
             TrapCause::Other => "trap",
         })
+    }
+}
+
+/// Kind of the events that carry an NF's log lines to its tenant (fields
+/// `message`, `source`: `stdout`, `stderr` or `host-log`).
+pub const LOG_EVENT: &str = "sluice.log";
+/// Kind of the events that tell a tenant its NF trapped (fields `cause`,
+/// `message`, `policy`, `traps`: the NF's traps so far on this worker).
+pub const TRAP_EVENT: &str = "sluice.trap";
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn level_of(name: &str) -> Level {
+    match name {
+        "debug" => Level::Debug,
+        "warn" => Level::Warn,
+        "error" => Level::Error,
+        _ => Level::Info,
     }
 }
 
@@ -330,9 +379,11 @@ impl NfInstance {
             events: Vec::new(),
             touched: Vec::new(),
             log_dropped_base: 0,
-            log_limiter: Arc::new(std::sync::Mutex::new(crate::guest_io::LogLimiter::new(
-                spec.limits.log_lines_per_second,
-            ))),
+            log_limiter: Arc::new(std::sync::Mutex::new(if runtime.config.nf_logs_as_events {
+                crate::guest_io::LogLimiter::keeping(spec.limits.log_lines_per_second)
+            } else {
+                crate::guest_io::LogLimiter::new(spec.limits.log_lines_per_second)
+            })),
             clock: runtime.clock.clone(),
             spec,
         }
@@ -369,6 +420,7 @@ impl NfInstance {
         let start_deadline = self.spec.limits.start_deadline;
         let state = HostState::new(
             name.clone(),
+            self.spec.owner.clone(),
             self.spec.limits.memory_bytes,
             self.log_limiter.clone(),
             start_deadline,
@@ -628,8 +680,29 @@ impl NfInstance {
         }
     }
 
-    /// Takes the events emitted since the last call.
+    /// Takes the events emitted since the last call, with the NF's log
+    /// lines kept for its tenant as events of kind [`LOG_EVENT`].
     pub fn drain_events(&mut self) -> Vec<EmittedEvent> {
+        let lines = match self.log_limiter.lock() {
+            Ok(mut l) => l.take_kept(),
+            Err(_) => Vec::new(),
+        };
+        if !lines.is_empty() {
+            let now = wall_ns();
+            for line in lines {
+                self.events.push(EmittedEvent {
+                    nf: self.name.clone(),
+                    event: Event {
+                        kind: LOG_EVENT.into(),
+                        level: level_of(line.level),
+                        packet: None,
+                        fields: vec![("message".into(), line.text), ("source".into(), line.source.into())],
+                    },
+                    flow: None,
+                    timestamp_ns: now,
+                });
+            }
+        }
         std::mem::take(&mut self.events)
     }
 
@@ -740,13 +813,15 @@ impl NfInstance {
                 }
                 Err(msg) => {
                     self.meters.errors += 1;
-                    tracing::warn!(nf = %self.name, "malformed batch result: {msg}");
+                    let (tenant, deployment, version) = NfOwner::fields(self.spec.owner.as_deref());
+                    tracing::warn!(nf = %self.name, tenant, deployment, version, "malformed batch result: {msg}");
                     BatchStatus::Failed(msg)
                 }
             },
             Ok(Err(msg)) => {
                 self.meters.errors += 1;
-                tracing::warn!(nf = %self.name, "batch refused by the NF: {msg}");
+                let (tenant, deployment, version) = NfOwner::fields(self.spec.owner.as_deref());
+                tracing::warn!(nf = %self.name, tenant, deployment, version, "batch refused by the NF: {msg}");
                 BatchStatus::Failed(msg)
             }
             Err(e) => {
@@ -757,8 +832,12 @@ impl NfInstance {
                 // guest backtrace is at debug level.
                 let n = self.meters.traps;
                 if n <= 3 || n.is_power_of_two() {
+                    let (tenant, deployment, version) = NfOwner::fields(self.spec.owner.as_deref());
                     tracing::warn!(
                         nf = %self.name,
+                        tenant,
+                        deployment,
+                        version,
                         cause = %cause,
                         policy = ?self.spec.limits.failure_policy,
                         traps = n,
@@ -767,6 +846,25 @@ impl NfInstance {
                     );
                 }
                 tracing::debug!(nf = %self.name, "trap detail: {e:?}");
+                // The tenant sees its NF's traps too, within its log rate.
+                if self.log_limiter.lock().is_ok_and(|mut l| l.admit_record()) {
+                    self.events.push(EmittedEvent {
+                        nf: self.name.clone(),
+                        event: Event {
+                            kind: TRAP_EVENT.into(),
+                            level: Level::Error,
+                            packet: None,
+                            fields: vec![
+                                ("cause".into(), cause.to_string()),
+                                ("message".into(), trap_summary(&e)),
+                                ("policy".into(), self.spec.limits.failure_policy.name().into()),
+                                ("traps".into(), n.to_string()),
+                            ],
+                        },
+                        flow: None,
+                        timestamp_ns: wall_ns(),
+                    });
+                }
                 // The instance may be in any state after a trap: drop it and
                 // re-create it (lazily, at the next batch). Flow state lives
                 // here, not in the instance, so nothing is lost.
@@ -811,7 +909,8 @@ impl NfInstance {
                     Err(e) => {
                         let cause = classify(&e);
                         self.meters.count_trap(cause);
-                        tracing::warn!(nf = %self.name, cause = %cause, "NF trapped in `expired`; re-creating it: {}", trap_summary(&e));
+                        let (tenant, deployment, version) = NfOwner::fields(self.spec.owner.as_deref());
+                        tracing::warn!(nf = %self.name, tenant, deployment, version, cause = %cause, "NF trapped in `expired`; re-creating it: {}", trap_summary(&e));
                         self.live = None;
                         Ok(())
                     }
@@ -821,7 +920,8 @@ impl NfInstance {
             };
             if let Err(msg) = outcome {
                 self.meters.errors += 1;
-                tracing::warn!(nf = %self.name, table, "`expired` failed: {msg}");
+                let (tenant, deployment, version) = NfOwner::fields(self.spec.owner.as_deref());
+                tracing::warn!(nf = %self.name, tenant, deployment, version, table, "`expired` failed: {msg}");
             }
         }
         if let Some(t) = self.tables.as_deref() {

@@ -19,7 +19,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let runtime = Runtime::new(RuntimeConfig::default())?;
 //! let module = runtime.load_file("target/nfs/firewall.wasm".as_ref())?;
-//! let spec = NfSpec { module, config: br#"{"default":"allow"}"#.as_slice().into(), limits: NfLimits::default() };
+//! let spec = NfSpec { module, config: br#"{"default":"allow"}"#.as_slice().into(), limits: NfLimits::default(), owner: None };
 //! let mut chain = Chain::new(&runtime, &[spec])?;
 //! let frame = sluice_wire::build::FrameSpec::udp4([10, 0, 0, 1], 5000, [10, 0, 0, 2], 53).build();
 //! let results = chain.process(&[RawPacket { data: &frame, wire_len: frame.len() as u32, timestamp_ns: 0, ingress_port: 0 }]);
@@ -45,7 +45,7 @@ pub use batch::{BatchBuilder, RawPacket};
 pub use chain::{Chain, Fate, FlowHook, Hold, PacketResult, Routes, check_routes};
 pub use engine::{Runtime, RuntimeConfig};
 pub use error::RuntimeError;
-pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfSpec, StageOutput, TrapCause};
+pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfOwner, NfSpec, StageOutput, TrapCause};
 pub use limits::{FailurePolicy, NfLimits};
 pub use meters::NfMeters;
 pub use module::NfModule;

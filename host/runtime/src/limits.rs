@@ -17,6 +17,16 @@ pub enum FailurePolicy {
     FailClosed,
 }
 
+impl FailurePolicy {
+    /// The policy's name, as configured: `fail-open` or `fail-closed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailurePolicy::FailOpen => "fail-open",
+            FailurePolicy::FailClosed => "fail-closed",
+        }
+    }
+}
+
 /// Limits for one NF instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NfLimits {

@@ -5,7 +5,7 @@
 //! - `SLUICE_LOG` filters them (`tracing` `EnvFilter` syntax: `info`,
 //!   `warn,sluice_agent=debug`, …); each binary names its default.
 //! - `SLUICE_LOG_FORMAT` picks the line format: `text` (default, for
-//!   people) or `json` (one JSON object a line, for log shippers: `timestamp`,
+//!   people; coloured only on a terminal without `NO_COLOR`) or `json` (one JSON object a line, for log shippers: `timestamp`,
 //!   `level`, `target`, `fields` with `message` and the event's fields, and
 //!   the spans it happened in).
 //!
@@ -245,7 +245,9 @@ pub fn start(settings: Settings<'_>) -> Result<Telemetry, TelemetryError> {
     // One subscriber: the stderr lines, and what OTLP exports.
     type Boxed = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
     let mut layers: Vec<Boxed> = Vec::new();
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal (and not with NO_COLOR).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(colour);
     layers.push(match format {
         LogFormat::Text => lines.with_filter(log_filter()?).boxed(),
         LogFormat::Json => lines.json().with_current_span(true).with_span_list(true).with_filter(log_filter()?).boxed(),

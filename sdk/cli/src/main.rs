@@ -137,6 +137,31 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         limit: u64,
     },
+    /// Your NFs' logs: what they wrote to stdout, stderr or `host-log`,
+    /// and their traps with the cause, from every host.
+    Logs {
+        /// Only this deployment (name or id).
+        #[arg(long)]
+        deployment: Option<String>,
+        /// Only this NF (its name in the chain).
+        #[arg(long)]
+        nf: Option<String>,
+        /// The least level shown: debug, info, warn or error.
+        #[arg(long, default_value = "debug")]
+        level: String,
+        /// Only lines since then: RFC 3339 or ms since the epoch.
+        #[arg(long)]
+        since: Option<String>,
+        /// How many of the newest lines first.
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+        /// Keep printing new lines as they come (Ctrl-C stops).
+        #[arg(short, long)]
+        follow: bool,
+        /// Output format (json: one line object per line of output).
+        #[arg(long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Usage by deployment, NF and version.
     Usage {
         /// Start: RFC 3339 or ms since the epoch (default: everything).
@@ -717,6 +742,40 @@ fn run() -> Result<()> {
                 );
             }
         }
+        Command::Logs { deployment, nf, level, since, limit, follow, output } => {
+            let client = tenant();
+            let mut q = vec![format!("level={}", encode(&level)), format!("limit={}", limit.clamp(1, 1000))];
+            for (k, v) in [("deployment", deployment), ("nf", nf), ("since", since)] {
+                if let Some(v) = v {
+                    q.push(format!("{k}={}", encode(&v)));
+                }
+            }
+            let mut after: Option<String> = None;
+            loop {
+                let mut query = q.clone();
+                if let Some(a) = &after {
+                    query.push(format!("after={}", encode(a)));
+                }
+                let page: Value = client.get(&format!("/v1/logs?{}", query.join("&")))?;
+                let lines = page["lines"].as_array().cloned().unwrap_or_default();
+                for l in &lines {
+                    print_log_line(l, output)?;
+                }
+                if let Some(n) = page["next"].as_str() {
+                    after = Some(n.to_string());
+                }
+                if !follow {
+                    if lines.is_empty() && after.is_none() && output == Output::Table {
+                        eprintln!("no log lines");
+                    }
+                    break;
+                }
+                // Following: a full page means more are waiting.
+                if (lines.len() as u64) < limit.clamp(1, 1000) {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+            }
+        }
         Command::Usage { from, to, json } => {
             let mut q = Vec::new();
             if let Some(f) = from {
@@ -1040,5 +1099,42 @@ fn print_group(g: &Value) {
             m["last_seen_ms_ago"].as_u64().map_or("-".to_string(), |v| v.to_string()),
             m["table_version"].as_u64().map_or("-".to_string(), |v| format!("v{v}")),
         );
+    }
+}
+
+/// Prints one line of `GET /v1/logs`; a closed pipe ends the command
+/// quietly.
+fn print_log_line(l: &Value, output: Output) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let s = |k: &str| l[k].as_str().unwrap_or_default();
+    let text = match output {
+        Output::Json => l.to_string(),
+        Output::Table => {
+            let what = if s("kind") == "trap" {
+                let extra: Vec<String> = l["fields"]
+                    .as_object()
+                    .map(|o| o.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect())
+                    .unwrap_or_default();
+                format!("TRAP ({}): {} {}", s("cause"), s("message"), extra.join(" "))
+            } else {
+                format!("[{}] {}", s("source"), s("message"))
+            };
+            let deployment = if s("deployment_name").is_empty() { s("deployment") } else { s("deployment_name") };
+            format!(
+                "{} {:<5} {}/{}@{} {}  {}",
+                s("time"),
+                s("level"),
+                deployment,
+                s("nf"),
+                s("version"),
+                s("host"),
+                what
+            )
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => Ok(r?),
     }
 }
