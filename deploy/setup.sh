@@ -14,9 +14,10 @@ need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
 # certificates of deploy/nats/make-tls.sh), tshark (the NAT test
 # validates rewritten checksums with it), and the guest toolchains of the
 # SDKs: clang + lld + wasi-libc for C, Node.js + npm for JavaScript, Python
-# with pip for Python; chromium for the dashboard test.
+# with pip for Python; chromium for the dashboard test; prometheus for the
+# observability test; umoci for the OCI images (`make images`).
 apt_pkgs=(build-essential pkg-config curl ca-certificates openssl libdpdk-dev dpdk-dev tshark
-  clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium prometheus)
+  clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium prometheus umoci)
 command -v node >/dev/null || apt_pkgs+=(nodejs)
 command -v npm >/dev/null || apt_pkgs+=(npm)
 command -v python3 >/dev/null || apt_pkgs+=(python3)

@@ -176,11 +176,30 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
         format!("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", input.display(), out.display()),
         format!("--vdev=net_pcap1,rx_pcap={},tx_pcap={}", empty.display(), out1.display()),
     ];
-    let mut host = start_live(&nats, &gw, dir.path(), "h1", &live_args_with(dir.path(), "h1", &vdevs, &report));
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut args = live_args_with(dir.path(), "h1", &vdevs, &report);
+    // Before `--`: what follows it is the EAL's.
+    let eal = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    args.splice(eal..eal, ["--metrics-listen".to_string(), metrics.clone()]);
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
     api.wait_running(&a, "fw", 1);
     api.wait_running(&b, "count", 1);
     let total: u64 = expected.values().sum();
     wait_taken(&report, total, "the host to take the whole capture");
+    // Prometheus' view of the ports: what port 0 received, and the
+    // traffic nobody's attachment took, as the host report counts them.
+    let text = wait_for(30, "the host's port counters", || {
+        let text = ureq::get(&format!("http://{metrics}/metrics")).call().ok()?.body_mut().read_to_string().ok()?;
+        let received =
+            text.lines().find(|l| l.starts_with("sluice_host_port_received_total") && l.contains("port=\"0\""))?;
+        received.ends_with(&format!(" {total}")).then_some(text)
+    });
+    let unmatched = expected.get(&None).copied().unwrap_or(0);
+    assert!(
+        text.lines().any(|l| l.starts_with("sluice_host_unmatched_total") && l.ends_with(&format!(" {unmatched}"))),
+        "{text}"
+    );
+    assert!(text.contains("sluice_host_port_missed_total") && text.contains("device=\"net_pcap0\""), "{text}");
     host.term();
     let rep = host_report(&report);
     let deps = rep["deployments"].as_object().unwrap();

@@ -47,7 +47,7 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn bin_dir() -> PathBuf {
+pub fn bin_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_sluice-gateway")).parent().unwrap().to_path_buf()
 }
 
