@@ -1721,7 +1721,8 @@ pub async fn logs(
     let lines = rows
         .into_iter()
         .map(|r| {
-            let mut fields = r.fields;
+            let e = r.event;
+            let mut fields = e.fields;
             let message = fields.remove("message").unwrap_or_default();
             let source = fields.remove("source");
             let cause = fields.remove("cause");
@@ -1732,13 +1733,13 @@ pub async fn logs(
             LogLine {
                 time,
                 time_ms: r.received_ms,
-                deployment_name: names.get(r.deployment.as_str()).map(|n| n.to_string()).unwrap_or_default(),
-                deployment: r.deployment,
-                nf: r.nf,
-                version: r.version,
+                deployment_name: names.get(e.deployment.as_str()).map(|n| n.to_string()).unwrap_or_default(),
+                deployment: e.deployment,
+                nf: e.nf,
+                version: e.version,
                 host: r.host,
-                level: r.level,
-                kind: r.kind.trim_start_matches("sluice.").to_string(),
+                level: e.level,
+                kind: e.kind.trim_start_matches("sluice.").to_string(),
                 message,
                 source,
                 cause,

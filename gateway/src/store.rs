@@ -977,13 +977,17 @@ impl Store {
                     seq: r.get(0)?,
                     received_ms: r.get(1)?,
                     host: r.get(2)?,
-                    deployment: r.get(3)?,
-                    nf: r.get(4)?,
-                    version: r.get(5)?,
-                    kind: r.get(6)?,
-                    level: r.get(7)?,
-                    timestamp_ns: u(r.get(8)?),
-                    fields: serde_json::from_str(&fields).unwrap_or_default(),
+                    event: NfEvent {
+                        tenant: tenant_id.to_string(),
+                        deployment: r.get(3)?,
+                        nf: r.get(4)?,
+                        version: r.get(5)?,
+                        kind: r.get(6)?,
+                        level: r.get(7)?,
+                        timestamp_ns: u(r.get(8)?),
+                        flow: None,
+                        fields: serde_json::from_str(&fields).unwrap_or_default(),
+                    },
                 })
             })?;
         let mut out: Vec<LogRow> = rows.collect::<Result<_, _>>()?;
@@ -1016,19 +1020,14 @@ pub struct LogQuery<'a> {
     pub limit: u64,
 }
 
-/// One stored log line or trap of an NF.
+/// One stored log line or trap of an NF: the event that carried it, with
+/// its sequence number, when the gateway received it and from which host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRow {
     pub seq: i64,
     pub received_ms: i64,
     pub host: String,
-    pub deployment: String,
-    pub nf: String,
-    pub version: String,
-    pub kind: String,
-    pub level: String,
-    pub timestamp_ns: u64,
-    pub fields: BTreeMap<String, String>,
+    pub event: NfEvent,
 }
 
 #[cfg(test)]

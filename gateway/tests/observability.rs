@@ -148,9 +148,11 @@ fn prometheus_scrapes_the_gateway_and_a_host_and_its_counts_equal_the_bill() {
         all.then_some(by)
     });
     assert_eq!(scraped.len(), 2, "{scraped:?}");
-    let up = prom.by("up", "job");
-    assert_eq!(up.get("sluice-gateway"), Some(&1.0), "{up:?}");
-    assert_eq!(up.get("sluice-host"), Some(&1.0), "{up:?}");
+    // Each target is scraped at its own offset in the interval.
+    wait_for(30, "both targets scraped and up", || {
+        let up = prom.by("up", "job");
+        (up.get("sluice-gateway") == Some(&1.0) && up.get("sluice-host") == Some(&1.0)).then_some(())
+    });
     // Forwarded + dropped = packets for the counter (it forwards all).
     let forwarded = prom.by("sum by (tenant) (sluice_nf_packets_forwarded_total)", "tenant");
     for ((id, _), n) in keys.iter().zip(&billed) {
@@ -430,7 +432,20 @@ fn otlp_export_makes_one_trace_of_a_deployment_and_counts_what_usage_bills() {
 
     // One trace: the API request, the host applying the deployment (module
     // fetch, compile, start on its worker) and its first batch.
-    let all = spans(&collector.read("traces"));
+    // The collector writes what it receives within a few hundred ms.
+    let complete = |all: &[(String, Value)]| {
+        let Some((_, request)) =
+            all.iter().find(|(service, s)| service == "sluice-gateway" && s["name"] == "POST /v1/deployments")
+        else {
+            return false;
+        };
+        all.iter()
+            .any(|(svc, s)| svc == "sluice-host" && s["name"] == "first batch" && s["traceId"] == request["traceId"])
+    };
+    let all = wait_for(20, "the deployment's trace in the collector's file", || {
+        let all = spans(&collector.read("traces"));
+        complete(&all).then_some(all)
+    });
     let request = all
         .iter()
         .find(|(service, s)| service == "sluice-gateway" && s["name"] == "POST /v1/deployments")
@@ -452,22 +467,26 @@ fn otlp_export_makes_one_trace_of_a_deployment_and_counts_what_usage_bills() {
     }
 
     // Metrics: the packets each tenant's NF handled, as billed.
-    let packets = counter_by_tenant(&collector.read("metrics"), "sluice.nf.packets");
-    assert_eq!(packets.get(&good_id).copied(), Some(billed), "{packets:?}");
+    wait_for(20, "the exported packet counter to reach the bill", || {
+        let packets = counter_by_tenant(&collector.read("metrics"), "sluice.nf.packets");
+        (packets.get(&good_id).copied() == Some(billed)).then_some(())
+    });
 
     // Logs: the hostile NF's traps, with their cause and the resource of
     // the host that ran it.
-    let logs = collector.read("logs");
-    let trapped = logs.iter().flat_map(|e| e["resourceLogs"].as_array().cloned().unwrap_or_default()).any(|rl| {
-        attr_str(&rl["resource"]["attributes"], "host.name") == Some("h1")
-            && rl["scopeLogs"].as_array().into_iter().flatten().any(|sl| {
-                sl["logRecords"].as_array().into_iter().flatten().any(|r| {
-                    r["body"]["stringValue"].as_str().is_some_and(|b| b.contains("NF trapped"))
-                        && attr_str(&r["attributes"], "cause") == Some("panic")
+    wait_for(20, "a trap log with its cause in the collector's file", || {
+        let logs = collector.read("logs");
+        let trapped = logs.iter().flat_map(|e| e["resourceLogs"].as_array().cloned().unwrap_or_default()).any(|rl| {
+            attr_str(&rl["resource"]["attributes"], "host.name") == Some("h1")
+                && rl["scopeLogs"].as_array().into_iter().flatten().any(|sl| {
+                    sl["logRecords"].as_array().into_iter().flatten().any(|r| {
+                        r["body"]["stringValue"].as_str().is_some_and(|b| b.contains("NF trapped"))
+                            && attr_str(&r["attributes"], "cause") == Some("panic")
+                    })
                 })
-            })
+        });
+        trapped.then_some(())
     });
-    assert!(trapped, "no trap log with its cause among {} log exports", logs.len());
 }
 
 /// `sluice logs` as the tenant with `key`.

@@ -405,23 +405,21 @@ impl Active {
         let worker = self.lane.map(|l| opentelemetry::KeyValue::new("worker", l as i64));
         let stages = self.worker.chain().stages();
         for ((stage, base), attrs) in stages.iter().zip(&self.base).zip(&self.metric_attrs) {
-            let now = stage.meters();
-            let d = |f: fn(&NfMeters) -> u64| f(now).saturating_sub(f(base));
-            let traps = now.trap_causes_since(base);
+            let d = stage.meters().since(base);
             let w = metrics::NfWindow {
-                packets: d(|m| m.packets),
-                forwarded: d(|m| m.forwarded),
-                dropped: d(|m| m.dropped),
-                rewritten: d(|m| m.rewritten),
-                policy: d(|m| m.policy_packets),
-                bytes: d(|m| m.bytes),
-                invocations: d(|m| m.invocations),
-                instantiations: d(|m| m.instantiations),
-                state_rejected: d(|m| m.state_rejected + m.table_rejected),
-                state_expired: d(|m| m.table_expired),
-                events: d(|m| m.events),
-                log_dropped: d(|m| m.log_dropped),
-                traps: Some(&traps),
+                packets: d.packets,
+                forwarded: d.forwarded,
+                dropped: d.dropped,
+                rewritten: d.rewritten,
+                policy: d.policy_packets,
+                bytes: d.bytes,
+                invocations: d.invocations,
+                instantiations: d.instantiations,
+                state_rejected: d.state_rejected + d.table_rejected,
+                state_expired: d.table_expired,
+                events: d.events,
+                log_dropped: d.log_dropped,
+                traps: Some(&d.trap_causes),
                 state_bytes: stage.state_bytes(),
                 state_entries: stage.state_entries(),
             };
@@ -439,25 +437,24 @@ impl Active {
             .zip(&self.spec.nfs)
             .zip(self.state_byte_us.iter().zip(&self.state_bytes))
             .map(|(((stage, base), nf), (byte_us, held))| {
-                let now = stage.meters();
-                let d = |f: fn(&NfMeters) -> u64| f(now).saturating_sub(f(base));
+                let d = stage.meters().since(base);
                 NfSums {
                     nf: nf.name.clone(),
                     module: nf.module.name.clone(),
                     version: nf.module.version.clone(),
                     digest: nf.module.digest.clone(),
                     sums: MeterSums {
-                        invocations: d(|m| m.invocations),
-                        packets: d(|m| m.packets),
-                        bytes: d(|m| m.bytes),
-                        cpu_ns: d(|m| m.cpu_ns),
-                        state_ops: d(|m| m.state_ops + m.table_ops),
-                        traps: d(|m| m.traps),
-                        errors: d(|m| m.errors),
-                        events: d(|m| m.events),
+                        invocations: d.invocations,
+                        packets: d.packets,
+                        bytes: d.bytes,
+                        cpu_ns: d.cpu_ns,
+                        state_ops: d.state_ops + d.table_ops,
+                        traps: d.traps,
+                        errors: d.errors,
+                        events: d.events,
                         state_byte_ms: u64::try_from(byte_us / 1000).unwrap_or(u64::MAX),
                     },
-                    trap_causes: now.trap_causes_since(base),
+                    trap_causes: d.trap_causes,
                     state_bytes: *held,
                 }
             })

@@ -330,6 +330,12 @@ impl NatsBus {
     /// delivers first. The create request carries its filter, which the
     /// server checks against the host's permissions (an unnamed one could
     /// read every group).
+    /// The JetStream stream of meter records.
+    async fn meter_stream(&self) -> Result<jetstream::stream::Stream, BusError> {
+        let name = self.names.meter_stream();
+        self.js.get_stream(&name).await.map_err(|e| BusError::op(format!("opening stream {name}"), e))
+    }
+
     async fn open_watch(&self, group: &str, headers_only: bool) -> Result<(u64, DesiredMessages), BusError> {
         let keys = self.names.desired_keys(group)?;
         let stream_name = format!("KV_{}", self.names.desired_bucket());
@@ -415,14 +421,10 @@ impl Bus for NatsBus {
     }
 
     async fn meter_lag(&self) -> Result<Option<u64>, BusError> {
-        let n = &self.names;
-        let stream = self
-            .js
-            .get_stream(n.meter_stream())
-            .await
-            .map_err(|e| BusError::op(format!("opening stream {}", n.meter_stream()), e))?;
-        let info = stream
-            .consumer_info(n.meter_consumer())
+        let info = self
+            .meter_stream()
+            .await?
+            .consumer_info(self.names.meter_consumer())
             .await
             .map_err(|e| BusError::op("reading the meter consumer's state", e))?;
         Ok(Some(info.num_pending + info.num_ack_pending as u64))
@@ -593,12 +595,9 @@ impl Bus for NatsBus {
 
     async fn meters(&self) -> Result<BoxStream<'static, Result<MeterDelivery, BusError>>, BusError> {
         let n = &self.names;
-        let stream = self
-            .js
-            .get_stream(n.meter_stream())
-            .await
-            .map_err(|e| BusError::op(format!("opening stream {}", n.meter_stream()), e))?;
-        let consumer = stream
+        let consumer = self
+            .meter_stream()
+            .await?
             .get_or_create_consumer(
                 n.meter_consumer(),
                 consumer::pull::Config {

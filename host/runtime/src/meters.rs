@@ -105,6 +105,38 @@ impl NfMeters {
         *self.trap_causes.entry(cause.to_string()).or_default() += 1;
     }
 
+    /// What was counted since `base` (an earlier copy of these meters):
+    /// every counter's difference, traps by cause included; the bytes
+    /// held (`table_bytes`, `flow_state_bytes`) as they are now.
+    pub fn since(&self, base: &NfMeters) -> NfMeters {
+        let d = |f: fn(&NfMeters) -> u64| f(self).saturating_sub(f(base));
+        NfMeters {
+            invocations: d(|m| m.invocations),
+            packets: d(|m| m.packets),
+            bytes: d(|m| m.bytes),
+            cpu_ns: d(|m| m.cpu_ns),
+            traps: d(|m| m.traps),
+            errors: d(|m| m.errors),
+            policy_packets: d(|m| m.policy_packets),
+            forwarded: d(|m| m.forwarded),
+            dropped: d(|m| m.dropped),
+            rewritten: d(|m| m.rewritten),
+            state_ops: d(|m| m.state_ops),
+            state_rejected: d(|m| m.state_rejected),
+            events: d(|m| m.events),
+            log_dropped: d(|m| m.log_dropped),
+            instantiations: d(|m| m.instantiations),
+            table_calls: d(|m| m.table_calls),
+            table_ops: d(|m| m.table_ops),
+            table_errors: d(|m| m.table_errors),
+            table_rejected: d(|m| m.table_rejected),
+            table_expired: d(|m| m.table_expired),
+            table_bytes: self.table_bytes,
+            flow_state_bytes: self.flow_state_bytes,
+            trap_causes: self.trap_causes_since(base),
+        }
+    }
+
     /// Traps by cause since `base` (an earlier copy of these meters).
     pub fn trap_causes_since(&self, base: &NfMeters) -> BTreeMap<String, u64> {
         self.trap_causes
