@@ -261,11 +261,14 @@ fn a_metrics_address_in_use_is_refused_at_start() {
 struct Collector {
     _proc: Proc,
     endpoint: String,
+    protocol: &'static str,
     dir: std::path::PathBuf,
 }
 
 impl Collector {
-    fn start(dir: &Path) -> Collector {
+    /// A collector the processes reach over `protocol`: `http/protobuf`
+    /// or `grpc`.
+    fn start(dir: &Path, protocol: &'static str) -> Collector {
         let bin = std::env::var("SLUICE_OTELCOL").map(std::path::PathBuf::from).unwrap_or_else(|_| {
             let gopath = Command::new("go").args(["env", "GOPATH"]).output().unwrap();
             std::path::PathBuf::from(String::from_utf8_lossy(&gopath.stdout).trim()).join("bin/otelcol-sluice")
@@ -285,8 +288,9 @@ impl Collector {
                 "    {signal}:\n      receivers: [otlp]\n      processors: [batch]\n      exporters: [file/{signal}]\n"
             )
         };
+        let receiver = if protocol == "grpc" { "grpc" } else { "http" };
         let config = format!(
-            "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+            "receivers:\n  otlp:\n    protocols:\n      {receiver}:\n        endpoint: 127.0.0.1:{port}\n\
              processors:\n  batch:\n    timeout: 100ms\n\
              exporters:\n{}{}{}\
              service:\n  telemetry:\n    metrics:\n      level: none\n    logs:\n      level: warn\n  pipelines:\n{}{}{}",
@@ -304,6 +308,7 @@ impl Collector {
         let c = Collector {
             _proc: Proc { child, name: "otelcol".into() },
             endpoint: format!("http://127.0.0.1:{port}"),
+            protocol,
             dir: out,
         };
         wait_for(30, "the collector to listen", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
@@ -323,7 +328,7 @@ impl Collector {
     fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint.clone()),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", self.protocol.into()),
             ("OTEL_METRIC_EXPORT_INTERVAL", "500".into()),
             ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
             ("OTEL_BLRP_SCHEDULE_DELAY", "100".into()),
@@ -387,9 +392,18 @@ fn counter_by_tenant(exports: &[Value], name: &str) -> std::collections::BTreeMa
 
 #[test]
 fn otlp_export_makes_one_trace_of_a_deployment_and_counts_what_usage_bills() {
+    otlp_round_trip("http/protobuf");
+}
+
+#[test]
+fn otlp_export_over_grpc_works_the_same() {
+    otlp_round_trip("grpc");
+}
+
+fn otlp_round_trip(protocol: &'static str) {
     let _turn = beside_others();
     let dir = test_dir();
-    let collector = Collector::start(dir.path());
+    let collector = Collector::start(dir.path(), protocol);
     let env = collector.env();
     let nats = Nats::start(dir.path());
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
