@@ -447,13 +447,17 @@ fn best_rate(report: &std::path::Path, id: &str, windows: usize, secs: u64) -> f
     (0..windows).map(|_| rate(report, id, secs)).fold(0.0, f64::max)
 }
 
-/// Six spinning NFs of one tenant on the core a neighbour's deployment
+/// Twelve spinning NFs of one tenant on the core a neighbour's deployment
 /// runs on: the OS shares a core per thread, which would leave the
-/// neighbour, which needs a quarter of the core, a seventh of it (0.57 of
-/// its rate); the host shares it per tenant, so the neighbour keeps its
-/// throughput.
+/// neighbour, which needs a quarter of the core, a thirteenth of it (0.31
+/// of its rate); the host shares it per tenant, so the neighbour keeps its
+/// throughput. The bound (0.6) sits between the two, far enough from both
+/// that a 2-core CI runner whose core is busy with other work some seconds
+/// (which the per-tenant share does not make up for) still tells them
+/// apart.
 #[test]
 fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
+    const SPINNERS: usize = 12;
     let _turn = measuring_alone();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
@@ -483,23 +487,23 @@ fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
     let mut h = host(pps);
     api.wait_running(&good, "good", 1);
     let alone = best_rate(&report, &id, 3, 3);
-    // Six spinning NFs of another tenant join it on the core.
-    for i in 0..6 {
+    // Twelve spinning NFs of another tenant join it on the core.
+    for i in 0..SPINNERS {
         let name = format!("spin{i}");
         let r =
             api.post(Some(&evil), "/v1/deployments", &json!({ "name": name, "module": "hostile@1", "config": "loop" }));
         assert_eq!(r.status, 201, "{}", r.body);
     }
-    for i in 0..6 {
+    for i in 0..SPINNERS {
         api.wait_running(&evil, &format!("spin{i}"), 1);
     }
     std::thread::sleep(std::time::Duration::from_secs(1));
     let with = best_rate(&report, &id, 3, 3);
     h.term();
     eprintln!(
-        "capacity {capacity:.0} pps, paced at {pps}: alone {alone:.0} pps, beside six spinning NFs {with:.0} pps"
+        "capacity {capacity:.0} pps, paced at {pps}: alone {alone:.0} pps, beside {SPINNERS} spinning NFs {with:.0} pps"
     );
-    assert!(with >= 0.8 * alone, "the neighbour fell from {alone:.0} to {with:.0} packets/s");
+    assert!(with >= 0.6 * alone, "the neighbour fell from {alone:.0} to {with:.0} packets/s");
     // The spinners kept running (and trapping), paused for their share.
     let r = host_report(&report);
     let spinners: Vec<&serde_json::Value> = r["deployments"]
@@ -508,7 +512,7 @@ fn spinning_nfs_of_one_tenant_leave_a_neighbour_on_their_core_its_throughput() {
         .values()
         .filter(|d| d["tenant"] != r["deployments"][&id]["tenant"])
         .collect();
-    assert_eq!(spinners.len(), 6);
+    assert_eq!(spinners.len(), SPINNERS);
     assert!(spinners.iter().all(|d| d["packets_in"].as_u64().unwrap() > 0));
     assert!(spinners.iter().map(|d| d["paused_ms"].as_u64().unwrap()).sum::<u64>() > 0);
     assert!(spinners.iter().all(|d| d["cores"] == core.as_str()), "{r}");
