@@ -424,7 +424,7 @@ pub async fn register_host(
             req.id
         )));
     }
-    crate::state::write_nats_authorization(&st.config, &st.store).map_err(ApiError::internal)?;
+    crate::nats_auth::write(&st.config, &st.store).map_err(ApiError::internal)?;
     tracing::info!(host = %req.id, group = %req.group, role = ?req.role, "host registered");
     let out = HostOut {
         host: req.id,
@@ -450,7 +450,7 @@ pub async fn remove_host(State(st): State<AppState>, _: Admin, Path(id): Path<St
         return Err(ApiError::not_found("host", &id));
     }
     st.hosts.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
-    crate::state::write_nats_authorization(&st.config, &st.store).map_err(ApiError::internal)?;
+    crate::nats_auth::write(&st.config, &st.store).map_err(ApiError::internal)?;
     tracing::info!(host = %id, "host removed");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -461,6 +461,21 @@ pub async fn remove_host(State(st): State<AppState>, _: Admin, Path(id): Path<St
     responses((status = 200, body = crate::intake::RejectsOut), (status = 403, body = ErrorBody)))]
 pub async fn rejects(State(st): State<AppState>, _: Admin) -> Json<crate::intake::RejectsOut> {
     Json(st.rejects.snapshot())
+}
+
+/// Who the NATS servers let in (admin): the gateway's nkey and every
+/// registered host's, with its group and role. `sluice-gateway
+/// nats-auth-sync`, beside each server the gateway does not share a
+/// machine with, renders the servers' authorization block from it.
+#[utoipa::path(get, path = "/v1/nats-authorization", tag = "hosts", security(("bearer" = [])),
+    responses((status = 200, body = crate::nats_auth::NatsIdentities), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn nats_authorization(
+    State(st): State<AppState>,
+    _: Admin,
+) -> Result<Json<crate::nats_auth::NatsIdentities>, ApiError> {
+    let ids = crate::nats_auth::identities(&st.config, &st.store).map_err(ApiError::internal)?;
+    ids.map(Json)
+        .ok_or_else(|| ApiError::conflict("this gateway has no nats-nkey: its NATS servers run without authorization"))
 }
 
 // ---------------------------------------------------------------- modules

@@ -21,6 +21,7 @@ pub mod dashboard;
 pub mod error;
 pub mod groups;
 pub mod intake;
+pub mod nats_auth;
 pub mod state;
 pub mod store;
 pub mod telemetry;
@@ -52,7 +53,7 @@ pub enum GatewayError {
     Runtime(#[from] sluice_runtime::RuntimeError),
     /// The NATS authorization file could not be written.
     #[error("NATS authorization: {0}")]
-    NatsAuth(String),
+    NatsAuth(#[from] nats_auth::NatsAuthError),
     /// Files.
     #[error("{what} {path}: {source}")]
     Io {
@@ -81,7 +82,7 @@ impl utoipa::Modify for BearerAuth {
     paths(
         api::create_tenant, api::list_tenants, api::create_key, api::me, api::set_grants,
         api::tenant_keys, api::revoke_tenant_key, api::my_keys, api::add_my_key, api::rotate_my_key, api::revoke_my_key,
-        api::list_hosts, api::register_host, api::remove_host, api::rejects,
+        api::list_hosts, api::register_host, api::remove_host, api::rejects, api::nats_authorization,
         groups::list_groups, groups::get_group, groups::set_settings, groups::add_capacity, groups::drain, groups::undrain,
         api::upload_module, api::list_modules, api::get_module, api::delete_module,
         api::create_deployment, api::list_deployments, api::get_deployment, api::update_deployment, api::delete_deployment,
@@ -121,7 +122,7 @@ impl Gateway {
         })?;
         let admin_hash = auth::hash(config.admin_token.as_deref().unwrap_or_default());
         let compiles = usize::try_from(config.quotas.compiles).unwrap_or(1).max(1);
-        state::write_nats_authorization(&config, &store).map_err(GatewayError::NatsAuth)?;
+        nats_auth::write(&config, &store)?;
         Ok(Gateway {
             state: AppState {
                 store: Arc::new(store),
@@ -156,6 +157,7 @@ impl Gateway {
             .route("/hosts", get(api::list_hosts).post(api::register_host))
             .route("/hosts/{id}", delete(api::remove_host))
             .route("/rejects", get(api::rejects))
+            .route("/nats-authorization", get(api::nats_authorization))
             .route("/groups", get(groups::list_groups))
             .route("/groups/{group}", get(groups::get_group))
             .route("/groups/{group}/settings", put(groups::set_settings))

@@ -39,6 +39,36 @@ enum Command {
     /// gateway and every registered host, with their subject permissions)
     /// and exit. Run it once before the first start of nats-server.
     NatsAuth,
+    /// Keep a NATS server's authorization block in step with a gateway's
+    /// host registry, beside a server the gateway does not share a machine
+    /// with (the sidecar of each NATS pod in Kubernetes): writes the block
+    /// with the gateway alone if there is none yet, then asks the gateway
+    /// (`GET /v1/nats-authorization`) every `--every-ms`, rewrites the block
+    /// when it changed and signals the server to reload.
+    NatsAuthSync {
+        /// The gateway's API base URL.
+        #[arg(long, value_name = "URL")]
+        gateway: String,
+        /// A file holding the admin token (or set SLUICE_ADMIN_TOKEN).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// The gateway's nkey public key (`sluice-gateway keygen` prints it).
+        #[arg(long, value_name = "KEY")]
+        gateway_public_key: String,
+        /// The authorization block the server includes.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// nats-server's `pid_file`, to signal it to reload after a change.
+        #[arg(long, value_name = "FILE")]
+        pid_file: Option<PathBuf>,
+        /// How often to ask, in milliseconds.
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+        every_ms: u64,
+        /// One round, then exit (an init container): the bootstrap block
+        /// when there is none, then the gateway's answer if it gives one.
+        #[arg(long)]
+        once: bool,
+    },
     /// Write a new nkey seed (mode 0600) for the gateway's NATS identity
     /// and print its public key.
     Keygen {
@@ -112,6 +142,36 @@ fn run(
             println!("wrote {}", path.display());
             return Ok(());
         }
+        Command::NatsAuthSync { gateway, token_file, gateway_public_key, out, pid_file, every_ms, once } => {
+            let token = match token_file {
+                Some(f) => std::fs::read_to_string(&f)
+                    .with_context(|| format!("reading the admin token from {}", f.display()))?
+                    .trim()
+                    .to_string(),
+                None => {
+                    cfg.admin_token.clone().context("no admin token: pass --token-file or set SLUICE_ADMIN_TOKEN")?
+                }
+            };
+            let follower = sluice_gateway::nats_auth::Follower {
+                gateway,
+                token,
+                cluster: cfg.cluster.clone(),
+                gateway_key: gateway_public_key,
+                out,
+                pid_file,
+            };
+            if follower.bootstrap()? {
+                println!("wrote {} (the gateway alone, until it answers)", follower.out.display());
+            }
+            if once {
+                match follower.round() {
+                    Ok(r) => println!("{}: {r:?}", follower.out.display()),
+                    Err(e) => eprintln!("warning: {e}; {} stays as it is", follower.out.display()),
+                }
+                return Ok(());
+            }
+            follower.run(std::time::Duration::from_millis(every_ms));
+        }
         Command::Keygen { out } => {
             let public = sluice_control::auth::write_new_seed(&out).map_err(anyhow::Error::msg)?;
             println!("{public}");
@@ -162,5 +222,5 @@ fn write_nats_auth(cfg: &sluice_gateway::GatewayConfig) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&cfg.data_dir).with_context(|| format!("creating {}", cfg.data_dir.display()))?;
     let store = sluice_gateway::store::Store::open(&cfg.data_dir.join("gateway.db"))?;
-    sluice_gateway::state::write_nats_authorization(cfg, &store).map_err(anyhow::Error::msg)
+    Ok(sluice_gateway::nats_auth::write(cfg, &store)?)
 }

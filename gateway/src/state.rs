@@ -6,7 +6,7 @@ use crate::config::GatewayConfig;
 use crate::intake::{check_events, check_heartbeat, check_meter_origin, check_placement};
 use crate::store::{DeploymentRow, Store};
 use futures::StreamExt;
-use sluice_control::{Bus, BusError, DeploymentSpec, DesiredSet, Heartbeat, HostIdentity, MeterRecord, NfPlacement};
+use sluice_control::{Bus, BusError, DeploymentSpec, DesiredSet, Heartbeat, MeterRecord, NfPlacement};
 use sluice_runtime::Runtime;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -377,36 +377,6 @@ fn store_checked(
     }
     store.insert_meters(&good, now)?;
     Ok(verdicts)
-}
-
-/// Writes the NATS servers' authorization block (the gateway and every
-/// registered host with an nkey) to the configured file, if any. The
-/// operator's reload of nats-server (a systemd path unit in
-/// `deploy/systemd`) applies it.
-pub fn write_nats_authorization(config: &GatewayConfig, store: &Store) -> Result<(), String> {
-    let Some(path) = &config.nats_auth_file else { return Ok(()) };
-    let Some(seed_file) = &config.nats_nkey else {
-        return Err("nats-auth-file is set but nats-nkey (the gateway's own seed) is not".into());
-    };
-    let seed = sluice_control::nats::read_seed(seed_file)?;
-    let gateway = sluice_control::auth::public_key_of(&seed)?;
-    let names = sluice_control::Names::new(&config.cluster).map_err(|e| e.to_string())?;
-    let hosts: Vec<HostIdentity> = store
-        .registered_hosts()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .filter_map(|h| Some(HostIdentity { nkey: h.nkey?, host: h.id, group: h.group, dispatcher: h.dispatcher }))
-        .collect();
-    let text = sluice_control::auth::render_authorization(&names, &gateway, &hosts)?;
-    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
-        return Ok(());
-    }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    tracing::info!(file = %path.display(), hosts = hosts.len(), "NATS authorization written; reload nats-server to apply it");
-    Ok(())
 }
 
 /// Events kept per tenant.

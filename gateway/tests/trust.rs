@@ -361,3 +361,93 @@ fn keys_are_listed_rotated_and_revoked_and_groups_are_granted() {
     assert_eq!(api.delete(Some(ADMIN), "/v1/hosts/h9").status, 204);
     assert_eq!(api.delete(Some(ADMIN), "/v1/hosts/h9").status, 404);
 }
+
+/// A NATS server the gateway does not share a machine with (a pod in
+/// Kubernetes) follows the host registry through `sluice-gateway
+/// nats-auth-sync`: its first block lets the gateway alone in (the same
+/// block `nats-auth` writes); a host registered later gets in with no
+/// operator reload, and a removed one is written out again; an answer
+/// carrying another gateway key is refused.
+#[test]
+fn a_servers_authorization_follows_the_registry_through_nats_auth_sync() {
+    let dir = test_dir();
+    let pid_file = dir.path().join("nats.pid");
+    let nats = Nats::start_with(dir.path(), |conf| format!("{conf}\npid_file: \"{}\"\n", pid_file.display()));
+    let block = nats.conf_dir.join("sluice-auth.conf");
+    let (_, gateway_key) = nats.pki.nkey("gateway");
+    let token = dir.path().join("admin-token");
+    std::fs::write(&token, format!("{ADMIN}\n")).unwrap();
+    let sync = |gateway: &str, key: &str, out: &std::path::Path, once: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-gateway"));
+        c.args(["--cluster", "test", "nats-auth-sync", "--gateway", gateway, "--gateway-public-key", key])
+            .arg("--token-file")
+            .arg(&token)
+            .arg("--out")
+            .arg(out)
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .args(["--every-ms", "200"])
+            .env_remove("SLUICE_ADMIN_TOKEN");
+        if once {
+            c.arg("--once");
+        }
+        c
+    };
+
+    // Before the gateway runs: the block with the gateway alone.
+    let first = dir.path().join("first.conf");
+    let out = sync("http://127.0.0.1:1", &gateway_key, &first, true).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stays as it is"));
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), std::fs::read_to_string(&block).unwrap());
+
+    // The gateway writes its own file elsewhere: this server follows the API.
+    let own = dir.path().join("gateway-own-auth.conf");
+    let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_NATS_AUTH_FILE", own.to_str().unwrap())]);
+    let api = gw.api();
+    let mut follower = Proc {
+        child: sync(&gw.url, &gateway_key, &block, false)
+            .stdout(log_file(dir.path(), "sync"))
+            .stderr(log_file(dir.path(), "sync"))
+            .spawn()
+            .unwrap(),
+        name: "nats-auth-sync".into(),
+    };
+    let reloads = || {
+        std::fs::read_to_string(dir.path().join("nats.log"))
+            .unwrap_or_default()
+            .matches("Reloaded server configuration")
+            .count()
+    };
+
+    // A host registered through the API gets in, with no reload by hand.
+    let (_, h1_key) = nats.pki.nkey("h1");
+    let r = api.post(Some(ADMIN), "/v1/hosts", &json!({ "id": "h1", "group": "default", "nkey": h1_key }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    wait_for(20, "the block to let h1 in", || std::fs::read_to_string(&block).unwrap().contains(&h1_key).then_some(()));
+    wait_for(20, "nats-server to reload", || (reloads() >= 1).then_some(()));
+    let mut host = start_host_unregistered(&nats, dir.path(), "h1", &[]);
+    wait_for(60, "h1 to be seen alive", || {
+        let hosts = api.get(Some(ADMIN), "/v1/hosts").body;
+        hosts.as_array().unwrap().iter().any(|h| h["host"] == "h1" && h["alive"] == true).then_some(())
+    });
+    host.term();
+
+    // An answer for another gateway key is refused; the block stays.
+    let before = std::fs::read_to_string(&block).unwrap();
+    let (_, other_key) = nats.pki.nkey("h9");
+    let out = sync(&gw.url, &other_key, &block, true).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing it"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&block).unwrap(), before);
+    // Without the admin token the gateway tells nothing.
+    assert_eq!(api.get(None, "/v1/nats-authorization").status, 401);
+
+    // Removed: written out again, and the server reloads.
+    let seen = reloads();
+    assert_eq!(api.delete(Some(ADMIN), "/v1/hosts/h1").status, 204);
+    wait_for(20, "the block to drop h1", || {
+        (!std::fs::read_to_string(&block).unwrap().contains(&h1_key)).then_some(())
+    });
+    wait_for(20, "nats-server to reload", || (reloads() > seen).then_some(()));
+    follower.kill9();
+}

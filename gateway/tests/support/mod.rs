@@ -126,7 +126,7 @@ impl Drop for Proc {
     }
 }
 
-fn log_file(dir: &Path, name: &str) -> Stdio {
+pub fn log_file(dir: &Path, name: &str) -> Stdio {
     Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{name}.log"))).unwrap())
 }
 
