@@ -144,6 +144,25 @@ if [ ! -x "$gobin/otelcol-sluice" ] || [ deploy/otel/builder.yaml -nt "$gobin/ot
   did+=("otelcol-sluice $otel_version ($gobin)")
 fi
 
+# The Helm chart test: helm renders and lints deploy/helm/sluice,
+# kubernetes-validate checks what it renders against Kubernetes' schemas
+# (offline, from the schemas it ships).
+helm_version=3.22.0
+if ! go version -m "$gobin/helm" 2>/dev/null | grep -q "mod[[:space:]]*helm.sh/helm/v3[[:space:]]*v$helm_version"; then
+  GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@v$helm_version"
+  did+=("helm $helm_version ($gobin)")
+fi
+kubernetes_validate=1.37.0
+if [ "$(kubernetes-validate --version 2>/dev/null | awk '{print $NF}')" != "$kubernetes_validate" ]; then
+  python3 -m pip install -q "kubernetes-validate==$kubernetes_validate" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "kubernetes-validate==$kubernetes_validate"
+  did+=("kubernetes-validate $kubernetes_validate")
+fi
+if ! command -v kubernetes-validate >/dev/null; then
+  echo "setup: kubernetes-validate was installed but is not on PATH; add Python's script directory to PATH" >&2
+  exit 1
+fi
+
 # The dashboard test drives Debian's chromium with playwright-core (npm).
 if [ ! -d tests/dashboard/node_modules/playwright-core ] ||
   [ tests/dashboard/package.json -nt tests/dashboard/node_modules/.package-lock.json ]; then

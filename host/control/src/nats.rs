@@ -128,10 +128,18 @@ async fn connect_options(
 /// Reads an nkey seed file (the first line starting with `SU`, so a file
 /// with comments works), refusing one others can read.
 pub fn read_seed(path: &std::path::Path) -> Result<String, String> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let meta = std::fs::metadata(path).map_err(|e| format!("nkey seed {}: {e}", path.display()))?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!("nkey seed {} is readable by other users; chmod 600 it", path.display()));
+    let mode = meta.permissions().mode();
+    // Its owner's alone, or (as PostgreSQL allows for its key) owned by
+    // root and readable by its group: how Kubernetes mounts a Secret for a
+    // process that does not run as root (root:fsGroup, 0440).
+    let root_shares_with_group = meta.uid() == 0 && mode & 0o037 == 0;
+    if mode & 0o077 != 0 && !root_shares_with_group {
+        return Err(format!(
+            "nkey seed {} is readable by other users; chmod 600 it (or 640 if root owns it)",
+            path.display()
+        ));
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("nkey seed {}: {e}", path.display()))?;
     text.lines()
@@ -827,4 +835,29 @@ fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<sluice_telem
     let fields = ["traceparent", "tracestate"].into_iter().filter_map(|n| headers.get(n).map(|v| (n, v.as_str())));
     let out = sluice_telemetry::context::from_headers(fields);
     (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_seed_others_may_read_is_refused_and_a_root_owned_group_readable_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.nk");
+        std::fs::write(&path, "SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY\n").unwrap();
+        let chmod = |m| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+        chmod(0o600);
+        assert!(read_seed(&path).unwrap().starts_with("SU"));
+        chmod(0o644);
+        assert!(read_seed(&path).unwrap_err().contains("readable by other users"));
+        chmod(0o660);
+        assert!(read_seed(&path).is_err(), "its group may not write it");
+        // A Kubernetes Secret for a non-root process: root:fsGroup, 0440.
+        chmod(0o440);
+        let by_root = std::fs::metadata(&path).unwrap().uid() == 0;
+        assert_eq!(read_seed(&path).is_ok(), by_root);
+    }
 }
