@@ -16,13 +16,14 @@ DEMO_DIR := target/demo
 # setup` builds into Go's bin directory.
 export SLUICE_NATS_SERVER ?= $(shell command -v nats-server 2>/dev/null || echo "$$(go env GOPATH 2>/dev/null)/bin/nats-server")
 
-.PHONY: help setup build nfs test-nfs demo test lint unit fuzz-smoke fuzz bench images clean
+.PHONY: help setup build nfs test-nfs demo test lint unit fuzz-smoke fuzz bench images dist clean
 
 help:
 	@echo "make demo   - build everything, run a sample trace through firewall, IDS, monitor, NAT, NFs in C, Python, JS, Go, then the tenant flow (upload, deploy, usage, bill) on sluice dev, two tenants on one DPDK port, and a host group behind its dispatcher"
 	@echo "make test   - lint, build the NFs, run every test (unit, integration, fuzz smoke)"
 	@echo "make bench  - benchmarks; writes docs/benchmarks.md"
 	@echo "make images - OCI images of the gateway and the host (target/images)"
+	@echo "make dist   - the release tarball: binaries, WIT, every SDK (target/dist)"
 	@echo "make setup  - install what the above need (idempotent)"
 
 setup:
@@ -156,6 +157,10 @@ test: lint unit fuzz-smoke
 # container daemon): deploy/images/build.sh.
 images: build
 	@bash deploy/images/build.sh target/images
+
+# The release tarball: sluice-<version>-x86_64-linux.tar.gz (deploy/dist/build.sh).
+dist: build
+	@bash deploy/dist/build.sh target/dist
 
 bench: build
 	$(CARGO) run --release --locked -p sluice-bench -- --nfs $(NF_OUT) --host target/release/sluice-host --write docs/benchmarks.md

@@ -67,7 +67,8 @@ pub fn build(project: &Project, sdk: &Sdk, opts: &BuildOptions) -> Result<Built,
         Lang::Go => build_go(project, sdk, &out)?,
     }
     let build_time = started.elapsed();
-    let checked = check::check_file(&out, &project.manifest.name, opts.cache_dir.as_deref())?;
+    let checked =
+        check::check_file(&out, &project.manifest.name, Some(project.manifest.lang), opts.cache_dir.as_deref())?;
     Ok(Built { path: out, size: checked.size, contract: checked.contract, digest: checked.digest, build_time })
 }
 
@@ -191,6 +192,14 @@ fn build_python(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Resu
 fn build_js(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(), CliError> {
     let js = sdk.lang_dir(Lang::Js);
     let bin = js.join("node_modules/.bin");
+    if !bin.join("componentize-js").exists() {
+        // An installed SDK gets its toolchain on the first build, at the
+        // versions of its lock file.
+        eprintln!("installing the JavaScript toolchain (componentize-js, esbuild) in {} ...", js.display());
+        let mut npm = Command::new(std::env::var_os("SLUICE_NPM").unwrap_or_else(|| "npm".into()));
+        npm.args(["ci", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"]).current_dir(&js);
+        run(npm, "npm", Lang::Js, "install Node.js 20 or newer with npm", &js)?;
+    }
     let work = project.build_dir().join("js");
     std::fs::create_dir_all(&work).map_err(io("creating", &work))?;
     let bundle = work.join("bundle.js");
@@ -202,7 +211,7 @@ fn build_js(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(
         .arg("--external:sluice:nf/*")
         .arg(format!("--outfile={}", bundle.display()))
         .current_dir(&project.dir);
-    run(esbuild, "esbuild", Lang::Js, "run `npm ci` in sdk/js (or `make setup`)", source)?;
+    run(esbuild, "esbuild", Lang::Js, "run `npm ci` in the SDK's js folder (or `make setup`)", source)?;
     // componentize-js reads the WIT through a sandbox that only sees the
     // bundle's directory, so the contract is copied next to it.
     let wit = work.join("wit");
@@ -216,13 +225,17 @@ fn build_js(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(
         .args(["-n", "network-function", "-d", "http", "-d", "fetch-event", "-o"])
         .arg(out)
         .current_dir(&work);
-    run(cmd, "componentize-js", Lang::Js, "run `npm ci` in sdk/js (or `make setup`)", source)
+    run(cmd, "componentize-js", Lang::Js, "run `npm ci` in the SDK's js folder (or `make setup`)", source)
 }
 
 /// Runs a toolchain command; a missing program or a failure becomes an
 /// error carrying the end of its output.
 fn run(mut cmd: Command, tool: &str, lang: Lang, hint: &'static str, what: impl AsRef<Path>) -> Result<(), CliError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
+    // Toolchains written in Rust (componentize-py, componentize-js's
+    // engine) would follow their own error with a backtrace the user's
+    // RUST_BACKTRACE asked of `sluice`, burying the message.
+    cmd.env("RUST_BACKTRACE", "0").env("RUST_LIB_BACKTRACE", "0");
     let output = cmd.output().map_err(|e| CliError::MissingTool {
         lang: lang.name(),
         tool: tool.to_string(),

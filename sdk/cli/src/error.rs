@@ -6,14 +6,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// A file or directory could not be read or written.
-    #[error("{action} {path}: {source}")]
+    #[error("{action} {path}: {reason}")]
     Io {
         /// What was being done ("reading", "writing", ...).
         action: &'static str,
         /// The file.
         path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
+        /// The underlying error (said in the message, not again as a cause).
+        reason: std::io::Error,
     },
     /// `sluice.toml` is missing or malformed.
     #[error("{path}: {reason}")]
@@ -57,12 +57,14 @@ pub enum CliError {
     },
     /// The component does not fit the `sluice:nf` world: the same check a
     /// gateway upload gets.
-    #[error("{path} does not fit the sluice:nf world: {source}")]
+    #[error("{path} does not fit the sluice:nf world: {reason}; {advice}")]
     Check {
         /// The component.
         path: PathBuf,
-        /// The runtime's reason.
-        source: sluice_runtime::RuntimeError,
+        /// The runtime's reason (said here once, not again as a cause).
+        reason: sluice_runtime::RuntimeError,
+        /// What the NF's language needs to fit it.
+        advice: &'static str,
     },
     /// `sluice nf new` would overwrite something.
     #[error("{0} already exists; choose another name or directory")]
@@ -78,9 +80,17 @@ pub enum CliError {
         "the Sluice SDK is not at {0} (no wit/v0.3.0/nf.wit there); set SLUICE_SDK_ROOT to the Sluice checkout or pass --sdk-root"
     )]
     NoSdk(PathBuf),
+    /// No SDK next to the binary and none named.
+    #[error(
+        "no Sluice SDK found (looked in {}): unpack the release tarball whole (share/sluice beside bin/sluice), or set SLUICE_SDK_ROOT (or --sdk-root) to an SDK or a Sluice checkout", .0.join(", ")
+    )]
+    SdkNotFound(Vec<String>),
+    /// Neither SLUICE_DATA_DIR, XDG_DATA_HOME nor HOME is set.
+    #[error("no data directory for the installed SDK: set SLUICE_DATA_DIR (or HOME)")]
+    NoDataDir,
 }
 
 pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> CliError {
     let path = path.into();
-    move |source| CliError::Io { action, path, source }
+    move |reason| CliError::Io { action, path, reason }
 }

@@ -6,6 +6,37 @@
 #![allow(clippy::indexing_slicing)]
 
 use anyhow::{Context, Result};
+
+/// `println!` for what the command prints on stdout: when the reader went
+/// away (`sluice … | head`) the command ends quietly, never with a panic.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            stdout_failed(e)
+        }
+    }};
+}
+
+/// `print!` as [`outln!`] does it.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($t)*) {
+            stdout_failed(e)
+        }
+    }};
+}
+
+/// Ends the command after a failed write to stdout: quietly (status 0) when
+/// the reader closed the pipe, else with the error.
+fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("error: writing to stdout: {e}");
+    std::process::exit(1)
+}
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 use sluice_cli::client::{Client, bar, encode, human};
@@ -19,8 +50,10 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(version, propagate_version = true)]
 struct Cli {
-    /// The Sluice checkout holding wit/ and sdk/ (default: the one this
-    /// tool was built from).
+    /// The Sluice SDK (wit/ and sdk/): an installed one or a checkout
+    /// (default: share/sluice next to this binary's bin/, or the checkout
+    /// whose target/ holds it). Projects reference a copy of it installed
+    /// under the user's data directory.
     #[arg(long, global = true, env = "SLUICE_SDK_ROOT")]
     sdk_root: Option<PathBuf>,
     /// Gateway URL.
@@ -32,6 +65,10 @@ struct Cli {
     /// Admin token (`tenant` commands).
     #[arg(long, global = true, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// How commands print what they read or did: a table for people, or
+    /// JSON (the API's objects; logs one object per line) for scripts.
+    #[arg(long, short = 'o', global = true, value_enum, default_value = "table")]
+    output: Output,
     #[command(subcommand)]
     command: Command,
 }
@@ -41,6 +78,16 @@ enum Command {
     /// Network function projects, and modules on the gateway.
     #[command(subcommand)]
     Nf(NfCommand),
+    /// The SDK projects build against: where it is, and its installed copy.
+    #[command(subcommand)]
+    Sdk(SdkCommand),
+    /// Print a shell completion script: `sluice completions bash >
+    /// ~/.local/share/bash-completion/completions/sluice` (zsh, fish,
+    /// elvish and powershell too).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Run a gateway and one pcap-fed host in this process (in-process
     /// bus, SQLite under --data). Drop captures into the spool directory to
     /// send them through every deployment. Stops on Ctrl-C or SIGTERM.
@@ -75,9 +122,6 @@ enum Command {
     Groups {
         #[command(subcommand)]
         command: Option<GroupsCommand>,
-        /// Output format.
-        #[arg(long, value_enum, default_value = "table", global = true)]
-        output: Output,
     },
     /// Your own API keys: list, add, rotate, revoke.
     #[command(subcommand)]
@@ -158,9 +202,6 @@ enum Command {
         /// Keep printing new lines as they come (Ctrl-C stops).
         #[arg(short, long)]
         follow: bool,
-        /// Output format (json: one line object per line of output).
-        #[arg(long, value_enum, default_value = "table")]
-        output: Output,
     },
     /// Usage by deployment, NF and version.
     Usage {
@@ -170,7 +211,7 @@ enum Command {
         /// End (exclusive).
         #[arg(long)]
         to: Option<String>,
-        /// Print the JSON answer.
+        /// Print the JSON answer (as `--output json`).
         #[arg(long)]
         json: bool,
     },
@@ -182,7 +223,7 @@ enum Command {
         /// Print CSV.
         #[arg(long, conflicts_with = "json")]
         csv: bool,
-        /// Print the JSON answer.
+        /// Print the JSON answer (as `--output json`).
         #[arg(long)]
         json: bool,
     },
@@ -336,6 +377,19 @@ enum KeyCommand {
 }
 
 #[derive(Subcommand)]
+enum SdkCommand {
+    /// Print where the SDK is found and where projects' copy of it is.
+    Path,
+    /// Install a standalone copy of the SDK (every language) where
+    /// projects reference it (the user's data directory), or under --to.
+    Install {
+        /// Write it here instead (an empty or missing directory).
+        #[arg(long)]
+        to: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
 enum NfCommand {
     /// Create a buildable NF project in ./<name>/ from a template.
     New {
@@ -461,8 +515,16 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Prints `v` as JSON (`--output json`).
+fn emit(v: &impl serde::Serialize) -> Result<()> {
+    outln!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
 fn run() -> Result<()> {
     let cli = Cli::parse();
+    let output = cli.output;
+    let as_json = output == Output::Json;
     let tenant = || Client::new(&cli.url, cli.api_key.clone());
     let admin = || Client::new(&cli.url, cli.admin_token.clone());
     match cli.command {
@@ -482,9 +544,14 @@ fn run() -> Result<()> {
             rt.block_on(sluice_cli::dev::run(
                 opts,
                 |url, _token, spool| {
-                    println!("sluice dev: gateway {url} (dashboard {url}/dashboard, API docs {url}/docs)");
-                    println!("sluice dev: one host in group 'default'; drop captures into {}", spool.display());
-                    println!("sluice dev: admin token in $SLUICE_ADMIN_TOKEN or the data directory's admin-token file");
+                    outln!("sluice dev: gateway {url} (dashboard {url}/dashboard, API docs {url}/docs)");
+                    outln!("sluice dev: one host in group 'default'; drop captures into {}", spool.display());
+                    outln!("sluice dev: admin token in $SLUICE_ADMIN_TOKEN or the data directory's admin-token file");
+                    // The CLI's default gateway is 127.0.0.1:8080; another
+                    // address needs saying to the commands of other shells.
+                    if url.trim_end_matches('/') != "http://127.0.0.1:8080" {
+                        outln!("export SLUICE_URL={url}");
+                    }
                 },
                 sluice_control::shutdown_signal(),
             ))?;
@@ -496,46 +563,62 @@ fn run() -> Result<()> {
             }
             let t: Value = admin().post("/v1/tenants", &body)?;
             let key = t["api_key"].as_str().unwrap_or_default();
-            if key_only {
-                println!("{key}");
+            if as_json {
+                emit(&t)?;
+            } else if key_only {
+                outln!("{key}");
             } else {
-                println!(
-                    "tenant {} ({})",
-                    t["name"].as_str().unwrap_or_default(),
-                    t["id"].as_str().unwrap_or_default()
-                );
-                println!("API key (shown once): {key}");
-                println!("  export SLUICE_API_KEY={key}");
+                outln!("tenant {} ({})", t["name"].as_str().unwrap_or_default(), t["id"].as_str().unwrap_or_default());
+                outln!("API key (shown once): {key}");
+                outln!("  export SLUICE_API_KEY={key}");
             }
         }
         Command::Tenant(TenantCommand::List) => {
             let ts: Vec<Value> = admin().get("/v1/tenants")?;
+            if as_json {
+                return emit(&ts);
+            }
             for t in ts {
-                println!("{:<16} {}", t["id"].as_str().unwrap_or_default(), t["name"].as_str().unwrap_or_default());
+                outln!("{:<16} {}", t["id"].as_str().unwrap_or_default(), t["name"].as_str().unwrap_or_default());
             }
         }
         Command::Tenant(TenantCommand::Key { tenant }) => {
             let k: Value = admin().post(&format!("/v1/tenants/{}/keys", encode(&tenant)), &json!({}))?;
-            println!("{}", k["api_key"].as_str().unwrap_or_default());
+            if as_json {
+                return emit(&k);
+            }
+            outln!("{}", k["api_key"].as_str().unwrap_or_default());
         }
         Command::Tenant(TenantCommand::Keys { tenant }) => {
             let keys: Vec<Value> = admin().get(&format!("/v1/tenants/{}/keys", encode(&tenant)))?;
+            if as_json {
+                return emit(&keys);
+            }
             print_keys(&keys);
         }
         Command::Tenant(TenantCommand::Revoke { tenant, prefix }) => {
             admin().delete(&format!("/v1/tenants/{}/keys/{}", encode(&tenant), encode(&prefix)))?;
-            println!("revoked {prefix}");
+            if as_json {
+                return emit(&json!({ "revoked": prefix }));
+            }
+            outln!("revoked {prefix}");
         }
         Command::Tenant(TenantCommand::Grant { tenant, groups }) => {
             let g: Value =
                 admin().put(&format!("/v1/tenants/{}/groups", encode(&tenant)), &json!({ "groups": groups }))?;
-            println!("{tenant} may deploy to: {}", g["groups"]);
+            if as_json {
+                return emit(&g);
+            }
+            outln!("{tenant} may deploy to: {}", g["groups"]);
         }
         Command::Host(HostCommand::Add { id, group, nkey, dispatcher }) => {
             let role = if dispatcher { "dispatcher" } else { "host" };
             let h: Value =
                 admin().post("/v1/hosts", &json!({ "id": id, "group": group, "nkey": nkey, "role": role }))?;
-            println!(
+            if as_json {
+                return emit(&h);
+            }
+            outln!(
                 "{role} {} registered in group {}",
                 h["host"].as_str().unwrap_or_default(),
                 h["group"].as_str().unwrap_or_default()
@@ -543,9 +626,12 @@ fn run() -> Result<()> {
         }
         Command::Host(HostCommand::List) => {
             let hs: Vec<Value> = admin().get("/v1/hosts")?;
-            println!("{:<20} {:<16} {:<6} {:>11}", "HOST", "GROUP", "ALIVE", "DEPLOYMENTS");
+            if as_json {
+                return emit(&hs);
+            }
+            outln!("{:<20} {:<16} {:<6} {:>11}", "HOST", "GROUP", "ALIVE", "DEPLOYMENTS");
             for h in hs {
-                println!(
+                outln!(
                     "{:<20} {:<16} {:<6} {:>11}",
                     h["host"].as_str().unwrap_or_default(),
                     h["group"].as_str().unwrap_or_default(),
@@ -556,26 +642,41 @@ fn run() -> Result<()> {
         }
         Command::Host(HostCommand::Remove { id }) => {
             admin().delete(&format!("/v1/hosts/{}", encode(&id)))?;
-            println!("host {id} removed");
+            if as_json {
+                return emit(&json!({ "removed": id }));
+            }
+            outln!("host {id} removed");
         }
-        Command::Groups { command, output } => groups(&admin(), command.unwrap_or(GroupsCommand::List), output)?,
+        Command::Groups { command } => groups(&admin(), command.unwrap_or(GroupsCommand::List), output)?,
         Command::Key(KeyCommand::List) => {
             let keys: Vec<Value> = tenant().get("/v1/me/keys")?;
+            if as_json {
+                return emit(&keys);
+            }
             print_keys(&keys);
         }
         Command::Key(KeyCommand::Add) => {
             let k: Value = tenant().post("/v1/me/keys", &json!({}))?;
-            println!("{}", k["api_key"].as_str().unwrap_or_default());
+            if as_json {
+                return emit(&k);
+            }
+            outln!("{}", k["api_key"].as_str().unwrap_or_default());
         }
         Command::Key(KeyCommand::Rotate) => {
             let k: Value = tenant().post("/v1/me/keys/rotate", &json!({}))?;
+            if as_json {
+                return emit(&k);
+            }
             let key = k["api_key"].as_str().unwrap_or_default();
-            println!("new API key (shown once; the old one no longer works): {key}");
-            println!("  export SLUICE_API_KEY={key}");
+            outln!("new API key (shown once; the old one no longer works): {key}");
+            outln!("  export SLUICE_API_KEY={key}");
         }
         Command::Key(KeyCommand::Revoke { prefix }) => {
             tenant().delete(&format!("/v1/me/keys/{}", encode(&prefix)))?;
-            println!("revoked {prefix}");
+            if as_json {
+                return emit(&json!({ "revoked": prefix }));
+            }
+            outln!("revoked {prefix}");
         }
         Command::Nf(NfCommand::Upload { file, name, version }) => {
             let name = name
@@ -584,7 +685,10 @@ fn run() -> Result<()> {
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let path = format!("/v1/modules?name={}&version={}", encode(&name), encode(&version));
             let m: Value = tenant().post_bytes(&path, "application/wasm", &bytes)?;
-            println!(
+            if as_json {
+                return emit(&m);
+            }
+            outln!(
                 "uploaded {}@{}: id {}, {} bytes, sluice:nf@{}, sha256 {}",
                 m["name"].as_str().unwrap_or_default(),
                 m["version"].as_str().unwrap_or_default(),
@@ -596,9 +700,12 @@ fn run() -> Result<()> {
         }
         Command::Nf(NfCommand::List) => {
             let ms: Vec<Value> = tenant().get("/v1/modules")?;
-            println!("{:<16} {:<20} {:<10} {:>10}  {:<14} deployed in", "id", "name", "version", "bytes", "digest");
+            if as_json {
+                return emit(&ms);
+            }
+            outln!("{:<16} {:<20} {:<10} {:>10}  {:<14} deployed in", "id", "name", "version", "bytes", "digest");
             for m in ms {
-                println!(
+                outln!(
                     "{:<16} {:<20} {:<10} {:>10}  {:<14} {}",
                     m["id"].as_str().unwrap_or_default(),
                     m["name"].as_str().unwrap_or_default(),
@@ -614,7 +721,10 @@ fn run() -> Result<()> {
         }
         Command::Nf(NfCommand::Delete { module }) => {
             tenant().delete(&format!("/v1/modules/{}", encode(&module)))?;
-            println!("deleted {module}");
+            if as_json {
+                return emit(&json!({ "deleted": module }));
+            }
+            outln!("deleted {module}");
         }
         Command::Deploy { name, modules, config_files, spec, group, attach, limits, wait } => {
             let limits = limits.to_json();
@@ -674,13 +784,19 @@ fn run() -> Result<()> {
                 }
                 Err(e) => return Err(e.into()),
             };
-            println!(
+            // Progress on stderr when stdout carries JSON.
+            let said = format!(
                 "deployment {} ({}) revision {} on group {}",
                 d["name"].as_str().unwrap_or_default(),
                 d["id"].as_str().unwrap_or_default(),
                 d["revision"],
                 d["group"].as_str().unwrap_or_default()
             );
+            if as_json {
+                eprintln!("{said}");
+            } else {
+                outln!("{said}");
+            }
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
             let mut last = d;
             while wait > 0 && std::time::Instant::now() < deadline {
@@ -690,15 +806,28 @@ fn run() -> Result<()> {
                     _ => std::thread::sleep(std::time::Duration::from_millis(200)),
                 }
             }
-            print_deployment(&last);
+            if as_json {
+                emit(&last)?;
+            } else {
+                print_deployment(&last);
+            }
             if last["status"] == "failed" {
                 anyhow::bail!("deployment {name} failed: {}", last["reason"].as_str().unwrap_or("see the hosts above"));
+            }
+            if wait > 0 && last["status"] != "running" {
+                anyhow::bail!(
+                    "deployment {name} is {} after {wait} s (--wait): not every host of its group runs it yet",
+                    last["status"].as_str().unwrap_or("unknown")
+                );
             }
         }
         Command::Deployments => {
             let ds: Vec<Value> = tenant().get("/v1/deployments")?;
+            if as_json {
+                return emit(&ds);
+            }
             if ds.is_empty() {
-                println!("no deployments");
+                outln!("no deployments");
             }
             for d in ds {
                 print_deployment(&d);
@@ -706,7 +835,10 @@ fn run() -> Result<()> {
         }
         Command::Undeploy { name } => {
             tenant().delete(&format!("/v1/deployments/{}", encode(&name)))?;
-            println!("deleted deployment {name}");
+            if as_json {
+                return emit(&json!({ "deleted": name }));
+            }
+            outln!("deleted deployment {name}");
         }
         Command::Events { deployment, kind, limit } => {
             let mut q = vec![format!("limit={limit}")];
@@ -717,8 +849,11 @@ fn run() -> Result<()> {
                 q.push(format!("kind={}", encode(&k)));
             }
             let evs: Vec<Value> = tenant().get(&format!("/v1/events?{}", q.join("&")))?;
+            if as_json {
+                return emit(&evs);
+            }
             if evs.is_empty() {
-                println!("no events");
+                outln!("no events");
             }
             for e in evs {
                 let fields: Vec<String> = e["fields"]
@@ -730,7 +865,7 @@ fn run() -> Result<()> {
                             .collect()
                     })
                     .unwrap_or_default();
-                println!(
+                outln!(
                     "{:<6} {:<16} {}@{} {}  {}  {}",
                     e["level"].as_str().unwrap_or_default(),
                     e["kind"].as_str().unwrap_or_default(),
@@ -742,7 +877,7 @@ fn run() -> Result<()> {
                 );
             }
         }
-        Command::Logs { deployment, nf, level, since, limit, follow, output } => {
+        Command::Logs { deployment, nf, level, since, limit, follow } => {
             let client = tenant();
             let mut q = vec![format!("level={}", encode(&level)), format!("limit={}", limit.clamp(1, 1000))];
             for (k, v) in [("deployment", deployment), ("nf", nf), ("since", since)] {
@@ -785,8 +920,8 @@ fn run() -> Result<()> {
                 q.push(format!("to={}", encode(&t)));
             }
             let u: Value = tenant().get(&format!("/v1/usage?{}", q.join("&")))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&u)?);
+            if json || as_json {
+                outln!("{}", serde_json::to_string_pretty(&u)?);
             } else {
                 print_usage(&u);
             }
@@ -794,42 +929,95 @@ fn run() -> Result<()> {
         Command::Bill { period, csv, json } => {
             let path = format!("/v1/bill?period={}&format={}", encode(&period), if csv { "csv" } else { "json" });
             if csv {
-                print!("{}", tenant().get_text(&path)?);
+                out!("{}", tenant().get_text(&path)?);
             } else {
                 let b: Value = tenant().get(&path)?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&b)?);
+                if json || as_json {
+                    outln!("{}", serde_json::to_string_pretty(&b)?);
                 } else {
                     print_bill(&b);
                 }
             }
         }
-        Command::Nf(NfCommand::New { name, lang, template, dir }) => {
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "sluice", &mut out);
+            out!("{}", String::from_utf8_lossy(&out));
+        }
+        Command::Sdk(SdkCommand::Path) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?;
+            let copy = sluice_cli::sdk::data_dir()?.join("sdk").join(sluice_cli::sdk::VERSION);
+            if as_json {
+                return emit(&json!({ "sdk": sdk.root(), "projects_copy": copy }));
+            }
+            outln!("sdk: {}", sdk.root().display());
+            outln!("projects' copy: {}", copy.display());
+        }
+        Command::Sdk(SdkCommand::Install { to }) => {
+            let sdk = Sdk::locate(cli.sdk_root.as_deref())?;
+            let installed = match to {
+                Some(dir) => {
+                    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
+                        anyhow::bail!("{} is not empty; give an empty or missing directory", dir.display());
+                    }
+                    sdk.install(&dir)?
+                }
+                None => sdk.for_projects()?,
+            };
+            if as_json {
+                return emit(&json!({ "installed": installed.root() }));
+            }
+            outln!("installed {}", installed.root().display());
+        }
+        Command::Nf(NfCommand::New { name, lang, template, dir }) => {
+            let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let template: Template = template.parse()?;
             let project = sluice_cli::new_project(&sdk, &dir, &name, lang, template)?;
-            println!("created {} ({lang}); next:", project.display());
-            println!("  cd {} && sluice nf build", project.display());
+            if as_json {
+                return emit(&json!({ "project": project, "lang": lang.name(), "sdk": sdk.root() }));
+            }
+            outln!("created {} ({lang}); next:", project.display());
+            outln!("  cd {} && sluice nf build", project.display());
         }
         Command::Nf(NfCommand::Build { project, cargo_target_dir }) => {
-            let sdk = Sdk::locate(cli.sdk_root.as_deref())?;
+            // The time printed is the whole command's (SDK install and the
+            // contract check included), not the toolchain's alone.
+            let started = std::time::Instant::now();
+            let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
             eprintln!("building {} ({}) ...", project.manifest.name, project.manifest.lang);
             let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
                 .with_context(|| format!("building {}", project.dir.display()))?;
-            println!(
+            if as_json {
+                return emit(&json!({
+                    "component": built.path,
+                    "size": built.size,
+                    "contract": built.contract,
+                    "digest": built.digest,
+                    "seconds": started.elapsed().as_secs_f64(),
+                }));
+            }
+            outln!(
                 "{}: {} bytes, sluice:nf@{}, sha256 {} (built in {:.1} s)",
                 built.path.display(),
                 built.size,
                 built.contract,
                 built.digest,
-                built.build_time.as_secs_f64()
+                started.elapsed().as_secs_f64()
             );
         }
         Command::Nf(NfCommand::Check { component }) => {
             let name = component.file_stem().and_then(|s| s.to_str()).unwrap_or("nf").to_string();
-            let checked = sluice_cli::check::check_file(&component, &name, None)?;
-            println!(
+            let checked = sluice_cli::check::check_file(&component, &name, None, None)?;
+            if as_json {
+                return emit(&json!({
+                    "component": component,
+                    "contract": checked.contract,
+                    "size": checked.size,
+                    "digest": checked.digest,
+                }));
+            }
+            outln!(
                 "{}: ok, sluice:nf@{}, {} bytes, sha256 {}",
                 component.display(),
                 checked.contract,
@@ -842,14 +1030,14 @@ fn run() -> Result<()> {
 }
 
 fn print_keys(keys: &[Value]) {
-    println!("{:<10} {:<26} CURRENT", "PREFIX", "CREATED");
+    outln!("{:<10} {:<26} CURRENT", "PREFIX", "CREATED");
     for k in keys {
         let created = k["created_ms"].as_i64().unwrap_or(0);
         let when = time::OffsetDateTime::from_unix_timestamp(created / 1000)
             .ok()
             .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
             .unwrap_or_default();
-        println!(
+        outln!(
             "{:<10} {:<26} {}",
             k["prefix"].as_str().unwrap_or_default(),
             when,
@@ -874,7 +1062,7 @@ fn print_deployment(d: &Value) {
                 .collect()
         })
         .unwrap_or_default();
-    println!(
+    outln!(
         "{} ({}) rev {} group {}: {}{}  [{}]",
         d["name"].as_str().unwrap_or_default(),
         d["id"].as_str().unwrap_or_default(),
@@ -886,10 +1074,10 @@ fn print_deployment(d: &Value) {
     );
     let attachments: Vec<&str> = d["attachments"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     if !attachments.is_empty() {
-        println!("  traffic {}", attachments.join("; "));
+        outln!("  traffic {}", attachments.join("; "));
     }
     for h in d["hosts"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  host {:<16} {:<8} rev {} {:>10} packets{}",
             h["host"].as_str().unwrap_or_default(),
             h["state"].as_str().unwrap_or_default(),
@@ -907,11 +1095,11 @@ fn num(v: &Value) -> f64 {
 fn print_usage(u: &Value) {
     let rows = u["rows"].as_array().cloned().unwrap_or_default();
     if rows.is_empty() {
-        println!("no usage in this range");
+        outln!("no usage in this range");
         return;
     }
     let max = rows.iter().map(|r| num(&r["packets"])).fold(0.0, f64::max);
-    println!(
+    outln!(
         "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10} {:>6}  packets",
         "deployment",
         "nf",
@@ -926,7 +1114,7 @@ fn print_usage(u: &Value) {
         "traps"
     );
     for r in &rows {
-        println!(
+        outln!(
             "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>10.4} {:>10} {:>6}  {}",
             r["deployment_name"].as_str().unwrap_or_default(),
             r["nf"].as_str().unwrap_or_default(),
@@ -943,7 +1131,7 @@ fn print_usage(u: &Value) {
         );
     }
     let t = &u["total"];
-    println!(
+    outln!(
         "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>10.4} {:>10} {:>6}",
         "total",
         "",
@@ -961,21 +1149,27 @@ fn print_usage(u: &Value) {
 
 fn print_bill(b: &Value) {
     let cur = b["currency"].as_str().unwrap_or_default();
-    println!(
+    outln!(
         "bill for {} ({}), {}",
         b["tenant_name"].as_str().unwrap_or_default(),
         b["tenant"].as_str().unwrap_or_default(),
         b["period"].as_str().unwrap_or_default()
     );
-    println!(
+    outln!(
         "{:<12} {:>14} {:>12} {:>14} {:>10} {:>10}  {:<20} share of the bill",
-        "item", "used", "included", "billable", "price", "amount", "unit"
+        "item",
+        "used",
+        "included",
+        "billable",
+        "price",
+        "amount",
+        "unit"
     );
     let top = b["lines"].as_array().into_iter().flatten().map(|l| num(&l["amount"])).fold(0.0, f64::max);
     for l in b["lines"].as_array().into_iter().flatten() {
         let q = num(&l["quantity"]);
         let inc = num(&l["included"]);
-        println!(
+        outln!(
             "{:<12} {:>14.6} {:>12.6} {:>14.6} {:>10} {:>10.2}  {:<20} {}",
             l["item"].as_str().unwrap_or_default(),
             q,
@@ -987,9 +1181,9 @@ fn print_bill(b: &Value) {
             bar(num(&l["amount"]), top, 20)
         );
     }
-    println!("{:<12} {:>74.2} {cur}", "total", num(&b["total"]));
+    outln!("{:<12} {:>74.2} {cur}", "total", num(&b["total"]));
     let packets: f64 = b["usage"].as_array().into_iter().flatten().map(|r| num(&r["packets"])).sum();
-    println!(
+    outln!(
         "({} packets billed across {} NF version(s))",
         human(packets),
         b["usage"].as_array().map(Vec::len).unwrap_or(0)
@@ -998,7 +1192,7 @@ fn print_bill(b: &Value) {
 
 fn groups(admin: &Client, command: GroupsCommand, output: Output) -> anyhow::Result<()> {
     let print = |v: &Value| -> anyhow::Result<()> {
-        println!("{}", serde_json::to_string_pretty(v)?);
+        outln!("{}", serde_json::to_string_pretty(v)?);
         Ok(())
     };
     match command {
@@ -1008,7 +1202,7 @@ fn groups(admin: &Client, command: GroupsCommand, output: Output) -> anyhow::Res
                 return print(&Value::Array(gs));
             }
             if gs.is_empty() {
-                println!("no groups yet: register hosts with `sluice host add`");
+                outln!("no groups yet: register hosts with `sluice host add`");
             }
             for g in &gs {
                 print_group(g);
@@ -1040,7 +1234,7 @@ fn groups(admin: &Client, command: GroupsCommand, output: Output) -> anyhow::Res
             if output == Output::Json {
                 return print(&s);
             }
-            println!("group {group}: {}", settings_line(&s));
+            outln!("group {group}: {}", settings_line(&s));
         }
         GroupsCommand::AddCapacity { group, hosts } => {
             let s: Value =
@@ -1048,18 +1242,16 @@ fn groups(admin: &Client, command: GroupsCommand, output: Output) -> anyhow::Res
             if output == Output::Json {
                 return print(&s);
             }
-            println!("group {group}: {}", settings_line(&s));
+            outln!("group {group}: {}", settings_line(&s));
         }
         GroupsCommand::Drain { group, host, undo } => {
             let path = format!("/v1/groups/{}/hosts/{}/drain", encode(&group), encode(&host));
             if undo {
                 admin.delete(&path)?;
-                println!("host {host} of group {group} may own flows again");
+                outln!("host {host} of group {group} may own flows again");
             } else {
                 admin.post_empty(&path)?;
-                println!(
-                    "host {host} of group {group} is draining: the next table gives its flows to their next owners"
-                );
+                outln!("host {host} of group {group} is draining: the next table gives its flows to their next owners");
             }
         }
     }
@@ -1073,7 +1265,7 @@ fn settings_line(s: &Value) -> String {
 }
 
 fn print_group(g: &Value) {
-    println!(
+    outln!(
         "group {}  table v{}  active {}/proposed {}  demand {} pps  load {} pps  capacity {} pps  ({})",
         g["group"].as_str().unwrap_or_default(),
         g["table_version"],
@@ -1084,12 +1276,18 @@ fn print_group(g: &Value) {
         g["capacity_pps"],
         settings_line(&g["settings"])
     );
-    println!(
+    outln!(
         "  {:<20} {:<9} {:>12} {:>12} {:>7} {:>9} {:>6}",
-        "HOST", "STATE", "CAPACITY", "LOAD", "SHARE", "SEEN(ms)", "TABLE"
+        "HOST",
+        "STATE",
+        "CAPACITY",
+        "LOAD",
+        "SHARE",
+        "SEEN(ms)",
+        "TABLE"
     );
     for m in g["members"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  {:<20} {:<9} {:>12} {:>12} {:>6.1}% {:>9} {:>6}",
             m["host"].as_str().unwrap_or_default(),
             m["state"].as_str().unwrap_or_default(),

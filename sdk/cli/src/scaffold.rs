@@ -127,7 +127,8 @@ pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str
             // Start from the versions the SDK is built and tested with
             // (cargo drops what the project does not use), so a build
             // needs no registry lookup and matches the host's.
-            let lock = sdk.root().join("Cargo.lock");
+            let installed = sdk.lang_dir(Lang::Rust).join("Cargo.lock");
+            let lock = if installed.is_file() { installed } else { sdk.root().join("Cargo.lock") };
             if lock.is_file() {
                 std::fs::copy(&lock, dir.join("Cargo.lock")).map_err(io("copying", &lock))?;
             }
@@ -144,7 +145,7 @@ pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str
         }
         Lang::Go => {
             let gomod = format!(
-                "module {name}\n\ngo 1.24\n\nrequire sluice.dev/nf v0.0.0\n\n// The Go SDK from the Sluice checkout.\nreplace sluice.dev/nf => {}\n",
+                "module {name}\n\ngo 1.24\n\nrequire sluice.dev/nf v0.0.0\n\n// The Go SDK, as `sluice` installed it.\nreplace sluice.dev/nf => {}\n",
                 sdk.lang_dir(Lang::Go).display()
             );
             write(&dir.join("go.mod"), &gomod)?;

@@ -6,8 +6,16 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// `sluice` in `dir`, with the SDK copy projects reference installed
+/// under the test build's own data directory, not the user's.
 fn sluice(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).current_dir(dir).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .current_dir(dir)
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .env_remove("SLUICE_SDK_ROOT")
+        .output()
+        .unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -81,6 +89,9 @@ fn check_rejects_what_the_gateway_rejects() {
     std::fs::write(&junk, b"definitely not wasm").unwrap();
     let o = sluice(tmp.path(), &["nf", "check", junk.to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("not a WebAssembly binary"), "{}", text(&o));
+    // Said once, with what to do.
+    assert_eq!(text(&o).matches("not a WebAssembly binary").count(), 1, "{}", text(&o));
+    assert!(text(&o).contains("sluice nf build"), "{}", text(&o));
     let core = tmp.path().join("core.wasm");
     std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
     let o = sluice(tmp.path(), &["nf", "check", core.to_str().unwrap()]);
@@ -90,4 +101,21 @@ fn check_rejects_what_the_gateway_rejects() {
         let o = sluice(tmp.path(), &["nf", "check", wrong.to_str().unwrap()]);
         assert!(!o.status.success() && text(&o).contains("exports none of"), "{}", text(&o));
     }
+}
+
+/// A reader that went away (`sluice … | head`) ends the command quietly.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["sdk", "path"])
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("panicked"), "{:?}: {err}", o.status);
 }

@@ -1,0 +1,465 @@
+"""Write Sluice network functions in Python.
+
+An NF is a class with ``init(self, config: bytes) -> NfInfo`` and
+``process(self, batch: Batch) -> None`` (and optionally
+``expired(self, table: int, entries: bytes) -> None``), exported at the end
+of the NF's module with ``Nf = export(MyNf)``. The host calls ``init`` once
+per instance with the tenant's configuration and ``process`` once per batch
+of packets, never once per packet. Inside ``process``, :class:`Batch` gives
+packet views, per-flow state (including changes made earlier in the same
+batch) and setters for verdicts, rewrites and state; none of them calls the
+host. Raise an exception to refuse a configuration or fail a batch: its
+message goes to the host, which applies the NF's failure policy.
+
+The contract is ``wit/v0.3.0/nf.wit`` (``sluice:nf@0.3.0``); componentize-py
+generates the ``wit_world`` bindings this package wraps when it builds the NF.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, Optional, Sequence, Tuple
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.imports import host_log
+from wit_world.imports import state as _state
+from wit_world.imports import types
+
+__all__ = [
+    "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
+    "Batch", "Bytes", "Counters", "Level", "NfInfo", "Packet", "Pool", "StateError", "frame", "unframe",
+    "config_value", "csum_update16", "export", "forward", "label", "log", "parse_ipv4_cidr",
+    "emit", "stateless", "with_flow_state",
+]
+
+#: Drop the packet.
+DROP = 0
+#: The flow index of a packet that has no flow (not IP).
+NO_FLOW = 0xFFFF
+NO_L4 = 0xFFFF
+NO_L3 = 0xFF
+FLAG_REVERSE, FLAG_FRAGMENT, FLAG_TRUNCATED, FLAG_IPV6 = 1, 2, 4, 8
+TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
+
+Level = types.Level
+NfInfo = types.NfInfo
+
+
+def forward(port: int = 0) -> int:
+    """Verdict: forward the packet out of ``port`` (0: the default output)."""
+    return (1 << 16) | (port & 0xFFFF)
+
+
+def label(value: int) -> int:
+    """Verdict: send the packet to the chain branch selected by ``value``."""
+    return (2 << 16) | (value & 0xFFFF)
+
+
+def stateless() -> NfInfo:
+    """What a stateless NF returns from ``init``."""
+    return NfInfo(wants_flow_state=False, flow_idle_timeout_ns=0)
+
+
+def with_flow_state(idle_timeout_ns: int = 0) -> NfInfo:
+    """What an NF that keeps per-flow state returns from ``init`` (idle
+    timeout 0: the host's default, 120 s)."""
+    return NfInfo(wants_flow_state=True, flow_idle_timeout_ns=idle_timeout_ns)
+
+
+def log(level: Level, message: str) -> None:
+    """A line in the host log (rate-limited by the host)."""
+    host_log.log(level, message)
+
+
+def emit(events: Sequence[Tuple[str, Level, Sequence[Tuple[str, str]]]]) -> None:
+    """Sends events now, in one call, outside a batch (e.g. from
+    ``expired``): each a (kind, level, fields) tuple."""
+    if events:
+        host_log.emit([types.Event(kind, level, None, list(fields)) for kind, level, fields in events])
+
+
+def config_value(config: bytes, key: str) -> Optional[str]:
+    """The value of ``key`` in a config of ``key=value`` lines (spaces
+    around both ignored, ``#`` starts a comment line), or None."""
+    for line in config.decode("utf-8").splitlines():
+        line = line.strip()
+        if line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        if k.strip() == key:
+            return v.strip()
+    return None
+
+
+def parse_ipv4_cidr(text: str) -> Tuple[int, int]:
+    """``a.b.c.d[/n]`` as (network, mask) integers; ValueError if malformed."""
+    addr, _, length = text.partition("/")
+    parts = addr.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 3 and int(p) <= 255 for p in parts):
+        raise ValueError(f"bad IPv4 address in '{text}'")
+    n = int(length) if length else 32
+    if not length.isdigit() and length or n > 32:
+        raise ValueError(f"bad prefix length in '{text}'")
+    a = (int(parts[0]) << 24) | (int(parts[1]) << 16) | (int(parts[2]) << 8) | int(parts[3])
+    mask = 0 if n == 0 else (0xFFFFFFFF << (32 - n)) & 0xFFFFFFFF
+    return a & mask, mask
+
+
+def csum_update16(checksum: int, old: int, new: int) -> int:
+    """RFC 1624 incremental update of a one's-complement checksum when a
+    16-bit word changes from ``old`` to ``new``."""
+    s = (~checksum & 0xFFFF) + (~old & 0xFFFF) + new
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+class Packet:
+    """One packet of a batch: its bytes and what the host parsed out of
+    them. Accessors return 0/False/None when a header was not captured."""
+
+    __slots__ = ("data", "wire_len", "timestamp_ns", "flow_hash", "flow", "ingress_port",
+                 "l4_offset", "l3_offset", "flags", "_v4", "_proto", "_tcp")
+
+    def __init__(self, data: bytes, w0: int, w1: int, w2: int, w3: int):
+        self.data = data
+        self.wire_len = w0 >> 32
+        self.timestamp_ns = w1
+        self.flow_hash = w2
+        self.flow = w3 & 0xFFFF
+        self.ingress_port = (w3 >> 16) & 0xFFFF
+        self.l4_offset = (w3 >> 32) & 0xFFFF
+        self.l3_offset = (w3 >> 48) & 0xFF
+        self.flags = (w3 >> 56) & 0xFF
+        # Memoized checks: the interpreter inside the component pays for
+        # every repeated call.
+        self._v4 = None
+        self._proto = None
+        self._tcp = None
+
+    def is_ipv4(self) -> bool:
+        """An IPv4 packet whose whole IP header was captured."""
+        if self._v4 is None:
+            l3, d = self.l3_offset, self.data
+            if l3 == NO_L3 or self.flags & FLAG_IPV6 or l3 + 20 > len(d) or d[l3] >> 4 != 4:
+                self._v4 = False
+            else:
+                hl = (d[l3] & 0x0F) * 4
+                self._v4 = hl >= 20 and l3 + hl <= len(d) and ((d[l3 + 2] << 8) | d[l3 + 3]) >= hl
+        return self._v4
+
+    def ip_proto(self) -> int:
+        """The IP protocol (for IPv6 the first next header); 0 if not IP."""
+        if self._proto is None:
+            if self.l3_offset == NO_L3:
+                self._proto = 0
+            elif not self.flags & FLAG_IPV6:
+                self._proto = self.data[self.l3_offset + 9] if self.is_ipv4() else 0
+            else:
+                at = self.l3_offset + 6
+                self._proto = self.data[at] if at < len(self.data) else 0
+        return self._proto
+
+    def ipv4_src(self) -> int:
+        """IPv4 source address as an integer (0 if not IPv4)."""
+        return struct.unpack_from("!I", self.data, self.l3_offset + 12)[0] if self.is_ipv4() else 0
+
+    def ipv4_dst(self) -> int:
+        """IPv4 destination address as an integer (0 if not IPv4)."""
+        return struct.unpack_from("!I", self.data, self.l3_offset + 16)[0] if self.is_ipv4() else 0
+
+    def is_tcp(self) -> bool:
+        """A TCP packet whose whole TCP header was captured."""
+        if self._tcp is None:
+            l4, d = self.l4_offset, self.data
+            if l4 == NO_L4 or self.ip_proto() != 6 or l4 + 20 > len(d):
+                self._tcp = False
+            else:
+                hl = (d[l4 + 12] >> 4) * 4
+                self._tcp = hl >= 20 and l4 + hl <= len(d)
+        return self._tcp
+
+    def is_udp(self) -> bool:
+        """A UDP packet whose UDP header was captured."""
+        return self.l4_offset != NO_L4 and self.ip_proto() == 17 and self.l4_offset + 8 <= len(self.data)
+
+    def src_port(self) -> int:
+        return struct.unpack_from("!H", self.data, self.l4_offset)[0] if self.is_tcp() or self.is_udp() else 0
+
+    def dst_port(self) -> int:
+        return struct.unpack_from("!H", self.data, self.l4_offset + 2)[0] if self.is_tcp() or self.is_udp() else 0
+
+    def tcp_flags(self) -> int:
+        """TCP flags byte (TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK, ...), 0 if not TCP."""
+        return self.data[self.l4_offset + 13] if self.is_tcp() else 0
+
+
+_KEEP, _SET, _REMOVE = 0, 1, 2
+
+
+class Batch:
+    """A batch of packets with their flow state, plus the NF's decisions.
+    Every packet starts with the verdict ``forward(0)``."""
+
+    def __init__(self, raw: types.Batch):
+        self._data = raw.data
+        self._desc = raw.descriptors
+        n = len(raw.descriptors) // 4
+        self.verdicts = [forward(0)] * n
+        self._rewrites: dict = {}
+        self._events: list = []
+        states, s, at = [], raw.flow_states, 0
+        while at + 4 <= len(s):
+            length = int.from_bytes(s[at:at + 4], "little")
+            if length > len(s) - at - 4:
+                break
+            states.append(s[at + 4:at + 4 + length])
+            at += 4 + length
+        self._states = states
+        self._pending = [(_KEEP, b"")] * len(states)
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def packet(self, i: int) -> Packet:
+        d = self._desc
+        w = 4 * i
+        start = (d[w - 4] & 0xFFFFFFFF) if i else 0
+        end = d[w] & 0xFFFFFFFF
+        return Packet(self._data[start:end], d[w], d[w + 1], d[w + 2], d[w + 3])
+
+    def packets(self) -> Iterator[Packet]:
+        """All packets in order."""
+        return (self.packet(i) for i in range(len(self.verdicts)))
+
+    def set_verdict(self, i: int, verdict: int) -> None:
+        self.verdicts[i] = verdict
+
+    def flow_state(self, flow: int) -> Optional[bytes]:
+        """The state of ``flow`` as of now: what the host handed in, or what
+        this batch set since; None if it has none."""
+        if flow >= len(self._states):
+            return None
+        op, value = self._pending[flow]
+        if op == _SET:
+            return value
+        if op == _REMOVE:
+            return None
+        return self._states[flow] or None
+
+    def set_flow_state(self, flow: int, state: bytes) -> None:
+        """Stores ``state`` (1..4096 bytes) for ``flow``."""
+        if flow < len(self._pending):
+            self._pending[flow] = (_SET, bytes(state)) if state else (_REMOVE, b"")
+
+    def remove_flow_state(self, flow: int) -> None:
+        """Forgets the state of ``flow``."""
+        if flow < len(self._pending):
+            self._pending[flow] = (_REMOVE, b"")
+
+    def rewrite(self, i: int, data: bytes) -> None:
+        """Replaces the bytes of packet ``i``."""
+        if 0 <= i < len(self.verdicts):
+            self._rewrites[i] = bytes(data)
+
+    def emit(self, kind: str, level: Level, packet: Optional[int], fields: Sequence[Tuple[str, str]]) -> None:
+        """Queues an event; a batch's events reach the host in one call."""
+        self._events.append(types.Event(kind, level, packet, list(fields)))
+
+    def _finish(self) -> types.BatchResult:
+        if self._events:
+            host_log.emit(self._events)
+        rewrites = [types.Rewrite(i, d) for i, d in sorted(self._rewrites.items())]
+        updates = []
+        for flow, (op, value) in enumerate(self._pending):
+            if op == _SET:
+                updates.append(types.FlowUpdate(flow, types.StateOp_Set(value)))
+            elif op == _REMOVE:
+                updates.append(types.FlowUpdate(flow, types.StateOp_Remove()))
+        return types.BatchResult(self.verdicts, rewrites, updates)
+
+
+class StateError(Exception):
+    """A host table operation failed (the message names the state error)."""
+
+
+def _state_call(what: str, f, *args):
+    try:
+        return f(*args)
+    except Err as e:
+        raise StateError(f"{what}: {type(e.value).__name__.replace('StateError_', '')} {vars(e.value)}") from None
+
+
+class Counters:
+    """A host counter table (see the ``state`` interface of the contract)."""
+
+    def __init__(self, table: int):
+        self.table = table
+
+    @staticmethod
+    def declare(spec: _state.TableSpec) -> "Counters":
+        """Declares a table from a full spec (only in ``init``)."""
+        return Counters(_state_call("declare", _state.declare, spec))
+
+    @staticmethod
+    def sum(name: str, merge_interval_ns: int = 0) -> "Counters":
+        """A global counter table whose workers' replicas are summed every
+        ``merge_interval_ns`` of packet time (only in ``init``)."""
+        spec = _state.TableSpec(
+            name=name, scope=_state.Scope.GLOBAL, access=_state.Access.READ_WRITE,
+            kind=_state.ValueKind.COUNTER,
+            consistency=_state.Consistency_Eventual(_state.EventualSpec(_state.Merge.SUM, merge_interval_ns)),
+            key_size=0, max_value_size=8, capacity=0, idle_timeout_ns=0, notify_expired=False)
+        return Counters.declare(spec)
+
+    @staticmethod
+    def single_writer(name: str, sync_interval_ns: int = 0) -> "Counters":
+        """A global counter table with one owner worker per key (only in
+        ``init``): adds to keys another worker owns are forwarded to it as
+        deltas, so none is lost; reads see the owner's value as published at
+        its last sync plus this worker's own adds since. Owners sync every
+        ``sync_interval_ns`` of packet time (0: every batch)."""
+        return Counters.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.COUNTER,
+                                      _single_writer(sync_interval_ns), 8))
+
+    def add(self, keys: Sequence[int], deltas: Sequence[int]) -> None:
+        _state_call("counter-add", _state.counter_add, self.table, list(keys), list(deltas))
+
+    def get(self, keys: Sequence[int]) -> list:
+        return _state_call("counter-get", _state.counter_get, self.table, list(keys))
+
+
+def frame(items: Sequence[bytes]) -> bytes:
+    """Frames items the way the state interface takes keys and values: a
+    4-byte little-endian length, then the bytes, for each."""
+    out = bytearray()
+    for item in items:
+        out += len(item).to_bytes(4, "little")
+        out += item
+    return bytes(out)
+
+
+def unframe(data: bytes) -> list:
+    """The items of a framed list (ValueError if it is cut short)."""
+    items, at = [], 0
+    while at < len(data):
+        if at + 4 > len(data):
+            raise ValueError(f"framing cut short at byte {at}")
+        n = int.from_bytes(data[at:at + 4], "little")
+        if at + 4 + n > len(data):
+            raise ValueError(f"framing cut short at byte {at}")
+        items.append(data[at + 4:at + 4 + n])
+        at += 4 + n
+    return items
+
+
+def _spec(name, scope, access, kind, consistency, max_value_size, idle_timeout_ns=0, notify_expired=False,
+          key_size=0):
+    return _state.TableSpec(
+        name=name, scope=scope, access=access, kind=kind, consistency=consistency, key_size=key_size,
+        max_value_size=max_value_size, capacity=0, idle_timeout_ns=idle_timeout_ns, notify_expired=notify_expired)
+
+
+def _single_writer(sync_interval_ns: int):
+    return _state.Consistency_SingleWriter(_state.SingleWriterSpec(sync_interval_ns))
+
+
+class Bytes:
+    """A host byte table: framed keys and values (see ``frame``)."""
+
+    def __init__(self, table: int):
+        self.table = table
+
+    @staticmethod
+    def declare(spec: _state.TableSpec) -> "Bytes":
+        return Bytes(_state_call("declare", _state.declare, spec))
+
+    @staticmethod
+    def per_flow(name: str, max_value_size: int, idle_timeout_ns: int = 0, notify_expired: bool = False) -> "Bytes":
+        """Byte values per flow, keyed by the batch's flow index (framed as
+        4 bytes little-endian); only in ``init``. With ``notify_expired``,
+        entries idle for ``idle_timeout_ns`` of packet time reach the NF's
+        ``expired`` (keys: 37-byte flow keys)."""
+        return Bytes.declare(_spec(name, _state.Scope.PER_FLOW, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
+                                   _state.Consistency_Local(), max_value_size, idle_timeout_ns, notify_expired))
+
+    @staticmethod
+    def single_writer(name: str, key_size: int, max_value_size: int, sync_interval_ns: int = 0) -> "Bytes":
+        """A global byte table with one owner worker per key (only in
+        ``init``): writes to keys another worker owns are forwarded to it,
+        and the last applied write wins (an empty value removes); reads see
+        the owner's value as published at its last sync plus this worker's
+        own writes since. ``key_size`` 0 allows keys of 1 to 256 bytes;
+        owners sync every ``sync_interval_ns`` of packet time (0: every
+        batch)."""
+        return Bytes.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
+                                   _single_writer(sync_interval_ns), max_value_size, key_size=key_size))
+
+    def get_many(self, keys: bytes) -> bytes:
+        return _state_call("get-many", _state.get_many, self.table, keys)
+
+    def put_many(self, entries: bytes) -> None:
+        _state_call("put-many", _state.put_many, self.table, entries)
+
+
+class Pool:
+    """A release table: integer resources shared by the host's workers,
+    each bound to a value while held."""
+
+    def __init__(self, table: int):
+        self.table = table
+
+    @staticmethod
+    def declare(name: str, first: int, count: int, max_value_size: int, chunk: int = 0) -> "Pool":
+        """The resources ``first .. first + count`` (only in ``init``)."""
+        spec = _spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
+                     _state.Consistency_Release(_state.PoolSpec(first, count, chunk)), max_value_size)
+        return Pool(_state_call("declare", _state.declare, spec))
+
+    def acquire(self, values: bytes) -> list:
+        return _state_call("acquire", _state.acquire, self.table, values)
+
+    def lookup(self, resources: Sequence[int]) -> bytes:
+        return _state_call("lookup", _state.lookup, self.table, list(resources))
+
+    def release(self, resources: Sequence[int]) -> None:
+        _state_call("release", _state.release, self.table, list(resources))
+
+
+def export(cls):
+    """The component's ``nf`` export for the NF class ``cls``: assign it to
+    ``Nf`` at the end of the NF module (``Nf = export(MyNf)``)."""
+
+    class Nf(exports.Nf):
+        _nf = None
+
+        def init(self, config: bytes) -> types.NfInfo:
+            try:
+                nf = cls()
+                info = nf.init(bytes(config))
+            except Exception as e:  # the host shows the message to the tenant
+                raise Err(str(e) or type(e).__name__)
+            Nf._nf = nf
+            return info if info is not None else stateless()
+
+        def process(self, batch: types.Batch) -> types.BatchResult:
+            if Nf._nf is None:
+                raise Err("process called before a successful init")
+            b = Batch(batch)
+            try:
+                Nf._nf.process(b)
+            except Exception as e:
+                raise Err(f"{type(e).__name__}: {e}")
+            return b._finish()
+
+        def expired(self, table: int, entries: bytes) -> None:
+            handler = getattr(Nf._nf, "expired", None)
+            if handler is None:
+                return
+            try:
+                handler(table, bytes(entries))
+            except Exception as e:
+                raise Err(f"{type(e).__name__}: {e}")
+
+    return Nf
