@@ -23,7 +23,7 @@ fn advice(lang: Option<Lang>) -> &'static str {
     match lang {
         None => "build it with `sluice nf build`, which targets sluice:nf@0.3.0 (wit/v0.3.0/nf.wit), in any language",
         Some(Lang::Rust) => {
-            "a Rust NF is a cdylib crate that implements sluice_sdk's Nf trait and exports it with `export_nf!(Type)` (sdk/rust/README.md)"
+            "a Rust NF is a cdylib crate that implements sluice_sdk::NetworkFunction and exports it with `export_nf!(Type)` (sdk/rust/README.md)"
         }
         Some(Lang::C) => "a C NF defines nf_init and nf_process from sluice_nf.h (sdk/c/README.md)",
         Some(Lang::Python) => "a Python NF's module ends with `Nf = export(MyNf)` (sdk/python/README.md)",
