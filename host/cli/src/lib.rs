@@ -11,7 +11,8 @@ pub mod run;
 #[cfg(feature = "dpdk")]
 pub mod steer;
 pub mod synth;
+pub mod traffic;
 
 pub use config::{ConfigError, HostConfig};
 pub use report::Report;
-pub use run::{RunError, RunOptions, run, write_report};
+pub use run::{RunError, RunOptions, run, run_observed, write_report};

@@ -388,6 +388,11 @@ enum Command {
         /// `100,200,0` for two tenants' traffic and unclaimed traffic.
         #[arg(long, value_delimiter = ',')]
         vlans: Vec<u16>,
+        /// Instead of sessions: the packets a text file describes, one per
+        /// line (`0.0 tcp 10.0.0.5:40000 > 10.0.0.80:22 flags S repeat 500`;
+        /// the format is in host/cli/src/traffic.rs and the SDK READMEs).
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["sessions", "seed", "vlans"])]
+        from: Option<PathBuf>,
     },
 }
 
@@ -719,7 +724,15 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             }
             Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Synth { out, sessions, seed, vlans } => {
+        Command::Synth { out, sessions, seed, vlans, from: Some(from) } => {
+            let _ = (sessions, seed, vlans);
+            let text = std::fs::read_to_string(&from).with_context(|| format!("reading {}", from.display()))?;
+            let frames = sluice_host::traffic::parse(&text).with_context(|| format!("{}", from.display()))?;
+            let n = sluice_host::synth::write_pcap(&out, &frames)?;
+            println!("wrote {n} packets to {}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Synth { out, sessions, seed, vlans, from: None } => {
             if let Some(v) = vlans.iter().find(|v| **v > sluice_engine::classify::MAX_VLAN) {
                 anyhow::bail!("VLAN {v} is out of range (0 for untagged, 1..=4094)");
             }

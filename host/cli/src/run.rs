@@ -201,6 +201,17 @@ pub fn load_specs(runtime: &Runtime, config: &HostConfig, chain: &ChainDef) -> R
 
 /// Runs the chain over the input and writes the output and report.
 pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
+    run_observed(config, opts, &mut |_, _| {})
+}
+
+/// [`run`], telling `observe` what became of every input packet (its
+/// index in the capture and its result), in input order: what `sluice nf
+/// test` compares per packet.
+pub fn run_observed(
+    config: &HostConfig,
+    opts: &RunOptions,
+    observe: &mut dyn FnMut(usize, &PacketResult),
+) -> Result<Report, RunError> {
     let chain = chain_def(opts.chain.as_deref(), &opts.nfs)?;
     if config.batch_size == 0 || config.batch_size > 4096 {
         return Err(RunError::Usage(format!("batch size {} is out of range 1..=4096", config.batch_size)));
@@ -374,7 +385,7 @@ pub fn run(config: &HostConfig, opts: &RunOptions) -> Result<Report, RunError> {
                     done_rx.recv().map_err(|_| RunError::Worker(0))?;
                 }
             }
-            collector.write(&trace, start_at..end, &mut fates)?;
+            collector.write(&trace, start_at..end, &mut fates, observe)?;
             bar.inc((end - start_at) as u64);
             start_at = end;
         }
@@ -508,9 +519,11 @@ impl Collector {
         trace: &Trace,
         range: std::ops::Range<usize>,
         fates: &mut Vec<Option<PacketResult>>,
+        observe: &mut dyn FnMut(usize, &PacketResult),
     ) -> Result<(), RunError> {
         for (i, r) in range.zip(fates.drain(..)) {
             let Some(r) = r else { continue };
+            observe(i, &r);
             if let Fate::Forward(_) = r.fate {
                 self.packets_out += 1;
                 if let (Some(s), Some(p)) = (self.sink.as_mut(), trace.packets().get(i)) {
