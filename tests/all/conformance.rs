@@ -9,7 +9,7 @@
 //! `SLUICE_BLESS=1` rewrites the expected files from the Rust NF (review
 //! the diff: the other languages must then agree with it).
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_cli::{BuildOptions, Lang, Project, Sdk};
 use std::path::{Path, PathBuf};
 
@@ -42,38 +42,7 @@ fn build(case: &str, lang: Lang, scratch: &Path) -> Option<PathBuf> {
 
 /// What a run must reproduce besides the output bytes.
 fn summary(report: &sluice_host::Report) -> Value {
-    let nf = &report.nfs[0];
-    let m = &nf.meters;
-    let events: Vec<Value> = report
-        .events
-        .iter()
-        .map(|e| json!({"kind": e.kind, "level": e.level, "timestamp_ns": e.timestamp_ns, "flow": e.flow, "fields": e.fields}))
-        .collect();
-    let tables: serde_json::Map<String, Value> = nf
-        .tables
-        .iter()
-        .map(|t| (t.spec.name.clone(), json!({"entries": t.entries, "values": t.values, "pool": t.pool})))
-        .collect();
-    json!({
-        "packets_in": report.packets_in,
-        "packets_out": report.packets_out,
-        "packets_dropped": report.packets_dropped,
-        "meters": {
-            "invocations": m.invocations,
-            "packets": m.packets,
-            "forwarded": m.forwarded,
-            "dropped": m.dropped,
-            "rewritten": m.rewritten,
-            "state_ops": m.state_ops,
-            "events": m.events,
-            "table_calls": m.table_calls,
-            "table_ops": m.table_ops,
-            "traps": m.traps,
-            "errors": m.errors,
-        },
-        "events": events,
-        "tables": tables,
-    })
+    report.expected()
 }
 
 fn run(case: &str, component: &Path, scratch: &Path, workers: usize) -> (Vec<u8>, Value) {

@@ -282,3 +282,46 @@ impl Report {
         s
     }
 }
+
+impl Report {
+    /// What a run of one NF must reproduce besides its output bytes: the
+    /// packet counts, the first NF's meters, the events (kind, level,
+    /// packet time, flow, fields) and its tables. The conformance suite and
+    /// `sluice nf test` compare it as `expected.json`.
+    pub fn expected(&self) -> serde_json::Value {
+        let Some(nf) = self.nfs.first() else { return serde_json::Value::Null };
+        let m = &nf.meters;
+        let events: Vec<serde_json::Value> = self
+        .events
+        .iter()
+        .map(|e| serde_json::json!({"kind": e.kind, "level": e.level, "timestamp_ns": e.timestamp_ns, "flow": e.flow, "fields": e.fields}))
+        .collect();
+        let tables: serde_json::Map<String, serde_json::Value> = nf
+            .tables
+            .iter()
+            .map(|t| {
+                (t.spec.name.clone(), serde_json::json!({"entries": t.entries, "values": t.values, "pool": t.pool}))
+            })
+            .collect();
+        serde_json::json!({
+            "packets_in": self.packets_in,
+            "packets_out": self.packets_out,
+            "packets_dropped": self.packets_dropped,
+            "meters": {
+                "invocations": m.invocations,
+                "packets": m.packets,
+                "forwarded": m.forwarded,
+                "dropped": m.dropped,
+                "rewritten": m.rewritten,
+                "state_ops": m.state_ops,
+                "events": m.events,
+                "table_calls": m.table_calls,
+                "table_ops": m.table_ops,
+                "traps": m.traps,
+                "errors": m.errors,
+            },
+            "events": events,
+            "tables": tables,
+        })
+    }
+}

@@ -103,7 +103,9 @@ fn tokenize(line: &str) -> Result<Vec<(String, bool)>, String> {
                         Some('n') => s.push('\n'),
                         Some('t') => s.push('\t'),
                         Some(e @ ('"' | '\\')) => s.push(e),
-                        other => return Err(format!("unknown escape \\{}", other.map(String::from).unwrap_or_default())),
+                        other => {
+                            return Err(format!("unknown escape \\{}", other.map(String::from).unwrap_or_default()));
+                        }
                     },
                     Some(c) => s.push(c),
                 }
@@ -237,7 +239,7 @@ fn tcp_flags(s: &str) -> Result<u8, String> {
 
 fn hex(s: &str) -> Result<Vec<u8>, String> {
     let s = s.trim_start_matches("0x");
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(format!("hex '{s}' has an odd number of digits"));
     }
     (0..s.len())
@@ -379,10 +381,13 @@ fn set_ttl(frame: &mut [u8], tagged: bool, ttl: u8) {
                 *b = ttl;
             }
             if let Some(h) = frame.get_mut(ip..ip + 20) {
-                h[10] = 0;
-                h[11] = 0;
+                if let Some(sum) = h.get_mut(10..12) {
+                    sum.fill(0);
+                }
                 let c = sluice_wire::checksum::checksum(h);
-                h[10..12].copy_from_slice(&c.to_be_bytes());
+                if let Some(sum) = h.get_mut(10..12) {
+                    sum.copy_from_slice(&c.to_be_bytes());
+                }
             }
         }
         Some(6) => {

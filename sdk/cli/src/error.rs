@@ -85,6 +85,14 @@ pub enum CliError {
         "no Sluice SDK found (looked in {}): unpack the release tarball whole (share/sluice beside bin/sluice), or set SLUICE_SDK_ROOT (or --sdk-root) to an SDK or a Sluice checkout", .0.join(", ")
     )]
     SdkNotFound(Vec<String>),
+    /// A test case of the project cannot run.
+    #[error("test case {case}: {reason}")]
+    Case {
+        /// The case's folder name.
+        case: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Neither SLUICE_DATA_DIR, XDG_DATA_HOME nor HOME is set.
     #[error("no data directory for the installed SDK: set SLUICE_DATA_DIR (or HOME)")]
     NoDataDir,

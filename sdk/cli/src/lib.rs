@@ -5,6 +5,7 @@
 //! proves about a language holds for `sluice nf build`.
 
 pub mod build;
+pub mod cases;
 pub mod check;
 pub mod client;
 pub mod dev;

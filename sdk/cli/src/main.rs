@@ -415,6 +415,25 @@ enum NfCommand {
         #[arg(long)]
         cargo_target_dir: Option<PathBuf>,
     },
+    /// Build the project, then run its test cases: each folder
+    /// tests/<case>/ with input.txt (one packet per line) or input.pcap,
+    /// config.txt, and the expected-verdicts.txt, expected.pcap and
+    /// expected.json it holds; what differs is shown as a diff.
+    Test {
+        /// The project directory.
+        #[arg(default_value = ".")]
+        project: PathBuf,
+        /// Only this case.
+        #[arg(long)]
+        case: Option<String>,
+        /// Write the expected files from this run instead of comparing
+        /// (review them before you commit them).
+        #[arg(long)]
+        bless: bool,
+        /// Cargo target directory for Rust projects.
+        #[arg(long)]
+        cargo_target_dir: Option<PathBuf>,
+    },
     /// Check a component file against the sluice:nf world.
     Check {
         /// The component (.wasm).
@@ -1005,6 +1024,58 @@ fn run() -> Result<()> {
                 built.digest,
                 started.elapsed().as_secs_f64()
             );
+        }
+        Command::Nf(NfCommand::Test { project, case, bless, cargo_target_dir }) => {
+            let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
+            let project = Project::open(&project)?;
+            eprintln!("building {} ({}) ...", project.manifest.name, project.manifest.lang);
+            let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
+                .with_context(|| format!("building {}", project.dir.display()))?;
+            let dirs = sluice_cli::cases::cases(&project, case.as_deref())?;
+            if dirs.is_empty() {
+                anyhow::bail!(
+                    "no test cases in {}: add a folder tests/<case>/ with input.txt and expected-verdicts.txt (sluice nf new makes one)",
+                    project.dir.join("tests").display()
+                );
+            }
+            let mut results = Vec::new();
+            for dir in &dirs {
+                // A case that cannot run fails alone; the others still run.
+                let r = sluice_cli::cases::run_case(&project, &built.path, dir, bless).unwrap_or_else(|e| {
+                    sluice_cli::cases::CaseResult {
+                        name: dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                        packets: 0,
+                        failures: vec![e.to_string()],
+                        blessed: Vec::new(),
+                    }
+                });
+                if !as_json {
+                    if bless {
+                        outln!("case {}: wrote {} ({} packets)", r.name, r.blessed.join(", "), r.packets);
+                    } else if r.passed() {
+                        outln!("case {} ... ok ({} packets)", r.name, r.packets);
+                    } else {
+                        outln!("case {} ... FAILED ({} packets)", r.name, r.packets);
+                        for f in &r.failures {
+                            outln!("{f}");
+                        }
+                    }
+                }
+                results.push(r);
+            }
+            let failed = results.iter().filter(|r| !r.passed()).count();
+            if as_json {
+                let cases: Vec<Value> = results
+                    .iter()
+                    .map(|r| json!({ "case": r.name, "packets": r.packets, "passed": r.passed(), "failures": r.failures, "blessed": r.blessed }))
+                    .collect();
+                emit(&json!({ "cases": cases, "failed": failed }))?;
+            } else if !bless {
+                outln!("{} case(s), {} passed, {failed} failed", results.len(), results.len() - failed);
+            }
+            if failed > 0 && !bless {
+                anyhow::bail!("{failed} test case(s) failed");
+            }
         }
         Command::Nf(NfCommand::Check { component }) => {
             let name = component.file_stem().and_then(|s| s.to_str()).unwrap_or("nf").to_string();

@@ -59,6 +59,33 @@ impl Template {
         }
     }
 
+    /// The test case `sluice nf new` writes (`tests/basic/`): its input,
+    /// one packet per line, and what must become of each packet.
+    pub fn test_case(self) -> (&'static str, &'static str) {
+        match self {
+            Template::Counter => (
+                "# Every packet passes and is counted.\n\
+                 0.000 tcp 10.0.0.5:40000 > 93.184.216.34:80 flags S\n\
+                 0.001 tcp 93.184.216.34:80 > 10.0.0.5:40000 flags SA\n\
+                 0.002 udp 10.0.0.5:5353 > 8.8.8.8:53 payload \"query\"\n\
+                 0.003 icmp 10.0.0.5 > 10.0.0.9 ttl 1\n\
+                 0.004 vlan 100 tcp [2001:db8::1]:443 > [2001:db8::2]:5555 flags R\n",
+                "1 forward 0\n2 forward 0\n3 forward 0\n4 forward 0\n5 forward 0\n",
+            ),
+            Template::Firewall => (
+                "# An inside host opens a connection; the replies come back in.\n\
+                 0.000 tcp 10.0.0.5:40000 > 93.184.216.34:80 flags S\n\
+                 0.001 tcp 93.184.216.34:80 > 10.0.0.5:40000 flags SA\n\
+                 0.002 tcp 10.0.0.5:40000 > 93.184.216.34:80 flags A\n\
+                 # Nobody inside asked for this one.\n\
+                 0.003 tcp 198.51.100.7:5555 > 10.0.0.5:22 flags S\n\
+                 # A scan from outside, three ports.\n\
+                 0.004 tcp 198.51.100.7:50000 > 10.0.0.9:* flags S repeat 3\n",
+                "1 forward 0\n2 forward 0\n3 forward 0\n4 drop\n5 drop\n6 drop\n7 drop\n",
+            ),
+        }
+    }
+
     /// The NF configuration the template expects (`config-text`).
     pub fn config(self) -> &'static str {
         match self {
@@ -90,13 +117,30 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
         template.config()
     );
     write(&dir.join("host.toml"), &host)?;
+    // A test case to start from: `sluice nf test` runs it.
+    let (input, verdicts) = template.test_case();
+    let case = dir.join("tests").join("basic");
+    write(&case.join("input.txt"), input)?;
+    write(&case.join("expected-verdicts.txt"), verdicts)?;
+    if !template.config().is_empty() {
+        write(&case.join("config.txt"), template.config())?;
+    }
     let readme = format!(
         "# {name}\n\nA Sluice network function in {lang}, from the `{template}` template.\n\n\
          ```sh\nsluice nf build            # -> build/{name}.wasm, checked against sluice:nf@{v}\n\
+         sluice nf test             # build, then run tests/*/ (input.txt, expected-verdicts.txt, ...)\n\
          sluice-host synth --out trace.pcap --sessions 1000\n\
          sluice-host --config host.toml run --nf build/{name}.wasm --in trace.pcap --out out.pcap\n```\n\n\
          The NF's configuration is `config-text` in `host.toml`. The SDK's README \
-         ({sdk_readme}) describes the API.\n",
+         ({sdk_readme}) describes the API.\n\n\
+         ## Tests\n\n\
+         Each folder under `tests/` is a case: `input.txt` (one packet per line: time, \
+         optional `vlan N`, protocol, `source > destination`, then `flags`, `ttl`, \
+         `payload \"text\"`, `len`, `repeat N every S`; `*` counts ports and octets in \
+         repeats) or `input.pcap`, `config.txt`, and the expected files: \
+         `expected-verdicts.txt` (one line per packet: `3 forward 0`, `4 drop`), \
+         `expected.pcap` and `expected.json` (meters, events, tables). \
+         `sluice nf test --bless` writes them from a run; review them before you commit.\n",
         template = template.name(),
         v = crate::sdk::CONTRACT_VERSION,
         sdk_readme = sdk.lang_dir(lang).join("README.md").display(),

@@ -35,12 +35,16 @@ fn new_then_build_in_every_language() {
         let o = sluice(tmp.path(), &["nf", "new", &name, "--lang", lang, "--template", "firewall"]);
         assert!(o.status.success(), "{}", text(&o));
         let project = tmp.path().join(&name);
-        for f in ["sluice.toml", "host.toml", "README.md"] {
+        for f in ["sluice.toml", "host.toml", "README.md", "tests/basic/input.txt", "tests/basic/expected-verdicts.txt"]
+        {
             assert!(project.join(f).is_file(), "{lang}: no {f}");
         }
         let o = sluice(&project, &["nf", "build", "--cargo-target-dir", target.to_str().unwrap()]);
         assert!(o.status.success(), "{lang}: {}", text(&o));
         assert!(text(&o).contains("sluice:nf@0.3.0"), "{}", text(&o));
+        // The template's own test case holds in every language.
+        let o = sluice(&project, &["nf", "test", "--cargo-target-dir", target.to_str().unwrap()]);
+        assert!(o.status.success() && text(&o).contains("case basic ... ok (7 packets)"), "{lang}: {}", text(&o));
         let component = project.join("build").join(format!("{name}.wasm"));
         let o = sluice(tmp.path(), &["nf", "check", component.to_str().unwrap()]);
         assert!(o.status.success() && text(&o).contains(": ok"), "{}", text(&o));
@@ -118,4 +122,42 @@ fn a_closed_pipe_ends_a_command_quietly() {
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && !err.contains("panicked"), "{:?}: {err}", o.status);
+}
+
+/// `nf test` shows what differs as a diff and fails; `--bless` records the
+/// run; a case without expected files says how to make them.
+#[test]
+fn nf_test_diffs_blesses_and_explains() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(sluice(tmp.path(), &["nf", "new", "guard", "--lang", "c", "--template", "firewall"]).status.success());
+    let project = tmp.path().join("guard");
+    let verdicts = project.join("tests/basic/expected-verdicts.txt");
+    let good = std::fs::read_to_string(&verdicts).unwrap();
+    std::fs::write(&verdicts, good.replace("4 drop", "4 forward 0")).unwrap();
+    let o = sluice(&project, &["nf", "test"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("case basic ... FAILED") && t.contains("-4 forward 0") && t.contains("+4 drop"), "{t}");
+    assert!(!t.contains("-1 forward 0"), "only the differing lines and their context: {t}");
+    // --bless writes the expected files from the run; then it passes.
+    let o = sluice(&project, &["nf", "test", "--bless"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&verdicts).unwrap(), good);
+    for f in ["expected.pcap", "expected.json"] {
+        assert!(project.join("tests/basic").join(f).is_file());
+    }
+    let o = sluice(&project, &["nf", "test", "--output", "json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["failed"], 0);
+    assert_eq!(v["cases"][0]["packets"], 7);
+    // A case with no expected files, and one whose input does not parse.
+    std::fs::create_dir_all(project.join("tests/empty")).unwrap();
+    std::fs::write(project.join("tests/empty/config.txt"), "inside=10.0.0.0/8").unwrap();
+    std::fs::write(project.join("tests/empty/input.txt"), "0 udp 10.0.0.1:1 > 10.0.0.2:2\n").unwrap();
+    let o = sluice(&project, &["nf", "test", "--case", "empty"]);
+    assert!(!o.status.success() && text(&o).contains("--bless"), "{}", text(&o));
+    std::fs::write(project.join("tests/empty/input.txt"), "0 udp 10.0.0.1 > 10.0.0.2:2\n").unwrap();
+    let o = sluice(&project, &["nf", "test", "--case", "empty"]);
+    assert!(!o.status.success() && text(&o).contains("input.txt line 1"), "{}", text(&o));
 }

@@ -1,6 +1,6 @@
 //! The release tarball (`make dist`, deploy/dist/build.sh) as a new user
 //! meets it: unpacked into an empty directory, `HOME` a fresh folder, no
-//! checkout on `PATH` or in any setting; `sluice nf new` and `nf build` in
+//! checkout on `PATH` or in any setting; `sluice nf new`, `nf build` and `nf test` in
 //! all five languages from the SDK it carries (installed under the user's
 //! data directory, which the projects reference), and every component
 //! uploaded to a `sluice dev` started from the tarball, one of them
@@ -149,6 +149,12 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
             .unwrap();
         let out = ok(o, &format!("nf build ({lang})"));
         assert!(out.contains("sluice:nf@0.3.0"), "{out}");
+        let o = user(&sluice, &project)
+            .args(["nf", "test", "--cargo-target-dir", cargo_target.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let out = ok(o, &format!("nf test ({lang})"));
+        assert!(out.contains("1 passed, 0 failed"), "{out}");
         built.push((nf.clone(), project.join("build").join(format!("{nf}.wasm"))));
     }
     assert!(data.join("sdk/rust/vendor/sluice-wire/Cargo.toml").is_file());
