@@ -86,12 +86,16 @@ demo: build test-nfs
 		--report $(DEMO_DIR)/nat-report.json
 	@echo
 	@echo "== one firewall, four more languages: 'sluice nf new --template firewall' in C, Python, JavaScript and Go,"
-	@echo "   'sluice nf build' (each checked against the contract), then the office trace through each"
+	@echo "   'sluice nf test' (each built, checked against the contract, and run through its tests/basic case:"
+	@echo "   seven packets written as text, one verdict each), then the office trace through each"
 	@rm -rf $(DEMO_DIR)/langs && mkdir -p $(DEMO_DIR)/langs
 	@for l in c python js go; do \
 		$(CURDIR)/target/release/sluice nf new fw-$$l --lang $$l --template firewall --dir $(DEMO_DIR)/langs >/dev/null && \
-		(cd $(DEMO_DIR)/langs/fw-$$l && $(CURDIR)/target/release/sluice nf build) || exit 1; \
+		(cd $(DEMO_DIR)/langs/fw-$$l && out=$$($(CURDIR)/target/release/sluice nf test) && echo "$$out" | sed "s/^/   fw-$$l: /") || exit 1; \
 	done
+	@echo "   the case, fw-c/tests/basic/input.txt:"
+	@sed 's/^/     /' $(DEMO_DIR)/langs/fw-c/tests/basic/input.txt
+	@echo "   and its expected-verdicts.txt: $$(tr '\n' ',' < $(DEMO_DIR)/langs/fw-c/tests/basic/expected-verdicts.txt | sed 's/,$$//; s/,/, /g')"
 	@for l in c python js go; do \
 		./target/release/sluice-host --config $(DEMO_DIR)/langs/fw-$$l/host.toml run --quiet \
 			--nf $(DEMO_DIR)/langs/fw-$$l/build/fw-$$l.wasm --in $(DEMO_DIR)/office.pcap \
