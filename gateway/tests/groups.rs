@@ -1352,7 +1352,11 @@ fn a_group_wide_rate_limit_holds_a_source_spread_over_the_hosts_to_its_rate() {
         600.0 * SECS,
         passed[1]
     );
-    assert_eq!(passed[1], 300, "a source under its rate loses nothing");
+    // A source under its rate is not policed: policed with A (the group's
+    // 200/s shared by both) it would keep about 86 of its 300. What it may
+    // lose is what the loaded machine's af_packet and memif links drop
+    // (13 of 300 once on a 2-core CI runner), not what the limiter takes.
+    assert!(passed[1] >= 285, "a source under its rate was policed: {} of 300 passed", passed[1]);
     let a_passed = passed[0] as f64;
     // The sliding window admits about its rate after the first window (an
     // estimate: between the rate alone and the bucket's burst plus rate).

@@ -434,6 +434,17 @@ enum NfCommand {
         #[arg(long)]
         cargo_target_dir: Option<PathBuf>,
     },
+    /// Watch the project: on every save build it, upload it under a new
+    /// dev version (0.0.0-dev.<start>.<n>) and hot-swap the deployment to
+    /// it; print the NF's log lines, traps and build errors as they come.
+    /// Against any gateway, `sluice dev` included. Ctrl-C stops.
+    Watch {
+        /// The project directory.
+        #[arg(default_value = ".")]
+        project: PathBuf,
+        #[command(flatten)]
+        args: WatchArgs,
+    },
     /// Check a component file against the sluice:nf world.
     Check {
         /// The component (.wasm).
@@ -457,6 +468,26 @@ enum NfCommand {
         /// Module id or name@version.
         module: String,
     },
+}
+
+/// What `sluice nf watch` deploys to, and how often it looks.
+#[derive(Debug, clap::Args)]
+struct WatchArgs {
+    /// The deployment (default: the NF's name); created if missing.
+    #[arg(long)]
+    deployment: Option<String>,
+    /// Its host group.
+    #[arg(long, default_value = "default")]
+    group: String,
+    /// The NF's configuration file.
+    #[arg(long)]
+    config_file: Option<PathBuf>,
+    /// How often to look for changes and log lines, ms.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    interval_ms: u64,
+    /// Cargo target directory for Rust projects.
+    #[arg(long)]
+    cargo_target_dir: Option<PathBuf>,
 }
 
 /// Per-NF limits of `sluice deploy`, applied to every NF of the deployment
@@ -531,6 +562,114 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+/// Creates deployment `name` from `body`, or updates it if it exists;
+/// the gateway's answer.
+fn put_deployment(client: &Client, name: &str, body: &Value) -> Result<Value> {
+    let path = format!("/v1/deployments/{}", encode(name));
+    Ok(match client.get::<Value>(&path) {
+        Ok(_) => client.put(&path, body)?,
+        Err(sluice_cli::client::ClientError::Api { status: 404, .. }) => client.post("/v1/deployments", body)?,
+        Err(e) => return Err(e.into()),
+    })
+}
+
+/// Deployment `name` once it runs or failed, or after `wait` seconds
+/// (starting from `d`, the gateway's last answer).
+fn wait_deployment(client: &Client, name: &str, d: Value, wait: u64) -> Result<Value> {
+    let path = format!("/v1/deployments/{}", encode(name));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+    let mut last = d;
+    while wait > 0 && std::time::Instant::now() < deadline {
+        last = client.get(&path)?;
+        match last["status"].as_str() {
+            Some("running") | Some("failed") => break,
+            _ => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    }
+    Ok(last)
+}
+
+/// `sluice nf watch`: on every save, build, upload under a new dev
+/// version, and swap the deployment to it; meanwhile the NF's log lines
+/// and traps. Runs until interrupted.
+fn watch(client: &Client, sdk: &Sdk, project: &Project, w: WatchArgs, output: Output) -> Result<()> {
+    let nf = project.manifest.name.clone();
+    let deployment = w.deployment.unwrap_or_else(|| nf.clone());
+    let config = match &w.config_file {
+        Some(f) => Value::String(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?),
+        None => Value::Null,
+    };
+    let mut seen: Option<u64> = None;
+    let mut previous: Option<String> = None;
+    let mut after: Option<String> = None;
+    let mut generation = 0u64;
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    eprintln!("watching {} (deployment {deployment}); Ctrl-C stops", project.dir.display());
+    loop {
+        let fp = project.sources_fingerprint()?;
+        if seen != Some(fp) {
+            seen = Some(fp);
+            generation += 1;
+            eprintln!("building {nf} ...");
+            match sluice_cli::build(
+                project,
+                sdk,
+                &BuildOptions { cargo_target_dir: w.cargo_target_dir.clone(), cache_dir: None },
+            ) {
+                Err(e) => eprintln!("build failed; fix it and save again:\n{e}"),
+                Ok(built) => {
+                    let version = format!("0.0.0-dev.{started}.{generation}");
+                    let bytes =
+                        std::fs::read(&built.path).with_context(|| format!("reading {}", built.path.display()))?;
+                    let path = format!("/v1/modules?name={}&version={}", encode(&nf), encode(&version));
+                    let uploaded: Result<Value, _> = client.post_bytes(&path, "application/wasm", &bytes);
+                    match uploaded {
+                        Err(e) => eprintln!("upload of {nf}@{version} refused: {e}"),
+                        Ok(_) => {
+                            let body = json!({
+                                "name": deployment,
+                                "group": w.group,
+                                "nfs": [{ "name": nf, "module": format!("{nf}@{version}"), "config": config }],
+                            });
+                            let d = put_deployment(client, &deployment, &body)
+                                .and_then(|d| wait_deployment(client, &deployment, d, 30));
+                            match d {
+                                Ok(d) if d["status"] == "running" => {
+                                    eprintln!("deployment {deployment} revision {} runs {nf}@{version}", d["revision"]);
+                                    // The dev version it replaced is no longer deployed.
+                                    if let Some(old) = previous.replace(format!("{nf}@{version}")) {
+                                        let _ = client.delete(&format!("/v1/modules/{}", encode(&old)));
+                                    }
+                                }
+                                Ok(d) => eprintln!(
+                                    "deployment {deployment} is {}: {}",
+                                    d["status"].as_str().unwrap_or("unknown"),
+                                    d["reason"].as_str().unwrap_or("not every host runs it yet")
+                                ),
+                                Err(e) => eprintln!("deploying {nf}@{version}: {e:#}"),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The NF's log lines and traps since the last look.
+        let mut q = vec![format!("deployment={}", encode(&deployment)), "limit=200".to_string()];
+        if let Some(a) = &after {
+            q.push(format!("after={}", encode(a)));
+        }
+        if let Ok(page) = client.get::<Value>(&format!("/v1/logs?{}", q.join("&"))) {
+            for l in page["lines"].as_array().into_iter().flatten() {
+                print_log_line(l, output)?;
+            }
+            if let Some(n) = page["next"].as_str() {
+                after = Some(n.to_string());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(w.interval_ms));
     }
 }
 
@@ -795,14 +934,7 @@ fn run() -> Result<()> {
             if !attach.is_empty() {
                 obj.insert("attach".into(), Value::Array(attach));
             }
-            let path = format!("/v1/deployments/{}", encode(&name));
-            let d: Value = match client.get::<Value>(&path) {
-                Ok(_) => client.put(&path, &body)?,
-                Err(sluice_cli::client::ClientError::Api { status: 404, .. }) => {
-                    client.post("/v1/deployments", &body)?
-                }
-                Err(e) => return Err(e.into()),
-            };
+            let d = put_deployment(&client, &name, &body)?;
             // Progress on stderr when stdout carries JSON.
             let said = format!(
                 "deployment {} ({}) revision {} on group {}",
@@ -816,15 +948,7 @@ fn run() -> Result<()> {
             } else {
                 outln!("{said}");
             }
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
-            let mut last = d;
-            while wait > 0 && std::time::Instant::now() < deadline {
-                last = client.get(&path)?;
-                match last["status"].as_str() {
-                    Some("running") | Some("failed") => break,
-                    _ => std::thread::sleep(std::time::Duration::from_millis(200)),
-                }
-            }
+            let last = wait_deployment(&client, &name, d, wait)?;
             if as_json {
                 emit(&last)?;
             } else {
@@ -1076,6 +1200,11 @@ fn run() -> Result<()> {
             if failed > 0 && !bless {
                 anyhow::bail!("{failed} test case(s) failed");
             }
+        }
+        Command::Nf(NfCommand::Watch { project, args }) => {
+            let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
+            let project = Project::open(&project)?;
+            watch(&tenant(), &sdk, &project, args, output)?;
         }
         Command::Nf(NfCommand::Check { component }) => {
             let name = component.file_stem().and_then(|s| s.to_str()).unwrap_or("nf").to_string();

@@ -58,6 +58,23 @@ impl Project {
         self.dir.join("build")
     }
 
+    /// A digest of the project's sources (names, sizes, modification
+    /// times of every file but build outputs, caches and `tests/`): it
+    /// changes when the author saves one (`sluice nf watch`).
+    pub fn sources_fingerprint(&self) -> Result<u64, CliError> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let tests = self.dir.join("tests");
+        crate::sdk::walk(&self.dir, &mut |p, meta| {
+            if !p.starts_with(&tests) {
+                p.hash(&mut h);
+                meta.len().hash(&mut h);
+                meta.modified().ok().hash(&mut h);
+            }
+        })?;
+        Ok(h.finish())
+    }
+
     /// The component a build produces.
     pub fn component(&self) -> PathBuf {
         self.build_dir().join(format!("{}.wasm", self.manifest.name))

@@ -182,7 +182,7 @@ fn skipped(name: &str) -> bool {
 }
 
 /// Calls `f` for every file under `path` (or `path` itself), sorted.
-fn walk(path: &Path, f: &mut dyn FnMut(&Path, &std::fs::Metadata)) -> Result<(), CliError> {
+pub(crate) fn walk(path: &Path, f: &mut dyn FnMut(&Path, &std::fs::Metadata)) -> Result<(), CliError> {
     let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
     if meta.is_file() {
         f(path, &meta);

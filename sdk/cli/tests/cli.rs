@@ -161,3 +161,75 @@ fn nf_test_diffs_blesses_and_explains() {
     let o = sluice(&project, &["nf", "test", "--case", "empty"]);
     assert!(!o.status.success() && text(&o).contains("input.txt line 1"), "{}", text(&o));
 }
+
+/// `nf watch` against a `sluice dev`: deploys the project, and on every
+/// save rebuilds, uploads a new dev version and swaps the deployment to
+/// it; a build error is shown with the compiler's message and the running
+/// version stays.
+#[test]
+fn nf_watch_redeploys_on_save_and_reports_build_errors() {
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data"])
+        .arg(tmp.path().join("dev"))
+        .env("SLUICE_ADMIN_TOKEN", "watch-admin")
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait = |secs: u64, what: &str, f: &mut dyn FnMut() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait(60, "sluice dev", &mut || ureq::get(&format!("{url}/healthz")).call().is_ok());
+    let o = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["tenant", "create", "author", "--key-only"])
+        .env("SLUICE_URL", &url)
+        .env("SLUICE_ADMIN_TOKEN", "watch-admin")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let key = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    assert!(sluice(tmp.path(), &["nf", "new", "w", "--lang", "c"]).status.success());
+    let project = tmp.path().join("w");
+    let log = tmp.path().join("watch.log");
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["nf", "watch", "--interval-ms", "200"])
+        .current_dir(&project)
+        .env("SLUICE_URL", &url)
+        .env("SLUICE_API_KEY", &key)
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(tmp.path().join("watch.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let said = || std::fs::read_to_string(tmp.path().join("watch.err")).unwrap_or_default();
+    wait(120, "the first deployment", &mut || said().contains("revision 1 runs w@0.0.0-dev."));
+    let source = project.join("nf.c");
+    let good = std::fs::read_to_string(&source).unwrap();
+    // A broken save: the compiler's message, and revision 1 keeps running.
+    std::fs::write(&source, format!("{good}\nint broken(void) {{ return undeclared_name; }}\n")).unwrap();
+    wait(60, "the build error", &mut || said().contains("build failed") && said().contains("undeclared_name"));
+    // Fixed: a new dev version, swapped in; the one it replaced is deleted.
+    std::fs::write(&source, format!("{good}\n/* saved again */\n")).unwrap();
+    wait(120, "the second deployment", &mut || said().contains("revision 2 runs w@0.0.0-dev."));
+    let modules = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["nf", "list", "--output", "json"])
+        .env("SLUICE_URL", &url)
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&modules.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let _ = Command::new("kill").args(["-TERM", &dev.id().to_string()]).status();
+    let _ = dev.wait();
+}
