@@ -17,7 +17,11 @@ unset SLUICE_API_KEY
 echo "\$ sluice dev --listen 127.0.0.1:$port --data $D --config deploy/local/gateway-demo.toml &"
 "$S" dev --listen "127.0.0.1:$port" --data "$D" --config deploy/local/gateway-demo.toml --window-ms 250 >"$D/dev.log" 2>&1 &
 dev=$!
-stop() { kill -INT "$dev" 2>/dev/null && wait "$dev" 2>/dev/null || true; }
+watch=
+stop() {
+  [ -n "$watch" ] && kill "$watch" 2>/dev/null
+  kill -INT "$dev" 2>/dev/null && wait "$dev" 2>/dev/null || true
+}
 trap stop EXIT
 for _ in $(seq 100); do
   curl -sf "$SLUICE_URL/healthz" >/dev/null && break
@@ -60,6 +64,32 @@ echo "\$ sluice bill --period $(date -u +%Y-%m)"
 echo
 echo "\$ sluice bill --period $(date -u +%Y-%m) --csv"
 "$S" bill --period "$(date -u +%Y-%m)" --csv
+echo
+echo "\$ sluice nf new guard --lang c --template firewall; cd guard; sluice nf watch --config-file tests/basic/config.txt &"
+"$S" nf new guard --lang c --template firewall --dir "$D" >/dev/null
+sluice_abs="$PWD/${S#./}"
+(cd "$D/guard" && exec "$sluice_abs" nf watch --config-file tests/basic/config.txt --interval-ms 200) \
+  >"$D/watch.out" 2>"$D/watch.err" &
+watch=$!
+waited() {
+  for _ in $(seq 600); do
+    grep -q "$1" "$D/watch.err" && return 0
+    kill -0 "$watch" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$D/watch.err" >&2
+  echo "demo: nf watch did not get to '$1'" >&2
+  exit 1
+}
+waited "revision 1 runs"
+echo "# (an edit of nf.c is saved)"
+printf '\n/* tightened */\n' >>"$D/guard/nf.c"
+waited "revision 2 runs"
+sed 's/^/  /' "$D/watch.err"
+echo "\$ sluice deployments   # guard now runs the second dev version, swapped in place"
+"$S" deployments
+kill "$watch" 2>/dev/null
+watch=
 echo
 echo "(the dev cluster stops with this script; to keep one up, run: ./target/release/sluice dev --data $D"
 echo " and open http://127.0.0.1:8080/dashboard (sign in with the tenant's API key) and /docs for the API)"
