@@ -3,12 +3,12 @@
 
 use crate::auth::{Admin, Tenant, hash, new_key, random_hex};
 use crate::billing::{self, BillLine};
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ApiPath, ApiQuery, ErrorBody};
 use crate::state::{AppState, stored_nfs};
 use crate::store::{DeploymentRow, ModuleRow, TenantRow, UsageSums};
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -166,7 +166,7 @@ pub struct Grants {
 pub async fn set_grants(
     State(st): State<AppState>,
     _: Admin,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Result<Json<Grants>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Grants>, ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -217,7 +217,7 @@ fn revoke(st: &AppState, tenant_id: &str, prefix: &str) -> Result<StatusCode, Ap
 pub async fn tenant_keys(
     State(st): State<AppState>,
     _: Admin,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<KeyOut>>, ApiError> {
     Ok(Json(key_list(&st, &id, None)?))
 }
@@ -230,7 +230,7 @@ pub async fn tenant_keys(
 pub async fn revoke_tenant_key(
     State(st): State<AppState>,
     _: Admin,
-    Path((id, prefix)): Path<(String, String)>,
+    ApiPath((id, prefix)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     revoke(&st, &id, &prefix)
 }
@@ -283,7 +283,7 @@ pub async fn rotate_my_key(
 pub async fn revoke_my_key(
     State(st): State<AppState>,
     tenant: Tenant,
-    Path(prefix): Path<String>,
+    ApiPath(prefix): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     revoke(&st, &tenant.id, &prefix)
 }
@@ -295,7 +295,7 @@ pub async fn revoke_my_key(
 pub async fn create_key(
     State(st): State<AppState>,
     _: Admin,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
     let (key, prefix) = new_key()?;
     if !st.store.add_key(&id, &hash(&key), &prefix, now())? {
@@ -445,7 +445,11 @@ pub async fn register_host(
 #[utoipa::path(delete, path = "/v1/hosts/{id}", tag = "hosts", security(("bearer" = [])),
     params(("id" = String, Path, description = "Host id")),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn remove_host(State(st): State<AppState>, _: Admin, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn remove_host(
+    State(st): State<AppState>,
+    _: Admin,
+    ApiPath(id): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
     if !st.store.remove_host(&id)? {
         return Err(ApiError::not_found("host", &id));
     }
@@ -541,7 +545,7 @@ pub async fn upload_module(
     tenant: Result<Tenant, ApiError>,
     query: Result<Query<UploadParams>, axum::extract::rejection::QueryRejection>,
     body: Body,
-) -> Result<(StatusCode, Json<ModuleOut>), ApiError> {
+) -> Result<(StatusCode, [(header::HeaderName, String); 1], Json<ModuleOut>), ApiError> {
     // The body is read before credentials and parameters are judged: a
     // client is still sending it, and answering first would reset the
     // connection under it instead of telling it what is wrong.
@@ -633,7 +637,8 @@ pub async fn upload_module(
         return Err(ApiError::conflict(format!("module {}@{} exists already", q.name, q.version)));
     }
     tracing::info!(tenant = %tenant.id, module = %row.id, name = %row.name, version = %row.version, "module uploaded");
-    Ok((StatusCode::CREATED, Json(module_out(&st, row)?)))
+    let location = format!("/v1/modules/{}", row.id);
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(module_out(&st, row)?)))
 }
 
 /// Reads a body of at most `limit` bytes. A larger one is read on (up to
@@ -699,7 +704,7 @@ pub async fn list_modules(State(st): State<AppState>, tenant: Tenant) -> Result<
 pub async fn get_module(
     State(st): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ModuleOut>, ApiError> {
     let m = st.store.module(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("module", &id))?;
     Ok(Json(module_out(&st, m)?))
@@ -712,7 +717,7 @@ pub async fn get_module(
 pub async fn delete_module(
     State(st): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let m = st.store.module(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("module", &id))?;
     let _blobs = st.blob_lock.lock().await;
@@ -1395,7 +1400,7 @@ pub async fn create_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
     body: Result<Json<DeploymentIn>, axum::extract::rejection::JsonRejection>,
-) -> Result<(StatusCode, Json<DeploymentOut>), ApiError> {
+) -> Result<(StatusCode, [(header::HeaderName, String); 2], Json<DeploymentOut>), ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let group = req.group.clone().unwrap_or_else(|| "default".into());
     check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -1428,7 +1433,8 @@ pub async fn create_deployment(
     st.store.put_deployment(&row, &module_ids)?;
     tracing::info!(tenant = %tenant.id, deployment = %row.id, group = %group, "deployment created");
     publish(&st, &[&group], Some(&row.id)).await?;
-    Ok((StatusCode::CREATED, Json(deployment_out(&st, row))))
+    let headers = [(header::LOCATION, format!("/v1/deployments/{}", row.id)), (header::ETAG, etag(row.revision))];
+    Ok((StatusCode::CREATED, headers, Json(deployment_out(&st, row))))
 }
 
 /// List the tenant's deployments with their status.
@@ -1448,7 +1454,7 @@ pub async fn list_deployments(
 pub async fn get_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<([(header::HeaderName, String); 1], Json<DeploymentOut>), ApiError> {
     let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
     Ok(([(header::ETAG, etag(row.revision))], Json(deployment_out(&st, row))))
@@ -1492,7 +1498,7 @@ fn check_if_match(headers: &HeaderMap, revision: i64) -> Result<(), ApiError> {
 pub async fn update_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     body: Result<Json<DeploymentIn>, axum::extract::rejection::JsonRejection>,
 ) -> Result<([(header::HeaderName, String); 1], Json<DeploymentOut>), ApiError> {
@@ -1510,15 +1516,18 @@ pub async fn update_deployment(
     check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), Some(&row.id))?;
     st.store.check_overlap(&tenant.id, &group, Some(&row.id), &attachments)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
+    let spec = serde_json::to_string(&nfs).map_err(ApiError::internal)?;
+    // The same deployment again changes nothing (no new revision, nothing
+    // published), unless its revision failed: then applying it retries.
+    if spec == row.spec && group == row.group && attachments == row.attachments {
+        let out = deployment_out(&st, row.clone());
+        if out.status != "failed" {
+            return Ok(([(header::ETAG, etag(row.revision))], Json(out)));
+        }
+    }
     let old_group = row.group.clone();
-    let new = DeploymentRow {
-        group: group.clone(),
-        revision: row.revision + 1,
-        spec: serde_json::to_string(&nfs).map_err(ApiError::internal)?,
-        attachments,
-        updated_ms: now(),
-        ..row
-    };
+    let new =
+        DeploymentRow { group: group.clone(), revision: row.revision + 1, spec, attachments, updated_ms: now(), ..row };
     st.store.put_deployment(&new, &module_ids)?;
     tracing::info!(tenant = %tenant.id, deployment = %new.id, revision = new.revision, "deployment updated");
     if old_group == group {
@@ -1537,7 +1546,7 @@ pub async fn update_deployment(
 pub async fn delete_deployment(
     State(st): State<AppState>,
     tenant: Tenant,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
@@ -1594,7 +1603,7 @@ pub struct EventOut {
 pub async fn events(
     State(st): State<AppState>,
     tenant: Tenant,
-    Query(p): Query<EventParams>,
+    ApiQuery(p): ApiQuery<EventParams>,
 ) -> Result<Json<Vec<EventOut>>, ApiError> {
     let deployment = match &p.deployment {
         Some(d) => Some(st.store.deployment(&tenant.id, d)?.ok_or_else(|| ApiError::not_found("deployment", d))?.id),
@@ -1698,7 +1707,7 @@ const LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];
 pub async fn logs(
     State(st): State<AppState>,
     tenant: Tenant,
-    Query(p): Query<LogParams>,
+    ApiQuery(p): ApiQuery<LogParams>,
 ) -> Result<Json<LogsOut>, ApiError> {
     let deployments = st.store.deployments(&tenant.id)?;
     let deployment = match &p.deployment {
@@ -1904,7 +1913,7 @@ fn usage_of(st: &AppState, tenant: &Tenant, from: i64, to: i64) -> Result<(Vec<U
 pub async fn usage(
     State(st): State<AppState>,
     tenant: Tenant,
-    Query(p): Query<RangeParams>,
+    ApiQuery(p): ApiQuery<RangeParams>,
 ) -> Result<Json<UsageOut>, ApiError> {
     let (from, to) = range(&p)?;
     let (rows, total) = usage_of(&st, &tenant, from, to)?;
@@ -1952,7 +1961,7 @@ pub struct UsageSeriesOut {
 pub async fn usage_series(
     State(st): State<AppState>,
     tenant: Tenant,
-    Query(p): Query<RangeParams>,
+    ApiQuery(p): ApiQuery<RangeParams>,
 ) -> Result<Json<UsageSeriesOut>, ApiError> {
     let (from, to) = range(&p)?;
     let step = p.step_ms.unwrap_or(60_000);
@@ -2010,11 +2019,13 @@ pub struct BillOut {
 
 /// The bill of a period, priced by the gateway's plan (JSON or CSV).
 #[utoipa::path(get, path = "/v1/bill", tag = "usage", security(("bearer" = [])), params(BillParams),
-    responses((status = 200, body = BillOut), (status = 200, content_type = "text/csv", description = "with format=csv"), (status = 400, body = ErrorBody)))]
+    responses((status = 200, description = "the bill: JSON, or CSV with format=csv (or Accept: text/csv)",
+            content((BillOut = "application/json"), (String = "text/csv"))),
+        (status = 400, body = ErrorBody)))]
 pub async fn bill(
     State(st): State<AppState>,
     tenant: Tenant,
-    Query(p): Query<BillParams>,
+    ApiQuery(p): ApiQuery<BillParams>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (from, to) = billing::period_range(&p.period).map_err(ApiError::bad_request)?;
@@ -2106,6 +2117,15 @@ mod tests {
         }
         let many: Vec<String> = (0..17).map(|v| format!("port=0,vlan={}", v + 1)).collect();
         assert!(attach(serde_json::json!(many)).unwrap_err().message.contains("at most 16"));
+    }
+
+    #[test]
+    fn the_bill_is_documented_as_json_and_as_csv() {
+        use utoipa::OpenApi;
+        let doc = serde_json::to_value(crate::ApiDoc::openapi()).unwrap();
+        let content = &doc["paths"]["/v1/bill"]["get"]["responses"]["200"]["content"];
+        assert!(content["application/json"]["schema"].to_string().contains("BillOut"), "{content}");
+        assert!(content["text/csv"].is_object(), "{content}");
     }
 
     #[test]

@@ -81,3 +81,53 @@ impl IntoResponse for ApiError {
         (self.status, Json(ErrorBody { error: self.code.to_string(), message: self.message })).into_response()
     }
 }
+
+/// axum's `Query`, refused with the JSON error body (not plain text) when
+/// the query string does not parse.
+#[derive(Debug, Clone)]
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| ApiQuery(v))
+            .map_err(|e| ApiError::bad_request(format!("query string: {}", e.body_text())))
+    }
+}
+
+/// axum's `Path`, refused with the JSON error body when a segment does not
+/// decode.
+#[derive(Debug, Clone)]
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(v)| ApiPath(v))
+            .map_err(|e| ApiError::bad_request(format!("path: {}", e.body_text())))
+    }
+}
+
+/// A path no route serves: the JSON 404.
+pub async fn no_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        format!("nothing is served at {}; the API is under /v1 (see /docs)", uri.path()),
+    )
+}
+
+/// A route that does not take the request's method: the JSON 405.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} does not take {method}; see /docs for its methods", uri.path()),
+    )
+}

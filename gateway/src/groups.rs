@@ -27,10 +27,10 @@
 //! silence period it adopts the published table and changes nothing.
 
 use crate::auth::Admin;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ApiPath, ErrorBody};
 use crate::state::{AppState, HostSeen};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use sluice_control::subjects::check_token;
 use sluice_group::{DEFAULT_SLOTS, MAX_MEMBERS, Member, OwnershipTable};
@@ -518,7 +518,7 @@ pub async fn list_groups(State(st): State<AppState>, _: Admin) -> Json<Vec<Group
 pub async fn get_group(
     State(st): State<AppState>,
     _: Admin,
-    Path(group): Path<String>,
+    ApiPath(group): ApiPath<String>,
 ) -> Result<Json<GroupOut>, ApiError> {
     st.groups
         .list()
@@ -560,7 +560,7 @@ mod double_option {
 pub async fn set_settings(
     State(st): State<AppState>,
     _: Admin,
-    Path(group): Path<String>,
+    ApiPath(group): ApiPath<String>,
     body: Result<Json<SettingsIn>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<GroupSettings>, ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -598,7 +598,7 @@ pub struct CapacityIn {
 pub async fn add_capacity(
     State(st): State<AppState>,
     _: Admin,
-    Path(group): Path<String>,
+    ApiPath(group): ApiPath<String>,
     body: Result<Json<CapacityIn>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<GroupSettings>, ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -629,7 +629,7 @@ pub async fn add_capacity(
 pub async fn drain(
     State(st): State<AppState>,
     _: Admin,
-    Path((group, host)): Path<(String, String)>,
+    ApiPath((group, host)): ApiPath<(String, String)>,
 ) -> Result<axum::http::StatusCode, ApiError> {
     mark(&st, &group, &host, true)
 }
@@ -641,7 +641,7 @@ pub async fn drain(
 pub async fn undrain(
     State(st): State<AppState>,
     _: Admin,
-    Path((group, host)): Path<(String, String)>,
+    ApiPath((group, host)): ApiPath<(String, String)>,
 ) -> Result<axum::http::StatusCode, ApiError> {
     mark(&st, &group, &host, false)
 }

@@ -184,6 +184,9 @@ impl Gateway {
             .route("/", get(dashboard::redirect))
             .route("/dashboard", get(dashboard::page))
             .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
+            // Unknown paths and methods get the JSON error body too.
+            .fallback(error::no_route)
+            .method_not_allowed_fallback(error::method_not_allowed)
             .with_state(self.state.clone())
             .layer(axum::middleware::from_fn(telemetry::observe_requests))
             // A body that trickles in is cut off (uploads included).

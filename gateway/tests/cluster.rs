@@ -440,3 +440,70 @@ fn an_update_the_host_refuses_is_failed_with_the_reason_and_the_old_revision_run
     api.wait_running(&key, "guard", 3);
     host.term();
 }
+
+/// API conventions: every error is the JSON error body (unknown paths and
+/// methods, query strings and path segments that do not parse); a 201
+/// carries the new object's Location; applying the same deployment again
+/// keeps its revision.
+#[test]
+fn errors_are_json_created_objects_say_where_and_a_no_op_update_keeps_the_revision() {
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let (_, key) = api.tenant("acme");
+    let k = Some(key.as_str());
+    for (method, path, status, code) in [
+        ("GET", "/v1/nothing-here", 404, "no_route"),
+        ("GET", "/nothing-here", 404, "no_route"),
+        ("DELETE", "/v1/usage", 405, "method_not_allowed"),
+        ("GET", "/v1/events?limit=lots", 400, "bad_request"),
+        ("GET", "/v1/usage?from=yesterday", 400, "bad_request"),
+        ("GET", "/v1/deployments/%FF%FE", 400, "bad_request"),
+    ] {
+        let r = api.send(method, k, path, &[], &serde_json::Value::Null);
+        assert_eq!(r.status, status, "{method} {path}: {}", r.body);
+        assert_eq!(r.body["error"], code, "{method} {path}: {}", r.body);
+        assert!(r.body["message"].as_str().is_some_and(|m| !m.is_empty()), "{method} {path}: {}", r.body);
+    }
+
+    // Created objects say where they are.
+    let wasm = std::fs::read(nf("counter")).unwrap();
+    let up = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .post(format!("{}/v1/modules?name=counter&version=1", gw.url))
+        .header("Authorization", format!("Bearer {key}"))
+        .header("Content-Type", "application/wasm")
+        .send(&wasm[..])
+        .unwrap();
+    assert_eq!(up.status(), 201);
+    let location = up.headers().get("location").unwrap().to_str().unwrap().to_string();
+    assert!(location.starts_with("/v1/modules/"), "{location}");
+    assert_eq!(api.get(k, &location).status, 200);
+    let spec = json!({ "name": "c", "module": "counter@1" });
+    let created = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .post(format!("{}/v1/deployments", gw.url))
+        .header("Authorization", format!("Bearer {key}"))
+        .send_json(&spec)
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers().get("location").unwrap().to_str().unwrap().to_string();
+    assert_eq!(api.get(k, &location).body["name"], "c");
+    assert_eq!(created.headers().get("etag").unwrap().to_str().unwrap(), "\"1\"");
+
+    // The same spec again changes nothing; a different one is revision 2.
+    let again = api.put(k, "/v1/deployments/c", &json!({ "module": "counter@1" }));
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.body["revision"], 1, "{}", again.body);
+    let changed = api.put(
+        k,
+        "/v1/deployments/c",
+        &json!({ "nfs": [{ "module": "counter@1", "limits": { "deadline_ms": 20 } }] }),
+    );
+    assert_eq!(changed.body["revision"], 2, "{}", changed.body);
+}
