@@ -1566,6 +1566,9 @@ pub struct EventParams {
     pub deployment: Option<String>,
     /// Only this kind, e.g. `firewall.deny`.
     pub kind: Option<String>,
+    /// Only events the gateway received since then: RFC 3339 or ms since
+    /// the epoch.
+    pub since: Option<String>,
     /// At most this many, newest first (default 100, at most 1000).
     pub limit: Option<u64>,
 }
@@ -1573,8 +1576,16 @@ pub struct EventParams {
 /// An event an NF emitted.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EventOut {
+    /// When the gateway received it (RFC 3339, wall clock).
+    pub time: String,
+    /// The same, ms since the epoch.
+    pub time_ms: i64,
+    /// The packet's time (RFC 3339; the capture's clock for a replay).
+    pub packet_time: String,
     /// Deployment id.
     pub deployment: String,
+    /// Deployment name (empty once the deployment is deleted).
+    pub deployment_name: String,
     /// NF name in the chain.
     pub nf: String,
     /// Module version.
@@ -1610,10 +1621,17 @@ pub async fn events(
         None => None,
     };
     let limit = p.limit.unwrap_or(100).clamp(1, 1000);
-    let rows = st.store.events(&tenant.id, deployment.as_deref(), p.kind.as_deref(), limit)?;
+    let since = p.since.as_deref().map(parse_time).transpose()?;
+    let rows = st.store.events(&tenant.id, deployment.as_deref(), p.kind.as_deref(), since, limit)?;
+    let names: BTreeMap<String, String> =
+        st.store.deployments(&tenant.id)?.into_iter().map(|r| (r.id, r.name)).collect();
     Ok(Json(
         rows.into_iter()
-            .map(|(host, e)| EventOut {
+            .map(|(host, received_ms, e)| EventOut {
+                time: rfc3339_ns(i128::from(received_ms) * 1_000_000),
+                time_ms: received_ms,
+                packet_time: rfc3339_ns(i128::from(e.timestamp_ns)),
+                deployment_name: names.get(&e.deployment).cloned().unwrap_or_default(),
                 deployment: e.deployment,
                 nf: e.nf,
                 version: e.version,
@@ -1785,6 +1803,14 @@ pub struct RangeParams {
     pub to: Option<String>,
     /// Bucket size of series, ms (default 60000).
     pub step_ms: Option<i64>,
+}
+
+/// A time in ns since the epoch as RFC 3339 (empty when out of range).
+fn rfc3339_ns(ns: i128) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(ns)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default()
 }
 
 fn parse_time(s: &str) -> Result<i64, ApiError> {

@@ -925,19 +925,22 @@ impl Store {
         tenant_id: &str,
         deployment_id: Option<&str>,
         kind: Option<&str>,
+        since_ms: Option<i64>,
         limit: u64,
-    ) -> Result<Vec<(String, NfEvent)>, StoreError> {
+    ) -> Result<Vec<(String, i64, NfEvent)>, StoreError> {
         let db = self.db();
         let mut st = db.prepare(
-            "SELECT host, deployment_id, nf, version, kind, level, timestamp_ns, flow, fields FROM events
+            "SELECT host, deployment_id, nf, version, kind, level, timestamp_ns, flow, fields, received_ms FROM events
              WHERE tenant_id = ?1 AND (?2 IS NULL OR deployment_id = ?2)
                AND (?3 IS NULL OR kind = ?3) AND (?3 IS NOT NULL OR kind NOT LIKE 'sluice.%')
+               AND (?5 IS NULL OR received_ms >= ?5)
              ORDER BY seq DESC LIMIT ?4",
         )?;
-        let rows = st.query_map(params![tenant_id, deployment_id, kind, i(limit)], |r| {
+        let rows = st.query_map(params![tenant_id, deployment_id, kind, i(limit), since_ms], |r| {
             let fields: String = r.get(8)?;
             Ok((
                 r.get::<_, String>(0)?,
+                r.get::<_, i64>(9)?,
                 NfEvent {
                     tenant: tenant_id.to_string(),
                     deployment: r.get(1)?,
@@ -1185,13 +1188,15 @@ mod tests {
             dropped: 0,
         };
         s.insert_events(&batch, 0, 4).unwrap();
-        let got = s.events("t1", None, None, 100).unwrap();
-        let kinds: Vec<&str> = got.iter().map(|(_, e)| e.kind.as_str()).collect();
+        let got = s.events("t1", None, None, None, 100).unwrap();
+        let kinds: Vec<&str> = got.iter().map(|(_, _, e)| e.kind.as_str()).collect();
         assert_eq!(kinds, ["k9", "k8", "k7", "k6"]);
-        assert_eq!(got[0].1.fields["k"], "v");
-        assert_eq!(s.events("t1", Some("d1"), Some("k8"), 100).unwrap().len(), 1);
-        assert_eq!(s.events("t1", Some("d2"), None, 100).unwrap().len(), 0);
-        assert_eq!(s.events("t2", None, None, 100).unwrap().len(), 1);
+        assert_eq!(got[0].2.fields["k"], "v");
+        assert_eq!(s.events("t1", Some("d1"), Some("k8"), None, 100).unwrap().len(), 1);
+        assert_eq!(s.events("t1", Some("d2"), None, None, 100).unwrap().len(), 0);
+        assert_eq!(s.events("t2", None, None, None, 100).unwrap().len(), 1);
+        // Received after a time: none are, later than now.
+        assert_eq!(s.events("t1", None, None, Some(i64::MAX), 100).unwrap().len(), 0);
 
         // Log lines are kept apart: a flood of them leaves the events, and
         // the events list leaves them out.
@@ -1203,7 +1208,7 @@ mod tests {
             dropped: 0,
         };
         s.insert_events(&lines, 5, 4).unwrap();
-        assert_eq!(s.events("t1", None, None, 100).unwrap().len(), 4);
+        assert_eq!(s.events("t1", None, None, None, 100).unwrap().len(), 4);
         let q = |levels: Vec<&'static str>, after: Option<i64>| LogQuery {
             levels,
             after,

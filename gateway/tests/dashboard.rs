@@ -155,6 +155,13 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     let out = sluice(&url, k, &["events", "--kind", "firewall.deny", "--limit", "3"]);
     assert_eq!(out.lines().count(), 3, "{out}");
     assert!(out.lines().all(|l| l.contains("firewall.deny") && l.contains("rule=1")), "{out}");
+    // Events name their deployment and carry both clocks; `since` filters.
+    assert!(out.lines().all(|l| l.contains("edge/")), "{out}");
+    let e = &events[0];
+    assert_eq!(e["deployment_name"], "edge", "{e}");
+    assert!(e["time"].as_str().unwrap().contains('T') && e["packet_time"].as_str().unwrap().contains('T'), "{e}");
+    let later = api.get(k, "/v1/events?since=2100-01-01T00:00:00Z").body;
+    assert_eq!(later, serde_json::json!([]));
     assert_eq!(shown["deployments"], serde_json::json!([{ "name": "edge", "status": "running" }]));
 
     // The downloaded bill is the API's CSV bill of the month on screen.

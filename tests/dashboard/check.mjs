@@ -52,7 +52,7 @@ try {
       deployments: [...document.querySelectorAll("#deployments tbody tr[data-name]")].map((r) => ({
         name: r.dataset.name, status: r.querySelector(".badge").textContent })),
       bill_total: Number(document.getElementById("bill-total").dataset.value),
-      events: [...document.querySelectorAll("#events tbody tr.event")].map((r) => r.children[1].textContent),
+      events: [...document.querySelectorAll("#events tbody tr.event")].map((r) => r.children[3].textContent),
       logs: [...document.querySelectorAll("#logs tbody tr.log")].map((r) => r.children[5].textContent),
     };
   });

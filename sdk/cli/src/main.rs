@@ -177,6 +177,9 @@ enum Command {
         /// Only this kind (e.g. firewall.deny).
         #[arg(long)]
         kind: Option<String>,
+        /// Only events received since then: RFC 3339 or ms since the epoch.
+        #[arg(long)]
+        since: Option<String>,
         /// How many.
         #[arg(long, default_value_t = 20)]
         limit: u64,
@@ -983,13 +986,12 @@ fn run() -> Result<()> {
             }
             outln!("deleted deployment {name}");
         }
-        Command::Events { deployment, kind, limit } => {
+        Command::Events { deployment, kind, since, limit } => {
             let mut q = vec![format!("limit={limit}")];
-            if let Some(d) = deployment {
-                q.push(format!("deployment={}", encode(&d)));
-            }
-            if let Some(k) = kind {
-                q.push(format!("kind={}", encode(&k)));
+            for (k, v) in [("deployment", deployment), ("kind", kind), ("since", since)] {
+                if let Some(v) = v {
+                    q.push(format!("{k}={}", encode(&v)));
+                }
             }
             let evs: Vec<Value> = tenant().get(&format!("/v1/events?{}", q.join("&")))?;
             if as_json {
@@ -1008,8 +1010,14 @@ fn run() -> Result<()> {
                             .collect()
                     })
                     .unwrap_or_default();
+                let deployment = match e["deployment_name"].as_str() {
+                    Some(n) if !n.is_empty() => n,
+                    _ => e["deployment"].as_str().unwrap_or_default(),
+                };
+                // Wall clock first; the packet's own time is in --output json.
                 outln!(
-                    "{:<6} {:<16} {}@{} {}  {}  {}",
+                    "{} {:<6} {:<16} {deployment}/{}@{} {}  {}  {}",
+                    e["time"].as_str().unwrap_or_default(),
                     e["level"].as_str().unwrap_or_default(),
                     e["kind"].as_str().unwrap_or_default(),
                     e["nf"].as_str().unwrap_or_default(),
