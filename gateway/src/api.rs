@@ -1768,12 +1768,8 @@ pub async fn logs(
             let message = fields.remove("message").unwrap_or_default();
             let source = fields.remove("source");
             let cause = fields.remove("cause");
-            let time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.received_ms) * 1_000_000)
-                .ok()
-                .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-                .unwrap_or_default();
             LogLine {
-                time,
+                time: rfc3339_ns(i128::from(r.received_ms) * 1_000_000),
                 time_ms: r.received_ms,
                 deployment_name: names.get(e.deployment.as_str()).map(|n| n.to_string()).unwrap_or_default(),
                 deployment: e.deployment,
