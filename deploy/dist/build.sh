@@ -36,7 +36,9 @@ done
 "$B/sluice" --sdk-root . sdk install --to "$root/share/sluice" >/dev/null
 mkdir -p "$root/share/sluice/python" "$root/share/sluice/js"
 # The Python SDK as a wheel, the JavaScript SDK as an npm package.
-python3 -m pip wheel -q --no-deps -w "$root/share/sluice/python" sdk/python 2>"$work/pip.log" || {
+# (from a copy: the build leaves its build/ and egg-info beside the sources)
+cp -r sdk/python "$work/python-src"
+python3 -m pip wheel -q --no-deps -w "$root/share/sluice/python" "$work/python-src" 2>"$work/pip.log" || {
   cat "$work/pip.log" >&2
   echo "dist: building the Python wheel failed (pip wheel sdk/python)" >&2
   exit 1
