@@ -74,16 +74,21 @@ fi
 
 # Python SDK: componentize-py from PyPI, pinned (it embeds the CPython it
 # builds NFs with).
+# pip_pinned TOOL VERSION INSTALLED: installs TOOL==VERSION from PyPI unless
+# INSTALLED (the version the tool reports) is that one; the tool must then
+# be on PATH.
+pip_pinned() {
+  if [ "$3" != "$2" ]; then
+    python3 -m pip install -q "$1==$2" 2>/dev/null || python3 -m pip install -q --break-system-packages "$1==$2"
+    did+=("$1 $2")
+  fi
+  if ! command -v "$1" >/dev/null; then
+    echo "setup: $1 was installed but is not on PATH; add Python's script directory to PATH" >&2
+    exit 1
+  fi
+}
 componentize_py=0.25.1
-if [ "$(componentize-py --version 2>/dev/null | awk '{print $2}')" != "$componentize_py" ]; then
-  python3 -m pip install -q "componentize-py==$componentize_py" 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages "componentize-py==$componentize_py"
-  did+=("componentize-py $componentize_py")
-fi
-if ! command -v componentize-py >/dev/null; then
-  echo "setup: componentize-py was installed but is not on PATH; add Python's script directory to PATH" >&2
-  exit 1
-fi
+pip_pinned componentize-py "$componentize_py" "$(componentize-py --version 2>/dev/null | awk '{print $2}')"
 
 # Go SDK: Go 1.24 or newer (//go:wasmexport). Debian 12's golang is 1.19,
 # so this one is not installed here.
@@ -152,16 +157,7 @@ if ! go version -m "$gobin/helm" 2>/dev/null | grep -q "mod[[:space:]]*helm.sh/h
   GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@v$helm_version"
   did+=("helm $helm_version ($gobin)")
 fi
-kubernetes_validate=1.37.0
-if [ "$(kubernetes-validate --version 2>/dev/null | awk '{print $NF}')" != "$kubernetes_validate" ]; then
-  python3 -m pip install -q "kubernetes-validate==$kubernetes_validate" 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages "kubernetes-validate==$kubernetes_validate"
-  did+=("kubernetes-validate $kubernetes_validate")
-fi
-if ! command -v kubernetes-validate >/dev/null; then
-  echo "setup: kubernetes-validate was installed but is not on PATH; add Python's script directory to PATH" >&2
-  exit 1
-fi
+pip_pinned kubernetes-validate 1.37.0 "$(kubernetes-validate --version 2>/dev/null | awk '{print $NF}')"
 
 # The dashboard test drives Debian's chromium with playwright-core (npm).
 if [ ! -d tests/dashboard/node_modules/playwright-core ] ||
