@@ -76,6 +76,30 @@ func (p *Packet) IPv4Dst() uint32 {
 	return be32(p.Data, int(p.L3Offset)+16)
 }
 
+// IsIPv6 reports an IPv6 packet whose fixed 40-byte IP header was captured.
+func (p *Packet) IsIPv6() bool {
+	l3 := int(p.L3Offset)
+	return p.L3Offset != NoL3 && p.Flags&FlagIPv6 != 0 && l3+40 <= len(p.Data) && p.Data[l3]>>4 == 6
+}
+
+// IPv6Src is the IPv6 source address, its 16 bytes in network order (all
+// zero if not IPv6).
+func (p *Packet) IPv6Src() (a [16]byte) {
+	if p.IsIPv6() {
+		copy(a[:], p.Data[int(p.L3Offset)+8:])
+	}
+	return a
+}
+
+// IPv6Dst is the IPv6 destination address, its 16 bytes in network order
+// (all zero if not IPv6).
+func (p *Packet) IPv6Dst() (a [16]byte) {
+	if p.IsIPv6() {
+		copy(a[:], p.Data[int(p.L3Offset)+24:])
+	}
+	return a
+}
+
 // IsTCP reports a TCP packet whose whole TCP header was captured.
 func (p *Packet) IsTCP() bool {
 	l4, d := int(p.L4Offset), p.Data

@@ -7,11 +7,20 @@ import (
 	"runtime"
 )
 
-// StateError is a failed host table operation.
+// StateError is a failed host table operation. Nothing traps: the NF
+// decides what the failure means for its batch.
 type StateError struct {
-	Op     string
-	Kind   string
-	Index  uint32
+	// Op is the call: "declare", "counter-add", "put-many", ...
+	Op string
+	// Kind is the contract's state-error case: "unknown-table", "not-now",
+	// "wrong-kind", "bad-spec", "incompatible", "bad-input", "full",
+	// "over-budget" or "too-large".
+	Kind string
+	// Index is, for bad-input, full, over-budget and too-large, the index
+	// of the item the call stopped at (see Item); for unknown-table, the
+	// table handle; 0 otherwise.
+	Index uint32
+	// Detail is the host's reason for bad-spec and incompatible.
 	Detail string
 }
 
@@ -19,7 +28,26 @@ func (e *StateError) Error() string {
 	if e.Detail != "" {
 		return fmt.Sprintf("%s: %s: %s", e.Op, e.Kind, e.Detail)
 	}
-	return fmt.Sprintf("%s: %s (%d)", e.Op, e.Kind, e.Index)
+	if i, ok := e.Item(); ok {
+		return fmt.Sprintf("%s: %s at item %d", e.Op, e.Kind, i)
+	}
+	if e.Kind == "unknown-table" {
+		return fmt.Sprintf("%s: %s %d", e.Op, e.Kind, e.Index)
+	}
+	return fmt.Sprintf("%s: %s", e.Op, e.Kind)
+}
+
+// Item is the index of the item a batched call stopped at, for bad-input,
+// full, over-budget and too-large: the key of Counters.Add, the key-value
+// entry of Bytes.PutMany, the value of Pool.Acquire. The items before it
+// were applied; it and the ones after it were not. ok is false for the
+// other kinds.
+func (e *StateError) Item() (index uint32, ok bool) {
+	switch e.Kind {
+	case "bad-input", "full", "over-budget", "too-large":
+		return e.Index, true
+	}
+	return 0, false
 }
 
 // Scopes, accesses, kinds and merges of a TableSpec.
@@ -71,7 +99,49 @@ type SingleWriterSpec struct {
 	SyncIntervalNs uint64
 }
 
-// Declare declares a table (only in Init) and returns its handle.
+// TableOption sets a field of the spec a table helper declares:
+// WithCapacity, WithIdleTimeout, WithNotifyExpired, WithChunk.
+type TableOption func(*TableSpec)
+
+// WithCapacity sets the most entries the table holds (0: the host's
+// default, 65536). Per-flow and read-only tables count one worker's
+// entries; eventual and single-writer tables the whole table over every
+// worker; a pool holds at most its count bindings, and a capacity below
+// the count is refused.
+func WithCapacity(n uint32) TableOption { return func(s *TableSpec) { s.Capacity = n } }
+
+// WithIdleTimeout removes an entry neither written nor read for ns of
+// packet time (0: never); for per-flow tables, the flow's idle time. Pools
+// refuse it.
+func WithIdleTimeout(ns uint64) TableOption { return func(s *TableSpec) { s.IdleTimeoutNs = ns } }
+
+// WithNotifyExpired hands the entries removed for idleness to the NF's
+// Expired (per-flow keys as 37-byte flow keys, counters as 8-byte
+// little-endian keys and values).
+func WithNotifyExpired() TableOption { return func(s *TableSpec) { s.NotifyExpired = true } }
+
+// WithChunk sets how many resources a pool's worker takes from the free
+// list at a time (0: the host chooses); other tables ignore it.
+func WithChunk(n uint32) TableOption {
+	return func(s *TableSpec) {
+		if s.Pool != nil {
+			s.Pool.Chunk = n
+		}
+	}
+}
+
+// declareWith declares spec after applying opts.
+func declareWith(spec TableSpec, opts []TableOption) (uint32, error) {
+	for _, o := range opts {
+		o(&spec)
+	}
+	return Declare(spec)
+}
+
+// Declare declares a table (only in Init) and returns its handle, or finds
+// the one this NF declared earlier under the same name. Errors: not-now
+// outside Init, bad-spec for an invalid spec, incompatible when the name
+// exists with another scope, access, kind or consistency.
 //
 // The consistency variant is lowered flat, as the canonical ABI flattens
 // it: its discriminant, then the join of its cases' flattenings (i64, i64,
@@ -117,10 +187,20 @@ func stateCall(what string, call func(ret uint32)) ([]byte, error) {
 type Counters struct{ Table uint32 }
 
 // SumCounters declares a global counter table whose workers' replicas are
-// summed every mergeIntervalNs of packet time (only in Init).
-func SumCounters(name string, mergeIntervalNs uint64) (Counters, error) {
-	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: CounterKind,
-		Eventual: &EventualSpec{Merge: MergeSum, MergeIntervalNs: mergeIntervalNs}, MaxValue: 8})
+// summed every mergeIntervalNs of packet time (only in Init): the same as
+// EventualCounters(name, MergeSum, mergeIntervalNs, opts...).
+func SumCounters(name string, mergeIntervalNs uint64, opts ...TableOption) (Counters, error) {
+	return EventualCounters(name, MergeSum, mergeIntervalNs, opts...)
+}
+
+// EventualCounters declares a global counter table, one replica per
+// worker, merged with merge (MergeSum, MergeMax: the largest value wins,
+// MergeMin) every mergeIntervalNs of packet time (0: every batch); only in
+// Init. For max and min tables, Add offers its delta as a candidate value.
+// WithCapacity counts the whole table, over every worker.
+func EventualCounters(name string, merge uint32, mergeIntervalNs uint64, opts ...TableOption) (Counters, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: CounterKind,
+		Eventual: &EventualSpec{Merge: merge, MergeIntervalNs: mergeIntervalNs}, MaxValue: 8}, opts)
 	return Counters{t}, err
 }
 
@@ -128,14 +208,31 @@ func SumCounters(name string, mergeIntervalNs uint64) (Counters, error) {
 // worker per key (only in Init): adds to keys another worker owns are
 // forwarded to it as deltas, so none is lost; reads see the owner's value
 // as published at its last sync plus this worker's own adds since. Owners
-// sync every syncIntervalNs of packet time (0: every batch).
-func SingleWriterCounters(name string, syncIntervalNs uint64) (Counters, error) {
-	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: CounterKind,
-		SingleWriter: &SingleWriterSpec{SyncIntervalNs: syncIntervalNs}, MaxValue: 8})
+// sync every syncIntervalNs of packet time (0: every batch). WithCapacity
+// counts the whole table, over every worker.
+func SingleWriterCounters(name string, syncIntervalNs uint64, opts ...TableOption) (Counters, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: CounterKind,
+		SingleWriter: &SingleWriterSpec{SyncIntervalNs: syncIntervalNs}, MaxValue: 8}, opts)
 	return Counters{t}, err
 }
 
-// Add adds deltas[i] to the counter keys[i].
+// PerFlowCounters declares counters per flow, keyed by the batch's flow
+// index (only in Init). WithCapacity counts one worker's flows.
+func PerFlowCounters(name string, opts ...TableOption) (Counters, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: CounterKind, MaxValue: 8}, opts)
+	return Counters{t}, err
+}
+
+// ReadOnlyCounters declares global counters written in Init (with Add)
+// and replicated to every worker; Process only reads them (only in Init).
+func ReadOnlyCounters(name string, opts ...TableOption) (Counters, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: Global, Access: ReadOnly, Kind: CounterKind, MaxValue: 8}, opts)
+	return Counters{t}, err
+}
+
+// Add adds deltas[i] to the counter keys[i] (for max/min eventual tables:
+// offers the value). A full, over-budget or bad-input *StateError carries
+// the index of the key it stopped at (Item); keys before it were added.
 func (c Counters) Add(keys []uint64, deltas []int64) error {
 	_, err := stateCall("counter-add", func(ret uint32) {
 		stateCounterAdd(c.Table, ptrOf(keys), uint32(len(keys)), ptrOf(deltas), uint32(len(deltas)), ret)
@@ -143,7 +240,7 @@ func (c Counters) Add(keys []uint64, deltas []int64) error {
 	return err
 }
 
-// Get reads counters.
+// Get reads counters (0 for absent keys).
 func (c Counters) Get(keys []uint64) ([]uint64, error) {
 	area, err := stateCall("counter-get", func(ret uint32) { stateCounterGet(c.Table, ptrOf(keys), uint32(len(keys)), ret) })
 	if err != nil {
@@ -166,24 +263,39 @@ func (t Bytes) GetMany(keys []byte) ([]byte, error) {
 }
 
 // PutMany writes framed key, value, key, value, ... (an empty value
-// removes the key).
+// removes the key). A full, over-budget, too-large or bad-input
+// *StateError carries the index of the key-value entry it stopped at
+// (Item); entries before it were written.
 func (t Bytes) PutMany(entries []byte) error {
 	_, err := stateCall("put-many", func(ret uint32) { statePutMany(t.Table, ptrOf(entries), uint32(len(entries)), ret) })
 	return err
 }
 
 // PerFlowBytes declares byte values per flow, keyed by the batch's flow
-// index framed as 4 bytes little-endian (only in Init).
-func PerFlowBytes(name string, maxValueSize uint32) (Bytes, error) {
-	return PerFlowBytesExpiring(name, maxValueSize, 0, false)
+// index framed as 4 bytes little-endian (only in Init). WithCapacity
+// counts one worker's flows.
+func PerFlowBytes(name string, maxValueSize uint32, opts ...TableOption) (Bytes, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: BytesKind,
+		MaxValue: maxValueSize}, opts)
+	return Bytes{t}, err
 }
 
 // PerFlowBytesExpiring is PerFlowBytes with an idle timeout (packet time);
 // with notifyExpired, expired entries reach the NF's Expired (keys: the
-// 37-byte flow keys).
-func PerFlowBytesExpiring(name string, maxValueSize uint32, idleTimeoutNs uint64, notifyExpired bool) (Bytes, error) {
-	t, err := Declare(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: BytesKind, MaxValue: maxValueSize,
-		IdleTimeoutNs: idleTimeoutNs, NotifyExpired: notifyExpired})
+// 37-byte flow keys). The same as PerFlowBytes with WithIdleTimeout and
+// WithNotifyExpired.
+func PerFlowBytesExpiring(name string, maxValueSize uint32, idleTimeoutNs uint64, notifyExpired bool, opts ...TableOption) (Bytes, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: PerFlow, Access: ReadWrite, Kind: BytesKind, MaxValue: maxValueSize,
+		IdleTimeoutNs: idleTimeoutNs, NotifyExpired: notifyExpired}, opts)
+	return Bytes{t}, err
+}
+
+// ReadOnlyBytes declares global byte values written in Init (with
+// PutMany) and replicated to every worker; Process only reads them (only
+// in Init). keySize 0 allows keys of 1 to 256 bytes.
+func ReadOnlyBytes(name string, keySize, maxValueSize uint32, opts ...TableOption) (Bytes, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: Global, Access: ReadOnly, Kind: BytesKind, KeySize: keySize,
+		MaxValue: maxValueSize}, opts)
 	return Bytes{t}, err
 }
 
@@ -192,10 +304,11 @@ func PerFlowBytesExpiring(name string, maxValueSize uint32, idleTimeoutNs uint64
 // to it, and the last applied write wins (an empty value removes); reads
 // see the owner's value as published at its last sync plus this worker's
 // own writes since. keySize 0 allows keys of 1 to 256 bytes; owners sync
-// every syncIntervalNs of packet time (0: every batch).
-func SingleWriterBytes(name string, keySize, maxValueSize uint32, syncIntervalNs uint64) (Bytes, error) {
-	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: BytesKind,
-		SingleWriter: &SingleWriterSpec{SyncIntervalNs: syncIntervalNs}, KeySize: keySize, MaxValue: maxValueSize})
+// every syncIntervalNs of packet time (0: every batch). WithCapacity
+// counts the whole table, over every worker.
+func SingleWriterBytes(name string, keySize, maxValueSize uint32, syncIntervalNs uint64, opts ...TableOption) (Bytes, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: BytesKind,
+		SingleWriter: &SingleWriterSpec{SyncIntervalNs: syncIntervalNs}, KeySize: keySize, MaxValue: maxValueSize}, opts)
 	return Bytes{t}, err
 }
 
@@ -204,15 +317,18 @@ func SingleWriterBytes(name string, keySize, maxValueSize uint32, syncIntervalNs
 type Pool struct{ Table uint32 }
 
 // DeclarePool declares the resources first .. first+count, each bound to
-// a value of up to maxValueSize bytes while held (only in Init).
-func DeclarePool(name string, first, count uint64, maxValueSize uint32) (Pool, error) {
-	t, err := Declare(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: BytesKind,
-		Pool: &PoolSpec{First: first, Count: count}, MaxValue: maxValueSize})
+// a value of up to maxValueSize bytes while held (only in Init). WithChunk
+// sets how many a worker takes at a time; pools hold at most count
+// bindings and take no idle timeout.
+func DeclarePool(name string, first, count uint64, maxValueSize uint32, opts ...TableOption) (Pool, error) {
+	t, err := declareWith(TableSpec{Name: name, Scope: Global, Access: ReadWrite, Kind: BytesKind,
+		Pool: &PoolSpec{First: first, Count: count}, MaxValue: maxValueSize}, opts)
 	return Pool{t}, err
 }
 
 // Acquire takes one resource per framed value, bound to it; fewer than
-// asked when the pool is exhausted.
+// asked when the pool is exhausted. A too-large or bad-input *StateError
+// carries the index of the value (Item).
 func (p Pool) Acquire(values []byte) ([]uint64, error) {
 	area, err := stateCall("acquire", func(ret uint32) { stateAcquire(p.Table, ptrOf(values), uint32(len(values)), ret) })
 	if err != nil {
@@ -230,7 +346,7 @@ func (p Pool) Lookup(ids []uint64) ([]byte, error) {
 	return append([]byte(nil), bytesAt(get32(area, 4), get32(area, 8))...), nil
 }
 
-// Release gives resources back.
+// Release gives resources back (one not held is ignored).
 func (p Pool) Release(ids []uint64) error {
 	_, err := stateCall("release", func(ret uint32) { stateRelease(p.Table, ptrOf(ids), uint32(len(ids)), ret) })
 	return err

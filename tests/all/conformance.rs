@@ -152,6 +152,27 @@ fn expiry_in_every_language() {
     conformance("expiry");
 }
 
+/// Every table kind declared through each SDK's helpers with a capacity and
+/// an idle timeout, typed config getters, IPv6 addresses, and the index of
+/// the item a full table refused.
+#[test]
+fn declare_in_every_language() {
+    conformance("declare");
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(workspace().join("tests/conformance/declare/expected.json")).unwrap())
+            .unwrap();
+    // The case means something: the capacity refused sources (their
+    // packets dropped, the index reported), and IPv6 packets were seen.
+    let events = expected["events"].as_array().unwrap();
+    let full: Vec<&Value> = events.iter().filter(|e| e["kind"] == "conformance.full").collect();
+    assert!(!full.is_empty(), "{expected:#}");
+    assert!(full.iter().any(|e| e["fields"]["item"] != "0"), "{expected:#}");
+    assert!(expected["packets_dropped"].as_u64().unwrap() > 0, "{expected:#}");
+    assert!(events.iter().any(|e| e["kind"] == "conformance.v6"), "{expected:#}");
+    assert_eq!(expected["tables"]["weights"]["entries"], 3, "{expected:#}");
+    assert_eq!(expected["tables"]["names"]["entries"], 1, "{expected:#}");
+}
+
 /// Single-writer tables: a per-source SYN guard whose decisions span
 /// flows gives the same output on one worker and on two.
 #[test]

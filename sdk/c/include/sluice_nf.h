@@ -52,10 +52,43 @@ static inline uint32_t sluice_label(uint16_t label) { return (2u << 16) | label;
 
 /* ---- errors ------------------------------------------------------------- */
 
-/* The message of a refused config or a failed batch. */
+/* Why a call failed: the message of a refused config or a failed batch,
+ * and, after a failed table call, which state error the host returned
+ * and the index of the item it refused. */
 typedef struct {
     char message[256];
+    /* Set by a failed table call (sluice_declare*, sluice_counter_add, ...):
+     * one of SLUICE_STATE_ERR_*; SLUICE_STATE_OK (0) when no table call
+     * has failed. */
+    uint8_t state_error;
+    /* For SLUICE_STATE_ERR_BAD_INPUT, _FULL, _OVER_BUDGET and _TOO_LARGE:
+     * the index of the item the call stopped at (the key of
+     * sluice_counter_add, the key-value entry of sluice_put_many, the
+     * value of sluice_acquire). The items before it were applied; it and
+     * the ones after it were not. -1 for the other state errors. */
+    int64_t item;
 } sluice_error_t;
+
+/* sluice_error_t.state_error: the cases of the contract's state-error. */
+#define SLUICE_STATE_OK 0u
+/* No table with this handle was declared. */
+#define SLUICE_STATE_ERR_UNKNOWN_TABLE 1u
+/* A declaration outside nf_init, or a write to a read-only table there. */
+#define SLUICE_STATE_ERR_NOT_NOW 2u
+/* The call does not fit the table (sluice_counter_add on a byte table). */
+#define SLUICE_STATE_ERR_WRONG_KIND 3u
+/* The spec is invalid; the message says which field and why. */
+#define SLUICE_STATE_ERR_BAD_SPEC 4u
+/* A table of this name exists with another layout; the message says what. */
+#define SLUICE_STATE_ERR_INCOMPATIBLE 5u
+/* A malformed item (framing, key length, flow index, list lengths) at `item`. */
+#define SLUICE_STATE_ERR_BAD_INPUT 6u
+/* The table is at its capacity: stopped at `item`. */
+#define SLUICE_STATE_ERR_FULL 7u
+/* The NF's state budget is used up: stopped at `item`. */
+#define SLUICE_STATE_ERR_OVER_BUDGET 8u
+/* A value longer than the table's max_value_size, at `item`. */
+#define SLUICE_STATE_ERR_TOO_LARGE 9u
 
 /* Formats the message into `err` and returns false, so that an NF can
  * `return sluice_fail(err, "rule %d: bad CIDR", n);`. */
@@ -72,9 +105,31 @@ typedef struct {
 } sluice_info_t;
 
 /* Finds `key` in a config of `key=value` lines (spaces around both are
- * ignored, `#` starts a comment line). Returns the value (not
- * NUL-terminated) and its length in *len, or NULL. */
+ * ignored, `#` starts a comment line, the first line with the key wins).
+ * Returns the value (not NUL-terminated) and its length in *len, or NULL. */
 const char *sluice_config_get(const uint8_t *config, size_t config_len, const char *key, size_t *len);
+
+/* Typed config values: each stores the value of `key` in *out, or `def`
+ * when the config has no such key, and returns true. A value it cannot
+ * read makes it return false with a message naming the key and the value
+ * in err (e.g. "capacity = 12k: not an integer"), ready to be returned
+ * from nf_init. The same values are accepted by every SDK. */
+/* Decimal digits with an optional sign ("30000", "-7", "+3") that fit an
+ * int64_t. Errors: "not an integer", "integer out of range". */
+bool sluice_config_int(const uint8_t *config, size_t config_len, const char *key, int64_t def, int64_t *out,
+                       sluice_error_t *err);
+/* A decimal number with an optional sign, fraction and exponent ("1.5",
+ * ".5", "2e-3", "3"); not "inf", "nan", hexadecimal, or a value too large
+ * for a double. Errors: "not a number". */
+bool sluice_config_float(const uint8_t *config, size_t config_len, const char *key, double def, double *out,
+                         sluice_error_t *err);
+/* true/false, yes/no, on/off, 1/0, in any case. Errors: "not a boolean". */
+bool sluice_config_bool(const uint8_t *config, size_t config_len, const char *key, bool def, bool *out,
+                        sluice_error_t *err);
+/* The value (or `def`; NULL is "") copied into out[0..out_size) and
+ * NUL-terminated. Errors: "longer than N bytes" when it does not fit. */
+bool sluice_config_string(const uint8_t *config, size_t config_len, const char *key, const char *def, char *out,
+                          size_t out_size, sluice_error_t *err);
 
 /* Parses "a.b.c.d" or "a.b.c.d/n" (n defaults to 32) into a host-order
  * address and mask. */
@@ -126,6 +181,12 @@ uint8_t sluice_ip_proto(const sluice_packet_t *p);
 /* IPv4 source and destination, host byte order (0 if not IPv4). */
 uint32_t sluice_ipv4_src(const sluice_packet_t *p);
 uint32_t sluice_ipv4_dst(const sluice_packet_t *p);
+/* An IPv6 packet whose fixed 40-byte IP header was captured. */
+bool sluice_is_ipv6(const sluice_packet_t *p);
+/* IPv6 source and destination: copy the 16 address bytes (network order)
+ * into out and return true; if not IPv6, zero out and return false. */
+bool sluice_ipv6_src(const sluice_packet_t *p, uint8_t out[16]);
+bool sluice_ipv6_dst(const sluice_packet_t *p, uint8_t out[16]);
 /* TCP/UDP ports (0 if absent). */
 uint16_t sluice_src_port(const sluice_packet_t *p);
 uint16_t sluice_dst_port(const sluice_packet_t *p);
@@ -183,15 +244,70 @@ bool sluice_emit(const char *kind, uint8_t level, const char *const *fields, siz
 
 typedef uint32_t sluice_table_t;
 
+/* A table as the NF declares it: the contract's table-spec record (every
+ * field is documented in gen/network_function.h and wit/v0.3.0/nf.wit). */
+typedef sluice_nf_state_table_spec_t sluice_table_spec_t;
+
+/* How the replicas of an eventual table combine. */
+#define SLUICE_MERGE_SUM SLUICE_NF_STATE_MERGE_SUM
+#define SLUICE_MERGE_MAX SLUICE_NF_STATE_MERGE_MAX
+#define SLUICE_MERGE_MIN SLUICE_NF_STATE_MERGE_MIN
+
+/* Spec constructors: each fills *spec for one kind of table the contract
+ * allows, with capacity 0 (the host's default, 65536 entries), no idle
+ * timeout and no expiry notification. Set spec->capacity,
+ * spec->idle_timeout_ns and spec->notify_expired after it, then declare
+ * the table with sluice_declare. `name` (1-64 characters of a-z 0-9 - _ .)
+ * is not copied: it must stay valid until sluice_declare returns. */
+/* Counters per flow, keyed by the batch's flow index. */
+void sluice_spec_per_flow_counter(sluice_table_spec_t *spec, const char *name);
+/* Byte values per flow, keyed by the batch's flow index framed as 4 bytes
+ * little-endian. */
+void sluice_spec_per_flow_bytes(sluice_table_spec_t *spec, const char *name, uint32_t max_value_size);
+/* Global counters written in nf_init and replicated to every worker. */
+void sluice_spec_read_only_counter(sluice_table_spec_t *spec, const char *name);
+/* Global byte values written in nf_init and replicated to every worker;
+ * key_size 0 allows keys of 1 to 256 bytes. */
+void sluice_spec_read_only_bytes(sluice_table_spec_t *spec, const char *name, uint32_t key_size,
+                                 uint32_t max_value_size);
+/* Global counters, one replica per worker, merged with `merge`
+ * (SLUICE_MERGE_SUM, _MAX, _MIN) every merge_interval_ns of packet time
+ * (0: every batch). */
+void sluice_spec_eventual_counter(sluice_table_spec_t *spec, const char *name, uint8_t merge,
+                                  uint64_t merge_interval_ns);
+/* Global counters with one owner worker per key, synced every
+ * sync_interval_ns of packet time (see sluice_declare_single_writer_counter). */
+void sluice_spec_single_writer_counter(sluice_table_spec_t *spec, const char *name, uint64_t sync_interval_ns);
+/* Global byte values with one owner worker per key (see
+ * sluice_declare_single_writer_bytes); key_size 0 allows keys of 1 to 256
+ * bytes. */
+void sluice_spec_single_writer_bytes(sluice_table_spec_t *spec, const char *name, uint32_t key_size,
+                                     uint32_t max_value_size, uint64_t sync_interval_ns);
+/* A pool of the resources first .. first + count split between workers
+ * (release consistency), each bound to a value of up to max_value_size
+ * bytes while held; spec->consistency.val.release.chunk sets how many a
+ * worker takes at a time (0: the host chooses). Pools take no idle
+ * timeout, and a capacity below `count` is refused. */
+void sluice_spec_pool(sluice_table_spec_t *spec, const char *name, uint64_t first, uint64_t count,
+                      uint32_t max_value_size);
+
 /* Declares a global counter table whose workers' replicas are summed every
- * `merge_interval_ns` of packet time (only in nf_init). */
+ * `merge_interval_ns` of packet time (only in nf_init). For a capacity or
+ * an idle timeout, use sluice_spec_eventual_counter and sluice_declare. */
 bool sluice_declare_sum_counter(const char *name, uint64_t merge_interval_ns, sluice_table_t *table,
                                 sluice_error_t *err);
-/* Declares any table from a full spec (only in nf_init). */
+/* Declares any table from a full spec (only in nf_init), or finds the one
+ * this NF declared earlier under the same name. Errors (in err):
+ * SLUICE_STATE_ERR_NOT_NOW outside nf_init, _BAD_SPEC for an invalid spec,
+ * _INCOMPATIBLE when the name exists with another scope, access, kind or
+ * consistency. */
 bool sluice_declare(sluice_nf_state_table_spec_t *spec, sluice_table_t *table, sluice_error_t *err);
-/* Adds deltas[i] to the counter keys[i]. */
+/* Adds deltas[i] to the counter keys[i] (for max/min eventual tables:
+ * offers the value). Errors: _WRONG_KIND, _NOT_NOW (a read-only table
+ * outside nf_init), _BAD_INPUT, _FULL, _OVER_BUDGET, with err->item the
+ * index of the key the call stopped at (keys before it were added). */
 bool sluice_counter_add(sluice_table_t table, uint64_t *keys, int64_t *deltas, size_t n, sluice_error_t *err);
-/* Reads n counters into out. */
+/* Reads n counters into out (0 for absent keys). */
 bool sluice_counter_get(sluice_table_t table, uint64_t *keys, uint64_t *out, size_t n, sluice_error_t *err);
 
 /* Keys and values of byte tables and pools travel framed: a 4-byte
@@ -239,10 +355,14 @@ bool sluice_declare_pool(const char *name, uint64_t first, uint64_t count, uint3
 /* Reads values for framed keys; *out (framed, in key order) is malloc'd:
  * free(out->ptr). */
 bool sluice_get_many(sluice_table_t table, const uint8_t *keys, size_t len, sluice_buf_t *out, sluice_error_t *err);
-/* Writes framed key, value, ... (an empty value removes the key). */
+/* Writes framed key, value, ... (an empty value removes the key).
+ * Errors: _WRONG_KIND, _NOT_NOW, _BAD_INPUT, _TOO_LARGE, _FULL,
+ * _OVER_BUDGET, with err->item the index of the key-value entry the call
+ * stopped at (entries before it were written). */
 bool sluice_put_many(sluice_table_t table, const uint8_t *entries, size_t len, sluice_error_t *err);
 /* Takes one resource per framed value; *ids is malloc'd (free(*ids)), *n
- * may be less than asked when the pool is exhausted. */
+ * may be less than asked when the pool is exhausted. Errors: _WRONG_KIND,
+ * _BAD_INPUT, _TOO_LARGE, with err->item the index of the value. */
 bool sluice_acquire(sluice_table_t table, const uint8_t *values, size_t len, uint64_t **ids, size_t *n,
                     sluice_error_t *err);
 /* The values bound to resources, framed; free(out->ptr). */

@@ -8,6 +8,7 @@
  */
 #include "sluice_nf.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,117 @@ const char *sluice_config_get(const uint8_t *config, size_t config_len, const ch
     }
     *len = 0;
     return NULL;
+}
+
+static bool config_digits(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+bool sluice_config_int(const uint8_t *config, size_t config_len, const char *key, int64_t def, int64_t *out,
+                       sluice_error_t *err) {
+    size_t len;
+    const char *v = sluice_config_get(config, config_len, key, &len);
+    if (!v) {
+        *out = def;
+        return true;
+    }
+    size_t at = 0;
+    bool neg = false;
+    if (len && (v[0] == '+' || v[0] == '-')) neg = v[at++] == '-';
+    if (at == len || !config_digits(v + at, len - at))
+        return sluice_fail(err, "%s = %.*s: not an integer", key, (int)len, v);
+    /* 2^63 - 1, or 2^63 for a negative value. */
+    uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, n = 0;
+    for (; at < len; at++) {
+        uint64_t d = (uint64_t)(v[at] - '0');
+        if (n > (limit - d) / 10) return sluice_fail(err, "%s = %.*s: integer out of range", key, (int)len, v);
+        n = n * 10 + d;
+    }
+    *out = neg ? (n == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)n) : (int64_t)n;
+    return true;
+}
+
+/* [+-]?(digits[.digits?]|.digits)([eE][+-]?digits)?: the float syntax
+ * every SDK accepts. */
+static bool config_decimal_float(const char *v, size_t len) {
+    size_t at = 0, int_digits = 0, frac_digits = 0;
+    if (at < len && (v[at] == '+' || v[at] == '-')) at++;
+    while (at < len && v[at] >= '0' && v[at] <= '9') at++, int_digits++;
+    if (at < len && v[at] == '.') {
+        at++;
+        while (at < len && v[at] >= '0' && v[at] <= '9') at++, frac_digits++;
+    }
+    if (!int_digits && !frac_digits) return false;
+    if (at < len && (v[at] == 'e' || v[at] == 'E')) {
+        at++;
+        if (at < len && (v[at] == '+' || v[at] == '-')) at++;
+        size_t exp_digits = 0;
+        while (at < len && v[at] >= '0' && v[at] <= '9') at++, exp_digits++;
+        if (!exp_digits) return false;
+    }
+    return at == len;
+}
+
+bool sluice_config_float(const uint8_t *config, size_t config_len, const char *key, double def, double *out,
+                         sluice_error_t *err) {
+    size_t len;
+    const char *v = sluice_config_get(config, config_len, key, &len);
+    if (!v) {
+        *out = def;
+        return true;
+    }
+    if (!config_decimal_float(v, len)) return sluice_fail(err, "%s = %.*s: not a number", key, (int)len, v);
+    char *text = malloc(len + 1);
+    if (!text) return sluice_fail(err, "out of memory");
+    memcpy(text, v, len);
+    text[len] = 0;
+    double d = strtod(text, NULL);
+    free(text);
+    if (!isfinite(d)) return sluice_fail(err, "%s = %.*s: not a number", key, (int)len, v);
+    *out = d;
+    return true;
+}
+
+static bool config_word(const char *v, size_t len, const char *word) {
+    if (strlen(word) != len) return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = v[i] >= 'A' && v[i] <= 'Z' ? (char)(v[i] - 'A' + 'a') : v[i];
+        if (c != word[i]) return false;
+    }
+    return true;
+}
+
+bool sluice_config_bool(const uint8_t *config, size_t config_len, const char *key, bool def, bool *out,
+                        sluice_error_t *err) {
+    size_t len;
+    const char *v = sluice_config_get(config, config_len, key, &len);
+    if (!v) {
+        *out = def;
+        return true;
+    }
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (config_word(v, len, yes[i])) return *out = true, true;
+        if (config_word(v, len, no[i])) return *out = false, true;
+    }
+    return sluice_fail(err, "%s = %.*s: not a boolean (true/false, yes/no, on/off, 1/0)", key, (int)len, v);
+}
+
+bool sluice_config_string(const uint8_t *config, size_t config_len, const char *key, const char *def, char *out,
+                          size_t out_size, sluice_error_t *err) {
+    size_t len;
+    const char *v = sluice_config_get(config, config_len, key, &len);
+    if (!v) {
+        v = def ? def : "";
+        len = strlen(v);
+    }
+    if (!out_size || len > out_size - 1)
+        return sluice_fail(err, "%s = %.*s: longer than %zu bytes", key, (int)len, v, out_size ? out_size - 1 : 0);
+    memcpy(out, v, len);
+    out[len] = 0;
+    return true;
 }
 
 bool sluice_parse_ipv4_cidr(const char *text, size_t len, uint32_t *addr, uint32_t *mask) {
@@ -180,6 +292,27 @@ uint32_t sluice_ipv4_src(const sluice_packet_t *p) {
 uint32_t sluice_ipv4_dst(const sluice_packet_t *p) {
     return sluice_is_ipv4(p) ? sluice_be32(p->data, p->len, (size_t)p->l3_offset + 16) : 0;
 }
+
+/* The same rule as the Rust SDK's Packet::ipv6: the IPv6 flag, the fixed
+ * header captured, version 6. */
+bool sluice_is_ipv6(const sluice_packet_t *p) {
+    if (p->l3_offset == 0xff || !(p->flags & SLUICE_FLAG_IPV6)) return false;
+    size_t l3 = p->l3_offset;
+    return l3 + 40 <= p->len && (p->data[l3] >> 4) == 6;
+}
+
+static bool ipv6_address(const sluice_packet_t *p, size_t at, uint8_t out[16]) {
+    if (!sluice_is_ipv6(p)) {
+        memset(out, 0, 16);
+        return false;
+    }
+    memcpy(out, p->data + p->l3_offset + at, 16);
+    return true;
+}
+
+bool sluice_ipv6_src(const sluice_packet_t *p, uint8_t out[16]) { return ipv6_address(p, 8, out); }
+
+bool sluice_ipv6_dst(const sluice_packet_t *p, uint8_t out[16]) { return ipv6_address(p, 24, out); }
 
 bool sluice_is_tcp(const sluice_packet_t *p) {
     if (p->l4_offset == 0xffff || sluice_ip_proto(p) != 6) return false;
@@ -362,14 +495,37 @@ static void flush_events(struct event_buf *e) {
 
 /* ---- tables ---------------------------------------------------------------- */
 
+/* Turns the contract's state-error into err: the message, the case
+ * (SLUICE_STATE_ERR_*, the contract's tag plus one) and the refused item. */
 static bool state_fail(sluice_error_t *err, const char *what, sluice_nf_state_state_error_t *e) {
     static const char *const names[] = {"unknown table", "not now", "wrong kind", "bad spec", "incompatible",
                                         "bad input",     "full",    "over budget", "too large"};
     const char *name = e->tag < 9 ? names[e->tag] : "unknown error";
-    if (e->tag == SLUICE_NF_STATE_STATE_ERROR_BAD_SPEC || e->tag == SLUICE_NF_STATE_STATE_ERROR_INCOMPATIBLE) {
+    err->state_error = (uint8_t)(e->tag < 9 ? e->tag + 1 : 0);
+    err->item = -1;
+    switch (e->tag) {
+    case SLUICE_NF_STATE_STATE_ERROR_BAD_SPEC:
+    case SLUICE_NF_STATE_STATE_ERROR_INCOMPATIBLE: {
         network_function_string_t *m = e->tag == SLUICE_NF_STATE_STATE_ERROR_BAD_SPEC ? &e->val.bad_spec : &e->val.incompatible;
         sluice_fail(err, "%s: %s: %.*s", what, name, (int)m->len, (const char *)m->ptr);
-    } else {
+        break;
+    }
+    case SLUICE_NF_STATE_STATE_ERROR_BAD_INPUT:
+    case SLUICE_NF_STATE_STATE_ERROR_FULL:
+    case SLUICE_NF_STATE_STATE_ERROR_OVER_BUDGET:
+    case SLUICE_NF_STATE_STATE_ERROR_TOO_LARGE: {
+        uint32_t item = e->tag == SLUICE_NF_STATE_STATE_ERROR_BAD_INPUT ? e->val.bad_input
+                        : e->tag == SLUICE_NF_STATE_STATE_ERROR_FULL    ? e->val.full
+                        : e->tag == SLUICE_NF_STATE_STATE_ERROR_OVER_BUDGET ? e->val.over_budget
+                                                                            : e->val.too_large;
+        err->item = item;
+        sluice_fail(err, "%s: %s at item %u", what, name, (unsigned)item);
+        break;
+    }
+    case SLUICE_NF_STATE_STATE_ERROR_UNKNOWN_TABLE:
+        sluice_fail(err, "%s: %s %u", what, name, (unsigned)e->val.unknown_table);
+        break;
+    default:
         sluice_fail(err, "%s: %s", what, name);
     }
     sluice_nf_state_state_error_free(e);
@@ -382,16 +538,10 @@ bool sluice_declare(sluice_nf_state_table_spec_t *spec, sluice_table_t *table, s
     return state_fail(err, "declaring a table", &e);
 }
 
-static void base_spec(sluice_nf_state_table_spec_t *spec, const char *name, uint8_t scope, uint8_t kind,
-                      uint32_t max_value_size);
-
 bool sluice_declare_sum_counter(const char *name, uint64_t merge_interval_ns, sluice_table_t *table,
                                 sluice_error_t *err) {
-    sluice_nf_state_table_spec_t spec;
-    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
-    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_EVENTUAL;
-    spec.consistency.val.eventual.merge = SLUICE_NF_STATE_MERGE_SUM;
-    spec.consistency.val.eventual.merge_interval_ns = merge_interval_ns;
+    sluice_table_spec_t spec;
+    sluice_spec_eventual_counter(&spec, name, SLUICE_MERGE_SUM, merge_interval_ns);
     return sluice_declare(&spec, table, err);
 }
 
@@ -445,29 +595,87 @@ bool sluice_frame_next(const uint8_t *data, size_t len, size_t *at, const uint8_
     return true;
 }
 
-static void base_spec(sluice_nf_state_table_spec_t *spec, const char *name, uint8_t scope, uint8_t kind,
+/* ---- table specs ----------------------------------------------------------- */
+
+static void base_spec(sluice_table_spec_t *spec, const char *name, uint8_t scope, uint8_t access, uint8_t kind,
                       uint32_t max_value_size) {
     memset(spec, 0, sizeof *spec);
     spec->name.ptr = (uint8_t *)name;
     spec->name.len = strlen(name);
     spec->scope = scope;
-    spec->access = SLUICE_NF_STATE_ACCESS_READ_WRITE;
+    spec->access = access;
     spec->kind = kind;
     spec->consistency.tag = SLUICE_NF_STATE_CONSISTENCY_LOCAL;
     spec->max_value_size = max_value_size;
 }
 
+void sluice_spec_per_flow_counter(sluice_table_spec_t *spec, const char *name) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_PER_FLOW, SLUICE_NF_STATE_ACCESS_READ_WRITE,
+              SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
+}
+
+void sluice_spec_per_flow_bytes(sluice_table_spec_t *spec, const char *name, uint32_t max_value_size) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_PER_FLOW, SLUICE_NF_STATE_ACCESS_READ_WRITE,
+              SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+}
+
+void sluice_spec_read_only_counter(sluice_table_spec_t *spec, const char *name) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_ACCESS_READ_ONLY,
+              SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
+}
+
+void sluice_spec_read_only_bytes(sluice_table_spec_t *spec, const char *name, uint32_t key_size,
+                                 uint32_t max_value_size) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_ACCESS_READ_ONLY,
+              SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    spec->key_size = key_size;
+}
+
+void sluice_spec_eventual_counter(sluice_table_spec_t *spec, const char *name, uint8_t merge,
+                                  uint64_t merge_interval_ns) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_ACCESS_READ_WRITE,
+              SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
+    spec->consistency.tag = SLUICE_NF_STATE_CONSISTENCY_EVENTUAL;
+    spec->consistency.val.eventual.merge = merge;
+    spec->consistency.val.eventual.merge_interval_ns = merge_interval_ns;
+}
+
+void sluice_spec_single_writer_counter(sluice_table_spec_t *spec, const char *name, uint64_t sync_interval_ns) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_ACCESS_READ_WRITE,
+              SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
+    spec->consistency.tag = SLUICE_NF_STATE_CONSISTENCY_SINGLE_WRITER;
+    spec->consistency.val.single_writer.sync_interval_ns = sync_interval_ns;
+}
+
+void sluice_spec_single_writer_bytes(sluice_table_spec_t *spec, const char *name, uint32_t key_size,
+                                     uint32_t max_value_size, uint64_t sync_interval_ns) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_ACCESS_READ_WRITE,
+              SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    spec->key_size = key_size;
+    spec->consistency.tag = SLUICE_NF_STATE_CONSISTENCY_SINGLE_WRITER;
+    spec->consistency.val.single_writer.sync_interval_ns = sync_interval_ns;
+}
+
+void sluice_spec_pool(sluice_table_spec_t *spec, const char *name, uint64_t first, uint64_t count,
+                      uint32_t max_value_size) {
+    base_spec(spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_ACCESS_READ_WRITE,
+              SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    spec->consistency.tag = SLUICE_NF_STATE_CONSISTENCY_RELEASE;
+    spec->consistency.val.release.first = first;
+    spec->consistency.val.release.count = count;
+}
+
 bool sluice_declare_per_flow_bytes(const char *name, uint32_t max_value_size, sluice_table_t *table,
                                    sluice_error_t *err) {
-    sluice_nf_state_table_spec_t spec;
-    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_PER_FLOW, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    sluice_table_spec_t spec;
+    sluice_spec_per_flow_bytes(&spec, name, max_value_size);
     return sluice_declare(&spec, table, err);
 }
 
 bool sluice_declare_per_flow_bytes_expiring(const char *name, uint32_t max_value_size, uint64_t idle_timeout_ns,
                                             bool notify_expired, sluice_table_t *table, sluice_error_t *err) {
-    sluice_nf_state_table_spec_t spec;
-    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_PER_FLOW, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
+    sluice_table_spec_t spec;
+    sluice_spec_per_flow_bytes(&spec, name, max_value_size);
     spec.idle_timeout_ns = idle_timeout_ns;
     spec.notify_expired = notify_expired;
     return sluice_declare(&spec, table, err);
@@ -475,30 +683,22 @@ bool sluice_declare_per_flow_bytes_expiring(const char *name, uint32_t max_value
 
 bool sluice_declare_pool(const char *name, uint64_t first, uint64_t count, uint32_t max_value_size,
                          sluice_table_t *table, sluice_error_t *err) {
-    sluice_nf_state_table_spec_t spec;
-    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
-    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_RELEASE;
-    spec.consistency.val.release.first = first;
-    spec.consistency.val.release.count = count;
+    sluice_table_spec_t spec;
+    sluice_spec_pool(&spec, name, first, count, max_value_size);
     return sluice_declare(&spec, table, err);
 }
 
 bool sluice_declare_single_writer_counter(const char *name, uint64_t sync_interval_ns, sluice_table_t *table,
                                           sluice_error_t *err) {
-    sluice_nf_state_table_spec_t spec;
-    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_COUNTER, 8);
-    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_SINGLE_WRITER;
-    spec.consistency.val.single_writer.sync_interval_ns = sync_interval_ns;
+    sluice_table_spec_t spec;
+    sluice_spec_single_writer_counter(&spec, name, sync_interval_ns);
     return sluice_declare(&spec, table, err);
 }
 
 bool sluice_declare_single_writer_bytes(const char *name, uint32_t key_size, uint32_t max_value_size,
                                         uint64_t sync_interval_ns, sluice_table_t *table, sluice_error_t *err) {
-    sluice_nf_state_table_spec_t spec;
-    base_spec(&spec, name, SLUICE_NF_STATE_SCOPE_GLOBAL, SLUICE_NF_STATE_VALUE_KIND_BYTES, max_value_size);
-    spec.key_size = key_size;
-    spec.consistency.tag = SLUICE_NF_STATE_CONSISTENCY_SINGLE_WRITER;
-    spec.consistency.val.single_writer.sync_interval_ns = sync_interval_ns;
+    sluice_table_spec_t spec;
+    sluice_spec_single_writer_bytes(&spec, name, key_size, max_value_size, sync_interval_ns);
     return sluice_declare(&spec, table, err);
 }
 
@@ -550,10 +750,17 @@ __attribute__((weak)) bool nf_expired(uint32_t table, const uint8_t *entries, si
     return true;
 }
 
+/* An error with no message and no state error, as each export starts. */
+static void no_error(sluice_error_t *e) {
+    memset(e, 0, sizeof *e);
+    e->item = -1;
+}
+
 bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluice_nf_nf_nf_info_t *ret,
                                network_function_string_t *err) {
     sluice_info_t info = {false, 0};
-    sluice_error_t e = {{0}};
+    sluice_error_t e;
+    no_error(&e);
     bool ok = nf_init(config->ptr, config->len, &info, &e);
     network_function_list_u8_free(config);
     if (!ok) {
@@ -592,7 +799,8 @@ bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_s
     }
     for (uint32_t i = 0; i < b.n; i++) b.verdicts[i] = sluice_forward(0);
 
-    sluice_error_t e = {{0}};
+    sluice_error_t e;
+    no_error(&e);
     bool ok = nf_process(&b, &e);
     flush_events(&b.events);
     if (!ok) {
@@ -645,7 +853,8 @@ bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_s
 
 bool exports_sluice_nf_nf_expired(exports_sluice_nf_nf_table_t table, network_function_list_u8_t *entries,
                                   network_function_string_t *err) {
-    sluice_error_t e = {{0}};
+    sluice_error_t e;
+    no_error(&e);
     bool ok = nf_expired(table, entries->ptr, entries->len, &e);
     network_function_list_u8_free(entries);
     if (!ok) set_string(err, e.message[0] ? e.message : "expired failed");

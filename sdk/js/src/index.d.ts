@@ -31,6 +31,17 @@ export function log(level: Level, message: string): void;
 export function emit(events: Array<{ kind: string; level: Level; fields: Array<[string, string]> }>): void;
 /** The value of `key` in a config of `key=value` lines. */
 export function configValue(config: Uint8Array, key: string): string | undefined;
+/** The value of `key`, or `def` when absent. */
+export function configString(config: Uint8Array, key: string, def?: string): string;
+/** Decimal digits with an optional sign, within ±(2^53 - 1), or `def` when
+ * absent; throws `"<key> = <value>: not an integer"` otherwise. */
+export function configInt(config: Uint8Array, key: string, def?: number): number;
+/** A decimal number (`1.5`, `.5`, `2e-3`), or `def` when absent; throws
+ * `"<key> = <value>: not a number"` otherwise. */
+export function configFloat(config: Uint8Array, key: string, def?: number): number;
+/** true/false, yes/no, on/off, 1/0 in any case, or `def` when absent;
+ * throws `"<key> = <value>: not a boolean ..."` otherwise. */
+export function configBool(config: Uint8Array, key: string, def?: boolean): boolean;
 /** `a.b.c.d[/n]` as [network, mask], unsigned 32-bit numbers. */
 export function parseIpv4Cidr(text: string): [number, number];
 /** RFC 1624 incremental checksum update. */
@@ -52,6 +63,12 @@ export class Packet {
   ipProto(): number;
   ipv4Src(): number;
   ipv4Dst(): number;
+  /** An IPv6 packet whose fixed 40-byte header was captured. */
+  isIpv6(): boolean;
+  /** The 16 bytes of the IPv6 source address, undefined if not IPv6. */
+  ipv6Src(): Uint8Array | undefined;
+  /** The 16 bytes of the IPv6 destination address, undefined if not IPv6. */
+  ipv6Dst(): Uint8Array | undefined;
   isTcp(): boolean;
   isUdp(): boolean;
   srcPort(): number;
@@ -71,14 +88,54 @@ export class Batch {
   emit(kind: string, level: Level, packet: number | undefined, fields: Array<[string, string]>): void;
 }
 
-export class StateError extends Error {}
+/** The contract's state-error cases. */
+export type StateErrorKind =
+  | "unknown-table"
+  | "not-now"
+  | "wrong-kind"
+  | "bad-spec"
+  | "incompatible"
+  | "bad-input"
+  | "full"
+  | "over-budget"
+  | "too-large";
+
+/** A failed host table operation. */
+export class StateError extends Error {
+  /** The call: "declare", "counter-add", "put-many", ... */
+  readonly op: string;
+  readonly kind: StateErrorKind;
+  /** bad-input, full, over-budget, too-large: the index of the refused item
+   * (the items before it were applied). */
+  readonly item: number | undefined;
+  /** bad-spec, incompatible: the host's reason. */
+  readonly detail: string | undefined;
+}
+
+export type Merge = "sum" | "max" | "min";
+
+/** What every table helper takes last. */
+export interface TableOptions {
+  /** Most entries (0: the host's default, 65536). */
+  capacity?: number;
+  /** Entries idle this long (packet time) are removed (0: never). */
+  idleTimeoutNs?: bigint | number;
+  /** Hand removed entries to the NF's `expired`. */
+  notifyExpired?: boolean;
+}
 
 export class Counters {
   readonly table: number;
   static declare(spec: object): Counters;
-  static sum(name: string, mergeIntervalNs?: bigint | number): Counters;
+  static sum(name: string, mergeIntervalNs?: bigint | number, options?: TableOptions): Counters;
+  /** Eventual counters merged with `merge` (see the README). */
+  static eventual(name: string, merge?: Merge, mergeIntervalNs?: bigint | number, options?: TableOptions): Counters;
   /** Single-writer counters: one owner worker per key (see the README). */
-  static singleWriter(name: string, syncIntervalNs?: bigint | number): Counters;
+  static singleWriter(name: string, syncIntervalNs?: bigint | number, options?: TableOptions): Counters;
+  /** Counters per flow, keyed by the batch's flow index. */
+  static perFlow(name: string, options?: TableOptions): Counters;
+  /** Global counters written in `init`, replicated to every worker. */
+  static readOnly(name: string, options?: TableOptions): Counters;
   add(keys: ArrayLike<number | bigint>, deltas: ArrayLike<number | bigint>): void;
   get(keys: ArrayLike<number | bigint>): BigUint64Array;
 }
@@ -91,13 +148,17 @@ export function unframe(data: Uint8Array): Uint8Array[];
 export class Bytes {
   readonly table: number;
   static declare(spec: object): Bytes;
-  static perFlow(
-    name: string,
-    maxValueSize: number,
-    options?: { idleTimeoutNs?: bigint | number; notifyExpired?: boolean },
-  ): Bytes;
+  static perFlow(name: string, maxValueSize: number, options?: TableOptions): Bytes;
   /** Single-writer byte values: one owner worker per key (see the README). */
-  static singleWriter(name: string, keySize: number, maxValueSize: number, syncIntervalNs?: bigint | number): Bytes;
+  static singleWriter(
+    name: string,
+    keySize: number,
+    maxValueSize: number,
+    syncIntervalNs?: bigint | number,
+    options?: TableOptions,
+  ): Bytes;
+  /** Global byte values written in `init`, replicated to every worker. */
+  static readOnly(name: string, keySize: number, maxValueSize: number, options?: TableOptions): Bytes;
   getMany(keys: Uint8Array): Uint8Array;
   putMany(entries: Uint8Array): void;
 }

@@ -69,6 +69,54 @@ export function configValue(config, key) {
   return undefined;
 }
 
+/** The value of `key` as a string, or `def` when the config has no such
+ * key (an empty value, `key =`, is ""). */
+export function configString(config, key, def = "") {
+  const v = configValue(config, key);
+  return v === undefined ? def : v;
+}
+
+/** The value of `key` as an integer (a number), or `def` when the config
+ * has no such key. The value is decimal digits with an optional sign
+ * (`30000`, `-7`, `+3`); nothing else is accepted, so every SDK reads a
+ * config the same way. Throws an Error naming the key and the value
+ * (`capacity = 12k: not an integer`), which refuses the configuration when
+ * thrown in `init`; a value beyond ±(2^53 - 1), which a number cannot hold
+ * exactly, is `integer out of range`. */
+export function configInt(config, key, def = 0) {
+  const v = configValue(config, key);
+  if (v === undefined) return def;
+  if (!/^[+-]?[0-9]+$/.test(v)) throw new Error(`${key} = ${v}: not an integer`);
+  const n = Number(v);
+  if (!Number.isSafeInteger(n)) throw new Error(`${key} = ${v}: integer out of range`);
+  return n === 0 ? 0 : n; // "-0" reads as 0, as in the other SDKs
+}
+
+/** The value of `key` as a number, or `def` when the config has no such
+ * key. The value is a decimal number with an optional sign, fraction and
+ * exponent (`1.5`, `.5`, `2e-3`, `3`); `Infinity`, `NaN`, hexadecimal and
+ * values too large for a double throw (`rate = fast: not a number`). */
+export function configFloat(config, key, def = 0) {
+  const v = configValue(config, key);
+  if (v === undefined) return def;
+  const f = /^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$/.test(v) ? Number(v) : NaN;
+  if (!Number.isFinite(f)) throw new Error(`${key} = ${v}: not a number`);
+  return f;
+}
+
+/** The value of `key` as a boolean, or `def` when the config has no such
+ * key: `true`, `yes`, `on`, `1` are true and `false`, `no`, `off`, `0`
+ * false, in any case; anything else throws (`log = maybe: not a boolean
+ * (true/false, yes/no, on/off, 1/0)`). */
+export function configBool(config, key, def = false) {
+  const v = configValue(config, key);
+  if (v === undefined) return def;
+  const word = v.toLowerCase();
+  if (["true", "yes", "on", "1"].includes(word)) return true;
+  if (["false", "no", "off", "0"].includes(word)) return false;
+  throw new Error(`${key} = ${v}: not a boolean (true/false, yes/no, on/off, 1/0)`);
+}
+
 /** `a.b.c.d[/n]` as [network, mask] (unsigned 32-bit numbers). */
 export function parseIpv4Cidr(text) {
   const [addr, len, ...rest] = text.split("/");
@@ -161,6 +209,24 @@ export class Packet {
 
   ipv4Dst() {
     return this.isIpv4() ? be32(this.data, this.l3Offset + 16) : 0;
+  }
+
+  /** An IPv6 packet whose fixed 40-byte IP header was captured. */
+  isIpv6() {
+    const l3 = this.l3Offset;
+    return l3 !== NO_L3 && (this.flags & FLAG_IPV6) !== 0 && l3 + 40 <= this.data.length && this.data[l3] >> 4 === 6;
+  }
+
+  /** IPv6 source address: its 16 bytes in network order (a copy), or
+   * undefined if not IPv6. */
+  ipv6Src() {
+    return this.isIpv6() ? this.data.slice(this.l3Offset + 8, this.l3Offset + 24) : undefined;
+  }
+
+  /** IPv6 destination address: its 16 bytes in network order (a copy), or
+   * undefined if not IPv6. */
+  ipv6Dst() {
+    return this.isIpv6() ? this.data.slice(this.l3Offset + 24, this.l3Offset + 40) : undefined;
   }
 
   /** A TCP packet whose whole TCP header was captured. */
@@ -276,8 +342,15 @@ export class Batch {
     this.events.push({ kind, level, packet: packet ?? undefined, fields: fields.map(([k, v]) => [k, v]) });
   }
 
-  finish() {
+  /** Sends the queued events (also when the batch failed, as the other
+   * SDKs do: events emitted before a failure are delivered). */
+  flushEvents() {
     if (this.events.length) hostEmit(this.events);
+    this.events = [];
+  }
+
+  finish() {
+    this.flushEvents();
     const rewrites = [...this.rewrites.entries()].sort((a, b) => a[0] - b[0]).map(([packet, data]) => ({ packet, data }));
     const flowUpdates = [];
     for (let flow = 0; flow < this.pending.length; flow++) {
@@ -288,15 +361,42 @@ export class Batch {
   }
 }
 
-/** A host table operation failed. */
-export class StateError extends Error {}
+const ITEM_ERRORS = ["bad-input", "full", "over-budget", "too-large"];
+
+/** A host table operation failed; nothing traps, the NF decides.
+ *
+ * - `op`: the call (`"declare"`, `"counter-add"`, `"put-many"`, ...);
+ * - `kind`: the contract's state-error case: `"unknown-table"`,
+ *   `"not-now"`, `"wrong-kind"`, `"bad-spec"`, `"incompatible"`,
+ *   `"bad-input"`, `"full"`, `"over-budget"` or `"too-large"`;
+ * - `item`: for `bad-input`, `full`, `over-budget` and `too-large`, the
+ *   index of the item the call stopped at (the key of `add`, the key-value
+ *   entry of `putMany`, the value of `acquire`): the items before it were
+ *   applied, it and the ones after it were not. undefined otherwise;
+ * - `detail`: the host's reason for `bad-spec` and `incompatible`. */
+export class StateError extends Error {
+  constructor(op, kind, item, detail) {
+    super(
+      detail !== undefined ? `${op}: ${kind}: ${detail}` : item !== undefined ? `${op}: ${kind} at item ${item}` : `${op}: ${kind}`,
+    );
+    this.name = "StateError";
+    this.op = op;
+    this.kind = kind;
+    this.item = item;
+    this.detail = detail;
+  }
+}
 
 function stateCall(what, f) {
   try {
     return f();
   } catch (e) {
     const p = e && e.payload !== undefined ? e.payload : e;
-    throw new StateError(`${what}: ${p && p.tag ? p.tag + (p.val !== undefined ? " " + p.val : "") : String(p)}`);
+    if (!p || typeof p.tag !== "string") throw new StateError(what, String(p));
+    if (ITEM_ERRORS.includes(p.tag)) throw new StateError(what, p.tag, p.val);
+    if (p.tag === "bad-spec" || p.tag === "incompatible") throw new StateError(what, p.tag, undefined, p.val);
+    if (p.tag === "unknown-table") throw new StateError(what, p.tag, undefined, `table ${p.val}`);
+    throw new StateError(what, p.tag);
   }
 }
 
@@ -312,37 +412,57 @@ export class Counters {
   }
 
   /** A global counter table whose workers' replicas are summed every
-   * `mergeIntervalNs` of packet time (only in `init`). */
-  static sum(name, mergeIntervalNs = 0n) {
-    return Counters.declare({
-      name,
-      scope: "global",
-      access: "read-write",
-      kind: "counter",
-      consistency: { tag: "eventual", val: { merge: "sum", mergeIntervalNs: BigInt(mergeIntervalNs) } },
-      keySize: 0,
-      maxValueSize: 8,
-      capacity: 0,
-      idleTimeoutNs: 0n,
-      notifyExpired: false,
-    });
+   * `mergeIntervalNs` of packet time (only in `init`): the same as
+   * `Counters.eventual(name, "sum", mergeIntervalNs, options)`. */
+  static sum(name, mergeIntervalNs = 0n, options = {}) {
+    return Counters.eventual(name, "sum", mergeIntervalNs, options);
+  }
+
+  /** A global counter table, one replica per worker, merged with `merge`
+   * (`"sum"`, `"max"`: the largest value wins, `"min"`) every
+   * `mergeIntervalNs` of packet time (0: every batch); only in `init`. For
+   * max and min tables, `add` offers its delta as a candidate value.
+   * `options.capacity` counts the whole table, over every worker. */
+  static eventual(name, merge = "sum", mergeIntervalNs = 0n, options = {}) {
+    const consistency = { tag: "eventual", val: { merge, mergeIntervalNs: BigInt(mergeIntervalNs) } };
+    return Counters.declare(spec(name, "global", "counter", consistency, 8, options));
   }
 
   /** A global counter table with one owner worker per key (only in
    * `init`): adds to keys another worker owns are forwarded to it as
    * deltas, so none is lost; reads see the owner's value as published at
    * its last sync plus this worker's own adds since. Owners sync every
-   * `syncIntervalNs` of packet time (0: every batch). */
-  static singleWriter(name, syncIntervalNs = 0n) {
-    return Counters.declare(spec(name, "global", "counter", singleWriter(syncIntervalNs), 8));
+   * `syncIntervalNs` of packet time (0: every batch). `options.capacity`
+   * counts the whole table, over every worker. */
+  static singleWriter(name, syncIntervalNs = 0n, options = {}) {
+    return Counters.declare(spec(name, "global", "counter", singleWriter(syncIntervalNs), 8, options));
   }
 
+  /** Counters per flow, keyed by the batch's flow index (only in `init`).
+   * `options.capacity` counts one worker's flows; with
+   * `options.notifyExpired`, counters idle for `options.idleTimeoutNs`
+   * of packet time reach the NF's `expired` (keys: 37-byte flow keys). */
+  static perFlow(name, options = {}) {
+    return Counters.declare(spec(name, "per-flow", "counter", { tag: "local" }, 8, options));
+  }
+
+  /** Global counters written in `init` (with `add`) and replicated to every
+   * worker; `process` only reads them (only in `init`). */
+  static readOnly(name, options = {}) {
+    return Counters.declare(spec(name, "global", "counter", { tag: "local" }, 8, options, "read-only"));
+  }
+
+  /** Adds `deltas[i]` to the counter `keys[i]` (for max/min eventual
+   * tables: offers the value). A StateError `full`, `over-budget` or
+   * `bad-input` carries the index of the key it stopped at (`item`); keys
+   * before it were added. */
   add(keys, deltas) {
     const k = BigUint64Array.from(keys, BigInt);
     const d = BigInt64Array.from(deltas, BigInt);
     stateCall("counter-add", () => counterAdd(this.table, k, d));
   }
 
+  /** Reads counters (0n for absent keys). */
   get(keys) {
     return stateCall("counter-get", () => counterGet(this.table, BigUint64Array.from(keys, BigInt)));
   }
@@ -375,16 +495,19 @@ export function unframe(data) {
   return items;
 }
 
-function spec(name, scope, kind, consistency, maxValueSize, idleTimeoutNs = 0n, notifyExpired = false, keySize = 0) {
+/** A full table spec; `options` holds `capacity` (0: the host's default,
+ * 65536), `idleTimeoutNs` (0: never) and `notifyExpired`. */
+function spec(name, scope, kind, consistency, maxValueSize, options = {}, access = "read-write", keySize = 0) {
+  const { capacity = 0, idleTimeoutNs = 0n, notifyExpired = false } = options;
   return {
     name,
     scope,
-    access: "read-write",
+    access,
     kind,
     consistency,
     keySize,
     maxValueSize,
-    capacity: 0,
+    capacity,
     idleTimeoutNs: BigInt(idleTimeoutNs),
     notifyExpired,
   };
@@ -400,16 +523,18 @@ export class Bytes {
     this.table = table;
   }
 
+  /** Declares a table from a full spec (only in `init`). */
   static declare(spec) {
     return new Bytes(stateCall("declare", () => declare(spec)));
   }
 
   /** Byte values per flow, keyed by the batch's flow index (framed as 4
-   * bytes little-endian); only in `init`. With `notifyExpired`, entries
-   * idle for `idleTimeoutNs` of packet time reach the NF's `expired` (keys:
+   * bytes little-endian); only in `init`. `options.capacity` counts one
+   * worker's flows; with `options.notifyExpired`, entries idle for
+   * `options.idleTimeoutNs` of packet time reach the NF's `expired` (keys:
    * 37-byte flow keys). */
-  static perFlow(name, maxValueSize, { idleTimeoutNs = 0n, notifyExpired = false } = {}) {
-    return Bytes.declare(spec(name, "per-flow", "bytes", { tag: "local" }, maxValueSize, idleTimeoutNs, notifyExpired));
+  static perFlow(name, maxValueSize, options = {}) {
+    return Bytes.declare(spec(name, "per-flow", "bytes", { tag: "local" }, maxValueSize, options));
   }
 
   /** A global byte table with one owner worker per key (only in `init`):
@@ -417,15 +542,29 @@ export class Bytes {
    * applied write wins (an empty value removes); reads see the owner's
    * value as published at its last sync plus this worker's own writes
    * since. `keySize` 0 allows keys of 1 to 256 bytes; owners sync every
-   * `syncIntervalNs` of packet time (0: every batch). */
-  static singleWriter(name, keySize, maxValueSize, syncIntervalNs = 0n) {
-    return Bytes.declare(spec(name, "global", "bytes", singleWriter(syncIntervalNs), maxValueSize, 0n, false, keySize));
+   * `syncIntervalNs` of packet time (0: every batch). `options.capacity`
+   * counts the whole table, over every worker. */
+  static singleWriter(name, keySize, maxValueSize, syncIntervalNs = 0n, options = {}) {
+    return Bytes.declare(spec(name, "global", "bytes", singleWriter(syncIntervalNs), maxValueSize, options, "read-write", keySize));
   }
 
+  /** Global byte values written in `init` (with `putMany`) and replicated
+   * to every worker; `process` only reads them (only in `init`). `keySize`
+   * 0 allows keys of 1 to 256 bytes. */
+  static readOnly(name, keySize, maxValueSize, options = {}) {
+    return Bytes.declare(spec(name, "global", "bytes", { tag: "local" }, maxValueSize, options, "read-only", keySize));
+  }
+
+  /** Reads values: `keys` framed, the result framed in the same order (an
+   * empty item for an absent key). */
   getMany(keys) {
     return stateCall("get-many", () => getMany(this.table, keys));
   }
 
+  /** Writes framed key, value, key, value, ... (an empty value removes the
+   * key). A StateError `full`, `over-budget`, `too-large` or `bad-input`
+   * carries the index of the key-value entry it stopped at (`item`);
+   * entries before it were written. */
   putMany(entries) {
     stateCall("put-many", () => putMany(this.table, entries));
   }
@@ -438,21 +577,28 @@ export class Pool {
     this.table = table;
   }
 
-  /** The resources `first .. first + count` (only in `init`). */
+  /** The resources `first .. first + count`, each bound to a value of up
+   * to `maxValueSize` bytes while held; a worker takes `chunk` of them
+   * from the free list at a time (0: the host chooses). Only in `init`.
+   * Pools hold at most `count` bindings and never expire. */
   static declare(name, first, count, maxValueSize, chunk = 0) {
     const consistency = { tag: "release", val: { first: BigInt(first), count: BigInt(count), chunk } };
     return new Pool(stateCall("declare", () => declare(spec(name, "global", "bytes", consistency, maxValueSize))));
   }
 
-  /** Resources (bigint) bound to the framed values, in order. */
+  /** Resources (bigint) bound to the framed values, in order; fewer than
+   * asked when the whole pool is used up. A StateError `too-large` or
+   * `bad-input` carries the index of the value (`item`). */
   acquire(values) {
     return stateCall("acquire", () => acquire(this.table, values));
   }
 
+  /** The values bound to resources, framed in order (empty: not held). */
   lookup(resources) {
     return stateCall("lookup", () => lookup(this.table, BigUint64Array.from(resources, BigInt)));
   }
 
+  /** Gives resources back (one not held is ignored). */
   release(resources) {
     stateCall("release", () => release(this.table, BigUint64Array.from(resources, BigInt)));
   }
@@ -484,6 +630,7 @@ export function exportNf(NfClass) {
       try {
         nf.process(batch);
       } catch (e) {
+        batch.flushEvents();
         throw message(e);
       }
       return batch.finish();

@@ -17,6 +17,8 @@ generates the ``wit_world`` bindings this package wraps when it builds the NF.
 
 from __future__ import annotations
 
+import math
+import re
 import struct
 from typing import Iterator, Optional, Sequence, Tuple
 
@@ -28,9 +30,9 @@ from wit_world.imports import types
 
 __all__ = [
     "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
-    "Batch", "Bytes", "Counters", "Level", "NfInfo", "Packet", "Pool", "StateError", "frame", "unframe",
-    "config_value", "csum_update16", "export", "forward", "label", "log", "parse_ipv4_cidr",
-    "emit", "stateless", "with_flow_state",
+    "Batch", "Bytes", "Counters", "Level", "Merge", "NfInfo", "Packet", "Pool", "StateError", "frame", "unframe",
+    "config_bool", "config_float", "config_int", "config_str", "config_value", "csum_update16", "export",
+    "forward", "label", "log", "parse_ipv4_cidr", "emit", "stateless", "with_flow_state",
 ]
 
 #: Drop the packet.
@@ -44,6 +46,8 @@ TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 
 Level = types.Level
 NfInfo = types.NfInfo
+#: How the replicas of an eventual table combine: ``Merge.SUM``, ``Merge.MAX``, ``Merge.MIN``.
+Merge = _state.Merge
 
 
 def forward(port: int = 0) -> int:
@@ -90,6 +94,72 @@ def config_value(config: bytes, key: str) -> Optional[str]:
         if k.strip() == key:
             return v.strip()
     return None
+
+
+def config_str(config: bytes, key: str, default: str = "") -> str:
+    """The value of ``key`` as a string, or ``default`` when the config has
+    no such key (an empty value, ``key =``, is ``""``)."""
+    v = config_value(config, key)
+    return default if v is None else v
+
+
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def config_int(config: bytes, key: str, default: int = 0) -> int:
+    """The value of ``key`` as an integer, or ``default`` when the config has
+    no such key. The value is decimal digits with an optional sign
+    (``30000``, ``-7``, ``+3``) that fit a signed 64-bit integer; nothing
+    else is accepted, so every SDK reads a config the same way. ValueError
+    otherwise, naming the key and the value (``capacity = 12k: not an
+    integer``, ``...: integer out of range``): raised in ``init``, it
+    refuses the configuration with that message."""
+    v = config_value(config, key)
+    if v is None:
+        return default
+    if not _INT.fullmatch(v):
+        raise ValueError(f"{key} = {v}: not an integer")
+    n = int(v)
+    if not -(1 << 63) <= n < (1 << 63):
+        raise ValueError(f"{key} = {v}: integer out of range")
+    return n
+
+
+def config_float(config: bytes, key: str, default: float = 0.0) -> float:
+    """The value of ``key`` as a float, or ``default`` when the config has no
+    such key. The value is a decimal number with an optional sign, fraction
+    and exponent (``1.5``, ``.5``, ``2e-3``, ``3``); ``inf``, ``nan``,
+    hexadecimal, underscores and values too large for a double raise
+    ValueError (``rate = fast: not a number``)."""
+    v = config_value(config, key)
+    if v is None:
+        return default
+    f = float(v) if _FLOAT.fullmatch(v) else math.nan
+    if not math.isfinite(f):
+        raise ValueError(f"{key} = {v}: not a number")
+    return f
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def config_bool(config: bytes, key: str, default: bool = False) -> bool:
+    """The value of ``key`` as a boolean, or ``default`` when the config has
+    no such key: ``true``, ``yes``, ``on``, ``1`` are True and ``false``,
+    ``no``, ``off``, ``0`` False, in any case; anything else raises
+    ValueError (``log = maybe: not a boolean (true/false, yes/no, on/off,
+    1/0)``)."""
+    v = config_value(config, key)
+    if v is None:
+        return default
+    word = v.lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError(f"{key} = {v}: not a boolean (true/false, yes/no, on/off, 1/0)")
 
 
 def parse_ipv4_cidr(text: str) -> Tuple[int, int]:
@@ -168,6 +238,20 @@ class Packet:
     def ipv4_dst(self) -> int:
         """IPv4 destination address as an integer (0 if not IPv4)."""
         return struct.unpack_from("!I", self.data, self.l3_offset + 16)[0] if self.is_ipv4() else 0
+
+    def is_ipv6(self) -> bool:
+        """An IPv6 packet whose fixed 40-byte IP header was captured."""
+        l3 = self.l3_offset
+        return (l3 != NO_L3 and bool(self.flags & FLAG_IPV6) and l3 + 40 <= len(self.data)
+                and self.data[l3] >> 4 == 6)
+
+    def ipv6_src(self) -> Optional[bytes]:
+        """IPv6 source address: its 16 bytes in network order (None if not IPv6)."""
+        return bytes(self.data[self.l3_offset + 8:self.l3_offset + 24]) if self.is_ipv6() else None
+
+    def ipv6_dst(self) -> Optional[bytes]:
+        """IPv6 destination address: its 16 bytes in network order (None if not IPv6)."""
+        return bytes(self.data[self.l3_offset + 24:self.l3_offset + 40]) if self.is_ipv6() else None
 
     def is_tcp(self) -> bool:
         """A TCP packet whose whole TCP header was captured."""
@@ -267,9 +351,15 @@ class Batch:
         """Queues an event; a batch's events reach the host in one call."""
         self._events.append(types.Event(kind, level, packet, list(fields)))
 
-    def _finish(self) -> types.BatchResult:
+    def _flush_events(self) -> None:
+        """Sends the queued events (also when the batch failed, as the other
+        SDKs do: events emitted before a failure are delivered)."""
         if self._events:
             host_log.emit(self._events)
+            self._events = []
+
+    def _finish(self) -> types.BatchResult:
+        self._flush_events()
         rewrites = [types.Rewrite(i, d) for i, d in sorted(self._rewrites.items())]
         updates = []
         for flow, (op, value) in enumerate(self._pending):
@@ -281,14 +371,55 @@ class Batch:
 
 
 class StateError(Exception):
-    """A host table operation failed (the message names the state error)."""
+    """A host table operation failed; nothing traps, the NF decides.
+
+    - ``op``: the call (``"declare"``, ``"counter-add"``, ``"put-many"``, ...);
+    - ``kind``: the contract's state-error case: ``"unknown-table"``,
+      ``"not-now"``, ``"wrong-kind"``, ``"bad-spec"``, ``"incompatible"``,
+      ``"bad-input"``, ``"full"``, ``"over-budget"`` or ``"too-large"``;
+    - ``item``: for ``bad-input``, ``full``, ``over-budget`` and
+      ``too-large``, the index of the item the call stopped at (the key of
+      ``add``, the key-value entry of ``put_many``, the value of
+      ``acquire``): the items before it were applied, it and the ones after
+      it were not. None for the other cases;
+    - ``detail``: the host's reason for ``bad-spec`` and ``incompatible``
+      (None otherwise).
+    """
+
+    def __init__(self, op: str, kind: str, item: Optional[int] = None, detail: Optional[str] = None):
+        self.op, self.kind, self.item, self.detail = op, kind, item, detail
+        if detail is not None:
+            message = f"{op}: {kind}: {detail}"
+        elif item is not None:
+            message = f"{op}: {kind} at item {item}"
+        else:
+            message = f"{op}: {kind}"
+        super().__init__(message)
+
+
+# The generated classes of the contract's state-error cases, by case.
+_STATE_ERRORS = {
+    "StateError_UnknownTable": "unknown-table", "StateError_NotNow": "not-now",
+    "StateError_WrongKind": "wrong-kind", "StateError_BadSpec": "bad-spec",
+    "StateError_Incompatible": "incompatible", "StateError_BadInput": "bad-input",
+    "StateError_Full": "full", "StateError_OverBudget": "over-budget", "StateError_TooLarge": "too-large",
+}
+_ITEM_ERRORS = ("bad-input", "full", "over-budget", "too-large")
 
 
 def _state_call(what: str, f, *args):
     try:
         return f(*args)
     except Err as e:
-        raise StateError(f"{what}: {type(e.value).__name__.replace('StateError_', '')} {vars(e.value)}") from None
+        kind = _STATE_ERRORS.get(type(e.value).__name__, type(e.value).__name__)
+        value = getattr(e.value, "value", None)
+        if kind in _ITEM_ERRORS:
+            raise StateError(what, kind, item=value) from None
+        if kind in ("bad-spec", "incompatible"):
+            raise StateError(what, kind, detail=value) from None
+        if kind == "unknown-table":
+            raise StateError(what, kind, detail=f"table {value}") from None
+        raise StateError(what, kind) from None
 
 
 class Counters:
@@ -303,30 +434,67 @@ class Counters:
         return Counters(_state_call("declare", _state.declare, spec))
 
     @staticmethod
-    def sum(name: str, merge_interval_ns: int = 0) -> "Counters":
+    def sum(name: str, merge_interval_ns: int = 0, *, capacity: int = 0, idle_timeout_ns: int = 0,
+            notify_expired: bool = False) -> "Counters":
         """A global counter table whose workers' replicas are summed every
-        ``merge_interval_ns`` of packet time (only in ``init``)."""
-        spec = _state.TableSpec(
-            name=name, scope=_state.Scope.GLOBAL, access=_state.Access.READ_WRITE,
-            kind=_state.ValueKind.COUNTER,
-            consistency=_state.Consistency_Eventual(_state.EventualSpec(_state.Merge.SUM, merge_interval_ns)),
-            key_size=0, max_value_size=8, capacity=0, idle_timeout_ns=0, notify_expired=False)
-        return Counters.declare(spec)
+        ``merge_interval_ns`` of packet time (only in ``init``): the same as
+        ``Counters.eventual(name, Merge.SUM, merge_interval_ns, ...)``."""
+        return Counters.eventual(name, Merge.SUM, merge_interval_ns, capacity=capacity,
+                                 idle_timeout_ns=idle_timeout_ns, notify_expired=notify_expired)
 
     @staticmethod
-    def single_writer(name: str, sync_interval_ns: int = 0) -> "Counters":
+    def eventual(name: str, merge: "Merge" = Merge.SUM, merge_interval_ns: int = 0, *, capacity: int = 0,
+                 idle_timeout_ns: int = 0, notify_expired: bool = False) -> "Counters":
+        """A global counter table, one replica per worker, merged with
+        ``merge`` (``Merge.SUM``, ``Merge.MAX``: the largest value wins,
+        ``Merge.MIN``) every ``merge_interval_ns`` of packet time (0: every
+        batch); only in ``init``. For MAX and MIN tables, ``add`` offers its
+        delta as a candidate value. ``capacity`` counts the whole table, over
+        every worker."""
+        return Counters.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.COUNTER,
+                                      _state.Consistency_Eventual(_state.EventualSpec(merge, merge_interval_ns)), 8,
+                                      idle_timeout_ns, notify_expired, capacity=capacity))
+
+    @staticmethod
+    def single_writer(name: str, sync_interval_ns: int = 0, *, capacity: int = 0, idle_timeout_ns: int = 0,
+                      notify_expired: bool = False) -> "Counters":
         """A global counter table with one owner worker per key (only in
         ``init``): adds to keys another worker owns are forwarded to it as
         deltas, so none is lost; reads see the owner's value as published at
         its last sync plus this worker's own adds since. Owners sync every
-        ``sync_interval_ns`` of packet time (0: every batch)."""
+        ``sync_interval_ns`` of packet time (0: every batch). ``capacity``
+        counts the whole table, over every worker."""
         return Counters.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.COUNTER,
-                                      _single_writer(sync_interval_ns), 8))
+                                      _single_writer(sync_interval_ns), 8, idle_timeout_ns, notify_expired,
+                                      capacity=capacity))
+
+    @staticmethod
+    def per_flow(name: str, *, capacity: int = 0, idle_timeout_ns: int = 0,
+                 notify_expired: bool = False) -> "Counters":
+        """Counters per flow, keyed by the batch's flow index (only in
+        ``init``). ``capacity`` counts one worker's flows; with
+        ``notify_expired``, counters idle for ``idle_timeout_ns`` of packet
+        time reach the NF's ``expired`` (keys: 37-byte flow keys)."""
+        return Counters.declare(_spec(name, _state.Scope.PER_FLOW, _state.Access.READ_WRITE, _state.ValueKind.COUNTER,
+                                      _state.Consistency_Local(), 8, idle_timeout_ns, notify_expired,
+                                      capacity=capacity))
+
+    @staticmethod
+    def read_only(name: str, *, capacity: int = 0, idle_timeout_ns: int = 0) -> "Counters":
+        """Global counters written in ``init`` (with ``add``) and replicated to
+        every worker; ``process`` only reads them (only in ``init``)."""
+        return Counters.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_ONLY, _state.ValueKind.COUNTER,
+                                      _state.Consistency_Local(), 8, idle_timeout_ns, capacity=capacity))
 
     def add(self, keys: Sequence[int], deltas: Sequence[int]) -> None:
+        """Adds ``deltas[i]`` to the counter ``keys[i]`` (for MAX/MIN eventual
+        tables: offers the value). StateError ``full``, ``over-budget`` or
+        ``bad-input`` carries the index of the key it stopped at (``item``);
+        keys before it were added."""
         _state_call("counter-add", _state.counter_add, self.table, list(keys), list(deltas))
 
     def get(self, keys: Sequence[int]) -> list:
+        """Reads counters (0 for absent keys)."""
         return _state_call("counter-get", _state.counter_get, self.table, list(keys))
 
 
@@ -355,10 +523,11 @@ def unframe(data: bytes) -> list:
 
 
 def _spec(name, scope, access, kind, consistency, max_value_size, idle_timeout_ns=0, notify_expired=False,
-          key_size=0):
+          key_size=0, capacity=0):
     return _state.TableSpec(
         name=name, scope=scope, access=access, kind=kind, consistency=consistency, key_size=key_size,
-        max_value_size=max_value_size, capacity=0, idle_timeout_ns=idle_timeout_ns, notify_expired=notify_expired)
+        max_value_size=max_value_size, capacity=capacity, idle_timeout_ns=idle_timeout_ns,
+        notify_expired=notify_expired)
 
 
 def _single_writer(sync_interval_ns: int):
@@ -373,33 +542,55 @@ class Bytes:
 
     @staticmethod
     def declare(spec: _state.TableSpec) -> "Bytes":
+        """Declares a table from a full spec (only in ``init``)."""
         return Bytes(_state_call("declare", _state.declare, spec))
 
     @staticmethod
-    def per_flow(name: str, max_value_size: int, idle_timeout_ns: int = 0, notify_expired: bool = False) -> "Bytes":
+    def per_flow(name: str, max_value_size: int, idle_timeout_ns: int = 0, notify_expired: bool = False, *,
+                 capacity: int = 0) -> "Bytes":
         """Byte values per flow, keyed by the batch's flow index (framed as
-        4 bytes little-endian); only in ``init``. With ``notify_expired``,
-        entries idle for ``idle_timeout_ns`` of packet time reach the NF's
-        ``expired`` (keys: 37-byte flow keys)."""
+        4 bytes little-endian); only in ``init``. ``capacity`` counts one
+        worker's flows. With ``notify_expired``, entries idle for
+        ``idle_timeout_ns`` of packet time reach the NF's ``expired`` (keys:
+        37-byte flow keys)."""
         return Bytes.declare(_spec(name, _state.Scope.PER_FLOW, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
-                                   _state.Consistency_Local(), max_value_size, idle_timeout_ns, notify_expired))
+                                   _state.Consistency_Local(), max_value_size, idle_timeout_ns, notify_expired,
+                                   capacity=capacity))
 
     @staticmethod
-    def single_writer(name: str, key_size: int, max_value_size: int, sync_interval_ns: int = 0) -> "Bytes":
+    def single_writer(name: str, key_size: int, max_value_size: int, sync_interval_ns: int = 0, *,
+                      capacity: int = 0, idle_timeout_ns: int = 0, notify_expired: bool = False) -> "Bytes":
         """A global byte table with one owner worker per key (only in
         ``init``): writes to keys another worker owns are forwarded to it,
         and the last applied write wins (an empty value removes); reads see
         the owner's value as published at its last sync plus this worker's
         own writes since. ``key_size`` 0 allows keys of 1 to 256 bytes;
         owners sync every ``sync_interval_ns`` of packet time (0: every
-        batch)."""
+        batch). ``capacity`` counts the whole table, over every worker."""
         return Bytes.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
-                                   _single_writer(sync_interval_ns), max_value_size, key_size=key_size))
+                                   _single_writer(sync_interval_ns), max_value_size, idle_timeout_ns,
+                                   notify_expired, key_size=key_size, capacity=capacity))
+
+    @staticmethod
+    def read_only(name: str, key_size: int, max_value_size: int, *, capacity: int = 0,
+                  idle_timeout_ns: int = 0) -> "Bytes":
+        """Global byte values written in ``init`` (with ``put_many``) and
+        replicated to every worker; ``process`` only reads them (only in
+        ``init``). ``key_size`` 0 allows keys of 1 to 256 bytes."""
+        return Bytes.declare(_spec(name, _state.Scope.GLOBAL, _state.Access.READ_ONLY, _state.ValueKind.BYTES,
+                                   _state.Consistency_Local(), max_value_size, idle_timeout_ns, key_size=key_size,
+                                   capacity=capacity))
 
     def get_many(self, keys: bytes) -> bytes:
+        """Reads values: ``keys`` framed, the result framed in the same order
+        (an empty item for an absent key)."""
         return _state_call("get-many", _state.get_many, self.table, keys)
 
     def put_many(self, entries: bytes) -> None:
+        """Writes framed key, value, key, value, ... (an empty value removes
+        the key). StateError ``full``, ``over-budget``, ``too-large`` or
+        ``bad-input`` carries the index of the key-value entry it stopped at
+        (``item``); entries before it were written."""
         _state_call("put-many", _state.put_many, self.table, entries)
 
 
@@ -412,18 +603,26 @@ class Pool:
 
     @staticmethod
     def declare(name: str, first: int, count: int, max_value_size: int, chunk: int = 0) -> "Pool":
-        """The resources ``first .. first + count`` (only in ``init``)."""
+        """The resources ``first .. first + count``, each bound to a value of
+        up to ``max_value_size`` bytes while held; a worker takes ``chunk``
+        of them from the free list at a time (0: the host chooses). Only in
+        ``init``. Pools hold at most ``count`` bindings and never expire."""
         spec = _spec(name, _state.Scope.GLOBAL, _state.Access.READ_WRITE, _state.ValueKind.BYTES,
                      _state.Consistency_Release(_state.PoolSpec(first, count, chunk)), max_value_size)
         return Pool(_state_call("declare", _state.declare, spec))
 
     def acquire(self, values: bytes) -> list:
+        """Takes one resource per framed value, bound to it; fewer than asked
+        when the whole pool is used up. StateError ``too-large`` or
+        ``bad-input`` carries the index of the value (``item``)."""
         return _state_call("acquire", _state.acquire, self.table, values)
 
     def lookup(self, resources: Sequence[int]) -> bytes:
+        """The values bound to resources, framed in order (empty: not held)."""
         return _state_call("lookup", _state.lookup, self.table, list(resources))
 
     def release(self, resources: Sequence[int]) -> None:
+        """Gives resources back (one not held is ignored)."""
         _state_call("release", _state.release, self.table, list(resources))
 
 
@@ -450,6 +649,7 @@ def export(cls):
             try:
                 Nf._nf.process(b)
             except Exception as e:
+                b._flush_events()
                 raise Err(f"{type(e).__name__}: {e}")
             return b._finish()
 

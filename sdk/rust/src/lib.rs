@@ -137,6 +137,77 @@ pub fn config_value<'a>(config: &'a str, key: &str) -> Option<&'a str> {
     })
 }
 
+/// The value of `key` as a string, or `default` when the configuration
+/// has no such key (an empty value, `key =`, is the empty string).
+pub fn config_str<'a>(config: &'a str, key: &str, default: &'a str) -> &'a str {
+    config_value(config, key).unwrap_or(default)
+}
+
+/// The value of `key` as a signed 64-bit integer, or `default` when the
+/// configuration has no such key. The value is decimal digits with an
+/// optional sign (`-12`, `+7`, `30000`); nothing else is accepted, so every
+/// SDK reads the same configuration the same way.
+///
+/// Errors: a message naming the key and its value (`"capacity = 12k: not an
+/// integer"`, `"... : integer out of range"`), ready to return from `init`.
+pub fn config_int(config: &str, key: &str, default: i64) -> Result<i64, String> {
+    let Some(v) = config_value(config, key) else { return Ok(default) };
+    let digits = v.strip_prefix(['+', '-']).unwrap_or(v);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{key} = {v}: not an integer"));
+    }
+    v.parse().map_err(|_| format!("{key} = {v}: integer out of range"))
+}
+
+/// The value of `key` as a float, or `default` when the configuration has
+/// no such key. The value is a decimal number with an optional sign,
+/// fraction and exponent (`1.5`, `-0.25`, `.5`, `3`, `2e-3`); `inf`, `nan`,
+/// hexadecimal and values too large for an `f64` are refused.
+///
+/// Errors: a message naming the key and its value (`"rate = fast: not a
+/// number"`).
+pub fn config_float(config: &str, key: &str, default: f64) -> Result<f64, String> {
+    let Some(v) = config_value(config, key) else { return Ok(default) };
+    let bad = || format!("{key} = {v}: not a number");
+    if !is_decimal_float(v) {
+        return Err(bad());
+    }
+    v.parse::<f64>().ok().filter(|f| f.is_finite()).ok_or_else(bad)
+}
+
+/// `[+-]?(digits[.digits?]|.digits)([eE][+-]?digits)?`: the float syntax
+/// every SDK accepts.
+fn is_decimal_float(v: &str) -> bool {
+    let v = v.strip_prefix(['+', '-']).unwrap_or(v);
+    let (mantissa, exponent) = match v.split_once(['e', 'E']) {
+        Some((m, e)) => (m, Some(e)),
+        None => (v, None),
+    };
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mantissa_ok = digits(int) && digits(frac) && !(int.is_empty() && frac.is_empty());
+    let exponent_ok = exponent.is_none_or(|e| {
+        let e = e.strip_prefix(['+', '-']).unwrap_or(e);
+        !e.is_empty() && digits(e)
+    });
+    mantissa_ok && exponent_ok
+}
+
+/// The value of `key` as a boolean, or `default` when the configuration
+/// has no such key: `true`, `yes`, `on`, `1` are true and `false`, `no`,
+/// `off`, `0` false, in any case.
+///
+/// Errors: a message naming the key and its value (`"log = maybe: not a
+/// boolean (true/false, yes/no, on/off, 1/0)"`).
+pub fn config_bool(config: &str, key: &str, default: bool) -> Result<bool, String> {
+    let Some(v) = config_value(config, key) else { return Ok(default) };
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        _ => Err(format!("{key} = {v}: not a boolean (true/false, yes/no, on/off, 1/0)")),
+    }
+}
+
 /// Writes a line to the host log (rate-limited by the host).
 pub fn log(level: Level, message: &str) {
     #[cfg(target_arch = "wasm32")]
@@ -231,4 +302,52 @@ macro_rules! export_nf {
     $crate::wit::__export_network_function!(__SluiceExport with_types_in $crate::wit);
         };
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "# limits\ncapacity = 40\nneg=-7\nplus = +3\nbig = 9223372036854775808\nbad = 12k\n\
+                          ratio = 1.5\nhalf = .5\nexp = 2e-3\nhuge = 1e400\nword = fast\n\
+                          on = Yes\noff = 0\nmaybe = maybe\nname = edge-1\nempty =\n";
+
+    #[test]
+    fn config_int_reads_decimal_integers_and_refuses_the_rest() {
+        assert_eq!(config_int(CONFIG, "capacity", 0), Ok(40));
+        assert_eq!(config_int(CONFIG, "neg", 0), Ok(-7));
+        assert_eq!(config_int(CONFIG, "plus", 0), Ok(3));
+        assert_eq!(config_int(CONFIG, "absent", 9), Ok(9));
+        assert_eq!(config_int(CONFIG, "bad", 0), Err("bad = 12k: not an integer".into()));
+        assert_eq!(config_int(CONFIG, "empty", 0), Err("empty = : not an integer".into()));
+        assert_eq!(config_int(CONFIG, "ratio", 0), Err("ratio = 1.5: not an integer".into()));
+        assert_eq!(config_int(CONFIG, "big", 0), Err("big = 9223372036854775808: integer out of range".into()));
+    }
+
+    #[test]
+    fn config_float_reads_decimal_numbers_only() {
+        assert_eq!(config_float(CONFIG, "ratio", 0.0), Ok(1.5));
+        assert_eq!(config_float(CONFIG, "half", 0.0), Ok(0.5));
+        assert_eq!(config_float(CONFIG, "exp", 0.0), Ok(0.002));
+        assert_eq!(config_float(CONFIG, "capacity", 0.0), Ok(40.0));
+        assert_eq!(config_float(CONFIG, "absent", 2.5), Ok(2.5));
+        assert_eq!(config_float(CONFIG, "word", 0.0), Err("word = fast: not a number".into()));
+        assert_eq!(config_float(CONFIG, "huge", 0.0), Err("huge = 1e400: not a number".into()));
+        for v in ["inf", "nan", "0x10", "1.", "1e", ".", "+", "1_0", "- 1"] {
+            let c = format!("v = {v}");
+            let ok = v == "1.";
+            assert_eq!(config_float(&c, "v", 0.0).is_ok(), ok, "{v}");
+        }
+    }
+
+    #[test]
+    fn config_bool_and_str() {
+        assert_eq!(config_bool(CONFIG, "on", false), Ok(true));
+        assert_eq!(config_bool(CONFIG, "off", true), Ok(false));
+        assert_eq!(config_bool(CONFIG, "absent", true), Ok(true));
+        assert!(config_bool(CONFIG, "maybe", false).unwrap_err().starts_with("maybe = maybe: not a boolean"));
+        assert_eq!(config_str(CONFIG, "name", "x"), "edge-1");
+        assert_eq!(config_str(CONFIG, "empty", "x"), "");
+        assert_eq!(config_str(CONFIG, "absent", "x"), "x");
+    }
 }

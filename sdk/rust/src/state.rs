@@ -28,6 +28,28 @@ pub use sluice_wire::abi::{frames, push_frame};
 /// A table handle, as `declare` returned it.
 pub type Table = u32;
 
+impl StateError {
+    /// The index of the item a batched call stopped at: for `bad-input`,
+    /// `full`, `over-budget` and `too-large`, the key (`counter-add`), the
+    /// key-value entry (`put-many`) or the value (`acquire`) the host
+    /// refused. The items before it were applied, that one and the ones
+    /// after it were not: retry them, or decide their packets another way.
+    /// `None` for the other errors (`unknown-table` carries a table
+    /// handle, not an item).
+    pub fn item(&self) -> Option<u32> {
+        match self {
+            StateError::BadInput(i) | StateError::Full(i) | StateError::OverBudget(i) | StateError::TooLarge(i) => {
+                Some(*i)
+            }
+            StateError::UnknownTable(_)
+            | StateError::NotNow
+            | StateError::WrongKind
+            | StateError::BadSpec(_)
+            | StateError::Incompatible(_) => None,
+        }
+    }
+}
+
 impl TableSpec {
     fn base(name: &str, scope: Scope, access: Access, kind: ValueKind, consistency: Consistency) -> Self {
         TableSpec {
@@ -152,6 +174,15 @@ impl TableSpec {
     /// Hands expired entries to [`NetworkFunction::expired`](crate::NetworkFunction::expired).
     pub fn notify_expired(mut self) -> Self {
         self.notify_expired = true;
+        self
+    }
+
+    /// Pools: how many resources a worker takes from the free list at a
+    /// time (0, the default: the host chooses). Other tables ignore it.
+    pub fn chunk(mut self, chunk: u32) -> Self {
+        if let Consistency::Release(pool) = &mut self.consistency {
+            pool.chunk = chunk;
+        }
         self
     }
 }
