@@ -96,10 +96,10 @@ demo: build test-nfs
 	@echo "   the case, fw-c/tests/basic/input.txt:"
 	@sed 's/^/     /' $(DEMO_DIR)/langs/fw-c/tests/basic/input.txt
 	@echo "   and its expected-verdicts.txt: $$(tr '\n' ',' < $(DEMO_DIR)/langs/fw-c/tests/basic/expected-verdicts.txt | sed 's/,$$//; s/,/, /g')"
+	@echo "   'sluice nf run' runs each project on the office trace with its sluice.toml (config and limits):"
 	@for l in c python js go; do \
-		./target/release/sluice-host --config $(DEMO_DIR)/langs/fw-$$l/host.toml run --quiet \
-			--nf $(DEMO_DIR)/langs/fw-$$l/build/fw-$$l.wasm --in $(DEMO_DIR)/office.pcap \
-			--out $(DEMO_DIR)/langs/fw-$$l.out.pcap | sed -n 2p || exit 1; \
+		(cd $(DEMO_DIR)/langs/fw-$$l && $(CURDIR)/target/release/sluice nf run --in ../../office.pcap \
+			--out ../fw-$$l.out.pcap 2>/dev/null | sed -n 2p) || exit 1; \
 	done
 	@cmp $(DEMO_DIR)/langs/fw-c.out.pcap $(DEMO_DIR)/langs/fw-python.out.pcap && \
 		cmp $(DEMO_DIR)/langs/fw-c.out.pcap $(DEMO_DIR)/langs/fw-js.out.pcap && \

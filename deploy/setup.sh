@@ -158,6 +158,9 @@ if ! go version -m "$gobin/helm" 2>/dev/null | grep -q "mod[[:space:]]*helm.sh/h
   did+=("helm $helm_version ($gobin)")
 fi
 pip_pinned kubernetes-validate 1.37.0 "$(kubernetes-validate --version 2>/dev/null | awk '{print $NF}')"
+# The API contract test (gateway/tests/api_contract.rs) runs Schemathesis
+# against a `sluice dev`'s /openapi.json.
+pip_pinned schemathesis 4.32.5 "$(schemathesis --version 2>/dev/null | awk '{print $NF}')"
 
 # The dashboard test drives Debian's chromium with playwright-core (npm).
 if [ ! -d tests/dashboard/node_modules/playwright-core ] ||

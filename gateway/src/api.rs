@@ -134,20 +134,82 @@ fn check_groups(mut groups: Vec<String>) -> Result<Vec<String>, ApiError> {
     Ok(groups)
 }
 
-/// List tenants (admin).
-#[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])),
-    responses((status = 200, body = [TenantOut]), (status = 403, body = ErrorBody)))]
-pub async fn list_tenants(State(st): State<AppState>, _: Admin) -> Result<Json<Vec<TenantOut>>, ApiError> {
-    Ok(Json(
-        st.store
-            .tenants()?
-            .into_iter()
-            .map(|t| {
-                let groups = st.store.grants(&t.id)?;
-                Ok(TenantOut { id: t.id, name: t.name, created_ms: t.created_ms, groups })
-            })
-            .collect::<Result<_, ApiError>>()?,
-    ))
+// ---------------------------------------------------------------- paging
+
+/// A page of a list. Lists answer a JSON array in a fixed order; when
+/// more items follow, a `Link` header (RFC 8288) names the next page:
+/// `Link: </v1/modules?limit=100&after=…>; rel="next"`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct PageParams {
+    /// At most this many items (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u64>,
+    /// The cursor from the previous page's `Link` header: the items after
+    /// it (an opaque token; it stays valid when that item is deleted).
+    pub after: Option<String>,
+}
+
+/// The most items one page holds.
+pub const MAX_PAGE: u64 = 1000;
+
+/// One page of `items`, given in the list's order, each with a sort key
+/// that grows along the list: those whose key is past `after`, at most
+/// `limit`, as a JSON array, with the `Link` to the next page if more
+/// follow. `path` is the list's own path.
+fn page<T: Serialize>(path: &str, items: Vec<(String, T)>, p: &PageParams) -> Result<Response, ApiError> {
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!("limit must be 1-{MAX_PAGE}, not {limit}")));
+    }
+    let after = match &p.after {
+        None => None,
+        Some(c) => Some(hex::decode(c).ok().and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| {
+            ApiError::bad_request("after is not a cursor this list gave (take it from its Link header)")
+        })?),
+    };
+    let mut rest = items.into_iter().filter(|(k, _)| after.as_ref().is_none_or(|a| k > a));
+    let items: Vec<(String, T)> = rest.by_ref().take(usize::try_from(limit).unwrap_or(100)).collect();
+    let next = match (rest.next(), items.last()) {
+        (Some(_), Some((k, _))) => Some(hex::encode(k)),
+        _ => None,
+    };
+    let body: Vec<T> = items.into_iter().map(|(_, t)| t).collect();
+    let mut resp = Json(body).into_response();
+    if let Some(cursor) = next
+        && let Ok(v) = header::HeaderValue::from_str(&format!("<{path}?limit={limit}&after={cursor}>; rel=\"next\""))
+    {
+        resp.headers_mut().insert(header::LINK, v);
+    }
+    Ok(resp)
+}
+
+/// A sort key of lists ordered by creation time, then id.
+fn created_key(created_ms: i64, id: &str) -> String {
+    format!("{:020}\u{1}{id}", created_ms.max(0))
+}
+
+/// List tenants (admin), oldest first, paged.
+#[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])), params(PageParams),
+    responses((status = 200, body = [TenantOut], headers(("Link" = String, description = "the next page, `<path?limit=N&after=CURSOR>; rel=\"next\"`, while more items follow"))),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_tenants(
+    State(st): State<AppState>,
+    _: Admin,
+    ApiQuery(p): ApiQuery<PageParams>,
+) -> Result<Response, ApiError> {
+    let items = st
+        .store
+        .tenants()?
+        .into_iter()
+        .map(|t| {
+            let groups = st.store.grants(&t.id)?;
+            Ok((
+                created_key(t.created_ms, &t.id),
+                TenantOut { id: t.id, name: t.name, created_ms: t.created_ms, groups },
+            ))
+        })
+        .collect::<Result<_, ApiError>>()?;
+    page("/v1/tenants", items, &p)
 }
 
 /// The host groups a tenant may deploy to.
@@ -312,6 +374,71 @@ pub async fn me(State(st): State<AppState>, tenant: Tenant) -> Result<Json<Tenan
     Ok(Json(TenantOut { id: tenant.id, name: tenant.name, created_ms: tenant.created_ms, groups }))
 }
 
+/// A dashboard link.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DashboardLink {
+    /// The dashboard's path with a one-time sign-in ticket in its fragment
+    /// (`/dashboard#sign-in=...`): put the gateway's URL before it and open
+    /// it within `expires_in_s`.
+    pub path: String,
+    /// Seconds the link signs in within (once).
+    pub expires_in_s: u64,
+}
+
+/// A link that opens the dashboard signed in as the calling tenant
+/// (`sluice dashboard`): it works once, within a minute, and the API key
+/// is not in it. The ticket is in the URL's fragment, which browsers do
+/// not send to servers.
+#[utoipa::path(post, path = "/v1/me/dashboard-link", tag = "tenants", security(("bearer" = [])),
+    responses((status = 201, body = DashboardLink), (status = 401, body = ErrorBody), (status = 429, body = ErrorBody)))]
+pub async fn dashboard_link(
+    State(st): State<AppState>,
+    tenant: Tenant,
+) -> Result<(StatusCode, Json<DashboardLink>), ApiError> {
+    let ticket = st.signins.issue(&tenant.id, &tenant.key_hash)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(DashboardLink {
+            path: format!("/dashboard#sign-in={ticket}"),
+            expires_in_s: crate::signin::TICKET_TTL.as_secs(),
+        }),
+    ))
+}
+
+/// A dashboard link's ticket.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionIn {
+    /// The ticket from the link's fragment (`#sign-in=<ticket>`).
+    pub ticket: String,
+}
+
+/// A dashboard session.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionOut {
+    /// A bearer token that reads (GET) as the tenant whose key made the
+    /// link, until `expires_in_s` pass or that key is revoked.
+    pub token: String,
+    /// Seconds it lasts.
+    pub expires_in_s: u64,
+}
+
+/// Trades a dashboard link's ticket, once, for a read-only session.
+#[utoipa::path(post, path = "/v1/dashboard/session", tag = "tenants", request_body = SessionIn,
+    responses((status = 200, body = SessionOut), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn dashboard_session(
+    State(st): State<AppState>,
+    body: Result<Json<SessionIn>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<SessionOut>, ApiError> {
+    let Json(s) =
+        body.map_err(|e| ApiError::bad_request(format!("expected {{\"ticket\": \"...\"}}: {}", e.body_text())))?;
+    if s.ticket.len() > 128 {
+        return Err(ApiError::bad_request("ticket is longer than any ticket"));
+    }
+    let token = st.signins.redeem(&s.ticket)?;
+    Ok(Json(SessionOut { token, expires_in_s: crate::signin::SESSION_TTL.as_secs() }))
+}
+
 // ---------------------------------------------------------------- hosts
 
 /// A registered host and what the gateway last heard from it.
@@ -338,18 +465,25 @@ pub struct HostOut {
     pub deployments: usize,
 }
 
-/// List registered hosts with their liveness (admin).
-#[utoipa::path(get, path = "/v1/hosts", tag = "hosts", security(("bearer" = [])),
-    responses((status = 200, body = [HostOut]), (status = 403, body = ErrorBody)))]
-pub async fn list_hosts(State(st): State<AppState>, _: Admin) -> Result<Json<Vec<HostOut>>, ApiError> {
+/// List registered hosts with their liveness (admin), by id, paged.
+#[utoipa::path(get, path = "/v1/hosts", tag = "hosts", security(("bearer" = [])), params(PageParams),
+    responses((status = 200, body = [HostOut], headers(("Link" = String, description = "the next page, `<path?limit=N&after=CURSOR>; rel=\"next\"`, while more items follow"))),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_hosts(
+    State(st): State<AppState>,
+    _: Admin,
+    ApiQuery(p): ApiQuery<PageParams>,
+) -> Result<Response, ApiError> {
     let seen: BTreeMap<String, crate::state::HostSeen> =
         st.hosts().into_iter().map(|h| (h.heartbeat.host.clone(), h)).collect();
-    Ok(Json(
-        st.store
-            .registered_hosts()?
-            .into_iter()
-            .map(|r| {
-                let h = seen.get(&r.id);
+    let items = st
+        .store
+        .registered_hosts()?
+        .into_iter()
+        .map(|r| {
+            let h = seen.get(&r.id);
+            (
+                r.id.clone(),
                 HostOut {
                     alive: h.is_some_and(|h| h.alive(st.silence())),
                     last_seen_ms_ago: h.map(|h| u64::try_from(h.at.elapsed().as_millis()).unwrap_or(u64::MAX)),
@@ -360,10 +494,11 @@ pub async fn list_hosts(State(st): State<AppState>, _: Admin) -> Result<Json<Vec
                     group: r.group,
                     nkey: r.nkey,
                     role: if r.dispatcher { HostRole::Dispatcher } else { HostRole::Host },
-                }
-            })
-            .collect(),
-    ))
+                },
+            )
+        })
+        .collect();
+    page("/v1/hosts", items, &p)
 }
 
 /// A host to register.
@@ -689,12 +824,24 @@ impl ApiError {
     }
 }
 
-/// List the tenant's modules.
-#[utoipa::path(get, path = "/v1/modules", tag = "modules", security(("bearer" = [])),
-    responses((status = 200, body = [ModuleOut]), (status = 401, body = ErrorBody)))]
-pub async fn list_modules(State(st): State<AppState>, tenant: Tenant) -> Result<Json<Vec<ModuleOut>>, ApiError> {
+/// List the tenant's modules by name, then upload time, paged.
+#[utoipa::path(get, path = "/v1/modules", tag = "modules", security(("bearer" = [])), params(PageParams),
+    responses((status = 200, body = [ModuleOut], headers(("Link" = String, description = "the next page, `<path?limit=N&after=CURSOR>; rel=\"next\"`, while more items follow"))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn list_modules(
+    State(st): State<AppState>,
+    tenant: Tenant,
+    ApiQuery(p): ApiQuery<PageParams>,
+) -> Result<Response, ApiError> {
     let rows = st.store.modules(&tenant.id)?;
-    Ok(Json(rows.into_iter().map(|m| module_out(&st, m)).collect::<Result<_, _>>()?))
+    let items = rows
+        .into_iter()
+        .map(|m| {
+            let key = format!("{}\u{1}{}", m.name, created_key(m.created_ms, &m.id));
+            module_out(&st, m).map(|o| (key, o))
+        })
+        .collect::<Result<_, _>>()?;
+    page("/v1/modules", items, &p)
 }
 
 /// Get a module by id or `name@version`.
@@ -753,7 +900,7 @@ pub struct LimitsIn {
     #[schema(minimum = 1, maximum = 1000)]
     pub deadline_ms: Option<u64>,
     /// Linear memory cap per instance, MiB (1 to the hosts' memory slot,
-    /// `max-memory-mb`, 256 by default; hosts default to 64).
+    /// `max_memory_mb`, 256 by default; hosts default to 64).
     #[schema(minimum = 1)]
     pub memory_mb: Option<u64>,
     /// CPU deadline of starting an instance (instantiation and `init`),
@@ -1437,14 +1584,22 @@ pub async fn create_deployment(
     Ok((StatusCode::CREATED, headers, Json(deployment_out(&st, row))))
 }
 
-/// List the tenant's deployments with their status.
-#[utoipa::path(get, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])),
-    responses((status = 200, body = [DeploymentOut]), (status = 401, body = ErrorBody)))]
+/// List the tenant's deployments with their status, oldest first, paged.
+#[utoipa::path(get, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])), params(PageParams),
+    responses((status = 200, body = [DeploymentOut], headers(("Link" = String, description = "the next page, `<path?limit=N&after=CURSOR>; rel=\"next\"`, while more items follow"))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn list_deployments(
     State(st): State<AppState>,
     tenant: Tenant,
-) -> Result<Json<Vec<DeploymentOut>>, ApiError> {
-    Ok(Json(st.store.deployments(&tenant.id)?.into_iter().map(|r| deployment_out(&st, r)).collect()))
+    ApiQuery(p): ApiQuery<PageParams>,
+) -> Result<Response, ApiError> {
+    let items = st
+        .store
+        .deployments(&tenant.id)?
+        .into_iter()
+        .map(|r| (created_key(r.created_ms, &r.id), deployment_out(&st, r)))
+        .collect();
+    page("/v1/deployments", items, &p)
 }
 
 /// Get a deployment (by id or name) with its per-host status.
@@ -1846,8 +2001,22 @@ pub struct UsageRow {
     pub version: String,
     /// `process` calls (one per batch).
     pub invocations: u64,
-    /// Packets.
+    /// Packets handed to the NF.
     pub packets: u64,
+    /// Of them: forwarded by the NF (to a port or the next NF of the chain).
+    #[serde(default)]
+    pub forwarded: u64,
+    /// Of them: dropped by the NF.
+    #[serde(default)]
+    pub dropped: u64,
+    /// Of them: in batches the NF failed (trap, deadline, error), handled
+    /// by its failure policy (forwarded under fail-open, dropped under
+    /// fail-closed).
+    #[serde(default)]
+    pub policy: u64,
+    /// Of the forwarded: rewritten by the NF (headers or payload changed).
+    #[serde(default)]
+    pub rewritten: u64,
     /// Bytes.
     pub bytes: u64,
     /// Guest CPU time, ns.
@@ -1892,6 +2061,10 @@ fn usage_row(u: UsageSums, names: &BTreeMap<String, String>) -> UsageRow {
         version: u.version,
         invocations: u.sums.invocations,
         packets: u.sums.packets,
+        forwarded: u.sums.forwarded,
+        dropped: u.sums.dropped,
+        policy: u.sums.policy,
+        rewritten: u.sums.rewritten,
         bytes: u.sums.bytes,
         cpu_ns: u.sums.cpu_ns,
         state_ops: u.sums.state_ops,
@@ -2011,8 +2184,10 @@ pub async fn usage_series(
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct BillParams {
     /// Month, `YYYY-MM` (UTC).
+    #[param(pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$", example = "2026-11")]
     pub period: String,
     /// `json` (default) or `csv`.
+    #[param(pattern = "^(json|csv)$")]
     pub format: Option<String>,
 }
 
@@ -2029,12 +2204,15 @@ pub struct BillOut {
     pub from_ms: i64,
     /// Period end, ms.
     pub to_ms: i64,
-    /// Currency.
+    /// Currency (ISO 4217 code as the plan gives it).
     pub currency: String,
     /// Priced items.
     pub lines: Vec<BillLine>,
-    /// Amount due.
-    pub total: f64,
+    /// Amount due in minor units (cents): the sum of the lines' `amount_minor`.
+    pub total_minor: i64,
+    /// Amount due as a decimal string (`"12.34"`).
+    #[schema(example = "12.34")]
+    pub total: String,
     /// The usage billed, by deployment, NF and version.
     pub usage: Vec<UsageRow>,
 }
@@ -2067,7 +2245,8 @@ pub async fn bill(
         from_ms: from,
         to_ms: to,
         currency: plan.currency.clone(),
-        total: billing::total(&lines),
+        total_minor: billing::total_minor(&lines),
+        total: billing::decimal(billing::total_minor(&lines)),
         lines,
         usage: rows,
     };
@@ -2078,7 +2257,7 @@ pub async fn bill(
     let mut text = String::from("tenant,period,item,unit,quantity,included,billable,unit_price,amount,currency\n");
     for l in &out.lines {
         text.push_str(&format!(
-            "{},{},{},{},{:.6},{:.6},{:.6},{},{:.2},{}\n",
+            "{},{},{},{},{:.6},{:.6},{:.6},{},{},{}\n",
             f(&out.tenant_name),
             out.period,
             f(&l.item),
@@ -2091,13 +2270,7 @@ pub async fn bill(
             f(&out.currency)
         ));
     }
-    text.push_str(&format!(
-        "{},{},total,,,,,,{:.2},{}\n",
-        f(&out.tenant_name),
-        out.period,
-        out.total,
-        f(&out.currency)
-    ));
+    text.push_str(&format!("{},{},total,,,,,,{},{}\n", f(&out.tenant_name), out.period, out.total, f(&out.currency)));
     let filename = format!("attachment; filename=\"sluice-bill-{}-{}.csv\"", out.tenant_name, out.period);
     Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (header::CONTENT_DISPOSITION, filename)], text)
         .into_response())

@@ -61,8 +61,29 @@ impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let key_hash = hash(bearer(parts)?);
-        // Looked up on every request: a revoked key is refused at once.
+        let token = bearer(parts)?;
+        let key_hash = if token.starts_with(crate::signin::SESSION_PREFIX) {
+            // A dashboard session reads as the key that made its link.
+            let grant = state.signins.session(token).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "this dashboard session has expired; open a new link with `sluice dashboard`",
+                )
+            })?;
+            if !matches!(parts.method, axum::http::Method::GET | axum::http::Method::HEAD) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "a dashboard session only reads; use an API key to change anything",
+                ));
+            }
+            grant.key_hash
+        } else {
+            hash(token)
+        };
+        // Looked up on every request: a revoked key is refused at once
+        // (and with it the dashboard sessions it opened).
         match state.store.tenant_by_key(&key_hash)? {
             Some(t) => Ok(Tenant { id: t.id, name: t.name, created_ms: t.created_ms, key_hash }),
             None => Err(ApiError::new(

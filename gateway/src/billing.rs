@@ -5,7 +5,10 @@ use crate::store::UsageSums;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// One priced item.
+/// One priced item. Quantities are numbers (measurements); money is
+/// never a float: amounts are integer minor units (cents, hundredths of
+/// the plan's currency) and decimal strings, unit prices decimal strings
+/// exactly as the plan gives them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BillLine {
     /// `packets`, `data`, `cpu`, `invocations`, `state`.
@@ -18,15 +21,36 @@ pub struct BillLine {
     pub included: f64,
     /// Charged quantity: max(0, quantity - included).
     pub billable: f64,
-    /// Price per unit.
-    pub unit_price: f64,
-    /// billable × unit price, rounded to cents.
-    pub amount: f64,
+    /// Price per unit, a decimal string in the currency (`"0.05"`).
+    #[schema(example = "0.05")]
+    pub unit_price: String,
+    /// billable × unit price in minor units (cents), rounded half away
+    /// from zero.
+    pub amount_minor: i64,
+    /// The same amount as a decimal string (`"12.34"`).
+    #[schema(example = "12.34")]
+    pub amount: String,
 }
 
-/// Rounds to cents.
-fn cents(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
+/// Minor units (cents) as a decimal string: `1234` is `"12.34"`.
+pub fn decimal(minor: i64) -> String {
+    let sign = if minor < 0 { "-" } else { "" };
+    let m = minor.unsigned_abs();
+    format!("{sign}{}.{:02}", m / 100, m % 100)
+}
+
+/// A price as a decimal string: the shortest decimal that reads back as
+/// the configured value, never in exponent form (`0.0000001`).
+pub fn price(x: f64) -> String {
+    let s = format!("{x}");
+    if s.contains('.') { s } else { format!("{s}.0") }
+}
+
+/// `x` (in the currency) in minor units, rounded half away from zero;
+/// saturating far beyond any bill.
+fn to_minor(x: f64) -> i64 {
+    // `as` saturates for out-of-range floats and maps NaN to 0.
+    (x * 100.0).round() as i64
 }
 
 /// Byte-milliseconds of state in GB-hours (10^9 bytes held for an hour).
@@ -39,14 +63,16 @@ pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
     let inc = &plan.included;
     let line = |item: &str, unit: &str, quantity: f64, included: f64, unit_price: f64| {
         let billable = (quantity - included).max(0.0);
+        let amount_minor = to_minor(billable * unit_price);
         BillLine {
             item: item.into(),
             unit: unit.into(),
             quantity,
             included,
             billable,
-            unit_price,
-            amount: cents(billable * unit_price),
+            unit_price: price(unit_price),
+            amount_minor,
+            amount: decimal(amount_minor),
         }
     };
     vec![
@@ -70,9 +96,10 @@ pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
     ]
 }
 
-/// Sum of line amounts.
-pub fn total(lines: &[BillLine]) -> f64 {
-    cents(lines.iter().map(|l| l.amount).sum())
+/// Sum of line amounts, minor units: exact, the sum of what each line
+/// shows.
+pub fn total_minor(lines: &[BillLine]) -> i64 {
+    lines.iter().fold(0i64, |t, l| t.saturating_add(l.amount_minor))
 }
 
 /// Sums usage rows.
@@ -124,15 +151,16 @@ mod tests {
         let t = UsageSums { sums, ..Default::default() };
         let l = lines(&plan, &t);
         assert_eq!(l[0].billable, 2.0);
-        assert_eq!(l[0].amount, 0.10);
+        assert_eq!((l[0].amount_minor, l[0].amount.as_str()), (10, "0.10"));
         assert_eq!(l[1].billable, 0.0);
-        assert_eq!(l[1].amount, 0.0);
+        assert_eq!((l[1].amount_minor, l[1].amount.as_str()), (0, "0.00"));
         assert!((l[2].billable - 2.0).abs() < 1e-9);
-        assert_eq!(l[2].amount, 0.2);
-        assert_eq!(l[3].amount, 0.0);
+        assert_eq!((l[2].amount_minor, l[2].amount.as_str()), (20, "0.20"));
+        assert_eq!(l[3].amount_minor, 0);
         assert_eq!(l[4].item, "state");
-        assert_eq!(l[4].amount, 0.0);
-        assert_eq!(total(&l), 0.3);
+        assert_eq!(l[4].amount_minor, 0);
+        assert_eq!(total_minor(&l), 30);
+        assert_eq!(l[0].unit_price, "0.05");
     }
 
     #[test]
@@ -146,7 +174,7 @@ mod tests {
         assert_eq!(state.unit, "GB-hours");
         assert!((state.quantity - 6.0).abs() < 1e-9);
         assert!((state.billable - 5.0).abs() < 1e-9);
-        assert_eq!(state.amount, 2.5);
+        assert_eq!((state.amount_minor, state.amount.as_str()), (250, "2.50"));
     }
 
     #[test]
@@ -170,7 +198,33 @@ mod tests {
         let state = lines(&plan, &t).into_iter().find(|l| l.item == "state").unwrap();
         assert!((state.quantity - 6000.0).abs() < 1e-6, "{state:?}");
         assert!((state.billable - 5999.0).abs() < 1e-6, "{state:?}");
-        assert_eq!(state.amount, 59.99);
+        assert_eq!((state.amount_minor, state.amount.as_str()), (5999, "59.99"));
+    }
+
+    #[test]
+    fn money_is_exact_text() {
+        assert_eq!(decimal(0), "0.00");
+        assert_eq!(decimal(5), "0.05");
+        assert_eq!(decimal(123_456), "1234.56");
+        assert_eq!(decimal(-7), "-0.07");
+        assert_eq!(decimal(i64::MIN), "-92233720368547758.08");
+        assert_eq!(price(0.05), "0.05");
+        assert_eq!(price(1e-7), "0.0000001");
+        assert_eq!(price(2.0), "2.0");
+        assert_eq!(to_minor(f64::NAN), 0);
+        assert_eq!(to_minor(1e300), i64::MAX);
+        // 0.1 + 0.2 is no problem when each line is whole cents.
+        let l = |m| BillLine {
+            item: String::new(),
+            unit: String::new(),
+            quantity: 0.0,
+            included: 0.0,
+            billable: 0.0,
+            unit_price: String::new(),
+            amount_minor: m,
+            amount: decimal(m),
+        };
+        assert_eq!(decimal(total_minor(&[l(10), l(20)])), "0.30");
     }
 
     #[test]

@@ -99,6 +99,14 @@ pub fn check_meter_origin(publisher: &str, rec: &MeterRecord) -> Result<(), Stri
     {
         return Err(format!("record {}: its trap causes do not add up to its {} traps", rec.id, rec.sums.traps));
     }
+    let s = &rec.sums;
+    let handled = s.forwarded.checked_add(s.dropped).and_then(|n| n.checked_add(s.policy));
+    if handled.is_none_or(|n| n > s.packets) || s.rewritten > s.forwarded {
+        return Err(format!(
+            "record {}: forwarded {}, dropped {} and policy {} exceed its {} packets (or rewritten {} its forwarded)",
+            rec.id, s.forwarded, s.dropped, s.policy, s.packets, s.rewritten
+        ));
+    }
     Ok(())
 }
 

@@ -22,6 +22,7 @@ pub mod error;
 pub mod groups;
 pub mod intake;
 pub mod nats_auth;
+pub mod signin;
 pub mod state;
 pub mod store;
 pub mod telemetry;
@@ -81,6 +82,7 @@ impl utoipa::Modify for BearerAuth {
     info(title = "Sluice gateway", description = "Upload WebAssembly network functions, deploy them onto host groups, read usage and bills. Authenticate with `Authorization: Bearer <API key>` (tenants) or the admin token (tenant management)."),
     paths(
         api::create_tenant, api::list_tenants, api::create_key, api::me, api::set_grants,
+        api::dashboard_link, api::dashboard_session,
         api::tenant_keys, api::revoke_tenant_key, api::my_keys, api::add_my_key, api::rotate_my_key, api::revoke_my_key,
         api::list_hosts, api::register_host, api::remove_host, api::rejects, api::nats_authorization,
         groups::list_groups, groups::get_group, groups::set_settings, groups::add_capacity, groups::drain, groups::undrain,
@@ -139,6 +141,7 @@ impl Gateway {
                 compiles: Arc::new(tokio::sync::Semaphore::new(compiles)),
                 uploads: Arc::default(),
                 groups: Arc::default(),
+                signins: Arc::default(),
             },
         })
     }
@@ -152,6 +155,8 @@ impl Gateway {
             .route("/tenants/{id}/groups", put(api::set_grants))
             .route("/me", get(api::me))
             .route("/me/keys", get(api::my_keys).post(api::add_my_key))
+            .route("/me/dashboard-link", post(api::dashboard_link))
+            .route("/dashboard/session", post(api::dashboard_session))
             .route("/me/keys/rotate", post(api::rotate_my_key))
             .route("/me/keys/{prefix}", delete(api::revoke_my_key))
             .route("/hosts", get(api::list_hosts).post(api::register_host))

@@ -59,6 +59,8 @@ pub struct AppState {
     pub blob_lock: Arc<tokio::sync::Mutex<()>>,
     /// The group controller.
     pub groups: Arc<crate::groups::Groups>,
+    /// Dashboard sign-in tickets and sessions.
+    pub signins: Arc<crate::signin::SignIns>,
     /// Deployments that cannot be published (not transiently), and why.
     pub publish_errors: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }

@@ -718,8 +718,9 @@ impl Store {
             let mut st = tx.prepare_cached(
                 "INSERT OR IGNORE INTO meters (id, tenant_id, deployment_id, host, nf, module, version, digest, window_start_ms, window_end_ms,
                  invocations, packets, bytes, cpu_ns, state_ops, traps, errors, events, received_ms, trap_causes,
-                 state_byte_ms, state_bytes)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+                 state_byte_ms, state_bytes, forwarded, dropped, policy, rewritten)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
+                         ?23, ?24, ?25, ?26)",
             )?;
             for r in recs {
                 new += st.execute(params![
@@ -744,7 +745,11 @@ impl Store {
                     now_ms,
                     serde_json::to_string(&r.trap_causes).unwrap_or_else(|_| "{}".into()),
                     i(r.sums.state_byte_ms),
-                    i(r.state_bytes)
+                    i(r.state_bytes),
+                    i(r.sums.forwarded),
+                    i(r.sums.dropped),
+                    i(r.sums.policy),
+                    i(r.sums.rewritten)
                 ])?;
             }
         }
@@ -761,7 +766,8 @@ impl Store {
         // together exactly here.
         let mut st = db.prepare(
             "SELECT nf, module, version, deployment_id, SUM(invocations), SUM(packets), SUM(bytes), SUM(cpu_ns), SUM(state_ops),
-                    SUM(traps), SUM(errors), SUM(events), COUNT(*), SUM(state_byte_ms >> 32), SUM(state_byte_ms & 4294967295)
+                    SUM(traps), SUM(errors), SUM(events), COUNT(*), SUM(state_byte_ms >> 32), SUM(state_byte_ms & 4294967295),
+                    SUM(forwarded), SUM(dropped), SUM(policy), SUM(rewritten)
              FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
              GROUP BY deployment_id, nf, module, version ORDER BY deployment_id, nf, module, version",
         )?;
@@ -782,6 +788,10 @@ impl Store {
                     errors: u(r.get(10)?),
                     events: u(r.get(11)?),
                     state_byte_ms: u64::try_from(state_byte_ms).unwrap_or(u64::MAX),
+                    forwarded: u(r.get(15)?),
+                    dropped: u(r.get(16)?),
+                    policy: u(r.get(17)?),
+                    rewritten: u(r.get(18)?),
                 },
                 records: u(r.get(12)?),
                 trap_causes: BTreeMap::new(),

@@ -506,4 +506,51 @@ fn errors_are_json_created_objects_say_where_and_a_no_op_update_keeps_the_revisi
         &json!({ "nfs": [{ "module": "counter@1", "limits": { "deadline_ms": 20 } }] }),
     );
     assert_eq!(changed.body["revision"], 2, "{}", changed.body);
+
+    // Lists are paged: a JSON array, and a Link to the next page while
+    // more follow; the pages together are the whole list, in order.
+    for v in ["2", "3"] {
+        assert_eq!(api.upload(k, "counter", v, &wasm).status, 201);
+    }
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let get_page = |path: &str| {
+        let mut r =
+            agent.get(format!("{}{path}", gw.url)).header("Authorization", format!("Bearer {key}")).call().unwrap();
+        let status = r.status().as_u16();
+        let link = r.headers().get("link").map(|v| v.to_str().unwrap().to_string());
+        let body: serde_json::Value = serde_json::from_slice(&r.body_mut().read_to_vec().unwrap()).unwrap();
+        (status, body, link)
+    };
+    let (_, all, link) = get_page("/v1/modules");
+    assert_eq!(all.as_array().unwrap().len(), 3);
+    assert_eq!(link, None, "one page holds them all");
+    let mut seen = Vec::new();
+    let mut next = Some("/v1/modules?limit=2".to_string());
+    while let Some(path) = next.take() {
+        let (status, body, link) = get_page(&path);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(body.as_array().unwrap().len() <= 2);
+        seen.extend(body.as_array().unwrap().iter().map(|m| m["version"].clone()));
+        next = link.map(|l| {
+            assert!(l.ends_with("; rel=\"next\""), "{l}");
+            l.trim_start_matches('<').split('>').next().unwrap().to_string()
+        });
+    }
+    assert_eq!(serde_json::Value::Array(seen), json!(["1", "2", "3"]));
+    // A cursor stays valid when its item goes.
+    let (_, first, link) = get_page("/v1/modules?limit=1");
+    assert_eq!(first[0]["version"], "1");
+    let second = link.unwrap().trim_start_matches('<').split('>').next().unwrap().to_string();
+    assert_eq!(api.delete(k, "/v1/modules/counter@2").status, 204);
+    let (_, rest, _) = get_page(&second);
+    assert_eq!(rest[0]["version"], "3", "{rest}");
+    for bad in ["/v1/modules?limit=0", "/v1/modules?limit=1001", "/v1/modules?after=zz", "/v1/deployments?after=%00"] {
+        let (status, body, _) = get_page(bad);
+        assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")), "{bad}: {body}");
+    }
+    assert_eq!(api.post(k, "/v1/deployments", &json!({ "name": "d", "module": "counter@3" })).status, 201);
+    let (_, d1, link) = get_page("/v1/deployments?limit=1");
+    assert_eq!(d1[0]["name"], "c");
+    let (_, d2, link2) = get_page(link.unwrap().trim_start_matches('<').split('>').next().unwrap());
+    assert_eq!((d2[0]["name"].as_str(), link2), (Some("d"), None));
 }

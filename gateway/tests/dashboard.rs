@@ -114,7 +114,10 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
         node_dir.join("node_modules/playwright-core").exists(),
         "playwright-core is missing: run `make setup` (npm install in tests/dashboard)"
     );
-    let out = Command::new("node").arg(node_dir.join("check.mjs")).args([&url, &key]).output().unwrap();
+    // Opened from a `sluice dashboard` link: signed in, no key in any URL.
+    let link = sluice(&url, k, &["dashboard"]).trim().to_string();
+    assert!(link.starts_with(&format!("{url}/dashboard#sign-in=")) && !link.contains(&key), "{link}");
+    let out = Command::new("node").arg(node_dir.join("check.mjs")).args([&url, &link]).output().unwrap();
     assert!(
         out.status.success(),
         "dashboard check failed:\n{}\n{}",
@@ -123,12 +126,39 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     );
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["page_errors"], Value::Array(vec![]), "{shown}");
+    assert_eq!(shown["address"], format!("{url}/dashboard"), "the used ticket left the address bar");
+    assert_eq!(shown["signed_in_with"], "ds_", "a read-only session, not the key");
+    // The link worked once; its session reads but changes nothing.
+    let ticket = link.split("#sign-in=").nth(1).unwrap();
+    let again = api.post(None, "/v1/dashboard/session", &serde_json::json!({ "ticket": ticket }));
+    assert_eq!(again.status, 401, "{}", again.body);
+    let fresh = sluice(&url, k, &["dashboard", "-o", "json"]);
+    let fresh: Value = serde_json::from_str(&fresh).unwrap();
+    let ticket = fresh["url"].as_str().unwrap().split("#sign-in=").nth(1).unwrap().to_string();
+    let session = api.post(None, "/v1/dashboard/session", &serde_json::json!({ "ticket": ticket }));
+    assert_eq!(session.status, 200, "{}", session.body);
+    let token = session.body["token"].as_str().unwrap().to_string();
+    assert_eq!(api.get(Some(&token), "/v1/me").body["name"], "acme");
+    let write = api.post(Some(&token), "/v1/me/keys", &serde_json::json!({}));
+    assert_eq!((write.status, write.body["error"].as_str()), (403, Some("forbidden")), "{}", write.body);
+    assert_eq!(api.get(Some("ds_not-a-session"), "/v1/me").status, 401);
     assert_eq!(shown["foreign_requests"], Value::Array(vec![]), "the page fetched something from elsewhere: {shown}");
 
     let total = &usage["total"];
     for m in ["packets", "bytes", "cpu_ns", "invocations", "state_byte_ms", "state_bytes"] {
         assert_eq!(shown["tiles"][m], total[m], "tile {m}");
     }
+    // What became of the packets, per row and in total: the firewall
+    // forwarded some and dropped the telnet connections, and every packet
+    // is one of forwarded, dropped or policy.
+    for m in ["forwarded", "dropped", "rewritten", "policy"] {
+        assert_eq!(shown["outcomes"][m], total[m], "usage table column {m}");
+    }
+    for r in usage["rows"].as_array().unwrap().iter().chain([total]) {
+        let n = |m: &str| r[m].as_u64().unwrap();
+        assert_eq!(n("forwarded") + n("dropped") + n("policy"), n("packets"), "{r}");
+    }
+    assert!(total["dropped"].as_u64().unwrap() > 0 && total["forwarded"].as_u64().unwrap() > 0, "{total}");
     let mut by_nf: BTreeMap<String, BTreeMap<&str, u64>> = BTreeMap::new();
     for r in usage["rows"].as_array().unwrap() {
         let e = by_nf.entry(format!("{}@{}", r["nf"].as_str().unwrap(), r["version"].as_str().unwrap())).or_default();
@@ -170,8 +200,13 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     let api_csv = api.get(k, &format!("/v1/bill?period={month}&format=csv")).body;
     assert_eq!(shown["csv"].as_str().unwrap(), api_csv.as_str().unwrap());
     let bill = api.get(k, &format!("/v1/bill?period={month}")).body;
-    assert_eq!(shown["bill_total"].as_f64(), bill["total"].as_f64());
-    assert!(bill["total"].as_f64().unwrap() > 0.0, "the plan has no allowances, so the bill is not zero: {bill}");
+    assert_eq!(shown["bill_total"].as_str(), bill["total"].as_str());
+    // Money is integer minor units and the same as a decimal string.
+    let minor = bill["total_minor"].as_i64().unwrap();
+    assert!(minor > 0, "the plan has no allowances, so the bill is not zero: {bill}");
+    assert_eq!(bill["total"].as_str().unwrap(), format!("{}.{:02}", minor / 100, minor % 100));
+    let lines_minor: i64 = bill["lines"].as_array().unwrap().iter().map(|l| l["amount_minor"].as_i64().unwrap()).sum();
+    assert_eq!(lines_minor, minor);
     let billed = (bill["lines"][0]["quantity"].as_f64().unwrap() * 1e6).round() as u64;
     assert_eq!(billed, packets);
 

@@ -4,13 +4,13 @@
 // deployment tables, the bill total and the downloaded CSV bill. The Rust
 // test compares all of it with the API's own answers.
 //
-// usage: node check.mjs <gateway url> <api key>
+// usage: node check.mjs <gateway url> <api key | sign-in link from `sluice dashboard`>
 import { chromium } from "playwright-core";
 import { readFileSync } from "node:fs";
 
 const [url, key] = process.argv.slice(2);
 if (!url || !key) {
-  console.error("usage: node check.mjs <gateway url> <api key>");
+  console.error("usage: node check.mjs <gateway url> <api key | sign-in link>");
   process.exit(2);
 }
 const browser = await chromium.launch({
@@ -24,9 +24,14 @@ try {
   const errors = [];
   page.on("request", (r) => { if (!r.url().startsWith(url) && !r.url().startsWith("blob:")) foreign.push(r.url()); });
   page.on("pageerror", (e) => errors.push(String(e)));
-  await page.goto(`${url}/dashboard`);
-  await page.fill("#key", key);
-  await page.click("#sign-in");
+  if (key.startsWith("http")) {
+    // A `sluice dashboard` link signs in by itself.
+    await page.goto(key);
+  } else {
+    await page.goto(`${url}/dashboard`);
+    await page.fill("#key", key);
+    await page.click("#sign-in");
+  }
   await page.waitForSelector("#app:not([hidden])");
   await page.selectOption("#range", "all");
   await page.waitForFunction(() =>
@@ -51,7 +56,12 @@ try {
       modules: [...document.querySelectorAll("#modules tbody tr[data-name]")].map((r) => r.dataset.name),
       deployments: [...document.querySelectorAll("#deployments tbody tr[data-name]")].map((r) => ({
         name: r.dataset.name, status: r.querySelector(".badge").textContent })),
-      bill_total: Number(document.getElementById("bill-total").dataset.value),
+      bill_total: document.getElementById("bill-total").dataset.value,
+      address: location.href,
+      signed_in_with: sessionStorage.getItem("sluice-key").slice(0, 3),
+      // The usage table's outcome columns, summed over its rows.
+      outcomes: Object.fromEntries(["forwarded", "dropped", "rewritten", "policy"].map((o) => [o,
+        [...document.querySelectorAll(`#usage-table td[data-outcome="${o}"]`)].reduce((a, td) => a + Number(td.textContent), 0)])),
       events: [...document.querySelectorAll("#events tbody tr.event")].map((r) => r.children[3].textContent),
       logs: [...document.querySelectorAll("#logs tbody tr.log")].map((r) => r.children[5].textContent),
     };

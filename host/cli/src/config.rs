@@ -3,39 +3,44 @@
 //! Precedence, lowest first: built-in defaults, the TOML file (`--config`),
 //! environment variables, command-line flags. The file holds host settings
 //! and one `[nf.<name>]` table per NF, where `<name>` is the NF's file stem
-//! (`firewall` for `firewall.wasm`):
+//! (`firewall` for `firewall.wasm`). Keys are snake_case, the names the
+//! gateway's deployment API and an NF project's `sluice.toml` use for the
+//! same settings (the kebab-case spellings, `batch-size`, are accepted too;
+//! the keys inside an NF's own `config` table are the NF's and pass as
+//! written):
 //!
 //! ```toml
-//! batch-size = 32            # SLUICE_BATCH_SIZE
+//! batch_size = 32            # SLUICE_BATCH_SIZE
 //! workers = 1                # SLUICE_WORKERS
 //! cores = "0-3"              # SLUICE_CORES: cores workers are pinned to, one
 //!                            # each in list order, round-robin when there are
 //!                            # more workers (default: every core the process
 //!                            # may use; `dpdk`: the EAL's lcores)
-//! cache-dir = "/var/cache/sluice"     # SLUICE_CACHE_DIR; "" disables; default
+//! cache_dir = "/var/cache/sluice"     # SLUICE_CACHE_DIR; "" disables; default
 //!                                      # $XDG_CACHE_HOME/sluice or ~/.cache/sluice
-//! max-memory-mb = 256        # SLUICE_MAX_MEMORY_MB: pool slot size
-//! max-instances = 512        # SLUICE_MAX_INSTANCES: NF instances the pool holds
+//! max_memory_mb = 256        # SLUICE_MAX_MEMORY_MB: pool slot size
+//! max_instances = 512        # SLUICE_MAX_INSTANCES: NF instances the pool holds
 //!                            # (default: 2 × NFs × workers, at least 32; `serve`: 512)
 //! fuel = false               # SLUICE_FUEL: compile in fuel metering
 //!
 //! [nf.firewall]
-//! failure-policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
-//! deadline-ms = 10                 # SLUICE_DEADLINE_MS sets the default
-//! start-deadline-ms = 1000         # instantiation + init; SLUICE_START_DEADLINE_MS
-//! memory-mb = 64                   # SLUICE_MEMORY_MB sets the default
+//! failure_policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
+//! deadline_ms = 10                 # SLUICE_DEADLINE_MS sets the default
+//! start_deadline_ms = 1000         # instantiation + init; SLUICE_START_DEADLINE_MS
+//! memory_mb = 64                   # SLUICE_MEMORY_MB sets the default
 //! fuel = 0                         # per-batch fuel; 0 = unlimited
-//! max-flows = 1048576
-//! max-flow-state-bytes = 4096
-//! log-lines-per-second = 50
+//! max_flows = 1048576
+//! max_flow_state_bytes = 4096
+//! state_budget_mb = 64
+//! log_lines_per_second = 50
 //! # The NF's own configuration, handed to its `init` as JSON text:
 //! [nf.firewall.config]
 //! default = "deny"
-//! # ...or as raw bytes from a file (`config-file = "rules.json"`) or a
-//! # string (`config-text = "..."`).
+//! # ...or as raw bytes from a file (`config_file = "rules.json"`) or a
+//! # string (`config_text = "..."`).
 //! ```
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sluice_runtime::cores::CoreList;
 use sluice_runtime::{FailurePolicy, NfLimits, RuntimeConfig};
 use std::collections::BTreeMap;
@@ -89,34 +94,47 @@ pub enum ConfigError {
     },
 }
 
-/// Settings of one NF.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+/// Settings of one NF: its limits (the names and meanings of the
+/// deployment API's `limits`) and its configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NfSection {
     /// `fail-open` or `fail-closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_policy: Option<FailurePolicy>,
     /// CPU deadline per batch, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
     /// CPU deadline of instantiation plus `init`, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_deadline_ms: Option<u64>,
     /// Memory cap, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
     /// Fuel per batch (0 = unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
     /// Flow-table capacity per worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_flows: Option<usize>,
     /// Largest per-flow state value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_flow_state_bytes: Option<usize>,
     /// State memory budget, MiB: each instance's own tables and flow
     /// state, and once more the NF's shared tables on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_budget_mb: Option<usize>,
     /// Log rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_lines_per_second: Option<u32>,
     /// The NF's config as a table, passed to `init` as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<toml::Table>,
     /// The NF's config from a file, passed verbatim (relative to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_file: Option<PathBuf>,
     /// The NF's config as a string, passed verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_text: Option<String>,
 }
 
@@ -126,7 +144,7 @@ pub const SERVE_INSTANCES: u32 = 512;
 
 /// The whole host configuration.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields)]
 pub struct HostConfig {
     /// Packets per batch (one NF call per batch).
     #[serde(default = "default_batch")]
@@ -217,15 +235,65 @@ where
     }
 }
 
+/// `key` in snake_case: the kebab-case spelling (`batch-size`) is the
+/// same setting.
+fn snake(key: &str) -> String {
+    key.replace('-', "_")
+}
+
+impl NfSection {
+    /// The section's limits as the deployment API's `limits` object (the
+    /// same names; unset ones left out).
+    pub fn limits_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let limits = NfSection { config: None, config_file: None, config_text: None, ..self.clone() };
+        match serde_json::to_value(limits) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        }
+    }
+
+    /// Reads a table of limits only (a project's `[limits]`): the keys of
+    /// [`NfSection`] but its configuration ones, snake_case or kebab-case.
+    pub fn limits_from(table: toml::Table) -> Result<NfSection, String> {
+        let table: toml::Table = table.into_iter().map(|(k, v)| (snake(&k), v)).collect();
+        if let Some(k) = ["config", "config_file", "config_text"].iter().find(|k| table.contains_key(**k)) {
+            return Err(format!("{k} is the NF's configuration, not a limit: give it outside [limits]"));
+        }
+        NfSection::deserialize(toml::Value::Table(table)).map_err(|e| e.to_string())
+    }
+}
+
 impl HostConfig {
+    /// Parses a configuration file's text, either spelling of the keys
+    /// (see the module documentation); the message says what is wrong.
+    pub fn parse(text: &str) -> Result<HostConfig, String> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut table: toml::Table = table.into_iter().map(|(k, v)| (snake(&k), v)).collect();
+        if let Some(toml::Value::Table(nfs)) = table.remove("nf") {
+            // Only each section's own keys: those of its `config` table
+            // are the NF's.
+            let nfs: toml::Table = nfs
+                .into_iter()
+                .map(|(name, section)| match section {
+                    toml::Value::Table(keys) => {
+                        (name, toml::Value::Table(keys.into_iter().map(|(k, v)| (snake(&k), v)).collect()))
+                    }
+                    other => (name, other),
+                })
+                .collect();
+            table.insert("nf".into(), toml::Value::Table(nfs));
+        }
+        HostConfig::deserialize(toml::Value::Table(table)).map_err(|e| e.to_string())
+    }
+
     /// Loads `path` (if given) and applies `SLUICE_*` variables.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut cfg = match path {
             Some(p) => {
                 let text =
                     std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
-                let mut c: HostConfig = toml::from_str(&text)
-                    .map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?;
+                let mut c = HostConfig::parse(&text)
+                    .map_err(|message| ConfigError::Parse { path: p.to_path_buf(), message })?;
                 c.base_dir = p.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
                 c
             }
@@ -382,7 +450,7 @@ impl HostConfig {
         if set.iter().filter(|b| **b).count() > 1 {
             return Err(ConfigError::Nf {
                 nf: name.into(),
-                reason: "give only one of config, config-file and config-text".into(),
+                reason: "give only one of config, config_file and config_text".into(),
             });
         }
         if let Some(t) = &s.config {
@@ -402,7 +470,7 @@ mod tests {
 
     #[test]
     fn nf_table_becomes_json() {
-        let c: HostConfig = toml::from_str(
+        let c = HostConfig::parse(
             r#"
             batch-size = 64
             [nf.firewall]
@@ -443,7 +511,36 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_errors() {
-        let e = toml::from_str::<HostConfig>("batchsize = 3").unwrap_err();
-        assert!(e.to_string().contains("batchsize"));
+        let e = HostConfig::parse("batchsize = 3").unwrap_err();
+        assert!(e.contains("batchsize"), "{e}");
+        let e = HostConfig::parse("[nf.fw]\ndeadline = 3").unwrap_err();
+        assert!(e.contains("deadline"), "{e}");
+    }
+
+    #[test]
+    fn snake_case_keys_are_the_api_names() {
+        let c = HostConfig::parse(
+            "batch_size = 16\nmax_memory_mb = 128\n[nf.fw]\nfailure_policy = \"fail-open\"\ndeadline_ms = 7\nmax_flows = 9\nconfig_text = \"x\"\n",
+        )
+        .unwrap();
+        assert_eq!((c.batch_size, c.max_memory_mb), (16, 128));
+        let l = c.limits("fw");
+        assert_eq!((l.failure_policy, l.deadline, l.max_flows), (FailurePolicy::FailOpen, Duration::from_millis(7), 9));
+        let api = c.nf["fw"].limits_json();
+        assert_eq!(
+            serde_json::Value::Object(api),
+            serde_json::json!({"failure_policy": "fail-open", "deadline_ms": 7, "max_flows": 9})
+        );
+    }
+
+    #[test]
+    fn a_limits_table_holds_limits_only() {
+        let t: toml::Table = toml::from_str("deadline-ms = 3\nmemory_mb = 8").unwrap();
+        let s = NfSection::limits_from(t).unwrap();
+        assert_eq!((s.deadline_ms, s.memory_mb), (Some(3), Some(8)));
+        let t: toml::Table = toml::from_str("config_text = \"x\"").unwrap();
+        assert!(NfSection::limits_from(t).unwrap_err().contains("not a limit"));
+        let t: toml::Table = toml::from_str("deadline_mss = 3").unwrap();
+        assert!(NfSection::limits_from(t).unwrap_err().contains("deadline_mss"));
     }
 }

@@ -220,6 +220,19 @@ pub struct MeterSums {
     /// Divide by 3.6e15 for GB-hours.
     #[serde(default)]
     pub state_byte_ms: u64,
+    /// Of `packets`: those the NF forwarded (to a port or the next NF).
+    #[serde(default)]
+    pub forwarded: u64,
+    /// Of `packets`: those the NF dropped.
+    #[serde(default)]
+    pub dropped: u64,
+    /// Of `packets`: those of batches the NF failed, which got its failure
+    /// policy (forwarded under fail-open, dropped under fail-closed).
+    #[serde(default)]
+    pub policy: u64,
+    /// Of the forwarded packets: those the NF rewrote.
+    #[serde(default)]
+    pub rewritten: u64,
 }
 
 impl MeterSums {
@@ -234,6 +247,10 @@ impl MeterSums {
         self.errors += o.errors;
         self.events += o.events;
         self.state_byte_ms = self.state_byte_ms.saturating_add(o.state_byte_ms);
+        self.forwarded += o.forwarded;
+        self.dropped += o.dropped;
+        self.policy += o.policy;
+        self.rewritten += o.rewritten;
     }
 
     /// Whether nothing was metered.

@@ -310,7 +310,7 @@ impl NfInstance {
             return Err(RuntimeError::Limits {
                 nf,
                 reason: format!(
-                    "memory cap {} bytes exceeds the runtime's pool slot of {} bytes; raise max-memory-mb in the host config",
+                    "memory cap {} bytes exceeds the runtime's pool slot of {} bytes; raise max_memory_mb in the host config",
                     spec.limits.memory_bytes, runtime.config.max_memory_bytes
                 ),
             });
@@ -436,7 +436,7 @@ impl NfInstance {
         let over = |e: &wasmtime::Error| classify(e) == TrapCause::Deadline;
         let over_start = |what: &str| {
             format!(
-                "{what} exceeded the start deadline of {} ms; raise limits.start_deadline_ms (start-deadline-ms)",
+                "{what} exceeded the start deadline of {} ms; raise start_deadline_ms (a deployment's limits, sluice.toml's [limits] or the host's [nf.<name>])",
                 start_deadline.as_millis()
             )
         };

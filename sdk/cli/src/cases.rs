@@ -59,6 +59,24 @@ pub fn cases(project: &Project, only: Option<&str>) -> Result<Vec<PathBuf>, CliE
     Ok(out)
 }
 
+/// `path` as a capture: a `.txt` traffic file (one packet per line) is
+/// written as `<scratch>/input.pcap`; anything else is taken as a capture.
+pub fn input_capture(path: &Path, scratch: &Path) -> Result<PathBuf, CliError> {
+    if path.extension().is_none_or(|e| e != "txt") {
+        return Ok(path.to_path_buf());
+    }
+    let text = std::fs::read_to_string(path).map_err(io("reading", path))?;
+    let frames = sluice_host::traffic::parse(&text)
+        .map_err(|e| CliError::Traffic { path: path.to_path_buf(), reason: e.to_string() })?;
+    std::fs::create_dir_all(scratch).map_err(io("creating", scratch))?;
+    let pcap = scratch.join("input.pcap");
+    sluice_host::synth::write_pcap(&pcap, &frames).map_err(|e| CliError::Traffic {
+        path: path.to_path_buf(),
+        reason: format!("writing {}: {e}", pcap.display()),
+    })?;
+    Ok(pcap)
+}
+
 /// Runs the case in `dir` through `component` (the project's NF) and
 /// compares, or with `bless` records, its expected files.
 pub fn run_case(project: &Project, component: &Path, dir: &Path, bless: bool) -> Result<CaseResult, CliError> {
@@ -69,32 +87,25 @@ pub fn run_case(project: &Project, component: &Path, dir: &Path, bless: bool) ->
 
     // The input, as a capture.
     let input = if dir.join("input.txt").is_file() {
-        let text_path = dir.join("input.txt");
-        let text = std::fs::read_to_string(&text_path).map_err(io("reading", &text_path))?;
-        let frames = sluice_host::traffic::parse(&text).map_err(|e| bad(format!("input.txt {e}")))?;
-        let pcap = scratch.join("input.pcap");
-        sluice_host::synth::write_pcap(&pcap, &frames).map_err(|e| bad(format!("writing {}: {e}", pcap.display())))?;
-        pcap
+        input_capture(&dir.join("input.txt"), &scratch).map_err(|e| bad(e.to_string()))?
     } else if dir.join("input.pcap").is_file() {
         dir.join("input.pcap")
     } else {
         return Err(bad("no input.txt or input.pcap".into()));
     };
-    let config = match std::fs::read(dir.join("config.txt")) {
-        Ok(b) => String::from_utf8(b).map_err(|_| bad("config.txt is not UTF-8".into()))?,
-        Err(_) => String::new(),
+    let (has_config, config) = match std::fs::read(dir.join("config.txt")) {
+        Ok(b) => (true, String::from_utf8(b).map_err(|_| bad("config.txt is not UTF-8".into()))?),
+        Err(_) => (false, String::new()),
     };
 
-    // One worker, batches of 32, fail-closed, a deadline that interpreted
-    // languages meet on a busy machine.
-    let nf = &project.manifest.name;
-    let toml = format!(
-        "batch-size = 32\nworkers = 1\n[nf.{nf}]\nfailure-policy = \"fail-closed\"\ndeadline-ms = 1000\nconfig-text = {}\n",
-        toml::Value::String(config)
-    );
-    let host_toml = scratch.join("host.toml");
-    std::fs::write(&host_toml, toml).map_err(io("writing", &host_toml))?;
-    let host = sluice_host::HostConfig::load(Some(&host_toml)).map_err(|e| bad(e.to_string()))?;
+    // The manifest's limits; a case's config.txt stands for the
+    // manifest's configuration. Without a deadline in the manifest, a
+    // second: a case checks what the NF does, not how fast, and shares
+    // the machine with builds.
+    let mut host = project.host_config(has_config.then_some(config));
+    if let Some(section) = host.nf.get_mut(&project.manifest.name) {
+        section.deadline_ms.get_or_insert(1000);
+    }
     let output = scratch.join("output.pcap");
     let opts = sluice_host::RunOptions {
         nfs: vec![component.to_path_buf()],

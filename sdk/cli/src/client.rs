@@ -113,6 +113,24 @@ impl Client {
         Self::json("GET", path, &self.finish("GET", path, r)?)
     }
 
+    /// GET every item of a paged list: the first page at `path`, then
+    /// each page its answer's `Link: <...>; rel="next"` names.
+    pub fn get_all<T: DeserializeOwned>(&self, path: &str) -> Result<Vec<T>, ClientError> {
+        let mut all = Vec::new();
+        let mut next = Some(path.to_string());
+        // A bound on pages, should a gateway's links go round in circles.
+        for _ in 0..10_000 {
+            let Some(p) = next.take() else { break };
+            let r = self.agent.get(format!("{}{p}", self.base)).header("Authorization", self.auth()?).call();
+            let link =
+                r.as_ref().ok().and_then(|r| r.headers().get("link")).and_then(|v| v.to_str().ok()).and_then(next_link);
+            let page: Vec<T> = Self::json("GET", &p, &self.finish("GET", &p, r)?)?;
+            all.extend(page);
+            next = link;
+        }
+        Ok(all)
+    }
+
     /// GET, text answer.
     pub fn get_text(&self, path: &str) -> Result<String, ClientError> {
         let r = self.agent.get(format!("{}{path}", self.base)).header("Authorization", self.auth()?).call();
@@ -158,6 +176,15 @@ impl Client {
         let r = self.agent.delete(format!("{}{path}", self.base)).header("Authorization", self.auth()?).call();
         self.finish("DELETE", path, r).map(|_| ())
     }
+}
+
+/// The target of a `Link` header's `rel="next"` entry.
+pub fn next_link(header: &str) -> Option<String> {
+    header.split(',').find_map(|entry| {
+        let (target, params) = entry.trim().split_once(';')?;
+        let rel_next = params.split(';').any(|p| matches!(p.trim(), "rel=\"next\"" | "rel=next"));
+        rel_next.then(|| target.trim().trim_start_matches('<').trim_end_matches('>').to_string())
+    })
 }
 
 /// Percent-encodes a query value.
@@ -210,5 +237,11 @@ mod tests {
         assert_eq!(bar(5.0, 10.0, 4), "██");
         assert_eq!(human(1_500_000.0), "1.50M");
         assert_eq!(human(999.0), "999");
+        assert_eq!(
+            next_link("</v1/modules?limit=2&after=61>; rel=\"next\"").as_deref(),
+            Some("/v1/modules?limit=2&after=61")
+        );
+        assert_eq!(next_link("</a>; rel=\"prev\", </b>; rel=next").as_deref(), Some("/b"));
+        assert_eq!(next_link("</a>; rel=\"prev\""), None);
     }
 }

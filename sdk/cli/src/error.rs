@@ -23,6 +23,15 @@ pub enum CliError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A traffic file (one packet per line) is malformed or could not be
+    /// turned into a capture.
+    #[error("{path}: {reason}")]
+    Traffic {
+        /// The traffic file.
+        path: PathBuf,
+        /// What is wrong, with the line.
+        reason: String,
+    },
     /// A toolchain the language needs is not installed.
     #[error("building a {lang} NF needs {tool}, which was not found ({detail}); {hint}")]
     MissingTool {

@@ -107,6 +107,11 @@ enum Command {
         /// Gateway config file (price plan, upload limit).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Also watch this NF project, as `sluice nf watch` does, as the
+        /// tenant `dev` (created if missing; its new API key is printed):
+        /// rebuild, upload and hot-swap on every save.
+        #[arg(long, value_name = "PROJECT")]
+        watch: Option<PathBuf>,
     },
     /// Tenants (needs the admin token).
     #[command(subcommand)]
@@ -123,6 +128,11 @@ enum Command {
         #[command(subcommand)]
         command: Option<GroupsCommand>,
     },
+    /// Print a link that opens the gateway's dashboard signed in as you:
+    /// it works once, within a minute, and holds no API key (a one-time
+    /// ticket in the URL's fragment, which browsers do not send to
+    /// servers). The session it opens reads only, for an hour.
+    Dashboard,
     /// Your own API keys: list, add, rotate, revoke.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -437,6 +447,45 @@ enum NfCommand {
         #[arg(long)]
         cargo_target_dir: Option<PathBuf>,
     },
+    /// Build the project and run it on a capture here, with the
+    /// configuration and limits of its sluice.toml; print the report.
+    Run {
+        /// The project directory.
+        #[arg(default_value = ".")]
+        project: PathBuf,
+        /// The input: a capture (.pcap) or a traffic file (.txt, one packet
+        /// per line, as tests/<case>/input.txt).
+        #[arg(long = "in", value_name = "FILE")]
+        input: PathBuf,
+        /// Write the forwarded packets to this capture.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The NF's configuration from this file instead of sluice.toml's.
+        #[arg(long)]
+        config_file: Option<PathBuf>,
+        /// Worker threads (flows are spread over them as on a host).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+        workers: u64,
+        /// Cargo target directory for Rust projects.
+        #[arg(long)]
+        cargo_target_dir: Option<PathBuf>,
+    },
+    /// Build the project, upload it as <name>@<version> from sluice.toml
+    /// (unless that version is there with the same bytes), and create or
+    /// update its deployment with the manifest's config, limits, group and
+    /// attachments; wait until every host runs it.
+    Deploy {
+        /// The project directory.
+        #[arg(default_value = ".")]
+        project: PathBuf,
+        /// Wait up to this many seconds for every host to run it (0: not
+        /// at all); past it the command fails.
+        #[arg(long, default_value_t = 30)]
+        wait: u64,
+        /// Cargo target directory for Rust projects.
+        #[arg(long)]
+        cargo_target_dir: Option<PathBuf>,
+    },
     /// Watch the project: on every save build it, upload it under a new
     /// dev version (0.0.0-dev.<start>.<n>) and hot-swap the deployment to
     /// it; print the NF's log lines, traps and build errors as they come.
@@ -476,13 +525,14 @@ enum NfCommand {
 /// What `sluice nf watch` deploys to, and how often it looks.
 #[derive(Debug, clap::Args)]
 struct WatchArgs {
-    /// The deployment (default: the NF's name); created if missing.
+    /// The deployment (default: sluice.toml's [deployment] name, else the
+    /// NF's); created if missing.
     #[arg(long)]
     deployment: Option<String>,
-    /// Its host group.
-    #[arg(long, default_value = "default")]
-    group: String,
-    /// The NF's configuration file.
+    /// Its host group (default: sluice.toml's, else `default`).
+    #[arg(long)]
+    group: Option<String>,
+    /// The NF's configuration from this file instead of sluice.toml's.
     #[arg(long)]
     config_file: Option<PathBuf>,
     /// How often to look for changes and log lines, ms.
@@ -595,15 +645,122 @@ fn wait_deployment(client: &Client, name: &str, d: Value, wait: u64) -> Result<V
     Ok(last)
 }
 
+/// The deployment request of a project's sluice.toml running
+/// `<name>@<version>`: its deployment name, group, attachments, and the
+/// NF's configuration (`config` instead of the manifest's when given) and
+/// limits under the API's names.
+fn deployment_body(project: &Project, version: &str, config: Option<Vec<u8>>) -> Result<Value> {
+    let m = &project.manifest;
+    let config = match config {
+        Some(c) => c,
+        None => project.config_bytes()?,
+    };
+    let config = String::from_utf8(config)
+        .map_err(|_| anyhow::anyhow!("the NF's configuration is not UTF-8 text, which a deployment carries"))?;
+    let mut body = json!({
+        "name": project.deployment_name(),
+        "group": m.deployment.group.clone().unwrap_or_else(|| "default".into()),
+        "nfs": [{
+            "name": m.name,
+            "module": format!("{}@{version}", m.name),
+            "config": config,
+            "limits": Value::Object(project.limits().limits_json()),
+        }],
+    });
+    if !m.deployment.attach.is_empty() {
+        body["attach"] = json!(m.deployment.attach);
+    }
+    Ok(body)
+}
+
+/// Uploads `bytes` as `name@version`, or finds it there already with the
+/// same bytes; the module, and whether it was uploaded now. The same
+/// version with other bytes is an error: a gateway keeps each version's
+/// bytes for good.
+fn upload_once(client: &Client, name: &str, version: &str, bytes: &[u8]) -> Result<(Value, bool)> {
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(bytes));
+    let id = format!("{name}@{version}");
+    match client.get::<Value>(&format!("/v1/modules/{}", encode(&id))) {
+        Ok(m) if m["digest"].as_str() == Some(digest.as_str()) => return Ok((m, false)),
+        Ok(_) => anyhow::bail!(
+            "{id} is on the gateway already with other bytes: module versions are immutable; raise `version` in sluice.toml"
+        ),
+        Err(sluice_cli::client::ClientError::Api { status: 404, .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let path = format!("/v1/modules?name={}&version={}", encode(name), encode(version));
+    Ok((client.post_bytes(&path, "application/wasm", bytes)?, true))
+}
+
+/// Reports a created or updated deployment, waits up to `wait` seconds
+/// for its hosts, and fails if it failed or is not running by then.
+fn finish_deploy(client: &Client, name: &str, d: Value, wait: u64, as_json: bool) -> Result<()> {
+    // Progress on stderr when stdout carries JSON.
+    let said = format!(
+        "deployment {} ({}) revision {} on group {}",
+        d["name"].as_str().unwrap_or_default(),
+        d["id"].as_str().unwrap_or_default(),
+        d["revision"],
+        d["group"].as_str().unwrap_or_default()
+    );
+    if as_json {
+        eprintln!("{said}");
+    } else {
+        outln!("{said}");
+    }
+    let last = wait_deployment(client, name, d, wait)?;
+    if as_json {
+        emit(&last)?;
+    } else {
+        print_deployment(&last);
+    }
+    if last["status"] == "failed" {
+        anyhow::bail!("deployment {name} failed: {}", last["reason"].as_str().unwrap_or("see the hosts above"));
+    }
+    if wait > 0 && last["status"] != "running" {
+        anyhow::bail!(
+            "deployment {name} is {} after {wait} s (--wait): not every host of its group runs it yet",
+            last["status"].as_str().unwrap_or("unknown")
+        );
+    }
+    Ok(())
+}
+
+/// `sluice dev --watch`: the tenant `dev` (created if missing) gets a new
+/// API key, printed, and watches `project` with it.
+fn watch_as_dev_tenant(url: &str, admin_token: &str, sdk: &Sdk, project: &Project, output: Output) -> Result<()> {
+    let admin = Client::new(url, Some(admin_token.to_string()));
+    let created: Result<Value, _> = admin.post("/v1/tenants", &json!({ "name": "dev" }));
+    let key = match created {
+        Ok(t) => t["api_key"].as_str().unwrap_or_default().to_string(),
+        Err(sluice_cli::client::ClientError::Api { status: 409, .. }) => {
+            let tenants: Vec<Value> = admin.get_all("/v1/tenants")?;
+            let id = tenants
+                .iter()
+                .find(|t| t["name"] == "dev")
+                .and_then(|t| t["id"].as_str())
+                .context("the tenant 'dev' exists but is not listed")?;
+            let k: Value = admin.post(&format!("/v1/tenants/{}/keys", encode(id)), &json!({}))?;
+            k["api_key"].as_str().unwrap_or_default().to_string()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    outln!("sluice dev: watching {} as tenant dev; its API key:", project.dir.display());
+    outln!("export SLUICE_API_KEY={key}");
+    let args = WatchArgs { deployment: None, group: None, config_file: None, interval_ms: 500, cargo_target_dir: None };
+    watch(&Client::new(url, Some(key)), sdk, project, args, output)
+}
+
 /// `sluice nf watch`: on every save, build, upload under a new dev
 /// version, and swap the deployment to it; meanwhile the NF's log lines
 /// and traps. Runs until interrupted.
 fn watch(client: &Client, sdk: &Sdk, project: &Project, w: WatchArgs, output: Output) -> Result<()> {
     let nf = project.manifest.name.clone();
-    let deployment = w.deployment.unwrap_or_else(|| nf.clone());
+    let deployment = w.deployment.clone().unwrap_or_else(|| project.deployment_name().to_string());
     let config = match &w.config_file {
-        Some(f) => Value::String(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?),
-        None => Value::Null,
+        Some(f) => Some(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?),
+        None => None,
     };
     let mut seen: Option<u64> = None;
     let mut previous: Option<String> = None;
@@ -632,11 +789,11 @@ fn watch(client: &Client, sdk: &Sdk, project: &Project, w: WatchArgs, output: Ou
                     match uploaded {
                         Err(e) => eprintln!("upload of {nf}@{version} refused: {e}"),
                         Ok(_) => {
-                            let body = json!({
-                                "name": deployment,
-                                "group": w.group,
-                                "nfs": [{ "name": nf, "module": format!("{nf}@{version}"), "config": config }],
-                            });
+                            let mut body = deployment_body(project, &version, config.clone())?;
+                            body["name"] = json!(deployment);
+                            if let Some(g) = &w.group {
+                                body["group"] = json!(g);
+                            }
                             let d = put_deployment(client, &deployment, &body)
                                 .and_then(|d| wait_deployment(client, &deployment, d, 30));
                             match d {
@@ -689,8 +846,13 @@ fn run() -> Result<()> {
     let tenant = || Client::new(&cli.url, cli.api_key.clone());
     let admin = || Client::new(&cli.url, cli.admin_token.clone());
     match cli.command {
-        Command::Dev { listen, data, spool, window_ms, config } => {
+        Command::Dev { listen, data, spool, window_ms, config, watch: watched } => {
             sluice_telemetry::init_logs("warn")?;
+            // The project is checked before anything starts.
+            let watched = match watched {
+                Some(dir) => Some((Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?, Project::open(&dir)?)),
+                None => None,
+            };
             let opts = sluice_cli::dev::DevOptions {
                 listen,
                 data_dir: data,
@@ -704,7 +866,7 @@ fn run() -> Result<()> {
             let _in_runtime = rt.enter();
             rt.block_on(sluice_cli::dev::run(
                 opts,
-                |url, _token, spool| {
+                |url, token, spool| {
                     outln!("sluice dev: gateway {url} (dashboard {url}/dashboard, API docs {url}/docs)");
                     outln!("sluice dev: one host in group 'default'; drop captures into {}", spool.display());
                     outln!("sluice dev: admin token in $SLUICE_ADMIN_TOKEN or the data directory's admin-token file");
@@ -712,6 +874,14 @@ fn run() -> Result<()> {
                     // address needs saying to the commands of other shells.
                     if url.trim_end_matches('/') != "http://127.0.0.1:8080" {
                         outln!("export SLUICE_URL={url}");
+                    }
+                    if let Some((sdk, project)) = watched {
+                        let (url, token) = (url.to_string(), token.to_string());
+                        std::thread::spawn(move || {
+                            if let Err(e) = watch_as_dev_tenant(&url, &token, &sdk, &project, output) {
+                                eprintln!("sluice dev: watching {} stopped: {e:#}", project.dir.display());
+                            }
+                        });
                     }
                 },
                 sluice_control::shutdown_signal(),
@@ -735,7 +905,7 @@ fn run() -> Result<()> {
             }
         }
         Command::Tenant(TenantCommand::List) => {
-            let ts: Vec<Value> = admin().get("/v1/tenants")?;
+            let ts: Vec<Value> = admin().get_all("/v1/tenants")?;
             if as_json {
                 return emit(&ts);
             }
@@ -786,7 +956,7 @@ fn run() -> Result<()> {
             );
         }
         Command::Host(HostCommand::List) => {
-            let hs: Vec<Value> = admin().get("/v1/hosts")?;
+            let hs: Vec<Value> = admin().get_all("/v1/hosts")?;
             if as_json {
                 return emit(&hs);
             }
@@ -832,6 +1002,15 @@ fn run() -> Result<()> {
             outln!("new API key (shown once; the old one no longer works): {key}");
             outln!("  export SLUICE_API_KEY={key}");
         }
+        Command::Dashboard => {
+            let link: Value = tenant().post("/v1/me/dashboard-link", &json!({}))?;
+            let url = format!("{}{}", cli.url.trim_end_matches('/'), link["path"].as_str().unwrap_or_default());
+            if as_json {
+                return emit(&json!({ "url": url, "expires_in_s": link["expires_in_s"] }));
+            }
+            outln!("{url}");
+            eprintln!("open it within {} s; it signs in once", link["expires_in_s"]);
+        }
         Command::Key(KeyCommand::Revoke { prefix }) => {
             tenant().delete(&format!("/v1/me/keys/{}", encode(&prefix)))?;
             if as_json {
@@ -860,7 +1039,7 @@ fn run() -> Result<()> {
             );
         }
         Command::Nf(NfCommand::List) => {
-            let ms: Vec<Value> = tenant().get("/v1/modules")?;
+            let ms: Vec<Value> = tenant().get_all("/v1/modules")?;
             if as_json {
                 return emit(&ms);
             }
@@ -938,37 +1117,10 @@ fn run() -> Result<()> {
                 obj.insert("attach".into(), Value::Array(attach));
             }
             let d = put_deployment(&client, &name, &body)?;
-            // Progress on stderr when stdout carries JSON.
-            let said = format!(
-                "deployment {} ({}) revision {} on group {}",
-                d["name"].as_str().unwrap_or_default(),
-                d["id"].as_str().unwrap_or_default(),
-                d["revision"],
-                d["group"].as_str().unwrap_or_default()
-            );
-            if as_json {
-                eprintln!("{said}");
-            } else {
-                outln!("{said}");
-            }
-            let last = wait_deployment(&client, &name, d, wait)?;
-            if as_json {
-                emit(&last)?;
-            } else {
-                print_deployment(&last);
-            }
-            if last["status"] == "failed" {
-                anyhow::bail!("deployment {name} failed: {}", last["reason"].as_str().unwrap_or("see the hosts above"));
-            }
-            if wait > 0 && last["status"] != "running" {
-                anyhow::bail!(
-                    "deployment {name} is {} after {wait} s (--wait): not every host of its group runs it yet",
-                    last["status"].as_str().unwrap_or("unknown")
-                );
-            }
+            finish_deploy(&client, &name, d, wait, as_json)?;
         }
         Command::Deployments => {
-            let ds: Vec<Value> = tenant().get("/v1/deployments")?;
+            let ds: Vec<Value> = tenant().get_all("/v1/deployments")?;
             if as_json {
                 return emit(&ds);
             }
@@ -1209,6 +1361,60 @@ fn run() -> Result<()> {
                 anyhow::bail!("{failed} test case(s) failed");
             }
         }
+        Command::Nf(NfCommand::Run { project, input, out, config_file, workers, cargo_target_dir }) => {
+            let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
+            let project = Project::open(&project)?;
+            eprintln!("building {} ({}) ...", project.manifest.name, project.manifest.lang);
+            let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
+                .with_context(|| format!("building {}", project.dir.display()))?;
+            let config = match &config_file {
+                Some(f) => Some(
+                    String::from_utf8(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?)
+                        .with_context(|| format!("{} is not UTF-8", f.display()))?,
+                ),
+                None => None,
+            };
+            let mut host = project.host_config(config);
+            host.workers = usize::try_from(workers).unwrap_or(1);
+            let input = sluice_cli::cases::input_capture(&input, &project.build_dir().join("run"))?;
+            let opts = sluice_host::RunOptions {
+                nfs: vec![built.path.clone()],
+                chain: None,
+                swaps: vec![],
+                input,
+                output: out,
+                progress: false,
+            };
+            let report = sluice_host::run(&host, &opts).context("running the NF")?;
+            if as_json {
+                emit(&report)?;
+            } else {
+                out!("{}", report.summary());
+            }
+        }
+        Command::Nf(NfCommand::Deploy { project, wait, cargo_target_dir }) => {
+            let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
+            let project = Project::open(&project)?;
+            let client = tenant();
+            let m = &project.manifest;
+            eprintln!("building {} ({}) ...", m.name, m.lang);
+            let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
+                .with_context(|| format!("building {}", project.dir.display()))?;
+            let bytes = std::fs::read(&built.path).with_context(|| format!("reading {}", built.path.display()))?;
+            let (module, uploaded) = upload_once(&client, &m.name, &m.version, &bytes)?;
+            eprintln!(
+                "{} {}@{} ({} bytes, sha256 {})",
+                if uploaded { "uploaded" } else { "already on the gateway:" },
+                m.name,
+                m.version,
+                module["size"],
+                module["digest"].as_str().unwrap_or_default().chars().take(12).collect::<String>()
+            );
+            let body = deployment_body(&project, &m.version, None)?;
+            let name = project.deployment_name().to_string();
+            let d = put_deployment(&client, &name, &body)?;
+            finish_deploy(&client, &name, d, wait, as_json)?;
+        }
         Command::Nf(NfCommand::Watch { project, args }) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
@@ -1308,12 +1514,16 @@ fn print_usage(u: &Value) {
     }
     let max = rows.iter().map(|r| num(&r["packets"])).fold(0.0, f64::max);
     outln!(
-        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10} {:>6}  packets",
+        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>12} {:>10} {:>10} {:>8} {:>14} {:>10} {:>10} {:>10} {:>10} {:>6}  packets",
         "deployment",
         "nf",
         "version",
         "invocations",
         "packets",
+        "forwarded",
+        "dropped",
+        "rewritten",
+        "policy",
         "bytes",
         "cpu ms",
         "state ops",
@@ -1321,38 +1531,36 @@ fn print_usage(u: &Value) {
         "state now",
         "traps"
     );
-    for r in &rows {
-        outln!(
-            "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>10.4} {:>10} {:>6}  {}",
-            r["deployment_name"].as_str().unwrap_or_default(),
-            r["nf"].as_str().unwrap_or_default(),
-            r["version"].as_str().unwrap_or_default(),
+    let line = |r: &Value, deployment: &str, nf: &str, version: &str| {
+        format!(
+            "{:<14} {:<12} {:<10} {:>12} {:>12} {:>12} {:>10} {:>10} {:>8} {:>14} {:>10.3} {:>10} {:>10.4} {:>10} {:>6}",
+            deployment,
+            nf,
+            version,
             r["invocations"].to_string(),
             r["packets"].to_string(),
+            r["forwarded"].to_string(),
+            r["dropped"].to_string(),
+            r["rewritten"].to_string(),
+            r["policy"].to_string(),
             r["bytes"].to_string(),
             num(&r["cpu_ns"]) / 1e6,
             r["state_ops"].to_string(),
             num(&r["state_gb_hours"]),
             format!("{}B", human(num(&r["state_bytes"]))),
             r["traps"].to_string(),
-            bar(num(&r["packets"]), max, 24)
+        )
+    };
+    for r in &rows {
+        let l = line(
+            r,
+            r["deployment_name"].as_str().unwrap_or_default(),
+            r["nf"].as_str().unwrap_or_default(),
+            r["version"].as_str().unwrap_or_default(),
         );
+        outln!("{l}  {}", bar(num(&r["packets"]), max, 24));
     }
-    let t = &u["total"];
-    outln!(
-        "{:<14} {:<12} {:<10} {:>12} {:>12} {:>14} {:>10.3} {:>10} {:>10.4} {:>10} {:>6}",
-        "total",
-        "",
-        "",
-        t["invocations"].to_string(),
-        t["packets"].to_string(),
-        t["bytes"].to_string(),
-        num(&t["cpu_ns"]) / 1e6,
-        t["state_ops"].to_string(),
-        num(&t["state_gb_hours"]),
-        format!("{}B", human(num(&t["state_bytes"]))),
-        t["traps"].to_string()
-    );
+    outln!("{}", line(&u["total"], "total", "", ""));
 }
 
 fn print_bill(b: &Value) {
@@ -1373,23 +1581,23 @@ fn print_bill(b: &Value) {
         "amount",
         "unit"
     );
-    let top = b["lines"].as_array().into_iter().flatten().map(|l| num(&l["amount"])).fold(0.0, f64::max);
+    let top = b["lines"].as_array().into_iter().flatten().map(|l| num(&l["amount_minor"])).fold(0.0, f64::max);
     for l in b["lines"].as_array().into_iter().flatten() {
         let q = num(&l["quantity"]);
         let inc = num(&l["included"]);
         outln!(
-            "{:<12} {:>14.6} {:>12.6} {:>14.6} {:>10} {:>10.2}  {:<20} {}",
+            "{:<12} {:>14.6} {:>12.6} {:>14.6} {:>10} {:>10}  {:<20} {}",
             l["item"].as_str().unwrap_or_default(),
             q,
             inc,
             num(&l["billable"]),
-            l["unit_price"].to_string(),
-            num(&l["amount"]),
+            l["unit_price"].as_str().unwrap_or_default(),
+            l["amount"].as_str().unwrap_or_default(),
             l["unit"].as_str().unwrap_or_default(),
-            bar(num(&l["amount"]), top, 20)
+            bar(num(&l["amount_minor"]), top, 20)
         );
     }
-    outln!("{:<12} {:>74.2} {cur}", "total", num(&b["total"]));
+    outln!("{:<12} {:>74} {cur}", "total", b["total"].as_str().unwrap_or_default());
     let packets: f64 = b["usage"].as_array().into_iter().flatten().map(|r| num(&r["packets"])).sum();
     outln!(
         "({} packets billed across {} NF version(s))",

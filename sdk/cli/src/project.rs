@@ -4,13 +4,32 @@
 use crate::Lang;
 use crate::error::{CliError, io};
 use serde::{Deserialize, Serialize};
+use sluice_host::config::NfSection;
 use std::path::{Path, PathBuf};
 
 /// The manifest file of a project.
 pub const MANIFEST: &str = "sluice.toml";
 
-/// `sluice.toml`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// `sluice.toml`: everything the NF needs, here and on a gateway.
+///
+/// ```toml
+/// name = "edge-fw"
+/// lang = "rust"
+/// version = "0.1.0"            # what `sluice nf deploy` uploads
+///
+/// [config]                     # handed to `init` as JSON; or
+/// inside = "10.0.0.0/8"        # config = "text" / config_file = "fw.json"
+///
+/// [limits]                     # the deployment API's names and ranges
+/// failure_policy = "fail-closed"
+/// deadline_ms = 10
+///
+/// [deployment]                 # `sluice nf deploy` and `nf watch`
+/// name = "edge"                # default: the NF's name
+/// group = "default"
+/// attach = ["port=0,vlan=100"]
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     /// The NF's name: the component is `build/<name>.wasm`, and the host
@@ -18,10 +37,73 @@ pub struct Manifest {
     pub name: String,
     /// The language of the sources.
     pub lang: Lang,
+    /// The version `sluice nf deploy` uploads the component as (module
+    /// versions are immutable on a gateway: change it with the code).
+    #[serde(default = "default_version")]
+    pub version: String,
     /// The NF source, relative to the project (default: the language's
     /// usual file, e.g. `nf.c`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<PathBuf>,
+    /// The NF's configuration: a string is handed to `init` as written, a
+    /// table as JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<toml::Value>,
+    /// Or the configuration is this file's bytes (relative to the project).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_file: Option<PathBuf>,
+    /// Limits, with the names, units and ranges of the gateway's
+    /// deployment API (`deadline_ms`, `failure_policy`, ...): for
+    /// `nf run`, `nf test`, `nf deploy` and `nf watch`. Unset ones take the
+    /// host's defaults.
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    pub limits: toml::Table,
+    /// Where `sluice nf deploy` and `sluice nf watch` deploy it.
+    #[serde(default, skip_serializing_if = "DeploymentSection::is_default")]
+    pub deployment: DeploymentSection,
+}
+
+/// `[deployment]` of `sluice.toml`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSection {
+    /// The deployment's name (default: the NF's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its host group (default: `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Its traffic on the group's hosts, as `sluice deploy --attach`
+    /// takes it (`port=0,vlan=100,dst=10.1.0.0/16,out=1`); required in a
+    /// group whose operator exposes ports, refused in a development group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attach: Vec<String>,
+}
+
+impl DeploymentSection {
+    fn is_default(&self) -> bool {
+        *self == DeploymentSection::default()
+    }
+}
+
+fn default_version() -> String {
+    "0.1.0".into()
+}
+
+impl Manifest {
+    /// A new project's manifest.
+    pub fn new(name: &str, lang: Lang) -> Manifest {
+        Manifest {
+            name: name.to_string(),
+            lang,
+            version: default_version(),
+            source: None,
+            config: None,
+            config_file: None,
+            limits: toml::Table::new(),
+            deployment: DeploymentSection::default(),
+        }
+    }
 }
 
 /// A project: its directory and manifest.
@@ -44,8 +126,76 @@ impl Project {
         let manifest: Manifest =
             toml::from_str(&text).map_err(|e| CliError::Manifest { path: path.clone(), reason: e.to_string() })?;
         check_name(&manifest.name)?;
+        let bad = |reason: String| CliError::Manifest { path: path.clone(), reason };
+        if manifest.version.is_empty()
+            || manifest.version.len() > 64
+            || !manifest.version.chars().all(|c| c.is_ascii_alphanumeric() || ".-+_".contains(c))
+        {
+            return Err(bad(format!(
+                "version '{}' must be 1-64 letters, digits and . - + _ (e.g. 0.1.0)",
+                manifest.version
+            )));
+        }
+        if manifest.config.is_some() && manifest.config_file.is_some() {
+            return Err(bad("give config or config_file, not both".into()));
+        }
+        if let Some(c) = &manifest.config
+            && !matches!(c, toml::Value::String(_) | toml::Value::Table(_))
+        {
+            return Err(bad("config must be a string (passed as written) or a table (passed as JSON)".into()));
+        }
+        NfSection::limits_from(manifest.limits.clone()).map_err(|e| bad(format!("[limits]: {e}")))?;
+        for a in &manifest.deployment.attach {
+            a.parse::<sluice_engine::Attachment>().map_err(|e| bad(format!("[deployment] attach '{a}': {e}")))?;
+        }
         let dir = dir.canonicalize().map_err(io("resolving", dir))?;
         Ok(Project { dir, manifest })
+    }
+
+    /// The NF's configuration bytes, as `init` gets them: `config` (a
+    /// string as written, a table as JSON) or `config_file`'s bytes;
+    /// empty when neither is set.
+    pub fn config_bytes(&self) -> Result<Vec<u8>, CliError> {
+        if let Some(f) = &self.manifest.config_file {
+            let p = self.dir.join(f);
+            return std::fs::read(&p).map_err(io("reading the config_file", &p));
+        }
+        Ok(match &self.manifest.config {
+            Some(toml::Value::String(s)) => s.clone().into_bytes(),
+            Some(v) => serde_json::to_vec(v).unwrap_or_default(),
+            None => Vec::new(),
+        })
+    }
+
+    /// The manifest's limits, as the host's `[nf.<name>]` section holds
+    /// them (checked when the project was opened).
+    pub fn limits(&self) -> NfSection {
+        NfSection::limits_from(self.manifest.limits.clone()).unwrap_or_default()
+    }
+
+    /// The host configuration that runs this project locally (`nf run`,
+    /// `nf test`): one worker, batches of 32, and an `[nf.<name>]`
+    /// section with the manifest's limits and `config` (the manifest's
+    /// configuration when `None`).
+    pub fn host_config(&self, config: Option<String>) -> sluice_host::HostConfig {
+        let mut section = self.limits();
+        match (config, &self.manifest.config_file) {
+            (Some(text), _) => section.config_text = Some(text),
+            // A file's bytes pass as they are, UTF-8 or not.
+            (None, Some(f)) => section.config_file = Some(self.dir.join(f)),
+            (None, None) => {
+                section.config_text = Some(String::from_utf8_lossy(&self.config_bytes().unwrap_or_default()).into())
+            }
+        }
+        let mut host = sluice_host::HostConfig { batch_size: 32, workers: 1, ..Default::default() };
+        host.base_dir = self.dir.clone();
+        host.nf.insert(self.manifest.name.clone(), section);
+        host
+    }
+
+    /// The deployment `nf deploy` and `nf watch` manage.
+    pub fn deployment_name(&self) -> &str {
+        self.manifest.deployment.name.as_deref().unwrap_or(&self.manifest.name)
     }
 
     /// The NF source file.

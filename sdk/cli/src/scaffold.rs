@@ -86,7 +86,8 @@ impl Template {
         }
     }
 
-    /// The NF configuration the template expects (`config-text`).
+    /// The NF configuration the template expects (`config` in
+    /// `sluice.toml`).
     pub fn config(self) -> &'static str {
         match self {
             Template::Counter => "",
@@ -95,8 +96,8 @@ impl Template {
     }
 }
 
-/// Creates `<parent>/<name>/`: the manifest, the NF source, a host config
-/// for `sluice-host run`, and a README saying how to build and run it.
+/// Creates `<parent>/<name>/`: the manifest, the NF source, a test case
+/// and a README saying how to build, test, run and deploy it.
 /// Returns the project directory.
 pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: Template) -> Result<PathBuf, CliError> {
     check_name(name)?;
@@ -105,39 +106,30 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
         return Err(CliError::Exists(dir));
     }
     write_sources(sdk, &dir, name, lang, template.source(lang))?;
-    // The interpreters inside Python and JavaScript components take
-    // microseconds per packet, so their batches get a longer leash than
-    // the host's 10 ms default.
-    let deadline = match lang {
-        Lang::Python | Lang::Js => "deadline-ms = 100\n",
-        Lang::Rust | Lang::C | Lang::Go => "",
-    };
-    let host = format!(
-        "# Host configuration for `sluice-host --config host.toml run`.\nbatch-size = 32\n\n[nf.{name}]\nfailure-policy = \"fail-closed\"\n{deadline}config-text = \"{}\"\n",
-        template.config()
-    );
-    write(&dir.join("host.toml"), &host)?;
+    write(&dir.join(MANIFEST), &manifest_text(name, lang, template))?;
     // A test case to start from: `sluice nf test` runs it.
     let (input, verdicts) = template.test_case();
     let case = dir.join("tests").join("basic");
     write(&case.join("input.txt"), input)?;
     write(&case.join("expected-verdicts.txt"), verdicts)?;
-    if !template.config().is_empty() {
-        write(&case.join("config.txt"), template.config())?;
-    }
     let readme = format!(
         "# {name}\n\nA Sluice network function in {lang}, from the `{template}` template.\n\n\
          ```sh\nsluice nf build            # -> build/{name}.wasm, checked against sluice:nf@{v}\n\
          sluice nf test             # build, then run tests/*/ (input.txt, expected-verdicts.txt, ...)\n\
          sluice-host synth --out trace.pcap --sessions 1000\n\
-         sluice-host --config host.toml run --nf build/{name}.wasm --in trace.pcap --out out.pcap\n```\n\n\
-         The NF's configuration is `config-text` in `host.toml`. The SDK's README \
+         sluice nf run --in trace.pcap --out out.pcap   # build, run locally, print the report\n\
+         sluice nf deploy           # upload {name}@<version> and create or update its deployment\n\
+         sluice nf watch            # rebuild, upload and hot-swap on every save\n```\n\n\
+         `sluice.toml` holds what the NF needs everywhere: its version, its configuration \
+         (`[config]`), its limits (`[limits]`, the names of the gateway's deployment API) and \
+         where it is deployed (`[deployment]`: name, group, attach). The SDK's README \
          ({sdk_readme}) describes the API.\n\n\
          ## Tests\n\n\
          Each folder under `tests/` is a case: `input.txt` (one packet per line: time, \
          optional `vlan N`, protocol, `source > destination`, then `flags`, `ttl`, \
          `payload \"text\"`, `len`, `repeat N every S`; `*` counts ports and octets in \
-         repeats) or `input.pcap`, `config.txt`, and the expected files: \
+         repeats) or `input.pcap`, `config.txt` if the case needs another configuration than \
+         `sluice.toml`'s, and the expected files: \
          `expected-verdicts.txt` (one line per packet: `3 forward 0`, `4 drop`), \
          `expected.pcap` and `expected.json` (meters, events, tables). \
          `sluice nf test --bless` writes them from a run; review them before you commit.\n",
@@ -149,11 +141,52 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
     Ok(dir)
 }
 
+/// A new project's `sluice.toml`, with the settings it may take shown.
+fn manifest_text(name: &str, lang: Lang, template: Template) -> String {
+    // The interpreters inside Python and JavaScript components take
+    // microseconds per packet, so their batches get a longer leash than
+    // the host's 10 ms default.
+    let deadline = match lang {
+        Lang::Python | Lang::Js => "deadline_ms = 100\n",
+        Lang::Rust | Lang::C | Lang::Go => "# deadline_ms = 10\n",
+    };
+    let config = match template.config() {
+        "" => {
+            "# config = \"...\"                # handed to init as written; a [config] table goes as JSON\n".to_string()
+        }
+        c => format!("config = {}\n", toml::Value::String(c.to_string())),
+    };
+    format!(
+        "# The NF project: `sluice nf build|test|run|deploy|watch` read this file.\n\
+         name = \"{name}\"\n\
+         lang = \"{lang}\"\n\
+         # The version `sluice nf deploy` uploads; a gateway keeps each version's\n\
+         # bytes for good, so change it with the code.\n\
+         version = \"0.1.0\"\n\
+         {config}\n\
+         # Limits: the names, units and ranges of the gateway's deployment API;\n\
+         # unset ones take the host's defaults.\n\
+         [limits]\n\
+         failure_policy = \"fail-closed\"   # or fail-open\n\
+         {deadline}\
+         # memory_mb = 64\n\
+         # state_budget_mb = 64\n\
+         # max_flows = 1048576\n\
+         # log_lines_per_second = 50\n\n\
+         # Where `sluice nf deploy` and `sluice nf watch` deploy it.\n\
+         [deployment]\n\
+         # name = \"{name}\"\n\
+         group = \"default\"\n\
+         # attach = [\"port=0,vlan=100\"]    # in a group whose operator exposes ports\n",
+        lang = lang.name(),
+    )
+}
+
 /// Writes a project's manifest and language files around `source` (used
 /// by `new` and by the conformance harness for each case's sources).
 pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str) -> Result<(), CliError> {
     check_name(name)?;
-    let manifest = Manifest { name: name.to_string(), lang, source: None };
+    let manifest = Manifest::new(name, lang);
     let text = toml::to_string(&manifest)
         .map_err(|e| CliError::Manifest { path: dir.join(MANIFEST), reason: e.to_string() })?;
     write(&dir.join(MANIFEST), &text)?;

@@ -35,10 +35,11 @@ fn new_then_build_in_every_language() {
         let o = sluice(tmp.path(), &["nf", "new", &name, "--lang", lang, "--template", "firewall"]);
         assert!(o.status.success(), "{}", text(&o));
         let project = tmp.path().join(&name);
-        for f in ["sluice.toml", "host.toml", "README.md", "tests/basic/input.txt", "tests/basic/expected-verdicts.txt"]
-        {
+        for f in ["sluice.toml", "README.md", "tests/basic/input.txt", "tests/basic/expected-verdicts.txt"] {
             assert!(project.join(f).is_file(), "{lang}: no {f}");
         }
+        // One manifest: no second config file to keep in step.
+        assert!(!project.join("host.toml").exists());
         let o = sluice(&project, &["nf", "build", "--cargo-target-dir", target.to_str().unwrap()]);
         assert!(o.status.success(), "{lang}: {}", text(&o));
         assert!(text(&o).contains("sluice:nf@0.3.0"), "{}", text(&o));
@@ -159,7 +160,156 @@ fn nf_test_diffs_blesses_and_explains() {
     assert!(!o.status.success() && text(&o).contains("--bless"), "{}", text(&o));
     std::fs::write(project.join("tests/empty/input.txt"), "0 udp 10.0.0.1 > 10.0.0.2:2\n").unwrap();
     let o = sluice(&project, &["nf", "test", "--case", "empty"]);
-    assert!(!o.status.success() && text(&o).contains("input.txt line 1"), "{}", text(&o));
+    assert!(!o.status.success() && text(&o).contains("input.txt: line 1"), "{}", text(&o));
+}
+
+/// Polls `f` every 200 ms until it holds; fails after `secs`.
+fn wait_until(secs: u64, what: &str, f: &mut dyn FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A child process, killed when dropped (also when a test panics).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `sluice dev` on a free port with a tenant: the process, its URL and
+/// the tenant's API key.
+fn dev_with_tenant(dir: &Path) -> (Killed, String, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data"])
+        .arg(dir.join("dev"))
+        .env("SLUICE_ADMIN_TOKEN", "test-admin")
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dev = Killed(dev);
+    wait_until(60, "sluice dev", &mut || ureq::get(&format!("{url}/healthz")).call().is_ok());
+    let o = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["tenant", "create", "author", "--key-only"])
+        .env("SLUICE_URL", &url)
+        .env("SLUICE_ADMIN_TOKEN", "test-admin")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let key = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    (dev, url, key)
+}
+
+/// `sluice` as the tenant of `url`.
+fn tenant(dir: &Path, url: &str, key: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .current_dir(dir)
+        .env("SLUICE_URL", url)
+        .env("SLUICE_API_KEY", key)
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .env_remove("SLUICE_SDK_ROOT")
+        .output()
+        .unwrap()
+}
+
+/// One manifest for everything: `nf run` takes the configuration and
+/// limits of sluice.toml; `nf deploy` uploads its version once and
+/// creates, keeps or updates the deployment with the same settings under
+/// the API's names.
+#[test]
+fn nf_run_and_nf_deploy_follow_the_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(sluice(tmp.path(), &["nf", "new", "guard", "--lang", "c", "--template", "firewall"]).status.success());
+    let project = tmp.path().join("guard");
+    let manifest = project.join("sluice.toml");
+    let original = std::fs::read_to_string(&manifest).unwrap();
+    assert!(original.contains("config = \"inside=10.0.0.0/8\"") && original.contains("[limits]"), "{original}");
+    std::fs::write(
+        tmp.path().join("traffic.txt"),
+        "0.000 tcp 10.0.0.5:40000 > 93.184.216.34:80 flags S\n\
+         0.001 tcp 93.184.216.34:80 > 10.0.0.5:40000 flags SA\n\
+         0.002 tcp 198.51.100.7:5555 > 10.0.0.5:22 flags S\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["nf", "run", "--in", "../traffic.txt", "--out", "../out.pcap", "-o", "json"];
+        args.extend_from_slice(extra);
+        let o = sluice(&project, &args);
+        assert!(o.status.success(), "{}", text(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (r["packets_in"].as_u64().unwrap(), r["packets_out"].as_u64().unwrap())
+    };
+    // Inside is 10/8: the outside SYN is dropped.
+    assert_eq!(run(&[]), (3, 2));
+    assert!(tmp.path().join("out.pcap").is_file());
+    // The manifest's configuration is what the NF gets: with nothing
+    // inside, every packet is unasked-for.
+    std::fs::write(&manifest, original.replace("inside=10.0.0.0/8", "inside=192.0.2.0/24")).unwrap();
+    assert_eq!(run(&[]), (3, 0));
+    std::fs::write(tmp.path().join("fw.conf"), "inside=0.0.0.0/0").unwrap();
+    assert_eq!(run(&["--config-file", "../fw.conf"]), (3, 3), "--config-file stands for the manifest's config");
+    // Limits take the API's names (kebab-case too); others are refused by name.
+    std::fs::write(&manifest, original.replace("[limits]", "[limits]\nmemory-mb = 16\ndeadlin_ms = 5")).unwrap();
+    let o = sluice(&project, &["nf", "run", "--in", "../traffic.txt"]);
+    assert!(!o.status.success() && text(&o).contains("deadlin_ms"), "{}", text(&o));
+    std::fs::write(&manifest, original.replace("[limits]", "[limits]\nmemory-mb = 16\nmax_flows = 64")).unwrap();
+    assert_eq!(run(&[]), (3, 2));
+
+    let (_dev, url, key) = dev_with_tenant(tmp.path());
+    let o = tenant(&project, &url, &key, &["nf", "deploy"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("uploaded guard@0.1.0") && text(&o).contains("revision 1"), "{}", text(&o));
+    let d = tenant(&project, &url, &key, &["deployments", "-o", "json"]);
+    let d: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
+    let d = &d[0];
+    assert_eq!(
+        (d["name"].as_str(), d["group"].as_str(), d["status"].as_str()),
+        (Some("guard"), Some("default"), Some("running"))
+    );
+    let nf = &d["nfs"][0];
+    assert_eq!(nf["config"], "inside=10.0.0.0/8");
+    let set: serde_json::Map<String, serde_json::Value> = nf["limits"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(
+        serde_json::Value::Object(set),
+        serde_json::json!({"failure_policy": "fail-closed", "memory_mb": 16, "max_flows": 64})
+    );
+    // Again, unchanged: the module is there with the same bytes, and the
+    // deployment keeps its revision.
+    let o = tenant(&project, &url, &key, &["nf", "deploy"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("already on the gateway: guard@0.1.0") && text(&o).contains("revision 1"),
+        "{}",
+        text(&o)
+    );
+    // New code under the old version is refused with what to do.
+    let source = project.join("nf.c");
+    let changed = std::fs::read_to_string(&source).unwrap().replace("out of memory", "no memory for the flow");
+    std::fs::write(&source, changed).unwrap();
+    let o = tenant(&project, &url, &key, &["nf", "deploy"]);
+    assert!(!o.status.success() && text(&o).contains("raise `version`"), "{}", text(&o));
+    let m = std::fs::read_to_string(&manifest).unwrap().replace("version = \"0.1.0\"", "version = \"0.2.0\"");
+    std::fs::write(&manifest, m).unwrap();
+    let o = tenant(&project, &url, &key, &["nf", "deploy", "-o", "json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((d["revision"].as_u64(), d["nfs"][0]["version"].as_str()), (Some(2), Some("0.2.0")), "{d}");
 }
 
 /// `nf watch` against a `sluice dev`: deploys the project, and on every
@@ -168,39 +318,13 @@ fn nf_test_diffs_blesses_and_explains() {
 /// version stays.
 #[test]
 fn nf_watch_redeploys_on_save_and_reports_build_errors() {
-    use std::time::{Duration, Instant};
     let tmp = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data"])
-        .arg(tmp.path().join("dev"))
-        .env("SLUICE_ADMIN_TOKEN", "watch-admin")
-        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let wait = |secs: u64, what: &str, f: &mut dyn FnMut() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while !f() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
-    wait(60, "sluice dev", &mut || ureq::get(&format!("{url}/healthz")).call().is_ok());
-    let o = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["tenant", "create", "author", "--key-only"])
-        .env("SLUICE_URL", &url)
-        .env("SLUICE_ADMIN_TOKEN", "watch-admin")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let key = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let (_dev, url, key) = dev_with_tenant(tmp.path());
+    let wait = wait_until;
     assert!(sluice(tmp.path(), &["nf", "new", "w", "--lang", "c"]).status.success());
     let project = tmp.path().join("w");
     let log = tmp.path().join("watch.log");
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let _watch = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["nf", "watch", "--interval-ms", "200"])
         .current_dir(&project)
         .env("SLUICE_URL", &url)
@@ -209,6 +333,7 @@ fn nf_watch_redeploys_on_save_and_reports_build_errors() {
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(tmp.path().join("watch.err")).unwrap())
         .spawn()
+        .map(Killed)
         .unwrap();
     let said = || std::fs::read_to_string(tmp.path().join("watch.err")).unwrap_or_default();
     wait(120, "the first deployment", &mut || said().contains("revision 1 runs w@0.0.0-dev."));
@@ -228,8 +353,34 @@ fn nf_watch_redeploys_on_save_and_reports_build_errors() {
         .unwrap();
     let list: serde_json::Value = serde_json::from_slice(&modules.stdout).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
-    let _ = watch.kill();
-    let _ = watch.wait();
-    let _ = Command::new("kill").args(["-TERM", &dev.id().to_string()]).status();
-    let _ = dev.wait();
+}
+
+/// `sluice dev --watch <project>`: the dev cluster and the watch in one
+/// command, as the tenant `dev`, whose key it prints.
+#[test]
+fn dev_watch_runs_the_cluster_and_deploys_the_project() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(sluice(tmp.path(), &["nf", "new", "dw", "--lang", "c"]).status.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = tmp.path().join("dev.out");
+    let err = tmp.path().join("dev.err");
+    let _dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--watch", "dw", "--data"])
+        .arg(tmp.path().join("dev"))
+        .current_dir(tmp.path())
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .env_remove("SLUICE_SDK_ROOT")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .map(Killed)
+        .unwrap();
+    let said = || std::fs::read_to_string(&err).unwrap_or_default();
+    wait_until(120, "the watched project to run", &mut || said().contains("revision 1 runs dw@0.0.0-dev."));
+    let printed = std::fs::read_to_string(&out).unwrap();
+    let key = printed.lines().find_map(|l| l.strip_prefix("export SLUICE_API_KEY=")).unwrap().to_string();
+    let url = format!("http://127.0.0.1:{port}");
+    let d = tenant(tmp.path(), &url, &key, &["deployments", "-o", "json"]);
+    let d: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
+    assert_eq!((d[0]["name"].as_str(), d[0]["status"].as_str()), (Some("dw"), Some("running")), "{d}");
 }

@@ -224,6 +224,13 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
         "deploy",
     );
     assert!(out.contains("running"), "{out}");
+    // The manifest's way: `nf deploy` uploads the project's version and
+    // deploys it with sluice.toml's configuration.
+    let project = projects.join("fw-c");
+    let o = as_user(&["nf", "deploy", project.to_str().unwrap()], Some(&key));
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "nf deploy: {said}");
+    assert!(said.contains("uploaded fw-c@0.1.0") && said.contains("running"), "{said}");
     let _ = Command::new("kill").args(["-TERM", &dev.id().to_string()]).status();
     let _ = dev.wait();
 }
