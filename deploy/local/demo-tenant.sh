@@ -19,7 +19,7 @@ echo "\$ sluice dev --listen 127.0.0.1:$port --data $D --config deploy/local/gat
 dev=$!
 watch=
 stop() {
-  [ -n "$watch" ] && kill "$watch" 2>/dev/null
+  [ -n "$watch" ] && kill "$watch" 2>/dev/null || true
   kill -INT "$dev" 2>/dev/null && wait "$dev" 2>/dev/null || true
 }
 trap stop EXIT
@@ -65,10 +65,10 @@ echo
 echo "\$ sluice bill --period $(date -u +%Y-%m) --csv"
 "$S" bill --period "$(date -u +%Y-%m)" --csv
 echo
-echo "\$ sluice nf new guard --lang c --template firewall; cd guard; sluice nf watch --config-file tests/basic/config.txt &"
+echo "\$ sluice nf new guard --lang c --template firewall; cd guard; sluice nf watch &   # deploys guard with its sluice.toml config"
 "$S" nf new guard --lang c --template firewall --dir "$D" >/dev/null
 sluice_abs="$PWD/${S#./}"
-(cd "$D/guard" && exec "$sluice_abs" nf watch --config-file tests/basic/config.txt --interval-ms 200) \
+(cd "$D/guard" && exec "$sluice_abs" nf watch --interval-ms 200) \
   >"$D/watch.out" 2>"$D/watch.err" &
 watch=$!
 waited() {
@@ -90,6 +90,12 @@ echo "\$ sluice deployments   # guard now runs the second dev version, swapped i
 "$S" deployments
 kill "$watch" 2>/dev/null
 watch=
+echo
+echo "\$ cd guard; sluice nf deploy   # the release: guard@0.1.0 from sluice.toml, swapped in for the dev version"
+"$S" nf deploy "$D/guard"
+echo
+echo "\$ sluice dashboard   # a one-time sign-in link (no API key in it), good for a minute"
+"$S" dashboard
 echo
 echo "(the dev cluster stops with this script; to keep one up, run: ./target/release/sluice dev --data $D"
 echo " and open http://127.0.0.1:8080/dashboard (sign in with the tenant's API key) and /docs for the API)"

@@ -936,19 +936,21 @@ impl Store {
         deployment_id: Option<&str>,
         kind: Option<&str>,
         since_ms: Option<i64>,
+        before_seq: Option<i64>,
         limit: u64,
-    ) -> Result<Vec<(String, i64, NfEvent)>, StoreError> {
+    ) -> Result<Vec<(i64, String, i64, NfEvent)>, StoreError> {
         let db = self.db();
         let mut st = db.prepare(
-            "SELECT host, deployment_id, nf, version, kind, level, timestamp_ns, flow, fields, received_ms FROM events
+            "SELECT host, deployment_id, nf, version, kind, level, timestamp_ns, flow, fields, received_ms, seq FROM events
              WHERE tenant_id = ?1 AND (?2 IS NULL OR deployment_id = ?2)
                AND (?3 IS NULL OR kind = ?3) AND (?3 IS NOT NULL OR kind NOT LIKE 'sluice.%')
-               AND (?5 IS NULL OR received_ms >= ?5)
+               AND (?5 IS NULL OR received_ms >= ?5) AND (?6 IS NULL OR seq < ?6)
              ORDER BY seq DESC LIMIT ?4",
         )?;
-        let rows = st.query_map(params![tenant_id, deployment_id, kind, i(limit), since_ms], |r| {
+        let rows = st.query_map(params![tenant_id, deployment_id, kind, i(limit), since_ms, before_seq], |r| {
             let fields: String = r.get(8)?;
             Ok((
+                r.get::<_, i64>(10)?,
                 r.get::<_, String>(0)?,
                 r.get::<_, i64>(9)?,
                 NfEvent {
@@ -1198,15 +1200,19 @@ mod tests {
             dropped: 0,
         };
         s.insert_events(&batch, 0, 4).unwrap();
-        let got = s.events("t1", None, None, None, 100).unwrap();
-        let kinds: Vec<&str> = got.iter().map(|(_, _, e)| e.kind.as_str()).collect();
+        let got = s.events("t1", None, None, None, None, 100).unwrap();
+        let kinds: Vec<&str> = got.iter().map(|(_, _, _, e)| e.kind.as_str()).collect();
         assert_eq!(kinds, ["k9", "k8", "k7", "k6"]);
-        assert_eq!(got[0].2.fields["k"], "v");
-        assert_eq!(s.events("t1", Some("d1"), Some("k8"), None, 100).unwrap().len(), 1);
-        assert_eq!(s.events("t1", Some("d2"), None, None, 100).unwrap().len(), 0);
-        assert_eq!(s.events("t2", None, None, None, 100).unwrap().len(), 1);
+        assert_eq!(got[0].3.fields["k"], "v");
+        // Paging back: the events before the last one seen, newest first.
+        let older = s.events("t1", None, None, None, Some(got[1].0), 100).unwrap();
+        let kinds: Vec<&str> = older.iter().map(|(_, _, _, e)| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["k7", "k6"]);
+        assert_eq!(s.events("t1", Some("d1"), Some("k8"), None, None, 100).unwrap().len(), 1);
+        assert_eq!(s.events("t1", Some("d2"), None, None, None, 100).unwrap().len(), 0);
+        assert_eq!(s.events("t2", None, None, None, None, 100).unwrap().len(), 1);
         // Received after a time: none are, later than now.
-        assert_eq!(s.events("t1", None, None, Some(i64::MAX), 100).unwrap().len(), 0);
+        assert_eq!(s.events("t1", None, None, Some(i64::MAX), None, 100).unwrap().len(), 0);
 
         // Log lines are kept apart: a flood of them leaves the events, and
         // the events list leaves them out.
@@ -1218,7 +1224,7 @@ mod tests {
             dropped: 0,
         };
         s.insert_events(&lines, 5, 4).unwrap();
-        assert_eq!(s.events("t1", None, None, None, 100).unwrap().len(), 4);
+        assert_eq!(s.events("t1", None, None, None, None, 100).unwrap().len(), 4);
         let q = |levels: Vec<&'static str>, after: Option<i64>| LogQuery {
             levels,
             after,

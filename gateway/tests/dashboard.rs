@@ -192,6 +192,21 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     assert!(e["time"].as_str().unwrap().contains('T') && e["packet_time"].as_str().unwrap().contains('T'), "{e}");
     let later = api.get(k, "/v1/events?since=2100-01-01T00:00:00Z").body;
     assert_eq!(later, serde_json::json!([]));
+    // Events page like every list: newest first, the next (older) page in
+    // the Link header with the same filters, the pages together the list.
+    let whole = api.get(k, "/v1/events?kind=firewall.deny&limit=5").body;
+    let mut paged = Vec::new();
+    let mut next = Some("/v1/events?kind=firewall.deny&limit=2".to_string());
+    while let Some(path) = next.take() {
+        let r = api.get(k, &path);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        paged.extend(r.body.as_array().unwrap().iter().cloned());
+        next = r.next.filter(|_| paged.len() < 5);
+    }
+    paged.truncate(5);
+    assert_eq!(Value::Array(paged), whole);
+    assert!(whole.as_array().unwrap().iter().all(|e| e["kind"] == "firewall.deny"), "{whole}");
+    assert_eq!(api.get(k, "/v1/events?after=not-a-cursor").status, 400);
     assert_eq!(shown["deployments"], serde_json::json!([{ "name": "edge", "status": "running" }]));
 
     // The downloaded bill is the API's CSV bill of the month on screen.

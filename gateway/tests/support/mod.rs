@@ -469,10 +469,12 @@ pub fn trace(dir: &Path, sessions: usize) -> PathBuf {
     p
 }
 
-/// An HTTP answer: status and JSON (or text as a JSON string).
+/// An HTTP answer: status and JSON (or text as a JSON string), and the
+/// path of the next page a list's `Link: <...>; rel="next"` names.
 pub struct Resp {
     pub status: u16,
     pub body: Value,
+    pub next: Option<String>,
 }
 
 fn agent() -> ureq::Agent {
@@ -482,9 +484,17 @@ fn agent() -> ureq::Agent {
 fn finish(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Resp {
     let mut r = r.unwrap();
     let status = r.status().as_u16();
+    let next = r
+        .headers()
+        .get("link")
+        .and_then(|v| v.to_str().ok())
+        .filter(|l| l.ends_with("; rel=\"next\""))
+        .and_then(|l| l.strip_prefix('<'))
+        .and_then(|l| l.split('>').next())
+        .map(str::to_string);
     let text = r.body_mut().read_to_string().unwrap_or_default();
     let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Resp { status, body }
+    Resp { status, body, next }
 }
 
 pub struct Api {
