@@ -241,4 +241,19 @@ mod tests {
         let long = "x".repeat(65);
         assert!(check_meter_origin("h1", &rec(1, &[(long.as_str(), 1)])).is_err());
     }
+
+    #[test]
+    fn outcomes_cannot_exceed_the_packets() {
+        let with = |packets, forwarded, dropped, policy, rewritten| {
+            let mut r = rec(0, &[]);
+            r.sums = MeterSums { packets, forwarded, dropped, policy, rewritten, ..Default::default() };
+            check_meter_origin("h1", &r)
+        };
+        assert!(with(10, 6, 3, 1, 6).is_ok());
+        assert!(with(10, 0, 0, 0, 0).is_ok(), "records from older hosts carry no outcomes");
+        let e = with(10, 6, 3, 2, 0).unwrap_err();
+        assert!(e.contains("exceed its 10 packets"), "{e}");
+        assert!(with(10, 5, 0, 0, 6).is_err(), "rewritten beyond forwarded");
+        assert!(with(u64::MAX, u64::MAX, 1, 0, 0).is_err(), "an overflowing sum is refused, not wrapped");
+    }
 }
