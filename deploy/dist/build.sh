@@ -9,8 +9,18 @@
 #                                                       it uses in sdk/rust/vendor/)
 #   share/sluice/python/sluice_nf-<version>-py3-none-any.whl   pip install it
 #   share/sluice/js/sluice-nf-<version>.tgz            npm install it
+#   share/doc/sluice/                                   the documentation, laid out as
+#                                                       in the repository: README.md,
+#                                                       docs/, sdk/*/README.md, wit/,
+#                                                       nfs-wasm/*/README.md, the
+#                                                       conformance cases (every NF
+#                                                       example in five languages) and
+#                                                       deploy/'s example configurations
 #   README.md
 #
+# A path a document names (`docs/run-report.md`, `tests/conformance/guard`)
+# is found under share/doc/sluice/; sdk/cli/tests/dist.rs checks that every
+# path the tenant documentation and the binaries' --help name is there.
 # `sluice` finds share/sluice beside its bin/ and installs the SDK a
 # project needs under the user's data directory on first use. sluice-host
 # links DPDK 22.11's shared libraries (Debian 12: apt install dpdk).
@@ -44,6 +54,24 @@ python3 -m pip wheel -q --no-deps -w "$root/share/sluice/python" "$work/python-s
   exit 1
 }
 (cd sdk/js && npm pack --silent --pack-destination "$root/share/sluice/js" >/dev/null)
+# The documentation, as the repository lays it out.
+doc="$root/share/doc/sluice"
+mkdir -p "$doc"
+cp README.md "$doc/"
+cp -r docs "$doc/docs"
+for d in sdk/*/; do
+  [ -f "$d/README.md" ] && mkdir -p "$doc/$d" && cp "$d/README.md" "$doc/$d"
+done
+for d in nfs-wasm/*/; do
+  [ -f "$d/README.md" ] && mkdir -p "$doc/$d" && cp "$d/README.md" "$doc/$d"
+done
+cp -r wit "$doc/wit"
+mkdir -p "$doc/tests"
+cp -r tests/conformance "$doc/tests/conformance"
+mkdir -p "$doc/deploy"
+for d in local nats systemd prometheus grafana otel; do
+  cp -r "deploy/$d" "$doc/deploy/$d"
+done
 cp README.md "$root/"
 tar -C "$work" -czf "$out/$name.tar.gz" "$name"
 echo "dist: $out/$name.tar.gz ($(du -h "$out/$name.tar.gz" | cut -f1))"

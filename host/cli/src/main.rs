@@ -74,7 +74,9 @@ enum Command {
         #[arg(long = "nf", value_delimiter = ',', required_unless_present = "chain", conflicts_with = "chain")]
         nfs: Vec<PathBuf>,
         /// A chain file: NFs and where each sends its packets (branches by
-        /// label, joins); see host/cli/src/chain.rs.
+        /// label, joins); the format is under "Chain files" in README.md
+        /// (share/doc/sluice/ in a release), an example in
+        /// deploy/local/demo-chain.toml.
         #[arg(long)]
         chain: Option<PathBuf>,
         /// Hot-swap an NF to another version before a given packet:
@@ -390,7 +392,8 @@ enum Command {
         vlans: Vec<u16>,
         /// Instead of sessions: the packets a text file describes, one per
         /// line (`0.0 tcp 10.0.0.5:40000 > 10.0.0.80:22 flags S repeat 500`;
-        /// the format is in host/cli/src/traffic.rs and the SDK READMEs).
+        /// the format is in sdk/cli/README.md, under share/doc/sluice/ in a
+        /// release).
         #[arg(long, value_name = "FILE", conflicts_with_all = ["sessions", "seed", "vlans"])]
         from: Option<PathBuf>,
     },

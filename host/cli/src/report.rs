@@ -25,6 +25,10 @@ pub struct NfReport {
 /// Most entries of one table written to the report (the largest values).
 pub const MAX_REPORTED_ENTRIES: usize = 1000;
 
+/// Most bytes of one byte-table value written to the report: a table's
+/// values may be 64 KiB each, a report stays readable.
+pub const MAX_REPORTED_VALUE_BYTES: usize = 64;
+
 /// A declared state table at the end of a run.
 #[derive(Debug, Clone, Serialize)]
 pub struct TableReport {
@@ -36,9 +40,40 @@ pub struct TableReport {
     /// [`MAX_REPORTED_ENTRIES`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<(u64, u64)>,
+    /// Global byte tables (single-writer and read-only): the entries in
+    /// key order, at most [`MAX_REPORTED_ENTRIES`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bytes: Vec<BytesEntry>,
     /// Release tables: the pool's counters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool: Option<sluice_state::PoolStats>,
+}
+
+/// One entry of a byte table in a report.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BytesEntry {
+    /// The key, hex.
+    pub key: String,
+    /// The value, hex: its first [`MAX_REPORTED_VALUE_BYTES`] bytes.
+    pub value: String,
+    /// The value's whole length in bytes.
+    pub len: usize,
+}
+
+impl BytesEntry {
+    /// The first [`MAX_REPORTED_ENTRIES`] of `entries` (sorted by key) as
+    /// a report shows them.
+    pub fn list(entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<BytesEntry> {
+        entries
+            .iter()
+            .take(MAX_REPORTED_ENTRIES)
+            .map(|(k, v)| BytesEntry {
+                key: hex::encode(k),
+                value: hex::encode(v.get(..MAX_REPORTED_VALUE_BYTES).unwrap_or(v)),
+                len: v.len(),
+            })
+            .collect()
+    }
 }
 
 impl NfReport {
@@ -300,7 +335,13 @@ impl Report {
             .tables
             .iter()
             .map(|t| {
-                (t.spec.name.clone(), serde_json::json!({"entries": t.entries, "values": t.values, "pool": t.pool}))
+                let mut table = serde_json::json!({"entries": t.entries, "values": t.values, "pool": t.pool});
+                if !t.bytes.is_empty()
+                    && let Some(o) = table.as_object_mut()
+                {
+                    o.insert("bytes".into(), serde_json::json!(t.bytes));
+                }
+                (t.spec.name.clone(), table)
             })
             .collect();
         serde_json::json!({

@@ -11,7 +11,8 @@
 use crate::chain::ChainDef;
 use crate::config::{ConfigError, HostConfig};
 use crate::report::{
-    EventRecord, InputReport, MAX_REPORTED_ENTRIES, MAX_REPORTED_EVENTS, NfReport, Report, SwapRecord, TableReport,
+    BytesEntry, EventRecord, InputReport, MAX_REPORTED_ENTRIES, MAX_REPORTED_EVENTS, NfReport, Report, SwapRecord,
+    TableReport,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_engine::{CaptureIo, Order, Receive, Worker};
@@ -213,8 +214,12 @@ pub fn run_observed(
     observe: &mut dyn FnMut(usize, &PacketResult),
 ) -> Result<Report, RunError> {
     let chain = chain_def(opts.chain.as_deref(), &opts.nfs)?;
-    if config.batch_size == 0 || config.batch_size > 4096 {
-        return Err(RunError::Usage(format!("batch size {} is out of range 1..=4096", config.batch_size)));
+    if config.batch_size == 0 || config.batch_size > sluice_wire::abi::MAX_BATCH {
+        return Err(RunError::Usage(format!(
+            "batch size {} is out of range 1..={}",
+            config.batch_size,
+            sluice_wire::abi::MAX_BATCH
+        )));
     }
     let workers = config.workers.clamp(1, 256);
     let cores = config.worker_cores()?;
@@ -454,12 +459,23 @@ pub fn table_reports<'a>(
         for (spec, entries) in tables.tables() {
             match out.iter_mut().find(|t| t.spec.name == spec.name) {
                 Some(t) => t.entries += entries as u64,
-                None => out.push(TableReport {
-                    spec: spec.clone(),
-                    entries: entries as u64,
-                    values: Vec::new(),
-                    pool: None,
-                }),
+                None => {
+                    // A read-only table is the same on every worker: the
+                    // first one's contents stand for all.
+                    let read_only = spec.scope == sluice_state::Scope::Global
+                        && spec.consistency == sluice_state::Consistency::Local;
+                    let mut values = Vec::new();
+                    let mut bytes = Vec::new();
+                    if read_only {
+                        if let Some(mut v) = tables.counters(&spec.name) {
+                            v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                            v.truncate(MAX_REPORTED_ENTRIES);
+                            values = v;
+                        }
+                        bytes = tables.bytes(&spec.name).map(|b| BytesEntry::list(&b)).unwrap_or_default();
+                    }
+                    out.push(TableReport { spec: spec.clone(), entries: entries as u64, values, bytes, pool: None })
+                }
             }
         }
     }
@@ -494,6 +510,10 @@ pub fn table_reports<'a>(
                     values.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                     values.truncate(MAX_REPORTED_ENTRIES);
                     t.values = values;
+                } else {
+                    let mut entries = entries;
+                    entries.sort_unstable();
+                    t.bytes = BytesEntry::list(&entries);
                 }
             }
             sluice_state::Consistency::Local => {}

@@ -506,6 +506,19 @@ impl Tables {
         }
     }
 
+    /// The contents of a local byte table (global scope), sorted by key.
+    pub fn bytes(&self, name: &str) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let t = self.tables.iter().find(|t| t.spec.name == name)?;
+        match &t.store {
+            Store::Bytes(m) => {
+                let mut v: Vec<(Vec<u8>, Vec<u8>)> = m.iter().map(|(k, s)| (k.to_vec(), s.value.clone())).collect();
+                v.sort_unstable();
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
     fn table(&mut self, t: u32) -> Result<&mut Table, StateError> {
         match self.tables.get_mut(t as usize) {
             Some(table) if table.declared => Ok(table),

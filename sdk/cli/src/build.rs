@@ -31,6 +31,17 @@ pub struct BuildOptions {
     pub cache_dir: Option<PathBuf>,
 }
 
+impl BuildOptions {
+    /// Builds that share the compiled-code cache the host's runs use
+    /// (`sluice_host::HostConfig`'s `cache_dir`, `~/.cache/sluice` by
+    /// default): the check compiles a component once, and `nf test` and
+    /// `nf run` then load it from there instead of compiling it again.
+    pub fn with_code_cache(cargo_target_dir: Option<PathBuf>) -> Self {
+        let dir = sluice_host::HostConfig::default().cache_dir;
+        BuildOptions { cargo_target_dir, cache_dir: (!dir.as_os_str().is_empty()).then_some(dir) }
+    }
+}
+
 /// A built and checked component.
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -58,18 +69,76 @@ pub fn build(project: &Project, sdk: &Sdk, opts: &BuildOptions) -> Result<Built,
             reason: format!("the NF source {} does not exist", source.display()),
         });
     }
+    // The project names the SDK through its `.sluice/sdk` link.
+    sdk.link_into(&project.dir)?;
     let started = Instant::now();
-    match project.manifest.lang {
-        Lang::Rust => build_rust(project, opts, &out)?,
-        Lang::C => build_c(project, sdk, &source, &out)?,
-        Lang::Python => build_python(project, sdk, &source, &out)?,
-        Lang::Js => build_js(project, sdk, &source, &out)?,
-        Lang::Go => build_go(project, sdk, &out)?,
+    let inputs = inputs_digest(project, sdk)?;
+    let stamp = project.build_dir().join(format!("{}.inputs", project.manifest.name));
+    if !reusable(&stamp, &inputs, &out) {
+        let _ = std::fs::remove_file(&stamp);
+        match project.manifest.lang {
+            Lang::Rust => build_rust(project, opts, &out)?,
+            Lang::C => build_c(project, sdk, &source, &out)?,
+            Lang::Python => build_python(project, sdk, &source, &out)?,
+            Lang::Js => build_js(project, sdk, &source, &out)?,
+            Lang::Go => build_go(project, sdk, &out)?,
+        }
+        let component = std::fs::read(&out).map_err(io("reading", &out))?;
+        std::fs::write(&stamp, format!("{inputs} {}\n", sha256(&component))).map_err(io("writing", &stamp))?;
     }
     let build_time = started.elapsed();
     let checked =
         check::check_file(&out, &project.manifest.name, Some(project.manifest.lang), opts.cache_dir.as_deref())?;
     Ok(Built { path: out, size: checked.size, contract: checked.contract, digest: checked.digest, build_time })
+}
+
+/// A digest of everything a build reads: the project's sources, the SDK's
+/// contents, this tool's version and the language toolchain's own
+/// `--version`. Python and
+/// JavaScript toolchains snapshot a running interpreter, whose memory holds
+/// random hash seeds, clocks and temporary paths, so the same sources never
+/// give the same bytes twice; a build with the same inputs as the last one
+/// therefore keeps the component it made, and an unchanged project
+/// redeploys under its version and loads from the code cache.
+fn inputs_digest(project: &Project, sdk: &Sdk) -> Result<String, CliError> {
+    let (program, args): (std::ffi::OsString, &[&str]) = match project.manifest.lang {
+        Lang::Rust => (std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()), &["--version"]),
+        Lang::C => (std::env::var_os("SLUICE_CLANG").unwrap_or_else(|| "clang".into()), &["--version"]),
+        Lang::Python => {
+            (std::env::var_os("SLUICE_COMPONENTIZE_PY").unwrap_or_else(|| "componentize-py".into()), &["--version"])
+        }
+        Lang::Js => (std::env::var_os("SLUICE_NODE").unwrap_or_else(|| "node".into()), &["--version"]),
+        Lang::Go => (std::env::var_os("SLUICE_GO").unwrap_or_else(|| "go".into()), &["version"]),
+    };
+    // A toolchain that does not start is said by the build itself.
+    let toolchain = Command::new(&program)
+        .args(args)
+        .current_dir(&project.dir)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let text = format!(
+        "sluice {}\nsdk {}\nlang {}\ntoolchain {}\nsources {}\n",
+        crate::sdk::VERSION,
+        sdk.fingerprint()?,
+        project.manifest.lang,
+        toolchain.trim(),
+        project.sources_digest()?
+    );
+    Ok(sha256(text.as_bytes()))
+}
+
+/// Whether the component at `out` was built from `inputs` (the stamp says
+/// so) and is still the one that build wrote.
+fn reusable(stamp: &Path, inputs: &str, out: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(stamp) else { return false };
+    let mut words = text.split_whitespace();
+    words.next() == Some(inputs) && std::fs::read(out).is_ok_and(|c| words.next() == Some(sha256(&c).as_str()))
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 fn build_rust(project: &Project, opts: &BuildOptions, out: &Path) -> Result<(), CliError> {
@@ -186,7 +255,37 @@ fn build_python(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Resu
         .arg("-o")
         .arg(out)
         .current_dir(&project.dir);
-    run(cmd, "componentize-py", Lang::Python, "pip install componentize-py==0.25.1 (or `make setup`)", source)
+    run(cmd, "componentize-py", Lang::Python, "pip install componentize-py==0.25.1 (or `make setup`)", source).map_err(
+        |e| match e {
+            CliError::ToolFailed { output, .. } if python_syntax_error(&output).is_some() => CliError::PythonSyntax {
+                error: python_syntax_error(&output)
+                    .unwrap_or_default()
+                    .replace("\"/0/", &format!("\"{}/", src_dir.display()))
+                    .replace("\"/1/", &format!("\"{}/", sdk.lang_dir(Lang::Python).display())),
+            },
+            e => e,
+        },
+    )
+}
+
+/// The Python compiler's own report of a syntax error (`File "...", line
+/// N`, the line, the caret, `SyntaxError: ...`) out of componentize-py's
+/// output, where it comes wrapped in the tool's traceback.
+fn python_syntax_error(output: &str) -> Option<String> {
+    let lines: Vec<&str> = output.lines().collect();
+    let last = lines
+        .iter()
+        .position(|l| ["SyntaxError:", "IndentationError:", "TabError:"].iter().any(|k| l.starts_with(k)))?;
+    let first = lines.get(..last)?.iter().rposition(|l| l.contains("File \""))?;
+    let block = lines.get(first..=last)?;
+    let head = block.first()?;
+    let head = head.get(head.find("File \"")?..)?;
+    Some(
+        std::iter::once(format!("  {head}"))
+            .chain(block.iter().skip(1).map(|l| l.to_string()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
 }
 
 fn build_js(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(), CliError> {
@@ -255,4 +354,21 @@ fn run(mut cmd: Command, tool: &str, lang: Lang, hint: &'static str, what: impl 
         what: what.as_ref().display().to_string(),
         output: tail,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_syntax_error;
+
+    #[test]
+    fn a_python_syntax_error_is_taken_out_of_componentize_py_s_traceback() {
+        let output = "Traceback (most recent call last):\n  File \"/usr/bin/componentize-py\", line 8, in <module>\n    sys.exit(script())\n             ^^^^^^^^\nAssertionError:   File \"/0/nf.py\", line 20\n    rst = p.tcp_flags() & TCP_RST (\n                                  ^\nSyntaxError: '(' was never closed\n\n\nCaused by:\n    SyntaxError: '(' was never closed (nf.py, line 20)\n";
+        assert_eq!(
+            python_syntax_error(output).as_deref(),
+            Some(
+                "  File \"/0/nf.py\", line 20\n    rst = p.tcp_flags() & TCP_RST (\n                                  ^\nSyntaxError: '(' was never closed"
+            )
+        );
+        assert_eq!(python_syntax_error("error: no such module"), None);
+    }
 }

@@ -9,8 +9,10 @@
 //! | `expected.pcap` | the forwarded packets, byte for byte (optional) |
 //! | `expected.json` | packet counts, meters, events and tables (optional) |
 //!
-//! The case runs through the host's own run path (one worker, batches of
-//! 32, fail-closed); what differs from an expected file is shown as a diff.
+//! The case runs through the host's own run path, with the workers and
+//! batch size of the manifest's `[run]` (one worker, batches of 32 unless
+//! it or the command line says otherwise); what differs from an expected
+//! file is shown as a diff.
 //! `--bless` writes the expected files from the run instead.
 
 use crate::error::{CliError, io};
@@ -63,6 +65,7 @@ pub fn cases(project: &Project, only: Option<&str>) -> Result<Vec<PathBuf>, CliE
 /// written as `<scratch>/input.pcap`; anything else is taken as a capture.
 pub fn input_capture(path: &Path, scratch: &Path) -> Result<PathBuf, CliError> {
     if path.extension().is_none_or(|e| e != "txt") {
+        std::fs::File::open(path).map_err(io("reading", path))?;
         return Ok(path.to_path_buf());
     }
     let text = std::fs::read_to_string(path).map_err(io("reading", path))?;
@@ -79,7 +82,13 @@ pub fn input_capture(path: &Path, scratch: &Path) -> Result<PathBuf, CliError> {
 
 /// Runs the case in `dir` through `component` (the project's NF) and
 /// compares, or with `bless` records, its expected files.
-pub fn run_case(project: &Project, component: &Path, dir: &Path, bless: bool) -> Result<CaseResult, CliError> {
+pub fn run_case(
+    project: &Project,
+    component: &Path,
+    dir: &Path,
+    run: crate::project::RunSection,
+    bless: bool,
+) -> Result<CaseResult, CliError> {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let scratch = project.build_dir().join("tests").join(&name);
     std::fs::create_dir_all(&scratch).map_err(io("creating", &scratch))?;
@@ -102,7 +111,7 @@ pub fn run_case(project: &Project, component: &Path, dir: &Path, bless: bool) ->
     // manifest's configuration. Without a deadline in the manifest, a
     // second: a case checks what the NF does, not how fast, and shares
     // the machine with builds.
-    let mut host = project.host_config(has_config.then_some(config));
+    let mut host = project.host_config(has_config.then_some(config), run);
     if let Some(section) = host.nf.get_mut(&project.manifest.name) {
         section.deadline_ms.get_or_insert(1000);
     }

@@ -64,6 +64,12 @@ impl Client {
         Client { base: base.trim_end_matches('/').to_string(), token, agent }
     }
 
+    /// Fails as a request would when the client has no credential, so
+    /// that a command can say so before long work (a build).
+    pub fn check_key(&self) -> Result<(), ClientError> {
+        self.auth().map(|_| ())
+    }
+
     fn auth(&self) -> Result<String, ClientError> {
         self.token.as_ref().map(|t| format!("Bearer {t}")).ok_or_else(|| {
             ClientError::Credentials(

@@ -25,6 +25,18 @@ pub struct DevOptions {
     pub window: Duration,
     /// Gateway settings file (billing plan etc.).
     pub config: Option<PathBuf>,
+    /// Where to serve `/metrics` (the gateway's and the host's, what a
+    /// Prometheus would scrape), `/healthz` and `/readyz`; none: nowhere.
+    pub metrics_listen: Option<String>,
+    /// The process's Prometheus registry, rendered at `/metrics`.
+    pub prometheus: Option<sluice_telemetry::Prometheus>,
+}
+
+/// The data directory `sluice dev` uses unless told: `dev/` under the
+/// user's data directory (never the directory it was started from, which
+/// is often an NF project).
+pub fn default_data_dir() -> Result<PathBuf, crate::CliError> {
+    Ok(crate::sdk::data_dir()?.join("dev"))
 }
 
 /// Runs until `shutdown`; `ready` gets the listening URL.
@@ -99,8 +111,20 @@ pub async fn run(
         cores: sluice_runtime::cores::CoreList::allowed()?,
         peer: None,
         metrics_listen: None,
-        prometheus: None,
+        prometheus: opts.prometheus.clone(),
     };
+    if let Some(addr) = &opts.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("listening on {addr} (--metrics-listen): {e}"))?;
+        let app = sluice_gateway::telemetry::operator_router(gateway.state.clone(), opts.prometheus.clone());
+        eprintln!("sluice dev: metrics, health and readiness on http://{}/metrics", listener.local_addr()?);
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("the metrics listener stopped: {e}");
+            }
+        });
+    }
     gateway.state.publish_all().await;
     let (stop_host, mut rx1) = tokio::sync::watch::channel(false);
     let (stop_gateway, mut rx2) = tokio::sync::watch::channel(false);

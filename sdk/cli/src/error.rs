@@ -56,6 +56,13 @@ pub enum CliError {
         /// The end of its output.
         output: String,
     },
+    /// A Python NF does not compile: the compiler's own report, first and
+    /// alone.
+    #[error("{error}")]
+    PythonSyntax {
+        /// `File "...", line N`, the line, a caret and `SyntaxError: ...`.
+        error: String,
+    },
     /// The core module could not be turned into a component.
     #[error("turning {path} into a component: {reason}")]
     Componentize {

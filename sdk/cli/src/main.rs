@@ -62,7 +62,9 @@ struct Cli {
     /// Tenant API key (tenant commands).
     #[arg(long, global = true, env = "SLUICE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Admin token (`tenant` commands).
+    /// Admin token (`tenant`, `host` and `groups` commands; default for a
+    /// gateway on this machine: the token `sluice dev` keeps in its default
+    /// data directory).
     #[arg(long, global = true, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// How commands print what they read or did: a table for people, or
@@ -95,9 +97,12 @@ enum Command {
         /// HTTP listen address.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
-        /// Data directory.
-        #[arg(long, default_value = "sluice-dev")]
-        data: PathBuf,
+        /// Data directory: the database, module blobs, the admin token
+        /// (default: dev/ under the user's data directory, e.g.
+        /// ~/.local/share/sluice/dev, so nothing lands in the directory it
+        /// is started from).
+        #[arg(long)]
+        data: Option<PathBuf>,
         /// Spool directory (default: <data>/spool).
         #[arg(long)]
         spool: Option<PathBuf>,
@@ -107,6 +112,11 @@ enum Command {
         /// Gateway config file (price plan, upload limit).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Serve the gateway's and the host's metrics (Prometheus text at
+        /// /metrics, what a Prometheus of a real cluster scrapes), /healthz
+        /// and /readyz at this address, e.g. 127.0.0.1:9464.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<String>,
         /// Also watch this NF project, as `sluice nf watch` does, as the
         /// tenant `dev` (created if missing; its new API key is printed):
         /// rebuild, upload and hot-swap on every save.
@@ -443,6 +453,8 @@ enum NfCommand {
         /// (review them before you commit them).
         #[arg(long)]
         bless: bool,
+        #[command(flatten)]
+        shape: RunShape,
         /// Cargo target directory for Rust projects.
         #[arg(long)]
         cargo_target_dir: Option<PathBuf>,
@@ -463,9 +475,8 @@ enum NfCommand {
         /// The NF's configuration from this file instead of sluice.toml's.
         #[arg(long)]
         config_file: Option<PathBuf>,
-        /// Worker threads (flows are spread over them as on a host).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
-        workers: u64,
+        #[command(flatten)]
+        shape: RunShape,
         /// Cargo target directory for Rust projects.
         #[arg(long)]
         cargo_target_dir: Option<PathBuf>,
@@ -520,6 +531,20 @@ enum NfCommand {
         /// Module id or name@version.
         module: String,
     },
+}
+
+/// How `nf run` and `nf test` run the NF here: the manifest's `[run]`
+/// unless given.
+#[derive(Debug, Clone, Copy, clap::Args)]
+struct RunShape {
+    /// Worker threads; flows are spread over them by the symmetric flow
+    /// hash, as on a host (default: sluice.toml's [run] workers, else 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(sluice_cli::project::MAX_WORKERS)))]
+    workers: Option<u32>,
+    /// Packets per batch, the most one `process` call gets (default:
+    /// sluice.toml's [run] batch, else 32).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=sluice_cli::project::MAX_BATCH as i64))]
+    batch: Option<u32>,
 }
 
 /// What `sluice nf watch` deploys to, and how often it looks.
@@ -616,6 +641,24 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(1)
         }
     }
+}
+
+/// The admin token of a `sluice dev` on this machine in its default data
+/// directory, when `url` is a loopback address and the file is there.
+fn dev_admin_token(url: &str) -> Option<String> {
+    let host = url.split("://").nth(1)?.split(['/', ':']).next()?;
+    if !matches!(host, "127.0.0.1" | "localhost" | "[") {
+        return None;
+    }
+    let file = sluice_cli::dev::default_data_dir().ok()?.join("admin-token");
+    std::fs::read_to_string(file).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+/// Builds `project` for `nf build|test|run|deploy`, saying so first.
+fn build_project(project: &Project, sdk: &Sdk, cargo_target_dir: Option<PathBuf>) -> Result<sluice_cli::Built> {
+    eprintln!("building {} ({}) ...", project.manifest.name, project.manifest.lang);
+    sluice_cli::build(project, sdk, &BuildOptions::with_code_cache(cargo_target_dir))
+        .with_context(|| format!("building {}", project.dir.display()))
 }
 
 /// Creates deployment `name` from `body`, or updates it if it exists;
@@ -749,35 +792,44 @@ fn watch_as_dev_tenant(url: &str, admin_token: &str, sdk: &Sdk, project: &Projec
     outln!("sluice dev: watching {} as tenant dev; its API key:", project.dir.display());
     outln!("export SLUICE_API_KEY={key}");
     let args = WatchArgs { deployment: None, group: None, config_file: None, interval_ms: 500, cargo_target_dir: None };
-    watch(&Client::new(url, Some(key)), sdk, project, args, output)
+    watch(&Client::new(url, Some(key)), sdk, project, args, output, &Default::default())
 }
 
 /// `sluice nf watch`: on every save, build, upload under a new dev
 /// version, and swap the deployment to it; meanwhile the NF's log lines
 /// and traps. Runs until interrupted.
-fn watch(client: &Client, sdk: &Sdk, project: &Project, w: WatchArgs, output: Output) -> Result<()> {
+/// `running` holds `name@version` of what the deployment runs since the
+/// last swap.
+fn watch(
+    client: &Client,
+    sdk: &Sdk,
+    project: &Project,
+    w: WatchArgs,
+    output: Output,
+    running: &std::sync::Mutex<Option<String>>,
+) -> Result<()> {
     let nf = project.manifest.name.clone();
     let deployment = w.deployment.clone().unwrap_or_else(|| project.deployment_name().to_string());
     let config = match &w.config_file {
         Some(f) => Some(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?),
         None => None,
     };
-    let mut seen: Option<u64> = None;
+    let mut seen: Option<String> = None;
     let mut previous: Option<String> = None;
     let mut after: Option<String> = None;
     let mut generation = 0u64;
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     eprintln!("watching {} (deployment {deployment}); Ctrl-C stops", project.dir.display());
     loop {
-        let fp = project.sources_fingerprint()?;
-        if seen != Some(fp) {
+        let fp = project.sources_digest()?;
+        if seen.as_deref() != Some(fp.as_str()) {
             seen = Some(fp);
             generation += 1;
             eprintln!("building {nf} ...");
             match sluice_cli::build(
                 project,
                 sdk,
-                &BuildOptions { cargo_target_dir: w.cargo_target_dir.clone(), cache_dir: None },
+                &BuildOptions::with_code_cache(w.cargo_target_dir.clone()),
             ) {
                 Err(e) => eprintln!("build failed; fix it and save again:\n{e}"),
                 Ok(built) => {
@@ -799,6 +851,8 @@ fn watch(client: &Client, sdk: &Sdk, project: &Project, w: WatchArgs, output: Ou
                             match d {
                                 Ok(d) if d["status"] == "running" => {
                                     eprintln!("deployment {deployment} revision {} runs {nf}@{version}", d["revision"]);
+                                    *running.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                                        Some(format!("{nf}@{version}"));
                                     // The dev version it replaced is no longer deployed.
                                     if let Some(old) = previous.replace(format!("{nf}@{version}")) {
                                         let _ = client.delete(&format!("/v1/modules/{}", encode(&old)));
@@ -833,26 +887,120 @@ fn watch(client: &Client, sdk: &Sdk, project: &Project, w: WatchArgs, output: Ou
     }
 }
 
+/// On Ctrl-C or SIGTERM, says what `sluice nf watch` leaves deployed and
+/// how to put the manifest's version back, then ends the process.
+fn say_where_watch_left(deployment: String, running: std::sync::Arc<std::sync::Mutex<Option<String>>>) {
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async { sluice_control::shutdown_signal().await });
+        match running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+            Some(v) => eprintln!(
+                "\nstopped watching; deployment {deployment} stays on {v}. `sluice nf deploy` puts sluice.toml's version back; `sluice undeploy {deployment}` removes it"
+            ),
+            None => eprintln!("\nstopped watching; no version of this watch was deployed"),
+        }
+        std::process::exit(130);
+    });
+}
+
 /// Prints `v` as JSON (`--output json`).
 fn emit(v: &impl serde::Serialize) -> Result<()> {
     outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
+/// Where each gateway flag means something: local commands (`nf new`,
+/// `nf build`, `sdk`, ...) show none of them in their help, admin commands
+/// no API key, tenant commands no admin token. They are still accepted
+/// everywhere (a hidden copy where they do not apply), so a script's
+/// environment never breaks a command. A group (`nf`) whose subcommands
+/// differ keeps them all.
+fn command() -> clap::Command {
+    const GATEWAY: &[&str] = &["url", "api_key", "admin_token"];
+    const ADMIN: &[&str] = &["api_key", "sdk_root"];
+    const TENANT: &[&str] = &["admin_token", "sdk_root"];
+    let hidden: &[(&[&str], &[&str])] = &[
+        (&["nf", "new"], GATEWAY),
+        (&["nf", "build"], GATEWAY),
+        (&["nf", "test"], GATEWAY),
+        (&["nf", "run"], GATEWAY),
+        (&["nf", "check"], &["url", "api_key", "admin_token", "sdk_root"]),
+        (&["nf", "deploy"], &["admin_token"]),
+        (&["nf", "watch"], &["admin_token"]),
+        (&["nf", "upload"], TENANT),
+        (&["nf", "list"], TENANT),
+        (&["nf", "delete"], TENANT),
+        (&["sdk"], GATEWAY),
+        (&["completions"], &["url", "api_key", "admin_token", "sdk_root"]),
+        (&["dev"], &["url", "api_key"]),
+        (&["tenant"], ADMIN),
+        (&["host"], ADMIN),
+        (&["groups"], ADMIN),
+        (&["key"], TENANT),
+        (&["dashboard"], TENANT),
+        (&["deploy"], TENANT),
+        (&["deployments"], TENANT),
+        (&["undeploy"], TENANT),
+        (&["events"], TENANT),
+        (&["logs"], TENANT),
+        (&["usage"], TENANT),
+        (&["bill"], TENANT),
+    ];
+    // A subcommand holding its own hidden copy of a global flag is skipped
+    // when clap copies the global one into every subcommand.
+    fn hide(cmd: clap::Command, path: &[&str], copies: &[clap::Arg], deep: bool) -> clap::Command {
+        match path.split_first() {
+            Some((first, rest)) => cmd.mut_subcommand(*first, |c| hide(c, rest, copies, deep)),
+            None => {
+                let subs: Vec<String> = cmd.get_subcommands().map(|c| c.get_name().to_string()).collect();
+                let mut cmd = cmd.args(copies.iter().cloned());
+                if deep {
+                    for sub in subs {
+                        cmd = cmd.mut_subcommand(sub, |c| hide(c, &[], copies, true));
+                    }
+                }
+                cmd
+            }
+        }
+    }
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let globals: Vec<clap::Arg> = cmd.get_arguments().cloned().collect();
+    hidden.iter().fold(cmd, |cmd, (path, ids)| {
+        let copies: Vec<clap::Arg> = globals
+            .iter()
+            .filter(|a| ids.iter().any(|id| a.get_id() == id))
+            .map(|a| a.clone().global(false).hide(true))
+            .collect();
+        hide(cmd, path, &copies, path.len() == 1 && path[0] != "nf")
+    })
+}
+
 fn run() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let output = cli.output;
     let as_json = output == Output::Json;
     let tenant = || Client::new(&cli.url, cli.api_key.clone());
-    let admin = || Client::new(&cli.url, cli.admin_token.clone());
+    let admin = || Client::new(&cli.url, cli.admin_token.clone().or_else(|| dev_admin_token(&cli.url)));
     match cli.command {
-        Command::Dev { listen, data, spool, window_ms, config, watch: watched } => {
-            sluice_telemetry::init_logs("warn")?;
+        Command::Dev { listen, data, spool, window_ms, config, metrics_listen, watch: watched } => {
+            let telemetry = sluice_telemetry::start(sluice_telemetry::Settings {
+                service: if metrics_listen.is_some() { "sluice-dev" } else { "" },
+                log_default: "warn",
+                prometheus: metrics_listen.is_some(),
+                ..Default::default()
+            })?;
             // The project is checked before anything starts.
             let watched = match watched {
                 Some(dir) => Some((Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?, Project::open(&dir)?)),
                 None => None,
             };
+            let data = match data {
+                Some(d) => d,
+                None => sluice_cli::dev::default_data_dir()?,
+            };
+            let token_file = data.join("admin-token");
+            let default_data = sluice_cli::dev::default_data_dir().is_ok_and(|d| d == data);
+            let given_token = cli.admin_token.is_some();
             let opts = sluice_cli::dev::DevOptions {
                 listen,
                 data_dir: data,
@@ -860,6 +1008,8 @@ fn run() -> Result<()> {
                 admin_token: cli.admin_token.clone(),
                 window: std::time::Duration::from_millis(window_ms.max(10)),
                 config,
+                metrics_listen,
+                prometheus: telemetry.prometheus(),
             };
             let rt = tokio::runtime::Runtime::new()?;
             // The signal handlers are installed inside the runtime.
@@ -869,7 +1019,16 @@ fn run() -> Result<()> {
                 |url, token, spool| {
                     outln!("sluice dev: gateway {url} (dashboard {url}/dashboard, API docs {url}/docs)");
                     outln!("sluice dev: one host in group 'default'; drop captures into {}", spool.display());
-                    outln!("sluice dev: admin token in $SLUICE_ADMIN_TOKEN or the data directory's admin-token file");
+                    if given_token {
+                        outln!("sluice dev: admin token as given (--admin-token or SLUICE_ADMIN_TOKEN)");
+                    } else if default_data {
+                        outln!(
+                            "sluice dev: admin token in {} (sluice commands on this machine read it there)",
+                            token_file.display()
+                        );
+                    } else {
+                        outln!("sluice dev: admin token in {}", token_file.display());
+                    }
                     // The CLI's default gateway is 127.0.0.1:8080; another
                     // address needs saying to the commands of other shells.
                     if url.trim_end_matches('/') != "http://127.0.0.1:8080" {
@@ -886,6 +1045,7 @@ fn run() -> Result<()> {
                 },
                 sluice_control::shutdown_signal(),
             ))?;
+            telemetry.shutdown();
         }
         Command::Tenant(TenantCommand::Create { name, groups, key_only }) => {
             let mut body = json!({ "name": name });
@@ -1244,7 +1404,7 @@ fn run() -> Result<()> {
         }
         Command::Completions { shell } => {
             let mut out = Vec::new();
-            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "sluice", &mut out);
+            clap_complete::generate(shell, &mut command(), "sluice", &mut out);
             out!("{}", String::from_utf8_lossy(&out));
         }
         Command::Sdk(SdkCommand::Path) => {
@@ -1288,9 +1448,7 @@ fn run() -> Result<()> {
             let started = std::time::Instant::now();
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
-            eprintln!("building {} ({}) ...", project.manifest.name, project.manifest.lang);
-            let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
-                .with_context(|| format!("building {}", project.dir.display()))?;
+            let built = build_project(&project, &sdk, cargo_target_dir)?;
             if as_json {
                 return emit(&json!({
                     "component": built.path,
@@ -1309,23 +1467,26 @@ fn run() -> Result<()> {
                 started.elapsed().as_secs_f64()
             );
         }
-        Command::Nf(NfCommand::Test { project, case, bless, cargo_target_dir }) => {
+        Command::Nf(NfCommand::Test { project, case, bless, shape, cargo_target_dir }) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
-            eprintln!("building {} ({}) ...", project.manifest.name, project.manifest.lang);
-            let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
-                .with_context(|| format!("building {}", project.dir.display()))?;
+            let shape = project.local_run(shape.workers, shape.batch);
+            // What can be wrong without a build is said before one.
             let dirs = sluice_cli::cases::cases(&project, case.as_deref())?;
             if dirs.is_empty() {
-                anyhow::bail!(
-                    "no test cases in {}: add a folder tests/<case>/ with input.txt and expected-verdicts.txt (sluice nf new makes one)",
-                    project.dir.join("tests").display()
-                );
+                match &case {
+                    Some(c) => anyhow::bail!("no test case '{c}' in {}", project.dir.join("tests").display()),
+                    None => anyhow::bail!(
+                        "no test cases in {}: add a folder tests/<case>/ with input.txt and expected-verdicts.txt (sluice nf new makes one)",
+                        project.dir.join("tests").display()
+                    ),
+                }
             }
+            let built = build_project(&project, &sdk, cargo_target_dir)?;
             let mut results = Vec::new();
             for dir in &dirs {
                 // A case that cannot run fails alone; the others still run.
-                let r = sluice_cli::cases::run_case(&project, &built.path, dir, bless).unwrap_or_else(|e| {
+                let r = sluice_cli::cases::run_case(&project, &built.path, dir, shape, bless).unwrap_or_else(|e| {
                     sluice_cli::cases::CaseResult {
                         name: dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
                         packets: 0,
@@ -1361,12 +1522,12 @@ fn run() -> Result<()> {
                 anyhow::bail!("{failed} test case(s) failed");
             }
         }
-        Command::Nf(NfCommand::Run { project, input, out, config_file, workers, cargo_target_dir }) => {
+        Command::Nf(NfCommand::Run { project, input, out, config_file, shape, cargo_target_dir }) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
-            eprintln!("building {} ({}) ...", project.manifest.name, project.manifest.lang);
-            let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
-                .with_context(|| format!("building {}", project.dir.display()))?;
+            let shape = project.local_run(shape.workers, shape.batch);
+            // The inputs are read before the build, so that a wrong path
+            // is said at once.
             let config = match &config_file {
                 Some(f) => Some(
                     String::from_utf8(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?)
@@ -1374,9 +1535,9 @@ fn run() -> Result<()> {
                 ),
                 None => None,
             };
-            let mut host = project.host_config(config);
-            host.workers = usize::try_from(workers).unwrap_or(1);
             let input = sluice_cli::cases::input_capture(&input, &project.build_dir().join("run"))?;
+            let built = build_project(&project, &sdk, cargo_target_dir)?;
+            let host = project.host_config(config, shape);
             let opts = sluice_host::RunOptions {
                 nfs: vec![built.path.clone()],
                 chain: None,
@@ -1396,10 +1557,9 @@ fn run() -> Result<()> {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
             let client = tenant();
+            client.check_key()?;
             let m = &project.manifest;
-            eprintln!("building {} ({}) ...", m.name, m.lang);
-            let built = sluice_cli::build(&project, &sdk, &BuildOptions { cargo_target_dir, cache_dir: None })
-                .with_context(|| format!("building {}", project.dir.display()))?;
+            let built = build_project(&project, &sdk, cargo_target_dir)?;
             let bytes = std::fs::read(&built.path).with_context(|| format!("reading {}", built.path.display()))?;
             let (module, uploaded) = upload_once(&client, &m.name, &m.version, &bytes)?;
             eprintln!(
@@ -1418,7 +1578,12 @@ fn run() -> Result<()> {
         Command::Nf(NfCommand::Watch { project, args }) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
-            watch(&tenant(), &sdk, &project, args, output)?;
+            let client = tenant();
+            client.check_key()?;
+            let deployment = args.deployment.clone().unwrap_or_else(|| project.deployment_name().to_string());
+            let running = std::sync::Arc::new(std::sync::Mutex::new(None));
+            say_where_watch_left(deployment, running.clone());
+            watch(&client, &sdk, &project, args, output, &running)?;
         }
         Command::Nf(NfCommand::Check { component }) => {
             let name = component.file_stem().and_then(|s| s.to_str()).unwrap_or("nf").to_string();

@@ -28,6 +28,10 @@ pub const MANIFEST: &str = "sluice.toml";
 /// name = "edge"                # default: the NF's name
 /// group = "default"
 /// attach = ["port=0,vlan=100"]
+///
+/// [run]                        # `sluice nf run` and `nf test` here
+/// workers = 2                  # default 1
+/// batch = 8                    # default 32
 /// ```
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -61,7 +65,62 @@ pub struct Manifest {
     /// Where `sluice nf deploy` and `sluice nf watch` deploy it.
     #[serde(default, skip_serializing_if = "DeploymentSection::is_default")]
     pub deployment: DeploymentSection,
+    /// How `sluice nf run` and `sluice nf test` run the NF on this
+    /// machine (`--workers` and `--batch` override it); on a gateway the
+    /// host's own settings decide.
+    #[serde(default, skip_serializing_if = "RunSection::is_default")]
+    pub run: RunSection,
 }
+
+/// `[run]` of `sluice.toml`: the local run's shape.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RunSection {
+    /// Worker threads (1 to 64; default 1). Flows are spread over them by
+    /// the symmetric flow hash, as on a host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
+    /// Packets per batch, the most one `process` call gets (1 to 4096;
+    /// default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
+}
+
+impl RunSection {
+    fn is_default(&self) -> bool {
+        *self == RunSection::default()
+    }
+
+    /// Worker threads, default 1.
+    pub fn workers(&self) -> usize {
+        self.workers.map_or(1, |w| w as usize)
+    }
+
+    /// Packets per batch, default 32.
+    pub fn batch(&self) -> usize {
+        self.batch.map_or(32, |b| b as usize)
+    }
+
+    /// `None` when in range, else what is wrong.
+    pub fn invalid(&self) -> Option<String> {
+        if let Some(w) = self.workers
+            && !(1..=MAX_WORKERS).contains(&w)
+        {
+            return Some(format!("workers = {w} is out of range: 1 to {MAX_WORKERS}"));
+        }
+        if let Some(b) = self.batch
+            && !(1..=MAX_BATCH).contains(&(b as usize))
+        {
+            return Some(format!("batch = {b} is out of range: 1 to {MAX_BATCH}"));
+        }
+        None
+    }
+}
+
+/// The most worker threads a local run takes.
+pub const MAX_WORKERS: u32 = 64;
+/// The largest batch: the host's own bound.
+pub const MAX_BATCH: usize = sluice_wire::abi::MAX_BATCH;
 
 /// `[deployment]` of `sluice.toml`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -102,6 +161,7 @@ impl Manifest {
             config_file: None,
             limits: toml::Table::new(),
             deployment: DeploymentSection::default(),
+            run: RunSection::default(),
         }
     }
 }
@@ -145,6 +205,9 @@ impl Project {
             return Err(bad("config must be a string (passed as written) or a table (passed as JSON)".into()));
         }
         NfSection::limits_from(manifest.limits.clone()).map_err(|e| bad(format!("[limits]: {e}")))?;
+        if let Some(reason) = manifest.run.invalid() {
+            return Err(bad(format!("[run]: {reason}")));
+        }
         for a in &manifest.deployment.attach {
             a.parse::<sluice_engine::Attachment>().map_err(|e| bad(format!("[deployment] attach '{a}': {e}")))?;
         }
@@ -174,10 +237,11 @@ impl Project {
     }
 
     /// The host configuration that runs this project locally (`nf run`,
-    /// `nf test`): one worker, batches of 32, and an `[nf.<name>]`
+    /// `nf test`): the workers and batch size of `run` (the manifest's
+    /// `[run]` with the command line's overrides), and an `[nf.<name>]`
     /// section with the manifest's limits and `config` (the manifest's
     /// configuration when `None`).
-    pub fn host_config(&self, config: Option<String>) -> sluice_host::HostConfig {
+    pub fn host_config(&self, config: Option<String>, run: RunSection) -> sluice_host::HostConfig {
         let mut section = self.limits();
         match (config, &self.manifest.config_file) {
             (Some(text), _) => section.config_text = Some(text),
@@ -187,10 +251,17 @@ impl Project {
                 section.config_text = Some(String::from_utf8_lossy(&self.config_bytes().unwrap_or_default()).into())
             }
         }
-        let mut host = sluice_host::HostConfig { batch_size: 32, workers: 1, ..Default::default() };
+        let mut host =
+            sluice_host::HostConfig { batch_size: run.batch(), workers: run.workers(), ..Default::default() };
         host.base_dir = self.dir.clone();
         host.nf.insert(self.manifest.name.clone(), section);
         host
+    }
+
+    /// The manifest's `[run]` with `workers` and `batch` (from the command
+    /// line) in place of its own where given.
+    pub fn local_run(&self, workers: Option<u32>, batch: Option<u32>) -> RunSection {
+        RunSection { workers: workers.or(self.manifest.run.workers), batch: batch.or(self.manifest.run.batch) }
     }
 
     /// The deployment `nf deploy` and `nf watch` manage.
@@ -208,21 +279,35 @@ impl Project {
         self.dir.join("build")
     }
 
-    /// A digest of the project's sources (names, sizes, modification
-    /// times of every file but build outputs, caches and `tests/`): it
-    /// changes when the author saves one (`sluice nf watch`).
-    pub fn sources_fingerprint(&self) -> Result<u64, CliError> {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+    /// A digest of the project's sources: the name and contents of every
+    /// file but build outputs, caches, the SDK link, captures and
+    /// `tests/` (SHA-256, hex). It changes exactly when a source does:
+    /// `sluice nf watch` rebuilds on it, and a build whose sources,
+    /// SDK and toolchain are unchanged reuses its component.
+    pub fn sources_digest(&self) -> Result<String, CliError> {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
         let tests = self.dir.join("tests");
-        crate::sdk::walk(&self.dir, &mut |p, meta| {
-            if !p.starts_with(&tests) {
-                p.hash(&mut h);
-                meta.len().hash(&mut h);
-                meta.modified().ok().hash(&mut h);
+        let mut failed = None;
+        crate::sdk::walk(&self.dir, &mut |p, _| {
+            let capture = p.extension().is_some_and(|e| e == "pcap" || e == "pcapng");
+            if p.starts_with(&tests) || capture {
+                return;
+            }
+            h.update(p.strip_prefix(&self.dir).unwrap_or(p).as_os_str().as_encoded_bytes());
+            h.update([0]);
+            match std::fs::read(p) {
+                Ok(bytes) => {
+                    h.update((bytes.len() as u64).to_le_bytes());
+                    h.update(&bytes);
+                }
+                Err(e) => failed = failed.take().or(Some(io("reading", p)(e))),
             }
         })?;
-        Ok(h.finish())
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(hex::encode(h.finalize())),
+        }
     }
 
     /// The component a build produces.

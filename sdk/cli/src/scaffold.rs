@@ -135,9 +135,10 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
          `sluice nf test --bless` writes them from a run; review them before you commit.\n",
         template = template.name(),
         v = crate::sdk::CONTRACT_VERSION,
-        sdk_readme = sdk.lang_dir(lang).join("README.md").display(),
+        sdk_readme = format!("{}/sdk/{}/README.md", crate::sdk::PROJECT_SDK_LINK, lang.name()),
     );
     write(&dir.join("README.md"), &readme)?;
+    sdk.link_into(&dir)?;
     Ok(dir)
 }
 
@@ -177,7 +178,11 @@ fn manifest_text(name: &str, lang: Lang, template: Template) -> String {
          [deployment]\n\
          # name = \"{name}\"\n\
          group = \"default\"\n\
-         # attach = [\"port=0,vlan=100\"]    # in a group whose operator exposes ports\n",
+         # attach = [\"port=0,vlan=100\"]    # in a group whose operator exposes ports\n\n\
+         # How `sluice nf run` and `sluice nf test` run it here (--workers, --batch).\n\
+         [run]\n\
+         # workers = 1\n\
+         # batch = 32\n",
         lang = lang.name(),
     )
 }
@@ -195,10 +200,11 @@ pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str
         Lang::Rust => {
             let cargo = format!(
                 "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\npath = \"src/lib.rs\"\n\n\
-                 [dependencies]\nsluice-sdk = {{ path = \"{}\" }}\n\n\
+                 # The Rust SDK, through the link `sluice` keeps to its installed copy.\n\
+                 [dependencies]\nsluice-sdk = {{ path = \"{link}/sdk/rust\" }}\n\n\
                  [profile.release]\nopt-level = 3\nlto = true\ncodegen-units = 1\nstrip = true\n\n\
                  # A project of its own, even inside another workspace.\n[workspace]\n",
-                sdk.lang_dir(Lang::Rust).display()
+                link = crate::sdk::PROJECT_SDK_LINK
             );
             write(&dir.join("Cargo.toml"), &cargo)?;
             // Start from the versions the SDK is built and tested with
@@ -209,28 +215,33 @@ pub fn write_sources(sdk: &Sdk, dir: &Path, name: &str, lang: Lang, source: &str
             if lock.is_file() {
                 std::fs::copy(&lock, dir.join("Cargo.lock")).map_err(io("copying", &lock))?;
             }
-            write(&dir.join(".gitignore"), "/target\n/build\n")?;
+            write(&dir.join(".gitignore"), &ignore(&["/target"]))?;
         }
         Lang::Js => {
-            let types = sdk.lang_dir(Lang::Js).join("src/index.d.ts");
             let jsconfig = format!(
-                "{{\n  \"compilerOptions\": {{\n    \"checkJs\": true,\n    \"module\": \"es2022\",\n    \"target\": \"es2022\",\n    \"paths\": {{ \"@sluice/nf\": [\"{}\"] }}\n  }}\n}}\n",
-                types.display()
+                "{{\n  \"compilerOptions\": {{\n    \"checkJs\": true,\n    \"module\": \"es2022\",\n    \"target\": \"es2022\",\n    \"paths\": {{ \"@sluice/nf\": [\"./{}/sdk/js/src/index.d.ts\"] }}\n  }}\n}}\n",
+                crate::sdk::PROJECT_SDK_LINK
             );
             write(&dir.join("jsconfig.json"), &jsconfig)?;
-            write(&dir.join(".gitignore"), "/build\n")?;
+            write(&dir.join(".gitignore"), &ignore(&[]))?;
         }
         Lang::Go => {
             let gomod = format!(
-                "module {name}\n\ngo 1.24\n\nrequire sluice.dev/nf v0.0.0\n\n// The Go SDK, as `sluice` installed it.\nreplace sluice.dev/nf => {}\n",
-                sdk.lang_dir(Lang::Go).display()
+                "module {name}\n\ngo 1.24\n\nrequire sluice.dev/nf v0.0.0\n\n// The Go SDK, through the link `sluice` keeps to its installed copy.\nreplace sluice.dev/nf => ./{}/sdk/go\n",
+                crate::sdk::PROJECT_SDK_LINK
             );
             write(&dir.join("go.mod"), &gomod)?;
-            write(&dir.join(".gitignore"), "/build\n")?;
+            write(&dir.join(".gitignore"), &ignore(&[]))?;
         }
-        Lang::C | Lang::Python => write(&dir.join(".gitignore"), "/build\n")?,
+        Lang::C => write(&dir.join(".gitignore"), &ignore(&[]))?,
+        Lang::Python => write(&dir.join(".gitignore"), &ignore(&["__pycache__/"]))?,
     }
     Ok(())
+}
+
+/// A project's `.gitignore`: build outputs, the SDK link, and `more`.
+fn ignore(more: &[&str]) -> String {
+    ["/build", "/.sluice"].iter().chain(more).map(|l| format!("{l}\n")).collect()
 }
 
 fn write(path: &Path, text: &str) -> Result<(), CliError> {

@@ -8,14 +8,15 @@
 //! it was compiled at. Projects do not reference that SDK: [`Sdk::for_projects`]
 //! installs a standalone copy under the user's data directory
 //! (`$SLUICE_DATA_DIR`, `$XDG_DATA_HOME/sluice` or `~/.local/share/sluice`,
-//! then `sdk/<version>/`), and projects depend on that copy, which neither
-//! moves nor changes when the tarball or checkout does. In that copy the
-//! Rust SDK is a crate of its own (its workspace settings resolved, the
-//! crates it uses vendored beside it), so a project needs no checkout.
+//! then `sdk/<version>-<digest of its contents>/`), which neither moves
+//! nor changes when the tarball or checkout does, and a project reaches it
+//! through its own `.sluice/sdk` link, which every build renews (so the
+//! project holds no absolute path). In that copy the Rust SDK is a crate of
+//! its own (its workspace settings resolved, the crates it uses vendored
+//! beside it), so a project needs no checkout.
 
 use crate::error::{CliError, io};
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 /// The contract version new projects and builds target.
@@ -101,33 +102,31 @@ impl Sdk {
     }
 
     /// The standalone copy projects reference: this SDK installed under
-    /// the user's data directory (`sdk/<version>/`), first or again when
-    /// this one changed since.
+    /// the user's data directory as `sdk/<version>-<digest>/`, named by a
+    /// digest of its contents. A copy is written once (aside, then renamed
+    /// into place) and never changed: two `sluice` binaries of one version
+    /// with different SDKs (a release and a checkout) get two copies, and
+    /// a build never sees another `sluice` rewrite the one it compiles
+    /// against.
     pub fn for_projects(&self) -> Result<Sdk, CliError> {
-        let target = data_dir()?.join("sdk").join(VERSION);
-        if self.root == target.canonicalize().unwrap_or_default() {
+        let base = data_dir()?.join("sdk");
+        if base.canonicalize().is_ok_and(|b| self.root.starts_with(b)) {
             return Ok(self.clone());
         }
-        let stamp = format!("{VERSION} {} {:016x}\n", self.root.display(), self.fingerprint()?);
-        if std::fs::read_to_string(target.join(STAMP)).is_ok_and(|s| s == stamp) {
+        let target = base.join(format!("{VERSION}-{}", self.fingerprint()?));
+        if target.join(STAMP).is_file() {
             return Sdk::at(&target);
         }
-        let parent = target.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-        // Built aside and renamed into place: another `sluice` never sees
-        // half a copy.
-        let tmp = parent.join(format!(".{VERSION}.{}", std::process::id()));
+        std::fs::create_dir_all(&base).map_err(io("creating", &base))?;
+        let tmp = base.join(format!(".{VERSION}.{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         self.install(&tmp)?;
-        std::fs::write(tmp.join(STAMP), &stamp).map_err(io("writing", tmp.join(STAMP)))?;
-        let old = parent.join(format!(".{VERSION}.old.{}", std::process::id()));
-        let _ = std::fs::rename(&target, &old);
-        let placed = std::fs::rename(&tmp, &target);
-        let _ = std::fs::remove_dir_all(&old);
-        if let Err(e) = placed {
+        let stamp = format!("{VERSION} from {}\n", self.root.display());
+        std::fs::write(tmp.join(STAMP), stamp).map_err(io("writing", tmp.join(STAMP)))?;
+        if let Err(e) = std::fs::rename(&tmp, &target) {
             let _ = std::fs::remove_dir_all(&tmp);
-            // Another `sluice` installed the same copy meanwhile.
-            if !std::fs::read_to_string(target.join(STAMP)).is_ok_and(|s| s == stamp) {
+            // Another `sluice` installed the same contents meanwhile.
+            if !target.join(STAMP).is_file() {
                 return Err(io("installing", &target)(e));
             }
         }
@@ -159,26 +158,59 @@ impl Sdk {
         Sdk::at(to)
     }
 
-    /// A digest of what [`install`](Self::install) copies (paths, sizes,
-    /// modification times): it changes when the SDK does.
-    fn fingerprint(&self) -> Result<u64, CliError> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+    /// A digest of what [`install`](Self::install) copies (paths and
+    /// contents), 16 hex digits: it changes exactly when the SDK does.
+    pub fn fingerprint(&self) -> Result<String, CliError> {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
         let langs = crate::Lang::ALL.map(|l| self.lang_dir(l));
         let others = ["wit", "host/wire", "host/state", "Cargo.lock"].map(|d| self.root.join(d));
+        let mut failed = None;
         for dir in langs.iter().chain(&others) {
-            walk(dir, &mut |p, meta| {
-                p.hash(&mut h);
-                meta.len().hash(&mut h);
-                meta.modified().ok().hash(&mut h);
+            walk(dir, &mut |p, _| {
+                let rel = p.strip_prefix(&self.root).unwrap_or(p);
+                h.update(rel.as_os_str().as_encoded_bytes());
+                h.update([0]);
+                match std::fs::read(p) {
+                    Ok(bytes) => {
+                        h.update((bytes.len() as u64).to_le_bytes());
+                        h.update(&bytes);
+                    }
+                    Err(e) => failed = failed.take().or(Some(io("reading", p)(e))),
+                }
             })?;
         }
-        Ok(h.finish())
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(hex::encode(h.finalize()).chars().take(16).collect())
+    }
+
+    /// Points `<project>/.sluice/sdk` at this SDK. Projects name the SDK
+    /// through that link (`.sluice/sdk/sdk/go`, ...), never by an absolute
+    /// path, so they can move between machines and users; every build
+    /// renews it.
+    pub fn link_into(&self, project_dir: &Path) -> Result<(), CliError> {
+        let dir = project_dir.join(".sluice");
+        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        let link = dir.join("sdk");
+        if std::fs::read_link(&link).is_ok_and(|t| t == self.root) {
+            return Ok(());
+        }
+        let tmp = dir.join(format!(".sdk.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&self.root, &tmp).map_err(io("linking", &tmp))?;
+        std::fs::rename(&tmp, &link).map_err(io("linking", &link))
     }
 }
 
+/// Where a project reaches the SDK it builds against: the link
+/// [`Sdk::link_into`] keeps, relative to the project.
+pub const PROJECT_SDK_LINK: &str = ".sluice/sdk";
+
 /// Entries a copy leaves out: build outputs, caches, installed packages.
 fn skipped(name: &str) -> bool {
-    matches!(name, "target" | "node_modules" | "__pycache__" | "build" | ".git" | STAMP)
+    matches!(name, "target" | "node_modules" | "__pycache__" | "build" | ".git" | ".sluice" | STAMP)
 }
 
 /// Calls `f` for every file under `path` (or `path` itself), sorted.

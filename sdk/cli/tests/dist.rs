@@ -4,8 +4,10 @@
 //! all five languages from the SDK it carries (installed under the user's
 //! data directory, which the projects reference), and every component
 //! uploaded to a `sluice dev` started from the tarball, one of them
-//! deployed and running. The wheel installs with pip and the npm package
-//! is a package.
+//! deployed and running; unchanged Python and JavaScript projects deploy
+//! again without a version bump; a project copied elsewhere builds; every
+//! path the documentation and `--help` name is in the tarball. The wheel
+//! installs with pip and the npm package is a package.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -120,7 +122,7 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
     let sluice = prefix.join("bin/sluice");
     let projects = tmp_path.join("projects");
     std::fs::create_dir_all(&projects).unwrap();
-    let data = home.join(".local/share/sluice/sdk").join(version);
+    let sdk_copies = home.join(".local/share/sluice/sdk");
     let cargo_target = ws.join("target/dist-rust");
 
     let mut built = Vec::new();
@@ -134,14 +136,24 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
             &format!("nf new ({lang})"),
         );
         let project = projects.join(&nf);
-        // What the project names is the installed copy, never a checkout
-        // or the unpacked tarball.
+        // The project names the SDK through its own link, never by an
+        // absolute path; the link leads to the installed copy, never to a
+        // checkout or the unpacked tarball.
         for f in ["Cargo.toml", "go.mod", "jsconfig.json", "README.md"] {
             if let Ok(t) = std::fs::read_to_string(project.join(f)) {
+                assert!(!t.contains(tmp_path.to_str().unwrap()), "{lang} {f} holds an absolute path: {t}");
                 assert!(!t.contains(ws.to_str().unwrap()), "{lang} {f} names the checkout: {t}");
-                assert!(!t.contains(prefix.to_str().unwrap()), "{lang} {f} names the tarball: {t}");
-                assert!(t.contains(data.to_str().unwrap()), "{lang} {f} does not name the installed SDK: {t}");
+                if f != "README.md" {
+                    assert!(t.contains(".sluice/sdk/sdk/"), "{lang} {f} does not name the SDK link: {t}");
+                }
             }
+        }
+        let linked = std::fs::read_link(project.join(".sluice/sdk")).unwrap();
+        assert!(linked.starts_with(&sdk_copies), "{lang}: .sluice/sdk -> {}", linked.display());
+        let ignored = std::fs::read_to_string(project.join(".gitignore")).unwrap();
+        assert!(ignored.lines().any(|l| l == "/.sluice") && ignored.lines().any(|l| l == "/build"), "{ignored}");
+        if lang == "python" {
+            assert!(ignored.lines().any(|l| l == "__pycache__/"), "{ignored}");
         }
         let o = user(&sluice, &project)
             .args(["nf", "build", "--cargo-target-dir", cargo_target.to_str().unwrap()])
@@ -157,7 +169,24 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
         assert!(out.contains("1 passed, 0 failed"), "{out}");
         built.push((nf.clone(), project.join("build").join(format!("{nf}.wasm"))));
     }
-    assert!(data.join("sdk/rust/vendor/sluice-wire/Cargo.toml").is_file());
+    // One copy, named by version and content digest.
+    let copies: Vec<PathBuf> = std::fs::read_dir(&sdk_copies).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    let copy = &copies[0];
+    assert!(copy.file_name().unwrap().to_str().unwrap().starts_with(&format!("{version}-")), "{copies:?}");
+    assert!(copy.join("sdk/rust/vendor/sluice-wire/Cargo.toml").is_file());
+
+    // A project is portable: copied elsewhere (its link left behind, as
+    // git would), it builds.
+    let moved = tmp_path.join("elsewhere/fw-go");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    ok(Command::new("cp").arg("-r").arg(projects.join("fw-go")).arg(&moved).output().unwrap(), "cp");
+    std::fs::remove_dir_all(moved.join(".sluice")).unwrap();
+    std::fs::remove_dir_all(moved.join("build")).unwrap();
+    ok(user(&sluice, &moved).args(["nf", "build"]).output().unwrap(), "nf build (a copied Go project)");
+
+    // Every path the documentation and --help name is in the tarball.
+    check_named_paths(&prefix, &sluice, &user);
 
     // The Python SDK installs from its wheel; the npm package holds the SDK.
     let site = tmp_path.join("site");
@@ -231,6 +260,75 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
     let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "nf deploy: {said}");
     assert!(said.contains("uploaded fw-c@0.1.0") && said.contains("running"), "{said}");
+    // Python and JavaScript builds are reproducible: deploying an
+    // unchanged project again (rebuilt from its sources) keeps its version
+    // and its deployment's revision.
+    for lang in ["python", "js"] {
+        let project = projects.join(format!("fw-{lang}"));
+        let first = as_user(&["nf", "deploy", project.to_str().unwrap()], Some(&key));
+        let said = text(&first);
+        assert!(first.status.success() && said.contains("running"), "nf deploy ({lang}): {said}");
+        let built_once = std::fs::read(project.join(format!("build/fw-{lang}.wasm"))).unwrap();
+        let again = as_user(&["nf", "deploy", project.to_str().unwrap()], Some(&key));
+        let said_again = text(&again);
+        assert!(again.status.success(), "nf deploy again ({lang}): {said_again}");
+        assert!(said_again.contains("already on the gateway"), "{said_again}");
+        assert_eq!(
+            std::fs::read(project.join(format!("build/fw-{lang}.wasm"))).unwrap(),
+            built_once,
+            "{lang}: the same sources built other bytes"
+        );
+    }
     let _ = Command::new("kill").args(["-TERM", &dev.id().to_string()]).status();
     let _ = dev.wait();
+}
+
+/// The paths the tenant's documentation and the binaries' `--help` name
+/// (`docs/run-report.md`, `tests/conformance/guard`, ...), each checked to
+/// be under the tarball's `share/doc/sluice/` or its SDK. The README names
+/// the repository's sources too (it is also the checkout's); of it only
+/// documentation, examples and the contract are checked.
+fn check_named_paths(prefix: &Path, sluice: &Path, user: &dyn Fn(&Path, &Path) -> Command) {
+    let doc = prefix.join("share/doc/sluice");
+    let mut texts: Vec<(String, String, bool)> = Vec::new();
+    for entry in std::fs::read_dir(doc.join("sdk")).unwrap() {
+        let readme = entry.unwrap().path().join("README.md");
+        texts.push((readme.display().to_string(), std::fs::read_to_string(&readme).unwrap(), true));
+    }
+    for f in ["docs/run-report.md", "wit/README.md"] {
+        texts.push((f.to_string(), std::fs::read_to_string(doc.join(f)).unwrap(), true));
+    }
+    texts.push(("README.md".into(), std::fs::read_to_string(doc.join("README.md")).unwrap(), false));
+    let host = prefix.join("bin/sluice-host");
+    let host: &Path = &host;
+    for (program, args) in [
+        (sluice, &["nf", "run", "--help"][..]),
+        (sluice, &["nf", "test", "--help"]),
+        (sluice, &["dev", "--help"]),
+        (host, &["run", "--help"]),
+        (host, &["synth", "--help"]),
+    ] {
+        let out = ok(user(program, prefix).args(args).output().unwrap(), "--help");
+        texts.push((format!("{} {}", program.display(), args.join(" ")), out, true));
+    }
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (source, text, all) in &texts {
+        for token in text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./<>*{}@-".contains(c))) {
+            let token = token.trim_start_matches("./").trim_end_matches(['.', ',']);
+            let documentation =
+                ["docs/", "deploy/local/", "tests/conformance", "wit/"].iter().any(|p| token.starts_with(p))
+                    || (token.starts_with("sdk/") || token.starts_with("nfs-wasm/")) && token.ends_with("README.md");
+            let any = ["sdk/", "nfs-wasm/", "deploy/"].iter().any(|p| token.starts_with(p));
+            if !(documentation || *all && any) || token.contains(['<', '>', '*', '{', '}']) {
+                continue;
+            }
+            checked += 1;
+            if !doc.join(token).exists() && !prefix.join("share/sluice").join(token).exists() {
+                missing.push(format!("{token} (named in {source})"));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} paths found in the documentation");
+    assert!(missing.is_empty(), "the tarball lacks what its documentation names: {missing:#?}");
 }
