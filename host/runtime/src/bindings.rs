@@ -35,6 +35,20 @@ pub mod v0_3 {
     });
 }
 
+/// `sluice:nf@0.4.0`: 0.3.0 with `scan` and `top-k` (listing a table) and
+/// the `scan-page` record. Its `state` types are 0.3.0's field for field
+/// but generated anew (wasmtime's `with` maps whole interfaces, and this
+/// one has more functions); `host.rs` converts them.
+pub mod v0_4 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.4.0",
+        world: "network-function",
+        with: {
+            "sluice:nf/types@0.4.0": super::v0_1::sluice::nf::types,
+        },
+    });
+}
+
 pub use v0_1::sluice::nf::types::{Batch, BatchResult, Event, FlowUpdate, Level, NfInfo, Rewrite, StateOp};
 
 /// The name of an event level as reports and the gateway write it.

@@ -3,6 +3,7 @@
 use crate::bindings::v0_1::sluice::nf::{host_log, types};
 use crate::bindings::v0_2::sluice::nf::{host_log as host_log_v2, state as wit_state};
 use crate::bindings::v0_3::sluice::nf::{host_log as host_log_v3, state as wit_state_v3};
+use crate::bindings::v0_4::sluice::nf::{host_log as host_log_v4, state as wit_state_v4};
 use crate::bindings::{Event, Level};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
 use sluice_state::{StateError, TableSpec, Tables};
@@ -353,6 +354,139 @@ impl wit_state_v3::Host for HostState {
     }
 }
 
+impl host_log_v4::Host for HostState {
+    fn log(&mut self, level: Level, message: String) {
+        host_log::Host::log(self, level, message)
+    }
+
+    fn emit(&mut self, events: Vec<Event>) {
+        host_log::Host::emit(self, events)
+    }
+}
+
+/// A 0.4.0 table spec: 0.3.0's, field for field.
+fn spec_from_wit_v4(s: wit_state_v4::TableSpec) -> TableSpec {
+    use wit_state_v3 as v3;
+    use wit_state_v4 as w;
+    spec_from_wit_v3(v3::TableSpec {
+        name: s.name,
+        scope: match s.scope {
+            w::Scope::PerFlow => v3::Scope::PerFlow,
+            w::Scope::Global => v3::Scope::Global,
+        },
+        access: match s.access {
+            w::Access::ReadOnly => v3::Access::ReadOnly,
+            w::Access::ReadWrite => v3::Access::ReadWrite,
+        },
+        kind: match s.kind {
+            w::ValueKind::Counter => v3::ValueKind::Counter,
+            w::ValueKind::Bytes => v3::ValueKind::Bytes,
+        },
+        consistency: match s.consistency {
+            w::Consistency::Local => v3::Consistency::Local,
+            w::Consistency::Eventual(e) => v3::Consistency::Eventual(v3::EventualSpec {
+                merge: match e.merge {
+                    w::Merge::Sum => v3::Merge::Sum,
+                    w::Merge::Max => v3::Merge::Max,
+                    w::Merge::Min => v3::Merge::Min,
+                },
+                merge_interval_ns: e.merge_interval_ns,
+            }),
+            w::Consistency::Release(p) => {
+                v3::Consistency::Release(v3::PoolSpec { first: p.first, count: p.count, chunk: p.chunk })
+            }
+            w::Consistency::SingleWriter(sw) => {
+                v3::Consistency::SingleWriter(v3::SingleWriterSpec { sync_interval_ns: sw.sync_interval_ns })
+            }
+        },
+        key_size: s.key_size,
+        max_value_size: s.max_value_size,
+        capacity: s.capacity,
+        idle_timeout_ns: s.idle_timeout_ns,
+        notify_expired: s.notify_expired,
+    })
+}
+
+fn error_to_wit_v4(e: StateError) -> wit_state_v4::StateError {
+    use wit_state_v4::StateError as W;
+    match e {
+        StateError::UnknownTable(t) => W::UnknownTable(t),
+        StateError::NotNow => W::NotNow,
+        StateError::WrongKind => W::WrongKind,
+        StateError::BadSpec(m) => W::BadSpec(m),
+        StateError::Incompatible(m) => W::Incompatible(m),
+        StateError::BadInput(i) => W::BadInput(i),
+        StateError::Full(i) => W::Full(i),
+        StateError::OverBudget(i) => W::OverBudget(i),
+        StateError::TooLarge(i) => W::TooLarge(i),
+    }
+}
+
+/// 0.4.0's `state`: 0.3.0's calls on the same tables, plus `scan` and
+/// `top-k`.
+impl wit_state_v4::Host for HostState {
+    fn declare(&mut self, spec: wit_state_v4::TableSpec) -> Result<u32, wit_state_v4::StateError> {
+        self.state_v4(|t| t.declare(spec_from_wit_v4(spec)))
+    }
+
+    fn counter_add(&mut self, table: u32, keys: Vec<u64>, deltas: Vec<i64>) -> Result<(), wit_state_v4::StateError> {
+        self.state_v4(|t| t.counter_add(table, &keys, &deltas))
+    }
+
+    fn counter_get(&mut self, table: u32, keys: Vec<u64>) -> Result<Vec<u64>, wit_state_v4::StateError> {
+        self.state_v4(|t| {
+            let mut out = Vec::with_capacity(keys.len());
+            t.counter_get(table, &keys, &mut out).map(|()| out)
+        })
+    }
+
+    fn get_many(&mut self, table: u32, keys: Vec<u8>) -> Result<Vec<u8>, wit_state_v4::StateError> {
+        self.state_v4(|t| {
+            let mut out = Vec::with_capacity(keys.len());
+            t.get_many(table, &keys, &mut out).map(|()| out)
+        })
+    }
+
+    fn put_many(&mut self, table: u32, entries: Vec<u8>) -> Result<(), wit_state_v4::StateError> {
+        self.state_v4(|t| t.put_many(table, &entries))
+    }
+
+    fn acquire(&mut self, table: u32, values: Vec<u8>) -> Result<Vec<u64>, wit_state_v4::StateError> {
+        self.state_v4(|t| {
+            let mut out = Vec::new();
+            t.acquire(table, &values, &mut out).map(|()| out)
+        })
+    }
+
+    fn lookup(&mut self, table: u32, resources: Vec<u64>) -> Result<Vec<u8>, wit_state_v4::StateError> {
+        self.state_v4(|t| {
+            let mut out = Vec::new();
+            t.lookup(table, &resources, &mut out).map(|()| out)
+        })
+    }
+
+    fn release(&mut self, table: u32, resources: Vec<u64>) -> Result<(), wit_state_v4::StateError> {
+        self.state_v4(|t| t.release(table, &resources))
+    }
+
+    fn scan(
+        &mut self,
+        table: u32,
+        cursor: Vec<u8>,
+        limit: u32,
+    ) -> Result<wit_state_v4::ScanPage, wit_state_v4::StateError> {
+        self.state_v4(|t| t.scan(table, &cursor, limit)).map(|p| wit_state_v4::ScanPage {
+            counters: p.counters,
+            entries: p.entries,
+            cursor: p.cursor,
+        })
+    }
+
+    fn top_k(&mut self, table: u32, k: u32) -> Result<Vec<(u64, u64)>, wit_state_v4::StateError> {
+        self.state_v4(|t| t.top_k(table, k))
+    }
+}
+
 fn spec_from_wit(s: wit_state::TableSpec) -> TableSpec {
     use sluice_state::{Access, Consistency, Kind, Merge, Scope};
     let merge = |m: wit_state::Merge| match m {
@@ -414,6 +548,17 @@ impl HostState {
             // Only reachable if a guest calls in while the host holds the
             // tables, which the call protocol rules out.
             None => Err(wit_state::StateError::NotNow),
+        }
+    }
+
+    /// [`state`](Self::state) with 0.4.0's errors.
+    fn state_v4<R>(
+        &mut self,
+        f: impl FnOnce(&mut Tables) -> Result<R, StateError>,
+    ) -> Result<R, wit_state_v4::StateError> {
+        match self.tables.as_deref_mut() {
+            Some(t) => f(t).map_err(error_to_wit_v4),
+            None => Err(wit_state_v4::StateError::NotNow),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! fails, re-created after a trap, with its flow state kept by the host.
 
 use crate::batch::BatchBuilder;
-use crate::bindings::{Event, Level, NfInfo, Rewrite, StateOp, v0_1, v0_2, v0_3};
+use crate::bindings::{Event, Level, NfInfo, Rewrite, StateOp, v0_1, v0_2, v0_3, v0_4};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -194,6 +194,7 @@ enum Guest {
     V1(v0_1::NetworkFunction),
     V2(v0_2::NetworkFunction),
     V3(v0_3::NetworkFunction),
+    V4(v0_4::NetworkFunction),
 }
 
 struct Live {
@@ -207,6 +208,7 @@ impl Live {
             Guest::V1(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
             Guest::V2(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
             Guest::V3(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
+            Guest::V4(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
         }
     }
 
@@ -218,6 +220,7 @@ impl Live {
             Guest::V1(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V2(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V3(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
+            Guest::V4(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
         }
     }
 
@@ -226,6 +229,7 @@ impl Live {
             Guest::V1(_) => Ok(Ok(())),
             Guest::V2(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
             Guest::V3(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
+            Guest::V4(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
         }
     }
 
@@ -448,6 +452,7 @@ impl NfInstance {
             Pre::V1(pre) => Guest::V1(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V2(pre) => Guest::V2(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V3(pre) => Guest::V3(pre.instantiate(&mut store).map_err(start_err)?),
+            Pre::V4(pre) => Guest::V4(pre.instantiate(&mut store).map_err(start_err)?),
         };
         let mut live = Live { store, guest };
         if let Some(t) = self.tables.as_deref_mut() {

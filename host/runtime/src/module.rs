@@ -1,6 +1,6 @@
 //! Loading an NF module: validate, compile (cached), pre-instantiate.
 
-use crate::bindings::{v0_1, v0_2, v0_3};
+use crate::bindings::{v0_1, v0_2, v0_3, v0_4};
 use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
@@ -25,11 +25,16 @@ pub(crate) enum Pre {
     V1(v0_1::NetworkFunctionPre<HostState>),
     V2(v0_2::NetworkFunctionPre<HostState>),
     V3(v0_3::NetworkFunctionPre<HostState>),
+    V4(v0_4::NetworkFunctionPre<HostState>),
 }
 
 /// The `nf` export of each contract version, newest first.
-const NF_EXPORTS: [(&str, &str); 3] =
-    [("sluice:nf/nf@0.3.0", "0.3.0"), ("sluice:nf/nf@0.2.0", "0.2.0"), ("sluice:nf/nf@0.1.0", "0.1.0")];
+const NF_EXPORTS: [(&str, &str); 4] = [
+    ("sluice:nf/nf@0.4.0", "0.4.0"),
+    ("sluice:nf/nf@0.3.0", "0.3.0"),
+    ("sluice:nf/nf@0.2.0", "0.2.0"),
+    ("sluice:nf/nf@0.1.0", "0.1.0"),
+];
 
 impl std::fmt::Debug for NfModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,6 +68,7 @@ impl NfModule {
             Pre::V1(_) => "0.1.0",
             Pre::V2(_) => "0.2.0",
             Pre::V3(_) => "0.3.0",
+            Pre::V4(_) => "0.4.0",
         }
     }
 }
@@ -100,6 +106,7 @@ impl Runtime {
         };
         let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong)?;
         let pre = match *version {
+            "0.4.0" => Pre::V4(v0_4::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
             "0.3.0" => Pre::V3(v0_3::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
             "0.2.0" => Pre::V2(v0_2::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
             _ => Pre::V1(v0_1::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),

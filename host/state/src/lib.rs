@@ -1,5 +1,6 @@
 //! Host-owned state of network functions: the tables an NF declares through
-//! `sluice:nf@0.2.0`'s `state` interface.
+//! `sluice:nf@0.2.0`'s `state` interface (and lists with `@0.4.0`'s `scan`
+//! and `top-k`, [`scan`]).
 //!
 //! The host, not the sandbox, owns this memory, so state survives a guest
 //! trap, a re-instantiation and a version swap, can be exported per flow to
@@ -19,6 +20,7 @@
 
 pub mod changes;
 mod error;
+pub mod scan;
 pub mod shared;
 mod single;
 mod spec;
@@ -26,6 +28,7 @@ mod tables;
 
 pub use changes::FlowChanges;
 pub use error::StateError;
+pub use scan::{MAX_SCAN, ScanPage};
 pub use shared::{Domain, PoolStats};
 pub use spec::{
     Access, Consistency, DEFAULT_CAPACITY, Kind, MAX_KEY_SIZE, MAX_POOL, MAX_TABLES, MAX_VALUE_SIZE, Merge, Scope,

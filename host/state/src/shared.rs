@@ -586,6 +586,51 @@ impl EventualShared {
         }
     }
 
+    /// Calls `f` once per live key of the view a worker reads (this host's
+    /// merged view, the group's other hosts' views and the worker's own
+    /// unmerged updates) with its value as `read` gives it, without
+    /// refreshing the entries (a scan is not a use).
+    pub(crate) fn visit(&self, pending: &HashMap<u64, Pending>, now: u64, mut f: impl FnMut(u64, u64)) {
+        let e = lock(&self.inner);
+        let timeout = e.idle_timeout_ns;
+        let identity = self.identity();
+        let hosts: Vec<&HashMap<u64, Merged>> = e.remote.values().collect();
+        let value = |k: &u64| {
+            let mut merged = e.values.get(k).filter(|m| !stale(m.last_ns, now, timeout)).map(|m| m.value);
+            for host in &hosts {
+                if let Some(m) = host.get(k).filter(|m| !stale(m.last_ns, now, timeout)) {
+                    merged = Some(self.merge.apply(merged.unwrap_or(identity), m.value));
+                }
+            }
+            match (merged, pending.get(k).filter(|p| p.dirty).map(|p| p.value)) {
+                (Some(m), Some(l)) => Some(self.merge.apply(m, l)),
+                (Some(v), None) | (None, Some(v)) => Some(v),
+                (None, None) => None,
+            }
+        };
+        for k in e.values.keys() {
+            if let Some(v) = value(k) {
+                f(*k, v);
+            }
+        }
+        for (i, host) in hosts.iter().enumerate() {
+            for k in host.keys() {
+                // Each key once: skip it where an earlier view has it.
+                if e.values.contains_key(k) || hosts.iter().take(i).any(|h| h.contains_key(k)) {
+                    continue;
+                }
+                if let Some(v) = value(k) {
+                    f(*k, v);
+                }
+            }
+        }
+        for (k, p) in pending {
+            if p.dirty && !e.values.contains_key(k) && !hosts.iter().any(|h| h.contains_key(k)) {
+                f(*k, p.value);
+            }
+        }
+    }
+
     /// Entries in the merged view.
     pub(crate) fn len(&self) -> usize {
         lock(&self.inner).values.len()
@@ -959,6 +1004,18 @@ impl Pool {
         }
         p.exhausted += short;
         Ok(short)
+    }
+
+    /// The `limit` smallest held resources after `after`, with their
+    /// values, and whether more are held after them.
+    pub(crate) fn scan(&self, after: Option<u64>, limit: usize) -> (Vec<(u64, Vec<u8>)>, bool) {
+        let p = lock(&self.inner);
+        let mut page = crate::scan::Smallest::new(after, limit);
+        for (r, b) in &p.bound {
+            page.offer(*r, b.value.as_slice());
+        }
+        let (items, more) = page.finish();
+        (items.into_iter().map(|(r, v)| (r, v.to_vec())).collect(), more)
     }
 
     /// Appends the framed values bound to `resources`.

@@ -27,6 +27,7 @@
 //! live hosts sync each owner at its first batch after the sync interval.
 
 use crate::HashMap;
+use crate::scan::{Largest, Smallest};
 use crate::shared::{SharedBytes, stale};
 use crate::spec::TableSpec;
 use crate::tables::ENTRY_OVERHEAD;
@@ -426,6 +427,93 @@ impl SingleStore {
         }
     }
 
+    /// Read guards on the replicas of the shards this worker does not hold.
+    fn replicas(&self) -> Vec<Option<Guard<'_>>> {
+        self.shared
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (!self.owned.iter().any(|(o, _)| *o == i)).then(|| read(&s.replica)))
+            .collect()
+    }
+
+    /// Calls `f` once per live key this worker reads, with the value
+    /// `counter-get` or `get-many` gives it: its own shards' entries, the
+    /// other shards' published ones with its own unpublished writes on top
+    /// (a key it removed is skipped), and the keys only its writes hold.
+    fn visit<'s>(&'s self, replicas: &'s [Option<Guard<'s>>], now: u64, mut f: impl FnMut(&'s [u8], Seen<'s>)) {
+        let timeout = self.shared.idle_timeout_ns.load(Ordering::Relaxed);
+        let live = |e: &Entry| !stale(e.last_ns, now, timeout);
+        for (_, own) in &self.owned {
+            for (k, e) in own.map.iter().filter(|(_, e)| live(e)) {
+                f(&k[..], Seen::of(&e.value));
+            }
+        }
+        for replica in replicas.iter().flatten() {
+            for (k, e) in replica.iter() {
+                let k = &k[..];
+                match self.overlay.get(k) {
+                    Some(Pending::Value(Some(v), _)) => f(k, Seen::Bytes(v)),
+                    Some(Pending::Value(None, _)) => {}
+                    Some(Pending::Deltas(ds)) => {
+                        let base = if live(e) { e.value.counter() } else { 0 };
+                        f(k, Seen::Counter(ds.iter().fold(base, |v, (_, d)| add(v, *d))));
+                    }
+                    None if live(e) => f(k, Seen::of(&e.value)),
+                    None => {}
+                }
+            }
+        }
+        for (k, p) in &self.overlay {
+            let k = &k[..];
+            let shard = self.shared.owner(k);
+            let published = replicas.get(shard).and_then(|g| g.as_ref()).is_some_and(|g| g.contains_key(k));
+            if published || self.owned.iter().any(|(o, _)| *o == shard) {
+                continue;
+            }
+            match p {
+                Pending::Value(Some(v), _) => f(k, Seen::Bytes(v)),
+                Pending::Value(None, _) => {}
+                Pending::Deltas(ds) => f(k, Seen::Counter(ds.iter().fold(0, |v, (_, d)| add(v, *d)))),
+            }
+        }
+    }
+
+    /// `scan` of a counter table: the `limit` smallest keys after `after`.
+    pub(crate) fn scan_counters(&self, after: Option<u64>, limit: usize, now: u64) -> (Vec<(u64, u64)>, bool) {
+        let replicas = self.replicas();
+        let mut page = Smallest::new(after, limit);
+        self.visit(&replicas, now, |k, v| {
+            if let (Ok(k), Seen::Counter(c)) = (<[u8; 8]>::try_from(k), v) {
+                page.offer(u64::from_le_bytes(k), c);
+            }
+        });
+        page.finish()
+    }
+
+    /// `scan` of a byte table: the `limit` smallest keys after `after`.
+    pub(crate) fn scan_bytes(&self, after: Option<&[u8]>, limit: usize, now: u64) -> ScanItems {
+        let replicas = self.replicas();
+        let mut page = Smallest::new(after, limit);
+        self.visit(&replicas, now, |k, v| {
+            if let Seen::Bytes(b) = v {
+                page.offer(k, b);
+            }
+        });
+        let (items, more) = page.finish();
+        (items.into_iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect(), more)
+    }
+
+    /// `top-k` of a counter table: offers every live counter to `top`.
+    pub(crate) fn top(&self, top: &mut Largest, now: u64) {
+        let replicas = self.replicas();
+        self.visit(&replicas, now, |k, v| {
+            if let (Ok(k), Seen::Counter(c)) = (<[u8; 8]>::try_from(k), v) {
+                top.offer(u64::from_le_bytes(k), c);
+            }
+        });
+    }
+
     /// `counter-add`: applies to owned keys, forwards the rest. Stops at
     /// the first refused item (earlier items stay written).
     pub(crate) fn counter_add(&mut self, keys: &[u64], deltas: &[i64], now: u64) -> Result<(), Refusal> {
@@ -697,6 +785,25 @@ impl SingleStore {
 }
 
 type Guard<'a> = RwLockReadGuard<'a, HashMap<Key, Entry>>;
+
+/// A scanned byte page: `(key, value)` items and whether more follow.
+pub(crate) type ScanItems = (Vec<(Vec<u8>, Vec<u8>)>, bool);
+
+/// A value as a scan sees it.
+#[derive(Debug, Clone, Copy)]
+enum Seen<'a> {
+    Counter(u64),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Seen<'a> {
+    fn of(v: &'a Value) -> Self {
+        match v {
+            Value::Counter(c) => Seen::Counter(*c),
+            Value::Bytes(b) => Seen::Bytes(b),
+        }
+    }
+}
 
 /// Applies one forwarded write at its owner.
 fn apply(shared: &SingleShared, own: &mut Owned, op: Op, now: u64, timeout: u64) {

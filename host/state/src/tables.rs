@@ -2,6 +2,7 @@
 
 use crate::HashMap;
 use crate::error::StateError;
+use crate::scan::{Largest, ScanPage, Smallest, counter_page, framed_page, page_limit, top_limit, u64_cursor};
 use crate::shared::{AddRefusal, Domain, EventualShared, Pending, Pool, stale};
 use crate::single::{Refusal, SingleStore};
 use crate::spec::{Access, Consistency, Kind, MAX_TABLES, Scope, TableSpec};
@@ -916,6 +917,95 @@ impl Tables {
         result
     }
 
+    /// `scan`: one page of table `t` in ascending key order after
+    /// `cursor`, at most `limit` entries (see [`crate::scan`]). Metered as
+    /// one operation per entry plus one for the call.
+    pub fn scan(&mut self, t: u32, cursor: &[u8], limit: u32) -> Result<ScanPage, StateError> {
+        let r = self.scan_inner(t, cursor, page_limit(limit));
+        self.meters.ops += 1 + r.as_ref().map_or(0, |p| p.len as u64);
+        self.account(r)
+    }
+
+    fn scan_inner(&mut self, t: u32, cursor: &[u8], limit: usize) -> Result<ScanPage, StateError> {
+        let now = self.now_ns;
+        let table = self.table(t)?;
+        let timeout = table.spec.idle_timeout_ns;
+        let key_size = table.spec.key_size as usize;
+        let counter_cursor = || u64_cursor(cursor).ok_or(StateError::BadInput(0));
+        match &table.store {
+            Store::FlowCounters(_) | Store::FlowBytes(_) => Err(StateError::WrongKind),
+            Store::Counters(m) => {
+                let mut page = Smallest::new(counter_cursor()?, limit);
+                for (k, s) in m.iter().filter(|(_, s)| !stale(s.last_ns, now, timeout)) {
+                    page.offer(*k, s.value);
+                }
+                let (counters, more) = page.finish();
+                Ok(counter_page(counters, more))
+            }
+            Store::Eventual { pending, shared, .. } => {
+                let mut page = Smallest::new(counter_cursor()?, limit);
+                shared.visit(pending, now, |k, v| page.offer(k, v));
+                let (counters, more) = page.finish();
+                Ok(counter_page(counters, more))
+            }
+            Store::Single(s) if table.spec.kind == Kind::Counter => {
+                let (counters, more) = s.scan_counters(counter_cursor()?, limit, now);
+                Ok(counter_page(counters, more))
+            }
+            Store::Single(s) => {
+                let after = byte_cursor(cursor, key_size)?;
+                let (items, more) = s.scan_bytes(after, limit, now);
+                Ok(framed_entries(&items, more))
+            }
+            Store::Bytes(m) => {
+                let after = byte_cursor(cursor, key_size)?;
+                let mut page = Smallest::new(after, limit);
+                for (k, s) in m.iter().filter(|(_, s)| !stale(s.last_ns, now, timeout)) {
+                    page.offer(&**k, s.value.as_slice());
+                }
+                let (items, more) = page.finish();
+                Ok(framed_entries(&items, more))
+            }
+            Store::Pool(p) => {
+                let (items, more) = p.scan(counter_cursor()?, limit);
+                let mut entries = Vec::new();
+                for (r, v) in &items {
+                    push_frame(&mut entries, &r.to_le_bytes());
+                    push_frame(&mut entries, v);
+                }
+                let last = items.last().map(|(r, _)| r.to_le_bytes());
+                Ok(framed_page(entries, items.len(), last.as_ref().map(|l| &l[..]), more))
+            }
+        }
+    }
+
+    /// `top-k`: the `k` (at most [`MAX_SCAN`]) largest counters of table
+    /// `t`, largest first, equal values by ascending key. Metered as one
+    /// operation per pair plus one for the call.
+    pub fn top_k(&mut self, t: u32, k: u32) -> Result<Vec<(u64, u64)>, StateError> {
+        let r = self.top_k_inner(t, top_limit(k));
+        self.meters.ops += 1 + r.as_ref().map_or(0, |v| v.len() as u64);
+        self.account(r)
+    }
+
+    fn top_k_inner(&mut self, t: u32, k: usize) -> Result<Vec<(u64, u64)>, StateError> {
+        let now = self.now_ns;
+        let table = self.table(t)?;
+        let timeout = table.spec.idle_timeout_ns;
+        let mut top = Largest::new(k);
+        match &table.store {
+            Store::Counters(m) => {
+                for (key, s) in m.iter().filter(|(_, s)| !stale(s.last_ns, now, timeout)) {
+                    top.offer(*key, s.value);
+                }
+            }
+            Store::Eventual { pending, shared, .. } => shared.visit(pending, now, |key, v| top.offer(key, v)),
+            Store::Single(s) if table.spec.kind == Kind::Counter => s.top(&mut top, now),
+            _ => return Err(StateError::WrongKind),
+        }
+        Ok(top.finish())
+    }
+
     fn pool(&mut self, t: u32) -> Result<Arc<Pool>, StateError> {
         match &self.table(t)?.store {
             Store::Pool(p) => Ok(p.clone()),
@@ -1089,6 +1179,26 @@ fn single_items(entries: &[u8], key_size: usize, max_value: usize) -> (Items<'_>
         }
         items.push((key, value));
     }
+}
+
+/// A byte-table cursor: empty (the start) or a key the table could hold.
+fn byte_cursor(cursor: &[u8], key_size: usize) -> Result<Option<&[u8]>, StateError> {
+    let ok = if key_size == 0 { cursor.len() <= crate::spec::MAX_KEY_SIZE as usize } else { cursor.len() == key_size };
+    match cursor {
+        [] => Ok(None),
+        c if ok => Ok(Some(c)),
+        _ => Err(StateError::BadInput(0)),
+    }
+}
+
+/// A page of byte entries, framed key, value, ...
+fn framed_entries<K: AsRef<[u8]>, V: AsRef<[u8]>>(items: &[(K, V)], more: bool) -> ScanPage {
+    let mut entries = Vec::new();
+    for (k, v) in items {
+        push_frame(&mut entries, k.as_ref());
+        push_frame(&mut entries, v.as_ref());
+    }
+    framed_page(entries, items.len(), items.last().map(|(k, _)| k.as_ref()), more)
 }
 
 /// Appends the live value of each key (0 if absent or idle), marking the
