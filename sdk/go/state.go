@@ -178,9 +178,106 @@ func Declare(spec TableSpec) (uint32, error) {
 // result's error side; the area (ok payload at offset 4) comes back for
 // the caller to read. The closure keeps the call's arguments alive.
 func stateCall(what string, call func(ret uint32)) ([]byte, error) {
-	_, area, ret := scratch(16)
+	return stateCallN(what, 16, call)
+}
+
+// stateCallN is stateCall with an n-byte result area.
+func stateCallN(what string, n int, call func(ret uint32)) ([]byte, error) {
+	_, area, ret := scratch(n)
 	call(ret)
 	return area, stateResult(area, what)
+}
+
+// ScanMax is the most entries one Scan page and one TopK hold (the host's
+// bound on limit and k).
+const ScanMax = 1024
+
+// CounterEntry is one counter of a table: its key and value.
+type CounterEntry struct {
+	Key, Value uint64
+}
+
+// BytesEntry is one entry of a byte table, or one held resource of a pool
+// (Key: its 8 bytes little-endian).
+type BytesEntry struct {
+	Key, Value []byte
+}
+
+// scanRaw makes one scan call: the counter pairs, the framed entries and
+// the next cursor, copied out of the host's result.
+func scanRaw(table uint32, cursor []byte, limit uint32) ([]CounterEntry, []byte, []byte, error) {
+	area, err := stateCallN("scan", 28, func(ret uint32) {
+		stateScan(table, ptrOf(cursor), uint32(len(cursor)), limit, ret)
+		runtime.KeepAlive(cursor)
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return counterPairs(get32(area, 4), get32(area, 8)),
+		append([]byte(nil), bytesAt(get32(area, 12), get32(area, 16))...),
+		append([]byte(nil), bytesAt(get32(area, 20), get32(area, 24))...), nil
+}
+
+// counterPairs copies a list<tuple<u64, u64>> (16 bytes per pair).
+func counterPairs(ptr, n uint32) []CounterEntry {
+	raw := u64sAt(ptr, 2*n)
+	out := make([]CounterEntry, n)
+	for i := range out {
+		out[i] = CounterEntry{raw[2*i], raw[2*i+1]}
+	}
+	return out
+}
+
+// bytesPairs splits framed key, value, key, value, ... into entries.
+func bytesPairs(framed []byte) ([]BytesEntry, error) {
+	items, err := Unframe(framed)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BytesEntry, 0, len(items)/2)
+	for i := 0; i+1 < len(items); i += 2 {
+		out = append(out, BytesEntry{items[i], items[i+1]})
+	}
+	return out, nil
+}
+
+// Scan returns one page of the table in ascending key order: up to limit
+// counters whose key comes after cursor (nil: from the start; limit 0 or
+// above ScanMax: ScanMax), and the cursor of the next page (empty: the
+// scan is done). Per-flow tables refuse it (wrong-kind). It costs one
+// state operation per entry plus one per call.
+func (c Counters) Scan(cursor []byte, limit uint32) ([]CounterEntry, []byte, error) {
+	pairs, _, next, err := scanRaw(c.Table, cursor, limit)
+	return pairs, next, err
+}
+
+// All returns every counter of the table in ascending key order, reading
+// it one Scan page of limit entries at a time.
+func (c Counters) All(limit uint32) ([]CounterEntry, error) {
+	var all []CounterEntry
+	var cursor []byte
+	for {
+		page, next, err := c.Scan(cursor, limit)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, page...)
+		if len(next) == 0 {
+			return all, nil
+		}
+		cursor = next
+	}
+}
+
+// TopK returns the k largest counters (k at most ScanMax), largest first,
+// equal values by ascending key, selected by the host without reading
+// every key. It costs one state operation per entry plus one.
+func (c Counters) TopK(k uint32) ([]CounterEntry, error) {
+	area, err := stateCall("top-k", func(ret uint32) { stateTopK(c.Table, k, ret) })
+	if err != nil {
+		return nil, err
+	}
+	return counterPairs(get32(area, 4), get32(area, 8)), nil
 }
 
 // Counters is a host counter table.
@@ -271,6 +368,19 @@ func (t Bytes) PutMany(entries []byte) error {
 	return err
 }
 
+// Scan returns one page of the table in ascending (bytewise) key order:
+// up to limit entries whose key comes after cursor (nil: from the start;
+// limit 0 or above ScanMax: ScanMax), and the cursor of the next page
+// (empty: the scan is done). Per-flow tables refuse it (wrong-kind).
+func (t Bytes) Scan(cursor []byte, limit uint32) ([]BytesEntry, []byte, error) {
+	_, framed, next, err := scanRaw(t.Table, cursor, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, err := bytesPairs(framed)
+	return entries, next, err
+}
+
 // PerFlowBytes declares byte values per flow, keyed by the batch's flow
 // index framed as 4 bytes little-endian (only in Init). WithCapacity
 // counts one worker's flows.
@@ -350,6 +460,19 @@ func (p Pool) Lookup(ids []uint64) ([]byte, error) {
 func (p Pool) Release(ids []uint64) error {
 	_, err := stateCall("release", func(ret uint32) { stateRelease(p.Table, ptrOf(ids), uint32(len(ids)), ret) })
 	return err
+}
+
+// Scan returns one page of the resources held on every worker, ascending:
+// up to limit entries (Key: the resource, 8 bytes little-endian; Value:
+// its bound value) after cursor (nil: from the start), and the cursor of
+// the next page (empty: the scan is done).
+func (p Pool) Scan(cursor []byte, limit uint32) ([]BytesEntry, []byte, error) {
+	_, framed, next, err := scanRaw(p.Table, cursor, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, err := bytesPairs(framed)
+	return entries, next, err
 }
 
 // Unframe splits a framed list into its items.

@@ -31,7 +31,7 @@ fn a_component_built_against_0_1_0_still_loads_and_chains_with_0_2_0() {
     let legacy = runtime.load_file(&test_nf("legacy-v0-1")).unwrap();
     assert_eq!(legacy.contract_version(), "0.1.0");
     let monitor = runtime.load_file(&nf("monitor")).unwrap();
-    assert_eq!(monitor.contract_version(), "0.3.0");
+    assert_eq!(monitor.contract_version(), "0.4.0");
     let specs = [
         NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None },
         NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default(), owner: None },
@@ -81,6 +81,38 @@ fn a_component_built_against_0_2_0_still_loads_with_its_tables() {
     assert_eq!(stage.meters().traps, 0);
     let domain = stage.tables().unwrap().domain().clone();
     assert_eq!(domain.eventual_snapshot("seen").unwrap(), vec![(0, 40)]);
+}
+
+#[test]
+fn a_component_built_against_0_3_0_still_loads_with_its_single_writer_table() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let legacy = runtime.load_file(&test_nf("legacy-v0-3")).unwrap();
+    assert_eq!(legacy.contract_version(), "0.3.0");
+    let monitor = runtime.load_file(&nf("monitor")).unwrap();
+    assert_eq!(monitor.contract_version(), "0.4.0");
+    let specs = [
+        NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None },
+        NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default(), owner: None },
+    ];
+    let mut chain = Chain::new(&runtime, &specs).unwrap();
+    let frames = trace(40);
+    let raw: Vec<RawPacket<'_>> = frames
+        .iter()
+        .map(|(t, f)| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: *t, ingress_port: 0 })
+        .collect();
+    for batch in raw.chunks(8) {
+        chain.process(batch);
+    }
+    let stage = &mut chain.stages_mut()[0];
+    stage.flush_state();
+    assert_eq!(stage.meters().traps, 0);
+    let tables = stage.tables_mut().unwrap();
+    tables.sync_point();
+    let domain = tables.domain().clone();
+    assert_eq!(
+        domain.single_snapshot("seen").unwrap(),
+        vec![(0u64.to_le_bytes().to_vec(), 40u64.to_le_bytes().to_vec())]
+    );
 }
 
 #[test]

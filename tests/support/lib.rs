@@ -22,8 +22,16 @@ pub fn nf(name: &str) -> PathBuf {
     find("SLUICE_NFS_DIR", "target/nfs", name)
 }
 
-/// A test-only component (built by `make test-nfs`).
+/// A test-only component (built by `make test-nfs`). One that target only
+/// `test-nfs`'s cargo build produces but does not copy (a new bin of
+/// `tests/nfs/hostile`) is taken from cargo's output directory.
 pub fn test_nf(name: &str) -> PathBuf {
+    let built = workspace().join("target/wasm32-wasip2/nf").join(format!("{name}.wasm"));
+    let dir =
+        std::env::var("SLUICE_TEST_NFS_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace().join("target/nfs-test"));
+    if !dir.join(format!("{name}.wasm")).exists() && built.exists() {
+        return built;
+    }
     find("SLUICE_TEST_NFS_DIR", "target/nfs-test", name)
 }
 

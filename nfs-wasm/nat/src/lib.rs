@@ -2,7 +2,7 @@
 //! public address and a port from a pool; replies to that port are
 //! translated back. See README.md.
 //!
-//! State (all host-owned, `sluice:nf@0.3.0`):
+//! State (all host-owned, `sluice:nf@0.4.0`):
 //! - `ports`: the public port pool, a *release* table: every worker owns a
 //!   share of the ports and hands them out without asking the others; a
 //!   port is bound to the connection's inside and remote endpoints, which

@@ -3,43 +3,49 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `sluice:nf/host-log@0.3.0`
+// Imported Functions from `sluice:nf/host-log@0.4.0`
 
-__attribute__((__import_module__("sluice:nf/host-log@0.3.0"), __import_name__("log")))
+__attribute__((__import_module__("sluice:nf/host-log@0.4.0"), __import_name__("log")))
 extern void __wasm_import_sluice_nf_host_log_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("sluice:nf/host-log@0.3.0"), __import_name__("emit")))
+__attribute__((__import_module__("sluice:nf/host-log@0.4.0"), __import_name__("emit")))
 extern void __wasm_import_sluice_nf_host_log_emit(uint8_t *, size_t);
 
-// Imported Functions from `sluice:nf/state@0.3.0`
+// Imported Functions from `sluice:nf/state@0.4.0`
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("declare")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("declare")))
 extern void __wasm_import_sluice_nf_state_declare(uint8_t *, size_t, int32_t, int32_t, int32_t, int32_t, int64_t, int64_t, int32_t, int32_t, int32_t, int32_t, int64_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("counter-add")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("counter-add")))
 extern void __wasm_import_sluice_nf_state_counter_add(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("counter-get")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("counter-get")))
 extern void __wasm_import_sluice_nf_state_counter_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("get-many")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("get-many")))
 extern void __wasm_import_sluice_nf_state_get_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("put-many")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("put-many")))
 extern void __wasm_import_sluice_nf_state_put_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("acquire")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("acquire")))
 extern void __wasm_import_sluice_nf_state_acquire(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("lookup")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("lookup")))
 extern void __wasm_import_sluice_nf_state_lookup(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.3.0"), __import_name__("release")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("release")))
 extern void __wasm_import_sluice_nf_state_release(int32_t, uint8_t *, size_t, uint8_t *);
 
-// Exported Functions from `sluice:nf/nf@0.3.0`
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("scan")))
+extern void __wasm_import_sluice_nf_state_scan(int32_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.3.0#init")))
+__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("top-k")))
+extern void __wasm_import_sluice_nf_state_top_k(int32_t, int32_t, uint8_t *);
+
+// Exported Functions from `sluice:nf/nf@0.4.0`
+
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.4.0#init")))
 void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -54,7 +60,7 @@ void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.3.0#process")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.4.0#process")))
 void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -122,7 +128,7 @@ void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.3.0#expired")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.4.0#expired")))
 void __wasm_export_exports_sluice_nf_nf_expired_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -295,6 +301,22 @@ void sluice_nf_state_table_spec_free(sluice_nf_state_table_spec_t *ptr) {
   sluice_nf_state_consistency_free(&ptr->consistency);
 }
 
+void network_function_list_tuple2_u64_u64_free(network_function_list_tuple2_u64_u64_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    network_function_tuple2_u64_u64_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void sluice_nf_state_scan_page_free(sluice_nf_state_scan_page_t *ptr) {
+  network_function_list_tuple2_u64_u64_free(&ptr->counters);
+  network_function_list_u8_free(&ptr->entries);
+  network_function_list_u8_free(&ptr->cursor);
+}
+
 void sluice_nf_state_state_error_free(sluice_nf_state_state_error_t *ptr) {
   switch ((int32_t) ptr->tag) {
     case 0: {
@@ -358,6 +380,22 @@ void sluice_nf_state_result_list_u64_state_error_free(sluice_nf_state_result_lis
 void sluice_nf_state_result_list_u8_state_error_free(sluice_nf_state_result_list_u8_state_error_t *ptr) {
   if (!ptr->is_err) {
     network_function_list_u8_free(&ptr->val.ok);
+  } else {
+    sluice_nf_state_state_error_free(&ptr->val.err);
+  }
+}
+
+void sluice_nf_state_result_scan_page_state_error_free(sluice_nf_state_result_scan_page_state_error_t *ptr) {
+  if (!ptr->is_err) {
+    sluice_nf_state_scan_page_free(&ptr->val.ok);
+  } else {
+    sluice_nf_state_state_error_free(&ptr->val.err);
+  }
+}
+
+void sluice_nf_state_result_list_tuple2_u64_u64_state_error_free(sluice_nf_state_result_list_tuple2_u64_u64_state_error_t *ptr) {
+  if (!ptr->is_err) {
+    network_function_list_tuple2_u64_u64_free(&ptr->val.ok);
   } else {
     sluice_nf_state_state_error_free(&ptr->val.err);
   }
@@ -987,7 +1025,143 @@ bool sluice_nf_state_release(sluice_nf_state_table_t table, network_function_lis
   }
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.3.0#init")))
+bool sluice_nf_state_scan(sluice_nf_state_table_t table, network_function_list_u8_t *cursor, uint32_t limit, sluice_nf_state_scan_page_t *ret, sluice_nf_state_state_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(7*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_sluice_nf_state_scan((int32_t) (table), (uint8_t *) (*cursor).ptr, (*cursor).len, (int32_t) (limit), ptr);
+  sluice_nf_state_result_scan_page_state_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (sluice_nf_state_scan_page_t) {
+        (network_function_list_tuple2_u64_u64_t) (network_function_list_tuple2_u64_u64_t) { (network_function_tuple2_u64_u64_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) },
+        (network_function_list_u8_t) (network_function_list_u8_t) { (uint8_t*)(*((uint8_t **) (ptr + (3*sizeof(void*))))), (*((size_t*) (ptr + (4*sizeof(void*))))) },
+        (network_function_list_u8_t) (network_function_list_u8_t) { (uint8_t*)(*((uint8_t **) (ptr + (5*sizeof(void*))))), (*((size_t*) (ptr + (6*sizeof(void*))))) },
+      };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      sluice_nf_state_state_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.unknown_table = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 1: {
+          break;
+        }
+        case 2: {
+          break;
+        }
+        case 3: {
+          variant.val.bad_spec = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 4: {
+          variant.val.incompatible = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 5: {
+          variant.val.bad_input = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 6: {
+          variant.val.full = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 7: {
+          variant.val.over_budget = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 8: {
+          variant.val.too_large = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool sluice_nf_state_top_k(sluice_nf_state_table_t table, uint32_t k, network_function_list_tuple2_u64_u64_t *ret, sluice_nf_state_state_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_sluice_nf_state_top_k((int32_t) (table), (int32_t) (k), ptr);
+  sluice_nf_state_result_list_tuple2_u64_u64_state_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (network_function_list_tuple2_u64_u64_t) { (network_function_tuple2_u64_u64_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      sluice_nf_state_state_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.unknown_table = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 1: {
+          break;
+        }
+        case 2: {
+          break;
+        }
+        case 3: {
+          variant.val.bad_spec = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 4: {
+          variant.val.incompatible = (network_function_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 5: {
+          variant.val.bad_input = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 6: {
+          variant.val.full = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 7: {
+          variant.val.over_budget = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 8: {
+          variant.val.too_large = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+__attribute__((__export_name__("sluice:nf/nf@0.4.0#init")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   network_function_list_u8_t arg1 = (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) };
   exports_sluice_nf_nf_result_nf_info_string_t ret;
@@ -1013,7 +1187,7 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.3.0#process")))
+__attribute__((__export_name__("sluice:nf/nf@0.4.0#process")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4) {
   exports_sluice_nf_nf_batch_t arg5 = (sluice_nf_types_batch_t) {
     (network_function_list_u8_t) (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) },
@@ -1047,7 +1221,7 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0,
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.3.0#expired")))
+__attribute__((__export_name__("sluice:nf/nf@0.4.0#expired")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_expired(int32_t arg, uint8_t * arg0, size_t arg1) {
   network_function_list_u8_t arg2 = (network_function_list_u8_t) { (uint8_t*)(arg0), (arg1) };
   exports_sluice_nf_nf_result_void_string_t ret;

@@ -359,6 +359,36 @@ typedef struct sluice_nf_state_table_spec_t {
   bool   notify_expired;
 } sluice_nf_state_table_spec_t;
 
+typedef struct {
+  uint64_t f0;
+  uint64_t f1;
+} network_function_tuple2_u64_u64_t;
+
+typedef struct {
+  network_function_tuple2_u64_u64_t *ptr;
+  size_t len;
+} network_function_list_tuple2_u64_u64_t;
+
+// One page of a `scan`: entries of the table in ascending key order,
+// and where the next page starts.
+typedef struct sluice_nf_state_scan_page_t {
+  // Counter tables: `(key, value)` pairs, keys ascending. Empty for
+  // byte and release tables.
+  network_function_list_tuple2_u64_u64_t   counters;
+  // Byte tables: framed key, value, key, value, ... (the framing of
+  // `get-many` and `put-many`), keys ascending bytewise (a key comes
+  // before its longer extensions). Release tables: the held
+  // resources, ascending, each a framed 8-byte little-endian
+  // resource followed by its framed bound value. Empty for counter
+  // tables.
+  network_function_list_u8_t   entries;
+  // Pass this back as `scan`'s `cursor` for the next page. Empty
+  // when the scan is done: no entry comes after this page's last.
+  // (It is the last key of the page: 8 bytes little-endian for
+  // counter and release tables, the key itself for byte tables.)
+  network_function_list_u8_t   cursor;
+} sluice_nf_state_scan_page_t;
+
 // A declared table: the number `declare` returned.
 typedef uint32_t sluice_nf_state_table_t;
 
@@ -383,7 +413,8 @@ typedef struct sluice_nf_state_state_error_t {
 // outside `init`.
 #define SLUICE_NF_STATE_STATE_ERROR_NOT_NOW 1
 // The operation does not fit the table (e.g. `counter-add` on a
-// byte table, `acquire` on a counter table).
+// byte table, `acquire` on a counter table, `scan` on a per-flow
+// table, `top-k` on a byte table).
 #define SLUICE_NF_STATE_STATE_ERROR_WRONG_KIND 2
 // The spec is invalid (the message says which field and why).
 #define SLUICE_NF_STATE_STATE_ERROR_BAD_SPEC 3
@@ -392,8 +423,9 @@ typedef struct sluice_nf_state_state_error_t {
 // what differs. Keep the old declaration or choose a new name.
 #define SLUICE_NF_STATE_STATE_ERROR_INCOMPATIBLE 4
 // Input malformed: framing cut short, a key of the wrong length,
-// a flow index outside the batch, lists of different lengths. The
-// number is the index of the offending item.
+// a flow index outside the batch, lists of different lengths, a
+// `scan` cursor that is no key of the table (then the number is
+// 0). The number is the index of the offending item.
 #define SLUICE_NF_STATE_STATE_ERROR_BAD_INPUT 5
 // The table is at its capacity: the operation stopped at the item
 // with this index; items before it were applied.
@@ -440,6 +472,22 @@ typedef struct {
   } val;
 } sluice_nf_state_result_list_u8_state_error_t;
 
+typedef struct {
+  bool is_err;
+  union {
+    sluice_nf_state_scan_page_t ok;
+    sluice_nf_state_state_error_t err;
+  } val;
+} sluice_nf_state_result_scan_page_state_error_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    network_function_list_tuple2_u64_u64_t ok;
+    sluice_nf_state_state_error_t err;
+  } val;
+} sluice_nf_state_result_list_tuple2_u64_u64_state_error_t;
+
 typedef sluice_nf_types_batch_t exports_sluice_nf_nf_batch_t;
 
 typedef sluice_nf_types_batch_result_t exports_sluice_nf_nf_batch_result_t;
@@ -471,7 +519,7 @@ typedef struct {
   } val;
 } exports_sluice_nf_nf_result_void_string_t;
 
-// Imported Functions from `sluice:nf/host-log@0.3.0`
+// Imported Functions from `sluice:nf/host-log@0.4.0`
 // Writes a line to the host log, tagged with the NF's name. The host
 // rate-limits each instance and counts what it drops.
 extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_function_string_t *message);
@@ -480,7 +528,7 @@ extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_fun
 // cluster mode the event subject). Send the events of a batch in one call.
 extern void sluice_nf_host_log_emit(sluice_nf_host_log_list_event_t *events);
 
-// Imported Functions from `sluice:nf/state@0.3.0`
+// Imported Functions from `sluice:nf/state@0.4.0`
 // Declares a table, or finds the one this NF declared earlier under
 // the same name (after a trap, or in the version this one replaces).
 // Only during `init`.
@@ -533,8 +581,67 @@ extern bool sluice_nf_state_lookup(sluice_nf_state_table_t table, network_functi
 // 
 // Errors: `wrong-kind`.
 extern bool sluice_nf_state_release(sluice_nf_state_table_t table, network_function_list_u64_t *resources, sluice_nf_state_state_error_t *err);
+// Lists a table a page at a time, in ascending key order: the
+// entries whose key comes after `cursor` (every entry for an empty
+// `cursor`), at most `limit` of them, and the cursor of the next page.
+// The host bounds a page to 1024 entries: a `limit` of 0 or above
+// 1024 asks for 1024. Only an empty `cursor` ends a scan: while other
+// workers change the table, a page may be shorter than `limit`.
+// 
+// The cursor is the page's last key, so the host keeps nothing
+// between calls: a scan may span batches, survive a trap or a version
+// swap, or stop at any page. Pages come in strictly ascending key
+// order, so a key is never returned twice in one scan, even while
+// workers write the table; a key present from the first call to the
+// last is returned exactly once, one added or removed meanwhile may
+// or may not be, and each value is the one at the time of its page.
+// 
+// A scan sees what reads see:
+// - a global `local` table (read-only or read-write): this worker's
+//   table (read-only tables are the same on every worker);
+// - an `eventual` table: the host's merged view plus this worker's
+//   unmerged updates, as `counter-get` (keys only this worker has
+//   updated so far included);
+// - a `single-writer` table: every owner's entries as published at
+//   its last sync plus this worker's own writes since (a key it
+//   removed is absent, one it added is present);
+// - a `release` table: the resources held by flows on any worker,
+//   with their bound values;
+// - a `per-flow` table: refused (`wrong-kind`): its keys are flow
+//   indices of the current batch, which name no flow outside it.
+// 
+// Entries that idled out but are not yet removed are skipped. A scan
+// does not count as a read for idle expiry: a periodic scan does not
+// keep every entry alive.
+// 
+// Metered as one state operation per entry returned plus one per
+// call. The host's work is one pass over the table per call (bounded
+// by the table's capacity), inside the batch's deadline: page with a
+// large `limit`.
+// 
+// Errors: `unknown-table`; `wrong-kind` for a per-flow table;
+// `bad-input(0)` for a cursor that is no key of the table (not 8
+// bytes for a counter or release table; longer than 256 bytes, or not
+// `key-size` bytes where the table fixes it, for a byte table).
+extern bool sluice_nf_state_scan(sluice_nf_state_table_t table, network_function_list_u8_t *cursor, uint32_t limit, sluice_nf_state_scan_page_t *ret, sluice_nf_state_state_error_t *err);
+// The `k` largest counters of a counter table as `(key, value)`,
+// largest value first; equal values in ascending key order. At most
+// `k` of them (the host bounds `k` to 1024: a larger `k` asks for
+// 1024), fewer when the table holds fewer, none for `k` = 0. The NF
+// does not read every key: the host selects them in one pass.
+// 
+// It sees the entries `scan` sees (for an `eventual` table, the
+// merged view plus this worker's unmerged updates; for a
+// `single-writer` table, the published values plus this worker's own
+// adds), skips idle entries and does not count as a read for idle
+// expiry. Metered as one state operation per pair returned plus one
+// per call.
+// 
+// Errors: `unknown-table`; `wrong-kind` for a byte table, a release
+// table or a per-flow counter table.
+extern bool sluice_nf_state_top_k(sluice_nf_state_table_t table, uint32_t k, network_function_list_tuple2_u64_u64_t *ret, sluice_nf_state_state_error_t *err);
 
-// Exported Functions from `sluice:nf/nf@0.3.0`
+// Exported Functions from `sluice:nf/nf@0.4.0`
 bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluice_nf_nf_nf_info_t *ret, network_function_string_t *err);
 bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_sluice_nf_nf_batch_result_t *ret, network_function_string_t *err);
 bool exports_sluice_nf_nf_expired(exports_sluice_nf_nf_table_t table, network_function_list_u8_t *entries, network_function_string_t *err);
@@ -577,6 +684,10 @@ void sluice_nf_state_consistency_free(sluice_nf_state_consistency_t *ptr);
 
 void sluice_nf_state_table_spec_free(sluice_nf_state_table_spec_t *ptr);
 
+void network_function_list_tuple2_u64_u64_free(network_function_list_tuple2_u64_u64_t *ptr);
+
+void sluice_nf_state_scan_page_free(sluice_nf_state_scan_page_t *ptr);
+
 void sluice_nf_state_state_error_free(sluice_nf_state_state_error_t *ptr);
 
 void sluice_nf_state_result_table_state_error_free(sluice_nf_state_result_table_state_error_t *ptr);
@@ -588,6 +699,10 @@ void sluice_nf_state_result_void_state_error_free(sluice_nf_state_result_void_st
 void sluice_nf_state_result_list_u64_state_error_free(sluice_nf_state_result_list_u64_state_error_t *ptr);
 
 void sluice_nf_state_result_list_u8_state_error_free(sluice_nf_state_result_list_u8_state_error_t *ptr);
+
+void sluice_nf_state_result_scan_page_state_error_free(sluice_nf_state_result_scan_page_state_error_t *ptr);
+
+void sluice_nf_state_result_list_tuple2_u64_u64_state_error_free(sluice_nf_state_result_list_tuple2_u64_u64_state_error_t *ptr);
 
 void exports_sluice_nf_nf_batch_free(exports_sluice_nf_nf_batch_t *ptr);
 

@@ -18,7 +18,7 @@
  * Everything here is bounds-checked: an accessor on a packet too short for
  * the header returns 0 or false, never reads past the packet.
  *
- * The contract is wit/v0.3.0/nf.wit (sluice:nf@0.3.0); gen/ holds the
+ * The contract is wit/v0.4.0/nf.wit (sluice:nf@0.4.0); gen/ holds the
  * wit-bindgen bindings this header wraps.
  */
 #ifndef SLUICE_NF_H
@@ -245,7 +245,7 @@ bool sluice_emit(const char *kind, uint8_t level, const char *const *fields, siz
 typedef uint32_t sluice_table_t;
 
 /* A table as the NF declares it: the contract's table-spec record (every
- * field is documented in gen/network_function.h and wit/v0.3.0/nf.wit). */
+ * field is documented in gen/network_function.h and wit/v0.4.0/nf.wit). */
 typedef sluice_nf_state_table_spec_t sluice_table_spec_t;
 
 /* How the replicas of an eventual table combine. */
@@ -369,6 +369,45 @@ bool sluice_acquire(sluice_table_t table, const uint8_t *values, size_t len, uin
 bool sluice_lookup(sluice_table_t table, uint64_t *ids, size_t n, sluice_buf_t *out, sluice_error_t *err);
 /* Gives resources back. */
 bool sluice_release(sluice_table_t table, uint64_t *ids, size_t n, sluice_error_t *err);
+
+/* ---- listing a table (sluice:nf@0.4.0) ----------------------------------- */
+
+/* The most entries one sluice_scan page and one sluice_top_k hold (the
+ * host's bound on `limit` and `k`). */
+#define SLUICE_SCAN_MAX 1024
+/* One counter of a table: its key and value. */
+typedef struct {
+    uint64_t key, value;
+} sluice_counter_entry_t;
+/* One page of sluice_scan, in ascending key order (free with
+ * sluice_scan_page_free). */
+typedef struct {
+    /* Counter tables: the page's counters (none for other tables). */
+    sluice_counter_entry_t *counters;
+    size_t n_counters;
+    /* Byte tables: framed key, value, key, value, ... (keys ascending
+     * bytewise); pools: each held resource as a framed 8-byte
+     * little-endian resource and its framed value. Empty for counters. */
+    sluice_buf_t entries;
+    /* Pass it as the next call's cursor; len 0 when the scan is done. */
+    sluice_buf_t cursor;
+} sluice_scan_page_t;
+/* One page of a table: up to `limit` entries whose key comes after
+ * `cursor` (len 0: from the start; `limit` 0 or above SLUICE_SCAN_MAX:
+ * SLUICE_SCAN_MAX), and the cursor of the next page in page->cursor
+ * (len 0: done). Costs one state operation per entry plus one per call.
+ * Errors: _WRONG_KIND for a per-flow table, _BAD_INPUT for a cursor that
+ * is no key of the table. */
+bool sluice_scan(sluice_table_t table, const uint8_t *cursor, size_t cursor_len, uint32_t limit,
+                 sluice_scan_page_t *page, sluice_error_t *err);
+/* Frees what sluice_scan put in a page. */
+void sluice_scan_page_free(sluice_scan_page_t *page);
+/* The `k` (at most SLUICE_SCAN_MAX) largest counters of a counter table
+ * into out (room for k), largest first, equal values by ascending key;
+ * *n is how many (fewer when the table holds fewer). The host selects
+ * them without the NF reading every key. Errors: _WRONG_KIND for byte,
+ * pool and per-flow tables. */
+bool sluice_top_k(sluice_table_t table, uint32_t k, sluice_counter_entry_t *out, size_t *n, sluice_error_t *err);
 
 /* ---- what the NF defines ------------------------------------------------ */
 

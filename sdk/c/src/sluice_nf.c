@@ -743,6 +743,41 @@ bool sluice_release(sluice_table_t table, uint64_t *ids, size_t n, sluice_error_
     return state_fail(err, "release", &e);
 }
 
+_Static_assert(sizeof(sluice_counter_entry_t) == sizeof(network_function_tuple2_u64_u64_t),
+               "a counter entry has the layout of the contract's tuple<u64, u64>");
+
+bool sluice_scan(sluice_table_t table, const uint8_t *cursor, size_t cursor_len, uint32_t limit,
+                 sluice_scan_page_t *page, sluice_error_t *err) {
+    network_function_list_u8_t c = {(uint8_t *)cursor, cursor_len};
+    sluice_nf_state_scan_page_t r;
+    sluice_nf_state_state_error_t e;
+    memset(page, 0, sizeof *page);
+    if (!sluice_nf_state_scan(table, &c, limit, &r, &e)) return state_fail(err, "scan", &e);
+    /* An empty list's pointer is not an allocation: keep NULL instead. */
+    if (r.counters.len > 0) page->counters = (sluice_counter_entry_t *)r.counters.ptr, page->n_counters = r.counters.len;
+    if (r.entries.len > 0) page->entries.ptr = r.entries.ptr, page->entries.len = page->entries.cap = r.entries.len;
+    if (r.cursor.len > 0) page->cursor.ptr = r.cursor.ptr, page->cursor.len = page->cursor.cap = r.cursor.len;
+    return true;
+}
+
+void sluice_scan_page_free(sluice_scan_page_t *page) {
+    free(page->counters);
+    sluice_buf_free(&page->entries);
+    sluice_buf_free(&page->cursor);
+    memset(page, 0, sizeof *page);
+}
+
+bool sluice_top_k(sluice_table_t table, uint32_t k, sluice_counter_entry_t *out, size_t *n, sluice_error_t *err) {
+    network_function_list_tuple2_u64_u64_t r = {0};
+    sluice_nf_state_state_error_t e;
+    *n = 0;
+    if (!sluice_nf_state_top_k(table, k, &r, &e)) return state_fail(err, "top-k", &e);
+    for (size_t i = 0; i < r.len && i < k; i++) out[i] = (sluice_counter_entry_t){r.ptr[i].f0, r.ptr[i].f1};
+    *n = r.len < k ? r.len : k;
+    network_function_list_tuple2_u64_u64_free(&r);
+    return true;
+}
+
 /* ---- the exports ----------------------------------------------------------- */
 
 __attribute__((weak)) bool nf_expired(uint32_t table, const uint8_t *entries, size_t len, sluice_error_t *err) {

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The contract version new projects and builds target.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 /// The version of this tool (and of the SDK it installs).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -138,6 +138,22 @@ export class Counters {
   static readOnly(name: string, options?: TableOptions): Counters;
   add(keys: ArrayLike<number | bigint>, deltas: ArrayLike<number | bigint>): void;
   get(keys: ArrayLike<number | bigint>): BigUint64Array;
+  /** One page in ascending key order, after `cursor` (empty: the start); `limit` 0 or above 1024: 1024. */
+  scan(cursor?: Uint8Array, limit?: number): ScanPage<[bigint, bigint]>;
+  /** Every `[key, value]` in ascending key order, page by page. */
+  entries(limit?: number): Generator<[bigint, bigint]>;
+  /** The `k` (at most 1024) largest counters, largest first, ties by ascending key. */
+  topK(k: number): [bigint, bigint][];
+}
+
+/** The most entries one `scan` page and one `topK` hold (the host's bound). */
+export const SCAN_MAX: number;
+
+/** One page of a table scan: its entries in ascending key order, and the
+ * cursor of the next page (empty when the scan is done). */
+export interface ScanPage<T> {
+  entries: T[];
+  cursor: Uint8Array;
 }
 
 /** Frames items for the state interface (4-byte LE length + bytes each). */
@@ -161,6 +177,10 @@ export class Bytes {
   static readOnly(name: string, keySize: number, maxValueSize: number, options?: TableOptions): Bytes;
   getMany(keys: Uint8Array): Uint8Array;
   putMany(entries: Uint8Array): void;
+  /** One page in ascending (bytewise) key order, after `cursor` (empty: the start). */
+  scan(cursor?: Uint8Array, limit?: number): ScanPage<[Uint8Array, Uint8Array]>;
+  /** Every `[key, value]` in ascending key order, page by page. */
+  entries(limit?: number): Generator<[Uint8Array, Uint8Array]>;
 }
 
 export class Pool {
@@ -169,6 +189,10 @@ export class Pool {
   acquire(values: Uint8Array): BigUint64Array;
   lookup(resources: ArrayLike<number | bigint>): Uint8Array;
   release(resources: ArrayLike<number | bigint>): void;
+  /** One page of the held resources (every worker's), ascending, after `cursor` (empty: the start). */
+  scan(cursor?: Uint8Array, limit?: number): ScanPage<[bigint, Uint8Array]>;
+  /** Every held `[resource, value]`, ascending, page by page. */
+  entries(limit?: number): Generator<[bigint, Uint8Array]>;
 }
 
 export interface NetworkFunction {

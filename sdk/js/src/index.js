@@ -11,11 +11,22 @@
 // fail a batch: the message goes to the host, which applies the NF's
 // failure policy.
 //
-// The contract is wit/v0.3.0/nf.wit (sluice:nf@0.3.0); componentize-js
+// The contract is wit/v0.4.0/nf.wit (sluice:nf@0.4.0); componentize-js
 // provides the `sluice:nf/*` imports when it builds the NF.
 
-import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.3.0";
-import { acquire, counterAdd, counterGet, declare, getMany, lookup, putMany, release } from "sluice:nf/state@0.3.0";
+import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.4.0";
+import {
+  acquire,
+  counterAdd,
+  counterGet,
+  declare,
+  getMany,
+  lookup,
+  putMany,
+  release,
+  scan,
+  topK,
+} from "sluice:nf/state@0.4.0";
 
 /** Drop the packet. */
 export const DROP = 0;
@@ -400,6 +411,33 @@ function stateCall(what, f) {
   }
 }
 
+/** The most entries one `scan` page and one `topK` hold (the host's bound). */
+export const SCAN_MAX = 1024;
+
+const NO_CURSOR = new Uint8Array(0);
+
+function scanPage(what, table, cursor, limit) {
+  return stateCall(what, () => scan(table, cursor ?? NO_CURSOR, limit));
+}
+
+/** Pairs of a framed key, value, key, value, ... list. */
+function pairs(framed) {
+  const items = unframe(framed);
+  const out = [];
+  for (let i = 0; i + 1 < items.length; i += 2) out.push([items[i], items[i + 1]]);
+  return out;
+}
+
+/** Every entry of a table, one `scan` page at a time. */
+function* walk(table, limit) {
+  let cursor = NO_CURSOR;
+  do {
+    const page = table.scan(cursor, limit);
+    yield* page.entries;
+    cursor = page.cursor;
+  } while (cursor.length > 0);
+}
+
 /** A host counter table (see the `state` interface of the contract). */
 export class Counters {
   constructor(table) {
@@ -465,6 +503,30 @@ export class Counters {
   /** Reads counters (0n for absent keys). */
   get(keys) {
     return stateCall("counter-get", () => counterGet(this.table, BigUint64Array.from(keys, BigInt)));
+  }
+
+  /** One page of the table in ascending key order: `{ entries, cursor }`,
+   * up to `limit` `[key, value]` pairs (bigints) after `cursor` (empty:
+   * from the start; `limit` 0 or above 1024: 1024) and the cursor of the
+   * next page (empty: done). Per-flow tables refuse it (`wrong-kind`).
+   * Costs one state operation per entry plus one per call. */
+  scan(cursor = NO_CURSOR, limit = 0) {
+    const page = scanPage("scan", this.table, cursor, limit);
+    return { entries: page.counters.map(([k, v]) => [BigInt(k), BigInt(v)]), cursor: page.cursor };
+  }
+
+  /** Every `[key, value]` of the table in ascending key order, one `scan`
+   * page of `limit` at a time. */
+  *entries(limit = 0) {
+    yield* walk(this, limit);
+  }
+
+  /** The `k` largest counters (`k` at most 1024) as `[key, value]`
+   * bigints, largest first, equal values by ascending key, selected by the
+   * host without reading every key. Costs one state operation per pair
+   * plus one. */
+  topK(k) {
+    return stateCall("top-k", () => topK(this.table, k)).map(([key, v]) => [BigInt(key), BigInt(v)]);
   }
 }
 
@@ -568,6 +630,22 @@ export class Bytes {
   putMany(entries) {
     stateCall("put-many", () => putMany(this.table, entries));
   }
+
+  /** One page of the table in ascending key order (bytewise): `{ entries,
+   * cursor }`, up to `limit` `[key, value]` Uint8Array pairs after
+   * `cursor` (empty: from the start; `limit` 0 or above 1024: 1024) and
+   * the cursor of the next page (empty: done). Per-flow tables refuse it
+   * (`wrong-kind`). */
+  scan(cursor = NO_CURSOR, limit = 0) {
+    const page = scanPage("scan", this.table, cursor, limit);
+    return { entries: pairs(page.entries), cursor: page.cursor };
+  }
+
+  /** Every `[key, value]` of the table in ascending key order, page by
+   * page. */
+  *entries(limit = 0) {
+    yield* walk(this, limit);
+  }
 }
 
 /** A release table: integer resources shared by the host's workers, each
@@ -601,6 +679,23 @@ export class Pool {
   /** Gives resources back (one not held is ignored). */
   release(resources) {
     stateCall("release", () => release(this.table, BigUint64Array.from(resources, BigInt)));
+  }
+
+  /** One page of the resources held on every worker, ascending: `{
+   * entries, cursor }`, up to `limit` `[resource, value]` pairs (a bigint
+   * and a Uint8Array) after `cursor` (empty: from the start; `limit` 0 or
+   * above 1024: 1024) and the cursor of the next page (empty: done). */
+  scan(cursor = NO_CURSOR, limit = 0) {
+    const page = scanPage("scan", this.table, cursor, limit);
+    return {
+      entries: pairs(page.entries).map(([k, v]) => [new DataView(k.buffer, k.byteOffset, 8).getBigUint64(0, true), v]),
+      cursor: page.cursor,
+    };
+  }
+
+  /** Every held `[resource, value]`, ascending, page by page. */
+  *entries(limit = 0) {
+    yield* walk(this, limit);
   }
 }
 

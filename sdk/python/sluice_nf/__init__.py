@@ -11,7 +11,7 @@ batch) and setters for verdicts, rewrites and state; none of them calls the
 host. Raise an exception to refuse a configuration or fail a batch: its
 message goes to the host, which applies the NF's failure policy.
 
-The contract is ``wit/v0.3.0/nf.wit`` (``sluice:nf@0.3.0``); componentize-py
+The contract is ``wit/v0.4.0/nf.wit`` (``sluice:nf@0.4.0``); componentize-py
 generates the ``wit_world`` bindings this package wraps when it builds the NF.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from componentize_py_types import Err
 from wit_world import exports
@@ -30,7 +30,8 @@ from wit_world.imports import types
 
 __all__ = [
     "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
-    "Batch", "Bytes", "Counters", "Level", "Merge", "NfInfo", "Packet", "Pool", "StateError", "frame", "unframe",
+    "Batch", "Bytes", "Counters", "Level", "Merge", "NfInfo", "Packet", "Pool", "ScanPage", "StateError", "frame",
+    "unframe",
     "config_bool", "config_float", "config_int", "config_str", "config_value", "csum_update16", "export",
     "forward", "label", "log", "parse_ipv4_cidr", "emit", "stateless", "with_flow_state",
 ]
@@ -422,6 +423,40 @@ def _state_call(what: str, f, *args):
         raise StateError(what, kind) from None
 
 
+#: The most entries one ``scan`` page and one ``top_k`` hold (the host's bound).
+SCAN_MAX = 1024
+
+
+class ScanPage(NamedTuple):
+    """One page of a table scan: ``entries`` in ascending key order, and the
+    ``cursor`` to pass to the next ``scan`` (``b""`` when the scan is
+    done). Counter tables: ``(key, value)`` integers; byte tables:
+    ``(key, value)`` bytes; pools: ``(resource, value)``, an integer and
+    bytes."""
+
+    entries: list
+    cursor: bytes
+
+
+def _scan(table: int, cursor: bytes, limit: int):
+    return _state_call("scan", _state.scan, table, bytes(cursor), limit)
+
+
+def _pairs(framed: bytes) -> list:
+    items = unframe(framed)
+    return [(bytes(items[i]), bytes(items[i + 1])) for i in range(0, len(items) - 1, 2)]
+
+
+def _walk(scan, limit: int) -> Iterator:
+    cursor = b""
+    while True:
+        page = scan(cursor, limit)
+        yield from page.entries
+        cursor = page.cursor
+        if not cursor:
+            return
+
+
 class Counters:
     """A host counter table (see the ``state`` interface of the contract)."""
 
@@ -496,6 +531,27 @@ class Counters:
     def get(self, keys: Sequence[int]) -> list:
         """Reads counters (0 for absent keys)."""
         return _state_call("counter-get", _state.counter_get, self.table, list(keys))
+
+    def scan(self, cursor: bytes = b"", limit: int = 0) -> ScanPage:
+        """One page of the table in ascending key order: up to ``limit``
+        ``(key, value)`` pairs after ``cursor`` (``b""``: from the start;
+        ``limit`` 0 or above 1024: 1024), and the cursor of the next page
+        (``b""``: done). Per-flow tables refuse it (``wrong-kind``). Costs
+        one state operation per entry plus one per call."""
+        page = _scan(self.table, cursor, limit)
+        return ScanPage([(int(k), int(v)) for k, v in page.counters], bytes(page.cursor))
+
+    def items(self, limit: int = 0) -> Iterator[Tuple[int, int]]:
+        """Every ``(key, value)`` of the table, in ascending key order, one
+        ``scan`` page of ``limit`` at a time."""
+        return _walk(self.scan, limit)
+
+    def top_k(self, k: int) -> List[Tuple[int, int]]:
+        """The ``k`` largest counters (``k`` at most 1024) as ``(key,
+        value)``, largest first, equal values by ascending key, selected by
+        the host without reading every key. Counts one state operation per
+        pair plus one."""
+        return [(int(key), int(v)) for key, v in _state_call("top-k", _state.top_k, self.table, k)]
 
 
 def frame(items: Sequence[bytes]) -> bytes:
@@ -593,6 +649,19 @@ class Bytes:
         (``item``); entries before it were written."""
         _state_call("put-many", _state.put_many, self.table, entries)
 
+    def scan(self, cursor: bytes = b"", limit: int = 0) -> ScanPage:
+        """One page of the table in ascending key order (bytewise): up to
+        ``limit`` ``(key, value)`` pairs after ``cursor`` (``b""``: from the
+        start; ``limit`` 0 or above 1024: 1024), and the cursor of the next
+        page (``b""``: done). Per-flow tables refuse it (``wrong-kind``)."""
+        page = _scan(self.table, cursor, limit)
+        return ScanPage(_pairs(bytes(page.entries)), bytes(page.cursor))
+
+    def items(self, limit: int = 0) -> Iterator[Tuple[bytes, bytes]]:
+        """Every ``(key, value)`` of the table, in ascending key order, one
+        ``scan`` page of ``limit`` at a time."""
+        return _walk(self.scan, limit)
+
 
 class Pool:
     """A release table: integer resources shared by the host's workers,
@@ -624,6 +693,19 @@ class Pool:
     def release(self, resources: Sequence[int]) -> None:
         """Gives resources back (one not held is ignored)."""
         _state_call("release", _state.release, self.table, list(resources))
+
+    def scan(self, cursor: bytes = b"", limit: int = 0) -> ScanPage:
+        """One page of the held resources on every worker, ascending: up to
+        ``limit`` ``(resource, value)`` pairs after ``cursor`` (``b""``: from
+        the start; ``limit`` 0 or above 1024: 1024), and the cursor of the
+        next page (``b""``: done)."""
+        page = _scan(self.table, cursor, limit)
+        return ScanPage([(int.from_bytes(k, "little"), v) for k, v in _pairs(bytes(page.entries))],
+                        bytes(page.cursor))
+
+    def items(self, limit: int = 0) -> Iterator[Tuple[int, bytes]]:
+        """Every held ``(resource, value)``, ascending, page by page."""
+        return _walk(self.scan, limit)
 
 
 def export(cls):

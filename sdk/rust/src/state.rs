@@ -1,4 +1,4 @@
-//! Host-owned state tables (`sluice:nf@0.3.0` `state`).
+//! Host-owned state tables (`sluice:nf@0.4.0` `state`).
 //!
 //! Declare tables in [`NetworkFunction::init`](crate::NetworkFunction::init)
 //! with [`declare`]; keep the returned handles in the NF value. Every call
@@ -16,17 +16,88 @@
 //! # Ok(per_host) }
 //! ```
 //!
+//! List a table with `scan` (a page of at most [`MAX_SCAN`] entries in
+//! ascending key order, resumed from the page's cursor) or its largest
+//! counters with [`Counters::top_k`], instead of reading every key:
+//!
+//! ```no_run
+//! # fn f(ports: sluice_sdk::state::Counters) -> Result<(), sluice_sdk::state::StateError> {
+//! let top5 = ports.top_k(5)?; // [(443, 5120), (80, 4410), ...]: 6 state operations
+//! for entry in ports.entries(0) {
+//!     let (port, packets) = entry?;
+//! #   let _ = (port, packets, &top5);
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! The same calls work when the NF is compiled natively into a host (the
 //! benchmarks' baseline): they then reach the tables the host installed for
 //! the call.
 
 pub use crate::wit::sluice::nf::state::{
-    Access, Consistency, EventualSpec, Merge, PoolSpec, Scope, SingleWriterSpec, StateError, TableSpec, ValueKind,
+    Access, Consistency, EventualSpec, Merge, PoolSpec, ScanPage, Scope, SingleWriterSpec, StateError, TableSpec,
+    ValueKind,
 };
 pub use sluice_wire::abi::{frames, push_frame};
 
 /// A table handle, as `declare` returned it.
 pub type Table = u32;
+
+/// Most entries one [`scan`](Counters::scan) page holds and most pairs one
+/// [`top_k`](Counters::top_k) returns: the host bounds `limit` and `k` to
+/// it (a `limit` of 0 asks for it).
+pub const MAX_SCAN: u32 = 1024;
+
+/// Every entry of a table in ascending key order, read one `scan` page at
+/// a time: what [`Counters::entries`], [`Bytes::entries`] and
+/// [`Pool::entries`] return. A failed call ends it after its error.
+#[derive(Debug)]
+pub struct Entries<T> {
+    table: Table,
+    limit: u32,
+    cursor: Vec<u8>,
+    page: std::vec::IntoIter<T>,
+    done: bool,
+    decode: fn(ScanPage) -> Vec<T>,
+}
+
+impl<T> Entries<T> {
+    fn new(table: Table, limit: u32, decode: fn(ScanPage) -> Vec<T>) -> Self {
+        Entries { table, limit, cursor: Vec::new(), page: Vec::new().into_iter(), done: false, decode }
+    }
+}
+
+impl<T> Iterator for Entries<T> {
+    type Item = Result<T, StateError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(item) = self.page.next() {
+                return Some(Ok(item));
+            }
+            if self.done {
+                return None;
+            }
+            match imp::scan(self.table, &self.cursor, self.limit) {
+                Ok(mut page) => {
+                    self.cursor = std::mem::take(&mut page.cursor);
+                    self.done = self.cursor.is_empty();
+                    self.page = (self.decode)(page).into_iter();
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// The `(key, value)` pairs of a page's framed entries.
+fn byte_pairs(page: &ScanPage) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let items: Vec<&[u8]> = frames(&page.entries).filter_map(Result::ok).collect();
+    items.chunks_exact(2).filter_map(|kv| Some((kv.first()?.to_vec(), kv.get(1)?.to_vec()))).collect()
+}
 
 impl StateError {
     /// The index of the item a batched call stopped at: for `bad-input`,
@@ -206,6 +277,30 @@ impl Counters {
     pub fn get(&self, keys: &[u64]) -> Result<Vec<u64>, StateError> {
         imp::counter_get(self.0, keys)
     }
+
+    /// One page of the table in ascending key order: up to `limit` pairs
+    /// (0 or more than [`MAX_SCAN`]: [`MAX_SCAN`]) whose key comes after
+    /// `cursor` (empty: from the start) in `counters`, and the cursor of
+    /// the next page in `cursor` (empty: the scan is done). Per-flow
+    /// tables refuse it (`wrong-kind`). Costs one state operation per
+    /// pair plus one.
+    pub fn scan(&self, cursor: &[u8], limit: u32) -> Result<ScanPage, StateError> {
+        imp::scan(self.0, cursor, limit)
+    }
+
+    /// Every `(key, value)` of the table in ascending key order, one
+    /// [`scan`](Self::scan) page of `limit` at a time.
+    pub fn entries(&self, limit: u32) -> Entries<(u64, u64)> {
+        Entries::new(self.0, limit, |page| page.counters)
+    }
+
+    /// The `k` (at most [`MAX_SCAN`]) largest counters as `(key, value)`,
+    /// largest first, equal values by ascending key, selected by the host
+    /// without the NF reading every key. Costs one state operation per
+    /// pair plus one.
+    pub fn top_k(&self, k: u32) -> Result<Vec<(u64, u64)>, StateError> {
+        imp::top_k(self.0, k)
+    }
 }
 
 /// A byte table.
@@ -234,6 +329,22 @@ impl Bytes {
     pub fn flow_key(out: &mut Vec<u8>, flow: u32) {
         push_frame(out, &flow.to_le_bytes());
     }
+
+    /// One page of the table in ascending (bytewise) key order: up to
+    /// `limit` entries (0 or more than [`MAX_SCAN`]: [`MAX_SCAN`]) whose
+    /// key comes after `cursor` (empty: from the start), framed key,
+    /// value, ... in `entries`, and the cursor of the next page in
+    /// `cursor` (empty: the scan is done). Per-flow tables refuse it
+    /// (`wrong-kind`).
+    pub fn scan(&self, cursor: &[u8], limit: u32) -> Result<ScanPage, StateError> {
+        imp::scan(self.0, cursor, limit)
+    }
+
+    /// Every `(key, value)` of the table in ascending key order, one
+    /// [`scan`](Self::scan) page of `limit` at a time.
+    pub fn entries(&self, limit: u32) -> Entries<(Vec<u8>, Vec<u8>)> {
+        Entries::new(self.0, limit, |page| byte_pairs(&page))
+    }
 }
 
 /// A pool of integer resources (release consistency).
@@ -260,6 +371,25 @@ impl Pool {
     pub fn release(&self, resources: &[u64]) -> Result<(), StateError> {
         imp::release(self.0, resources)
     }
+
+    /// One page of the resources held on every worker, ascending: up to
+    /// `limit` (0 or more than [`MAX_SCAN`]: [`MAX_SCAN`]) after `cursor`
+    /// (empty: from the start), each a framed 8-byte little-endian
+    /// resource and its framed value in `entries`, and the cursor of the
+    /// next page (empty: done).
+    pub fn scan(&self, cursor: &[u8], limit: u32) -> Result<ScanPage, StateError> {
+        imp::scan(self.0, cursor, limit)
+    }
+
+    /// Every held `(resource, value)`, ascending, page by page.
+    pub fn entries(&self, limit: u32) -> Entries<(u64, Vec<u8>)> {
+        Entries::new(self.0, limit, |page| {
+            byte_pairs(&page)
+                .into_iter()
+                .filter_map(|(k, v)| Some((u64::from_le_bytes(<[u8; 8]>::try_from(k.as_slice()).ok()?), v)))
+                .collect()
+        })
+    }
 }
 
 /// Declares a table, or finds the one declared earlier under this name.
@@ -270,7 +400,7 @@ pub fn declare(spec: TableSpec) -> Result<Table, StateError> {
 
 #[cfg(target_arch = "wasm32")]
 mod imp {
-    use super::{StateError, Table, TableSpec};
+    use super::{ScanPage, StateError, Table, TableSpec};
     use crate::wit::sluice::nf::state as host;
 
     pub fn declare(spec: TableSpec) -> Result<Table, StateError> {
@@ -297,6 +427,12 @@ mod imp {
     pub fn release(t: Table, resources: &[u64]) -> Result<(), StateError> {
         host::release(t, resources)
     }
+    pub fn scan(t: Table, cursor: &[u8], limit: u32) -> Result<ScanPage, StateError> {
+        host::scan(t, cursor, limit)
+    }
+    pub fn top_k(t: Table, k: u32) -> Result<Vec<(u64, u64)>, StateError> {
+        host::top_k(t, k)
+    }
 }
 
 /// Natively, the calls go to the tables the host installed for this call
@@ -304,7 +440,7 @@ mod imp {
 /// an NF outside any host) they fail with `not-now`.
 #[cfg(not(target_arch = "wasm32"))]
 mod imp {
-    use super::{Access, Consistency, Merge, Scope, StateError, Table, TableSpec, ValueKind};
+    use super::{Access, Consistency, Merge, ScanPage, Scope, StateError, Table, TableSpec, ValueKind};
     use sluice_state as s;
 
     fn call<R>(f: impl FnOnce(&mut s::Tables) -> Result<R, s::StateError>) -> Result<R, StateError> {
@@ -399,5 +535,15 @@ mod imp {
     }
     pub fn release(t: Table, resources: &[u64]) -> Result<(), StateError> {
         call(|s| s.release(t, resources))
+    }
+    pub fn scan(t: Table, cursor: &[u8], limit: u32) -> Result<ScanPage, StateError> {
+        call(|s| s.scan(t, cursor, limit)).map(|p| ScanPage {
+            counters: p.counters,
+            entries: p.entries,
+            cursor: p.cursor,
+        })
+    }
+    pub fn top_k(t: Table, k: u32) -> Result<Vec<(u64, u64)>, StateError> {
+        call(|s| s.top_k(t, k))
     }
 }
