@@ -184,3 +184,25 @@ fn flow_state_survives_a_trap_and_re_instantiation() {
     // Re-creation is lazy: the instance after the last trap is not made.
     assert_eq!(chain.stages()[0].meters().instantiations, 2);
 }
+
+/// An NF asking `scan` and `top-k` for `u32::MAX` entries of a table of
+/// thousands gets 1024 of each (the host's bound), pays for what it got,
+/// and runs on within its deadline.
+#[test]
+fn a_hostile_scan_limit_is_bounded_by_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, out) = run_hostile(dir.path(), "scan-flood", "fail-closed", "");
+    let h = &r.nfs[1];
+    assert_eq!(h.name, "hostile");
+    assert_eq!((h.meters.traps, h.meters.errors), (0, 0), "{:?}", h.meters);
+    assert_eq!(out, frames(8));
+    let scans: Vec<_> = r.events.iter().filter(|e| e.kind == "hostile.scan").collect();
+    assert_eq!(scans.len(), 2, "{:?}", r.events);
+    for e in scans {
+        assert_eq!((e.fields["page"].as_str(), e.fields["top"].as_str()), ("1024", "1024"), "{:?}", e.fields);
+        assert_eq!(e.fields["cursor"], "8", "more entries follow the page");
+    }
+    // Per batch: 4,096 keys added, then 1,024 + 1 for the scan and as
+    // many for the top-k.
+    assert_eq!(h.meters.table_ops, 2 * (4096 + 1025 + 1025), "{:?}", h.meters);
+}

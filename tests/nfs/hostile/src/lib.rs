@@ -33,6 +33,11 @@
 //!   that is not the deployment's);
 //! - `init-loop`: spins forever in `init` (the start deadline must stop
 //!   it);
+//! - `scan-flood`: declares the same `keys` table, adds 4,096 new keys
+//!   per batch, then asks for a `scan` page and a `top-k` of `u32::MAX`
+//!   entries (the host must bound both to 1024) and reports what it got
+//!   in a `hostile.scan` event (fields `page`, `top`, `cursor`: the
+//!   numbers of entries, of pairs and of cursor bytes);
 //! - `clash`: declares a table `totals` as per-flow bytes — incompatible
 //!   with the monitor's eventual counter table of that name — ignores the
 //!   error it gets, and otherwise forwards everything (a swap to it must
@@ -60,6 +65,7 @@ enum Mode {
     LogFlood,
     FlowFlood,
     KeyFlood,
+    ScanFlood,
     Retag,
 }
 
@@ -109,6 +115,7 @@ impl NetworkFunction for Hostile {
             "log-flood" => Mode::LogFlood,
             "flow-flood" => Mode::FlowFlood,
             "key-flood" => Mode::KeyFlood,
+            "scan-flood" => Mode::ScanFlood,
             "retag" => Mode::Retag,
             "init-loop" => loop {
                 black_box(());
@@ -147,7 +154,7 @@ impl NetworkFunction for Hostile {
         if mode == Mode::Clash {
             let _ = sluice_sdk::state::declare(sluice_sdk::state::TableSpec::per_flow_bytes("totals", 8));
         }
-        let keys = if mode == Mode::KeyFlood {
+        let keys = if matches!(mode, Mode::KeyFlood | Mode::ScanFlood) {
             use sluice_sdk::state::{Counters, Merge, TableSpec};
             let spec = TableSpec::eventual_counter("keys", Merge::Sum, 0).capacity(u32::MAX);
             Some(Counters::declare(spec).map_err(|e| format!("hostile: {e}"))?)
@@ -248,6 +255,26 @@ impl NetworkFunction for Hostile {
                     // Refusals are the point: keep going.
                     let _ = t.add(&keys, &vec![1; keys.len()]);
                 }
+                Ok(())
+            }
+            Mode::ScanFlood => {
+                const PER_BATCH: u64 = 4096;
+                let Some(t) = &self.keys else { return Ok(()) };
+                let first = self.seen * PER_BATCH;
+                let keys: Vec<u64> = (first..first + PER_BATCH).collect();
+                t.add(&keys, &vec![1; keys.len()]).map_err(|e| format!("hostile: {e}"))?;
+                let page = t.scan(&[], u32::MAX).map_err(|e| format!("hostile: {e}"))?;
+                let top = t.top_k(u32::MAX).map_err(|e| format!("hostile: {e}"))?;
+                sluice_sdk::emit(&[sluice_sdk::Event {
+                    kind: "hostile.scan".into(),
+                    level: sluice_sdk::Level::Info,
+                    packet: None,
+                    fields: vec![
+                        ("page".into(), page.counters.len().to_string()),
+                        ("top".into(), top.len().to_string()),
+                        ("cursor".into(), page.cursor.len().to_string()),
+                    ],
+                }]);
                 Ok(())
             }
             Mode::Retag => {
