@@ -26,7 +26,7 @@ fn build(case: &str, lang: Lang, scratch: &Path) -> Option<PathBuf> {
         println!("skip {case}/{lang}: no {}", source.file_name().unwrap().to_string_lossy());
         return None;
     }
-    let sdk = Sdk::locate(Some(&workspace())).unwrap();
+    let sdk = Sdk::locate(Some(&workspace())).unwrap().for_projects().unwrap();
     let project_dir = scratch.join(lang.name());
     let text = std::fs::read_to_string(&source).unwrap();
     sluice_cli::scaffold::write_sources(&sdk, &project_dir, case, lang, &text).unwrap();
@@ -36,7 +36,7 @@ fn build(case: &str, lang: Lang, scratch: &Path) -> Option<PathBuf> {
         cache_dir: Some(workspace().join("target/sluice-cache")),
     };
     let built = sluice_cli::build(&project, &sdk, &opts).unwrap_or_else(|e| panic!("{case}/{lang}: {e}"));
-    assert_eq!(built.contract, "0.3.0");
+    assert_eq!(built.contract, "0.4.0");
     Some(built.path)
 }
 
@@ -185,6 +185,28 @@ fn guard_in_every_language_on_one_and_two_workers() {
     // sources.
     assert!(expected["packets_dropped"].as_u64().unwrap() > 0, "{expected:#}");
     assert!(expected["tables"]["blocked"]["entries"].as_u64().unwrap() > 0, "{expected:#}");
+}
+
+/// Listing a table (`sluice:nf@0.4.0`): `top-k` and a paged `scan` of a
+/// counter table, and a paged `scan` of a byte table.
+#[test]
+fn scan_in_every_language() {
+    conformance("scan");
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(workspace().join("tests/conformance/scan/expected.json")).unwrap())
+            .unwrap();
+    // The case means something: scans took several pages, walked every
+    // entry the table holds in ascending order, and the last one counted
+    // every TCP packet.
+    let scans: Vec<&Value> =
+        expected["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "conformance.scan").collect();
+    assert!(scans.len() > 1, "{expected:#}");
+    let last = scans.last().unwrap();
+    assert!(last["fields"]["pages"].as_str().unwrap().parse::<u64>().unwrap() > 2, "{expected:#}");
+    assert!(
+        scans.iter().all(|e| e["fields"]["ascending"] == "yes" && e["fields"]["names"] == "dns,http,https,ntp,ssh")
+    );
+    assert_eq!(last["fields"]["entries"], expected["tables"]["ports"]["entries"].to_string(), "{expected:#}");
 }
 
 /// The reference output of the rewriter is right on its own terms, not
