@@ -18,6 +18,8 @@
 //!                            # may use; `dpdk`: the EAL's lcores)
 //! cache_dir = "/var/cache/sluice"     # SLUICE_CACHE_DIR; "" disables; default
 //!                                      # $XDG_CACHE_HOME/sluice or ~/.cache/sluice
+//!                                      # (modules/ and functions/: see
+//!                                      # sluice_runtime::function_cache)
 //! max_memory_mb = 256        # SLUICE_MAX_MEMORY_MB: pool slot size
 //! max_instances = 512        # SLUICE_MAX_INSTANCES: NF instances the pool holds
 //!                            # (default: 2 × NFs × workers, at least 32; `serve`: 512)

@@ -14,7 +14,9 @@ use wasmtime::{Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, P
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Directory of the compiled-code cache (keyed by a hash of the module
-    /// bytes and the compiler settings); `None` disables it.
+    /// bytes and the compiler settings) in its `modules/`, and the
+    /// compiled-function cache in its `functions/` (see
+    /// [`crate::function_cache`]); `None` disables both.
     pub cache_dir: Option<PathBuf>,
     /// Largest memory any instance may have: the pooling allocator's slot
     /// size. Each NF's own cap must not exceed it.
@@ -125,12 +127,21 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Engine(format!("cannot create cache dir {}: {e}", dir.display())))?;
             let dir = std::path::absolute(dir)
                 .map_err(|e| RuntimeError::Engine(format!("cache dir {}: {e}", dir.display())))?;
+            // Wasmtime's module cache removes what it does not know from
+            // its directory: the two caches get one each.
             let mut cc = CacheConfig::new();
-            cc.with_directory(dir.clone());
+            cc.with_directory(dir.join("modules"));
             let cache_handle_new =
                 Cache::new(cc).map_err(|e| RuntimeError::Engine(format!("code cache in {}: {e}", dir.display())))?;
             c.cache(Some(cache_handle_new.clone()));
             cache = Some(cache_handle_new);
+            // Beside it, compiled functions: a component that differs
+            // from one compiled before in a few functions (or only in its
+            // data) compiles only those.
+            let functions = dir.join("functions");
+            let store = crate::function_cache::FunctionCache::open(&functions)
+                .map_err(|e| RuntimeError::Engine(format!("function cache in {}: {e}", functions.display())))?;
+            c.enable_incremental_compilation(Arc::new(store)).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         }
         let engine = Engine::new(&c).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);

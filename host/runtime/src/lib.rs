@@ -33,6 +33,7 @@ pub mod chain;
 pub mod cores;
 pub mod engine;
 pub mod error;
+pub mod function_cache;
 pub mod guest_io;
 pub mod host;
 pub mod instance;

@@ -85,6 +85,103 @@ fn build_errors_say_what_and_where() {
     std::fs::write(project.join("nf.py"), "x = 1\n").unwrap();
     let o = sluice(&project, &["nf", "build"]);
     assert!(!o.status.success() && text(&o).contains("componentize-py failed"), "{}", text(&o));
+    // A Python syntax error is the compiler's own report, first and alone,
+    // naming the project's file.
+    std::fs::write(project.join("nf.py"), "x = 1\ny = (\n").unwrap();
+    let o = sluice(&project, &["nf", "build"]);
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{said}");
+    let error = said.lines().skip_while(|l| !l.starts_with("error:")).collect::<Vec<_>>().join("\n");
+    assert!(error.contains(&format!("File \"{}/nf.py\", line 2", project.canonicalize().unwrap().display())), "{said}");
+    assert!(error.lines().last().is_some_and(|l| l.starts_with("SyntaxError: '(' was never closed")), "{said}");
+    assert!(!error.contains("AssertionError") && !error.contains("Traceback"), "{said}");
+}
+
+/// What can be known without a build is said before one: no API key, a
+/// missing input, no such test case, a bad `[run]`.
+#[test]
+fn checks_come_before_the_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(sluice(tmp.path(), &["nf", "new", "early", "--lang", "c"]).status.success());
+    let project = tmp.path().join("early");
+    let built = project.join("build");
+    let mut no_key = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    no_key.args(["nf", "deploy"]).current_dir(&project).env_remove("SLUICE_API_KEY");
+    let o = no_key.env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test")).output().unwrap();
+    assert!(!o.status.success() && text(&o).contains("no API key"), "{}", text(&o));
+    let o = sluice(&project, &["nf", "run", "--in", "nope.pcap"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert_eq!(text(&o).matches("No such file or directory").count(), 1, "{}", text(&o));
+    assert!(text(&o).contains("reading nope.pcap"), "{}", text(&o));
+    let o = sluice(&project, &["nf", "test", "--case", "nope"]);
+    assert!(!o.status.success() && text(&o).contains("no test case 'nope'"), "{}", text(&o));
+    assert!(!built.exists(), "a build ran");
+    let manifest = std::fs::read_to_string(project.join("sluice.toml")).unwrap();
+    std::fs::write(project.join("sluice.toml"), manifest.replace("# workers = 1", "workers = 65")).unwrap();
+    let o = sluice(&project, &["nf", "build"]);
+    assert!(!o.status.success() && text(&o).contains("[run]: workers = 65 is out of range: 1 to 64"), "{}", text(&o));
+}
+
+/// A build whose sources, SDK and toolchain are those of the last one
+/// keeps its component (Python's, whose bytes differ on every toolchain
+/// run, included); a changed source builds again.
+#[test]
+fn an_unchanged_project_keeps_its_component() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(sluice(tmp.path(), &["nf", "new", "same", "--lang", "python"]).status.success());
+    let project = tmp.path().join("same");
+    let component = project.join("build/same.wasm");
+    assert!(sluice(&project, &["nf", "build"]).status.success());
+    let first = std::fs::read(&component).unwrap();
+    let o = sluice(&project, &["nf", "test"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read(&component).unwrap(), first, "an unchanged project was built again");
+    let source = std::fs::read_to_string(project.join("nf.py")).unwrap();
+    std::fs::write(project.join("nf.py"), format!("{source}\n# a comment\n")).unwrap();
+    assert!(sluice(&project, &["nf", "build"]).status.success());
+    assert_ne!(std::fs::read(&component).unwrap(), first, "a changed source kept the old component");
+}
+
+/// `[run]` in sluice.toml and `--workers`/`--batch` shape `nf run` and
+/// `nf test` (the report says so).
+#[test]
+fn local_runs_take_workers_and_batch_from_the_manifest_or_the_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(sluice(tmp.path(), &["nf", "new", "shaped", "--lang", "c", "--template", "firewall"]).status.success());
+    let project = tmp.path().join("shaped");
+    let manifest = std::fs::read_to_string(project.join("sluice.toml")).unwrap();
+    let manifest = manifest.replace("# workers = 1", "workers = 2").replace("# batch = 32", "batch = 4");
+    std::fs::write(project.join("sluice.toml"), manifest).unwrap();
+    let input = project.join("tests/basic/input.txt");
+    let report = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["nf", "run", "--in", input.to_str().unwrap(), "--output", "json"];
+        all.extend_from_slice(args);
+        let o = sluice(&project, &all);
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let r = report(&[]);
+    assert_eq!((r["workers"].as_u64(), r["batch_size"].as_u64()), (Some(2), Some(4)), "{r}");
+    let r = report(&["--workers", "1", "--batch", "2"]);
+    assert_eq!((r["workers"].as_u64(), r["batch_size"].as_u64()), (Some(1), Some(2)), "{r}");
+    let o = sluice(&project, &["nf", "test", "--workers", "3", "--batch", "1"]);
+    assert!(o.status.success() && text(&o).contains("case basic ... ok"), "{}", text(&o));
+}
+
+/// The gateway flags appear in the help of the commands that use them
+/// only; they are still accepted everywhere.
+#[test]
+fn help_shows_the_flags_a_command_uses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let help = |args: &[&str]| text(&sluice(tmp.path(), args));
+    let new = help(&["nf", "new", "--help"]);
+    assert!(!new.contains("--api-key") && !new.contains("--admin-token") && !new.contains("--url"), "{new}");
+    let create = help(&["tenant", "create", "--help"]);
+    assert!(create.contains("--admin-token") && !create.contains("--api-key"), "{create}");
+    let deploy = help(&["nf", "deploy", "--help"]);
+    assert!(deploy.contains("--api-key") && !deploy.contains("--admin-token"), "{deploy}");
+    let o = sluice(tmp.path(), &["sdk", "path", "--api-key", "x", "--url", "http://127.0.0.1:1"]);
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 #[test]
@@ -209,6 +306,49 @@ fn dev_with_tenant(dir: &Path) -> (Killed, String, String) {
     (dev, url, key)
 }
 
+/// `sluice dev --metrics-listen` serves what a Prometheus would scrape,
+/// and keeps its data out of the directory it was started from.
+#[test]
+fn dev_serves_metrics_and_keeps_its_data_in_the_data_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let data_dir = tmp.path().join("data");
+    let dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .current_dir(tmp.path())
+        .env("SLUICE_DATA_DIR", &data_dir)
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _dev = Killed(dev);
+    let url = format!("http://127.0.0.1:{port}");
+    wait_until(60, "sluice dev", &mut || ureq::get(&format!("{url}/healthz")).call().is_ok());
+    // The admin token is read from the dev data directory.
+    let o = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["tenant", "create", "metered", "--key-only", "--url", &url])
+        .env("SLUICE_DATA_DIR", &data_dir)
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(data_dir.join("dev/admin-token").is_file());
+    let entries: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries, vec![std::ffi::OsString::from("data")], "sluice dev wrote into its working directory");
+    let mut body = String::new();
+    wait_until(30, "the host's metrics", &mut || {
+        body = ureq::get(&format!("http://127.0.0.1:{metrics}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default();
+        body.contains("sluice_") && body.contains("host=\"dev\"")
+    });
+    assert!(ureq::get(&format!("http://127.0.0.1:{metrics}/readyz")).call().is_ok());
+}
+
 /// `sluice` as the tenant of `url`.
 fn tenant(dir: &Path, url: &str, key: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -324,7 +464,7 @@ fn nf_watch_redeploys_on_save_and_reports_build_errors() {
     assert!(sluice(tmp.path(), &["nf", "new", "w", "--lang", "c"]).status.success());
     let project = tmp.path().join("w");
     let log = tmp.path().join("watch.log");
-    let _watch = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["nf", "watch", "--interval-ms", "200"])
         .current_dir(&project)
         .env("SLUICE_URL", &url)
@@ -353,6 +493,14 @@ fn nf_watch_redeploys_on_save_and_reports_build_errors() {
         .unwrap();
     let list: serde_json::Value = serde_json::from_slice(&modules.stdout).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    // Ctrl-C: the watch says what it leaves deployed and how to go back.
+    let running = list[0]["version"].as_str().unwrap().to_string();
+    let _ = Command::new("kill").args(["-INT", &watch.0.id().to_string()]).status();
+    let status = watch.0.wait().unwrap();
+    assert!(!status.success());
+    let said = said();
+    assert!(said.contains(&format!("deployment w stays on w@{running}")), "{said}");
+    assert!(said.contains("`sluice nf deploy` puts sluice.toml's version back"), "{said}");
 }
 
 /// `sluice dev --watch <project>`: the dev cluster and the watch in one
