@@ -826,11 +826,7 @@ fn watch(
             seen = Some(fp);
             generation += 1;
             eprintln!("building {nf} ...");
-            match sluice_cli::build(
-                project,
-                sdk,
-                &BuildOptions::with_code_cache(w.cargo_target_dir.clone()),
-            ) {
+            match sluice_cli::build(project, sdk, &BuildOptions::with_code_cache(w.cargo_target_dir.clone())) {
                 Err(e) => eprintln!("build failed; fix it and save again:\n{e}"),
                 Ok(built) => {
                     let version = format!("0.0.0-dev.{started}.{generation}");
