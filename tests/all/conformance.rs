@@ -26,16 +26,20 @@ fn build(case: &str, lang: Lang, scratch: &Path) -> Option<PathBuf> {
         println!("skip {case}/{lang}: no {}", source.file_name().unwrap().to_string_lossy());
         return None;
     }
-    let sdk = Sdk::locate(Some(&workspace())).unwrap().for_projects().unwrap();
+    // The copy projects build against; installed once per process (the
+    // install names its scratch directory after the process, so parallel
+    // tests must not race to write it).
+    static SDK: std::sync::OnceLock<Sdk> = std::sync::OnceLock::new();
+    let sdk = SDK.get_or_init(|| Sdk::locate(Some(&workspace())).unwrap().for_projects().unwrap());
     let project_dir = scratch.join(lang.name());
     let text = std::fs::read_to_string(&source).unwrap();
-    sluice_cli::scaffold::write_sources(&sdk, &project_dir, case, lang, &text).unwrap();
+    sluice_cli::scaffold::write_sources(sdk, &project_dir, case, lang, &text).unwrap();
     let project = Project::open(&project_dir).unwrap();
     let opts = BuildOptions {
         cargo_target_dir: Some(workspace().join("target/conformance-rust")),
         cache_dir: Some(workspace().join("target/sluice-cache")),
     };
-    let built = sluice_cli::build(&project, &sdk, &opts).unwrap_or_else(|e| panic!("{case}/{lang}: {e}"));
+    let built = sluice_cli::build(&project, sdk, &opts).unwrap_or_else(|e| panic!("{case}/{lang}: {e}"));
     assert_eq!(built.contract, "0.4.0");
     Some(built.path)
 }

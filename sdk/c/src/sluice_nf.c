@@ -706,7 +706,8 @@ bool sluice_get_many(sluice_table_t table, const uint8_t *keys, size_t len, slui
     network_function_list_u8_t k = {(uint8_t *)keys, len}, r = {0};
     sluice_nf_state_state_error_t e;
     if (!sluice_nf_state_get_many(table, &k, &r, &e)) return state_fail(err, "get-many", &e);
-    out->ptr = r.ptr, out->len = out->cap = r.len;
+    /* An empty list's pointer is not an allocation (free would fail). */
+    out->ptr = r.len ? r.ptr : NULL, out->len = out->cap = r.len;
     return true;
 }
 
@@ -723,7 +724,7 @@ bool sluice_acquire(sluice_table_t table, const uint8_t *values, size_t len, uin
     network_function_list_u64_t r = {0};
     sluice_nf_state_state_error_t e;
     if (!sluice_nf_state_acquire(table, &v, &r, &e)) return state_fail(err, "acquire", &e);
-    *ids = r.ptr, *n = r.len;
+    *ids = r.len ? r.ptr : NULL, *n = r.len;
     return true;
 }
 
@@ -732,7 +733,8 @@ bool sluice_lookup(sluice_table_t table, uint64_t *ids, size_t n, sluice_buf_t *
     network_function_list_u8_t r = {0};
     sluice_nf_state_state_error_t e;
     if (!sluice_nf_state_lookup(table, &k, &r, &e)) return state_fail(err, "lookup", &e);
-    out->ptr = r.ptr, out->len = out->cap = r.len;
+    /* An empty list's pointer is not an allocation (free would fail). */
+    out->ptr = r.len ? r.ptr : NULL, out->len = out->cap = r.len;
     return true;
 }
 
