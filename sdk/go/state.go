@@ -381,6 +381,24 @@ func (t Bytes) Scan(cursor []byte, limit uint32) ([]BytesEntry, []byte, error) {
 	return entries, next, err
 }
 
+// All returns every entry of the table in ascending key order, reading it
+// one Scan page of limit entries at a time.
+func (t Bytes) All(limit uint32) ([]BytesEntry, error) {
+	var all []BytesEntry
+	var cursor []byte
+	for {
+		page, next, err := t.Scan(cursor, limit)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, page...)
+		if len(next) == 0 {
+			return all, nil
+		}
+		cursor = next
+	}
+}
+
 // PerFlowBytes declares byte values per flow, keyed by the batch's flow
 // index framed as 4 bytes little-endian (only in Init). WithCapacity
 // counts one worker's flows.

@@ -547,3 +547,53 @@ mod imp {
         call(|s| s.top_k(t, k))
     }
 }
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    /// Runs `f` with fresh tables installed, as a native host would.
+    fn with_tables<R>(f: impl FnOnce() -> R) -> R {
+        let domain = sluice_state::Domain::new();
+        let mut tables = Some(Box::new(sluice_state::Tables::new(&domain, sluice_state::DEFAULT_BUDGET_BYTES)));
+        if let Some(t) = tables.as_deref_mut() {
+            t.begin_init();
+        }
+        sluice_state::with_installed(&mut tables, f)
+    }
+
+    #[test]
+    fn entries_walk_every_page_and_top_k_ranks_by_value_then_key() {
+        with_tables(|| {
+            let c = Counters::declare(TableSpec::read_only_counter("ports")).unwrap();
+            let keys: Vec<u64> = (0..10).rev().collect();
+            let counts: Vec<i64> = keys.iter().map(|k| (*k % 4) as i64).collect();
+            c.add(&keys, &counts).unwrap();
+            let all: Vec<(u64, u64)> = c.entries(3).collect::<Result<_, _>>().unwrap();
+            assert_eq!(all, (0..10).map(|k| (k, k % 4)).collect::<Vec<_>>());
+            assert_eq!(c.top_k(3).unwrap(), vec![(3, 3), (7, 3), (2, 2)]);
+            let page = c.scan(&[], 4).unwrap();
+            assert_eq!(page.counters.len(), 4);
+            assert_eq!(page.cursor, 3u64.to_le_bytes());
+
+            let b = Bytes::declare(TableSpec::read_only_bytes("names", 0, 8)).unwrap();
+            let mut entries = Vec::new();
+            for (k, v) in [("b", "2"), ("a", "1"), ("c", "3")] {
+                push_frame(&mut entries, k.as_bytes());
+                push_frame(&mut entries, v.as_bytes());
+            }
+            b.put_many(&entries).unwrap();
+            let all: Vec<(Vec<u8>, Vec<u8>)> = b.entries(2).collect::<Result<_, _>>().unwrap();
+            assert_eq!(all, [("a", "1"), ("b", "2"), ("c", "3")].map(|(k, v)| (k.into(), v.into())));
+            assert!(matches!(b.top_k_is_refused(), Err(StateError::WrongKind)));
+        });
+    }
+
+    impl Bytes {
+        /// `top-k` on a byte table, which the host refuses.
+        fn top_k_is_refused(&self) -> Result<Vec<(u64, u64)>, StateError> {
+            imp::top_k(self.0, 1)
+        }
+    }
+}

@@ -98,20 +98,13 @@ func (s *scan) Process(b *nf.Batch) error {
 		}
 		cursor = next
 	}
-	var names []string
-	cursor = nil
-	for {
-		page, next, err := s.names.Scan(cursor, 2)
-		if err != nil {
-			return err
-		}
-		for _, e := range page {
-			names = append(names, string(e.Key))
-		}
-		if len(next) == 0 {
-			break
-		}
-		cursor = next
+	all, err := s.names.All(2)
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(all))
+	for i, e := range all {
+		names[i] = string(e.Key)
 	}
 	asc := "no"
 	if ascending {

@@ -49,13 +49,7 @@ class Scan {
       cursor = page.cursor;
     }
     const names = [];
-    cursor = new Uint8Array(0);
-    for (;;) {
-      const page = this.names.scan(cursor, 2);
-      for (const [key] of page.entries) names.push(String.fromCharCode(...key));
-      if (page.cursor.length === 0) break;
-      cursor = page.cursor;
-    }
+    for (const [key] of this.names.entries(2)) names.push(String.fromCharCode(...key));
     batch.emit("conformance.scan", "info", trigger, [
       ["top", top],
       ["entries", String(entries)],

@@ -44,13 +44,7 @@ class Scan:
             if not page.cursor:
                 break
             cursor = page.cursor
-        names, cursor = [], b""
-        while True:
-            page = self.names.scan(cursor, 2)
-            names += [key.decode() for key, _ in page.entries]
-            if not page.cursor:
-                break
-            cursor = page.cursor
+        names = [key.decode() for key, _ in self.names.items(2)]
         batch.emit("conformance.scan", Level.INFO, trigger, [
             ("top", top), ("entries", str(entries)), ("pages", str(pages)), ("total", str(total)),
             ("ascending", "yes" if ascending else "no"), ("names", ",".join(names)),

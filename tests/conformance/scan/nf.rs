@@ -18,10 +18,11 @@
 //! next call with the cursor the previous page returned, until a page's
 //! cursor is empty); `ascending`, `yes` if every key of that scan is
 //! larger than the one before it, else `no`; `names`, the keys of a full
-//! scan of `names` in pages of 2, joined by commas. Every packet is
+//! scan of `names` in pages of 2 (through the SDK's iterator over every
+//! entry where it has one), joined by commas. Every packet is
 //! forwarded.
 
-use sluice_sdk::state::{Bytes, Counters, Merge, TableSpec, frames, push_frame};
+use sluice_sdk::state::{Bytes, Counters, Merge, TableSpec, push_frame};
 use sluice_sdk::{Batch, Event, Level, NetworkFunction, NfInfo, emit};
 
 struct Scan {
@@ -88,18 +89,9 @@ impl NetworkFunction for Scan {
             cursor = page.cursor;
         }
         let mut names: Vec<String> = Vec::new();
-        let mut cursor = Vec::new();
-        loop {
-            let page = self.names.scan(&cursor, 2).map_err(state_err)?;
-            for (i, item) in frames(&page.entries).enumerate() {
-                if i % 2 == 0 {
-                    names.push(String::from_utf8_lossy(item.map_err(state_err)?).into_owned());
-                }
-            }
-            if page.cursor.is_empty() {
-                break;
-            }
-            cursor = page.cursor;
+        for entry in self.names.entries(2) {
+            let (key, _) = entry.map_err(state_err)?;
+            names.push(String::from_utf8_lossy(&key).into_owned());
         }
         emit(&[Event {
             kind: "conformance.scan".into(),
