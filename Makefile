@@ -42,7 +42,7 @@ nfs: setup
 	done
 
 # Test-only modules: the hostile NF, a component of the wrong world, and
-# NFs built against the released sluice:nf@0.1.0 and @0.2.0 contracts.
+# NFs built against the released sluice:nf@0.1.0, @0.2.0 and @0.3.0 contracts.
 test-nfs: setup
 	$(CARGO) build --locked --profile $(NF_PROFILE) --target $(NF_TARGET) -p sluice-nf-hostile
 	@mkdir -p $(TEST_NF_OUT)
@@ -50,6 +50,7 @@ test-nfs: setup
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/wrong-world.wasm $(TEST_NF_OUT)/wrong-world.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-1.wasm $(TEST_NF_OUT)/legacy-v0-1.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-2.wasm $(TEST_NF_OUT)/legacy-v0-2.wasm
+	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-3.wasm $(TEST_NF_OUT)/legacy-v0-3.wasm
 
 demo: build test-nfs
 	@mkdir -p $(DEMO_DIR)

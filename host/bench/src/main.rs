@@ -78,6 +78,10 @@ struct Args {
     /// `make setup`'s collector; prints, writes nothing).
     #[arg(long, requires = "host")]
     telemetry_only: bool,
+    /// Only the edit loop of Python and JavaScript NFs (prints, writes
+    /// nothing).
+    #[arg(long)]
+    edit_loop_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -236,6 +240,11 @@ fn main() -> Result<()> {
     }
     if let (true, Some(host)) = (args.elastic_only, &args.host) {
         print!("{}", elastic::section(host, &args.nfs)?);
+        return Ok(());
+    }
+    if args.edit_loop_only {
+        let rows = languages::edit_loop(&args.sdk_root, &args.sdk_root.join("target/bench-languages"))?;
+        print!("{}", languages::render_edit_loop(&rows));
         return Ok(());
     }
     if args.groups_only {
@@ -407,6 +416,9 @@ fn main() -> Result<()> {
         let scratch = args.sdk_root.join("target/bench-languages");
         let lang_rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &bench)?;
         md.push_str(&languages::render(&lang_rows, lang_frames.len()));
+        eprintln!("the edit loop of Python and JavaScript NFs (a few minutes)...");
+        let edits = languages::edit_loop(&args.sdk_root, &scratch)?;
+        md.push_str(&languages::render_edit_loop(&edits));
     }
     if let Some(host) = &args.host {
         eprintln!("DPDK throughput (about a minute), then the control plane...");

@@ -118,7 +118,11 @@ impl Sdk {
             return Sdk::at(&target);
         }
         std::fs::create_dir_all(&base).map_err(io("creating", &base))?;
-        let tmp = base.join(format!(".{VERSION}.{}", std::process::id()));
+        // Named for this process and call: installs in other processes or
+        // threads never share it.
+        static INSTALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = INSTALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = base.join(format!(".{VERSION}.{}.{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         self.install(&tmp)?;
         let stamp = format!("{VERSION} from {}\n", self.root.display());
