@@ -123,7 +123,7 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
          `sluice.toml` holds what the NF needs everywhere: its version, its configuration \
          (`[config]`), its limits (`[limits]`, the names of the gateway's deployment API) and \
          where it is deployed (`[deployment]`: name, group, attach). The SDK's README \
-         ({sdk_readme}) describes the API.\n\n\
+         ({link}/sdk/{lang_dir}/README.md) describes the API.\n\n\
          ## Tests\n\n\
          Each folder under `tests/` is a case: `input.txt` (one packet per line: time, \
          optional `vlan N`, protocol, `source > destination`, then `flags`, `ttl`, \
@@ -135,7 +135,8 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
          `sluice nf test --bless` writes them from a run; review them before you commit.\n",
         template = template.name(),
         v = crate::sdk::CONTRACT_VERSION,
-        sdk_readme = format!("{}/sdk/{}/README.md", crate::sdk::PROJECT_SDK_LINK, lang.name()),
+        link = crate::sdk::PROJECT_SDK_LINK,
+        lang_dir = lang.name(),
     );
     write(&dir.join("README.md"), &readme)?;
     sdk.link_into(&dir)?;
