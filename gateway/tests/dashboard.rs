@@ -228,6 +228,7 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     // The CLI bill agrees.
     let csv = sluice(&url, k, &["bill", "--period", &month, "--csv"]);
     assert_eq!(csv, api_csv.as_str().unwrap());
+    assert!(csv.ends_with('\n'), "the CSV's last line has no end: {csv:?}");
 
     // Ctrl-C: the dev cluster stops cleanly and keeps its data.
     let _ = Command::new("kill").args(["-INT", &dev.child.id().to_string()]).status();

@@ -1405,7 +1405,7 @@ fn run() -> Result<()> {
         }
         Command::Sdk(SdkCommand::Path) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?;
-            let copy = sluice_cli::sdk::data_dir()?.join("sdk").join(sluice_cli::sdk::VERSION);
+            let copy = sdk.projects_copy()?;
             if as_json {
                 return emit(&json!({ "sdk": sdk.root(), "projects_copy": copy }));
             }

@@ -113,7 +113,7 @@ impl Sdk {
         if base.canonicalize().is_ok_and(|b| self.root.starts_with(b)) {
             return Ok(self.clone());
         }
-        let target = base.join(format!("{VERSION}-{}", self.fingerprint()?));
+        let target = self.projects_copy()?;
         if target.join(STAMP).is_file() {
             return Sdk::at(&target);
         }
@@ -135,6 +135,13 @@ impl Sdk {
             }
         }
         Sdk::at(&target)
+    }
+
+    /// Where [`for_projects`](Self::for_projects) installs this SDK (or
+    /// finds it installed): `sdk/<version>-<digest>/` under the user's
+    /// data directory.
+    pub fn projects_copy(&self) -> Result<PathBuf, CliError> {
+        Ok(data_dir()?.join("sdk").join(format!("{VERSION}-{}", self.fingerprint()?)))
     }
 
     /// Writes a standalone SDK to `to`: the WIT packages, every language's
