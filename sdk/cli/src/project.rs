@@ -285,29 +285,10 @@ impl Project {
     /// `sluice nf watch` rebuilds on it, and a build whose sources,
     /// SDK and toolchain are unchanged reuses its component.
     pub fn sources_digest(&self) -> Result<String, CliError> {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
         let tests = self.dir.join("tests");
-        let mut failed = None;
-        crate::sdk::walk(&self.dir, &mut |p, _| {
-            let capture = p.extension().is_some_and(|e| e == "pcap" || e == "pcapng");
-            if p.starts_with(&tests) || capture {
-                return;
-            }
-            h.update(p.strip_prefix(&self.dir).unwrap_or(p).as_os_str().as_encoded_bytes());
-            h.update([0]);
-            match std::fs::read(p) {
-                Ok(bytes) => {
-                    h.update((bytes.len() as u64).to_le_bytes());
-                    h.update(&bytes);
-                }
-                Err(e) => failed = failed.take().or(Some(io("reading", p)(e))),
-            }
-        })?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(hex::encode(h.finalize())),
-        }
+        crate::sdk::digest_files(&self.dir, std::slice::from_ref(&self.dir), &|p| {
+            !p.starts_with(&tests) && !p.extension().is_some_and(|e| e == "pcap" || e == "pcapng")
+        })
     }
 
     /// The component a build produces.

@@ -172,29 +172,10 @@ impl Sdk {
     /// A digest of what [`install`](Self::install) copies (paths and
     /// contents), 16 hex digits: it changes exactly when the SDK does.
     pub fn fingerprint(&self) -> Result<String, CliError> {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
         let langs = crate::Lang::ALL.map(|l| self.lang_dir(l));
         let others = ["wit", "host/wire", "host/state", "Cargo.lock"].map(|d| self.root.join(d));
-        let mut failed = None;
-        for dir in langs.iter().chain(&others) {
-            walk(dir, &mut |p, _| {
-                let rel = p.strip_prefix(&self.root).unwrap_or(p);
-                h.update(rel.as_os_str().as_encoded_bytes());
-                h.update([0]);
-                match std::fs::read(p) {
-                    Ok(bytes) => {
-                        h.update((bytes.len() as u64).to_le_bytes());
-                        h.update(&bytes);
-                    }
-                    Err(e) => failed = failed.take().or(Some(io("reading", p)(e))),
-                }
-            })?;
-        }
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        Ok(hex::encode(h.finalize()).chars().take(16).collect())
+        let dirs: Vec<PathBuf> = langs.into_iter().chain(others).collect();
+        Ok(digest_files(&self.root, &dirs, &|_| true)?.chars().take(16).collect())
     }
 
     /// Points `<project>/.sluice/sdk` at this SDK. Projects name the SDK
@@ -242,6 +223,35 @@ pub(crate) fn walk(path: &Path, f: &mut dyn FnMut(&Path, &std::fs::Metadata)) ->
         walk(&e, f)?;
     }
     Ok(())
+}
+
+/// SHA-256 (hex) of the files under `paths` that `keep` accepts, sorted,
+/// each as its path relative to `root` and its contents: it changes
+/// exactly when a file is added, removed, renamed or edited.
+pub(crate) fn digest_files(root: &Path, paths: &[PathBuf], keep: &dyn Fn(&Path) -> bool) -> Result<String, CliError> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut failed = None;
+    for path in paths {
+        walk(path, &mut |p, _| {
+            if !keep(p) {
+                return;
+            }
+            h.update(p.strip_prefix(root).unwrap_or(p).as_os_str().as_encoded_bytes());
+            h.update([0]);
+            match std::fs::read(p) {
+                Ok(bytes) => {
+                    h.update((bytes.len() as u64).to_le_bytes());
+                    h.update(&bytes);
+                }
+                Err(e) => failed = failed.take().or(Some(io("reading", p)(e))),
+            }
+        })?;
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(hex::encode(h.finalize())),
+    }
 }
 
 /// Copies the files under `from` to `to`, leaving out [`skipped`] entries.
