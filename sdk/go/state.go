@@ -254,19 +254,7 @@ func (c Counters) Scan(cursor []byte, limit uint32) ([]CounterEntry, []byte, err
 // All returns every counter of the table in ascending key order, reading
 // it one Scan page of limit entries at a time.
 func (c Counters) All(limit uint32) ([]CounterEntry, error) {
-	var all []CounterEntry
-	var cursor []byte
-	for {
-		page, next, err := c.Scan(cursor, limit)
-		if err != nil {
-			return all, err
-		}
-		all = append(all, page...)
-		if len(next) == 0 {
-			return all, nil
-		}
-		cursor = next
-	}
+	return allPages(func(cursor []byte) ([]CounterEntry, []byte, error) { return c.Scan(cursor, limit) })
 }
 
 // TopK returns the k largest counters (k at most ScanMax), largest first,
@@ -384,10 +372,17 @@ func (t Bytes) Scan(cursor []byte, limit uint32) ([]BytesEntry, []byte, error) {
 // All returns every entry of the table in ascending key order, reading it
 // one Scan page of limit entries at a time.
 func (t Bytes) All(limit uint32) ([]BytesEntry, error) {
-	var all []BytesEntry
+	return allPages(func(cursor []byte) ([]BytesEntry, []byte, error) { return t.Scan(cursor, limit) })
+}
+
+// allPages calls scan from an empty cursor, then from each page's next
+// cursor until it is empty, and returns the pages' entries in order (with
+// those read before an error).
+func allPages[T any](scan func(cursor []byte) ([]T, []byte, error)) ([]T, error) {
+	var all []T
 	var cursor []byte
 	for {
-		page, next, err := t.Scan(cursor, limit)
+		page, next, err := scan(cursor)
 		if err != nil {
 			return all, err
 		}
