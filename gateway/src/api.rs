@@ -1009,6 +1009,12 @@ pub struct AttachmentObject {
     /// sends nowhere else; none: the host's default.
     #[serde(default)]
     pub out: Option<u16>,
+    /// `outside`: packets of this attachment are replies (e.g. to a NAT's
+    /// public address) and run a linear chain last NF first; `inside`
+    /// (the default): connections are opened from here.
+    #[serde(default)]
+    #[schema(example = "outside")]
+    pub side: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for AttachmentIn {
@@ -1020,7 +1026,7 @@ impl<'de> Deserialize<'de> for AttachmentIn {
             v @ serde_json::Value::Object(_) => {
                 serde_json::from_value(v.clone()).map(AttachmentIn::Object).map_err(|e| {
                     D::Error::custom(format!(
-                        "attachment {}: {e} (an object has port and optionally vlan, dst, out)",
+                        "attachment {}: {e} (an object has port and optionally vlan, dst, out, side)",
                         shown(&v)
                     ))
                 })
@@ -1047,7 +1053,11 @@ impl AttachmentIn {
                             .map_err(|e| format!("attachment: dst '{d}': {e} (give a prefix such as 10.1.0.0/16)"))
                     })
                     .transpose()?;
-                let a = Attachment { port: o.port, vlan: o.vlan, dst, out: o.out };
+                let side = match o.side.as_deref() {
+                    Some(v) => v.parse().map_err(|e| format!("attachment: {e}"))?,
+                    None => sluice_engine::Side::Inside,
+                };
+                let a = Attachment { port: o.port, vlan: o.vlan, dst, out: o.out, side };
                 a.validate().map_err(|e| e.to_string())?;
                 Ok(a)
             }
@@ -1109,6 +1119,8 @@ fn check_group_attachments(
             ),
         ));
     }
+    sluice_engine::outside_ports(attachments)
+        .map_err(|reason| ApiError::unprocessable("attachment_side", format!("attachments: {reason}")))?;
     for a in attachments {
         for port in std::iter::once(a.port).chain(a.out) {
             if !exposed.contains(&port) {
@@ -1120,6 +1132,26 @@ fn check_group_attachments(
         }
     }
     Ok(())
+}
+
+/// Refuses outside attachments for a chain that is not linear: only a
+/// linear chain has a reverse order for replies to run.
+fn check_reverse(attachments: &[Attachment], nfs: &[NfPlacement]) -> Result<(), ApiError> {
+    if attachments.iter().all(|a| a.side.is_inside()) {
+        return Ok(());
+    }
+    let linear = nfs
+        .iter()
+        .enumerate()
+        .all(|(i, n)| n.labels.is_empty() && n.next.as_deref() == nfs.get(i + 1).map(|m| m.name.as_str()));
+    if linear {
+        return Ok(());
+    }
+    Err(ApiError::unprocessable(
+        "attachment_side",
+        "an outside attachment runs the chain in reverse, and only a linear chain (no labels, each NF's next \
+         the one after it) has a reverse: attach replies to a deployment of their own, or make the chain linear",
+    ))
 }
 
 /// One NF of a deployment, resolved.
@@ -1541,7 +1573,7 @@ async fn publish(st: &AppState, groups: &[&str], deployment: Option<&str>) -> Re
     responses((status = 201, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, description = "unknown module", body = ErrorBody),
         (status = 409, description = "the name exists, a quota (`quota_exceeded`), or an attachment overlaps one of another deployment of the group (`attachment_overlap`)", body = ErrorBody),
         (status = 413, description = "a config or the chain is too large", body = ErrorBody),
-        (status = 422, description = "the NF rejected its configuration (`config_rejected`), a limit is out of its range (`invalid_limit`, naming the NF and the field), or attachments do not fit the group's ports (`attachment_required`, `port_not_exposed`, `no_ports_exposed`)", body = ErrorBody),
+        (status = 422, description = "the NF rejected its configuration (`config_rejected`), a limit is out of its range (`invalid_limit`, naming the NF and the field), or attachments do not fit the group's ports or chain (`attachment_required`, `port_not_exposed`, `no_ports_exposed`, `attachment_side`)", body = ErrorBody),
         (status = 500, description = "stored but cannot be published (the deployment is `failed`)", body = ErrorBody)))]
 pub async fn create_deployment(
     State(st): State<AppState>,
@@ -1557,6 +1589,7 @@ pub async fn create_deployment(
     check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), None)?;
     st.store.check_overlap(&tenant.id, &group, None, &attachments)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
+    check_reverse(&attachments, &nfs)?;
     let name = match &req.name {
         Some(n) => n.clone(),
         None => nfs.first().map(|n| n.name.clone()).unwrap_or_default(),
@@ -1671,6 +1704,7 @@ pub async fn update_deployment(
     check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), Some(&row.id))?;
     st.store.check_overlap(&tenant.id, &group, Some(&row.id), &attachments)?;
     let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
+    check_reverse(&attachments, &nfs)?;
     let spec = serde_json::to_string(&nfs).map_err(ApiError::internal)?;
     // The same deployment again changes nothing (no new revision, nothing
     // published), unless its revision failed: then applying it retries.

@@ -194,7 +194,7 @@ fn a_frame_too_long_to_rewrite_is_refused_alone_and_its_batch_is_balanced() {
         .collect();
     let results = chain.process(&raw).to_vec();
     assert_eq!(results[15].fate, sluice_runtime::Fate::Refused);
-    assert_eq!(chain.refused(), 1);
+    assert_eq!(chain.counters().refused_oversize, 1);
     for (i, r) in results.iter().enumerate().filter(|(i, _)| *i != 15) {
         assert_eq!(r.fate, sluice_runtime::Fate::Forward(0), "packet {i}");
         assert!(r.data.as_deref().is_some_and(checksums_ok), "packet {i} was not balanced");

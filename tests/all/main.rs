@@ -7,6 +7,7 @@
 mod chain;
 mod conformance;
 mod cores;
+mod directions;
 mod dns;
 mod firewall;
 mod hostile;

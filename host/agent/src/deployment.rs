@@ -606,14 +606,30 @@ pub(crate) fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostStat
     shared.changed.notify_one();
 }
 
-/// The chain of a prepared revision: its NFs instantiated and started.
-pub(crate) fn chain_of(shared: &Shared, built: &Result<Built, String>) -> Result<Chain, String> {
+/// The chain of a prepared revision: its NFs instantiated and started,
+/// running in reverse for packets of its outside attachments.
+pub(crate) fn chain_of(
+    shared: &Shared,
+    built: &Result<Built, String>,
+    attachments: &[sluice_engine::Attachment],
+) -> Result<Chain, String> {
     match built {
-        Ok((specs, routes, domains)) => {
-            Chain::with_domains(&shared.runtime, specs, routes.clone(), domains).map_err(|e| e.to_string())
-        }
+        Ok((specs, routes, domains)) => new_chain(shared, specs, routes.clone(), domains, attachments),
         Err(e) => Err(e.clone()),
     }
+}
+
+fn new_chain(
+    shared: &Shared,
+    specs: &[NfSpec],
+    routes: Vec<Routes>,
+    domains: &[Arc<sluice_state::Domain>],
+    attachments: &[sluice_engine::Attachment],
+) -> Result<Chain, String> {
+    let outside = sluice_engine::outside_ports(attachments)?;
+    let mut chain = Chain::with_domains(&shared.runtime, specs, routes, domains).map_err(|e| e.to_string())?;
+    chain.set_outside(&outside).map_err(|e| e.to_string())?;
+    Ok(chain)
 }
 
 /// Starts a deployment; `chain` is its chain if it was started elsewhere
@@ -627,7 +643,7 @@ pub(crate) fn start(
 ) -> Option<Active> {
     let span = traced("start", &prepared, lane);
     let _in = span.enter();
-    let chain = chain.unwrap_or_else(|| chain_of(shared, &prepared.built));
+    let chain = chain.unwrap_or_else(|| chain_of(shared, &prepared.built, &prepared.spec.attachments));
     let Prepared { spec, trace, .. } = prepared;
     let made = chain.and_then(|chain| Active::new(shared, spec.clone(), chain, resume, lane));
     match made {
@@ -671,9 +687,9 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
     let same_shape = a.spec.nfs.len() == spec.nfs.len()
         && a.spec.nfs.iter().zip(&spec.nfs).all(|(o, n)| o.name == n.name && o.next == n.next && o.labels == n.labels);
     if !same_shape {
-        return match built.and_then(|(specs, routes, domains)| {
-            Chain::with_domains(&shared.runtime, &specs, routes, &domains).map_err(|e| e.to_string())
-        }) {
+        return match built
+            .and_then(|(specs, routes, domains)| new_chain(shared, &specs, routes, &domains, &spec.attachments))
+        {
             Ok(chain) => {
                 // The new chain continues where the old one was.
                 a.worker.replace_chain(chain);
@@ -692,6 +708,14 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
                 Some(a)
             }
         };
+    }
+    // The same NFs: the sides of the attachments may still have changed.
+    if let Err(reason) = sluice_engine::outside_ports(&spec.attachments)
+        .and_then(|o| a.worker.chain_mut().set_outside(&o).map_err(|e| e.to_string()))
+    {
+        let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
+        set_status(shared, &spec, HostState::Failed, Some(reason));
+        return Some(a);
     }
     let (specs, _, _) = match built {
         Ok(x) => x,

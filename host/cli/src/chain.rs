@@ -70,6 +70,22 @@ impl ChainDef {
         ChainDef { routes: Routes::linear(nfs.len()), nfs }
     }
 
+    /// One worker's instance of the chain: its NFs started from `specs`
+    /// (in chain order), sharing `domains` with the other workers; packets
+    /// from the `outside` ports run it last NF first (see
+    /// [`sluice_runtime::Chain::set_outside`]).
+    pub fn instantiate(
+        &self,
+        runtime: &sluice_runtime::Runtime,
+        specs: &[sluice_runtime::NfSpec],
+        domains: &[std::sync::Arc<sluice_state::Domain>],
+        outside: &[u16],
+    ) -> Result<sluice_runtime::Chain, sluice_runtime::RuntimeError> {
+        let mut chain = sluice_runtime::Chain::with_domains(runtime, specs, self.routes.clone(), domains)?;
+        chain.set_outside(outside)?;
+        Ok(chain)
+    }
+
     /// Reads a chain file.
     pub fn load(path: &Path) -> Result<ChainDef, ConfigError> {
         let err = |message: String| ConfigError::Parse { path: path.to_path_buf(), message };

@@ -24,6 +24,9 @@
 //! max_instances = 512        # SLUICE_MAX_INSTANCES: NF instances the pool holds
 //!                            # (default: 2 × NFs × workers, at least 32; `serve`: 512)
 //! fuel = false               # SLUICE_FUEL: compile in fuel metering
+//! outside_ports = [1]        # SLUICE_OUTSIDE_PORTS="1": packets from these
+//!                            # ingress ports (replies) run a linear chain last
+//!                            # NF first (`run`, `dpdk`; default none)
 //!
 //! [nf.firewall]
 //! failure_policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
@@ -175,6 +178,15 @@ pub struct HostConfig {
     /// Whether fuel metering is compiled in.
     #[serde(default)]
     pub fuel: bool,
+    /// Ingress ports on the outside of the chain (`run`, `dpdk`): their
+    /// packets, the replies to connections opened from the inside, run a
+    /// linear chain from its last NF to its first, so every NF sees both
+    /// directions of a connection on its own side of the NFs that rewrite
+    /// it (see [`sluice_runtime::Chain::set_outside`]). Empty: every packet
+    /// runs the chain in order. (`serve` takes this from its deployments'
+    /// attachments: `side=outside`.)
+    #[serde(default)]
+    pub outside_ports: Vec<u16>,
     /// Per-NF sections.
     #[serde(default)]
     pub nf: BTreeMap<String, NfSection>,
@@ -216,11 +228,21 @@ impl Default for HostConfig {
             max_memory_mb: default_max_memory(),
             max_instances: None,
             fuel: false,
+            outside_ports: Vec::new(),
             nf: BTreeMap::new(),
             nf_defaults: NfSection::default(),
             base_dir: PathBuf::from("."),
         }
     }
+}
+
+/// A comma-separated list of port ids (`"1"`, `"1,3"`; empty: none).
+pub fn parse_ports(text: &str) -> Result<Vec<u16>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u16>().map_err(|_| format!("'{p}' is not a port id (0-65535); give e.g. \"1\" or \"1,3\"")))
+        .collect()
 }
 
 fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, ConfigError>
@@ -321,6 +343,13 @@ impl HostConfig {
         }
         if let Some(v) = env_parse("SLUICE_FUEL")? {
             cfg.fuel = v;
+        }
+        if let Ok(v) = std::env::var("SLUICE_OUTSIDE_PORTS") {
+            cfg.outside_ports = parse_ports(&v).map_err(|reason| ConfigError::Env {
+                name: "SLUICE_OUTSIDE_PORTS".into(),
+                value: v.clone(),
+                reason,
+            })?;
         }
         cfg.nf_defaults.deadline_ms = env_parse("SLUICE_DEADLINE_MS")?;
         cfg.nf_defaults.start_deadline_ms = env_parse("SLUICE_START_DEADLINE_MS")?;

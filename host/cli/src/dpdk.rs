@@ -86,6 +86,8 @@ pub struct DpdkReport {
     pub ports: Vec<PortReport>,
     /// Per-NF meters.
     pub nfs: Vec<NfReport>,
+    /// The chain's order and its own decisions.
+    pub chain: crate::report::ChainReport,
 }
 
 impl DpdkReport {
@@ -127,6 +129,7 @@ impl DpdkReport {
                 ));
             }
         }
+        s.push_str(&self.chain.summary());
         for nf in &self.nfs {
             s.push_str(&nf.summary());
         }
@@ -137,6 +140,8 @@ impl DpdkReport {
 struct WorkerResult {
     /// Counters per port index.
     counters: Vec<QueueCounters>,
+    /// The worker's chain, stopped.
+    chain: Chain,
     meters: Vec<NfMeters>,
     batches: u64,
     /// Events the NFs emitted.
@@ -162,7 +167,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::for_workers(workers)).collect();
     let mut chains = Vec::with_capacity(workers);
     for _ in 0..workers {
-        chains.push(Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?);
+        chains.push(chain.instantiate(&runtime, &specs, &domains, &config.outside_ports)?);
     }
 
     let received = Arc::new(AtomicU64::new(0));
@@ -194,8 +199,10 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let mut batches = 0;
     let mut events_total = 0;
     let mut worker_cores = Vec::new();
+    let mut worker_chains = Vec::new();
     for r in results {
         let r = r?;
+        worker_chains.push(r.chain);
         batches += r.batches;
         events_total += r.events;
         worker_cores.push(r.cores);
@@ -227,6 +234,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         wall_ns,
         ports: port_reports,
         nfs,
+        chain: crate::report::ChainReport::of(&worker_chains),
     })
 }
 
@@ -268,10 +276,12 @@ fn worker_loop(
         }
     }
     let meters = worker.chain().stages().iter().map(|s| s.meters().clone()).collect();
+    let batches = worker.batches();
     WorkerResult {
         counters: io.queue_counters().to_vec(),
+        chain: worker.into_chain(),
         meters,
-        batches: worker.batches(),
+        batches,
         events,
         cores: String::new(),
     }

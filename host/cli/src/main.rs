@@ -84,6 +84,13 @@ enum Command {
         /// kept; an incompatible version is refused and the old one runs on.
         #[arg(long = "swap")]
         swaps: Vec<sluice_host::run::SwapAt>,
+        /// Ingress ports on the outside (pcapng interface ids) (`--outside-ports 1`): their
+        /// packets, replies to connections opened from the inside, run the
+        /// chain last NF first, so a firewall listed before a NAT sees
+        /// inside addresses both ways. Linear chains only. Overrides
+        /// `outside_ports` of the config.
+        #[arg(long, value_delimiter = ',')]
+        outside_ports: Vec<u16>,
         /// Input capture (pcap or pcapng, Ethernet).
         #[arg(long = "in")]
         input: PathBuf,
@@ -129,6 +136,13 @@ enum Command {
         /// Default output of a port is its pair (0<->1, 2<->3) instead of itself.
         #[arg(long)]
         pairs: bool,
+        /// Ingress ports on the outside (`--outside-ports 1`): their
+        /// packets, replies to connections opened from the inside, run the
+        /// chain last NF first, so a firewall listed before a NAT sees
+        /// inside addresses both ways. Linear chains only. Overrides
+        /// `outside_ports` of the config.
+        #[arg(long, value_delimiter = ',')]
+        outside_ports: Vec<u16>,
         /// Packets per batch (at most, per worker and port; up to 256).
         #[arg(long)]
         batch: Option<usize>,
@@ -454,8 +468,11 @@ fn telemetry_settings(cli: &Cli) -> sluice_telemetry::Settings<'static> {
 
 fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run { nfs, chain, swaps, input, output, report, batch, workers, cores, quiet } => {
-            let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+        Command::Run { nfs, chain, swaps, outside_ports, input, output, report, batch, workers, cores, quiet } => {
+            let mut config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+            if !outside_ports.is_empty() {
+                config.outside_ports = outside_ports;
+            }
             let opts =
                 RunOptions { nfs, chain, swaps, input, output, progress: !quiet && std::io::stderr().is_terminal() };
             finish(sluice_host::run(&config, &opts), sluice_host::Report::summary, report)
@@ -466,6 +483,7 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             chain,
             ports,
             pairs,
+            outside_ports,
             batch,
             workers,
             cores,
@@ -476,7 +494,10 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             report,
             eal,
         } => {
-            let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+            let mut config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+            if !outside_ports.is_empty() {
+                config.outside_ports = outside_ports;
+            }
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;

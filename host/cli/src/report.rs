@@ -173,6 +173,8 @@ pub struct Report {
     pub input: InputReport,
     /// Per-NF meters, in chain order.
     pub nfs: Vec<NfReport>,
+    /// The chain's order and its own decisions.
+    pub chain: ChainReport,
     /// Events emitted in total.
     pub events_total: u64,
     /// Hot swaps, in order.
@@ -246,6 +248,7 @@ impl Report {
             self.cores,
             self.batch_size
         ));
+        s.push_str(&self.chain.summary());
         for nf in &self.nfs {
             let m = &nf.meters;
             s.push_str(&nf.summary());
@@ -364,5 +367,58 @@ impl Report {
             "events": events,
             "tables": tables,
         })
+    }
+}
+
+/// How a chain ran packets, and what it decided itself (summed over
+/// workers): the `chain` section of the `run` and `dpdk` reports.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChainReport {
+    /// NF names in the order packets from the inside run them.
+    pub order: Vec<String>,
+    /// Ingress ports whose packets (replies) run the NFs in reverse order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outside_ports: Vec<u16>,
+    /// Frames refused and later fragments handled without an NF.
+    #[serde(flatten)]
+    pub counters: sluice_runtime::ChainCounters,
+}
+
+impl ChainReport {
+    /// The report of the chains of every worker (one per worker, alike).
+    pub fn of<'a>(chains: impl IntoIterator<Item = &'a sluice_runtime::Chain>) -> ChainReport {
+        let mut r = ChainReport::default();
+        for (i, c) in chains.into_iter().enumerate() {
+            if i == 0 {
+                r.order = c.stages().iter().map(|s| s.name().to_string()).collect();
+                r.outside_ports = c.outside().to_vec();
+            }
+            r.counters.add(&c.counters());
+        }
+        r
+    }
+
+    /// Its summary lines: the reverse order when there is one, and the
+    /// chain's own drops when there were any.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        if !self.outside_ports.is_empty() {
+            let ports: Vec<String> = self.outside_ports.iter().map(u16::to_string).collect();
+            let reverse: Vec<&str> = self.order.iter().rev().map(String::as_str).collect();
+            s.push_str(&format!(
+                "  order: {} | from port(s) {} (replies): {}\n",
+                self.order.join(" -> "),
+                ports.join(","),
+                reverse.join(" -> ")
+            ));
+        }
+        let c = &self.counters;
+        if *c != sluice_runtime::ChainCounters::default() {
+            s.push_str(&format!(
+                "  chain: refused {} oversize, {} cut short | later fragments: {} followed their first, {} dropped without it\n",
+                c.refused_oversize, c.refused_cut_short, c.fragments_followed, c.fragments_unmatched
+            ));
+        }
+        s
     }
 }

@@ -244,7 +244,7 @@ pub fn run_observed(
     }
     let mut worker_engines = Vec::with_capacity(workers);
     for _ in 0..workers {
-        worker_engines.push(Worker::new(Chain::with_domains(&runtime, &specs, chain.routes.clone(), &domains)?));
+        worker_engines.push(Worker::new(chain.instantiate(&runtime, &specs, &domains, &config.outside_ports)?));
     }
 
     let total = trace.packets().len();
@@ -270,18 +270,27 @@ pub fn run_observed(
     let mut swap_records: Vec<SwapRecord> = Vec::new();
 
     // Dispatch by symmetric flow hash, so both directions of a connection
-    // meet one worker; non-IP packets go to worker 0.
+    // meet one worker; non-IP packets go to worker 0. Later fragments of a
+    // datagram go where its first fragment went, since they follow it.
     let owner: Vec<usize> = if workers == 1 {
         Vec::new()
     } else {
+        let mut firsts = std::collections::HashMap::new();
         trace
             .packets()
             .iter()
             .map(|p| {
-                sluice_wire::parse(trace.data(p))
-                    .key
-                    .map(|k| (k.symmetric_hash() % workers as u64) as usize)
-                    .unwrap_or(0)
+                let data = trace.data(p);
+                let fragment = sluice_wire::fragment::inspect(data).and_then(|ip| ip.fragment);
+                if let Some(f) = fragment.filter(|f| f.offset != 0) {
+                    return firsts.get(&f.key).copied().unwrap_or(0);
+                }
+                let w =
+                    sluice_wire::parse(data).key.map(|k| (k.symmetric_hash() % workers as u64) as usize).unwrap_or(0);
+                if let Some(f) = fragment {
+                    firsts.insert(f.key, w);
+                }
+                w
             })
             .collect()
     };
@@ -440,6 +449,7 @@ pub fn run_observed(
             truncation_reason: stats.truncation_reason.clone(),
         },
         nfs,
+        chain: crate::report::ChainReport::of(finished.iter().map(|(c, _)| c)),
         events_total: out.events_total,
         events_by_kind: out.events_by_kind,
         peak_rss_bytes: crate::report::peak_rss_bytes(),

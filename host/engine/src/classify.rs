@@ -49,13 +49,66 @@ pub struct Attachment {
     /// Tags are kept either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out: Option<u16>,
+    /// Which side of the deployment's chain its packets come from: those
+    /// of an `outside` attachment (replies, e.g. to a NAT's public
+    /// address) run a linear chain last NF first (see
+    /// [`sluice_runtime::Chain::set_outside`]). The side is per ingress
+    /// port: one port cannot be both sides of one deployment.
+    #[serde(default, skip_serializing_if = "Side::is_inside")]
+    pub side: Side,
+}
+
+/// The side of a chain an attachment's packets come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// Connections are opened from here: the chain runs in order.
+    #[default]
+    Inside,
+    /// Replies come from here: a linear chain runs in reverse.
+    Outside,
+}
+
+impl Side {
+    /// Whether it is the default side.
+    pub fn is_inside(&self) -> bool {
+        *self == Side::Inside
+    }
+}
+
+impl FromStr for Side {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "inside" => Ok(Side::Inside),
+            "outside" => Ok(Side::Outside),
+            other => Err(format!("side '{other}': give inside or outside")),
+        }
+    }
+}
+
+/// The ingress ports of `attachments` on the outside (see [`Side`]), or
+/// why they cannot be: a port that is both sides.
+pub fn outside_ports(attachments: &[Attachment]) -> Result<Vec<u16>, String> {
+    let mut out: Vec<u16> = attachments.iter().filter(|a| a.side == Side::Outside).map(|a| a.port).collect();
+    out.sort_unstable();
+    out.dedup();
+    if let Some(p) = attachments.iter().find(|a| a.side == Side::Inside && out.contains(&a.port)).map(|a| a.port) {
+        return Err(format!(
+            "port {p} is attached both inside and outside: the side of a packet is its ingress port's, so give each side its own port"
+        ));
+    }
+    Ok(out)
 }
 
 /// A malformed or out-of-range attachment.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AttachmentError {
     /// Text that is not `key=value,…` with known keys.
-    #[error("attachment '{text}': {reason} (expected e.g. port=0,vlan=100,dst=10.0.0.0/8,out=1)")]
+    #[error(
+        "attachment '{text}': {reason} (expected e.g. port=0,vlan=100,dst=10.0.0.0/8,out=1 or port=1,dst=203.0.113.1/32,out=0,side=outside)"
+    )]
     Syntax {
         /// The text given.
         text: String,
@@ -132,6 +185,9 @@ impl fmt::Display for Attachment {
         if let Some(o) = self.out {
             write!(f, ",out={o}")?;
         }
+        if self.side == Side::Outside {
+            write!(f, ",side=outside")?;
+        }
         Ok(())
     }
 }
@@ -142,7 +198,7 @@ impl FromStr for Attachment {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let bad = |reason: String| AttachmentError::Syntax { text: text.chars().take(200).collect(), reason };
         let mut port = None;
-        let mut a = Attachment { port: 0, vlan: None, dst: None, out: None };
+        let mut a = Attachment { port: 0, vlan: None, dst: None, out: None, side: Side::Inside };
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part.split_once('=').ok_or_else(|| bad(format!("'{part}' is not key=value")))?;
             let num = |what: &str| v.parse::<u16>().map_err(|e| bad(format!("{what} '{v}': {e}")));
@@ -151,7 +207,8 @@ impl FromStr for Attachment {
                 "vlan" => a.vlan = Some(num("vlan")?),
                 "dst" => a.dst = Some(v.parse().map_err(|e| bad(format!("dst '{v}': {e}")))?),
                 "out" => a.out = Some(num("out")?),
-                other => return Err(bad(format!("unknown key '{other}' (port, vlan, dst, out)"))),
+                "side" => a.side = v.trim().parse().map_err(bad)?,
+                other => return Err(bad(format!("unknown key '{other}' (port, vlan, dst, out, side)"))),
             }
         }
         a.port = port.ok_or_else(|| bad("no port=".into()))?;
@@ -330,6 +387,18 @@ mod tests {
     }
 
     #[test]
+    fn an_outside_attachment_round_trips_and_a_port_has_one_side() {
+        let a: Attachment = "port=1,dst=203.0.113.1/32,out=0,side=outside".parse().unwrap();
+        assert_eq!(a.side, Side::Outside);
+        assert_eq!(a.to_string(), "port=1,dst=203.0.113.1/32,out=0,side=outside");
+        let inside: Attachment = "port=0,out=1".parse().unwrap();
+        assert_eq!(outside_ports(&[inside, a]), Ok(vec![1]));
+        let both: Attachment = "port=1,vlan=7".parse().unwrap();
+        assert!(outside_ports(&[inside, a, both]).unwrap_err().contains("port 1 is attached both inside and outside"));
+        assert!("port=1,side=up".parse::<Attachment>().unwrap_err().to_string().contains("inside or outside"));
+    }
+
+    #[test]
     fn text_round_trips_and_refuses_nonsense() {
         let a: Attachment = "port=0,vlan=100,dst=10.1.0.0/16,out=1".parse().unwrap();
         assert_eq!(a.to_string(), "port=0,vlan=100,dst=10.1.0.0/16,out=1");
@@ -418,7 +487,7 @@ mod tests {
     fn attachment() -> impl Strategy<Value = Attachment> {
         (0u16..2, prop::option::of(0u16..4), prop::option::of((0u8..4, 0u8..=16))).prop_map(|(port, vlan, dst)| {
             let dst = dst.map(|(b, len)| IpNet::new(IpAddr::from([10, b, 0, 0]), len).unwrap().trunc());
-            Attachment { port, vlan, dst, out: None }
+            Attachment { port, vlan, dst, out: None, side: Side::Inside }
         })
     }
 

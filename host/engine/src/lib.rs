@@ -37,7 +37,7 @@ pub mod io;
 pub mod worker;
 
 pub use capture::{CaptureIo, Order};
-pub use classify::{Attachment, AttachmentError, Classifier, Unmatched};
+pub use classify::{Attachment, AttachmentError, Classifier, Side, Unmatched, outside_ports};
 pub use dispatch::{Dispatch, DispatchCounters, Lane};
 pub use fair::{FairShare, Share};
 pub use io::{PacketIo, PortReport, QueueCounters, Receive};

@@ -52,6 +52,40 @@ pub struct PacketResult {
     pub label: Option<u16>,
 }
 
+/// What a chain decided on its own, before or instead of its NFs: every
+/// packet it refused or handled without an NF is in one of these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChainCounters {
+    /// Frames longer than [`crate::instance::MAX_PACKET_LEN`], refused.
+    pub refused_oversize: u64,
+    /// Frames shorter than the datagram their IP header declares (cut off
+    /// by a receive buffer smaller than the datagram), refused: an NF never
+    /// sees part of a datagram as a whole one. Captures that record a
+    /// shorter snap length are not refused (their packets say so).
+    pub refused_cut_short: u64,
+    /// Later IP fragments that followed their first fragment's fate (see
+    /// [`crate::fragments`]).
+    pub fragments_followed: u64,
+    /// Later IP fragments dropped: their first fragment was not seen
+    /// (it came after them, was lost, or was seen too long ago).
+    pub fragments_unmatched: u64,
+}
+
+impl ChainCounters {
+    /// Adds another worker's counters.
+    pub fn add(&mut self, o: &ChainCounters) {
+        self.refused_oversize += o.refused_oversize;
+        self.refused_cut_short += o.refused_cut_short;
+        self.fragments_followed += o.fragments_followed;
+        self.fragments_unmatched += o.fragments_unmatched;
+    }
+
+    /// Packets the chain dropped itself.
+    pub fn dropped(&self) -> u64 {
+        self.refused_oversize + self.refused_cut_short + self.fragments_unmatched
+    }
+}
+
 /// Where an NF's packets go next.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Routes {
@@ -113,16 +147,26 @@ pub struct Chain {
     /// The packets the builder holds, and whether their bytes are current.
     built: Vec<usize>,
     statuses: Vec<BatchStatus>,
-    /// Frames refused at ingress (see [`Fate::Refused`]).
-    refused: u64,
+    counters: ChainCounters,
+    /// First fragments decided, whose later fragments follow them.
+    followers: crate::fragments::Followers,
+    /// The batch's first fragments (index into `results`, datagram).
+    firsts: Vec<(usize, sluice_wire::fragment::FragmentKey)>,
+    /// The batch's later fragments, resolved after its first fragments.
+    laters: Vec<(usize, sluice_wire::fragment::FragmentKey)>,
+    /// Ingress ports on the outside: their packets (replies) run the chain
+    /// from its last NF to its first (see [`Chain::set_outside`]).
+    outside: Vec<u16>,
+    /// The packets of the batch that run in reverse (indices into `results`).
+    replies: Vec<usize>,
 }
 
 impl Chain {
-    /// Frames refused at ingress so far: longer than
-    /// [`crate::instance::MAX_PACKET_LEN`]; each is dropped alone, never
-    /// the batch it came in.
-    pub fn refused(&self) -> u64 {
-        self.refused
+    /// What the chain decided itself so far: frames refused at ingress
+    /// (each dropped alone, never the batch it came in) and later IP
+    /// fragments.
+    pub fn counters(&self) -> ChainCounters {
+        self.counters
     }
 
     /// A linear chain: instantiates every NF (in order) and runs `init`.
@@ -170,7 +214,12 @@ impl Chain {
         let with_flows = stages.iter().any(NfInstance::needs_flows);
         Chain {
             statuses: vec![BatchStatus::Ok; stages.len()],
-            refused: 0,
+            counters: ChainCounters::default(),
+            followers: crate::fragments::Followers::default(),
+            firsts: Vec::new(),
+            laters: Vec::new(),
+            outside: Vec::new(),
+            replies: Vec::new(),
             inbox: vec![Vec::new(); stages.len()],
             stages,
             routes,
@@ -201,6 +250,36 @@ impl Chain {
     /// Where each NF sends its packets.
     pub fn routes(&self) -> &[Routes] {
         &self.routes
+    }
+
+    /// Makes the chain direction-aware: packets that come in on one of
+    /// `ports` (the outside: replies to connections opened from the inside)
+    /// run the chain in reverse, from its last NF to its first, so that
+    /// every NF sees both directions of a connection on the same side of
+    /// the NFs that rewrite it (a firewall before a NAT sees inside
+    /// addresses both ways), as a router's hooks do. Packets from any other
+    /// port run it in order. Only a linear chain has a reverse: one with
+    /// label routes or joins is refused. No ports: every packet runs in
+    /// order (the default).
+    pub fn set_outside(&mut self, ports: &[u16]) -> Result<(), RuntimeError> {
+        if !ports.is_empty() && self.routes != Routes::linear(self.stages.len()) {
+            return Err(RuntimeError::Chain {
+                reason: "a chain with label routes or joins runs one way only: give replies their own deployment, \
+                         or make the chain linear to run it in reverse for the outside ports"
+                    .into(),
+            });
+        }
+        let mut ports = ports.to_vec();
+        ports.sort_unstable();
+        ports.dedup();
+        self.outside = ports;
+        Ok(())
+    }
+
+    /// The ingress ports whose packets run the chain in reverse (see
+    /// [`set_outside`](Self::set_outside)).
+    pub fn outside(&self) -> &[u16] {
+        &self.outside
     }
 
     /// The NF instances, in chain order.
@@ -254,97 +333,184 @@ impl Chain {
     }
 
     /// Runs `packets` (at most [`MAX_BATCH`]) as one batch; their results
-    /// start at `base` in `self.results`.
+    /// start at `base` in `self.results`. Packets from the outside ports run
+    /// the NFs last to first, after the others have run first to last.
     fn process_batch(&mut self, packets: &[RawPacket<'_>], base: usize, hook: &mut Option<&mut dyn FlowHook>) {
         for inbox in &mut self.inbox {
             inbox.clear();
         }
-        let Some(first) = self.inbox.first_mut() else { return };
+        self.replies.clear();
+        let last = self.stages.len().saturating_sub(1);
+        if self.stages.is_empty() {
+            return;
+        }
         self.built.clear();
         self.builder.clear();
+        self.firsts.clear();
+        self.laters.clear();
         for (i, p) in packets.iter().enumerate() {
+            let at = base + i;
             if p.data.len() > crate::instance::MAX_PACKET_LEN {
-                if self.refused == 0 {
+                if self.counters.refused_oversize == 0 {
                     tracing::warn!(bytes = p.data.len(), "refusing a frame longer than 65,535 bytes (counted)");
                 }
-                self.refused += 1;
-                if let Some(r) = self.results.get_mut(base + i) {
-                    r.fate = Fate::Refused;
-                }
+                self.counters.refused_oversize += 1;
+                self.refuse(at);
                 continue;
             }
-            first.push(base + i);
+            if let Some(ip) = sluice_wire::fragment::inspect(p.data) {
+                // A capture's snap length cuts frames on purpose (their
+                // wire length says so); a frame cut by a receive buffer
+                // claims to be whole.
+                if ip.cut_short(p.data.len()) && p.wire_len as usize <= p.data.len() {
+                    if self.counters.refused_cut_short == 0 {
+                        tracing::warn!(
+                            bytes = p.data.len(),
+                            datagram = ip.end,
+                            "refusing a frame shorter than its IP datagram (counted): give the port buffers as large as its frames"
+                        );
+                    }
+                    self.counters.refused_cut_short += 1;
+                    self.refuse(at);
+                    continue;
+                }
+                if let Some(f) = ip.fragment {
+                    if f.offset != 0 {
+                        self.laters.push((at, f.key));
+                        continue;
+                    }
+                    self.firsts.push((at, f.key));
+                }
+            }
+            if self.outside.contains(&p.ingress_port) {
+                self.replies.push(at);
+            } else if let Some(first) = self.inbox.first_mut() {
+                first.push(at);
+            }
             // Cannot fail: at most MAX_BATCH packets.
             let _ = self.builder.push(*p);
-            self.built.push(base + i);
+            self.built.push(at);
         }
         if let Some(h) = hook.as_mut() {
             h.before(&mut self.stages, self.builder.flow_keys());
         }
         for s in 0..self.stages.len() {
-            let Some(slot) = self.inbox.get_mut(s) else { continue };
-            let mut mine = std::mem::take(slot);
-            if mine.is_empty() {
-                continue;
+            self.run_stage(s, packets, base, false);
+        }
+        if !self.replies.is_empty() {
+            let replies = std::mem::take(&mut self.replies);
+            if let Some(inbox) = self.inbox.get_mut(last) {
+                inbox.extend_from_slice(&replies);
             }
-            // Packets from several branches come back in arrival order.
-            mine.sort_unstable();
-            if mine != self.built {
-                // This NF sees exactly its packets, with their current bytes.
-                self.builder.clear();
-                for &orig in &mine {
-                    let (Some(p), Some(r)) = (packets.get(orig - base), self.results.get(orig)) else { continue };
-                    let data = r.data.as_deref().unwrap_or(p.data);
-                    let wire_len = if r.data.is_some() { data.len() as u32 } else { p.wire_len };
-                    let _ = self.builder.push(RawPacket { data, wire_len, ..*p });
+            self.replies = replies;
+            for s in (0..self.stages.len()).rev() {
+                self.run_stage(s, packets, base, true);
+            }
+        }
+        if !self.firsts.is_empty() || !self.laters.is_empty() {
+            self.follow_fragments(packets, base);
+        }
+    }
+
+    fn refuse(&mut self, at: usize) {
+        if let Some(r) = self.results.get_mut(at) {
+            r.fate = Fate::Refused;
+        }
+    }
+
+    /// Remembers the batch's first fragments' results and gives its later
+    /// fragments theirs (see [`crate::fragments`]).
+    fn follow_fragments(&mut self, packets: &[RawPacket<'_>], base: usize) {
+        for &(at, key) in &self.firsts {
+            let (Some(r), Some(p)) = (self.results.get(at), packets.get(at - base)) else { continue };
+            self.followers.decide(key, r, p.timestamp_ns);
+        }
+        for &(at, key) in &self.laters {
+            let Some(p) = packets.get(at - base) else { continue };
+            let result = self.followers.follow(&key, p.data, p.timestamp_ns);
+            match result {
+                Some(r) => {
+                    self.counters.fragments_followed += 1;
+                    if let Some(slot) = self.results.get_mut(at) {
+                        *slot = r;
+                    }
                 }
-                self.built.clone_from(&mine);
-            }
-            let Some(stage) = self.stages.get_mut(s) else { continue };
-            let status = stage.process(&mut self.builder, &mut self.out);
-            if let Some(slot) = self.statuses.get_mut(s) {
-                *slot = status;
-            }
-            let routes = self.routes.get(s);
-            for (j, &orig) in mine.iter().enumerate() {
-                let Some(r) = self.results.get_mut(orig) else { continue };
-                let label = match self.out.verdicts.get(j).copied().unwrap_or(Verdict::Drop) {
-                    Verdict::Drop => {
-                        r.fate = Fate::Dropped(s);
-                        continue;
+                None => {
+                    self.counters.fragments_unmatched += 1;
+                    if let Some(slot) = self.results.get_mut(at) {
+                        slot.fate = Fate::Refused;
                     }
-                    Verdict::Forward(port) => {
-                        r.fate = Fate::Forward(port);
-                        None
-                    }
-                    Verdict::Label(l) => {
-                        r.fate = Fate::Forward(0);
-                        r.label = Some(l);
-                        Some(l)
-                    }
-                };
-                if let Some(t) = routes.and_then(|r| r.target(label))
-                    && let Some(inbox) = self.inbox.get_mut(t)
-                {
-                    inbox.push(orig);
-                }
-            }
-            if !self.out.rewrites.is_empty() {
-                // The builder no longer holds current bytes.
-                self.built.clear();
-            }
-            for rw in self.out.rewrites.drain(..) {
-                if let Some(&orig) = mine.get(rw.packet as usize)
-                    && let Some(r) = self.results.get_mut(orig)
-                    && !matches!(r.fate, Fate::Dropped(_))
-                {
-                    r.data = Some(rw.data);
                 }
             }
-            mine.clear();
-            if let Some(slot) = self.inbox.get_mut(s) {
-                *slot = mine;
+        }
+    }
+
+    /// Runs NF `s` on the packets waiting for it and sends each on: to the
+    /// NF its routes name, or (`reverse`) to the NF before it.
+    fn run_stage(&mut self, s: usize, packets: &[RawPacket<'_>], base: usize, reverse: bool) {
+        let Some(slot) = self.inbox.get_mut(s) else { return };
+        let mut mine = std::mem::take(slot);
+        if mine.is_empty() {
+            return;
+        }
+        // Packets from several branches come back in arrival order.
+        mine.sort_unstable();
+        if mine != self.built {
+            // This NF sees exactly its packets, with their current bytes.
+            self.builder.clear();
+            for &orig in &mine {
+                let (Some(p), Some(r)) = (packets.get(orig - base), self.results.get(orig)) else { continue };
+                let data = r.data.as_deref().unwrap_or(p.data);
+                let wire_len = if r.data.is_some() { data.len() as u32 } else { p.wire_len };
+                let _ = self.builder.push(RawPacket { data, wire_len, ..*p });
             }
+            self.built.clone_from(&mine);
+        }
+        let Some(stage) = self.stages.get_mut(s) else { return };
+        let status = stage.process(&mut self.builder, &mut self.out);
+        if let Some(slot) = self.statuses.get_mut(s) {
+            *slot = status;
+        }
+        let routes = self.routes.get(s);
+        for (j, &orig) in mine.iter().enumerate() {
+            let Some(r) = self.results.get_mut(orig) else { continue };
+            let label = match self.out.verdicts.get(j).copied().unwrap_or(Verdict::Drop) {
+                Verdict::Drop => {
+                    r.fate = Fate::Dropped(s);
+                    continue;
+                }
+                Verdict::Forward(port) => {
+                    r.fate = Fate::Forward(port);
+                    None
+                }
+                Verdict::Label(l) => {
+                    r.fate = Fate::Forward(0);
+                    r.label = Some(l);
+                    Some(l)
+                }
+            };
+            let next = if reverse { s.checked_sub(1) } else { routes.and_then(|r| r.target(label)) };
+            if let Some(t) = next
+                && let Some(inbox) = self.inbox.get_mut(t)
+            {
+                inbox.push(orig);
+            }
+        }
+        if !self.out.rewrites.is_empty() {
+            // The builder no longer holds current bytes.
+            self.built.clear();
+        }
+        for rw in self.out.rewrites.drain(..) {
+            if let Some(&orig) = mine.get(rw.packet as usize)
+                && let Some(r) = self.results.get_mut(orig)
+                && !matches!(r.fate, Fate::Dropped(_))
+            {
+                r.data = Some(rw.data);
+            }
+        }
+        mine.clear();
+        if let Some(slot) = self.inbox.get_mut(s) {
+            *slot = mine;
         }
     }
 }

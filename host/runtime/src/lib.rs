@@ -33,6 +33,7 @@ pub mod chain;
 pub mod cores;
 pub mod engine;
 pub mod error;
+pub mod fragments;
 pub mod function_cache;
 pub mod guest_io;
 pub mod host;
@@ -43,7 +44,7 @@ pub mod module;
 pub mod state;
 
 pub use batch::{BatchBuilder, RawPacket};
-pub use chain::{Chain, Fate, FlowHook, Hold, PacketResult, Routes, check_routes};
+pub use chain::{Chain, ChainCounters, Fate, FlowHook, Hold, PacketResult, Routes, check_routes};
 pub use engine::{Runtime, RuntimeConfig};
 pub use error::RuntimeError;
 pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfOwner, NfSpec, StageOutput, TrapCause};

@@ -50,6 +50,9 @@ pub struct UpperLayer {
     pub fragment: bool,
     /// Whether this is a non-first fragment (its transport header is absent).
     pub later_fragment: bool,
+    /// Offset of the fragment header from the start of the IPv6 header,
+    /// when there is one.
+    pub fragment_header: Option<usize>,
 }
 
 /// A view of an IPv6 packet.
@@ -128,6 +131,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         let mut next = self.next_header();
         let mut offset = HEADER_LEN;
         let mut fragment = false;
+        let mut fragment_header = None;
         for _ in 0..MAX_EXTENSION_HEADERS {
             match next {
                 ext::HOP_BY_HOP | ext::ROUTING | ext::DEST_OPTS => {
@@ -140,13 +144,22 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                     let h = buf.get(offset..offset + 8).ok_or(Error::Truncated)?;
                     let frag_off = u16_at(h, 2..4) & 0xfff8;
                     next = u8_at(h, 0);
+                    fragment_header = Some(offset);
                     offset += 8;
                     fragment = true;
                     if frag_off != 0 {
-                        return Ok(UpperLayer { protocol: next, offset, fragment, later_fragment: true });
+                        return Ok(UpperLayer {
+                            protocol: next,
+                            offset,
+                            fragment,
+                            later_fragment: true,
+                            fragment_header,
+                        });
                     }
                 }
-                _ => return Ok(UpperLayer { protocol: next, offset, fragment, later_fragment: false }),
+                _ => {
+                    return Ok(UpperLayer { protocol: next, offset, fragment, later_fragment: false, fragment_header });
+                }
             }
         }
         Err(Error::Malformed)
@@ -197,7 +210,16 @@ mod tests {
         p[40] = ext::FRAGMENT; // hop-by-hop, 8 bytes
         p[48] = 17; // fragment header -> UDP, offset 0
         let v = Ipv6Packet::new_checked(&p[..]).unwrap();
-        assert_eq!(v.upper_layer(), Ok(UpperLayer { protocol: 17, offset: 56, fragment: true, later_fragment: false }));
+        assert_eq!(
+            v.upper_layer(),
+            Ok(UpperLayer {
+                protocol: 17,
+                offset: 56,
+                fragment: true,
+                later_fragment: false,
+                fragment_header: Some(48)
+            })
+        );
     }
 
     #[test]
@@ -208,7 +230,10 @@ mod tests {
         p[40] = 6;
         p[42..44].copy_from_slice(&(185u16 << 3).to_be_bytes());
         let v = Ipv6Packet::new_checked(&p[..]).unwrap();
-        assert_eq!(v.upper_layer(), Ok(UpperLayer { protocol: 6, offset: 48, fragment: true, later_fragment: true }));
+        assert_eq!(
+            v.upper_layer(),
+            Ok(UpperLayer { protocol: 6, offset: 48, fragment: true, later_fragment: true, fragment_header: Some(40) })
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod build;
 pub mod checksum;
 pub mod ethernet;
 pub mod flow;
+pub mod fragment;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
