@@ -15,9 +15,12 @@ need_root() { if [ "$(id -u)" -ne 0 ]; then echo "sudo"; fi; }
 # validates rewritten checksums with it), and the guest toolchains of the
 # SDKs: clang + lld + wasi-libc for C, Node.js + npm for JavaScript, Python
 # with pip for Python; chromium for the dashboard test; prometheus for the
-# observability test; umoci for the OCI images (`make images`).
+# observability test; umoci for the OCI images (`make images`); iproute2,
+# ethtool, iputils-ping and iperf3 for the real-stack test (Linux TCP/UDP/
+# ICMP in network namespaces through the host) and its benchmark.
 apt_pkgs=(build-essential pkg-config curl ca-certificates openssl libdpdk-dev dpdk-dev tshark
-  clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium prometheus umoci)
+  clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium prometheus umoci
+  iproute2 ethtool iputils-ping iperf3)
 command -v node >/dev/null || apt_pkgs+=(nodejs)
 command -v npm >/dev/null || apt_pkgs+=(npm)
 command -v python3 >/dev/null || apt_pkgs+=(python3)
