@@ -2384,11 +2384,20 @@ mod tests {
         let got = attach(serde_json::json!([
             "port=0,vlan=100,dst=10.1.0.0/16,out=1",
             { "port": 1, "vlan": 0, "dst": "2001:db8::/32" },
-            { "port": 1 }
+            { "port": 1 },
+            { "port": 2, "dst": "203.0.113.1/32", "out": 0, "side": "outside" }
         ]))
         .unwrap();
         let text: Vec<String> = got.iter().map(Attachment::to_string).collect();
-        assert_eq!(text, ["port=0,vlan=100,dst=10.1.0.0/16,out=1", "port=1,vlan=0,dst=2001:db8::/32", "port=1"]);
+        assert_eq!(
+            text,
+            [
+                "port=0,vlan=100,dst=10.1.0.0/16,out=1",
+                "port=1,vlan=0,dst=2001:db8::/32",
+                "port=1",
+                "port=2,dst=203.0.113.1/32,out=0,side=outside"
+            ]
+        );
         // Each mistake is named.
         for (bad, says) in [
             (serde_json::json!(["port=0,vlan=4095"]), "VLAN 4095"),
@@ -2397,6 +2406,7 @@ mod tests {
             (serde_json::json!([{ "port": 0, "dst": "ten" }]), "dst 'ten'"),
             (serde_json::json!([{ "port": 0, "colour": "red" }]), "unknown field `colour`"),
             (serde_json::json!([7]), "give a string"),
+            (serde_json::json!([{ "port": 0, "side": "up" }]), "give inside or outside"),
         ] {
             let e = attach(bad.clone()).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
@@ -2519,10 +2529,36 @@ mod tests {
             ("edge", a("port=3"), "port_not_exposed", "port 3 is not exposed in host group 'edge' (exposed: 0, 1)"),
             ("edge", a("port=0,out=2"), "port_not_exposed", "port 2 is not exposed"),
             ("default", a("port=0"), "no_ports_exposed", "development group"),
+            (
+                "edge",
+                [a("port=1,out=0"), a("port=1,dst=203.0.113.1/32,out=0,side=outside")].concat(),
+                "attachment_side",
+                "port 1 is attached both inside and outside",
+            ),
         ] {
             let e = check_group_attachments(&config, group, &list).unwrap_err();
             assert_eq!((e.status, e.code), (StatusCode::UNPROCESSABLE_ENTITY, code));
             assert!(e.message.contains(says), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn only_a_linear_chain_takes_an_outside_attachment() {
+        let place = |name: &str, next: Option<&str>, labels: &[(u16, &str)]| NfPlacement {
+            name: name.into(),
+            module: ModuleRef { id: "m".into(), name: name.into(), version: "1".into(), digest: "d".into(), size: 1 },
+            config: String::new(),
+            next: next.map(Into::into),
+            labels: labels.iter().map(|(l, t)| (*l, t.to_string())).collect(),
+            limits: NfLimitsSpec::default(),
+        };
+        let a = |t: &str| t.parse::<Attachment>().unwrap();
+        let outside = [a("port=0,out=1"), a("port=1,out=0,side=outside")];
+        let linear = [place("fw", Some("nat"), &[]), place("nat", None, &[])];
+        check_reverse(&outside, &linear).unwrap();
+        let branching = [place("fw", Some("nat"), &[(1, "nat")]), place("nat", None, &[])];
+        let e = check_reverse(&outside, &branching).unwrap_err();
+        assert_eq!((e.status, e.code), (StatusCode::UNPROCESSABLE_ENTITY, "attachment_side"));
+        check_reverse(&outside[..1], &branching).unwrap();
     }
 }
