@@ -6,13 +6,24 @@
  * never touches them directly: it calls these functions, which take and
  * return only plain integers, pointers and the small structs defined here.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <net/if_arp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_ether.h>
+#include <rte_kvargs.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
@@ -76,6 +87,169 @@ void sl_mempool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
 
 int sl_socket_id(uint16_t port) { return rte_eth_dev_socket_id(port); }
 
+/*
+ * What net_af_packet leaves uncounted.
+ *
+ * DPDK 22.11's net_af_packet PMD receives from and sends into the mmap'd
+ * rings of AF_PACKET sockets, one per queue pair, opened when EAL probes
+ * the vdev and closed when the port closes. Two losses happen in the
+ * kernel, where the PMD never sees them:
+ *
+ *  - Receive: a frame that finds the socket's RX ring full is dropped by
+ *    the kernel and counted only in the socket's PACKET_STATISTICS
+ *    (tp_drops); the PMD reports no imissed. Reading PACKET_STATISTICS
+ *    returns the counts since the previous read and resets them, so the
+ *    shim is their only reader and adds each read to `ring_dropped`.
+ *  - Transmit: the PMD sets PACKET_LOSS, so the kernel skips a frame it
+ *    refuses (longer than the interface's MTU plus the Ethernet header,
+ *    plus 4 bytes if it carries an 802.1Q tag) without a trace, and the
+ *    PMD counts it as sent. The shim counts such frames as the PMD takes
+ *    them (`tx_refused`); it only counts: the PMD still gets them, so
+ *    what is sent stays the kernel's decision. Frames too long for the
+ *    ring's frames the PMD drops itself and counts in oerrors; they are
+ *    not counted again.
+ *
+ * The sockets are found by address: of the process's open descriptors
+ * (/proc/self/fd), the AF_PACKET sockets bound to the port's interface
+ * (dev_info.if_index), lowest first, at most one per queue pair the device
+ * has, none already another port's.
+ */
+
+/* Sockets one port may have (the PMD's qpairs). */
+#define SL_KERNEL_SOCKETS 64
+
+struct sl_kernel_port {
+    int fds[SL_KERNEL_SOCKETS];
+    int nfds;
+    int ifindex;
+    /* The longest frame the PMD puts in its TX ring. */
+    uint32_t frame_data_size;
+    /* Atomic: the longest untagged frame the kernel sends (MTU plus
+     * Ethernet header); 0 when the port's frames are not checked. */
+    uint32_t max_len;
+    /* Atomic counters. */
+    uint64_t ring_dropped;
+    uint64_t tx_refused;
+};
+
+static struct sl_kernel_port sl_kports[RTE_MAX_ETHPORTS];
+
+static int sl_fd_claimed(int fd) {
+    for (unsigned p = 0; p < RTE_MAX_ETHPORTS; p++)
+        for (int i = 0; i < sl_kports[p].nfds; i++)
+            if (sl_kports[p].fds[i] == fd) return 1;
+    return 0;
+}
+
+static int sl_int_cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Reads the interface's MTU again (it may change while the port runs). */
+static void sl_kernel_refresh(struct sl_kernel_port *k) {
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    if (k->nfds == 0 || if_indextoname((unsigned)k->ifindex, ifr.ifr_name) == NULL) return;
+    if (ioctl(k->fds[0], SIOCGIFHWADDR, &ifr) != 0 || ifr.ifr_hwaddr.sa_family != ARPHRD_ETHER) {
+        /* Not Ethernet: the rule above does not apply; check nothing. */
+        __atomic_store_n(&k->max_len, 0, __ATOMIC_RELAXED);
+        return;
+    }
+    if (ioctl(k->fds[0], SIOCGIFMTU, &ifr) != 0 || ifr.ifr_mtu <= 0) return;
+    __atomic_store_n(&k->max_len, (uint32_t)ifr.ifr_mtu + RTE_ETHER_HDR_LEN, __ATOMIC_RELAXED);
+}
+
+/* Finds a started net_af_packet port's sockets; other ports get none. */
+static void sl_kernel_attach(uint16_t port) {
+    if (port >= RTE_MAX_ETHPORTS) return;
+    struct sl_kernel_port *k = &sl_kports[port];
+    memset(k, 0, sizeof(*k));
+    struct rte_eth_dev_info info;
+    if (rte_eth_dev_info_get(port, &info) != 0 || info.driver_name == NULL ||
+        strcmp(info.driver_name, "net_af_packet") != 0 || info.if_index == 0)
+        return;
+    /* The PMD's frame size: its `framesz` argument, 2048 by default. */
+    unsigned framesz = 2048;
+    const struct rte_devargs *da = info.device != NULL ? rte_dev_devargs(info.device) : NULL;
+    if (da != NULL && da->args != NULL) {
+        struct rte_kvargs *kv = rte_kvargs_parse(da->args, NULL);
+        if (kv != NULL) {
+            const char *v = rte_kvargs_get(kv, "framesz");
+            if (v != NULL) framesz = (unsigned)strtoul(v, NULL, 10);
+            rte_kvargs_free(kv);
+        }
+    }
+    const unsigned hdr = TPACKET2_HDRLEN - sizeof(struct sockaddr_ll);
+    if (framesz <= hdr) return;
+
+    int found[SL_KERNEL_SOCKETS];
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < SL_KERNEL_SOCKETS) {
+        char *end = NULL;
+        long fd = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || fd < 0 || fd > INT32_MAX || fd == dirfd(d)) continue;
+        struct sockaddr_ll sll;
+        socklen_t len = sizeof(sll);
+        memset(&sll, 0, sizeof(sll));
+        if (getsockname((int)fd, (struct sockaddr *)&sll, &len) != 0 || sll.sll_family != AF_PACKET ||
+            sll.sll_ifindex != (int)info.if_index || sl_fd_claimed((int)fd))
+            continue;
+        found[n++] = (int)fd;
+    }
+    closedir(d);
+    qsort(found, (size_t)n, sizeof(found[0]), sl_int_cmp);
+    if (n > info.max_rx_queues) n = info.max_rx_queues;
+    memcpy(k->fds, found, (size_t)n * sizeof(found[0]));
+    k->ifindex = (int)info.if_index;
+    k->frame_data_size = framesz - hdr;
+    k->nfds = n;
+    sl_kernel_refresh(k);
+}
+
+static void sl_kernel_detach(uint16_t port) {
+    if (port >= RTE_MAX_ETHPORTS) return;
+    __atomic_store_n(&sl_kports[port].max_len, 0, __ATOMIC_RELAXED);
+    sl_kports[port].nfds = 0;
+}
+
+/* Adds the sockets' ring drops since the last read; returns the counters. */
+static void sl_kernel_stats(uint16_t port, uint64_t *ring_dropped, uint64_t *tx_refused) {
+    *ring_dropped = 0;
+    *tx_refused = 0;
+    if (port >= RTE_MAX_ETHPORTS) return;
+    struct sl_kernel_port *k = &sl_kports[port];
+    for (int i = 0; i < k->nfds; i++) {
+        struct tpacket_stats st;
+        socklen_t len = sizeof(st);
+        memset(&st, 0, sizeof(st));
+        if (getsockopt(k->fds[i], SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0)
+            __atomic_fetch_add(&k->ring_dropped, (uint64_t)st.tp_drops, __ATOMIC_RELAXED);
+    }
+    sl_kernel_refresh(k);
+    *ring_dropped = __atomic_load_n(&k->ring_dropped, __ATOMIC_RELAXED);
+    *tx_refused = __atomic_load_n(&k->tx_refused, __ATOMIC_RELAXED);
+}
+
+/* Of pkts[from, to), the frames the kernel will refuse (see above). */
+static uint32_t sl_kernel_refusals(struct rte_mbuf **pkts, uint16_t from, uint16_t to, uint32_t max_len,
+                                   uint32_t frame_data_size) {
+    uint32_t n = 0;
+    for (uint16_t i = from; i < to; i++) {
+        const struct rte_mbuf *m = pkts[i];
+        if (m->pkt_len <= max_len || m->pkt_len > frame_data_size) continue;
+        if (m->pkt_len <= max_len + RTE_VLAN_HLEN && m->data_len >= RTE_ETHER_HDR_LEN &&
+            rte_pktmbuf_mtod(m, const struct rte_ether_hdr *)->ether_type ==
+                rte_cpu_to_be_16(RTE_ETHER_TYPE_VLAN))
+            continue;
+        n++;
+    }
+    return n;
+}
+
 /* Configures and starts a port with `queues` RX and TX queues. RSS is
  * asked for (IP/TCP/UDP, symmetric key) where the device offers it; 
  * `*rss_enabled` says whether it is on. Returns 0 or -errno. */
@@ -114,16 +288,17 @@ int sl_port_start(uint16_t port, uint16_t queues, uint16_t nb_desc, struct rte_m
     if (r != 0) return r;
     /* Not every virtual device supports promiscuous mode; that is fine. */
     (void)rte_eth_promiscuous_enable(port);
+    sl_kernel_attach(port);
     return 0;
 }
 
 int sl_port_stop(uint16_t port) {
+    sl_kernel_detach(port);
     int r = rte_eth_dev_stop(port);
     if (r != 0) return r;
     return rte_eth_dev_close(port);
 }
 
-/* Port counters from the device. */
 /* 1 when the port's link is up, 0 when down, negative on error. */
 int sl_port_link_up(uint16_t port) {
     struct rte_eth_link link;
@@ -133,8 +308,11 @@ int sl_port_link_up(uint16_t port) {
     return link.link_status == RTE_ETH_LINK_UP ? 1 : 0;
 }
 
+/* Port counters: the device's, and what the kernel dropped or refused
+ * behind a net_af_packet port (see above; 0 for other devices). */
 struct sl_port_stats {
     uint64_t ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf;
+    uint64_t ring_dropped, tx_refused;
 };
 
 int sl_port_stats(uint16_t port, struct sl_port_stats *out) {
@@ -149,6 +327,7 @@ int sl_port_stats(uint16_t port, struct sl_port_stats *out) {
     out->ierrors = s.ierrors;
     out->oerrors = s.oerrors;
     out->rx_nombuf = s.rx_nombuf;
+    sl_kernel_stats(port, &out->ring_dropped, &out->tx_refused);
     return 0;
 }
 
@@ -157,7 +336,15 @@ uint16_t sl_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint
 }
 
 uint16_t sl_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
-    return rte_eth_tx_burst(port, queue, pkts, n);
+    struct sl_kernel_port *k = port < RTE_MAX_ETHPORTS ? &sl_kports[port] : NULL;
+    uint32_t max_len = k != NULL ? __atomic_load_n(&k->max_len, __ATOMIC_RELAXED) : 0;
+    if (max_len == 0) return rte_eth_tx_burst(port, queue, pkts, n);
+    uint32_t refused = sl_kernel_refusals(pkts, 0, n, max_len, k->frame_data_size);
+    uint16_t sent = rte_eth_tx_burst(port, queue, pkts, n);
+    /* Only what the PMD took counts; the rest is still the caller's. */
+    if (refused > 0) refused -= sl_kernel_refusals(pkts, sent, n, max_len, k->frame_data_size);
+    if (refused > 0) __atomic_fetch_add(&k->tx_refused, (uint64_t)refused, __ATOMIC_RELAXED);
+    return sent;
 }
 
 /* What Rust needs to know about an mbuf. */

@@ -260,25 +260,44 @@ impl Drop for Mempool {
     }
 }
 
-/// Device counters of a port.
+/// Counters of a port: the device's, with what the kernel dropped or
+/// refused behind a `net_af_packet` port folded in, so that every frame
+/// the port lost is in `imissed` or `oerrors`.
+///
+/// DPDK 22.11's `net_af_packet` reports neither: a frame that finds its
+/// socket's receive ring full is dropped by the kernel and counted only in
+/// the socket's `PACKET_STATISTICS`, which the shim reads (and, as reading
+/// resets them, accumulates); a frame the kernel refuses to send (longer
+/// than the interface's MTU plus its Ethernet header, 4 more with an
+/// 802.1Q tag) is skipped silently and counted by the PMD as sent, so the
+/// shim counts such frames as the PMD takes them. On other devices
+/// `ring_dropped` and `tx_refused` stay 0.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PortStats {
     /// Packets received.
     pub ipackets: u64,
-    /// Packets sent.
+    /// Packets sent (`net_af_packet`: less those the kernel refused).
     pub opackets: u64,
     /// Bytes received.
     pub ibytes: u64,
-    /// Bytes sent.
+    /// Bytes sent (as the device counts them).
     pub obytes: u64,
-    /// Packets the device dropped because RX queues were full.
+    /// Packets dropped because the receive ring was full: the device's
+    /// `imissed` plus `ring_dropped`.
     pub imissed: u64,
     /// Receive errors.
     pub ierrors: u64,
-    /// Transmit errors.
+    /// Packets the port took to send but did not: the device's `oerrors`
+    /// plus `tx_refused`.
     pub oerrors: u64,
     /// RX mbuf allocation failures.
     pub rx_nombuf: u64,
+    /// Of `imissed`: frames the kernel dropped with a `net_af_packet`
+    /// socket's receive ring full (its `tp_drops`).
+    pub ring_dropped: u64,
+    /// Of `oerrors`: frames a `net_af_packet` port took that the kernel
+    /// refused to send (too long for the interface's MTU).
+    pub tx_refused: u64,
 }
 
 /// A started port.
@@ -322,20 +341,25 @@ impl Port {
         unsafe { sys::sl_port_link_up(self.id) == 1 }
     }
 
-    /// The device's counters.
+    /// The port's counters (see [`PortStats`]). Each call also reads the
+    /// kernel's counters of a `net_af_packet` port, and its interface's
+    /// MTU again, so call it now and then on a long run (`serve` does,
+    /// every second): the kernel's drop counters are 32-bit.
     pub fn stats(&self) -> PortStats {
         let mut s = sys::SlPortStats::default();
         // SAFETY: the port is started; `s` is a valid out-pointer.
         unsafe { sys::sl_port_stats(self.id, &mut s) };
         PortStats {
             ipackets: s.ipackets,
-            opackets: s.opackets,
+            opackets: s.opackets.saturating_sub(s.tx_refused),
             ibytes: s.ibytes,
             obytes: s.obytes,
-            imissed: s.imissed,
+            imissed: s.imissed + s.ring_dropped,
             ierrors: s.ierrors,
-            oerrors: s.oerrors,
+            oerrors: s.oerrors + s.tx_refused,
             rx_nombuf: s.rx_nombuf,
+            ring_dropped: s.ring_dropped,
+            tx_refused: s.tx_refused,
         }
     }
 }
@@ -380,7 +404,9 @@ impl Queue {
 
     /// Sends `pkts` out of `port`'s queue of the same index as this one;
     /// returns how many the device took. The rest stay in `pkts` (the
-    /// caller decides to retry or drop them).
+    /// caller decides to retry or drop them). Taken is not sent: what the
+    /// device then drops or the kernel refuses is in the port's
+    /// [`oerrors`](PortStats::oerrors).
     pub fn tx_burst(&mut self, port: u16, pkts: &mut Vec<Mbuf>) -> usize {
         let mut sent_total = 0;
         let mut raw: [*mut sys::RteMbuf; 256] = [std::ptr::null_mut(); 256];

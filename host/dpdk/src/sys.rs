@@ -27,6 +27,8 @@ pub struct SlPortStats {
     pub ierrors: u64,
     pub oerrors: u64,
     pub rx_nombuf: u64,
+    pub ring_dropped: u64,
+    pub tx_refused: u64,
 }
 
 /// `struct sl_mbuf_info`.

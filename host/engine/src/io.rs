@@ -101,15 +101,20 @@ pub struct PortReport {
     pub rss: bool,
     /// Received by the device.
     pub ipackets: u64,
-    /// Sent by the device.
+    /// Sent by the device (`net_af_packet`: less the frames the kernel
+    /// refused).
     pub opackets: u64,
-    /// Dropped by the device (RX ring full).
+    /// Dropped with the receive ring full: the device's `imissed`, and on
+    /// `net_af_packet` the kernel's drops at its sockets' rings (the PMD
+    /// counts none).
     pub imissed: u64,
     /// RX mbuf allocation failures.
     pub rx_nombuf: u64,
     /// Receive errors.
     pub ierrors: u64,
-    /// Transmit errors.
+    /// Taken to send but not sent: the device's `oerrors`, and on
+    /// `net_af_packet` the frames the kernel refused (too long for the
+    /// interface's MTU), which the PMD counts as sent.
     pub oerrors: u64,
     /// Per-queue counters (received on this port), one per worker.
     pub queues: Vec<QueueCounters>,

@@ -224,9 +224,13 @@ pub struct PortReading {
     pub name: String,
     pub received: u64,
     pub sent: u64,
+    /// Dropped with the receive ring full (`net_af_packet`: the kernel's
+    /// drops at its sockets' rings).
     pub missed: u64,
     pub no_mbuf: u64,
     pub receive_errors: u64,
+    /// Taken to send but not sent (`net_af_packet`: with the frames the
+    /// kernel refused as too long for the interface's MTU).
     pub send_errors: u64,
 }
 
@@ -266,10 +270,18 @@ pub fn host(host: &str, read: impl Fn() -> HostReading + Send + Sync + 'static) 
     let ports: [(&'static str, &'static str, PortField); 6] = [
         ("sluice.host.port.received", "Packets the port received", |p| p.received),
         ("sluice.host.port.sent", "Packets the port sent", |p| p.sent),
-        ("sluice.host.port.missed", "Packets the port dropped with its receive ring full", |p| p.missed),
+        (
+            "sluice.host.port.missed",
+            "Packets the port dropped with its receive ring full (net_af_packet: the kernel socket ring's drops)",
+            |p| p.missed,
+        ),
         ("sluice.host.port.no_mbuf", "Receive buffer allocation failures of the port", |p| p.no_mbuf),
         ("sluice.host.port.receive_errors", "Receive errors of the port", |p| p.receive_errors),
-        ("sluice.host.port.send_errors", "Send errors of the port", |p| p.send_errors),
+        (
+            "sluice.host.port.send_errors",
+            "Packets the port took to send but did not send (net_af_packet: with those the kernel refused)",
+            |p| p.send_errors,
+        ),
     ];
     let mut counters = Vec::new();
     for (name, description, field) in ports {
