@@ -156,3 +156,134 @@ fn a_bad_rule_is_reported_with_the_nfs_own_message() {
     assert!(err.contains("rejected its configuration"), "{err}");
     assert!(err.contains("rule 2") && err.contains("33"), "{err}");
 }
+
+/// An ICMP (or ICMPv6, for IPv6 addresses) error of `kind` (type, code)
+/// from `from` to `to`, its 4 bytes after the checksum `rest` (an MTU),
+/// quoting the first `quote` bytes of `about`'s IP datagram.
+fn icmp_error(from: IpAddr128, to: IpAddr128, kind: (u8, u8), rest: u32, about: &[u8], quote: usize) -> Vec<u8> {
+    let l3 = usize::from(sluice_wire::parse(about).l3_offset.unwrap());
+    let quoted = about[l3..(l3 + quote).min(about.len())].to_vec();
+    // Built as an echo request, then retyped with its checksum updated.
+    let mut f =
+        FrameSpec { src: from, dst: to, transport: Transport::IcmpEcho { ident: 0 }, payload: quoted, vlan: None }
+            .build();
+    let l4 = usize::from(sluice_wire::parse(&f).l4_offset.unwrap());
+    let mut head = [0u8; 8];
+    head[0] = kind.0;
+    head[1] = kind.1;
+    head[4..8].copy_from_slice(&rest.to_be_bytes());
+    let mut c = u16::from_be_bytes([f[l4 + 2], f[l4 + 3]]);
+    for at in [0, 4, 6] {
+        let old = u16::from_be_bytes([f[l4 + at], f[l4 + at + 1]]);
+        let new = u16::from_be_bytes([head[at], head[at + 1]]);
+        c = sluice_wire::checksum::update_u16(c, old, new);
+    }
+    head[2..4].copy_from_slice(&c.to_be_bytes());
+    f[l4..l4 + 8].copy_from_slice(&head);
+    f
+}
+
+#[test]
+fn icmp_errors_about_known_connections_pass_and_the_rest_are_decided_by_the_rules() {
+    let v4 = IpAddr128::from_v4;
+    let dns_server = [192, 0, 2, 53];
+    let router = v4([198, 51, 100, 254]);
+    let v6a = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+    let v6b = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    let router6 = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0xee, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    let dns = FrameSpec::udp4(IN, 5353, dns_server, 53).with_payload(b"query".to_vec()).build();
+    let unknown = FrameSpec::udp4(IN, 5354, dns_server, 53).build();
+    let web = FrameSpec::tcp4(IN, 40000, OUT, 80, ACK).with_payload(vec![1; 1400]).build();
+    let web6 = FrameSpec {
+        src: v6a,
+        dst: v6b,
+        transport: Transport::Tcp { src_port: 50000, dst_port: 443, flags: SYN },
+        payload: vec![],
+        vlan: Some(42),
+    }
+    .build();
+    let cases: Vec<(Vec<u8>, bool, &str)> = vec![
+        (dns.clone(), true, "dns query opens the flow"),
+        (icmp_error(v4(dns_server), v4(IN), (3, 3), 0, &dns, 28), true, "port unreachable for the open udp flow"),
+        (icmp_error(v4(dns_server), v4(IN), (3, 3), 0, &unknown, 28), false, "port unreachable for an unknown flow"),
+        (
+            icmp_error(v4(dns_server), v4([10, 0, 0, 6]), (3, 3), 0, &dns, 28),
+            false,
+            "to another host than the one that sent the quoted packet",
+        ),
+        (FrameSpec::tcp4(IN, 40000, OUT, 80, SYN).build(), true, "web connection opens"),
+        (web.clone(), true, "a 1400-byte segment"),
+        (icmp_error(router, v4(IN), (3, 4), 1280, &web, 548), true, "fragmentation needed for it (PMTU discovery)"),
+        (icmp_error(router, v4(IN), (11, 0), 0, &web, 28), true, "time exceeded for it"),
+        (icmp_error(router, v4(IN), (5, 0), 0, &web, 28), false, "a redirect is no error: decided by the rules"),
+        (web6.clone(), true, "ipv6 connection opens"),
+        (icmp_error(router6, v6a, (2, 0), 1280, &web6, 48), true, "icmpv6 packet too big for it"),
+        (icmp_error(router6, v6a, (1, 4), 0, &web6, 4), false, "a quote cut short names no connection"),
+        (FrameSpec::tcp4(OUT, 80, IN, 40000, RST).build(), true, "reset closes the web connection"),
+        (icmp_error(router, v4(IN), (3, 4), 1280, &web, 548), false, "its errors are then decided by the rules"),
+    ];
+    let mut arp = vec![0xffu8; 42];
+    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    for workers in [1, 2] {
+        for batch in [1, 3, 32] {
+            // `run` syncs the workers' view of the index between chunks of
+            // `batch` packets, as a live host does between batches; an
+            // error comes a round trip after its connection's packets, so
+            // on two workers a chunk of ARP frames (dropped) lies between
+            // each case and the next.
+            let gap = if workers == 1 { 0 } else { batch };
+            let mut trace: Vec<(&[u8], bool, &str)> = Vec::new();
+            for (frame, pass, why) in &cases {
+                trace.push((frame, *pass, why));
+                trace.extend(std::iter::repeat_n((arp.as_slice(), false, "arp"), gap));
+            }
+            let frames: Vec<Vec<u8>> = trace.iter().map(|c| c.0.to_vec()).collect();
+            let (report, out) = run_host(RULES, vec![nf("firewall")], &stamped(&frames), |c, _| {
+                c.batch_size = batch;
+                c.workers = workers;
+            });
+            let mut at = 0;
+            for (frame, pass, why) in &trace {
+                let passed = out.get(at).is_some_and(|o| o == frame);
+                assert_eq!(
+                    passed,
+                    *pass,
+                    "{workers} workers, batch {batch}: '{why}' should {}pass",
+                    if *pass { "" } else { "not " }
+                );
+                at += usize::from(passed);
+            }
+            assert_eq!(at, out.len());
+            assert_eq!(report.nfs[0].meters.traps, 0);
+        }
+    }
+}
+
+#[test]
+fn related_icmp_can_be_turned_off() {
+    let dns = FrameSpec::udp4(IN, 5353, [192, 0, 2, 53], 53).build();
+    let error = icmp_error(IpAddr128::from_v4([192, 0, 2, 53]), IpAddr128::from_v4(IN), (3, 3), 0, &dns, 28);
+    let config = RULES.replace("default = \"deny\"", "default = \"deny\"\nrelated-icmp = false");
+    let (_, out) = run_host(&config, vec![nf("firewall")], &stamped(&[dns.clone(), error]), |_, _| {});
+    assert_eq!(out, vec![dns]);
+}
+
+#[test]
+fn first_fragments_and_long_datagrams_are_decided_by_the_rules_like_whole_packets() {
+    use crate::nat::{datagram, ipv4_frame};
+    let dns_server = [192, 0, 2, 53];
+    let fragment = |dst_port: u16| {
+        let whole = FrameSpec::udp4(IN, 5353, dns_server, dst_port).with_payload(vec![7; 3000]).build();
+        ipv4_frame(IN, dns_server, 17, 0x2000, &datagram(&whole)[20..1500])
+    };
+    let long = FrameSpec::udp4(IN, 5354, dns_server, 53).with_payload(vec![8; 3000]).build();
+    let cases = [
+        (fragment(53), true, "first fragment to an allowed port"),
+        (fragment(54), false, "first fragment to a port no rule allows"),
+        (long.clone(), true, "a whole 3028-byte datagram"),
+    ];
+    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.0.clone()).collect();
+    let (_, out) = run_host(RULES, vec![nf("firewall")], &stamped(&frames), |_, _| {});
+    let expected: Vec<Vec<u8>> = cases.iter().filter(|c| c.1).map(|c| c.0.clone()).collect();
+    assert_eq!(out, expected, "{:?}", cases.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>());
+}

@@ -74,11 +74,33 @@ struct RawConfig {
     log_denied: bool,
     #[serde(default)]
     idle_timeout_s: Option<u64>,
+    #[serde(default = "yes")]
+    related_icmp: bool,
+    #[serde(default = "default_related_capacity")]
+    related_capacity: u32,
 }
 
 fn deny() -> Action {
     Action::Deny
 }
+
+fn yes() -> bool {
+    true
+}
+
+fn default_related_capacity() -> u32 {
+    DEFAULT_RELATED_CAPACITY
+}
+
+/// Open connections the `connections` table indexes for ICMP errors by
+/// default: 262,144 entries of about 88 bytes (a 37-byte key, up to 3
+/// bytes of value, the host's 48 bytes per entry) are 23 MiB of the NF's
+/// 64 MiB state budget.
+pub const DEFAULT_RELATED_CAPACITY: u32 = 1 << 18;
+
+/// The host's default idle timeout of flow state, which `connections`
+/// follows when the config sets none.
+const HOST_DEFAULT_IDLE_S: u64 = 120;
 
 /// The parsed configuration.
 #[derive(Debug, Clone)]
@@ -91,6 +113,11 @@ pub struct Config {
     pub allow_non_ip: bool,
     /// Whether a denied new connection emits a `firewall.deny` event.
     pub log_denied: bool,
+    /// Whether ICMP errors about a known connection pass whatever the
+    /// rules say.
+    pub related_icmp: bool,
+    /// Most connections indexed for ICMP errors (the `connections` table).
+    pub related_capacity: u32,
     idle_timeout_s: Option<u64>,
 }
 
@@ -134,6 +161,8 @@ impl Config {
             rules,
             allow_non_ip: raw.allow_non_ip,
             log_denied: raw.log_denied,
+            related_icmp: raw.related_icmp,
+            related_capacity: raw.related_capacity,
             idle_timeout_s: raw.idle_timeout_s,
         })
     }
@@ -146,6 +175,12 @@ impl Config {
     /// Idle timeout of connection state in ns (0: the host's default).
     pub fn idle_timeout_ns(&self) -> u64 {
         self.idle_timeout_s.map(|s| s.saturating_mul(1_000_000_000)).unwrap_or(0)
+    }
+
+    /// Idle timeout of connection state in seconds, the host's default
+    /// (120 s) when the config sets none.
+    pub fn idle_timeout_s(&self) -> u64 {
+        self.idle_timeout_s.filter(|s| *s > 0).unwrap_or(HOST_DEFAULT_IDLE_S)
     }
 }
 
