@@ -24,6 +24,9 @@
 //! max_instances = 512        # SLUICE_MAX_INSTANCES: NF instances the pool holds
 //!                            # (default: 2 × NFs × workers, at least 32; `serve`: 512)
 //! fuel = false               # SLUICE_FUEL: compile in fuel metering
+//! mbuf_size = 2048           # SLUICE_MBUF_SIZE: bytes a DPDK packet buffer holds
+//!                            # (`--mbuf-size`); a port's frames must fit one
+//!                            # (net_af_packet: its framesz; jumbo frames: 9216+)
 //! outside_ports = [1]        # SLUICE_OUTSIDE_PORTS="1": packets from these
 //!                            # ingress ports (replies) run a linear chain last
 //!                            # NF first (`run`, `dpdk`; default none)
@@ -178,6 +181,13 @@ pub struct HostConfig {
     /// Whether fuel metering is compiled in.
     #[serde(default)]
     pub fuel: bool,
+    /// Bytes each DPDK packet buffer (mbuf) holds after its headroom: the
+    /// longest frame a port receives whole. A `net_af_packet` port's
+    /// `framesz` must fit it (the device refuses to start otherwise), and
+    /// so must the IPv4 datagrams the kernel reassembles for it (a longer
+    /// one arrives cut short and is refused and counted). Default 2048.
+    #[serde(default = "default_mbuf_size")]
+    pub mbuf_size: u16,
     /// Ingress ports on the outside of the chain (`run`, `dpdk`): their
     /// packets, the replies to connections opened from the inside, run a
     /// linear chain from its last NF to its first, so every NF sees both
@@ -214,6 +224,9 @@ fn default_cache_dir() -> PathBuf {
         .map(|d| d.join("sluice"))
         .unwrap_or_default()
 }
+fn default_mbuf_size() -> u16 {
+    2048
+}
 fn default_max_memory() -> u64 {
     256
 }
@@ -228,6 +241,7 @@ impl Default for HostConfig {
             max_memory_mb: default_max_memory(),
             max_instances: None,
             fuel: false,
+            mbuf_size: default_mbuf_size(),
             outside_ports: Vec::new(),
             nf: BTreeMap::new(),
             nf_defaults: NfSection::default(),
@@ -343,6 +357,9 @@ impl HostConfig {
         }
         if let Some(v) = env_parse("SLUICE_FUEL")? {
             cfg.fuel = v;
+        }
+        if let Some(v) = env_parse("SLUICE_MBUF_SIZE")? {
+            cfg.mbuf_size = v;
         }
         if let Ok(v) = std::env::var("SLUICE_OUTSIDE_PORTS") {
             cfg.outside_ports = parse_ports(&v).map_err(|reason| ConfigError::Env {

@@ -17,7 +17,7 @@ use crate::report::NfReport;
 use crate::run::{RunError, load_specs};
 use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Queue};
-use sluice_engine::dpdk::DpdkIo;
+use sluice_engine::dpdk::{DpdkIo, Egress};
 use sluice_engine::{PacketIo, Receive, Worker};
 pub use sluice_engine::{PortReport, QueueCounters};
 use sluice_runtime::cores::CoreList;
@@ -124,8 +124,8 @@ impl DpdkReport {
             ));
             for (q, c) in p.queues.iter().enumerate() {
                 s.push_str(&format!(
-                    "    queue {q}: rx {} tx {} dropped by NFs {} TX full {} other {}\n",
-                    c.rx, c.tx, c.dropped_by_nf, c.dropped_tx_full, c.dropped_other
+                    "    queue {q}: rx {} tx {} dropped by NFs {} TX full {} other {} too big {} | fragments added {}\n",
+                    c.rx, c.tx, c.dropped_by_nf, c.dropped_tx_full, c.dropped_other, c.dropped_too_big, c.fragmented
                 ));
             }
         }
@@ -161,6 +161,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
 
     let Opened { eal, cores, port_ids, pool, ports } =
         open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_mbufs")?;
+    let egress = egress_of(&ports, &pool);
 
     // Every worker's chain is instantiated before traffic starts, so a
     // rejected config fails the run up front.
@@ -181,10 +182,12 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
             let eal = &eal;
             let port_ids = &port_ids;
             let core = cores.for_worker(w);
+            let egress = &egress;
             handles.push(scope.spawn(move || -> Result<WorkerResult, RunError> {
                 let on = sluice_runtime::cores::pin_worker(&format!("dpdk worker {w}"), core);
                 let _guard = eal.register_thread()?;
-                let mut r = worker_loop(chain, queues, port_ids, opts, batch, &stop, &received);
+                let io = DpdkIo::new(queues, port_ids.to_vec(), opts.pairs, batch).with_egress(egress.clone());
+                let mut r = worker_loop(chain, io, opts, batch, &stop, &received);
                 r.cores = on;
                 Ok(r)
             }));
@@ -219,6 +222,9 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let port_reports = ports.iter().zip(per_port).map(|(p, queues)| port_report(p, queues)).collect();
     // Ports stop (flushing e.g. pcap output) before the pool and EAL go.
     drop(ports);
+    // The workers' handles on the pool go before the pool, and the pool
+    // before EAL.
+    drop(egress);
     drop(pool);
     drop(eal);
     Ok(DpdkReport {
@@ -240,14 +246,12 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
 
 fn worker_loop(
     chain: Chain,
-    queues: Vec<Queue>,
-    port_ids: &[u16],
+    mut io: DpdkIo,
     opts: &DpdkOptions,
     batch: usize,
     stop: &AtomicBool,
     received: &AtomicU64,
 ) -> WorkerResult {
-    let mut io = DpdkIo::new(queues, port_ids.to_vec(), opts.pairs, batch);
     let mut worker = Worker::new(chain);
     let mut events = 0u64;
     let mut last_rx = Instant::now();
@@ -291,7 +295,7 @@ fn worker_loop(
 /// (fields drop in order: ports, pool, then EAL).
 pub(crate) struct Opened {
     pub(crate) ports: Vec<sluice_dpdk::Port>,
-    pub(crate) pool: sluice_dpdk::Mempool,
+    pub(crate) pool: Arc<sluice_dpdk::Mempool>,
     pub(crate) port_ids: Vec<u16>,
     /// Cores workers are pinned to (`cores`, else the EAL's lcores).
     pub(crate) cores: CoreList,
@@ -328,12 +332,17 @@ pub(crate) fn open_ports(
         eal.check_port(p)?;
     }
     let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
-    let pool = eal.mempool(pool_name, mbufs, socket)?;
+    let pool = Arc::new(eal.mempool(pool_name, mbufs, config.mbuf_size, socket)?);
     let mut started = Vec::new();
     for &p in &port_ids {
         started.push(eal.start_port(p, workers as u16, descriptors, &pool)?);
     }
     Ok(Opened { ports: started, pool, port_ids, cores, eal })
+}
+
+/// What workers need to cut datagrams to their output ports' MTUs.
+fn egress_of(ports: &[sluice_dpdk::Port], pool: &Arc<sluice_dpdk::Mempool>) -> Egress {
+    Egress { mtus: ports.iter().map(|p| p.mtu().map_or(0, usize::from)).collect(), pool: pool.clone() }
 }
 
 /// A port's device counters with its queues' counters.
@@ -357,7 +366,7 @@ pub fn port_report(p: &sluice_dpdk::Port, queues: Vec<QueueCounters>) -> PortRep
 /// Fields drop in order: ports, then their pool, then EAL.
 pub struct LivePorts {
     ports: Vec<sluice_dpdk::Port>,
-    _pool: sluice_dpdk::Mempool,
+    _pool: Arc<sluice_dpdk::Mempool>,
     eal: Eal,
 }
 
@@ -395,10 +404,11 @@ pub fn open_live(
     let batch = config.batch_size.clamp(1, 256);
     let Opened { eal, cores, port_ids, pool, ports } =
         open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_live")?;
+    let egress = egress_of(&ports, &pool);
     let mut ios: Vec<Box<dyn PacketIo + Send>> = Vec::new();
     for w in 0..workers {
         let queues: Vec<Queue> = ports.iter().filter_map(|p| p.queue(w as u16)).collect();
-        ios.push(Box::new(DpdkIo::new(queues, port_ids.clone(), opts.pairs, batch)));
+        ios.push(Box::new(DpdkIo::new(queues, port_ids.clone(), opts.pairs, batch).with_egress(egress.clone())));
     }
     let held = Arc::new(LivePorts { ports, _pool: pool, eal });
     let (h1, h2) = (held.clone(), held.clone());

@@ -164,6 +164,11 @@ enum Command {
         /// Mbufs in the packet pool.
         #[arg(long, default_value_t = 8191)]
         mbufs: u32,
+        /// Bytes each packet buffer holds (after its headroom): the longest
+        /// frame a port receives whole; a net_af_packet port's framesz must
+        /// fit it. Overrides `mbuf_size` of the config (default 2048).
+        #[arg(long)]
+        mbuf_size: Option<u16>,
         /// RX/TX descriptors per queue.
         #[arg(long, default_value_t = 512)]
         descriptors: u16,
@@ -351,6 +356,11 @@ enum Command {
         /// With --dpdk: mbufs in the packet pool.
         #[arg(long, default_value_t = 8191, requires = "dpdk")]
         mbufs: u32,
+        /// With --dpdk: bytes each packet buffer holds (after its headroom): the longest
+        /// frame a port receives whole; a net_af_packet port's framesz must
+        /// fit it. Overrides `mbuf_size` of the config (default 2048).
+        #[arg(long, requires = "dpdk")]
+        mbuf_size: Option<u16>,
         /// With --dpdk: RX/TX descriptors per queue.
         #[arg(long, default_value_t = 512, requires = "dpdk")]
         descriptors: u16,
@@ -490,6 +500,7 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             max_packets,
             idle_exit_ms,
             mbufs,
+            mbuf_size,
             descriptors,
             report,
             eal,
@@ -497,6 +508,9 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             let mut config = load_config(cli.config.as_deref(), batch, workers, cores)?;
             if !outside_ports.is_empty() {
                 config.outside_ports = outside_ports;
+            }
+            if let Some(m) = mbuf_size {
+                config.mbuf_size = m;
             }
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -650,13 +664,17 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             pairs,
             unmatched,
             mbufs,
+            mbuf_size,
             descriptors,
             replicate_us,
             peer_max_mb,
             pull_wait_us,
             eal,
         } => {
-            let config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+            let mut config = load_config(cli.config.as_deref(), batch, workers, cores)?;
+            if let Some(m) = mbuf_size {
+                config.mbuf_size = m;
+            }
             if !dpdk && !eal.is_empty() {
                 anyhow::bail!("EAL arguments after `--` need --dpdk");
             }

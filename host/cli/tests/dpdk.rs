@@ -462,16 +462,19 @@ while True:
         sys.exit("the host never bound a socket to " + sys.argv[1])
     time.sleep(0.05)
 time.sleep(1.0)
-def frame(size):
+# kind 0: UDP over IPv4; 1: the same with Don't Fragment; 2: not IP.
+def frame(size, kind):
     payload = b"x" * (size - 42)
     udp = struct.pack("!HHHH", 4000, 7000, 8 + len(payload), 0) + payload
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, bytes([10,0,0,1]), bytes([10,0,0,2]))
-    return b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + ip + udp
+    flags = 0x4000 if kind == 1 else 0
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, flags, 64, 17, 0, bytes([10,0,0,1]), bytes([10,0,0,2]))
+    ethertype = b"\x88\xb5" if kind == 2 else b"\x08\x00"
+    return b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + ethertype + ip + udp
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
 s.bind(("v0", 0))
 for spec in sys.argv[2:]:
-    count, size, gap = ([int(x) for x in spec.split("x")] + [0])[:3]
-    f = frame(size)
+    count, size, gap, kind = ([int(x) for x in spec.split("x")] + [0, 0])[:4]
+    f = frame(size, kind)
     for _ in range(count):
         if gap:
             time.sleep(gap / 1e6)
@@ -535,12 +538,15 @@ fn an_overrun_af_packet_ring_counts_every_dropped_frame_as_missed() {
     assert_eq!(r["rx"], port["ipackets"], "{r}");
 }
 
-/// `net_af_packet` sets PACKET_LOSS, so the kernel skips a frame too long
-/// for the interface's MTU without a trace, and the PMD counts it as sent:
-/// the host counts it in the port's `oerrors` instead. Frames of 1,200 and
-/// 600 bytes forwarded out of a port whose interface has an MTU of 1,000.
+/// Out of a port whose interface has an MTU of 1,000: IPv4 datagrams of
+/// 1,200 bytes are cut into two fragments each (RFC 791) and all arrive;
+/// those with Don't Fragment set are dropped and counted as too big, as a
+/// router drops them. A frame that is not IP the host cannot cut: it is
+/// handed to the port, and `net_af_packet` sets PACKET_LOSS, so the kernel
+/// skips it without a trace while the PMD counts it as sent: the host
+/// counts it in the port's `oerrors` instead.
 #[test]
-fn frames_the_kernel_refuses_to_send_count_as_send_errors() {
+fn datagrams_over_the_output_mtu_are_fragmented_and_the_rest_is_counted() {
     let dir = tempfile::tempdir().unwrap();
     let ns = Netns::new("mtu");
     ns.veth("v2", "v3");
@@ -553,19 +559,23 @@ fn frames_the_kernel_refuses_to_send_count_as_send_errors() {
     args.extend(["--idle-exit-ms", "1500", "--report", report.to_str().unwrap(), "--"]);
     args.extend(eal_args.iter().map(String::as_str));
     let before = ns.counter("v3", "rx_packets");
-    let r = run_with_blast(&ns, &args, &report, "v1,v2", &["30x1200", "20x600"]);
+    let r = run_with_blast(&ns, &args, &report, "v1,v2", &["30x1200", "10x1200x0x1", "10x1200x0x2", "20x600"]);
     let arrived = ns.counter("v3", "rx_packets") - before;
     let (inp, out) = (&r["ports"][0], &r["ports"][1]);
     let n = |p: &serde_json::Value, k: &str| p[k].as_u64().unwrap();
     eprintln!(
-        "forwarded {}, sent {}, send errors {}, arrived {arrived}",
+        "forwarded {}, fragments added {}, too big {}, sent {}, send errors {}, arrived {arrived}",
         r["tx"],
+        r["fragmented"],
+        r["dropped_too_big"],
         n(out, "opackets"),
         n(out, "oerrors")
     );
-    assert_eq!(n(inp, "ipackets"), 50, "{r}");
-    assert_eq!(r["tx"], 50, "all 50 handed to the port: {r}");
-    assert_eq!(n(out, "oerrors"), 30, "the 1,200-byte frames: {r}");
-    assert_eq!(n(out, "opackets"), 20, "{r}");
-    assert_eq!(arrived, 20);
+    assert_eq!(n(inp, "ipackets"), 70, "{r}");
+    assert_eq!(r["fragmented"], 30, "one fragment added per 1,200-byte datagram: {r}");
+    assert_eq!(r["dropped_too_big"], 10, "Don't Fragment: {r}");
+    assert_eq!(r["tx"], 30 * 2 + 10 + 20, "{r}");
+    assert_eq!(n(out, "oerrors"), 10, "the frames that are not IP: {r}");
+    assert_eq!(n(out, "opackets"), 80, "{r}");
+    assert_eq!(arrived, 80);
 }

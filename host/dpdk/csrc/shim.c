@@ -79,8 +79,10 @@ int sl_eth_dev_name(uint16_t port, char *buf, size_t cap) {
     return 0;
 }
 
-struct rte_mempool *sl_pktmbuf_pool_create(const char *name, unsigned n, unsigned cache, int socket) {
-    return rte_pktmbuf_pool_create(name, n, cache, 0, RTE_MBUF_DEFAULT_BUF_SIZE, socket);
+/* A pool of `n` mbufs holding `data_room` bytes each after the headroom. */
+struct rte_mempool *sl_pktmbuf_pool_create(const char *name, unsigned n, unsigned cache, uint16_t data_room,
+                                           int socket) {
+    return rte_pktmbuf_pool_create(name, n, cache, 0, (uint16_t)(data_room + RTE_PKTMBUF_HEADROOM), socket);
 }
 
 void sl_mempool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
@@ -290,6 +292,18 @@ int sl_port_start(uint16_t port, uint16_t queues, uint16_t nb_desc, struct rte_m
     (void)rte_eth_promiscuous_enable(port);
     sl_kernel_attach(port);
     return 0;
+}
+
+/* The port's MTU: for net_af_packet its interface's (the kernel decides
+ * what it sends), else the device's; 0 when unknown. */
+int sl_port_mtu(uint16_t port) {
+    if (port < RTE_MAX_ETHPORTS) {
+        uint32_t max_len = __atomic_load_n(&sl_kports[port].max_len, __ATOMIC_RELAXED);
+        if (max_len > RTE_ETHER_HDR_LEN) return (int)(max_len - RTE_ETHER_HDR_LEN);
+    }
+    uint16_t mtu = 0;
+    if (rte_eth_dev_get_mtu(port, &mtu) != 0) return 0;
+    return mtu;
 }
 
 int sl_port_stop(uint16_t port) {

@@ -181,12 +181,20 @@ impl Eal {
         if s < 0 { -1 } else { s }
     }
 
-    /// Creates a packet-mbuf pool of `mbufs` buffers.
-    pub fn mempool(&self, name: &str, mbufs: u32, socket: i32) -> Result<Mempool, DpdkError> {
+    /// Creates a packet-mbuf pool of `mbufs` buffers of `data_room` bytes
+    /// each (after the headroom; [`DEFAULT_DATA_ROOM`] holds a standard
+    /// Ethernet frame, a port with larger frames needs more).
+    pub fn mempool(&self, name: &str, mbufs: u32, data_room: u16, socket: i32) -> Result<Mempool, DpdkError> {
         let cname = CString::new(name).map_err(|_| DpdkError::BadArgument(name.into()))?;
+        if data_room > MAX_DATA_ROOM {
+            return Err(DpdkError::BadArgument(format!(
+                "mbuf data room of {data_room} bytes: at most {MAX_DATA_ROOM}"
+            )));
+        }
         // SAFETY: EAL is initialized; the name is a valid C string; a
-        // cache of 256 is within RTE_MEMPOOL_CACHE_MAX_SIZE.
-        let p = unsafe { sys::sl_pktmbuf_pool_create(cname.as_ptr(), mbufs, 256.min(mbufs / 4), socket) };
+        // cache of 256 is within RTE_MEMPOOL_CACHE_MAX_SIZE; the data room
+        // plus the headroom fits the u16 the pool takes (checked above).
+        let p = unsafe { sys::sl_pktmbuf_pool_create(cname.as_ptr(), mbufs, 256.min(mbufs / 4), data_room, socket) };
         NonNull::new(p).map(|ptr| Mempool { ptr }).ok_or_else(|| DpdkError::Mempool {
             mbufs,
             reason: "rte_pktmbuf_pool_create failed (not enough EAL memory?)".into(),
@@ -240,10 +248,28 @@ impl Drop for ThreadGuard {
     }
 }
 
+/// Bytes an mbuf holds by default (after its headroom): DPDK's default,
+/// a 1,518-byte Ethernet frame and then some.
+pub const DEFAULT_DATA_ROOM: u16 = 2048;
+/// The largest data room: with DPDK's 128-byte headroom, what a 16-bit
+/// buffer length holds.
+pub const MAX_DATA_ROOM: u16 = u16::MAX - 128;
+
 /// A pool of packet buffers.
 #[derive(Debug)]
 pub struct Mempool {
     ptr: NonNull<sys::RteMempool>,
+}
+
+impl Mempool {
+    /// A new, empty mbuf from the pool; `None` when the pool is empty.
+    /// Call only on a thread registered with EAL (a worker).
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool is valid while `self` lives; an mbuf allocated
+        // from it is owned by the returned Mbuf, which frees it once.
+        let m = unsafe { sys::sl_mbuf_alloc(self.ptr.as_ptr()) };
+        NonNull::new(m).map(|ptr| Mbuf { ptr })
+    }
 }
 
 // SAFETY: DPDK mempools are thread-safe (multi-producer/multi-consumer
@@ -333,6 +359,15 @@ impl Port {
     /// Queue pair `q` of this port, for one worker thread.
     pub fn queue(&self, q: u16) -> Option<Queue> {
         (q < self.queues).then_some(Queue { port: self.id, queue: q })
+    }
+
+    /// The port's MTU (the largest IP datagram it sends in one frame): a
+    /// `net_af_packet` port's interface's, else the device's; `None` when
+    /// the device does not say.
+    pub fn mtu(&self) -> Option<u16> {
+        // SAFETY: the port is started; the call only reads its MTU.
+        let m = unsafe { sys::sl_port_mtu(self.id) };
+        u16::try_from(m).ok().filter(|&m| m > 0)
     }
 
     /// Whether the port's link is up (a virtual device's peer connected).

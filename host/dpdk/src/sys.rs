@@ -53,7 +53,15 @@ unsafe extern "C" {
     pub fn sl_eth_dev_count_avail() -> u16;
     pub fn sl_eth_dev_is_valid_port(port: u16) -> c_int;
     pub fn sl_eth_dev_name(port: u16, buf: *mut c_char, cap: usize) -> c_int;
-    pub fn sl_pktmbuf_pool_create(name: *const c_char, n: c_uint, cache: c_uint, socket: c_int) -> *mut RteMempool;
+    pub fn sl_pktmbuf_pool_create(
+        name: *const c_char,
+        n: c_uint,
+        cache: c_uint,
+        data_room: u16,
+        socket: c_int,
+    ) -> *mut RteMempool;
+    pub fn sl_mbuf_alloc(mp: *mut RteMempool) -> *mut RteMbuf;
+    pub fn sl_port_mtu(port: u16) -> c_int;
     pub fn sl_mempool_free(mp: *mut RteMempool);
     pub fn sl_socket_id(port: u16) -> c_int;
     pub fn sl_port_start(

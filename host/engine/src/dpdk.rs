@@ -8,13 +8,19 @@
 //! Output ports: verdict port 0 is the default output (the port the packet
 //! came in on, or its pair with `pairs`); port k ≥ 1 is the k-th port.
 //!
+//! A forwarded IPv4 datagram longer than its output port's MTU (a
+//! reassembled one, or one an NF grew) is cut into fragments that fit
+//! (RFC 791), in new mbufs from the pool; one that may not be fragmented
+//! (Don't Fragment, IPv6) is dropped and counted (`dropped_too_big`), as
+//! a router does, since the port would refuse it.
+//!
 //! Packets whose flow waits for its state from another host are held (the
 //! mbufs kept, at most [`MAX_HELD`] a worker) until released, then come
 //! back first, in order; one not released within [`HOLD_LIMIT`] (its
 //! deployment was removed meanwhile) comes back anyway.
 
 use crate::io::{PacketIo, QueueCounters, Receive};
-use sluice_dpdk::{Mbuf, Queue};
+use sluice_dpdk::{Mbuf, Mempool, Queue};
 use sluice_runtime::{Fate, PacketResult, RawPacket};
 use sluice_wire::steer::{self, SteerMark};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -32,6 +38,15 @@ struct Held {
     /// Port index it came in on.
     ingress: usize,
     at: Instant,
+}
+
+/// What a worker needs to fit datagrams to its output ports.
+#[derive(Debug, Clone)]
+pub struct Egress {
+    /// Each port's MTU, by port index (0: unknown, never cut).
+    pub mtus: Vec<usize>,
+    /// The pool fragments are allocated from.
+    pub pool: std::sync::Arc<Mempool>,
 }
 
 /// One worker's queues, and the buffers its batches reuse.
@@ -57,6 +72,9 @@ pub struct DpdkIo {
     holding: Vec<(usize, u64)>,
     /// Held packets released, to come back at the next `receive`.
     released: std::collections::VecDeque<(Mbuf, usize)>,
+    egress: Option<Egress>,
+    /// A frame read out of its mbuf to be cut.
+    frame: Vec<u8>,
 }
 
 impl DpdkIo {
@@ -78,6 +96,75 @@ impl DpdkIo {
             held: Vec::new(),
             holding: Vec::new(),
             released: std::collections::VecDeque::new(),
+            egress: None,
+            frame: Vec::new(),
+        }
+    }
+
+    /// Cuts forwarded IPv4 datagrams longer than their output port's MTU
+    /// into fragments from `egress.pool` (see the module's documentation).
+    pub fn with_egress(mut self, egress: Egress) -> Self {
+        self.egress = Some(egress);
+        self
+    }
+
+    /// Queues `m` (with bytes `data` if an NF rewrote it) on output `t`,
+    /// cut to the port's MTU when it is longer; counts what happened
+    /// against ingress port index `pi`.
+    fn enqueue(&mut self, m: Mbuf, data: Option<&[u8]>, t: usize, pi: usize) {
+        let mtu = self.egress.as_ref().and_then(|e| e.mtus.get(t).copied()).unwrap_or(0);
+        let len = data.map_or(m.len(), <[u8]>::len);
+        // Shorter than an untagged frame of the MTU: nothing to check.
+        if mtu == 0 || len <= mtu + sluice_wire::ethernet::HEADER_LEN {
+            return self.queue(m, data, t, pi);
+        }
+        if data.is_none() {
+            m.read_into(&mut self.frame);
+        }
+        let frame = data.unwrap_or(&self.frame);
+        let Some(ip) = sluice_wire::fragment::inspect(frame) else {
+            // Not IP: the port decides (and counts a refusal).
+            return self.queue(m, data, t, pi);
+        };
+        if len <= mtu + ip.l3 {
+            return self.queue(m, data, t, pi);
+        }
+        let pieces = sluice_wire::fragment::split_ipv4(frame, mtu);
+        let Some(pool) = self.egress.as_ref().map(|e| e.pool.clone()) else { return };
+        let Ok(pieces) = pieces else {
+            if let Some(c) = self.counters.get_mut(pi) {
+                c.dropped_too_big += 1;
+            }
+            return;
+        };
+        if let Some(c) = self.counters.get_mut(pi) {
+            c.fragmented += pieces.len().saturating_sub(1) as u64;
+        }
+        let mut first = Some(m);
+        for piece in &pieces {
+            let buf = first.take().or_else(|| pool.alloc()).and_then(|mut b| b.set_data(piece).is_ok().then_some(b));
+            match (buf, self.out.get_mut(t)) {
+                (Some(b), Some(o)) => o.push(b),
+                // No mbuf left in the pool, or no such port.
+                _ => {
+                    if let Some(c) = self.counters.get_mut(pi) {
+                        c.dropped_other += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn queue(&mut self, mut m: Mbuf, data: Option<&[u8]>, t: usize, pi: usize) {
+        // Only packets an NF rewrote are written back.
+        let fits = data.is_none_or(|d| m.set_data(d).is_ok());
+        match (self.out.get_mut(t), fits) {
+            (Some(o), true) => o.push(m),
+            _ => {
+                if let Some(c) = self.counters.get_mut(pi) {
+                    c.dropped_other += 1;
+                }
+            }
         }
     }
 
@@ -236,9 +323,11 @@ impl PacketIo for DpdkIo {
         let n_ports = self.queues.len();
         let mut mbufs = std::mem::take(&mut self.mbufs);
         self.holding.sort_unstable_by_key(|&(i, _)| i);
-        let mut holding = self.holding.iter().peekable();
+        let holding_now = std::mem::take(&mut self.holding);
+        let mut holding = holding_now.iter().peekable();
         let now = Instant::now();
-        for (i, ((mut m, pi), r)) in mbufs.drain(..).zip(self.ingress.iter().copied()).zip(results).enumerate() {
+        let ingress = std::mem::take(&mut self.ingress);
+        for (i, ((m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results).enumerate() {
             if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
                 self.held.push(Held { ticket, mbuf: m, ingress: pi, at: now });
                 continue;
@@ -254,17 +343,18 @@ impl PacketIo for DpdkIo {
                 Fate::Forward(0) => Some(self.default_out(pi)),
                 Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_ports),
             };
-            // Only packets an NF rewrote are written back.
-            let fits = r.data.as_deref().is_none_or(|d| m.set_data(d).is_ok());
-            match (target.and_then(|t| self.out.get_mut(t)), fits) {
-                (Some(o), true) => o.push(m),
-                _ => {
+            match target {
+                Some(t) => self.enqueue(m, r.data.as_deref(), t, pi),
+                None => {
                     if let Some(c) = self.counters.get_mut(pi) {
                         c.dropped_other += 1;
                     }
                 }
             }
         }
+        drop(holding);
+        self.ingress = ingress;
+        self.holding = holding_now;
         self.holding.clear();
         self.mbufs = mbufs;
         self.transmit();

@@ -77,6 +77,15 @@ pub struct QueueCounters {
     /// Packets dropped because a verdict named no configured port, a
     /// rewrite did not fit an mbuf, or the frame was too long for any NF.
     pub dropped_other: u64,
+    /// Datagrams longer than their output port's MTU that may not be
+    /// fragmented (Don't Fragment set, IPv6): dropped, as a router does.
+    #[serde(default)]
+    pub dropped_too_big: u64,
+    /// Frames added by cutting longer datagrams to their output port's
+    /// MTU (a datagram cut in three adds two): `rx + fragmented` = `tx` +
+    /// every drop.
+    #[serde(default)]
+    pub fragmented: u64,
 }
 
 impl QueueCounters {
@@ -87,6 +96,8 @@ impl QueueCounters {
         self.dropped_by_nf += o.dropped_by_nf;
         self.dropped_tx_full += o.dropped_tx_full;
         self.dropped_other += o.dropped_other;
+        self.dropped_too_big += o.dropped_too_big;
+        self.fragmented += o.fragmented;
     }
 }
 
