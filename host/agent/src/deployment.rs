@@ -266,6 +266,8 @@ pub(crate) struct Active {
     last_state_sample: Instant,
     /// The host it runs on (metrics name it).
     host: String,
+    /// Its chain's counters when they were last reported.
+    chain_reported: sluice_runtime::ChainCounters,
     /// The trace of the revision started or applied last, until its first
     /// batch ran.
     first_batch: Option<opentelemetry::Context>,
@@ -329,6 +331,7 @@ impl Active {
             state_bytes: vec![0; spec_nfs],
             last_state_sample: Instant::now(),
             host: shared.host.clone(),
+            chain_reported: sluice_runtime::ChainCounters::default(),
             first_batch: None,
             metric_attrs: Vec::new(),
             metric_revision: None,
@@ -868,6 +871,7 @@ fn process(
             d.packets_out += packets_out;
             d.paused_ms += u64::try_from(paused.as_millis()).unwrap_or(u64::MAX);
         }
+        a.report_chain(shared);
         if let Some(s) = shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&a.spec.id) {
             s.packets += packets_in;
         }
@@ -876,6 +880,48 @@ fn process(
 }
 
 impl Active {
+    /// Adds what its chain decided without an NF since the last call to
+    /// the host report and the metrics.
+    pub(crate) fn report_chain(&mut self, shared: &Shared) {
+        let now = self.worker.chain().counters();
+        let delta = now.since(&self.chain_reported);
+        self.chain_reported = now;
+        if delta == sluice_runtime::ChainCounters::default() {
+            return;
+        }
+        shared
+            .report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .deployments
+            .entry(self.spec.id.clone())
+            .or_default()
+            .chain
+            .add(&delta);
+        if sluice_telemetry::metrics::enabled() {
+            let m = sluice_telemetry::metrics::deployment();
+            let base = [
+                opentelemetry::KeyValue::new("tenant", self.spec.tenant.clone()),
+                opentelemetry::KeyValue::new("deployment", self.spec.id.clone()),
+                opentelemetry::KeyValue::new("host", self.host.clone()),
+            ];
+            for (reason, n) in [
+                ("oversize", delta.refused_oversize),
+                ("cut_short", delta.refused_cut_short),
+                ("fragment_unmatched", delta.fragments_unmatched),
+            ] {
+                if n > 0 {
+                    let mut attrs = base.to_vec();
+                    attrs.push(opentelemetry::KeyValue::new("reason", reason));
+                    m.refused.add(n, &attrs);
+                }
+            }
+            if delta.fragments_followed > 0 {
+                m.fragments_followed.add(delta.fragments_followed, &base);
+            }
+        }
+    }
+
     /// After a batch (or a while without one): takes the NFs' events,
     /// closes the meter window when it is due, else checkpoints when due.
     pub(crate) fn tick(&mut self, shared: &Shared) {

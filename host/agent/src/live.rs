@@ -528,6 +528,7 @@ impl WorkerCtx {
     }
 
     fn report_lane(&self, l: &mut LiveLane) {
+        l.active.report_chain(&self.shared);
         if l.packets_in == 0 && l.over_share == 0 {
             return;
         }

@@ -53,6 +53,11 @@ pub struct DeploymentReport {
     /// The cores its thread was pinned to, as the OS reports them.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cores: String,
+    /// What its chain decided without an NF: frames refused before any
+    /// NF ran, later IP fragments that followed their first (or were
+    /// dropped without it).
+    #[serde(default)]
+    pub chain: sluice_runtime::ChainCounters,
 }
 
 /// Everything this host process metered.

@@ -80,6 +80,25 @@ impl ChainCounters {
         self.fragments_unmatched += o.fragments_unmatched;
     }
 
+    /// What was counted since `earlier` (the same chain's counters read
+    /// before); everything, when the chain was replaced in between and
+    /// counts from zero again.
+    pub fn since(&self, earlier: &ChainCounters) -> ChainCounters {
+        let replaced = self.refused_oversize < earlier.refused_oversize
+            || self.refused_cut_short < earlier.refused_cut_short
+            || self.fragments_followed < earlier.fragments_followed
+            || self.fragments_unmatched < earlier.fragments_unmatched;
+        if replaced {
+            return *self;
+        }
+        ChainCounters {
+            refused_oversize: self.refused_oversize - earlier.refused_oversize,
+            refused_cut_short: self.refused_cut_short - earlier.refused_cut_short,
+            fragments_followed: self.fragments_followed - earlier.fragments_followed,
+            fragments_unmatched: self.fragments_unmatched - earlier.fragments_unmatched,
+        }
+    }
+
     /// Packets the chain dropped itself.
     pub fn dropped(&self) -> u64 {
         self.refused_oversize + self.refused_cut_short + self.fragments_unmatched

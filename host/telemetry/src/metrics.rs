@@ -203,6 +203,13 @@ pub struct DeploymentMetrics {
     /// `sluice.deployment.packets.over_share`: packets not run because the
     /// tenant was over its share of a contended core.
     pub over_share: Counter<u64>,
+    /// `sluice.deployment.packets.refused`: packets its chain dropped before
+    /// any NF saw them, by `reason` (`oversize`, `cut_short`,
+    /// `fragment_unmatched`).
+    pub refused: Counter<u64>,
+    /// `sluice.deployment.packets.fragments_followed`: later IP fragments
+    /// that got their first fragment's fate without an NF.
+    pub fragments_followed: Counter<u64>,
 }
 
 /// The deployment metrics.
@@ -213,6 +220,19 @@ pub fn deployment() -> &'static DeploymentMetrics {
             .u64_counter("sluice.deployment.packets.over_share")
             .with_unit("{packet}")
             .with_description("Packets not run because the deployment's tenant was over its share of a contended core")
+            .build(),
+        refused: meter()
+            .u64_counter("sluice.deployment.packets.refused")
+            .with_unit("{packet}")
+            .with_description(
+                "Packets the deployment's chain dropped before any NF saw them: longer than 65,535 bytes (oversize), \
+                 shorter than their IP datagram (cut_short), later fragments without their first (fragment_unmatched)",
+            )
+            .build(),
+        fragments_followed: meter()
+            .u64_counter("sluice.deployment.packets.fragments_followed")
+            .with_unit("{packet}")
+            .with_description("Later IP fragments that got their first fragment's fate and rewrites without an NF")
             .build(),
     })
 }
