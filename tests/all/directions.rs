@@ -183,3 +183,31 @@ fn a_frame_shorter_than_its_datagram_is_refused_unless_a_capture_says_it_was_cut
     assert_ne!(r[0].fate, Fate::Refused);
     assert_eq!(chain.counters().refused_cut_short, 1);
 }
+
+/// `run` on two workers: the fragments of many datagrams, each first
+/// fragment on the worker of its flow, and every later fragment sent
+/// where its first went, so all of them leave translated.
+#[test]
+fn a_run_on_two_workers_sends_later_fragments_where_their_first_went() {
+    let config = format!("[nf.firewall]\nconfig-text = '{FIREWALL}'\n[nf.nat]\nconfig-text = '{NAT}'\n");
+    let mut frames = Vec::new();
+    for i in 0..20u16 {
+        let mut whole = FrameSpec::udp4(CLIENT, 6000 + i, SERVER, 53).with_payload(vec![i as u8; 3000]).build();
+        whole[14 + 4..14 + 6].copy_from_slice(&(100 + i).to_be_bytes());
+        whole[14 + 6] = 0;
+        Ipv4Packet::new_unchecked(&mut whole[14..]).fill_checksum();
+        frames.extend(split_ipv4(&whole, 1500).unwrap());
+    }
+    let stamped = sluice_tests::stamped(&frames);
+    let (report, out) = sluice_tests::run_host(&config, vec![nf("firewall"), nf("nat")], &stamped, |c, _| {
+        c.workers = 2;
+    });
+    assert_eq!(report.chain.counters.fragments_followed, 40, "{:?}", report.chain);
+    assert_eq!(report.chain.counters.fragments_unmatched, 0);
+    assert_eq!(out.len(), 60);
+    for f in &out {
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!(ip.src(), PUBLIC);
+        assert!(ip.verify_checksum());
+    }
+}
