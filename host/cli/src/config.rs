@@ -26,7 +26,7 @@
 //! fuel = false               # SLUICE_FUEL: compile in fuel metering
 //! mbuf_size = 2048           # SLUICE_MBUF_SIZE: bytes a DPDK packet buffer holds
 //!                            # (`--mbuf-size`); a port's frames must fit one
-//!                            # (net_af_packet: its framesz; jumbo frames: 9216+)
+//!                            # (raised to a net_af_packet framesz; jumbo: 9216+)
 //! outside_ports = [1]        # SLUICE_OUTSIDE_PORTS="1": packets from these
 //!                            # ingress ports (replies) run a linear chain last
 //!                            # NF first (`run`, `dpdk`; default none)
@@ -182,10 +182,11 @@ pub struct HostConfig {
     #[serde(default)]
     pub fuel: bool,
     /// Bytes each DPDK packet buffer (mbuf) holds after its headroom: the
-    /// longest frame a port receives whole. A `net_af_packet` port's
-    /// `framesz` must fit it (the device refuses to start otherwise), and
-    /// so must the IPv4 datagrams the kernel reassembles for it (a longer
-    /// one arrives cut short and is refused and counted). Default 2048.
+    /// longest frame a port receives whole. It is raised to fit the ring
+    /// frames (`framesz`) of the `net_af_packet` devices in the EAL
+    /// arguments, which the kernel also fills with the IPv4 datagrams it
+    /// reassembles (a longer one arrives cut short and is refused and
+    /// counted). Default 2048.
     #[serde(default = "default_mbuf_size")]
     pub mbuf_size: u16,
     /// Ingress ports on the outside of the chain (`run`, `dpdk`): their

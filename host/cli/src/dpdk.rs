@@ -332,12 +332,35 @@ pub(crate) fn open_ports(
         eal.check_port(p)?;
     }
     let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
-    let pool = Arc::new(eal.mempool(pool_name, mbufs, config.mbuf_size, socket)?);
+    let data_room = data_room(config.mbuf_size, eal_args);
+    let pool = Arc::new(eal.mempool(pool_name, mbufs, data_room, socket)?);
     let mut started = Vec::new();
     for &p in &port_ids {
         started.push(eal.start_port(p, workers as u16, descriptors, &pool)?);
     }
     Ok(Opened { ports: started, pool, port_ids, cores, eal })
+}
+
+/// Bytes each mbuf holds: `mbuf_size`, or more where a `net_af_packet`
+/// device of `eal_args` asks for larger ring frames (`framesz=`), so that
+/// every frame its ring holds fits one mbuf (the device refuses to start
+/// otherwise).
+fn data_room(mbuf_size: u16, eal_args: &[String]) -> u16 {
+    // The PMD's ring frames carry a 32-byte header before the packet.
+    const FRAME_HEADER: u32 = 32;
+    let wanted = eal_args
+        .iter()
+        .filter(|a| a.contains("net_af_packet"))
+        .flat_map(|a| a.split(','))
+        .filter_map(|kv| kv.trim().strip_prefix("framesz=")?.parse::<u32>().ok())
+        .map(|f| f.saturating_sub(FRAME_HEADER))
+        .max()
+        .unwrap_or(0);
+    let wanted = u16::try_from(wanted).unwrap_or(sluice_dpdk::MAX_DATA_ROOM).min(sluice_dpdk::MAX_DATA_ROOM);
+    if wanted > mbuf_size {
+        tracing::info!(mbuf_size, framesz_needs = wanted, "mbufs sized for the net_af_packet ring's frames");
+    }
+    mbuf_size.max(wanted)
 }
 
 /// What workers need to cut datagrams to their output ports' MTUs.
@@ -423,4 +446,20 @@ pub fn open_live(
         port_stats: Arc::new(move || h2.ports.iter().map(|p| port_report(p, Vec::new())).collect()),
     };
     Ok((input, held))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mbufs_grow_to_hold_an_af_packet_rings_frames() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(data_room(2048, &args(&["--no-huge", "--vdev=net_af_packet0,iface=v1"])), 2048);
+        let big =
+            args(&["--vdev=net_af_packet0,iface=v1,blocksz=16384,framesz=9216", "--vdev=net_pcap0,framesz=99999"]);
+        assert_eq!(data_room(2048, &big), 9216 - 32);
+        assert_eq!(data_room(12000, &big), 12000, "an explicit larger size stays");
+        assert_eq!(data_room(2048, &args(&["--vdev=net_af_packet0,framesz=999999"])), sluice_dpdk::MAX_DATA_ROOM);
+    }
 }
