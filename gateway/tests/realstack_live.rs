@@ -1,0 +1,182 @@
+//! Real Linux TCP stacks on both sides of `sluice-host serve --dpdk`
+//! under the control plane: a tenant deploys firewall -> NAT through the
+//! gateway with an inside and an outside attachment, and a real
+//! connection crosses it both ways. The wire (network namespaces, veth
+//! pairs, static routes) is the host's real-stack tests' own
+//! (`host/cli/tests/realstack/wire.rs`); nats-server, the gateway and the
+//! host are started as in `live.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+#[path = "../../host/cli/tests/realstack/wire.rs"]
+mod wire;
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use support::*;
+use wire::*;
+
+/// A gateway whose group `edge` exposes ports 0 and 1 to tenants.
+fn edge_gateway(nats: &Nats, dir: &Path) -> Gateway {
+    let conf = dir.join("gateway.toml");
+    std::fs::write(&conf, "[groups.edge]\nports = [0, 1]\n").unwrap();
+    Gateway::start(nats, dir, &[("SLUICE_GATEWAY_CONFIG", conf.to_str().unwrap())])
+}
+
+/// The chain firewall -> nat with the configurations of the host's
+/// real-stack tests: default deny, allow 10.0.0.0/24; the inside
+/// 10.0.0.0/8 behind 203.0.113.1.
+fn fw_nat() -> Value {
+    json!([
+        { "module": "firewall@1", "config": { "default": "deny", "rules": [{ "action": "allow", "src": "10.0.0.0/24" }] } },
+        { "module": "nat@1", "config": { "public-ip": PUBLIC_IP, "inside": ["10.0.0.0/8"] } }
+    ])
+}
+
+const INSIDE: &str = "port=0,out=1";
+const OUTSIDE: &str = "port=1,dst=203.0.113.1/32,out=0,side=outside";
+/// The outside attachment as an inside one: replies run firewall first.
+const OUTSIDE_AS_INSIDE: &str = "port=1,dst=203.0.113.1/32,out=0";
+
+/// `sluice-host serve --dpdk` on the wire's two interfaces (`serve` and
+/// its log, killed on drop), signed in as `h1`.
+struct LiveHost {
+    proc: Proc,
+    log: PathBuf,
+    prefix: String,
+}
+
+impl LiveHost {
+    fn start(nats: &Nats, gw: &Gateway, dir: &Path, w: &Wire, report: &Path) -> LiveHost {
+        let prefix = format!("sluice-{}", w.h0);
+        let mut args: Vec<String> = ["--group", "edge", "--dpdk", "--workers", "1", "--pairs"]
+            .into_iter()
+            .chain(["--window-ms", "200", "--heartbeat-ms", "300", "--report", report.to_str().unwrap()])
+            .chain(["--", "--no-huge", "--no-pci", "-m", "512", "--log-level=lib.eal:error"])
+            .map(str::to_string)
+            .collect();
+        args.push(format!("--file-prefix={prefix}"));
+        args.extend(w.vdevs(RING));
+        let proc = start_host(nats, gw, dir, "h1", &args.iter().map(String::as_str).collect::<Vec<_>>());
+        LiveHost { proc, log: dir.join("h1.log"), prefix }
+    }
+}
+
+impl Running for LiveHost {
+    fn assert_running(&mut self) {
+        if let Some(status) = self.proc.child.try_wait().unwrap() {
+            panic!("the host exited ({status}):\n{}", self.output());
+        }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for LiveHost {
+    fn drop(&mut self) {
+        self.proc.kill9();
+        let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
+    }
+}
+
+/// The deployment named `name` in a host report.
+fn deployment(report: &Path, name: &str) -> Value {
+    let r = host_report(report);
+    r["deployments"].as_object().unwrap().values().find(|d| d["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
+/// firewall -> nat deployed through the gateway onto `serve --dpdk`: the
+/// inside attachment takes the client's packets out of port 1, the
+/// outside one (`side=outside`) takes the replies to the public address
+/// back out of port 0, last NF first. A 20 MB download arrives intact, the
+/// server sees the public address, a connection the server opens gets
+/// nowhere. With the same attachment on the inside the replies meet the
+/// firewall before the NAT and are dropped: the side is what carries the
+/// connection. A branching chain may not take an outside attachment.
+#[test]
+fn a_tenants_firewall_nat_deployment_carries_real_tcp_both_ways_only_with_its_outside_attachment() {
+    let _turn = turn();
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": "alpha", "groups": ["edge"] }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let key = r.body["api_key"].as_str().unwrap().to_string();
+    for name in ["firewall", "nat"] {
+        let up = api.upload(Some(&key), name, "1", &std::fs::read(nf(name)).unwrap());
+        assert_eq!(up.status, 201, "{}", up.body);
+    }
+
+    // A chain with a label route has no reverse order for replies.
+    let mut branching = fw_nat();
+    branching[0]["labels"] = json!({ "1": "nat" });
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "branching", "group": "edge", "nfs": branching, "attach": [INSIDE, OUTSIDE] }),
+    );
+    assert_eq!((r.status, &r.body["error"]), (422, &json!("attachment_side")), "{}", r.body);
+
+    let body = json!({ "name": "fwnat", "group": "edge", "nfs": fw_nat(), "attach": [INSIDE, OUTSIDE] });
+    let r = api.post(Some(&key), "/v1/deployments", &body);
+    assert_eq!(r.status, 201, "{}", r.body);
+
+    let w = Wire::new();
+    let d = Dirs::new();
+    let down = random_file(&d.path("srv"), "blob", MB20, 11);
+    let _srv = w.http_server(&w.server, SERVER_IP, SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+    let _cli = w.http_server(&w.client, CLIENT_IP, CLIENT_HTTP, &d.path("cli"), &d.path("cli.log"));
+    let report = dir.path().join("h1.json");
+    let mut host = LiveHost::start(&nats, &gw, dir.path(), &w, &report);
+    api.wait_running(&key, "fwnat", 1);
+    wait_until("the host's packet sockets", 60, || {
+        host.assert_running();
+        w.bound()
+    });
+    probe(&w, "tcp", SERVER_IP, SERVER_HTTP, &mut host);
+
+    let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/blob");
+    assert_eq!(fetch(&w, &w.client, &url, &d.path("got/down")), sha256(&down), "the client's download");
+    let (lines, all) = requests_from(&d.path("srv.log"), PUBLIC_IP);
+    assert!(all && lines.len() == 1, "one request, from {PUBLIC_IP}: {lines:?}");
+    // The server opens connections: to the public address (no binding)
+    // and to the inside address (no attachment claims it). Both time out.
+    for to in [PUBLIC_IP, CLIENT_IP] {
+        let (code, out) = connect_exit(&w, &w.server, &format!("http://{to}:{CLIENT_HTTP}/"));
+        assert_eq!(code, Some(28), "the server's connection to {to}: {out}");
+    }
+    let cli_log = std::fs::read_to_string(d.path("cli.log")).unwrap();
+    assert!(!cli_log.contains("GET"), "the client's server was reached: {cli_log}");
+    w.settle();
+
+    // The same deployment, its replies' attachment on the inside.
+    let r = api.put(
+        Some(&key),
+        "/v1/deployments/fwnat",
+        &json!({ "nfs": fw_nat(), "attach": [INSIDE, OUTSIDE_AS_INSIDE] }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    api.wait_running(&key, "fwnat", 2);
+    let before = w.kernel();
+    let (code, out) = connect_exit(&w, &w.client, &url);
+    assert_eq!(code, Some(28), "the client's connection with replies run firewall first: {out}");
+    w.settle();
+    let after = w.kernel();
+    // The client's SYNs left by port 1; the server's SYN-ACKs came in on
+    // port 1 and none went on to the client.
+    assert!(after.h1_tx - before.h1_tx >= 2, "{before:?} {after:?}");
+    assert!(after.h1_rx - before.h1_rx >= 2, "{before:?} {after:?}");
+    assert_eq!(after.h0_tx, before.h0_tx, "a reply reached the client");
+
+    host.proc.term();
+    let dep = deployment(&report, "fwnat");
+    let (packets_in, packets_out) = (dep["packets_in"].as_u64().unwrap(), dep["packets_out"].as_u64().unwrap());
+    // 20 MB is at least 13,700 full-sized segments.
+    assert!(packets_in > 13_700, "{dep}");
+    assert!(packets_in - packets_out >= after.h1_rx - before.h1_rx, "the dropped replies: {dep}");
+    assert_eq!(host_report(&report)["refused_egress"].as_u64(), Some(0), "{dep}");
+}
