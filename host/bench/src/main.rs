@@ -14,6 +14,7 @@ mod elastic;
 mod languages;
 mod live;
 mod native;
+mod realstack;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -78,6 +79,10 @@ struct Args {
     /// `make setup`'s collector; prints, writes nothing).
     #[arg(long, requires = "host")]
     telemetry_only: bool,
+    /// Only real TCP through the host against a Linux bridge (needs
+    /// --host, root, iperf3, ethtool; prints, writes nothing).
+    #[arg(long, requires = "host")]
+    realstack_only: bool,
     /// Only the edit loop of Python and JavaScript NFs (prints, writes
     /// nothing).
     #[arg(long)]
@@ -236,6 +241,10 @@ fn main() -> Result<()> {
     if let (true, Some(host)) = (args.telemetry_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
         print!("{}", live::telemetry_section(host, &args.nfs, &frames, FIREWALL_CONFIG)?);
+        return Ok(());
+    }
+    if let (true, Some(host)) = (args.realstack_only, &args.host) {
+        print!("{}", realstack::section(host, &args.nfs)?);
         return Ok(());
     }
     if let (true, Some(host)) = (args.elastic_only, &args.host) {
@@ -424,6 +433,8 @@ fn main() -> Result<()> {
         eprintln!("DPDK throughput (about a minute), then the control plane...");
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
         md.push_str(&dpdk::section(host, &args.nfs, frames64, DPDK_CONFIGS)?);
+        eprintln!("real TCP through the host against a Linux bridge (about two and a half minutes)...");
+        md.push_str(&realstack::section(host, &args.nfs)?);
         md.push_str(&control::section(host, &args.nfs, FIREWALL_CONFIG)?);
         md.push_str(&live::section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
     }
