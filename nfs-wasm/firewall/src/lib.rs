@@ -4,7 +4,11 @@
 //! ranges decide the first packet of a connection; the decision to allow is
 //! remembered in host-owned per-flow state so that replies pass without a
 //! rule of their own. TCP connections open on SYN and close on RST, or after
-//! FINs from both sides and the final ACK. ICMP errors about a known
+//! FINs from both sides and the final ACK; a closed connection's late
+//! segments (the other side's FIN, ACK or RST, sent before it saw the
+//! close) still pass until its state idles out, as Linux's connection
+//! tracking keeps closed connections, and a new SYN on its 5-tuple is
+//! decided by the rules again. ICMP errors about a known
 //! connection pass too (`related`). See README.md for the config.
 //!
 //! An ICMP error is another flow than the connection it is about (its own
@@ -39,8 +43,12 @@ enum Phase {
     /// FIN seen from the normalized destination side.
     FinDst = 3,
     /// FIN seen from both sides: the next packet (the final ACK) passes and
-    /// the state is removed.
+    /// closes it.
     Closing = 4,
+    /// Closed by RST or the final ACK: late segments without SYN pass, a
+    /// SYN is decided by the rules; the state idles out. (A version that
+    /// does not know this phase reads no state: the rules decide.)
+    Closed = 5,
 }
 
 impl Phase {
@@ -50,6 +58,7 @@ impl Phase {
             2 => Some(Phase::FinSrc),
             3 => Some(Phase::FinDst),
             4 => Some(Phase::Closing),
+            5 => Some(Phase::Closed),
             _ => None,
         }
     }
@@ -207,6 +216,15 @@ impl NetworkFunction for Firewall {
             if let (Some(st), Some(f)) = (state, flow) {
                 // A known, allowed connection: pass (with its label), and
                 // follow TCP teardown.
+                if st.phase == Phase::Closed {
+                    // A new connection on a closed one's 5-tuple.
+                    if tcp_flags.is_some_and(|fl| fl & flags::SYN != 0 && fl & flags::ACK == 0) {
+                        self.decide_new(batch, i, &mut denied);
+                    } else if let Some(l) = st.label {
+                        batch.set_verdict(i, Verdict::Label(l));
+                    }
+                    continue;
+                }
                 if let Some(l) = st.label {
                     batch.set_verdict(i, Verdict::Label(l));
                 }
@@ -226,7 +244,8 @@ impl NetworkFunction for Firewall {
                     None => false,
                 };
                 if closed {
-                    batch.remove_flow_state(f);
+                    // Kept, closed, for the other side's late segments.
+                    batch.set_flow_state(f, ConnState { phase: Phase::Closed, ..st }.encode());
                     if let Some(ix) = &mut self.index {
                         ix.writes.push((key.normalized(), None));
                     }
@@ -427,6 +446,7 @@ mod tests {
             ConnState { phase: Phase::FinSrc, label: None, indexed: Some(200) },
             ConnState { phase: Phase::FinDst, label: Some(7), indexed: None },
             ConnState { phase: Phase::Closing, label: Some(0xbeef), indexed: Some(3) },
+            ConnState { phase: Phase::Closed, label: Some(9), indexed: None },
         ];
         for (st, len) in all.iter().zip([1, 2, 3, 4]) {
             assert_eq!(st.encode().len(), len);
