@@ -147,11 +147,20 @@ pub fn office_edge_vlans(sessions: usize, seed: u64, vlans: &[u16]) -> Vec<Frame
                 push(&mut frames, spec(a, b, eport, 443, ACK), &mut ts, &mut rng);
             }
             _ => {
-                // A damaged frame: an IPv4 TCP packet cut inside its header.
+                // A damaged packet: an IPv4 datagram whose TCP header is
+                // cut after 7 bytes. Its IP header says so (total length
+                // 27), so the host hands it to the NFs, which see a
+                // transport header they cannot read. (A frame shorter than
+                // its IP header says is refused by the host before any NF.)
                 let spec = FrameSpec::tcp4(inside, eport, outside, 80, SYN);
                 let (spec, tag_len) = if vlan == 0 { (spec, 0) } else { (spec.with_vlan(vlan), 4) };
                 let mut f = spec.build();
                 f.truncate(14 + tag_len + 20 + 7);
+                if let Some(ip) = f.get_mut(14 + tag_len..) {
+                    let mut ip = sluice_wire::ipv4::Ipv4Packet::new_unchecked(ip);
+                    ip.set_total_len(20 + 7);
+                    ip.fill_checksum();
+                }
                 ts += 1_000;
                 frames.push(Frame { ts_ns: ts, data: f });
             }
