@@ -977,6 +977,15 @@ pub struct DeploymentIn {
     /// deployments see every packet of a host's capture. An update without
     /// it keeps the deployment's attachments; `[]` removes them.
     pub attach: Option<Vec<AttachmentIn>>,
+    /// What the NFs see of fragmented IP datagrams: `follow` (default: the
+    /// first fragment runs the NFs, the later ones follow its verdict and
+    /// rewrites; nothing is buffered) or `reassemble` (the host holds the
+    /// fragments until the datagram is whole, within bounded buffers per
+    /// deployment and per source, runs the NFs on the whole datagram and
+    /// cuts it again as it came). An update without it keeps the
+    /// deployment's choice.
+    #[schema(value_type = Option<String>, example = "reassemble")]
+    pub fragments: Option<sluice_runtime::fragments::FragmentMode>,
 }
 
 /// A traffic attachment as a request gives it: the text form or an object.
@@ -1208,6 +1217,9 @@ pub struct DeploymentOut {
     /// Which traffic of the group's hosts is its own, in the text form
     /// (`port=0,vlan=100`); empty in a development group.
     pub attachments: Vec<String>,
+    /// What its NFs see of fragmented IP datagrams: `follow` or `reassemble`.
+    #[schema(value_type = String, example = "follow")]
+    pub fragments: sluice_runtime::fragments::FragmentMode,
     /// Overall: `running` (every live host of the group runs this
     /// revision), `failed` (a host could not), or `pending`.
     pub status: String,
@@ -1285,6 +1297,7 @@ pub(crate) fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut
         revision: row.revision,
         nfs,
         attachments: row.attachments.iter().map(Attachment::to_string).collect(),
+        fragments: row.fragments,
         status: status.into(),
         reason,
         hosts,
@@ -1607,6 +1620,7 @@ pub async fn create_deployment(
         revision: 1,
         spec: serde_json::to_string(&nfs).map_err(ApiError::internal)?,
         attachments,
+        fragments: req.fragments.unwrap_or_default(),
         created_ms: t,
         updated_ms: t,
     };
@@ -1708,15 +1722,23 @@ pub async fn update_deployment(
     let spec = serde_json::to_string(&nfs).map_err(ApiError::internal)?;
     // The same deployment again changes nothing (no new revision, nothing
     // published), unless its revision failed: then applying it retries.
-    if spec == row.spec && group == row.group && attachments == row.attachments {
+    let fragments = req.fragments.unwrap_or(row.fragments);
+    if spec == row.spec && group == row.group && attachments == row.attachments && fragments == row.fragments {
         let out = deployment_out(&st, row.clone());
         if out.status != "failed" {
             return Ok(([(header::ETAG, etag(row.revision))], Json(out)));
         }
     }
     let old_group = row.group.clone();
-    let new =
-        DeploymentRow { group: group.clone(), revision: row.revision + 1, spec, attachments, updated_ms: now(), ..row };
+    let new = DeploymentRow {
+        group: group.clone(),
+        revision: row.revision + 1,
+        spec,
+        attachments,
+        fragments,
+        updated_ms: now(),
+        ..row
+    };
     st.store.put_deployment(&new, &module_ids)?;
     tracing::info!(tenant = %tenant.id, deployment = %new.id, revision = new.revision, "deployment updated");
     if old_group == group {

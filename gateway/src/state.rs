@@ -116,6 +116,7 @@ pub fn desired_spec(row: &DeploymentRow) -> DeploymentSpec {
         revision: u64::try_from(row.revision).unwrap_or(0),
         nfs: stored_nfs(row),
         attachments: row.attachments.clone(),
+        fragments: row.fragments,
     }
 }
 

@@ -118,6 +118,8 @@ pub struct DeploymentRow {
     /// Which traffic of the group's hosts is this deployment's (none: a
     /// deployment of a development group).
     pub attachments: Vec<Attachment>,
+    /// What its NFs see of fragmented IP datagrams.
+    pub fragments: sluice_runtime::fragments::FragmentMode,
     /// Created, ms.
     pub created_ms: i64,
     /// Last changed, ms.
@@ -593,10 +595,21 @@ impl Store {
             .map_err(|e| StoreError::Corrupt { what: "attachment", reason: e.to_string() })?;
         if d.revision <= 1 {
             let inserted = tx.execute(
-                "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments, fragments)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                  ON CONFLICT DO NOTHING",
-                params![d.id, d.tenant_id, d.name, d.group, d.revision, d.spec, d.created_ms, d.updated_ms, attachments],
+                params![
+                    d.id,
+                    d.tenant_id,
+                    d.name,
+                    d.group,
+                    d.revision,
+                    d.spec,
+                    d.created_ms,
+                    d.updated_ms,
+                    attachments,
+                    d.fragments.name()
+                ],
             )?;
             if inserted == 0 {
                 return Err(StoreError::Conflict(format!(
@@ -606,9 +619,9 @@ impl Store {
             }
         } else {
             let updated = tx.execute(
-                "UPDATE deployments SET grp = ?2, revision = ?3, spec = ?4, updated_ms = ?5, attachments = ?7
+                "UPDATE deployments SET grp = ?2, revision = ?3, spec = ?4, updated_ms = ?5, attachments = ?7, fragments = ?8
                  WHERE id = ?1 AND revision = ?6",
-                params![d.id, d.group, d.revision, d.spec, d.updated_ms, d.revision - 1, attachments],
+                params![d.id, d.group, d.revision, d.spec, d.updated_ms, d.revision - 1, attachments, d.fragments.name()],
             )?;
             if updated == 0 {
                 return Err(StoreError::Conflict(format!(
@@ -659,11 +672,16 @@ impl Store {
             created_ms: r.get(6)?,
             updated_ms: r.get(7)?,
             attachments: attachments_column(r, 8)?,
+            fragments: {
+                let text: String = r.get(9)?;
+                text.parse().map_err(|e: String| {
+                    rusqlite::Error::FromSqlConversionFailure(9, rusqlite::types::Type::Text, e.into())
+                })?
+            },
         })
     }
 
-    const DEPLOYMENT_COLS: &str =
-        "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments FROM deployments";
+    const DEPLOYMENT_COLS: &str = "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments, fragments FROM deployments";
 
     /// A tenant's deployments.
     pub fn deployments(&self, tenant_id: &str) -> Result<Vec<DeploymentRow>, StoreError> {
@@ -1269,6 +1287,7 @@ mod tests {
             revision: 1,
             spec: "{}".into(),
             attachments: Vec::new(),
+            fragments: sluice_runtime::fragments::FragmentMode::Reassemble,
             created_ms: 0,
             updated_ms: 0,
         };
@@ -1279,7 +1298,8 @@ mod tests {
         let two = DeploymentRow { revision: 2, spec: "{\"v\":2}".into(), ..d.clone() };
         s.put_deployment(&two, &["m1".into()]).unwrap();
         assert!(matches!(s.put_deployment(&two, &["m1".into()]), Err(StoreError::Conflict(_))));
-        assert_eq!(s.deployment("t1", "edge").unwrap().unwrap().revision, 2);
+        let stored = s.deployment("t1", "edge").unwrap().unwrap();
+        assert_eq!((stored.revision, stored.fragments), (2, sluice_runtime::fragments::FragmentMode::Reassemble));
         assert_eq!(s.delete_module("t1", "m1").unwrap(), Err(vec!["edge".to_string()]));
         assert!(s.delete_deployment("t1", "d1").unwrap());
         assert_eq!(s.delete_module("t1", "m1").unwrap(), Ok(true));
@@ -1294,6 +1314,7 @@ mod tests {
             revision,
             spec: "[]".into(),
             attachments: attachments.iter().map(|a| a.parse().unwrap()).collect(),
+            fragments: Default::default(),
             created_ms: 0,
             updated_ms: 0,
         }

@@ -211,3 +211,149 @@ fn a_run_on_two_workers_sends_later_fragments_where_their_first_went() {
         assert!(ip.verify_checksum());
     }
 }
+
+/// The frames that left for `results` (fragments, rewrites or the
+/// originals), in order.
+fn frames_out(results: &[PacketResult], sent: &[(u16, Vec<u8>)]) -> Vec<Vec<u8>> {
+    results
+        .iter()
+        .zip(sent)
+        .filter(|(r, _)| matches!(r.fate, Fate::Forward(_)))
+        .flat_map(|(r, (_, f))| r.frames(f).map(<[u8]>::to_vec).collect::<Vec<_>>())
+        .collect()
+}
+
+/// The UDP datagram the fragments in `frames` carry, checked whole.
+fn udp_of(frames: &[Vec<u8>]) -> (Vec<u8>, u16, u16) {
+    let mut d = sluice_wire::reassembly::Datagram::default();
+    let mut whole = None;
+    for f in frames {
+        let facts = sluice_wire::fragment::inspect(f).unwrap();
+        if d.add(f, &facts).unwrap() == sluice_wire::reassembly::Added::Complete {
+            whole = d.assemble();
+        }
+    }
+    let whole = whole.expect("the fragments make a whole datagram");
+    let ip = Ipv4Packet::new_checked(&whole[14..]).unwrap();
+    let udp = sluice_wire::udp::UdpPacket::new_checked(ip.payload()).unwrap();
+    let pseudo = sluice_wire::checksum::pseudo_header_v4(ip.src(), ip.dst(), 17, ip.payload().len() as u16);
+    assert!(udp.verify_checksum(pseudo), "the UDP checksum holds over the whole datagram");
+    (ip.payload().to_vec(), udp.src_port(), udp.dst_port())
+}
+
+fn reassembling(outside: &[u16]) -> Chain {
+    let mut chain = firewall_nat(outside);
+    chain.set_fragment_mode(sluice_runtime::fragments::FragmentMode::Reassemble);
+    chain
+}
+
+#[test]
+fn reassembled_datagrams_run_the_nat_whole_and_leave_cut_as_they_came() {
+    let mut chain = reassembling(&[OUTSIDE]);
+    let (whole, frags) = fragments(3000, 77);
+    // The last fragment first, over two batches: nothing leaves until the
+    // datagram is whole, then its fragments leave in its place.
+    let first: Vec<_> = [&frags[2], &frags[1]].iter().map(|f| (INSIDE, (*f).clone())).collect();
+    let out = send(&mut chain, &first);
+    assert!(out.iter().all(|r| r.fate == Fate::Reassembling), "{out:?}");
+    let last = [(INSIDE, frags[0].clone())];
+    let out = send(&mut chain, &last);
+    assert_eq!(out[0].fate, Fate::Forward(0));
+    let left = frames_out(&out, &last);
+    assert_eq!(left.len(), 3, "cut again as it came");
+    for (f, came) in left.iter().zip(&frags) {
+        assert_eq!(f.len(), came.len(), "no fragment larger than the largest that came");
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!((ip.src(), ip.ident()), (PUBLIC, 77));
+        assert!(ip.verify_checksum());
+    }
+    let (payload, sport, _) = udp_of(&left);
+    assert_eq!(payload.len(), Ipv4Packet::new_checked(&whole[14..]).unwrap().payload().len());
+    assert!((2000..2100).contains(&sport), "the NAT translated the port of the whole datagram: {sport}");
+    let c = chain.counters();
+    assert_eq!((c.fragments_held, c.datagrams_reassembled, c.dropped()), (2, 1, 0), "{c:?}");
+    assert_eq!(chain.reassembly_bytes(), 0);
+
+    // A fragmented reply to the public port runs the chain in reverse,
+    // reassembled: it comes back to the client whole-checksummed.
+    let mut reply = FrameSpec::udp4(SERVER, 53, PUBLIC, sport).with_payload(vec![0x5a; 2500]).build();
+    reply[14 + 6] = 0;
+    Ipv4Packet::new_unchecked(&mut reply[14..]).fill_checksum();
+    let back: Vec<_> = split_ipv4(&reply, 1400).unwrap().into_iter().map(|f| (OUTSIDE, f)).collect();
+    let out = send(&mut chain, &back);
+    let left = frames_out(&out, &back);
+    assert_eq!(left.len(), back.len(), "{out:?}");
+    let ip = Ipv4Packet::new_checked(&left[0][14..]).unwrap();
+    assert_eq!(ip.dst(), CLIENT);
+    assert_eq!(udp_of(&left).2, 5353);
+}
+
+#[test]
+fn reassembly_refuses_what_contradicts_a_datagram_and_counts_it() {
+    let mut chain = reassembling(&[OUTSIDE]);
+    let (_, frags) = fragments(3000, 9);
+    // A duplicate is refused; the datagram still completes.
+    let sent: Vec<_> = [&frags[0], &frags[0], &frags[1], &frags[2]].iter().map(|f| (INSIDE, (*f).clone())).collect();
+    let out = send(&mut chain, &sent);
+    assert_eq!(
+        out.iter().map(|r| r.fate.clone()).collect::<Vec<_>>(),
+        [Fate::Reassembling, Fate::Refused, Fate::Reassembling, Fate::Forward(0)]
+    );
+    // An overlapping fragment throws its datagram away.
+    let (_, frags) = fragments(3000, 10);
+    let mut overlap = frags[1].clone();
+    overlap[14 + 7] -= 1;
+    Ipv4Packet::new_unchecked(&mut overlap[14..]).fill_checksum();
+    let sent = [(INSIDE, frags[0].clone()), (INSIDE, overlap), (INSIDE, frags[1].clone()), (INSIDE, frags[2].clone())];
+    let out = send(&mut chain, &sent);
+    assert_eq!(out[1].fate, Fate::Refused);
+    assert!(out[2..].iter().all(|r| r.fate == Fate::Reassembling), "a new datagram starts, without its first fragment");
+    let c = chain.counters();
+    assert_eq!((c.fragments_refused, c.fragments_discarded, c.datagrams_reassembled), (2, 1, 1), "{c:?}");
+    // Incomplete datagrams are forgotten after 30 s of packet time.
+    let later = RawPacket {
+        data: &frags[0],
+        wire_len: frags[0].len() as u32,
+        timestamp_ns: T0 + 31_000_000_000,
+        ingress_port: INSIDE,
+    };
+    let other = fragments(3000, 11).1;
+    let raw = [RawPacket { data: &other[0], ..later }];
+    chain.process(&raw);
+    assert_eq!(chain.counters().fragments_discarded, 3, "{:?}", chain.counters());
+    // Switching back to following drops what is held.
+    chain.set_fragment_mode(sluice_runtime::fragments::FragmentMode::Follow);
+    assert_eq!((chain.counters().fragments_discarded, chain.reassembly_bytes()), (4, 0));
+}
+
+/// `run --fragments reassemble` on two workers: every datagram is
+/// reassembled on one worker and leaves as three fragments.
+#[test]
+fn a_run_reassembles_on_two_workers() {
+    let config = format!(
+        "fragments = \"reassemble\"\n[nf.firewall]\nconfig-text = '{FIREWALL}'\n[nf.nat]\nconfig-text = '{NAT}'\n"
+    );
+    let mut frames = Vec::new();
+    for i in 0..20u16 {
+        let mut whole = FrameSpec::udp4(CLIENT, 6000 + i, SERVER, 53).with_payload(vec![i as u8; 3000]).build();
+        whole[14 + 4..14 + 6].copy_from_slice(&(100 + i).to_be_bytes());
+        whole[14 + 6] = 0;
+        Ipv4Packet::new_unchecked(&mut whole[14..]).fill_checksum();
+        let mut frags = split_ipv4(&whole, 1500).unwrap();
+        frags.reverse();
+        frames.extend(frags);
+    }
+    let stamped = sluice_tests::stamped(&frames);
+    let (report, out) = sluice_tests::run_host(&config, vec![nf("firewall"), nf("nat")], &stamped, |c, _| {
+        c.workers = 2;
+    });
+    let c = report.chain.counters;
+    assert_eq!((c.datagrams_reassembled, c.fragments_held, c.dropped()), (20, 40, 0), "{:?}", report.chain);
+    assert_eq!(report.chain.fragments, sluice_runtime::fragments::FragmentMode::Reassemble);
+    assert_eq!(out.len(), 60);
+    for datagram in out.chunks(3) {
+        let frames: Vec<Vec<u8>> = datagram.to_vec();
+        assert_eq!(Ipv4Packet::new_checked(&frames[0][14..]).unwrap().src(), PUBLIC);
+        udp_of(&frames);
+    }
+}

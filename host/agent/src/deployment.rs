@@ -610,14 +610,11 @@ pub(crate) fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostStat
 }
 
 /// The chain of a prepared revision: its NFs instantiated and started,
-/// running in reverse for packets of its outside attachments.
-pub(crate) fn chain_of(
-    shared: &Shared,
-    built: &Result<Built, String>,
-    attachments: &[sluice_engine::Attachment],
-) -> Result<Chain, String> {
+/// running in reverse for packets of its outside attachments, seeing
+/// fragmented IP as the deployment chose.
+pub(crate) fn chain_of(shared: &Shared, built: &Result<Built, String>, spec: &DeploymentSpec) -> Result<Chain, String> {
     match built {
-        Ok((specs, routes, domains)) => new_chain(shared, specs, routes.clone(), domains, attachments),
+        Ok((specs, routes, domains)) => new_chain(shared, specs, routes.clone(), domains, spec),
         Err(e) => Err(e.clone()),
     }
 }
@@ -627,12 +624,20 @@ fn new_chain(
     specs: &[NfSpec],
     routes: Vec<Routes>,
     domains: &[Arc<sluice_state::Domain>],
-    attachments: &[sluice_engine::Attachment],
+    spec: &DeploymentSpec,
 ) -> Result<Chain, String> {
-    let outside = sluice_engine::outside_ports(attachments)?;
     let mut chain = Chain::with_domains(&shared.runtime, specs, routes, domains).map_err(|e| e.to_string())?;
-    chain.set_outside(&outside).map_err(|e| e.to_string())?;
+    apply_sides(&mut chain, spec)?;
     Ok(chain)
+}
+
+/// Sets what a deployment's spec says about its chain's traffic beyond
+/// its NFs: the outside ports of its attachments, and its fragment mode.
+fn apply_sides(chain: &mut Chain, spec: &DeploymentSpec) -> Result<(), String> {
+    let outside = sluice_engine::outside_ports(&spec.attachments)?;
+    chain.set_outside(&outside).map_err(|e| e.to_string())?;
+    chain.set_fragment_mode(spec.fragments);
+    Ok(())
 }
 
 /// Starts a deployment; `chain` is its chain if it was started elsewhere
@@ -646,7 +651,7 @@ pub(crate) fn start(
 ) -> Option<Active> {
     let span = traced("start", &prepared, lane);
     let _in = span.enter();
-    let chain = chain.unwrap_or_else(|| chain_of(shared, &prepared.built, &prepared.spec.attachments));
+    let chain = chain.unwrap_or_else(|| chain_of(shared, &prepared.built, &prepared.spec));
     let Prepared { spec, trace, .. } = prepared;
     let made = chain.and_then(|chain| Active::new(shared, spec.clone(), chain, resume, lane));
     match made {
@@ -690,9 +695,7 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
     let same_shape = a.spec.nfs.len() == spec.nfs.len()
         && a.spec.nfs.iter().zip(&spec.nfs).all(|(o, n)| o.name == n.name && o.next == n.next && o.labels == n.labels);
     if !same_shape {
-        return match built
-            .and_then(|(specs, routes, domains)| new_chain(shared, &specs, routes, &domains, &spec.attachments))
-        {
+        return match built.and_then(|(specs, routes, domains)| new_chain(shared, &specs, routes, &domains, &spec)) {
             Ok(chain) => {
                 // The new chain continues where the old one was.
                 a.worker.replace_chain(chain);
@@ -712,10 +715,9 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
             }
         };
     }
-    // The same NFs: the sides of the attachments may still have changed.
-    if let Err(reason) = sluice_engine::outside_ports(&spec.attachments)
-        .and_then(|o| a.worker.chain_mut().set_outside(&o).map_err(|e| e.to_string()))
-    {
+    // The same NFs: the sides of the attachments and the fragment mode may
+    // still have changed.
+    if let Err(reason) = apply_sides(a.worker.chain_mut(), &spec) {
         let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
         set_status(shared, &spec, HostState::Failed, Some(reason));
         return Some(a);
@@ -820,13 +822,16 @@ fn process(
             if !matches!(r.fate, Fate::Forward(_)) {
                 return;
             }
-            forwarded += 1;
-            if let Some(out) = output.as_mut() {
-                let pushed = match &r.data {
-                    Some(d) => out.push(p.timestamp_ns, u32::try_from(d.len()).unwrap_or(u32::MAX), d),
-                    None => out.push(p.timestamp_ns, p.wire_len, p.data),
+            for frame in r.frames(p.data) {
+                forwarded += 1;
+                let Some(out) = output.as_mut() else { continue };
+                // Unchanged bytes keep their capture's wire length.
+                let wire_len = if std::ptr::eq(frame, p.data) {
+                    p.wire_len
+                } else {
+                    u32::try_from(frame.len()).unwrap_or(u32::MAX)
                 };
-                if let Err(e) = pushed {
+                if let Err(e) = out.push(p.timestamp_ns, wire_len, frame) {
                     tracing::warn!(deployment = %id, "a packet was not written to the output: {e}");
                 }
             }
@@ -909,6 +914,8 @@ impl Active {
                 ("oversize", delta.refused_oversize),
                 ("cut_short", delta.refused_cut_short),
                 ("fragment_unmatched", delta.fragments_unmatched),
+                ("fragment_refused", delta.fragments_refused),
+                ("fragment_discarded", delta.fragments_discarded),
             ] {
                 if n > 0 {
                     let mut attrs = base.to_vec();
@@ -918,6 +925,9 @@ impl Active {
             }
             if delta.fragments_followed > 0 {
                 m.fragments_followed.add(delta.fragments_followed, &base);
+            }
+            if delta.datagrams_reassembled > 0 {
+                m.reassembled.add(delta.datagrams_reassembled, &base);
             }
         }
     }

@@ -221,13 +221,13 @@ impl Live {
         let mut chains: Vec<Option<Box<Result<Chain, String>>>> = self.orders.iter().map(|_| None).collect();
         if fresh && prepared.built.is_ok() {
             let built = Arc::new(prepared.built.clone());
-            let attachments = Arc::new(prepared.spec.attachments.clone());
+            let spec = Arc::new(prepared.spec.clone());
             let tasks: Vec<_> = self
                 .orders
                 .iter()
                 .map(|_| {
-                    let (shared, built, attachments) = (self.shared.clone(), built.clone(), attachments.clone());
-                    tokio::task::spawn_blocking(move || deployment::chain_of(&shared, &built, &attachments))
+                    let (shared, built, spec) = (self.shared.clone(), built.clone(), spec.clone());
+                    tokio::task::spawn_blocking(move || deployment::chain_of(&shared, &built, &spec))
                 })
                 .collect();
             for (slot, t) in chains.iter_mut().zip(tasks) {

@@ -73,16 +73,19 @@ impl ChainDef {
     /// One worker's instance of the chain: its NFs started from `specs`
     /// (in chain order), sharing `domains` with the other workers; packets
     /// from the `outside` ports run it last NF first (see
-    /// [`sluice_runtime::Chain::set_outside`]).
+    /// [`sluice_runtime::Chain::set_outside`]); `fragments` chooses what
+    /// its NFs see of fragmented IP.
     pub fn instantiate(
         &self,
         runtime: &sluice_runtime::Runtime,
         specs: &[sluice_runtime::NfSpec],
         domains: &[std::sync::Arc<sluice_state::Domain>],
         outside: &[u16],
+        fragments: sluice_runtime::fragments::FragmentMode,
     ) -> Result<sluice_runtime::Chain, sluice_runtime::RuntimeError> {
         let mut chain = sluice_runtime::Chain::with_domains(runtime, specs, self.routes.clone(), domains)?;
         chain.set_outside(outside)?;
+        chain.set_fragment_mode(fragments);
         Ok(chain)
     }
 

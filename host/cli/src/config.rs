@@ -30,6 +30,10 @@
 //! outside_ports = [1]        # SLUICE_OUTSIDE_PORTS="1": packets from these
 //!                            # ingress ports (replies) run a linear chain last
 //!                            # NF first (`run`, `dpdk`; default none)
+//! fragments = "follow"       # SLUICE_FRAGMENTS: what NFs see of fragmented IP
+//!                            # (`--fragments`): "follow" (the first fragment;
+//!                            # the others follow its verdict) or "reassemble"
+//!                            # (whole datagrams, cut again on the way out)
 //!
 //! [nf.firewall]
 //! failure_policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
@@ -198,6 +202,11 @@ pub struct HostConfig {
     /// attachments: `side=outside`.)
     #[serde(default)]
     pub outside_ports: Vec<u16>,
+    /// What the NFs see of fragmented IP datagrams (`run`, `dpdk`; see
+    /// [`sluice_runtime::fragments::FragmentMode`]). (`serve` takes this
+    /// from each deployment's `fragments`.)
+    #[serde(default)]
+    pub fragments: sluice_runtime::fragments::FragmentMode,
     /// Per-NF sections.
     #[serde(default)]
     pub nf: BTreeMap<String, NfSection>,
@@ -244,6 +253,7 @@ impl Default for HostConfig {
             fuel: false,
             mbuf_size: default_mbuf_size(),
             outside_ports: Vec::new(),
+            fragments: sluice_runtime::fragments::FragmentMode::default(),
             nf: BTreeMap::new(),
             nf_defaults: NfSection::default(),
             base_dir: PathBuf::from("."),
@@ -368,6 +378,9 @@ impl HostConfig {
                 value: v.clone(),
                 reason,
             })?;
+        }
+        if let Some(v) = env_parse("SLUICE_FRAGMENTS")? {
+            cfg.fragments = v;
         }
         cfg.nf_defaults.deadline_ms = env_parse("SLUICE_DEADLINE_MS")?;
         cfg.nf_defaults.start_deadline_ms = env_parse("SLUICE_START_DEADLINE_MS")?;

@@ -124,8 +124,8 @@ impl DpdkReport {
             ));
             for (q, c) in p.queues.iter().enumerate() {
                 s.push_str(&format!(
-                    "    queue {q}: rx {} tx {} dropped by NFs {} TX full {} other {} too big {} | fragments added {}\n",
-                    c.rx, c.tx, c.dropped_by_nf, c.dropped_tx_full, c.dropped_other, c.dropped_too_big, c.fragmented
+                    "    queue {q}: rx {} tx {} dropped by NFs {} TX full {} other {} too big {} | fragments added {}, held for reassembly {}\n",
+                    c.rx, c.tx, c.dropped_by_nf, c.dropped_tx_full, c.dropped_other, c.dropped_too_big, c.fragmented, c.reassembling
                 ));
             }
         }
@@ -168,7 +168,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::for_workers(workers)).collect();
     let mut chains = Vec::with_capacity(workers);
     for _ in 0..workers {
-        chains.push(chain.instantiate(&runtime, &specs, &domains, &config.outside_ports)?);
+        chains.push(chain.instantiate(&runtime, &specs, &domains, &config.outside_ports, config.fragments)?);
     }
 
     let received = Arc::new(AtomicU64::new(0));

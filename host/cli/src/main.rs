@@ -91,6 +91,12 @@ enum Command {
         /// `outside_ports` of the config.
         #[arg(long, value_delimiter = ',')]
         outside_ports: Vec<u16>,
+        /// What the NFs see of fragmented IP datagrams: `follow` (the first
+        /// fragment; the later ones follow its verdict and rewrites) or
+        /// `reassemble` (whole datagrams, held until complete and cut again
+        /// as they came on the way out). Overrides `fragments` of the config.
+        #[arg(long)]
+        fragments: Option<sluice_runtime::fragments::FragmentMode>,
         /// Input capture (pcap or pcapng, Ethernet).
         #[arg(long = "in")]
         input: PathBuf,
@@ -143,6 +149,12 @@ enum Command {
         /// `outside_ports` of the config.
         #[arg(long, value_delimiter = ',')]
         outside_ports: Vec<u16>,
+        /// What the NFs see of fragmented IP datagrams: `follow` (the first
+        /// fragment; the later ones follow its verdict and rewrites) or
+        /// `reassemble` (whole datagrams, held until complete and cut again
+        /// as they came on the way out). Overrides `fragments` of the config.
+        #[arg(long)]
+        fragments: Option<sluice_runtime::fragments::FragmentMode>,
         /// Packets per batch (at most, per worker and port; up to 256).
         #[arg(long)]
         batch: Option<usize>,
@@ -478,10 +490,26 @@ fn telemetry_settings(cli: &Cli) -> sluice_telemetry::Settings<'static> {
 
 fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run { nfs, chain, swaps, outside_ports, input, output, report, batch, workers, cores, quiet } => {
+        Command::Run {
+            nfs,
+            chain,
+            swaps,
+            outside_ports,
+            fragments,
+            input,
+            output,
+            report,
+            batch,
+            workers,
+            cores,
+            quiet,
+        } => {
             let mut config = load_config(cli.config.as_deref(), batch, workers, cores)?;
             if !outside_ports.is_empty() {
                 config.outside_ports = outside_ports;
+            }
+            if let Some(f) = fragments {
+                config.fragments = f;
             }
             let opts =
                 RunOptions { nfs, chain, swaps, input, output, progress: !quiet && std::io::stderr().is_terminal() };
@@ -494,6 +522,7 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             ports,
             pairs,
             outside_ports,
+            fragments,
             batch,
             workers,
             cores,
@@ -508,6 +537,9 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             let mut config = load_config(cli.config.as_deref(), batch, workers, cores)?;
             if !outside_ports.is_empty() {
                 config.outside_ports = outside_ports;
+            }
+            if let Some(f) = fragments {
+                config.fragments = f;
             }
             if let Some(m) = mbuf_size {
                 config.mbuf_size = m;

@@ -379,6 +379,11 @@ pub struct ChainReport {
     /// Ingress ports whose packets (replies) run the NFs in reverse order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outside_ports: Vec<u16>,
+    /// What the NFs saw of fragmented IP: `follow` or `reassemble`.
+    pub fragments: sluice_runtime::fragments::FragmentMode,
+    /// Bytes of IP fragments held for reassembly when the run ended.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reassembly_bytes: u64,
     /// Frames refused and later fragments handled without an NF.
     #[serde(flatten)]
     pub counters: sluice_runtime::ChainCounters,
@@ -392,8 +397,10 @@ impl ChainReport {
             if i == 0 {
                 r.order = c.stages().iter().map(|s| s.name().to_string()).collect();
                 r.outside_ports = c.outside().to_vec();
+                r.fragments = c.fragment_mode();
             }
             r.counters.add(&c.counters());
+            r.reassembly_bytes += c.reassembly_bytes() as u64;
         }
         r
     }
@@ -419,6 +426,16 @@ impl ChainReport {
                 c.refused_oversize, c.refused_cut_short, c.fragments_followed, c.fragments_unmatched
             ));
         }
+        if self.fragments == sluice_runtime::fragments::FragmentMode::Reassemble {
+            s.push_str(&format!(
+                "  reassembly: {} datagrams from their fragments ({} held) | fragments refused {}, discarded {} | {} bytes still held\n",
+                c.datagrams_reassembled, c.fragments_held, c.fragments_refused, c.fragments_discarded, self.reassembly_bytes
+            ));
+        }
         s
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

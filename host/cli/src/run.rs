@@ -244,7 +244,13 @@ pub fn run_observed(
     }
     let mut worker_engines = Vec::with_capacity(workers);
     for _ in 0..workers {
-        worker_engines.push(Worker::new(chain.instantiate(&runtime, &specs, &domains, &config.outside_ports)?));
+        worker_engines.push(Worker::new(chain.instantiate(
+            &runtime,
+            &specs,
+            &domains,
+            &config.outside_ports,
+            config.fragments,
+        )?));
     }
 
     let total = trace.packets().len();
@@ -270,27 +276,33 @@ pub fn run_observed(
     let mut swap_records: Vec<SwapRecord> = Vec::new();
 
     // Dispatch by symmetric flow hash, so both directions of a connection
-    // meet one worker; non-IP packets go to worker 0. Later fragments of a
-    // datagram go where its first fragment went, since they follow it.
+    // meet one worker; non-IP packets go to worker 0. Every fragment of a
+    // datagram goes where its first fragment goes (the flow's worker),
+    // whether it comes before or after it: later fragments follow their
+    // first, and a datagram is reassembled from all of them on one worker.
     let owner: Vec<usize> = if workers == 1 {
         Vec::new()
     } else {
+        let flow_worker =
+            |data: &[u8]| sluice_wire::parse(data).key.map(|k| (k.symmetric_hash() % workers as u64) as usize);
+        let fragments: Vec<Option<sluice_wire::fragment::Fragment>> = trace
+            .packets()
+            .iter()
+            .map(|p| sluice_wire::fragment::inspect(trace.data(p)).and_then(|ip| ip.fragment))
+            .collect();
         let mut firsts = std::collections::HashMap::new();
+        for (p, f) in trace.packets().iter().zip(&fragments) {
+            if let Some(f) = f.filter(|f| f.offset == 0) {
+                firsts.entry(f.key).or_insert_with(|| flow_worker(trace.data(p)).unwrap_or(0));
+            }
+        }
         trace
             .packets()
             .iter()
-            .map(|p| {
-                let data = trace.data(p);
-                let fragment = sluice_wire::fragment::inspect(data).and_then(|ip| ip.fragment);
-                if let Some(f) = fragment.filter(|f| f.offset != 0) {
-                    return firsts.get(&f.key).copied().unwrap_or(0);
-                }
-                let w =
-                    sluice_wire::parse(data).key.map(|k| (k.symmetric_hash() % workers as u64) as usize).unwrap_or(0);
-                if let Some(f) = fragment {
-                    firsts.insert(f.key, w);
-                }
-                w
+            .zip(&fragments)
+            .map(|(p, f)| match f {
+                Some(f) => firsts.get(&f.key).copied().unwrap_or(0),
+                None => flow_worker(trace.data(p)).unwrap_or(0),
             })
             .collect()
     };
@@ -554,12 +566,14 @@ impl Collector {
         for (i, r) in range.zip(fates.drain(..)) {
             let Some(r) = r else { continue };
             observe(i, &r);
-            if let Fate::Forward(_) = r.fate {
-                self.packets_out += 1;
-                if let (Some(s), Some(p)) = (self.sink.as_mut(), trace.packets().get(i)) {
-                    match &r.data {
-                        Some(d) => s.write(p.timestamp_ns, d.len() as u32, d)?,
-                        None => s.write(p.timestamp_ns, p.wire_len, trace.data(p))?,
+            if let (Fate::Forward(_), Some(p)) = (&r.fate, trace.packets().get(i)) {
+                let original = trace.data(p);
+                for frame in r.frames(original) {
+                    self.packets_out += 1;
+                    if let Some(s) = self.sink.as_mut() {
+                        // Unchanged bytes keep their capture's wire length.
+                        let wire_len = if std::ptr::eq(frame, original) { p.wire_len } else { frame.len() as u32 };
+                        s.write(p.timestamp_ns, wire_len, frame)?;
                     }
                 }
             }

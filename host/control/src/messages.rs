@@ -101,6 +101,13 @@ pub struct DeploymentSpec {
     /// capture and no live traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<sluice_engine::Attachment>,
+    /// What its NFs see of fragmented IP datagrams (absent: `follow`).
+    #[serde(default, skip_serializing_if = "is_follow")]
+    pub fragments: sluice_engine::FragmentMode,
+}
+
+fn is_follow(m: &sluice_engine::FragmentMode) -> bool {
+    *m == sluice_engine::FragmentMode::Follow
 }
 
 impl DeploymentSpec {

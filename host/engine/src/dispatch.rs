@@ -221,12 +221,10 @@ impl Dispatch {
             Unmatched::Forward => Fate::Forward(0),
         };
         self.results.clear();
-        self.results.extend(self.owners.iter().map(|o| PacketResult {
-            // A claimed packet that no lane runs is dropped.
-            fate: if o.is_some() { Fate::Refused } else { unmatched.clone() },
-            data: None,
-            label: None,
-        }));
+        // A claimed packet that no lane runs is dropped.
+        self.results.extend(
+            self.owners.iter().map(|o| PacketResult::of(if o.is_some() { Fate::Refused } else { unmatched.clone() })),
+        );
         self.counters.unmatched += self.owners.iter().filter(|o| o.is_none()).count() as u64;
         self.per_lane.clear();
         self.per_lane.resize(lanes.len(), 0);
@@ -320,7 +318,7 @@ impl Dispatch {
                         self.retagged.push((i, vlan));
                     }
                     forwarded += u64::from(matches!(fate, Fate::Forward(_)));
-                    *slot = PacketResult { fate, data: r.data.clone(), label: r.label };
+                    *slot = PacketResult { fate, data: r.data.clone(), label: r.label, fragments: r.fragments.clone() };
                 }
                 let took = started.elapsed();
                 for (i, vlan) in self.retagged.drain(..) {
@@ -549,8 +547,7 @@ mod tests {
         fn run(&mut self, packets: &[RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &[PacketResult] {
             self.ran.extend(packets.iter().map(|p| p.data.to_vec()));
             self.marks.extend(moved.iter().map(|m| m.0));
-            self.results =
-                packets.iter().map(|_| PacketResult { fate: Fate::Forward(0), data: None, label: None }).collect();
+            self.results = packets.iter().map(|_| PacketResult::of(Fate::Forward(0))).collect();
             &self.results
         }
     }

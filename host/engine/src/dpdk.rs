@@ -155,6 +155,26 @@ impl DpdkIo {
         }
     }
 
+    /// Queues the fragments a reassembled datagram left the chain as, the
+    /// first in `m`, the others in mbufs from the egress pool.
+    fn enqueue_fragments(&mut self, m: Mbuf, fragments: &[Vec<u8>], t: usize, pi: usize) {
+        let pool = self.egress.as_ref().map(|e| e.pool.clone());
+        if let Some(c) = self.counters.get_mut(pi) {
+            c.fragmented += fragments.len().saturating_sub(1) as u64;
+        }
+        let mut first = Some(m);
+        for piece in fragments {
+            match first.take().or_else(|| pool.as_ref().and_then(|p| p.alloc())) {
+                Some(b) => self.enqueue(b, Some(piece), t, pi),
+                None => {
+                    if let Some(c) = self.counters.get_mut(pi) {
+                        c.dropped_other += 1;
+                    }
+                }
+            }
+        }
+    }
+
     fn queue(&mut self, mut m: Mbuf, data: Option<&[u8]>, t: usize, pi: usize) {
         // Only packets an NF rewrote are written back.
         let fits = data.is_none_or(|d| m.set_data(d).is_ok());
@@ -339,11 +359,19 @@ impl PacketIo for DpdkIo {
                     }
                     continue;
                 }
+                Fate::Reassembling => {
+                    // Its bytes are in the chain's reassembly buffer now.
+                    if let Some(c) = self.counters.get_mut(pi) {
+                        c.reassembling += 1;
+                    }
+                    continue;
+                }
                 Fate::Refused => None,
                 Fate::Forward(0) => Some(self.default_out(pi)),
                 Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_ports),
             };
             match target {
+                Some(t) if !r.fragments.is_empty() => self.enqueue_fragments(m, &r.fragments, t, pi),
                 Some(t) => self.enqueue(m, r.data.as_deref(), t, pi),
                 None => {
                     if let Some(c) = self.counters.get_mut(pi) {

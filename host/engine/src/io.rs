@@ -81,11 +81,16 @@ pub struct QueueCounters {
     /// fragmented (Don't Fragment set, IPv6): dropped, as a router does.
     #[serde(default)]
     pub dropped_too_big: u64,
-    /// Frames added by cutting longer datagrams to their output port's
-    /// MTU (a datagram cut in three adds two): `rx + fragmented` = `tx` +
-    /// every drop.
+    /// Frames added by cutting datagrams into fragments: longer than their
+    /// output port's MTU, or reassembled by the chain and cut again (a
+    /// datagram cut in three adds two): `rx + fragmented` = `tx` + every
+    /// drop + `reassembling`.
     #[serde(default)]
     pub fragmented: u64,
+    /// IP fragments the chain kept to reassemble their datagram: they
+    /// leave inside it (see the chain's `fragments_held`).
+    #[serde(default)]
+    pub reassembling: u64,
 }
 
 impl QueueCounters {
@@ -98,6 +103,7 @@ impl QueueCounters {
         self.dropped_other += o.dropped_other;
         self.dropped_too_big += o.dropped_too_big;
         self.fragmented += o.fragmented;
+        self.reassembling += o.reassembling;
     }
 }
 

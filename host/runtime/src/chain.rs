@@ -25,8 +25,14 @@ pub enum Fate {
     /// Dropped by the chain's NF at this position.
     Dropped(usize),
     /// Refused before any NF ran: a frame longer than
-    /// [`crate::instance::MAX_PACKET_LEN`], which no NF could rewrite.
+    /// [`crate::instance::MAX_PACKET_LEN`], which no NF could rewrite, one
+    /// cut short, or an IP fragment the chain could not take (see
+    /// [`ChainCounters`]).
     Refused,
+    /// An IP fragment the chain keeps until its datagram is whole (see
+    /// [`crate::reassembly`]): it leaves inside its datagram, in the place
+    /// of the fragment that completes it.
+    Reassembling,
 }
 
 /// A packet kept back from the chain while its flow's state is fetched
@@ -50,6 +56,25 @@ pub struct PacketResult {
     pub data: Option<Vec<u8>>,
     /// Last label an NF gave the packet, if any.
     pub label: Option<u16>,
+    /// When not empty, the frames that leave in the packet's place instead
+    /// of `data`: the fragments of a datagram the chain reassembled, cut
+    /// again as it came (see [`crate::reassembly`]).
+    pub fragments: Vec<Vec<u8>>,
+}
+
+impl PacketResult {
+    /// A result with no new bytes.
+    pub fn of(fate: Fate) -> Self {
+        PacketResult { fate, data: None, label: None, fragments: Vec::new() }
+    }
+
+    /// The frames that leave for this packet when it is forwarded, given
+    /// its bytes as received (`original`): its fragments, its new bytes, or
+    /// the original.
+    pub fn frames<'a>(&'a self, original: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
+        let whole = self.fragments.is_empty().then(|| self.data.as_deref().unwrap_or(original));
+        whole.into_iter().chain(self.fragments.iter().map(Vec::as_slice))
+    }
 }
 
 /// What a chain decided on its own, before or instead of its NFs: every
@@ -69,6 +94,22 @@ pub struct ChainCounters {
     /// Later IP fragments dropped: their first fragment was not seen
     /// (it came after them, was lost, or was seen too long ago).
     pub fragments_unmatched: u64,
+    /// IP fragments held to reassemble their datagram (all but the one
+    /// that completed it; see [`crate::reassembly`]).
+    #[serde(default)]
+    pub fragments_held: u64,
+    /// Datagrams reassembled from their fragments and run through the NFs.
+    #[serde(default)]
+    pub datagrams_reassembled: u64,
+    /// IP fragments refused on arrival: they contradict their datagram
+    /// (overlap, inconsistent length), repeat one already held, or their
+    /// source or the deployment holds as many fragments as it may.
+    #[serde(default)]
+    pub fragments_refused: u64,
+    /// Held fragments thrown away: their datagram stayed incomplete for
+    /// 30 s, or a later fragment invalidated it.
+    #[serde(default)]
+    pub fragments_discarded: u64,
 }
 
 impl ChainCounters {
@@ -78,6 +119,10 @@ impl ChainCounters {
         self.refused_cut_short += o.refused_cut_short;
         self.fragments_followed += o.fragments_followed;
         self.fragments_unmatched += o.fragments_unmatched;
+        self.fragments_held += o.fragments_held;
+        self.datagrams_reassembled += o.datagrams_reassembled;
+        self.fragments_refused += o.fragments_refused;
+        self.fragments_discarded += o.fragments_discarded;
     }
 
     /// What was counted since `earlier` (the same chain's counters read
@@ -87,7 +132,11 @@ impl ChainCounters {
         let replaced = self.refused_oversize < earlier.refused_oversize
             || self.refused_cut_short < earlier.refused_cut_short
             || self.fragments_followed < earlier.fragments_followed
-            || self.fragments_unmatched < earlier.fragments_unmatched;
+            || self.fragments_unmatched < earlier.fragments_unmatched
+            || self.fragments_held < earlier.fragments_held
+            || self.datagrams_reassembled < earlier.datagrams_reassembled
+            || self.fragments_refused < earlier.fragments_refused
+            || self.fragments_discarded < earlier.fragments_discarded;
         if replaced {
             return *self;
         }
@@ -96,12 +145,21 @@ impl ChainCounters {
             refused_cut_short: self.refused_cut_short - earlier.refused_cut_short,
             fragments_followed: self.fragments_followed - earlier.fragments_followed,
             fragments_unmatched: self.fragments_unmatched - earlier.fragments_unmatched,
+            fragments_held: self.fragments_held - earlier.fragments_held,
+            datagrams_reassembled: self.datagrams_reassembled - earlier.datagrams_reassembled,
+            fragments_refused: self.fragments_refused - earlier.fragments_refused,
+            fragments_discarded: self.fragments_discarded - earlier.fragments_discarded,
         }
     }
 
-    /// Packets the chain dropped itself.
+    /// Packets the chain dropped itself (refused on arrival, or held and
+    /// thrown away).
     pub fn dropped(&self) -> u64 {
-        self.refused_oversize + self.refused_cut_short + self.fragments_unmatched
+        self.refused_oversize
+            + self.refused_cut_short
+            + self.fragments_unmatched
+            + self.fragments_refused
+            + self.fragments_discarded
     }
 }
 
@@ -173,6 +231,13 @@ pub struct Chain {
     firsts: Vec<(usize, sluice_wire::fragment::FragmentKey)>,
     /// The batch's later fragments, resolved after its first fragments.
     laters: Vec<(usize, sluice_wire::fragment::FragmentKey)>,
+    /// What the NFs see of fragmented datagrams.
+    fragment_mode: crate::fragments::FragmentMode,
+    /// Incomplete datagrams ([`FragmentMode::Reassemble`](crate::fragments::FragmentMode)).
+    reassembler: crate::reassembly::Reassembler,
+    /// The batch's reassembled datagrams (index into `results`, how to cut
+    /// it again).
+    reassembled: Vec<(usize, sluice_wire::reassembly::Cut)>,
     /// Ingress ports on the outside: their packets (replies) run the chain
     /// from its last NF to its first (see [`Chain::set_outside`]).
     outside: Vec<u16>,
@@ -237,6 +302,9 @@ impl Chain {
             followers: crate::fragments::Followers::default(),
             firsts: Vec::new(),
             laters: Vec::new(),
+            fragment_mode: crate::fragments::FragmentMode::default(),
+            reassembler: crate::reassembly::Reassembler::default(),
+            reassembled: Vec::new(),
             outside: Vec::new(),
             replies: Vec::new(),
             inbox: vec![Vec::new(); stages.len()],
@@ -295,6 +363,29 @@ impl Chain {
         Ok(())
     }
 
+    /// Chooses what the NFs see of fragmented IP datagrams (see
+    /// [`FragmentMode`](crate::fragments::FragmentMode)); takes effect with
+    /// the next batch. Leaving [`Reassemble`](crate::fragments::FragmentMode::Reassemble)
+    /// throws away the fragments held (counted as discarded).
+    pub fn set_fragment_mode(&mut self, mode: crate::fragments::FragmentMode) {
+        if mode != crate::fragments::FragmentMode::Reassemble {
+            let mut tally = crate::reassembly::Tally::default();
+            self.reassembler.clear(&mut tally);
+            self.counters.fragments_discarded += tally.discarded;
+        }
+        self.fragment_mode = mode;
+    }
+
+    /// What the NFs see of fragmented IP datagrams.
+    pub fn fragment_mode(&self) -> crate::fragments::FragmentMode {
+        self.fragment_mode
+    }
+
+    /// Bytes of IP fragments held for reassembly now.
+    pub fn reassembly_bytes(&self) -> usize {
+        self.reassembler.held_bytes()
+    }
+
     /// The ingress ports whose packets run the chain in reverse (see
     /// [`set_outside`](Self::set_outside)).
     pub fn outside(&self) -> &[u16] {
@@ -344,7 +435,7 @@ impl Chain {
         mut hook: Option<&mut dyn FlowHook>,
     ) -> &[PacketResult] {
         self.results.clear();
-        self.results.resize(packets.len(), PacketResult { fate: Fate::Forward(0), data: None, label: None });
+        self.results.resize(packets.len(), PacketResult::of(Fate::Forward(0)));
         for (n, chunk) in packets.chunks(MAX_BATCH).enumerate() {
             self.process_batch(chunk, n * MAX_BATCH, &mut hook);
         }
@@ -367,6 +458,8 @@ impl Chain {
         self.builder.clear();
         self.firsts.clear();
         self.laters.clear();
+        self.reassembled.clear();
+        let reassemble = self.fragment_mode == crate::fragments::FragmentMode::Reassemble;
         for (i, p) in packets.iter().enumerate() {
             let at = base + i;
             if p.data.len() > crate::instance::MAX_PACKET_LEN {
@@ -394,11 +487,16 @@ impl Chain {
                     continue;
                 }
                 if let Some(f) = ip.fragment {
-                    if f.offset != 0 {
+                    if reassemble {
+                        if !self.reassemble(at, f.key, p, &ip) {
+                            continue;
+                        }
+                    } else if f.offset != 0 {
                         self.laters.push((at, f.key));
                         continue;
+                    } else {
+                        self.firsts.push((at, f.key));
                     }
-                    self.firsts.push((at, f.key));
                 }
             }
             if self.outside.contains(&p.ingress_port) {
@@ -406,8 +504,12 @@ impl Chain {
             } else if let Some(first) = self.inbox.first_mut() {
                 first.push(at);
             }
-            // Cannot fail: at most MAX_BATCH packets.
-            let _ = self.builder.push(*p);
+            // A reassembled datagram goes in with its whole bytes. Cannot
+            // fail: at most MAX_BATCH packets.
+            let _ = match self.results.get(at).and_then(|r| r.data.as_deref()) {
+                Some(d) => self.builder.push(RawPacket { data: d, wire_len: d.len() as u32, ..*p }),
+                None => self.builder.push(*p),
+            };
             self.built.push(at);
         }
         if let Some(h) = hook.as_mut() {
@@ -428,6 +530,62 @@ impl Chain {
         }
         if !self.firsts.is_empty() || !self.laters.is_empty() {
             self.follow_fragments(packets, base);
+        }
+        for (at, cut) in self.reassembled.drain(..) {
+            if let Some(r) = self.results.get_mut(at)
+                && let (Fate::Forward(_), Some(d)) = (&r.fate, &r.data)
+            {
+                r.fragments = sluice_wire::reassembly::split(d, &cut);
+            }
+        }
+    }
+
+    /// Gives fragment `p` (at `at` in the results) to its datagram.
+    /// `true` when it completed the datagram, which then runs through the
+    /// NFs in its place (its result's `data` holds the datagram).
+    fn reassemble(
+        &mut self,
+        at: usize,
+        key: sluice_wire::fragment::FragmentKey,
+        p: &RawPacket<'_>,
+        ip: &sluice_wire::fragment::IpFacts,
+    ) -> bool {
+        use crate::reassembly::{Outcome, Refusal};
+        let mut tally = crate::reassembly::Tally::default();
+        let outcome = self.reassembler.add(key, p.data, ip, p.timestamp_ns, &mut tally);
+        self.counters.fragments_discarded += tally.discarded;
+        let Some(slot) = self.results.get_mut(at) else { return false };
+        match outcome {
+            Outcome::Held => {
+                self.counters.fragments_held += 1;
+                slot.fate = Fate::Reassembling;
+                false
+            }
+            Outcome::Complete(datagram, cut) if datagram.len() <= crate::instance::MAX_PACKET_LEN => {
+                self.counters.datagrams_reassembled += 1;
+                slot.data = Some(datagram);
+                self.reassembled.push((at, cut));
+                true
+            }
+            Outcome::Complete(..) => {
+                // Its link header takes it past what an NF can be given.
+                self.counters.refused_oversize += 1;
+                slot.fate = Fate::Refused;
+                false
+            }
+            Outcome::Refused(why) => {
+                if self.counters.fragments_refused == 0 {
+                    let reason = match why {
+                        Refusal::Invalid(e) => e.name(),
+                        Refusal::Duplicate => "duplicate",
+                        Refusal::NoRoom => "no_room",
+                    };
+                    tracing::warn!(reason, "refusing an IP fragment (counted)");
+                }
+                self.counters.fragments_refused += 1;
+                slot.fate = Fate::Refused;
+                false
+            }
         }
     }
 

@@ -1,4 +1,5 @@
-//! Fragments that follow their first fragment.
+//! What NFs see of fragmented IP datagrams ([`FragmentMode`]), and
+//! fragments that follow their first fragment.
 //!
 //! Only the first fragment of a fragmented IP datagram carries the
 //! transport header an NF decides on (ports, TCP flags). The chain runs the
@@ -19,6 +20,53 @@ use sluice_wire::fragment::{FragmentKey, Template};
 use std::collections::VecDeque;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// What a chain's NFs see of a fragmented IP datagram: each deployment
+/// chooses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FragmentMode {
+    /// The NFs see the first fragment; the later ones follow its verdict
+    /// and rewrites (per IP identification, as stateless firewalls do).
+    /// Nothing is buffered; a later fragment that comes before its first
+    /// is dropped and counted.
+    #[default]
+    Follow,
+    /// The host holds fragments until their datagram is whole; the NFs see
+    /// the whole datagram once, and it leaves cut again to the largest
+    /// fragment it came in (as Linux's `nf_defrag` does for conntrack; see
+    /// [`crate::reassembly`]). Fragments may come in any order; buffers
+    /// are bounded per deployment and per source.
+    Reassemble,
+}
+
+impl FragmentMode {
+    /// Its name in configuration and APIs.
+    pub fn name(self) -> &'static str {
+        match self {
+            FragmentMode::Follow => "follow",
+            FragmentMode::Reassemble => "reassemble",
+        }
+    }
+}
+
+impl std::fmt::Display for FragmentMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for FragmentMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "follow" => Ok(FragmentMode::Follow),
+            "reassemble" => Ok(FragmentMode::Reassemble),
+            other => Err(format!("unknown fragment mode '{other}': use 'follow' or 'reassemble'")),
+        }
+    }
+}
 
 /// Datagrams a chain instance remembers the first fragment of.
 pub const MAX_DATAGRAMS: usize = 4096;
@@ -74,11 +122,11 @@ impl Followers {
         let data = match (&d.fate, &d.template) {
             (Fate::Forward(_), Some(t)) => match t.apply(frame) {
                 Some(out) => Some(out),
-                None => return Some(PacketResult { fate: Fate::Refused, data: None, label: None }),
+                None => return Some(PacketResult::of(Fate::Refused)),
             },
             _ => None,
         };
-        Some(PacketResult { fate: d.fate.clone(), data, label: d.label })
+        Some(PacketResult { fate: d.fate.clone(), data, label: d.label, fragments: Vec::new() })
     }
 
     /// Datagrams remembered.
@@ -121,7 +169,7 @@ mod tests {
     #[test]
     fn later_fragments_get_the_first_ones_fate_until_it_is_forgotten() {
         let mut f = Followers::default();
-        let dropped = PacketResult { fate: Fate::Dropped(1), data: None, label: None };
+        let dropped = PacketResult::of(Fate::Dropped(1));
         f.decide(key(1), &dropped, 0);
         assert_eq!(f.follow(&key(1), &[], 5).map(|r| r.fate), Some(Fate::Dropped(1)));
         assert_eq!(f.follow(&key(2), &[], 5), None);
@@ -133,7 +181,7 @@ mod tests {
     #[test]
     fn the_table_is_bounded() {
         let mut f = Followers::default();
-        let fwd = PacketResult { fate: Fate::Forward(0), data: None, label: None };
+        let fwd = PacketResult::of(Fate::Forward(0));
         for i in 0..(MAX_DATAGRAMS as u32 + 10) {
             f.decide(key(i), &fwd, 1);
         }

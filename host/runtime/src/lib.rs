@@ -41,6 +41,7 @@ pub mod instance;
 pub mod limits;
 pub mod meters;
 pub mod module;
+pub mod reassembly;
 pub mod state;
 
 pub use batch::{BatchBuilder, RawPacket};

@@ -205,11 +205,14 @@ pub struct DeploymentMetrics {
     pub over_share: Counter<u64>,
     /// `sluice.deployment.packets.refused`: packets its chain dropped before
     /// any NF saw them, by `reason` (`oversize`, `cut_short`,
-    /// `fragment_unmatched`).
+    /// `fragment_unmatched`, `fragment_refused`, `fragment_discarded`).
     pub refused: Counter<u64>,
     /// `sluice.deployment.packets.fragments_followed`: later IP fragments
     /// that got their first fragment's fate without an NF.
     pub fragments_followed: Counter<u64>,
+    /// `sluice.deployment.datagrams.reassembled`: IP datagrams put back
+    /// together from their fragments before the NFs saw them.
+    pub reassembled: Counter<u64>,
 }
 
 /// The deployment metrics.
@@ -226,13 +229,19 @@ pub fn deployment() -> &'static DeploymentMetrics {
             .with_unit("{packet}")
             .with_description(
                 "Packets the deployment's chain dropped before any NF saw them: longer than 65,535 bytes (oversize), \
-                 shorter than their IP datagram (cut_short), later fragments without their first (fragment_unmatched)",
+                 shorter than their IP datagram (cut_short), later fragments without their first (fragment_unmatched), \
+                 fragments not taken for reassembly (fragment_refused) or held and thrown away (fragment_discarded)",
             )
             .build(),
         fragments_followed: meter()
             .u64_counter("sluice.deployment.packets.fragments_followed")
             .with_unit("{packet}")
             .with_description("Later IP fragments that got their first fragment's fate and rewrites without an NF")
+            .build(),
+        reassembled: meter()
+            .u64_counter("sluice.deployment.datagrams.reassembled")
+            .with_unit("{datagram}")
+            .with_description("IP datagrams reassembled from their fragments before the deployment's NFs saw them")
             .build(),
     })
 }

@@ -30,6 +30,7 @@ pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod parse;
+pub mod reassembly;
 pub mod rewrite;
 pub mod steer;
 pub mod tcp;

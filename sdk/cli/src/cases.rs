@@ -180,12 +180,14 @@ pub fn run_case(
     Ok(result)
 }
 
-/// `7 forward 0`, `8 drop`, `9 forward 1 rewritten label 3`, `10 refused`.
+/// `7 forward 0`, `8 drop`, `9 forward 1 rewritten label 3`, `10 refused`,
+/// `11 reassembling`.
 fn verdict_line(n: usize, r: &sluice_runtime::PacketResult) -> String {
     let mut s = match r.fate {
         sluice_runtime::Fate::Forward(port) => format!("{n} forward {port}"),
         sluice_runtime::Fate::Dropped(_) => format!("{n} drop"),
         sluice_runtime::Fate::Refused => format!("{n} refused"),
+        sluice_runtime::Fate::Reassembling => format!("{n} reassembling"),
     };
     if r.data.is_some() {
         s.push_str(" rewritten");
