@@ -626,3 +626,85 @@ fn hostile_beside_a_counter(api: &Api, name: &str, config: &str) -> (String, Str
     assert_eq!(d.status, 201, "{}", d.body);
     (a, b)
 }
+
+/// A deployment that asks for `"fragments": "reassemble"` gets whole
+/// datagrams under `serve --dpdk` as `run --fragments reassemble` does:
+/// fragments that come last first leave grouped by datagram, cut as they
+/// came, the same frames through both; the API shows the choice, and the
+/// host reports the datagrams it reassembled.
+#[test]
+fn a_deployment_that_reassembles_fragments_matches_run() {
+    use sluice_wire::ipv4::Ipv4Packet;
+    let _turn = beside_others();
+    let dir = test_dir();
+    let d = dir.path();
+    let input = d.join("in.pcap");
+    let mut sink = sluice_pcap::PcapSink::create(&input).unwrap();
+    let mut t = 1_000u64;
+    for i in 0..10u16 {
+        let mut whole = sluice_wire::build::FrameSpec::udp4([10, 0, 0, 5], 6000 + i, [198, 51, 100, 7], 53)
+            .with_payload(vec![i as u8; 3000])
+            .build();
+        whole[14 + 4..14 + 6].copy_from_slice(&(700 + i).to_be_bytes());
+        whole[14 + 6] = 0;
+        Ipv4Packet::new_unchecked(&mut whole[14..]).fill_checksum();
+        for f in sluice_wire::fragment::split_ipv4(&whole, 1500).unwrap().iter().rev() {
+            sink.write(t, f.len() as u32, f).unwrap();
+            t += 1_000;
+        }
+    }
+    sink.finish().unwrap();
+    let cfg = d.join("fw.json");
+    std::fs::write(&cfg, fw_config().to_string()).unwrap();
+    let host_toml = d.join("host.toml");
+    std::fs::write(
+        &host_toml,
+        format!("fragments = \"reassemble\"\n[nf.firewall]\nconfig-file = \"{}\"\n", cfg.display()),
+    )
+    .unwrap();
+    let fw = nf("firewall");
+    let run_out = d.join("run.pcap");
+    let o = Command::new(sibling_bin("sluice-host"))
+        .arg("--config")
+        .arg(&host_toml)
+        .args(["run", "--quiet", "--nf", fw.to_str().unwrap(), "--in", input.to_str().unwrap()])
+        .args(["--out", run_out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let nats = Nats::start(d);
+    let gw = edge_gateway(&nats, d);
+    let api = gw.api();
+    let (_, key) = edge_tenant(&api, "alpha");
+    assert_eq!(api.upload(Some(&key), "firewall", "1.0.0", &std::fs::read(&fw).unwrap()).status, 201);
+    let bad = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "fw", "group": "edge", "module": "firewall@1.0.0", "attach": ["port=0"], "fragments": "defrag" }),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let r = api.post(
+        Some(&key),
+        "/v1/deployments",
+        &json!({ "name": "fw", "group": "edge", "module": "firewall@1.0.0", "config": fw_config(), "attach": ["port=0"], "fragments": "reassemble" }),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.body["fragments"], "reassemble", "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let (serve_out, report) = (d.join("serve.pcap"), d.join("h1.json"));
+    let mut h = start_live(&nats, &gw, d, "h1", &live_args(d, "h1", &input, &serve_out, false, &report));
+    wait_taken(&report, 30, "the host to take the capture");
+    h.term();
+    let (a, b) = (frames(&run_out), frames(&serve_out));
+    assert_eq!(a.len(), 30);
+    assert_ne!(a, frames(&input), "whole datagrams leave in order, not as they came");
+    assert_eq!(a, b, "run and serve --dpdk differ");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let chain = &r["deployments"][&id]["chain"];
+    assert_eq!(
+        (chain["datagrams_reassembled"].as_u64(), chain["fragments_held"].as_u64()),
+        (Some(10), Some(20)),
+        "{r}"
+    );
+}
