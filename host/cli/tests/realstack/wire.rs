@@ -39,6 +39,9 @@ use std::time::{Duration, Instant};
 pub const CLIENT_IP: &str = "10.0.0.5";
 pub const SERVER_IP: &str = "198.51.100.7";
 pub const PUBLIC_IP: &str = "203.0.113.1";
+/// The client's and server's IPv6 addresses ([`Wire::with_ipv6`]).
+pub const CLIENT_IP6: &str = "2001:db8:1::5";
+pub const SERVER_IP6: &str = "2001:db8:2::7";
 /// The far namespace's addresses, behind the router ([`Wire::routed`]).
 pub const FAR_IP: &str = "192.0.2.7";
 pub const FAR_IP2: &str = "192.0.2.8";
@@ -217,6 +220,29 @@ impl Wire {
         ip(&["-n", &self.client, "route", "add", "192.0.2.0/24", "via", SERVER_IP, "dev", "c0"]);
     }
 
+    /// Gives the client and the server IPv6 addresses ([`CLIENT_IP6`],
+    /// [`SERVER_IP6`]) with static routes and neighbours, as for IPv4: no
+    /// link-local address, duplicate address detection or router
+    /// solicitation, so only the test's own packets cross the wire.
+    pub fn with_ipv6(self) -> Wire {
+        let ends =
+            [(&self.client, "c0", CLIENT_IP6, "2001:db8:2::/64"), (&self.server, "s0", SERVER_IP6, "2001:db8:1::/64")];
+        for (ns, end, addr, _) in ends {
+            for (k, v) in
+                [("addr_gen_mode", "1"), ("accept_dad", "0"), ("router_solicitations", "0"), ("disable_ipv6", "0")]
+            {
+                must(self.exec(ns, "sysctl", &["-qw", &format!("net.ipv6.conf.{end}.{k}={v}")]));
+            }
+            ip(&["-n", ns, "-6", "addr", "add", &format!("{addr}/64"), "dev", end, "nodad"]);
+        }
+        let (c0, s0) = (self.mac(&self.client, "c0"), self.mac(&self.server, "s0"));
+        for ((ns, end, _, other), (to, mac)) in ends.into_iter().zip([(SERVER_IP6, &s0), (CLIENT_IP6, &c0)]) {
+            ip(&["-n", ns, "-6", "route", "add", other, "dev", end]);
+            ip(&["-n", ns, "-6", "neigh", "add", to, "lladdr", mac, "dev", end]);
+        }
+        self
+    }
+
     pub fn mac(&self, ns: &str, iface: &str) -> String {
         must(self.exec(ns, "cat", &[&format!("/sys/class/net/{iface}/address")])).trim().to_string()
     }
@@ -332,7 +358,7 @@ while time.time() < deadline:
         if proto == "tcp":
             socket.create_connection(addr, timeout=1).close()
         else:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s = socket.socket(socket.AF_INET6 if ":" in addr[0] else socket.AF_INET, socket.SOCK_DGRAM)
             s.settimeout(0.5)
             s.sendto(b"probe", addr)
             while s.recv(65535) != b"probe":
