@@ -171,6 +171,12 @@ enum Command {
         /// (`"attach": []` in a --spec removes them).
         #[arg(long = "attach", value_name = "port=N[,vlan=V][,dst=PREFIX][,out=N]")]
         attach: Vec<String>,
+        /// What the NFs see of fragmented IP: `follow` (the first
+        /// fragment; the later ones follow its verdict) or `reassemble`
+        /// (whole datagrams, cut again on the way out). An update without
+        /// it keeps the deployment's choice.
+        #[arg(long)]
+        fragments: Option<sluice_runtime::fragments::FragmentMode>,
         /// Wait up to this many seconds for every host to run it.
         #[arg(long, default_value_t = 30)]
         wait: u64,
@@ -713,6 +719,9 @@ fn deployment_body(project: &Project, version: &str, config: Option<Vec<u8>>) ->
     if !m.deployment.attach.is_empty() {
         body["attach"] = json!(m.deployment.attach);
     }
+    if let Some(f) = m.deployment.fragments {
+        body["fragments"] = json!(f.to_string());
+    }
     Ok(body)
 }
 
@@ -1222,7 +1231,7 @@ fn run() -> Result<()> {
             }
             outln!("deleted {module}");
         }
-        Command::Deploy { name, modules, config_files, spec, group, attach, limits, wait } => {
+        Command::Deploy { name, modules, config_files, spec, group, attach, fragments, limits, wait } => {
             let limits = limits.to_json();
             if spec.is_some() && !limits.is_empty() {
                 anyhow::bail!("with --spec, give the limits per NF in the spec (\"limits\": {{...}})");
@@ -1271,6 +1280,9 @@ fn run() -> Result<()> {
             obj.entry("group").or_insert(Value::String(group));
             if !attach.is_empty() {
                 obj.insert("attach".into(), Value::Array(attach));
+            }
+            if let Some(f) = fragments {
+                obj.insert("fragments".into(), Value::String(f.to_string()));
             }
             let d = put_deployment(&client, &name, &body)?;
             finish_deploy(&client, &name, d, wait, as_json)?;

@@ -137,6 +137,10 @@ pub struct DeploymentSection {
     /// group whose operator exposes ports, refused in a development group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attach: Vec<String>,
+    /// What the NFs see of fragmented IP (`follow`, the default, or
+    /// `reassemble`), as `sluice deploy --fragments` takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<sluice_runtime::fragments::FragmentMode>,
 }
 
 impl DeploymentSection {
@@ -251,8 +255,13 @@ impl Project {
                 section.config_text = Some(String::from_utf8_lossy(&self.config_bytes().unwrap_or_default()).into())
             }
         }
-        let mut host =
-            sluice_host::HostConfig { batch_size: run.batch(), workers: run.workers(), ..Default::default() };
+        // Local runs see fragments as the deployment will.
+        let mut host = sluice_host::HostConfig {
+            batch_size: run.batch(),
+            workers: run.workers(),
+            fragments: self.manifest.deployment.fragments.unwrap_or_default(),
+            ..Default::default()
+        };
         host.base_dir = self.dir.clone();
         host.nf.insert(self.manifest.name.clone(), section);
         host
