@@ -142,9 +142,9 @@ unit: nfs test-nfs
 	SLUICE_NFS_DIR=$(CURDIR)/$(NF_OUT) SLUICE_TEST_NFS_DIR=$(CURDIR)/$(TEST_NF_OUT) \
 		$(CARGO) test --release --locked --workspace $(FEATURES)
 
-# Short coverage-guided fuzz runs of the packet parser and the capture
-# reader (nightly + cargo-fuzz).
-FUZZ_TARGETS := parse pcap
+# Short coverage-guided fuzz runs of the packet parser, the capture
+# reader and fragment reassembly (nightly + cargo-fuzz).
+FUZZ_TARGETS := parse pcap fragments
 fuzz-smoke: setup
 	cd host/wire/fuzz && for t in $(FUZZ_TARGETS); do \
 		$(CARGO) +nightly fuzz run $$t --release -- -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 || exit 1; \
