@@ -463,6 +463,9 @@ pub struct HostOut {
     pub version: Option<String>,
     /// Deployments it runs.
     pub deployments: usize,
+    /// The most memory one NF instance may have there (its pool slot),
+    /// MiB, as its heartbeats say (none: not heard, or not reported).
+    pub memory_slot_mb: Option<u64>,
 }
 
 /// List registered hosts with their liveness (admin), by id, paged.
@@ -490,6 +493,7 @@ pub async fn list_hosts(
                     started_ms: h.map(|h| h.heartbeat.started_ms),
                     version: h.map(|h| h.heartbeat.version.clone()),
                     deployments: h.map(|h| h.heartbeat.deployments.len()).unwrap_or(0),
+                    memory_slot_mb: h.map(|h| h.heartbeat.memory_slot_mb).filter(|&mb| mb > 0),
                     host: r.id,
                     group: r.group,
                     nkey: r.nkey,
@@ -571,6 +575,7 @@ pub async fn register_host(
         started_ms: None,
         version: None,
         deployments: 0,
+        memory_slot_mb: None,
     };
     Ok((StatusCode::CREATED, Json(out)))
 }
@@ -1314,7 +1319,29 @@ fn config_text(v: Option<serde_json::Value>) -> String {
     }
 }
 
-fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64, max_state_mb: u64) -> Result<NfLimitsSpec, ApiError> {
+/// The most memory one NF of a deployment in `group` may ask for, MiB, and
+/// what sets it (for the error): the gateway's own pool slot, or the
+/// smallest slot a live host of the group reports in its heartbeats.
+fn memory_ceiling(st: &AppState, group: &str) -> (u64, String) {
+    let mut ceiling =
+        (st.runtime.config().max_memory_bytes >> 20, " (the hosts' memory slot per instance)".to_string());
+    let silence = st.silence();
+    for h in st.hosts() {
+        let hb = &h.heartbeat;
+        if hb.group == group && h.alive(silence) && hb.memory_slot_mb > 0 && hb.memory_slot_mb < ceiling.0 {
+            ceiling = (
+                hb.memory_slot_mb,
+                format!(
+                    " (the smallest memory slot of host group '{group}': host '{}' has {} MiB)",
+                    hb.host, hb.memory_slot_mb
+                ),
+            );
+        }
+    }
+    ceiling
+}
+
+fn limits_spec(l: LimitsIn, nf: &str, memory: &(u64, String), max_state_mb: u64) -> Result<NfLimitsSpec, ApiError> {
     let invalid = |message: String| ApiError::unprocessable("invalid_limit", message);
     if let Some(p) = &l.failure_policy
         && p != "fail-open"
@@ -1329,7 +1356,7 @@ fn limits_spec(l: LimitsIn, nf: &str, max_memory_mb: u64, max_state_mb: u64) -> 
         _ => Ok(()),
     };
     check("deadline_ms", l.deadline_ms, 1, 1000, "")?;
-    check("memory_mb", l.memory_mb, 1, max_memory_mb, " (the hosts' memory slot per instance)")?;
+    check("memory_mb", l.memory_mb, 1, memory.0, &memory.1)?;
     check("start_deadline_ms", l.start_deadline_ms, 1, 30_000, "")?;
     check("fuel", l.fuel, 0, 1_000_000_000_000, " (0: unlimited)")?;
     check("max_flows", l.max_flows, 1, 1 << 24, "")?;
@@ -1361,7 +1388,9 @@ async fn resolve(
     st: &AppState,
     tenant: &Tenant,
     req: &DeploymentIn,
+    group: &str,
 ) -> Result<(Vec<NfPlacement>, Vec<String>), ApiError> {
+    let memory = memory_ceiling(st, group);
     let nfs_in: Vec<NfIn> = match (&req.module, &req.nfs) {
         (Some(m), None) => vec![NfIn {
             name: None,
@@ -1421,12 +1450,7 @@ async fn resolve(
             config: config_text(nf.config.clone()),
             next: nf.next.clone(),
             labels: nf.labels.clone(),
-            limits: limits_spec(
-                nf.limits.clone(),
-                &name,
-                st.runtime.config().max_memory_bytes >> 20,
-                st.config.max_state_budget_mb,
-            )?,
+            limits: limits_spec(nf.limits.clone(), &name, &memory, st.config.max_state_budget_mb)?,
         });
     }
     // Without explicit routes, a chain is linear.
@@ -1601,7 +1625,7 @@ pub async fn create_deployment(
     check_group_attachments(&st.config, &group, &attachments)?;
     check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), None)?;
     st.store.check_overlap(&tenant.id, &group, None, &attachments)?;
-    let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
+    let (nfs, module_ids) = resolve(&st, &tenant, &req, &group).await?;
     check_reverse(&attachments, &nfs)?;
     let name = match &req.name {
         Some(n) => n.clone(),
@@ -1717,7 +1741,7 @@ pub async fn update_deployment(
     check_group_attachments(&st.config, &group, &attachments)?;
     check_deployment_quotas(&st, &tenant, &group, req.nfs.as_ref().map_or(1, Vec::len), Some(&row.id))?;
     st.store.check_overlap(&tenant.id, &group, Some(&row.id), &attachments)?;
-    let (nfs, module_ids) = resolve(&st, &tenant, &req).await?;
+    let (nfs, module_ids) = resolve(&st, &tenant, &req, &group).await?;
     check_reverse(&attachments, &nfs)?;
     let spec = serde_json::to_string(&nfs).map_err(ApiError::internal)?;
     // The same deployment again changes nothing (no new revision, nothing
@@ -2467,7 +2491,7 @@ mod tests {
             "state_budget_mb": 1024, "log_lines_per_second": 0
         }))
         .unwrap();
-        let spec = limits_spec(l, "fw", 256, 1024).unwrap();
+        let spec = limits_spec(l, "fw", &(256, String::new()), 1024).unwrap();
         assert_eq!(
             spec,
             NfLimitsSpec {
@@ -2482,7 +2506,10 @@ mod tests {
                 log_lines_per_second: Some(0),
             }
         );
-        assert_eq!(limits_spec(LimitsIn::default(), "fw", 256, 1024).unwrap(), NfLimitsSpec::default());
+        assert_eq!(
+            limits_spec(LimitsIn::default(), "fw", &(256, String::new()), 1024).unwrap(),
+            NfLimitsSpec::default()
+        );
         for (field, bad, says) in [
             ("failure_policy", serde_json::json!("fail-maybe"), "fail-open or fail-closed"),
             ("deadline_ms", serde_json::json!(0), "1-1000, not 0"),
@@ -2501,14 +2528,14 @@ mod tests {
             ("log_lines_per_second", serde_json::json!(5_000_000_000u64), "0-10000"),
         ] {
             let l: LimitsIn = serde_json::from_value(serde_json::json!({ field: bad })).unwrap();
-            let e = limits_spec(l, "fw", 256, 1024).unwrap_err();
+            let e = limits_spec(l, "fw", &(256, String::new()), 1024).unwrap_err();
             assert_eq!((e.status, e.code), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_limit"), "{field}={bad}");
             assert!(e.message.starts_with(&format!("NF 'fw': {field}")), "{field}={bad}: {}", e.message);
             assert!(e.message.contains(says), "{field}={bad}: {}", e.message);
         }
         // The gateway's own bound on state budgets applies.
         let l = LimitsIn { state_budget_mb: Some(100), ..LimitsIn::default() };
-        assert!(limits_spec(l, "fw", 256, 64).unwrap_err().message.contains("1-64"));
+        assert!(limits_spec(l, "fw", &(256, String::new()), 64).unwrap_err().message.contains("1-64"));
         // Unknown limits are refused by name.
         let e = serde_json::from_value::<LimitsIn>(serde_json::json!({ "stack_mb": 1 })).unwrap_err();
         assert!(e.to_string().contains("unknown field `stack_mb`"), "{e}");

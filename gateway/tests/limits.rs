@@ -399,7 +399,12 @@ fn quotas_answer_409_or_429_and_bound_what_one_tenant_holds() {
         assert_eq!(r.body["error"], "too_many_uploads", "{}", r.body);
     }
     let r = api.upload(Some(&a), "noop", "9", &noop);
-    assert_eq!((r.status, &r.body["error"]), (409, &json!("quota_exceeded")), "the other tenant is not held: {}", r.body);
+    assert_eq!(
+        (r.status, &r.body["error"]),
+        (409, &json!("quota_exceeded")),
+        "the other tenant is not held: {}",
+        r.body
+    );
     slow.write_all(&noop[1024..]).unwrap();
     let mut answer = String::new();
     slow.read_to_string(&mut answer).unwrap();
@@ -712,4 +717,37 @@ fn every_nf_limit_goes_through_the_api_and_the_cli_within_bounds() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("state_budget_mb must be 1-1024"), "{err}");
+}
+
+/// A host whose runtime's pool slot is 128 MiB: the gateway learns the
+/// slot from its heartbeats and answers an NF that asks for more with 422
+/// naming the host, instead of a 201 and a deployment that fails there.
+#[test]
+fn a_deployment_asking_more_memory_than_its_groups_hosts_have_is_refused() {
+    let _turn = beside_others();
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = Gateway::start(&nats, dir.path(), &[]);
+    let api = gw.api();
+    let extra = config_flags(dir.path(), "max_memory_mb = 128\n");
+    let _host = replaying_host_with(&nats, &gw, dir.path(), &trace(dir.path(), 5), 100, &extra);
+    wait_for(30, "the host's heartbeat with its memory slot", || {
+        let hosts = api.get(Some(ADMIN), "/v1/hosts").body;
+        hosts
+            .as_array()?
+            .iter()
+            .any(|h| h["host"] == "h1" && h["alive"] == true && h["memory_slot_mb"] == 128)
+            .then_some(())
+    });
+    let (_, a) = api.tenant("a");
+    assert_eq!(api.upload(Some(&a), "noop", "1", &std::fs::read(nf("noop")).unwrap()).status, 201);
+    let ask = |mb: u64| json!({ "name": format!("m{mb}"), "module": "noop@1", "limits": { "memory_mb": mb } });
+    let r = api.post(Some(&a), "/v1/deployments", &ask(200));
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.body["error"], "invalid_limit", "{}", r.body);
+    let message = r.body["message"].as_str().unwrap();
+    assert!(message.contains("1-128") && message.contains("host 'h1' has 128 MiB"), "{message}");
+    let r = api.post(Some(&a), "/v1/deployments", &ask(100));
+    assert_eq!(r.status, 201, "{}", r.body);
+    api.wait_running(&a, "m100", 1);
 }

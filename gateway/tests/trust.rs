@@ -220,6 +220,7 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
             capacity_pps: 0,
             load_pps: 0,
             table_version: None,
+            memory_slot_mb: 0,
         };
         client.publish("sluice.ctl.v1.test.host.heartbeat.h1", serde_json::to_vec(&hb).unwrap().into()).await.unwrap();
         let hb2 = Heartbeat { host: "h2".into(), ..hb.clone() };

@@ -649,6 +649,7 @@ async fn heartbeat(bus: &dyn Bus, cfg: &AgentConfig, pulse: &Pulse, shared: &Sha
         capacity_pps: cfg.capacity_pps,
         load_pps: pulse.load_pps,
         table_version: pulse.table_version,
+        memory_slot_mb: cfg.runtime.max_memory_bytes >> 20,
     };
     match bus.heartbeat(&hb).await {
         Ok(()) => shared.vitals.heartbeat_ms.store(hb.sent_ms, std::sync::atomic::Ordering::Relaxed),

@@ -199,6 +199,16 @@ pub struct Heartbeat {
     /// The version of its group's flow-ownership table it has read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table_version: Option<u64>,
+    /// The most linear memory one NF instance may have on this host (its
+    /// runtime's pool slot), MiB; 0: not reported. The gateway refuses a
+    /// deployment that asks any NF for more than the smallest slot of its
+    /// group's live hosts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub memory_slot_mb: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Sums of per-invocation meters: what a meter record carries, and what
