@@ -466,6 +466,10 @@ pub struct HostOut {
     /// The most memory one NF instance may have there (its pool slot),
     /// MiB, as its heartbeats say (none: not heard, or not reported).
     pub memory_slot_mb: Option<u64>,
+    /// The most packets per second its meter records may claim.
+    pub max_pps: u64,
+    /// The most bits per second its meter records may claim.
+    pub max_bps: u64,
 }
 
 /// List registered hosts with their liveness (admin), by id, paged.
@@ -494,6 +498,8 @@ pub async fn list_hosts(
                     version: h.map(|h| h.heartbeat.version.clone()),
                     deployments: h.map(|h| h.heartbeat.deployments.len()).unwrap_or(0),
                     memory_slot_mb: h.map(|h| h.heartbeat.memory_slot_mb).filter(|&mb| mb > 0),
+                    max_pps: r.max_pps.unwrap_or(st.config.meters.host_max_pps),
+                    max_bps: r.max_bps.unwrap_or(st.config.meters.host_max_bps),
                     host: r.id,
                     group: r.group,
                     nkey: r.nkey,
@@ -519,6 +525,13 @@ pub struct HostIn {
     /// `host` (the default) or `dispatcher`.
     #[serde(default)]
     pub role: HostRole,
+    /// Packets per second it can process at most (its ports' line rate):
+    /// a meter record claiming more over its window is refused. Default:
+    /// the gateway's `[meters] host-max-pps`.
+    pub max_pps: Option<u64>,
+    /// Bits per second it can process at most. Default: `[meters]
+    /// host-max-bps`.
+    pub max_bps: Option<u64>,
 }
 
 /// What a registered identity is.
@@ -532,6 +545,9 @@ pub enum HostRole {
     /// else; not a member of the group.
     Dispatcher,
 }
+
+/// The largest packet or bit rate a host may be registered with (10 Tbit/s).
+const MAX_HOST_CEILING: u64 = 10_000_000_000_000;
 
 /// Register a host (admin). Only registered hosts are heard: their
 /// heartbeats, meter records and events are accepted for deployments
@@ -550,12 +566,19 @@ pub async fn register_host(
     if let Some(k) = &req.nkey {
         sluice_control::auth::check_user_nkey(k).map_err(ApiError::bad_request)?;
     }
+    for (field, v) in [("max_pps", req.max_pps), ("max_bps", req.max_bps)] {
+        if v.is_some_and(|v| !(1..=MAX_HOST_CEILING).contains(&v)) {
+            return Err(ApiError::bad_request(format!("{field} must be 1 to {MAX_HOST_CEILING}")));
+        }
+    }
     let row = crate::store::HostRow {
         id: req.id.clone(),
         group: req.group.clone(),
         nkey: req.nkey.clone(),
         created_ms: now(),
         dispatcher: req.role == HostRole::Dispatcher,
+        max_pps: req.max_pps,
+        max_bps: req.max_bps,
     };
     if !st.store.add_host(&row)? {
         return Err(ApiError::conflict(format!(
@@ -576,6 +599,8 @@ pub async fn register_host(
         version: None,
         deployments: 0,
         memory_slot_mb: None,
+        max_pps: req.max_pps.unwrap_or(st.config.meters.host_max_pps),
+        max_bps: req.max_bps.unwrap_or(st.config.meters.host_max_bps),
     };
     Ok((StatusCode::CREATED, Json(out)))
 }

@@ -26,6 +26,15 @@
 //!                                    # ownership table (500-600000)
 //! default-capacity-pps = 1000000     # a host's weight in its group's ownership
 //!                                    # table when it declares no --capacity-pps
+//!
+//! [meters]                           # what a meter record may claim (else refused,
+//!                                    # counted, listed in GET /v1/rejects)
+//! host-max-pps = 300000000           # packets/s a host can process, unless its
+//!                                    # registration says (`max_pps`): 2x100 GbE
+//! host-max-bps = 400000000000        # bits/s, unless its registration says (`max_bps`)
+//! max-window-ms = 600000             # the longest meter window
+//! clock-skew-ms = 300000             # how far past the gateway's clock a window may end
+//! max-age-ms = 2592000000            # how long ago a window may have started (30 days)
 //! metrics-listen = "10.0.0.5:9464"   # SLUICE_METRICS_LISTEN: the operator's listener:
 //!                                    # Prometheus /metrics, /healthz, /readyz (none
 //!                                    # by default; keep it off the tenants' network)
@@ -227,6 +236,9 @@ pub struct GatewayConfig {
     /// capacity, packets per second.
     #[serde(default = "default_capacity_pps")]
     pub default_capacity_pps: u64,
+    /// What a meter record may claim.
+    #[serde(default)]
+    pub meters: MeterBounds,
     /// Where to serve Prometheus `/metrics`, `/healthz` and `/readyz` for
     /// the operator (none: nowhere; the metrics name every tenant).
     #[serde(default)]
@@ -235,6 +247,61 @@ pub struct GatewayConfig {
 
 fn default_host_silence_ms() -> u64 {
     3000
+}
+
+/// What a meter record may claim before the gateway bills it: a window
+/// of a bounded length, near the gateway's clock, and no more packets or
+/// bytes than its host can process in it (see `crate::intake`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct MeterBounds {
+    /// Packets per second a host can process, unless its registration
+    /// says (`max_pps`). Default 300,000,000: two 100 GbE ports of
+    /// minimum-size frames.
+    #[serde(default = "default_host_max_pps")]
+    pub host_max_pps: u64,
+    /// Bits per second a host can process, unless its registration says
+    /// (`max_bps`). Default 400 Gbit/s.
+    #[serde(default = "default_host_max_bps")]
+    pub host_max_bps: u64,
+    /// The longest meter window, ms (hosts close one every `--window-ms`).
+    #[serde(default = "default_max_window_ms")]
+    pub max_window_ms: u64,
+    /// How far past the gateway's clock a window may end, ms.
+    #[serde(default = "default_clock_skew_ms")]
+    pub clock_skew_ms: u64,
+    /// How long ago a window may have started, ms (a host's outbox keeps
+    /// records while NATS is away).
+    #[serde(default = "default_max_age_ms")]
+    pub max_age_ms: u64,
+}
+
+impl Default for MeterBounds {
+    fn default() -> Self {
+        MeterBounds {
+            host_max_pps: default_host_max_pps(),
+            host_max_bps: default_host_max_bps(),
+            max_window_ms: default_max_window_ms(),
+            clock_skew_ms: default_clock_skew_ms(),
+            max_age_ms: default_max_age_ms(),
+        }
+    }
+}
+
+fn default_host_max_pps() -> u64 {
+    300_000_000
+}
+fn default_host_max_bps() -> u64 {
+    400_000_000_000
+}
+fn default_max_window_ms() -> u64 {
+    600_000
+}
+fn default_clock_skew_ms() -> u64 {
+    300_000
+}
+fn default_max_age_ms() -> u64 {
+    30 * 24 * 3_600_000
 }
 
 fn default_capacity_pps() -> u64 {
@@ -333,6 +400,7 @@ impl Default for GatewayConfig {
             groups: BTreeMap::new(),
             host_silence_ms: default_host_silence_ms(),
             default_capacity_pps: default_capacity_pps(),
+            meters: MeterBounds::default(),
             metrics_listen: None,
         }
     }
@@ -438,6 +506,12 @@ impl GatewayConfig {
             ))),
             Some(_) if self.default_capacity_pps == 0 => {
                 Err(ConfigError::Invalid("default-capacity-pps must be at least 1".into()))
+            }
+            Some(_) if self.meters.host_max_pps == 0 || self.meters.host_max_bps == 0 => {
+                Err(ConfigError::Invalid("[meters] host-max-pps and host-max-bps must be at least 1".into()))
+            }
+            Some(_) if self.meters.max_window_ms < 1000 => {
+                Err(ConfigError::Invalid("[meters] max-window-ms must be at least 1000".into()))
             }
             Some(_) => {
                 for g in &self.default_groups {

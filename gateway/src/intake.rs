@@ -51,6 +51,13 @@ impl Rejects {
     /// Counts and logs a refusal.
     pub fn record(&self, kind: &str, host: &str, reason: String) {
         tracing::warn!(kind, host, "refused a message from the bus: {reason}");
+        if sluice_telemetry::metrics::enabled() {
+            let attrs = [
+                opentelemetry::KeyValue::new("kind", kind.to_string()),
+                opentelemetry::KeyValue::new("host", host.to_string()),
+            ];
+            sluice_telemetry::metrics::gateway().rejects.add(1, &attrs);
+        }
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         *g.0.entry(kind.to_string()).or_default() += 1;
         if g.1.len() >= RECENT {
@@ -105,6 +112,49 @@ pub fn check_meter_origin(publisher: &str, rec: &MeterRecord) -> Result<(), Stri
         return Err(format!(
             "record {}: forwarded {}, dropped {} and policy {} exceed its {} packets (or rewritten {} its forwarded)",
             rec.id, s.forwarded, s.dropped, s.policy, s.packets, s.rewritten
+        ));
+    }
+    Ok(())
+}
+
+/// What a meter record may claim of its window and its amounts: the
+/// window no longer than `bounds.max_window_ms`, ending at most
+/// `clock_skew_ms` after `now_ms` and starting at most `max_age_ms` before;
+/// its packets and bytes no more than its host's ceiling (`pps`, `bps`)
+/// over the window plus one second (batches straddle window ends), so no
+/// credential of a host bills more than that host could have processed.
+pub fn check_meter_bounds(
+    rec: &MeterRecord,
+    (pps, bps): (u64, u64),
+    bounds: &crate::config::MeterBounds,
+    now_ms: u64,
+) -> Result<(), String> {
+    let (start, end) = (rec.window_start_ms, rec.window_end_ms);
+    let len = end.checked_sub(start).ok_or_else(|| format!("record {}: its window ends before it starts", rec.id))?;
+    if len > bounds.max_window_ms {
+        return Err(format!(
+            "record {}: its window of {len} ms is longer than [meters] max-window-ms ({})",
+            rec.id, bounds.max_window_ms
+        ));
+    }
+    if end > now_ms.saturating_add(bounds.clock_skew_ms) {
+        return Err(format!(
+            "record {}: its window ends {} ms after the gateway's clock (more than [meters] clock-skew-ms)",
+            rec.id,
+            end - now_ms
+        ));
+    }
+    if start.saturating_add(bounds.max_age_ms) < now_ms {
+        return Err(format!("record {}: its window started more than [meters] max-age-ms ago", rec.id));
+    }
+    let span = len.saturating_add(1000);
+    let max_packets = pps.saturating_mul(span).div_ceil(1000);
+    let max_bytes = (bps / 8).saturating_mul(span).div_ceil(1000);
+    if rec.sums.packets > max_packets || rec.sums.bytes > max_bytes {
+        return Err(format!(
+            "record {}: {} packets and {} bytes in a {len} ms window exceed what host '{}' can process \
+             ({pps} packets/s, {bps} bit/s; register it with max_pps/max_bps if it really can)",
+            rec.id, rec.sums.packets, rec.sums.bytes, rec.host
         ));
     }
     Ok(())

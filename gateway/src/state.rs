@@ -3,7 +3,7 @@
 //! and stores meter records.
 
 use crate::config::GatewayConfig;
-use crate::intake::{check_events, check_heartbeat, check_meter_origin, check_placement};
+use crate::intake::{check_events, check_heartbeat, check_meter_bounds, check_meter_origin, check_placement};
 use crate::store::{DeploymentRow, Store};
 use futures::StreamExt;
 use sluice_control::{Bus, BusError, DeploymentSpec, DesiredSet, Heartbeat, MeterRecord, NfPlacement};
@@ -292,8 +292,11 @@ pub async fn consume_meters(state: AppState) {
                     }
                     let store = state.store.clone();
                     let recs: Vec<_> = deliveries.iter().map(|d| (d.publisher.clone(), d.record.clone())).collect();
-                    let now = i64::try_from(sluice_control::now_ms()).unwrap_or(i64::MAX);
-                    let stored = tokio::task::spawn_blocking(move || store_checked(&store, &recs, now)).await;
+                    let bounds = state.config.meters.clone();
+                    let stored = tokio::task::spawn_blocking(move || {
+                        store_checked(&store, &recs, sluice_control::now_ms(), &bounds)
+                    })
+                    .await;
                     match stored {
                         Ok(Ok(verdicts)) => {
                             for (d, verdict) in deliveries.into_iter().zip(verdicts) {
@@ -346,16 +349,28 @@ pub async fn consume_meters(state: AppState) {
 /// Checks each `(publisher, record)` and stores those that pass, in one
 /// transaction; returns per record `None` (stored, or a duplicate) or why
 /// it was refused. A burst holds many records of the same host and
-/// deployment: each placement is looked up once per batch.
+/// deployment: each placement and host ceiling is looked up once per batch.
 fn store_checked(
     store: &Store,
     recs: &[(String, MeterRecord)],
-    now: i64,
+    now_ms: u64,
+    bounds: &crate::config::MeterBounds,
 ) -> Result<Vec<Option<String>>, crate::store::StoreError> {
     let mut placements: HashMap<(&str, &str, &str), Result<(), String>> = HashMap::new();
+    let mut ceilings: HashMap<&str, (u64, u64)> = HashMap::new();
     let mut verdicts = Vec::with_capacity(recs.len());
     let mut good = Vec::with_capacity(recs.len());
     for (publisher, rec) in recs {
+        let ceiling = match ceilings.get(publisher.as_str()) {
+            Some(c) => *c,
+            None => {
+                let (pps, bps) = store.host_ceiling(publisher)?.unwrap_or_default();
+                let c = (pps.unwrap_or(bounds.host_max_pps), bps.unwrap_or(bounds.host_max_bps));
+                ceilings.insert(publisher, c);
+                c
+            }
+        };
+        // Who may bill whom first, then whether the amounts are possible.
         let verdict = match check_meter_origin(publisher, rec) {
             Err(why) => Err(why),
             Ok(()) => {
@@ -369,7 +384,8 @@ fn store_checked(
                     }
                 }
             }
-        };
+        }
+        .and_then(|()| check_meter_bounds(rec, ceiling, bounds, now_ms));
         match verdict {
             Ok(()) => {
                 good.push(rec.clone());
@@ -378,7 +394,7 @@ fn store_checked(
             Err(why) => verdicts.push(Some(why)),
         }
     }
-    store.insert_meters(&good, now)?;
+    store.insert_meters(&good, i64::try_from(now_ms).unwrap_or(i64::MAX))?;
     Ok(verdicts)
 }
 

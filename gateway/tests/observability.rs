@@ -179,7 +179,7 @@ fn prometheus_scrapes_the_gateway_and_a_host_and_its_counts_equal_the_bill() {
     let rules: Value = agent.get(&format!("{}/api/v1/rules", prom.url)).call().unwrap().body_mut().read_json().unwrap();
     let loaded: Vec<&Value> =
         rules["data"]["groups"].as_array().unwrap().iter().flat_map(|g| g["rules"].as_array().unwrap()).collect();
-    assert_eq!(loaded.len(), 5, "{rules}");
+    assert_eq!(loaded.len(), 6, "{rules}");
     wait_for(30, "every rule evaluated", || {
         let rules: Value =
             agent.get(&format!("{}/api/v1/rules", prom.url)).call().unwrap().body_mut().read_json().unwrap();

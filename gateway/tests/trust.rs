@@ -223,6 +223,27 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
             memory_slot_mb: 0,
         };
         client.publish("sluice.ctl.v1.test.host.heartbeat.h1", serde_json::to_vec(&hb).unwrap().into()).await.unwrap();
+        // 5. With h1's own credentials (its nkey and certificate, stolen):
+        // records on its own subject for the victim placed on its group, but
+        // more than h1 can process in their window, or with windows the
+        // gateway's clock refutes: stored in the stream, refused unbilled.
+        let (thief, _) = attacker(&nats, "h1", "_INBOX_test_h1").await;
+        let thief = jetstream::new(thief);
+        let now = sluice_control::now_ms();
+        let at = |start: u64, end: u64, packets: u64| MeterRecord {
+            window_start_ms: start,
+            window_end_ms: end,
+            sums: MeterSums { invocations: 1, packets, bytes: packets * 64, ..Default::default() },
+            ..forged_record(&format!("h1-{}-{start}{end}", "f".repeat(32)), "h1", &victim, &deployment)
+        };
+        for rec in [
+            at(now - 1000, now, 1_000_000_000_000),
+            at(now + 3_600_000, now + 3_601_000, 10),
+            at(now - 3_600_000, now, 10),
+        ] {
+            let ack = thief.publish("sluice.meter.v1.test.h1", serde_json::to_vec(&rec).unwrap().into()).await.unwrap();
+            ack.await.unwrap();
+        }
         let hb2 = Heartbeat { host: "h2".into(), ..hb.clone() };
         client.publish("sluice.ctl.v1.test.host.heartbeat.h2", serde_json::to_vec(&hb2).unwrap().into()).await.unwrap();
         let ev = NfEvent {
@@ -266,7 +287,7 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
     let rejects = wait_for(30, "the gateway to refuse the forgeries", || {
         let r = api.get(Some(ADMIN), "/v1/rejects").body;
         let c = &r["counts"];
-        (c["meter"].as_u64() >= Some(3) && c["heartbeat"].as_u64() >= Some(1) && c["event"].as_u64() >= Some(1))
+        (c["meter"].as_u64() >= Some(6) && c["heartbeat"].as_u64() >= Some(1) && c["event"].as_u64() >= Some(1))
             .then_some(r)
     });
     let reasons: Vec<String> =
@@ -275,6 +296,9 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
     assert!(reasons.iter().any(|r| r.contains("names host 'h1'")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("is not one of this host's")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("claims group 'default'")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("exceed what host 'h1' can process")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("after the gateway's clock")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("longer than [meters] max-window-ms")), "{reasons:?}");
     assert!(api.get(Some(&key), "/v1/events?kind=forged.alert").body.as_array().unwrap().is_empty());
     // h2 is not listed as running anything, and h1 is still h1.
     let hosts = api.get(Some(ADMIN), "/v1/hosts").body;

@@ -116,12 +116,12 @@ impl Reassembler {
             self.sources.entry(key.src).or_default().datagrams += 1;
         }
         let added = entry.datagram.add(frame, facts);
-        let now_bytes = entry.datagram.held_bytes();
-        let grew = now_bytes.saturating_sub(entry.bytes);
+        // Merged ranges can make it hold less than before.
+        let (before, now_bytes) = (entry.bytes, entry.datagram.held_bytes());
         entry.bytes = now_bytes;
-        self.bytes += grew;
+        self.bytes = self.bytes.saturating_sub(before).saturating_add(now_bytes);
         if let Some(u) = self.sources.get_mut(&key.src) {
-            u.bytes += grew;
+            u.bytes = u.bytes.saturating_sub(before).saturating_add(now_bytes);
         }
         match added {
             Ok(Added::Kept) => Outcome::Held,

@@ -384,6 +384,10 @@ pub struct GatewayMetrics {
     pub deployments: Gauge<u64>,
     /// `sluice.gateway.hosts`: hosts heard from, by `group`.
     pub hosts: Gauge<u64>,
+    /// `sluice.gateway.rejects`: messages from hosts the gateway refused
+    /// (`GET /v1/rejects`), by `kind` (`meter`, `event`, `heartbeat`) and
+    /// `host`.
+    pub rejects: Counter<u64>,
 }
 
 /// The gateway's metrics.
@@ -422,6 +426,13 @@ pub fn gateway() -> &'static GatewayMetrics {
                 .u64_gauge("sluice.gateway.hosts")
                 .with_unit("{host}")
                 .with_description("Hosts alive, by group")
+                .build(),
+            rejects: m
+                .u64_counter("sluice.gateway.rejects")
+                .with_unit("{message}")
+                .with_description(
+                    "Messages from hosts the gateway refused (meter records, events, heartbeats), by kind and host",
+                )
                 .build(),
         }
     })

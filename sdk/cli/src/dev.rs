@@ -85,6 +85,8 @@ pub async fn run(
             nkey: None,
             created_ms: i64::try_from(sluice_control::now_ms()).unwrap_or(0),
             dispatcher: false,
+            max_pps: None,
+            max_bps: None,
         };
         gateway.state.store.add_host(&row)?;
     }

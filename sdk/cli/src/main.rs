@@ -318,6 +318,15 @@ enum HostCommand {
         /// read the group's flow-ownership table.
         #[arg(long)]
         dispatcher: bool,
+        /// Packets per second it can process at most (its ports' line
+        /// rate): meter records claiming more are refused. Default: the
+        /// gateway's `[meters] host-max-pps`.
+        #[arg(long)]
+        max_pps: Option<u64>,
+        /// Bits per second it can process at most. Default: `[meters]
+        /// host-max-bps`.
+        #[arg(long)]
+        max_bps: Option<u64>,
     },
     /// List registered hosts and whether they are alive.
     List,
@@ -1107,10 +1116,12 @@ fn run() -> Result<()> {
             }
             outln!("{tenant} may deploy to: {}", g["groups"]);
         }
-        Command::Host(HostCommand::Add { id, group, nkey, dispatcher }) => {
+        Command::Host(HostCommand::Add { id, group, nkey, dispatcher, max_pps, max_bps }) => {
             let role = if dispatcher { "dispatcher" } else { "host" };
-            let h: Value =
-                admin().post("/v1/hosts", &json!({ "id": id, "group": group, "nkey": nkey, "role": role }))?;
+            let h: Value = admin().post(
+                "/v1/hosts",
+                &json!({ "id": id, "group": group, "nkey": nkey, "role": role, "max_pps": max_pps, "max_bps": max_bps }),
+            )?;
             if as_json {
                 return emit(&h);
             }
