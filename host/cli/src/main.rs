@@ -317,8 +317,9 @@ enum Command {
         /// Replay at most this many packets per second per deployment.
         #[arg(long)]
         pps: Option<u64>,
-        /// Meter window, ms.
-        #[arg(long, default_value_t = 1000)]
+        /// Meter window, ms (10-300000: the gateway refuses records whose
+        /// window is longer than its `[meters] max-window-ms`, 10 min).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=300_000))]
         window_ms: u64,
         /// Heartbeat interval, ms (the gateway counts a host gone after its
         /// `host-silence-ms` without one).
