@@ -282,6 +282,15 @@ fn hot_swap_on_the_live_path_loses_no_packet_and_a_restarted_host_resumes() {
     let ran = dep["packets_in"].as_u64().unwrap();
     let per_version: u64 = dep["nfs"].as_object().unwrap().values().map(|t| t["packets"].as_u64().unwrap()).sum();
     assert_eq!(per_version, ran, "{dep}");
+    // ...and what ran is what the port received: no packet was lost, held
+    // back or handed to nobody around the swap.
+    let port = &rep["ports"][0];
+    let received = port["ipackets"].as_u64().unwrap();
+    let queues: u64 = port["queues"].as_array().unwrap().iter().map(|q| q["rx"].as_u64().unwrap()).sum();
+    assert_eq!((received, queues), (ran, ran), "{rep:#}");
+    for k in ["unmatched", "not_running", "over_share"] {
+        assert_eq!(rep[k].as_u64().unwrap_or(0), 0, "{k}: {rep:#}");
+    }
     assert!(dep["nfs"]["firewall@1.0.0"]["packets"].as_u64().unwrap() > 0, "{dep}");
     assert!(dep["nfs"]["firewall@2.0.0"]["packets"].as_u64().unwrap() > 0, "{dep}");
     wait_for(30, "usage to equal the host's count", || (usage_packets(&api, &key) == ran).then_some(()));
