@@ -256,6 +256,17 @@ fn hostile_nfs_beside_a_tenant_leave_its_service_and_bill_exact_and_the_host_bou
         let u = api.get(Some(&good), "/v1/usage").body;
         (usage_totals(&u) == expected).then_some(())
     });
+    // Flow state: the flood asked for 4 KiB for each of the trace's
+    // thousands of flows (megabytes); the host held it at the 1 MiB budget
+    // and refused the rest.
+    let flood = api.get(Some(&evil), "/v1/deployments/flow-flood").body["id"].as_str().unwrap().to_string();
+    let held = wait_for(60, "the flood's state in the usage", || {
+        let u = api.get(Some(&evil), "/v1/usage").body;
+        let row = u["rows"].as_array()?.iter().find(|r| r["deployment"] == flood.as_str())?.clone();
+        row["state_bytes"].as_u64().filter(|&b| b > 0)
+    });
+    assert!(held <= 1 << 20, "the flood holds {held} bytes of state, over its 1 MiB budget");
+    assert!(held > 1 << 19, "the flood holds {held} bytes: it never reached its budget, the test did not flood");
 }
 
 #[test]
