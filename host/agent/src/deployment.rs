@@ -779,6 +779,15 @@ fn process(
         }
         return Flow::Continue;
     };
+    if start_at > 0 {
+        tracing::info!(
+            deployment = %a.spec.id,
+            input = %input.name,
+            pass = input.pass,
+            packet = start_at,
+            "resuming a capture where the checkpoint of a stopped run left it"
+        );
+    }
     a.position = Some(Position { input: input.name.clone(), pass: input.pass, packet: start_at });
     let started = Instant::now();
     let mut done: u64 = 0;
