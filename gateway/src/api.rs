@@ -140,6 +140,7 @@ fn check_groups(mut groups: Vec<String>) -> Result<Vec<String>, ApiError> {
 /// more items follow, a `Link` header (RFC 8288) names the next page:
 /// `Link: </v1/modules?limit=100&after=…>; rel="next"`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageParams {
     /// At most this many items (default 100, at most 1000).
     #[param(minimum = 1, maximum = 1000)]
@@ -686,6 +687,7 @@ fn module_out(st: &AppState, m: ModuleRow) -> Result<ModuleOut, ApiError> {
 
 /// Name and version of an upload.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UploadParams {
     /// Module name.
     pub name: String,
@@ -1821,6 +1823,7 @@ pub async fn delete_deployment(
 
 /// Which events.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventParams {
     /// Only this deployment (id or name).
     pub deployment: Option<String>,
@@ -1968,6 +1971,7 @@ fn query_encode(s: &str) -> String {
 
 /// Which log lines.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LogParams {
     /// Only this deployment (id or name).
     pub deployment: Option<String>,
@@ -2110,6 +2114,7 @@ pub async fn logs(
 
 /// A time range: RFC 3339 or ms since the epoch. Default: everything.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RangeParams {
     /// Start (inclusive), e.g. `2026-11-01T00:00:00Z` or `1793491200000`.
     pub from: Option<String>,
@@ -2345,6 +2350,7 @@ pub async fn usage_series(
 
 /// Which bill.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BillParams {
     /// Month, `YYYY-MM` (UTC).
     #[param(pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$", example = "2026-11")]

@@ -73,6 +73,23 @@ impl utoipa::Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+        // Every operation that takes a credential answers 401 without a
+        // valid one: documented once here rather than on each path.
+        let unauthorized = utoipa::openapi::ResponseBuilder::new()
+            .description("no credential, or one the gateway does not know (`unauthorized`)")
+            .content(
+                "application/json",
+                utoipa::openapi::Content::new(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody"))),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            let ops = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for op in ops.into_iter().flatten() {
+                if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    op.responses.responses.entry("401".into()).or_insert_with(|| unauthorized.clone().into());
+                }
+            }
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! The HTTP API against its own OpenAPI document: Schemathesis (from
 //! PyPI, installed by `make setup`) generates requests from
 //! `/openapi.json` of a real `sluice dev` and checks every answer: no
-//! server error, and every answer matches the schema and content type the
-//! document gives for its status. Run once as a tenant (with objects to
+//! server error, every answer's status is one the document lists for its
+//! operation, and every answer matches the schema and content type the
+//! document gives for that status. Run once as a tenant (with objects to
 //! find: a module and a deployment) and once as the operator.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -20,7 +21,10 @@ fn schemathesis(dir: &std::path::Path, url: &str, token: &str, filters: &[&str],
     let report = dir.join(format!("{name}.txt"));
     let out = Command::new("schemathesis")
         .args(["run", &format!("{url}/openapi.json")])
-        .args(["--checks", "not_a_server_error,response_schema_conformance,content_type_conformance"])
+        .args([
+            "--checks",
+            "not_a_server_error,response_schema_conformance,content_type_conformance,status_code_conformance",
+        ])
         .args(["--phases", "examples,coverage,fuzzing"])
         .args(["--max-examples", "25", "--workers", "2", "--seed", "1"])
         .args(["--header", &format!("Authorization: Bearer {token}")])
