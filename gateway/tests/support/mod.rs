@@ -87,7 +87,7 @@ pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T
     }
 }
 
-fn wait_port(port: u16, what: &str) {
+pub fn wait_port(port: u16, what: &str) {
     wait_for(30, what, || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
 }
 
