@@ -11,6 +11,7 @@ mod control;
 mod dispatch;
 mod dpdk;
 mod elastic;
+mod fragments;
 mod languages;
 mod live;
 mod native;
@@ -52,6 +53,9 @@ struct Args {
     /// Skip the per-language table.
     #[arg(long)]
     no_languages: bool,
+    /// Only the fragment-mode table (prints, writes nothing).
+    #[arg(long)]
+    fragments_only: bool,
     /// Only the control-plane table (needs --host; prints, writes nothing).
     #[arg(long, requires = "host")]
     control_only: bool,
@@ -275,6 +279,10 @@ fn main() -> Result<()> {
     }
     let bench = Bench { sample: Duration::from_millis(args.sample_ms), samples: args.samples.max(1) };
     let runtime = Runtime::new(RuntimeConfig::default())?;
+    if args.fragments_only {
+        print!("{}", fragments::section(&runtime, &args.nfs, &bench, 32)?);
+        return Ok(());
+    }
     let cases = [
         NfCase {
             name: "noop",
@@ -438,6 +446,7 @@ fn main() -> Result<()> {
         md.push_str(&control::section(host, &args.nfs, FIREWALL_CONFIG)?);
         md.push_str(&live::section(host, &args.nfs, frames64, FIREWALL_CONFIG)?);
     }
+    md.push_str(&fragments::section(&runtime, &args.nfs, &bench, 32)?);
     let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
     md.push_str(&dispatch::section(args.host.as_deref(), frames64)?);
     if let Some(host) = &args.host {
