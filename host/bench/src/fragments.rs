@@ -25,8 +25,13 @@ fn datagrams() -> Vec<Vec<u8>> {
                 .with_payload(vec![i as u8; PAYLOAD])
                 .build();
             if let Some(ip) = f.get_mut(14..) {
-                ip[4..6].copy_from_slice(&(i as u16).to_be_bytes());
-                ip[6] = 0;
+                if let Some(ident) = ip.get_mut(4..6) {
+                    ident.copy_from_slice(&(i as u16).to_be_bytes());
+                }
+                // Flags and fragment offset: none (Don't Fragment clear).
+                if let Some(flags) = ip.get_mut(6..8) {
+                    flags.copy_from_slice(&[0, 0]);
+                }
                 Ipv4Packet::new_unchecked(ip).fill_checksum();
             }
             f
