@@ -14,6 +14,13 @@ use std::path::Path;
 const DATAGRAMS: usize = 512;
 /// UDP payload of each.
 const PAYLOAD: usize = 3000;
+/// Rounds of the three measurements.
+const ROUNDS: usize = 5;
+
+/// The smallest and largest of `v`.
+fn spread(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+}
 
 /// `DATAGRAMS` whole UDP datagrams from 512 inside flows, without Don't
 /// Fragment.
@@ -50,22 +57,47 @@ pub fn section(runtime: &Runtime, nfs: &Path, bench: &Bench, batch: usize) -> Re
     let path = nfs.join("nat.wasm");
     let module = runtime.load_file(&path).with_context(|| format!("loading {} (run `make nfs`)", path.display()))?;
     let spec = NfSpec { module, config: NAT_CONFIG.as_bytes().into(), limits: NfLimits::default(), owner: None };
-    let measure = |frames: &[Vec<u8>], mode: FragmentMode| -> Result<f64> {
-        let mut chain = Chain::new(runtime, std::slice::from_ref(&spec))?;
-        chain.set_fragment_mode(mode);
-        let packets = raw(frames);
-        Ok(bench.per_packet(&mut chain, &packets, batch) * frames.len() as f64 / DATAGRAMS as f64)
+    let chain = |mode: FragmentMode| -> Result<Chain> {
+        let mut c = Chain::new(runtime, std::slice::from_ref(&spec))?;
+        c.set_fragment_mode(mode);
+        Ok(c)
     };
-    let base = measure(&whole, FragmentMode::Follow)?;
-    let follow = measure(&fragments, FragmentMode::Follow)?;
-    let reassemble = measure(&fragments, FragmentMode::Reassemble)?;
+    let (whole_raw, frag_raw) = (raw(&whole), raw(&fragments));
+    let mut cases = [
+        (chain(FragmentMode::Follow)?, &whole_raw, Vec::new()),
+        (chain(FragmentMode::Follow)?, &frag_raw, Vec::new()),
+        (chain(FragmentMode::Reassemble)?, &frag_raw, Vec::new()),
+    ];
+    // Rounds of the three in turn, so a slow spell of the machine falls on
+    // all of them; each round's ratios are to that round's whole datagrams.
+    let mut ratios = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        let mut round = [0.0; 3];
+        for (i, (c, packets, ns)) in cases.iter_mut().enumerate() {
+            let per = bench.per_packet(c, packets, batch) * packets.len() as f64 / DATAGRAMS as f64;
+            ns.push(per);
+            if let Some(r) = round.get_mut(i) {
+                *r = per;
+            }
+        }
+        for (k, r) in ratios.iter_mut().enumerate() {
+            r.push(round.get(k + 1).copied().unwrap_or(f64::NAN) / round[0]);
+        }
+    }
+    let [base, follow, reassemble] = cases.map(|(_, _, mut ns)| crate::median(&mut ns));
+    let [mut rf, mut rr] = ratios;
+    let (rf_lo, rf_hi) = spread(&rf);
+    let (rr_lo, rr_hi) = spread(&rr);
+    let (follow_ratio, reassemble_ratio) = (crate::median(&mut rf), crate::median(&mut rr));
     let mut md = String::from("\n## Fragmented datagrams: follow vs reassemble\n\n");
     md.push_str(&format!(
-        "The NAT (Wasm) over {DATAGRAMS} UDP datagrams of {PAYLOAD} bytes from {DATAGRAMS} inside flows, batch {batch}: **whole** (one 3,042-byte frame each), and cut into three IPv4 fragments of at most 1,500 bytes, first fragment first, through a chain in each fragment mode: **follow** (the NAT sees the first fragment, the other two get its verdict and address rewrite from the host) and **reassemble** (the host holds the fragments, the NAT sees the whole datagram, the host cuts the result into three fragments again). ns per datagram, median of the samples; ratio to whole datagrams in the same run.\n\n"
+        "The NAT (Wasm) over {DATAGRAMS} UDP datagrams of {PAYLOAD} bytes from {DATAGRAMS} inside flows, batch {batch}: **whole** (one 3,042-byte frame each), and cut into three IPv4 fragments of at most 1,500 bytes, first fragment first, through a chain in each fragment mode: **follow** (the NAT sees the first fragment, the other two get its verdict and address rewrite from the host) and **reassemble** (the host holds the fragments, the NAT sees the whole datagram, the host cuts the result into three fragments again). {ROUNDS} rounds of the three in turn; ns per datagram: median over the rounds of each round's median sample; **vs whole**: median of the rounds' ratios to that round's whole datagrams (range in brackets).\n\n"
     ));
     md.push_str("| datagrams as | ns per datagram | vs whole |\n|---|---:|---:|\n");
-    for (name, ns) in [("whole", base), ("3 fragments, follow", follow), ("3 fragments, reassemble", reassemble)] {
-        md.push_str(&format!("| {name} | {ns:.0} | {:.2} |\n", ns / base));
-    }
+    md.push_str(&format!("| whole | {base:.0} | 1.00 |\n"));
+    md.push_str(&format!("| 3 fragments, follow | {follow:.0} | {follow_ratio:.2} ({rf_lo:.2}–{rf_hi:.2}) |\n"));
+    md.push_str(&format!(
+        "| 3 fragments, reassemble | {reassemble:.0} | {reassemble_ratio:.2} ({rr_lo:.2}–{rr_hi:.2}) |\n"
+    ));
     Ok(md)
 }
