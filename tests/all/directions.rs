@@ -184,20 +184,23 @@ fn a_frame_shorter_than_its_datagram_is_refused_unless_a_capture_says_it_was_cut
     assert_eq!(chain.counters().refused_cut_short, 1);
 }
 
+/// The three fragments of a 3,000-byte UDP datagram of flow `i` (its
+/// own source port and IP identification), in order.
+fn flow_fragments(i: u16) -> Vec<Vec<u8>> {
+    let mut whole = FrameSpec::udp4(CLIENT, 6000 + i, SERVER, 53).with_payload(vec![i as u8; 3000]).build();
+    whole[14 + 4..14 + 6].copy_from_slice(&(100 + i).to_be_bytes());
+    whole[14 + 6] = 0;
+    Ipv4Packet::new_unchecked(&mut whole[14..]).fill_checksum();
+    split_ipv4(&whole, 1500).unwrap()
+}
+
 /// `run` on two workers: the fragments of many datagrams, each first
 /// fragment on the worker of its flow, and every later fragment sent
 /// where its first went, so all of them leave translated.
 #[test]
 fn a_run_on_two_workers_sends_later_fragments_where_their_first_went() {
     let config = format!("[nf.firewall]\nconfig-text = '{FIREWALL}'\n[nf.nat]\nconfig-text = '{NAT}'\n");
-    let mut frames = Vec::new();
-    for i in 0..20u16 {
-        let mut whole = FrameSpec::udp4(CLIENT, 6000 + i, SERVER, 53).with_payload(vec![i as u8; 3000]).build();
-        whole[14 + 4..14 + 6].copy_from_slice(&(100 + i).to_be_bytes());
-        whole[14 + 6] = 0;
-        Ipv4Packet::new_unchecked(&mut whole[14..]).fill_checksum();
-        frames.extend(split_ipv4(&whole, 1500).unwrap());
-    }
+    let frames: Vec<Vec<u8>> = (0..20).flat_map(flow_fragments).collect();
     let stamped = sluice_tests::stamped(&frames);
     let (report, out) = sluice_tests::run_host(&config, vec![nf("firewall"), nf("nat")], &stamped, |c, _| {
         c.workers = 2;
@@ -333,16 +336,7 @@ fn a_run_reassembles_on_two_workers() {
     let config = format!(
         "fragments = \"reassemble\"\n[nf.firewall]\nconfig-text = '{FIREWALL}'\n[nf.nat]\nconfig-text = '{NAT}'\n"
     );
-    let mut frames = Vec::new();
-    for i in 0..20u16 {
-        let mut whole = FrameSpec::udp4(CLIENT, 6000 + i, SERVER, 53).with_payload(vec![i as u8; 3000]).build();
-        whole[14 + 4..14 + 6].copy_from_slice(&(100 + i).to_be_bytes());
-        whole[14 + 6] = 0;
-        Ipv4Packet::new_unchecked(&mut whole[14..]).fill_checksum();
-        let mut frags = split_ipv4(&whole, 1500).unwrap();
-        frags.reverse();
-        frames.extend(frags);
-    }
+    let frames: Vec<Vec<u8>> = (0..20).flat_map(|i| flow_fragments(i).into_iter().rev()).collect();
     let stamped = sluice_tests::stamped(&frames);
     let (report, out) = sluice_tests::run_host(&config, vec![nf("firewall"), nf("nat")], &stamped, |c, _| {
         c.workers = 2;
