@@ -506,7 +506,8 @@ impl Chain {
             }
             // A reassembled datagram goes in with its whole bytes. Cannot
             // fail: at most MAX_BATCH packets.
-            let _ = match self.results.get(at).and_then(|r| r.data.as_deref()) {
+            let whole = if reassemble { self.results.get(at).and_then(|r| r.data.as_deref()) } else { None };
+            let _ = match whole {
                 Some(d) => self.builder.push(RawPacket { data: d, wire_len: d.len() as u32, ..*p }),
                 None => self.builder.push(*p),
             };
