@@ -5,10 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
-use support::*;
 
 /// Creates a tenant that may deploy to `default` and `edge`; returns its key.
 fn tenant(api: &Api, name: &str) -> String {

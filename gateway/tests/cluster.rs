@@ -5,10 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
-use support::*;
 
 fn fw_config() -> serde_json::Value {
     json!({ "default": "allow", "log-denied": true, "rules": [{ "action": "deny", "proto": "tcp", "dst-ports": "23" }] })

@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
-use support::*;
 
 /// The admin token `sluice dev` generated.
 static DEV_ADMIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -6,12 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
-use support::*;
 
 /// What a host logs when it goes on with a capture from a killed run's
 /// checkpoint.

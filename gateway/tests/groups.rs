@@ -9,14 +9,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
 use sluice_control::{Bus, OwnershipTable};
 use sluice_wire::FlowKey;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::*;
 
 const SILENCE_MS: u64 = 1500;
 

@@ -11,13 +11,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use base64::Engine;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use support::*;
 
 fn helm() -> PathBuf {
     if let Ok(p) = std::env::var("SLUICE_HELM") {

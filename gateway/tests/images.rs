@@ -7,12 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-use support::*;
 
 fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()

@@ -6,10 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
-use support::*;
 
 /// Host `h1` replaying a synthetic trace of `sessions` forever at `pps`.
 fn replaying_host(nats: &Nats, gw: &Gateway, dir: &std::path::Path, sessions: usize, pps: u32) -> Proc {

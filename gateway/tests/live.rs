@@ -6,13 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use support::*;
 
 /// A gateway whose group `edge` exposes ports 0 and 1 to tenants.
 fn edge_gateway(nats: &Nats, dir: &Path) -> Gateway {

@@ -5,11 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::Value;
 use std::process::Command;
-use support::*;
 
 /// The log lines of `path` (the process's stderr and stdout) so far, each
 /// read as JSON; the other lines are what the binary prints for people on

@@ -6,11 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
 use std::time::Duration;
-use support::*;
 
 /// Replica counts of the cluster's streams, read with the gateway's identity.
 fn replicas(cluster: &NatsCluster) -> Vec<(String, usize)> {

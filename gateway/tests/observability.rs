@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use support::*;
 
 /// Status and body of a GET; status 0 when nothing answers (yet).
 fn get_text(url: &str) -> (u16, String) {

@@ -9,13 +9,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use base64::Engine;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::*;
 
 /// A JWT of `claims` (their `iss` is `signer`'s public key) signed by
 /// `signer` with ed25519, as NATS decodes it.

@@ -8,13 +8,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
 #[path = "../../host/cli/tests/realstack/wire.rs"]
 mod wire;
 
+use crate::support::*;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use support::*;
 use wire::*;
 
 /// A gateway whose group `edge` exposes ports 0 and 1 to tenants.

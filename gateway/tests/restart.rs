@@ -9,14 +9,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::*;
 
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
@@ -296,7 +294,7 @@ fn python_and_js_deployments_come_back_running_after_every_restart() {
 /// `/healthz` (liveness) answers throughout.
 #[test]
 fn readiness_follows_nats_and_the_database() {
-    let dir = support::test_dir();
+    let dir = crate::support::test_dir();
     let mut nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
     let api = gw.api();

@@ -8,14 +8,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
-
+use crate::support::*;
 use async_nats::jetstream;
 use serde_json::json;
 use sluice_control::{EventBatch, Heartbeat, MeterRecord, MeterSums, NfEvent};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::*;
 
 /// A raw NATS client signed in with `name`'s nkey and certificate, that
 /// records the server's error messages (permission violations).
