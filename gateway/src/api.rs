@@ -55,9 +55,11 @@ fn check_version(v: &str) -> Result<(), ApiError> {
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct TenantCreate {
     /// Unique name (letters, digits, '-', '_').
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub name: String,
     /// Host groups it may deploy to (default: the gateway's `default-groups`).
     #[serde(default)]
+    #[schema(schema_with = group_names)]
     pub groups: Option<Vec<String>>,
 }
 
@@ -147,6 +149,7 @@ pub struct PageParams {
     pub limit: Option<u64>,
     /// The cursor from the previous page's `Link` header: the items after
     /// it (an opaque token; it stays valid when that item is deleted).
+    #[param(pattern = "^([0-9a-f]{2})*$")]
     pub after: Option<String>,
 }
 
@@ -164,7 +167,8 @@ fn page<T: Serialize>(path: &str, items: Vec<(String, T)>, p: &PageParams) -> Re
     }
     let after = match &p.after {
         None => None,
-        Some(c) => Some(hex::decode(c).ok().and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| {
+        // A cursor is a sort key: any one is a place in the list.
+        Some(c) => Some(hex::decode(c).map(|b| String::from_utf8_lossy(&b).into_owned()).map_err(|_| {
             ApiError::bad_request("after is not a cursor this list gave (take it from its Link header)")
         })?),
     };
@@ -217,7 +221,15 @@ pub async fn list_tenants(
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Grants {
     /// Group names.
+    #[schema(schema_with = group_names)]
     pub groups: Vec<String>,
+}
+
+/// The schema of a list of group names a tenant is granted.
+fn group_names() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+    let name = ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[A-Za-z0-9_-]{1,64}$"));
+    Schema::Array(ArrayBuilder::new().items(name).max_items(Some(MAX_GROUPS)).build())
 }
 
 /// Set the host groups a tenant may deploy to (admin). Deployments on a
@@ -517,11 +529,14 @@ pub async fn list_hosts(
 #[serde(deny_unknown_fields)]
 pub struct HostIn {
     /// Host id (its `--host-id`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub id: String,
     /// The group it serves.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub group: String,
     /// Its NATS nkey public key (`sluice-host keygen` prints it); none for
     /// a bus without authentication.
+    #[schema(pattern = "^U[A-Z2-7]{55}$")]
     pub nkey: Option<String>,
     /// `host` (the default) or `dispatcher`.
     #[serde(default)]
@@ -529,9 +544,13 @@ pub struct HostIn {
     /// Packets per second it can process at most (its ports' line rate):
     /// a meter record claiming more over its window is refused. Default:
     /// the gateway's `[meters] host-max-pps`.
+    #[schema(minimum = 1, maximum = 10_000_000_000_000_u64)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub max_pps: Option<u64>,
     /// Bits per second it can process at most. Default: `[meters]
     /// host-max-bps`.
+    #[schema(minimum = 1, maximum = 10_000_000_000_000_u64)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub max_bps: Option<u64>,
 }
 
@@ -689,9 +708,12 @@ fn module_out(st: &AppState, m: ModuleRow) -> Result<ModuleOut, ApiError> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct UploadParams {
-    /// Module name.
+    /// Module name: 1-64 letters, digits, '-' or '_', starting with a
+    /// letter or digit.
+    #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub name: String,
-    /// Module version.
+    /// Module version: 1-64 letters, digits, '.', '_', '+' or '-'.
+    #[param(pattern = "^[A-Za-z0-9._+-]{1,64}$")]
     pub version: String,
 }
 
@@ -930,34 +952,42 @@ pub struct LimitsIn {
     pub failure_policy: Option<String>,
     /// CPU deadline per batch, ms (1-1000; hosts default to 10).
     #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub deadline_ms: Option<u64>,
     /// Linear memory cap per instance, MiB (1 to the hosts' memory slot,
     /// `max_memory_mb`, 256 by default; hosts default to 64).
     #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub memory_mb: Option<u64>,
     /// CPU deadline of starting an instance (instantiation and `init`),
     /// ms (1-30000; hosts default to 1000). Language runtimes restoring a
     /// snapshot (Python, JavaScript) need tens of milliseconds.
     #[schema(minimum = 1, maximum = 30000)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub start_deadline_ms: Option<u64>,
     /// Fuel (about one Wasm instruction) per batch call, 0 to 10^12; 0:
     /// unlimited. Counted only on hosts that compile fuel metering in.
     #[schema(minimum = 0, maximum = 1e12)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub fuel: Option<u64>,
     /// Most flows with state per worker (1-16777216 flows).
     #[schema(minimum = 1, maximum = 16_777_216)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub max_flows: Option<u64>,
     /// Largest state value of one flow, bytes (1-65536).
     #[schema(minimum = 1, maximum = 65_536)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub max_flow_state_bytes: Option<u64>,
     /// State budget, MiB (1 to the gateway's `max-state-budget-mb`, 1024
     /// by default; hosts default to 64): each instance's own tables and
     /// flow state, and once more the NF's shared tables on a host.
     #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub state_budget_mb: Option<u64>,
     /// Log lines per second per instance, lines/s (0-10000; hosts default
     /// to 50); more are dropped and counted.
     #[schema(minimum = 0, maximum = 10_000)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
     pub log_lines_per_second: Option<u64>,
 }
 
@@ -966,6 +996,7 @@ pub struct LimitsIn {
 #[serde(deny_unknown_fields)]
 pub struct NfIn {
     /// Name in the chain (default: the module's name).
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub name: Option<String>,
     /// Module id or `name@version`.
     pub module: String,
@@ -987,8 +1018,10 @@ pub struct NfIn {
 #[serde(deny_unknown_fields)]
 pub struct DeploymentIn {
     /// Name, unique per tenant (ignored by updates).
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub name: Option<String>,
     /// Host group (default `default`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub group: Option<String>,
     /// A single module (id or `name@version`) instead of `nfs`.
     pub module: Option<String>,
@@ -999,6 +1032,7 @@ pub struct DeploymentIn {
     pub limits: Option<LimitsIn>,
     /// A chain, in order; every route must go forward. Without `next`, an
     /// NF's packets go to the NF after it (the last one's leave).
+    #[schema(min_items = 1, max_items = 16)]
     pub nfs: Option<Vec<NfIn>>,
     /// Which traffic of the group's hosts is this deployment's: at most 16
     /// attachments, each the text form `port=0,vlan=100,dst=10.1.0.0/16,out=1`
@@ -1008,6 +1042,7 @@ pub struct DeploymentIn {
     /// refused in a development group (no exposed ports), whose
     /// deployments see every packet of a host's capture. An update without
     /// it keeps the deployment's attachments; `[]` removes them.
+    #[schema(max_items = 16)]
     pub attach: Option<Vec<AttachmentIn>>,
     /// What the NFs see of fragmented IP datagrams: `follow` (default: the
     /// first fragment runs the NFs, the later ones follow its verdict and
@@ -1016,7 +1051,7 @@ pub struct DeploymentIn {
     /// deployment and per source, runs the NFs on the whole datagram and
     /// cuts it again as it came). An update without it keeps the
     /// deployment's choice.
-    #[schema(value_type = Option<String>, example = "reassemble")]
+    #[schema(value_type = Option<String>, pattern = "^(follow|reassemble)$", example = "reassemble")]
     pub fragments: Option<sluice_runtime::fragments::FragmentMode>,
 }
 
@@ -1037,10 +1072,13 @@ pub enum AttachmentIn {
 #[serde(deny_unknown_fields)]
 pub struct AttachmentObject {
     /// Ingress port (DPDK port id), one the host group exposes.
+    #[serde(deserialize_with = "crate::whole::required")]
+    #[schema(maximum = 65535)]
     pub port: u16,
     /// 802.1Q VLAN id of the outer tag: 1-4094 for that VLAN, 0 for
     /// untagged frames only; none: any.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
+    #[schema(maximum = 4094)]
     pub vlan: Option<u16>,
     /// Destination prefix, IPv4 or IPv6, host bits clear; none: any packet.
     #[serde(default)]
@@ -1048,13 +1086,14 @@ pub struct AttachmentObject {
     pub dst: Option<String>,
     /// Egress port (one the group exposes) of forwarded packets the NF
     /// sends nowhere else; none: the host's default.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::whole::optional")]
+    #[schema(maximum = 65535)]
     pub out: Option<u16>,
     /// `outside`: packets of this attachment are replies (e.g. to a NAT's
     /// public address) and run a linear chain last NF first; `inside`
     /// (the default): connections are opened from here.
     #[serde(default)]
-    #[schema(example = "outside")]
+    #[schema(pattern = "^(inside|outside)$", example = "outside")]
     pub side: Option<String>,
 }
 
@@ -1634,7 +1673,9 @@ async fn publish(st: &AppState, groups: &[&str], deployment: Option<&str>) -> Re
 
 /// Deploy a module or a chain onto a host group.
 #[utoipa::path(post, path = "/v1/deployments", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
-    responses((status = 201, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, description = "unknown module", body = ErrorBody),
+    responses((status = 201, body = DeploymentOut), (status = 400, body = ErrorBody),
+        (status = 403, description = "the tenant may not deploy to the group (`group_not_granted`)", body = ErrorBody),
+        (status = 404, description = "unknown module", body = ErrorBody),
         (status = 409, description = "the name exists, a quota (`quota_exceeded`), or an attachment overlaps one of another deployment of the group (`attachment_overlap`)", body = ErrorBody),
         (status = 413, description = "a config or the chain is too large", body = ErrorBody),
         (status = 422, description = "the NF rejected its configuration (`config_rejected`), a limit is out of its range (`invalid_limit`, naming the NF and the field), or attachments do not fit the group's ports or chain (`attachment_required`, `port_not_exposed`, `no_ports_exposed`, `attachment_side`)", body = ErrorBody),
@@ -1743,7 +1784,9 @@ fn check_if_match(headers: &HeaderMap, revision: i64) -> Result<(), ApiError> {
 #[utoipa::path(put, path = "/v1/deployments/{id}", tag = "deployments", security(("bearer" = [])), request_body = DeploymentIn,
     params(("id" = String, Path, description = "Deployment id or name"),
         ("If-Match" = Option<String>, Header, description = "The ETag of a GET: the update applies only to that revision")),
-    responses((status = 200, body = DeploymentOut), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = DeploymentOut), (status = 400, body = ErrorBody),
+        (status = 403, description = "the tenant may not deploy to the group (`group_not_granted`)", body = ErrorBody),
+        (status = 404, body = ErrorBody),
         (status = 409, description = "another update came first, or an attachment overlaps one of another deployment of the group (`attachment_overlap`)", body = ErrorBody),
         (status = 412, description = "If-Match names another revision", body = ErrorBody),
         (status = 413, body = ErrorBody),
@@ -1831,11 +1874,14 @@ pub struct EventParams {
     pub kind: Option<String>,
     /// Only events the gateway received since then: RFC 3339 or ms since
     /// the epoch.
+    #[param(schema_with = time_param)]
     pub since: Option<String>,
     /// At most this many, newest first (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u64>,
     /// The cursor from the previous page's `Link` header: the (older)
     /// events after it.
+    #[param(pattern = "^65(3[0-9]){1,18}$")]
     pub after: Option<String>,
 }
 
@@ -1978,14 +2024,18 @@ pub struct LogParams {
     /// Only this NF (its name in the chain).
     pub nf: Option<String>,
     /// The least level shown: `debug` (default), `info`, `warn` or `error`.
+    #[param(pattern = "^(debug|info|warn|error)$")]
     pub level: Option<String>,
     /// Only lines the gateway received since then: RFC 3339 or ms since
     /// the epoch.
+    #[param(schema_with = time_param)]
     pub since: Option<String>,
     /// The `next` of an earlier answer: the lines after it, oldest first
     /// (to page forward or follow). Without it: the newest lines.
+    #[param(pattern = "^[0-9]{1,18}$")]
     pub after: Option<String>,
     /// At most this many (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u64>,
 }
 
@@ -2117,10 +2167,13 @@ pub async fn logs(
 #[into_params(parameter_in = Query)]
 pub struct RangeParams {
     /// Start (inclusive), e.g. `2026-11-01T00:00:00Z` or `1793491200000`.
+    #[param(schema_with = time_param)]
     pub from: Option<String>,
-    /// End (exclusive).
+    /// End (exclusive), after `from`.
+    #[param(schema_with = time_param)]
     pub to: Option<String>,
-    /// Bucket size of series, ms (default 60000).
+    /// Bucket size of series, ms (default 60000, at least 1000).
+    #[param(minimum = 1000)]
     pub step_ms: Option<i64>,
 }
 
@@ -2130,6 +2183,23 @@ fn rfc3339_ns(ns: i128) -> String {
         .ok()
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
         .unwrap_or_default()
+}
+
+/// The schema of a time parameter: RFC 3339, or ms since the epoch.
+fn time_param() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+    let one_of = OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+                .examples(["2026-11-01T00:00:00Z"]),
+        )
+        .item(
+            ObjectBuilder::new().schema_type(Type::String).pattern(Some("^-?[0-9]{1,18}$")).examples(["1793491200000"]),
+        )
+        .build();
+    Schema::OneOf(one_of)
 }
 
 fn parse_time(s: &str) -> Result<i64, ApiError> {
@@ -2148,8 +2218,8 @@ fn parse_time(s: &str) -> Result<i64, ApiError> {
 fn range(p: &RangeParams) -> Result<(i64, i64), ApiError> {
     let from = p.from.as_deref().map(parse_time).transpose()?.unwrap_or(0);
     let to = p.to.as_deref().map(parse_time).transpose()?.unwrap_or(i64::MAX);
-    if from >= to {
-        return Err(ApiError::bad_request("'from' must be before 'to'"));
+    if from > to {
+        return Err(ApiError::bad_request("'from' must not be after 'to'"));
     }
     Ok((from, to))
 }

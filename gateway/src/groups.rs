@@ -55,11 +55,16 @@ const DEPTH: usize = 3;
 #[serde(deny_unknown_fields)]
 pub struct GroupSettings {
     /// Fewest active hosts (when that many are up and not drained).
+    #[serde(deserialize_with = "crate::whole::required")]
+    #[schema(minimum = 1, maximum = 254)]
     pub min_hosts: u32,
-    /// Most active hosts (none: no limit).
+    /// Most active hosts, at least `min_hosts` (none: no limit).
+    #[serde(default, deserialize_with = "crate::whole::optional")]
+    #[schema(minimum = 1, maximum = 254)]
     pub max_hosts: Option<u32>,
     /// Load to run the active hosts at, as a share of their declared
     /// capacity (0.05-1). None: no autoscaling, every host is active.
+    #[schema(minimum = 0.05, maximum = 1)]
     pub target_load: Option<f64>,
 }
 
@@ -533,15 +538,17 @@ pub async fn get_group(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsIn {
-    /// Fewest active hosts.
+    /// Fewest active hosts (1-254).
+    #[serde(default, deserialize_with = "crate::whole::optional")]
+    #[schema(minimum = 1, maximum = 254)]
     pub min_hosts: Option<u32>,
-    /// Most active hosts (null: no limit).
-    #[serde(default, with = "double_option")]
-    #[schema(value_type = Option<u32>)]
+    /// Most active hosts, at least `min_hosts` (null: no limit).
+    #[serde(default, deserialize_with = "crate::whole::nullable")]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 254)]
     pub max_hosts: Option<Option<u32>>,
     /// Load to run active hosts at, 0.05-1 (null: every host active).
     #[serde(default, with = "double_option")]
-    #[schema(value_type = Option<f64>)]
+    #[schema(value_type = Option<f64>, minimum = 0.05, maximum = 1)]
     pub target_load: Option<Option<f64>>,
 }
 
@@ -586,6 +593,8 @@ pub async fn set_settings(
 #[serde(deny_unknown_fields)]
 pub struct CapacityIn {
     /// Hosts to add to the group's active ones (1-254).
+    #[serde(deserialize_with = "crate::whole::required")]
+    #[schema(minimum = 1, maximum = 254)]
     pub hosts: u32,
 }
 

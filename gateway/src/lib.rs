@@ -26,6 +26,7 @@ pub mod signin;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod whole;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
