@@ -77,6 +77,7 @@ unsafe extern "C" {
     pub fn sl_rx_burst(port: u16, queue: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
     pub fn sl_tx_burst(port: u16, queue: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
     pub fn sl_mbuf_info(m: *const RteMbuf, out: *mut SlMbufInfo);
+    pub fn sl_mbuf_infos(m: *const *mut RteMbuf, n: u16, out: *mut SlMbufInfo);
     pub fn sl_mbuf_writable(m: *const RteMbuf) -> c_int;
     pub fn sl_port_link_up(port: u16) -> c_int;
     pub fn sl_mbuf_read(m: *const RteMbuf, buf: *mut u8, cap: u32) -> u32;

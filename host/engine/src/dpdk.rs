@@ -59,13 +59,19 @@ pub struct DpdkIo {
     mbufs: Vec<Mbuf>,
     /// Port index each packet came in on.
     ingress: Vec<usize>,
+    /// Each packet's length, as `packets` read it.
+    lens: Vec<u32>,
     /// Multi-segment packets, copied into one buffer each (in order).
     scratch: Vec<Vec<u8>>,
     out: Vec<Vec<Mbuf>>,
     ts: u64,
     /// Packets of the batch a dispatcher marked (see [`sluice_wire::steer`]).
     moved: Vec<(usize, SteerMark)>,
+    /// Packets of the batch that carry a dispatcher's mark.
+    marked: Vec<usize>,
     unmark: Vec<u8>,
+    /// The views of the last batch's mbufs, emptied, kept for the next.
+    views: Vec<sluice_dpdk::MbufView<'static>>,
     /// Packets held, in the order held.
     held: Vec<Held>,
     /// Packets of the batch to hold at `deliver`: (index, ticket).
@@ -85,6 +91,7 @@ impl DpdkIo {
             counters: vec![QueueCounters::default(); n],
             mbufs: Vec::with_capacity(batch * n),
             ingress: Vec::with_capacity(batch * n),
+            lens: Vec::with_capacity(batch * n),
             scratch: Vec::new(),
             out: (0..n).map(|_| Vec::with_capacity(batch)).collect(),
             queues,
@@ -92,7 +99,9 @@ impl DpdkIo {
             pairs,
             ts: 0,
             moved: Vec::new(),
+            marked: Vec::new(),
             unmark: Vec::new(),
+            views: Vec::new(),
             held: Vec::new(),
             holding: Vec::new(),
             released: std::collections::VecDeque::new(),
@@ -111,11 +120,15 @@ impl DpdkIo {
     /// Queues `m` (with bytes `data` if an NF rewrote it) on output `t`,
     /// cut to the port's MTU when it is longer; counts what happened
     /// against ingress port index `pi`.
-    fn enqueue(&mut self, m: Mbuf, data: Option<&[u8]>, t: usize, pi: usize) {
+    /// `len` is the mbuf's length (read when the batch was built).
+    fn enqueue(&mut self, m: Mbuf, data: Option<&[u8]>, len: usize, t: usize, pi: usize) {
         let mtu = self.egress.as_ref().and_then(|e| e.mtus.get(t).copied()).unwrap_or(0);
-        let len = data.map_or(m.len(), <[u8]>::len);
+        if mtu == 0 {
+            return self.queue(m, data, t, pi);
+        }
+        let len = data.map_or(len, <[u8]>::len);
         // Shorter than an untagged frame of the MTU: nothing to check.
-        if mtu == 0 || len <= mtu + sluice_wire::ethernet::HEADER_LEN {
+        if len <= mtu + sluice_wire::ethernet::HEADER_LEN {
             return self.queue(m, data, t, pi);
         }
         if data.is_none() {
@@ -165,7 +178,7 @@ impl DpdkIo {
         let mut first = Some(m);
         for piece in fragments {
             match first.take().or_else(|| pool.as_ref().and_then(|p| p.alloc())) {
-                Some(b) => self.enqueue(b, Some(piece), t, pi),
+                Some(b) => self.enqueue(b, Some(piece), piece.len(), t, pi),
                 None => {
                     if let Some(c) = self.counters.get_mut(pi) {
                         c.dropped_other += 1;
@@ -287,15 +300,29 @@ impl PacketIo for DpdkIo {
             return Receive::Idle;
         }
         self.ts = now_ns();
-        // A dispatcher's mark is stripped before anything reads the packet.
+        // One read of every mbuf (one call into DPDK per 64 packets), for
+        // the marks and the segments here.
+        let mut views = crate::worker::recycle(std::mem::take(&mut self.views));
+        sluice_dpdk::views(&self.mbufs, &mut views);
+        // A dispatcher's mark is stripped before anything reads the packet
+        // (released packets were stripped when they first came in).
         self.moved.clear();
-        // (Released packets were stripped when they first came in.)
-        for (i, m) in self.mbufs.iter_mut().enumerate().skip(back) {
-            let Some(d) = m.data() else { continue };
-            if d.get(12..14) != Some(&steer::ETHERTYPE.to_be_bytes()) {
-                continue;
+        self.marked.clear();
+        let mut segmented = false;
+        for (i, v) in views.iter().enumerate() {
+            match v.data {
+                Some(d) => {
+                    if i >= back && d.get(12..14) == Some(&steer::ETHERTYPE.to_be_bytes()) {
+                        self.marked.push(i);
+                    }
+                }
+                None => segmented = true,
             }
-            if let Some(mark) = steer::decap(d, &mut self.unmark)
+        }
+        self.views = crate::worker::recycle(views);
+        for &i in &self.marked {
+            let Some(m) = self.mbufs.get_mut(i) else { continue };
+            if let Some(mark) = m.data().and_then(|d| steer::decap(d, &mut self.unmark))
                 && m.set_data(&self.unmark).is_ok()
             {
                 self.moved.push((i, mark));
@@ -303,25 +330,29 @@ impl PacketIo for DpdkIo {
         }
         // Multi-segment packets are copied into one buffer each; the rest
         // are read in place.
-        let mut used = 0;
-        for m in &self.mbufs {
-            if m.view().data.is_none() {
-                if self.scratch.len() <= used {
-                    self.scratch.push(Vec::new());
+        if segmented || !self.marked.is_empty() {
+            let mut used = 0;
+            for m in &self.mbufs {
+                if m.view().data.is_none() {
+                    if self.scratch.len() <= used {
+                        self.scratch.push(Vec::new());
+                    }
+                    if let Some(buf) = self.scratch.get_mut(used) {
+                        m.read_into(buf);
+                    }
+                    used += 1;
                 }
-                if let Some(buf) = self.scratch.get_mut(used) {
-                    m.read_into(buf);
-                }
-                used += 1;
             }
         }
         Receive::Packets(self.mbufs.len())
     }
 
     fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+        let mut views = crate::worker::recycle(std::mem::take(&mut self.views));
+        sluice_dpdk::views(&self.mbufs, &mut views);
         let mut next_scratch = 0;
-        for (m, &pi) in self.mbufs.iter().zip(&self.ingress) {
-            let v = m.view();
+        self.lens.clear();
+        for (v, &pi) in views.iter().zip(&self.ingress) {
             let data = match v.data {
                 Some(d) => d,
                 None => {
@@ -330,13 +361,16 @@ impl PacketIo for DpdkIo {
                     d
                 }
             };
+            let len = u32::try_from(v.len).unwrap_or(u32::MAX);
+            self.lens.push(len);
             out.push(RawPacket {
                 data,
-                wire_len: u32::try_from(v.len).unwrap_or(u32::MAX),
+                wire_len: len,
                 timestamp_ns: self.ts,
                 ingress_port: self.port_ids.get(pi).copied().unwrap_or(0),
             });
         }
+        self.views = crate::worker::recycle(views);
     }
 
     fn deliver(&mut self, results: &[PacketResult]) {
@@ -347,6 +381,7 @@ impl PacketIo for DpdkIo {
         let mut holding = holding_now.iter().peekable();
         let now = Instant::now();
         let ingress = std::mem::take(&mut self.ingress);
+        let lens = std::mem::take(&mut self.lens);
         for (i, ((m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results).enumerate() {
             if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
                 self.held.push(Held { ticket, mbuf: m, ingress: pi, at: now });
@@ -372,7 +407,10 @@ impl PacketIo for DpdkIo {
             };
             match target {
                 Some(t) if !r.fragments.is_empty() => self.enqueue_fragments(m, &r.fragments, t, pi),
-                Some(t) => self.enqueue(m, r.data.as_deref(), t, pi),
+                Some(t) => {
+                    let len = lens.get(i).map_or_else(|| m.len(), |&l| l as usize);
+                    self.enqueue(m, r.data.as_deref(), len, t, pi)
+                }
                 None => {
                     if let Some(c) = self.counters.get_mut(pi) {
                         c.dropped_other += 1;
@@ -382,6 +420,7 @@ impl PacketIo for DpdkIo {
         }
         drop(holding);
         self.ingress = ingress;
+        self.lens = lens;
         self.holding = holding_now;
         self.holding.clear();
         self.mbufs = mbufs;

@@ -43,6 +43,7 @@ pub struct Descriptor {
 
 impl Descriptor {
     /// The four words of the descriptor.
+    #[inline]
     pub const fn encode(&self) -> [u64; DESCRIPTOR_WORDS] {
         [
             self.end as u64 | (self.wire_len as u64) << 32,

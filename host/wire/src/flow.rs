@@ -9,6 +9,7 @@ const V4_MAPPED_PREFIX: u128 = 0xffff_0000_0000;
 
 impl IpAddr128 {
     /// An IPv4 address.
+    #[inline]
     pub const fn from_v4(a: [u8; 4]) -> Self {
         IpAddr128(V4_MAPPED_PREFIX | u32::from_be_bytes(a) as u128)
     }
@@ -29,11 +30,13 @@ impl IpAddr128 {
     }
 
     /// High 64 bits (the `hi` of the WIT `ip-addr`).
+    #[inline]
     pub const fn hi(self) -> u64 {
         (self.0 >> 64) as u64
     }
 
     /// Low 64 bits (the `lo` of the WIT `ip-addr`).
+    #[inline]
     pub const fn lo(self) -> u64 {
         self.0 as u64
     }
@@ -89,6 +92,7 @@ pub struct FlowKey {
 
 impl FlowKey {
     /// The same flow seen from the other side.
+    #[inline]
     pub const fn reversed(&self) -> FlowKey {
         FlowKey {
             src: self.dst,
@@ -101,12 +105,14 @@ impl FlowKey {
 
     /// Whether this key is already in normalized order: the endpoint with
     /// the lower (address, port) is the source.
+    #[inline]
     pub fn is_normalized(&self) -> bool {
         (self.src, self.src_port) <= (self.dst, self.dst_port)
     }
 
     /// The direction-normalized key: both directions of a connection give
     /// the same value.
+    #[inline]
     pub fn normalized(&self) -> FlowKey {
         if self.is_normalized() { *self } else { self.reversed() }
     }
@@ -120,12 +126,14 @@ impl FlowKey {
 
     /// The normalized key and whether this key was reversed to get it
     /// (i.e. whether the packet travels against the normalized direction).
+    #[inline]
     pub fn normalize(&self) -> (FlowKey, bool) {
         if self.is_normalized() { (*self, false) } else { (self.reversed(), true) }
     }
 
     /// [`symmetric_hash`](Self::symmetric_hash) of a key that is already
     /// normalized (saves normalizing twice on the hot path).
+    #[inline]
     pub fn hash_normalized(&self) -> u64 {
         let fold = |a: IpAddr128| a.hi() ^ a.lo().rotate_left(29);
         let ports = (u64::from(self.src_port) << 24) | (u64::from(self.dst_port) << 8) | u64::from(self.protocol);

@@ -61,6 +61,7 @@ impl IpFacts {
     /// Whether the frame holds fewer bytes than its IP header says the
     /// datagram has: a frame cut short (a capture's snap length, or a
     /// receive buffer smaller than the datagram).
+    #[inline]
     pub fn cut_short(&self, frame_len: usize) -> bool {
         self.end > frame_len
     }
