@@ -55,6 +55,9 @@ pub struct DpdkOptions {
     pub mbufs: u32,
     /// RX/TX descriptors per queue.
     pub descriptors: u16,
+    /// Time each stage of every batch (see [`sluice_runtime::stages`]);
+    /// the report's `stages` gives ns per packet.
+    pub stage_times: bool,
 }
 
 /// The report of one `sluice-host dpdk` run.
@@ -88,6 +91,9 @@ pub struct DpdkReport {
     pub nfs: Vec<NfReport>,
     /// The chain's order and its own decisions.
     pub chain: crate::report::ChainReport,
+    /// With `--stage-times`: ns per packet in each stage, over all workers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stages: Option<sluice_runtime::StagesPerPacket>,
 }
 
 impl DpdkReport {
@@ -148,6 +154,8 @@ struct WorkerResult {
     events: u64,
     /// The cores the worker ran on.
     cores: String,
+    /// Stage times (zero unless timed).
+    stages: sluice_runtime::StageTimes,
 }
 
 /// Runs the chain over DPDK ports until stopped (signal, `max_packets` or
@@ -203,8 +211,10 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let mut events_total = 0;
     let mut worker_cores = Vec::new();
     let mut worker_chains = Vec::new();
+    let mut stages = sluice_runtime::StageTimes::default();
     for r in results {
         let r = r?;
+        stages.add(&r.stages);
         worker_chains.push(r.chain);
         batches += r.batches;
         events_total += r.events;
@@ -241,6 +251,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         ports: port_reports,
         nfs,
         chain: crate::report::ChainReport::of(&worker_chains),
+        stages: opts.stage_times.then(|| stages.per_packet()),
     })
 }
 
@@ -253,6 +264,9 @@ fn worker_loop(
     received: &AtomicU64,
 ) -> WorkerResult {
     let mut worker = Worker::new(chain);
+    if opts.stage_times {
+        worker.time_stages(&mut io);
+    }
     let mut events = 0u64;
     let mut last_rx = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -281,7 +295,9 @@ fn worker_loop(
     }
     let meters = worker.chain().stages().iter().map(|s| s.meters().clone()).collect();
     let batches = worker.batches();
+    let stages = worker.stage_times(&io);
     WorkerResult {
+        stages,
         counters: io.queue_counters().to_vec(),
         chain: worker.into_chain(),
         meters,

@@ -184,6 +184,11 @@ enum Command {
         /// RX/TX descriptors per queue.
         #[arg(long, default_value_t = 512)]
         descriptors: u16,
+        /// Time each stage of every batch (receive, read, build, call,
+        /// verdicts, deliver, transmit) with the CPU's time-stamp counter;
+        /// the report's `stages` gives ns per packet in each.
+        #[arg(long)]
+        stage_times: bool,
         /// Write a JSON report here.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -532,6 +537,7 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             mbufs,
             mbuf_size,
             descriptors,
+            stage_times,
             report,
             eal,
         } => {
@@ -559,6 +565,7 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
                 idle_exit: idle_exit_ms.map(std::time::Duration::from_millis),
                 mbufs,
                 descriptors,
+                stage_times,
             };
             finish(sluice_host::dpdk::run_dpdk(&config, &opts, stop), sluice_host::dpdk::DpdkReport::summary, report)
         }

@@ -153,6 +153,57 @@ fn two_workers_on_a_multi_queue_device_account_for_every_packet() {
 }
 
 #[test]
+fn stage_times_account_for_every_packet_and_fit_in_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let o = bin()
+        .args(["dpdk", "--pairs", "--stage-times", "--max-packets", "100000", "--nf"])
+        .arg(nf("noop"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(eal("stages", &["--vdev=net_null0,size=64".to_string(), "--vdev=net_null1,size=64".to_string()]))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let s = &r["stages"];
+    let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("no stages.{k}: {r}"));
+    // Every packet received was timed, in the batches the run made.
+    assert_eq!(s["packets"], r["rx"], "{r}");
+    assert_eq!(s["batches"], r["batches"], "{r}");
+    // The noop forwards everything: every stage but classify took time.
+    for k in ["receive", "read", "build", "call", "verdicts", "deliver", "transmit"] {
+        assert!(f(k) > 0.0, "{k}: {s}");
+    }
+    assert_eq!(f("classify"), 0.0);
+    let sum: f64 = ["receive", "read", "build", "call", "verdicts", "deliver", "transmit"].iter().map(|k| f(k)).sum();
+    assert!((sum - f("total")).abs() < 1e-6 * sum.max(1.0), "{s}");
+    // The stages are parts of the run: together not longer than it.
+    let wall_per_packet = r["wall_ns"].as_f64().unwrap() / r["rx"].as_f64().unwrap();
+    assert!(
+        f("total") <= wall_per_packet,
+        "{} ns of stages > {wall_per_packet} ns of wall time per packet",
+        f("total")
+    );
+    // Without the flag there is no section.
+    let plain = dir.path().join("plain.json");
+    let o = bin()
+        .args(["dpdk", "--pairs", "--max-packets", "1000", "--nf"])
+        .arg(nf("noop"))
+        .arg("--report")
+        .arg(&plain)
+        .arg("--")
+        .args(eal("plain", &["--vdev=net_null0,size=64".to_string(), "--vdev=net_null1,size=64".to_string()]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&plain).unwrap()).unwrap();
+    assert!(r.get("stages").is_none(), "{r}");
+}
+
+#[test]
 fn bad_eal_arguments_are_a_clear_error() {
     let o = bin()
         .args(["dpdk", "--nf"])

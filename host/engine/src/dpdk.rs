@@ -81,6 +81,8 @@ pub struct DpdkIo {
     egress: Option<Egress>,
     /// A frame read out of its mbuf to be cut.
     frame: Vec<u8>,
+    /// Times transmit bursts, when asked for, and their sum.
+    tx_watch: Option<(sluice_runtime::Stopwatch, u64)>,
 }
 
 impl DpdkIo {
@@ -107,6 +109,7 @@ impl DpdkIo {
             released: std::collections::VecDeque::new(),
             egress: None,
             frame: Vec::new(),
+            tx_watch: None,
         }
     }
 
@@ -222,6 +225,9 @@ impl DpdkIo {
     }
 
     fn transmit(&mut self) {
+        if let Some((w, _)) = &mut self.tx_watch {
+            w.restart();
+        }
         for (t, pkts) in self.out.iter_mut().enumerate() {
             if pkts.is_empty() {
                 continue;
@@ -236,6 +242,9 @@ impl DpdkIo {
             }
             pkts.clear(); // frees what the device did not take
         }
+        if let Some((w, sum)) = &mut self.tx_watch {
+            *sum += w.lap();
+        }
     }
 }
 
@@ -247,6 +256,14 @@ impl PacketIo for DpdkIo {
     /// Counters per port (in the order of the ports).
     fn queue_counters(&self) -> &[QueueCounters] {
         &self.counters
+    }
+
+    fn time_transmit(&mut self) {
+        self.tx_watch = Some((sluice_runtime::Stopwatch::new(), 0));
+    }
+
+    fn transmit_ns(&self) -> u64 {
+        self.tx_watch.as_ref().map_or(0, |(_, sum)| *sum)
     }
 
     fn moved(&self) -> &[(usize, SteerMark)] {

@@ -32,6 +32,15 @@ pub trait PacketIo {
     fn deliver(&mut self, results: &[PacketResult]);
 
     /// Counters of each of its queues, per port in order (live ports).
+    /// Times the device's transmit bursts from now on (see
+    /// [`sluice_runtime::stages`]); I/O without a device does nothing.
+    fn time_transmit(&mut self) {}
+
+    /// Ns spent in transmit bursts since [`time_transmit`](Self::time_transmit).
+    fn transmit_ns(&self) -> u64 {
+        0
+    }
+
     fn queue_counters(&self) -> &[QueueCounters] {
         &[]
     }

@@ -1,7 +1,9 @@
 //! One worker: a chain and the per-batch step every data path shares.
 
 use crate::io::{PacketIo, Receive};
-use sluice_runtime::{Chain, EmittedEvent, FlowHook, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
+use sluice_runtime::{
+    Chain, EmittedEvent, FlowHook, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError, StageTimes, Stopwatch,
+};
 
 /// A chain of NF instances and the buffers its batches reuse.
 #[derive(Debug)]
@@ -11,17 +13,22 @@ pub struct Worker {
     spare: Vec<RawPacket<'static>>,
     batches: u64,
     packets: u64,
+    /// Stage times, when asked for ([`Worker::time_stages`]).
+    timing: Option<Box<(Stopwatch, StageTimes)>>,
 }
 
 impl Worker {
     /// A worker running `chain`.
     pub fn new(chain: Chain) -> Self {
-        Worker { chain, spare: Vec::new(), batches: 0, packets: 0 }
+        Worker { chain, spare: Vec::new(), batches: 0, packets: 0, timing: None }
     }
 
     /// Runs one batch of at most `max` packets from `io` through the
     /// chain and delivers the results to `io`. Returns what `io` had.
     pub fn step(&mut self, io: &mut impl PacketIo, max: usize) -> Receive {
+        if self.timing.is_some() {
+            return self.step_timed(io, max);
+        }
         let got = io.receive(max);
         if let Receive::Packets(n) = got {
             let mut raw = recycle(std::mem::take(&mut self.spare));
@@ -32,6 +39,51 @@ impl Worker {
             io.deliver(self.chain.last_results());
         }
         got
+    }
+
+    /// [`step`](Self::step), timing its stages.
+    fn step_timed(&mut self, io: &mut impl PacketIo, max: usize) -> Receive {
+        let mut timing = self.timing.take().unwrap_or_default();
+        timing.0.restart();
+        let got = io.receive(max);
+        if let Receive::Packets(n) = got {
+            timing.1.receive_ns += timing.0.lap();
+            let mut raw = recycle(std::mem::take(&mut self.spare));
+            io.packets(&mut raw);
+            timing.1.read_ns += timing.0.lap();
+            self.run(&raw);
+            self.spare = recycle(raw);
+            // The chain times its own stages.
+            timing.0.restart();
+            io.deliver(self.chain.last_results());
+            timing.1.deliver_ns += timing.0.lap();
+            timing.1.batches += 1;
+            timing.1.packets += n as u64;
+        }
+        self.timing = Some(timing);
+        got
+    }
+
+    /// Times each stage of a batch from now on (see
+    /// [`sluice_runtime::stages`]): the worker's receive, read and
+    /// deliver, the chain's build, call and verdicts, and `io`'s transmit.
+    pub fn time_stages(&mut self, io: &mut impl PacketIo) {
+        self.timing = Some(Box::default());
+        self.chain.time_stages(true);
+        io.time_transmit();
+    }
+
+    /// The stage times so far (zero when not timed); `io` is the one the
+    /// worker steps, whose transmit time is taken out of delivery.
+    pub fn stage_times(&self, io: &impl PacketIo) -> StageTimes {
+        let mut t = self.timing.as_deref().map(|t| t.1).unwrap_or_default();
+        let chain = self.chain.stage_times();
+        t.build_ns = chain.build_ns;
+        t.call_ns = chain.call_ns;
+        t.verdicts_ns = chain.verdicts_ns;
+        t.transmit_ns = io.transmit_ns();
+        t.deliver_ns = t.deliver_ns.saturating_sub(t.transmit_ns);
+        t
     }
 
     /// Runs one batch of packets (already received) through the chain and

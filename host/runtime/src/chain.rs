@@ -243,6 +243,16 @@ pub struct Chain {
     outside: Vec<u16>,
     /// The packets of the batch that run in reverse (indices into `results`).
     replies: Vec<usize>,
+    /// Stage times, when asked for ([`Chain::time_stages`]).
+    timing: Option<Box<(crate::stages::Stopwatch, crate::stages::StageTimes)>>,
+}
+
+/// The chain's own stages (see [`crate::stages`]).
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    Build,
+    Call,
+    Verdicts,
 }
 
 impl Chain {
@@ -251,6 +261,32 @@ impl Chain {
     /// fragments.
     pub fn counters(&self) -> ChainCounters {
         self.counters
+    }
+
+    /// Times the chain's stages (build, call, verdicts; see
+    /// [`crate::stages`]) from now on, or stops (and forgets the sums).
+    pub fn time_stages(&mut self, on: bool) {
+        self.timing = on.then(|| Box::new((crate::stages::Stopwatch::new(), crate::stages::StageTimes::default())));
+    }
+
+    /// The chain's stage times so far (zero when not timed): `build_ns`,
+    /// `call_ns` and `verdicts_ns`.
+    pub fn stage_times(&self) -> crate::stages::StageTimes {
+        self.timing.as_ref().map(|t| t.1).unwrap_or_default()
+    }
+
+    /// Adds the time since the last lap to `stage`, when timed.
+    #[inline]
+    fn lap(&mut self, stage: Stage) {
+        if let Some(t) = self.timing.as_deref_mut() {
+            let ns = t.0.lap();
+            let slot = match stage {
+                Stage::Build => &mut t.1.build_ns,
+                Stage::Call => &mut t.1.call_ns,
+                Stage::Verdicts => &mut t.1.verdicts_ns,
+            };
+            *slot += ns;
+        }
     }
 
     /// A linear chain: instantiates every NF (in order) and runs `init`.
@@ -307,6 +343,7 @@ impl Chain {
             reassembled: Vec::new(),
             outside: Vec::new(),
             replies: Vec::new(),
+            timing: None,
             inbox: vec![Vec::new(); stages.len()],
             stages,
             routes,
@@ -434,6 +471,9 @@ impl Chain {
         packets: &[RawPacket<'_>],
         mut hook: Option<&mut dyn FlowHook>,
     ) -> &[PacketResult] {
+        if let Some(t) = self.timing.as_deref_mut() {
+            t.0.restart();
+        }
         self.results.clear();
         self.results.resize(packets.len(), PacketResult::of(Fate::Forward(0)));
         for (n, chunk) in packets.chunks(MAX_BATCH).enumerate() {
@@ -516,6 +556,7 @@ impl Chain {
         if let Some(h) = hook.as_mut() {
             h.before(&mut self.stages, self.builder.flow_keys());
         }
+        self.lap(Stage::Build);
         for s in 0..self.stages.len() {
             self.run_stage(s, packets, base, false);
         }
@@ -539,6 +580,7 @@ impl Chain {
                 r.fragments = sluice_wire::reassembly::split(d, &cut);
             }
         }
+        self.lap(Stage::Verdicts);
     }
 
     /// Gives fragment `p` (at `at` in the results) to its datagram.
@@ -626,6 +668,8 @@ impl Chain {
     /// Runs NF `s` on the packets waiting for it and sends each on: to the
     /// NF its routes name, or (`reverse`) to the NF before it.
     fn run_stage(&mut self, s: usize, packets: &[RawPacket<'_>], base: usize, reverse: bool) {
+        // What ran since the last lap applied the previous NF's verdicts.
+        self.lap(Stage::Verdicts);
         let Some(slot) = self.inbox.get_mut(s) else { return };
         let mut mine = std::mem::take(slot);
         if mine.is_empty() {
@@ -644,8 +688,10 @@ impl Chain {
             }
             self.built.clone_from(&mine);
         }
+        self.lap(Stage::Build);
         let Some(stage) = self.stages.get_mut(s) else { return };
         let status = stage.process(&mut self.builder, &mut self.out);
+        self.lap(Stage::Call);
         if let Some(slot) = self.statuses.get_mut(s) {
             *slot = status;
         }

@@ -42,6 +42,7 @@ pub mod limits;
 pub mod meters;
 pub mod module;
 pub mod reassembly;
+pub mod stages;
 pub mod state;
 
 pub use batch::{BatchBuilder, RawPacket};
@@ -52,4 +53,5 @@ pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfOwner, NfS
 pub use limits::{FailurePolicy, NfLimits};
 pub use meters::NfMeters;
 pub use module::NfModule;
+pub use stages::{StageTimes, StagesPerPacket, Stopwatch};
 pub use state::{ExportedFlow, FlowTable, ImportError};
