@@ -69,12 +69,33 @@ pub(crate) fn host_run(
     workers: usize,
     packets: u64,
 ) -> Result<Run> {
+    let r = host_report(host, nf, dir, trace, cpus, workers, packets, &[])?;
+    Ok(Run {
+        mpps: r.get("mpps").and_then(serde_json::Value::as_f64).context("report without mpps")?,
+        traps: r.get("traps").and_then(serde_json::Value::as_u64).context("report without traps")?,
+    })
+}
+
+/// The report of `sluice-host dpdk` with `nf`, `workers` (on `workers`
+/// CPUs) and `extra` flags, over `packets` packets.
+#[allow(clippy::too_many_arguments)]
+fn host_report(
+    host: &Path,
+    nf: &Path,
+    dir: &Path,
+    trace: &Path,
+    cpus: &[usize],
+    workers: usize,
+    packets: u64,
+    extra: &[&str],
+) -> Result<serde_json::Value> {
     let report = dir.join("dpdk-report.json");
     let out = Command::new(host)
         .env("SLUICE_CACHE_DIR", "")
         .arg("--config")
         .arg(dir.join("host.toml"))
         .args(["dpdk", "--pairs", "--mbufs", "65535", "--workers", &workers.to_string()])
+        .args(extra)
         .args(["--max-packets", &packets.to_string(), "--nf"])
         .arg(nf)
         .arg("--report")
@@ -87,11 +108,7 @@ pub(crate) fn host_run(
     if !out.status.success() {
         bail!("sluice-host dpdk failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report)?)?;
-    Ok(Run {
-        mpps: r.get("mpps").and_then(serde_json::Value::as_f64).context("report without mpps")?,
-        traps: r.get("traps").and_then(serde_json::Value::as_u64).context("report without traps")?,
-    })
+    Ok(serde_json::from_slice(&std::fs::read(&report)?)?)
 }
 
 /// testpmd's forwarding rate between the same devices: packets it
@@ -185,17 +202,8 @@ pub(crate) fn worker_counts(cores: usize) -> Vec<usize> {
 
 /// Runs the DPDK measurements and returns the Markdown section.
 pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>) -> Result<String> {
-    let dir = tempfile_dir()?;
+    let dir = prepare(frames, configs)?;
     let trace = dir.join("bench64.pcap");
-    let mut sink = sluice_pcap::PcapSink::create(&trace)?;
-    for (i, f) in frames.iter().enumerate() {
-        sink.write(1_000_000 + i as u64, f.len() as u32, f)?;
-    }
-    sink.finish()?;
-    std::fs::write(dir.join("firewall.json"), configs.firewall)?;
-    std::fs::write(dir.join("nat.json"), configs.nat)?;
-    std::fs::write(dir.join("monitor.json"), configs.monitor)?;
-    std::fs::write(dir.join("host.toml"), BENCH_CONFIG)?;
     let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
     let counts = worker_counts(cpus.len());
 
@@ -234,6 +242,78 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>
         ));
     }
     Ok(s)
+}
+
+/// Stages of the per-stage table, in a batch's order (the report's keys).
+const STAGES: [&str; 7] = ["receive", "read", "build", "call", "verdicts", "deliver", "transmit"];
+
+/// Where a packet's time goes on one worker: `sluice-host dpdk
+/// --stage-times` per NF, beside testpmd's whole cost per packet on the
+/// same devices, measured in the same run. Each NF runs `rounds` times,
+/// interleaved; the table shows the round with the median total.
+pub fn stages_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>) -> Result<String> {
+    let dir = prepare(frames, configs)?;
+    let trace = dir.join("bench64.pcap");
+    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let nf_names = ["noop", "firewall", "nat", "monitor"];
+    let rounds = 3;
+    let mut runs: Vec<Vec<serde_json::Value>> = vec![Vec::new(); nf_names.len()];
+    let mut ceilings = Vec::new();
+    for _ in 0..rounds {
+        ceilings.push(testpmd_mpps(&dir, &trace, &cpus, 1)?);
+        for (i, nf) in nf_names.iter().enumerate() {
+            let r = host_report(
+                host,
+                &nfs.join(format!("{nf}.wasm")),
+                &dir,
+                &trace,
+                &cpus,
+                1,
+                8_000_000,
+                &["--stage-times"],
+            )?;
+            if let Some(v) = runs.get_mut(i) {
+                v.push(r);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let stage = |r: &serde_json::Value, k: &str| {
+        r.get("stages").and_then(|s| s.get(k)).and_then(serde_json::Value::as_f64).unwrap_or(0.0)
+    };
+    let total = |r: &serde_json::Value| stage(r, "total");
+    ceilings.sort_by(f64::total_cmp);
+    let ceiling = ceilings.get(ceilings.len() / 2).copied().unwrap_or(0.0);
+    let mut s = String::new();
+    s.push_str("\n## DPDK: where a packet's time goes, stage by stage\n\n");
+    s.push_str(&format!("`sluice-host dpdk --stage-times` on one worker over the devices of the scaling table below (64-byte TCP frames replayed from memory by `net_pcap`, sent to `net_null`), 8 M packets per run, {rounds} rounds interleaved with `dpdk-testpmd --forward-mode=io` on the same devices; each row is the NF's round with the median total. Stages (docs/run-report.md): **receive** the device's receive burst, **read** lengths and bytes out of the buffers, **build** the batch record (parse, descriptor, flow key and hash), **call** the NF's `process` call (flow state, lowering, guest code, lifting), **verdicts** fates from verdicts, routes and rewrites, **deliver** packets to output queues, **transmit** the device's transmit burst; ns per packet. testpmd forwards a packet in {:.1} ns ({ceiling:.2} Mpps, median of the rounds): its whole cost is about this table's receive and transmit.\n\n", if ceiling > 0.0 { 1e3 / ceiling } else { 0.0 }));
+    s.push_str("| NF | Mpps | receive | read | build | call | verdicts | deliver | transmit | total | host/testpmd |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (nf, v) in nf_names.iter().zip(runs.iter_mut()) {
+        v.sort_by(|a, b| total(a).total_cmp(&total(b)));
+        let Some(r) = v.get(v.len() / 2) else { continue };
+        let mpps = r.get("mpps").and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+        s.push_str(&format!("| {nf} | {mpps:.2} |"));
+        for k in STAGES {
+            s.push_str(&format!(" {:.1} |", stage(r, k)));
+        }
+        s.push_str(&format!(" {:.1} | {:.2} |\n", total(r), if ceiling > 0.0 { mpps / ceiling } else { 0.0 }));
+    }
+    Ok(s)
+}
+
+/// A temporary folder with the trace of `frames` and the NFs' configs.
+fn prepare(frames: &[Vec<u8>], configs: Configs<'_>) -> Result<PathBuf> {
+    let dir = tempfile_dir()?;
+    let mut sink = sluice_pcap::PcapSink::create(&dir.join("bench64.pcap"))?;
+    for (i, f) in frames.iter().enumerate() {
+        sink.write(1_000_000 + i as u64, f.len() as u32, f)?;
+    }
+    sink.finish()?;
+    std::fs::write(dir.join("firewall.json"), configs.firewall)?;
+    std::fs::write(dir.join("nat.json"), configs.nat)?;
+    std::fs::write(dir.join("monitor.json"), configs.monitor)?;
+    std::fs::write(dir.join("host.toml"), BENCH_CONFIG)?;
+    Ok(dir)
 }
 
 pub(crate) fn tempfile_dir() -> Result<PathBuf> {

@@ -62,6 +62,10 @@ struct Args {
     /// Only the DPDK scaling table (needs --host; prints, writes nothing).
     #[arg(long, requires = "host")]
     dpdk_only: bool,
+    /// Only the per-stage cost table of `sluice-host dpdk` (needs --host;
+    /// prints, writes nothing).
+    #[arg(long, requires = "host")]
+    stages_only: bool,
     /// Only the live-host table (`serve --dpdk`; needs --host; prints,
     /// writes nothing).
     #[arg(long, requires = "host")]
@@ -235,6 +239,11 @@ fn main() -> Result<()> {
     if let (true, Some(host)) = (args.dpdk_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
         print!("{}", dpdk::section(host, &args.nfs, &frames, DPDK_CONFIGS)?);
+        return Ok(());
+    }
+    if let (true, Some(host)) = (args.stages_only, &args.host) {
+        let frames = traffic(64, 1024, 8192);
+        print!("{}", dpdk::stages_section(host, &args.nfs, &frames, DPDK_CONFIGS)?);
         return Ok(());
     }
     if let (true, Some(host)) = (args.peer_only, &args.host) {
@@ -440,6 +449,7 @@ fn main() -> Result<()> {
     if let Some(host) = &args.host {
         eprintln!("DPDK throughput (about a minute), then the control plane...");
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
+        md.push_str(&dpdk::stages_section(host, &args.nfs, frames64, DPDK_CONFIGS)?);
         md.push_str(&dpdk::section(host, &args.nfs, frames64, DPDK_CONFIGS)?);
         eprintln!("real TCP through the host against a Linux bridge (about two and a half minutes)...");
         md.push_str(&realstack::section(host, &args.nfs)?);
