@@ -26,41 +26,32 @@ impl Worker {
     /// Runs one batch of at most `max` packets from `io` through the
     /// chain and delivers the results to `io`. Returns what `io` had.
     pub fn step(&mut self, io: &mut impl PacketIo, max: usize) -> Receive {
-        if self.timing.is_some() {
-            return self.step_timed(io, max);
+        // Timed stages (when asked for): one read of the clock at each
+        // stage's end; the chain times its own.
+        let mut timing = self.timing.take();
+        if let Some(t) = timing.as_deref_mut() {
+            t.0.restart();
         }
         let got = io.receive(max);
         if let Receive::Packets(n) = got {
+            lap(&mut timing, |t| &mut t.receive_ns);
             let mut raw = recycle(std::mem::take(&mut self.spare));
             io.packets(&mut raw);
+            lap(&mut timing, |t| &mut t.read_ns);
             self.run(&raw);
             self.spare = recycle(raw);
             debug_assert_eq!(self.chain.last_results().len(), n);
+            if let Some(t) = timing.as_deref_mut() {
+                t.0.restart();
+            }
             io.deliver(self.chain.last_results());
+            lap(&mut timing, |t| &mut t.deliver_ns);
+            if let Some(t) = timing.as_deref_mut() {
+                t.1.batches += 1;
+                t.1.packets += n as u64;
+            }
         }
-        got
-    }
-
-    /// [`step`](Self::step), timing its stages.
-    fn step_timed(&mut self, io: &mut impl PacketIo, max: usize) -> Receive {
-        let mut timing = self.timing.take().unwrap_or_default();
-        timing.0.restart();
-        let got = io.receive(max);
-        if let Receive::Packets(n) = got {
-            timing.1.receive_ns += timing.0.lap();
-            let mut raw = recycle(std::mem::take(&mut self.spare));
-            io.packets(&mut raw);
-            timing.1.read_ns += timing.0.lap();
-            self.run(&raw);
-            self.spare = recycle(raw);
-            // The chain times its own stages.
-            timing.0.restart();
-            io.deliver(self.chain.last_results());
-            timing.1.deliver_ns += timing.0.lap();
-            timing.1.batches += 1;
-            timing.1.packets += n as u64;
-        }
-        self.timing = Some(timing);
+        self.timing = timing;
         got
     }
 
@@ -142,6 +133,15 @@ impl Worker {
     /// The chain, when the worker is done.
     pub fn into_chain(self) -> Chain {
         self.chain
+    }
+}
+
+/// Adds the time since the last lap to the stage `slot` picks, when
+/// timed.
+#[inline]
+fn lap(timing: &mut Option<Box<(Stopwatch, StageTimes)>>, slot: impl FnOnce(&mut StageTimes) -> &mut u64) {
+    if let Some(t) = timing.as_deref_mut() {
+        *slot(&mut t.1) += t.0.lap();
     }
 }
 
