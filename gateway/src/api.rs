@@ -628,7 +628,7 @@ pub async fn register_host(
 /// Remove a host from the registry (admin): it is no longer heard, and
 /// (after the NATS servers reload) no longer let in.
 #[utoipa::path(delete, path = "/v1/hosts/{id}", tag = "hosts", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Host id")),
+    params(("id" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn remove_host(
     State(st): State<AppState>,
