@@ -396,12 +396,13 @@ impl PacketIo for DpdkIo {
         self.holding.sort_unstable_by_key(|&(i, _)| i);
         let holding_now = std::mem::take(&mut self.holding);
         let mut holding = holding_now.iter().peekable();
-        let now = Instant::now();
+        // Read the clock only for a batch that holds packets.
+        let now = (!holding_now.is_empty()).then(Instant::now);
         let ingress = std::mem::take(&mut self.ingress);
         let lens = std::mem::take(&mut self.lens);
         for (i, ((m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results).enumerate() {
             if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
-                self.held.push(Held { ticket, mbuf: m, ingress: pi, at: now });
+                self.held.push(Held { ticket, mbuf: m, ingress: pi, at: now.unwrap_or_else(Instant::now) });
                 continue;
             }
             let target = match r.fate {

@@ -70,12 +70,18 @@ impl BatchBuilder {
     /// (and adds nothing) when the batch already holds
     /// [`MAX_BATCH`] packets.
     pub fn push(&mut self, p: RawPacket<'_>) -> bool {
+        self.push_parsed(p, &sluice_wire::parse(p.data))
+    }
+
+    /// [`push`](Self::push) of a packet already parsed into `layers`
+    /// (what [`sluice_wire::parse`] gives for `p.data`).
+    #[inline]
+    pub fn push_parsed(&mut self, p: RawPacket<'_>, layers: &sluice_wire::Layers) -> bool {
         if self.len() >= MAX_BATCH {
             return false;
         }
         self.batch.data.extend_from_slice(p.data);
         let captured = u32::try_from(p.data.len()).unwrap_or(u32::MAX);
-        let layers = sluice_wire::parse(p.data);
         let mut d = Descriptor {
             end: u32::try_from(self.batch.data.len()).unwrap_or(u32::MAX),
             wire_len: p.wire_len.max(captured),

@@ -510,7 +510,8 @@ impl Chain {
                 self.refuse(at);
                 continue;
             }
-            if let Some(ip) = sluice_wire::fragment::inspect(p.data) {
+            let layers = sluice_wire::parse(p.data);
+            if let Some(ip) = layers.ip {
                 // A capture's snap length cuts frames on purpose (their
                 // wire length says so); a frame cut by a receive buffer
                 // claims to be whole.
@@ -549,7 +550,7 @@ impl Chain {
             let whole = if reassemble { self.results.get(at).and_then(|r| r.data.as_deref()) } else { None };
             let _ = match whole {
                 Some(d) => self.builder.push(RawPacket { data: d, wire_len: d.len() as u32, ..*p }),
-                None => self.builder.push(*p),
+                None => self.builder.push_parsed(*p, &layers),
             };
             self.built.push(at);
         }

@@ -11,10 +11,9 @@
 //!   (RFC 791 §3.2), for a datagram that leaves larger than its port takes.
 
 use crate::bytes::{set_slice, set_u8, set_u16, u8_at, u16_at, u32_at};
-use crate::ethernet::{EthernetFrame, ethertype};
 use crate::flow::IpAddr128;
 use crate::ipv4::{self, Ipv4Packet};
-use crate::ipv6::{self, Ipv6Packet};
+use crate::ipv6::Ipv6Packet;
 
 /// The datagram a fragment belongs to (RFC 791: source, destination,
 /// protocol and identification; RFC 8200: source, destination and the
@@ -74,50 +73,26 @@ impl IpFacts {
 
 /// Reads the IP header of an Ethernet frame: `None` for frames that are not
 /// IP or whose IP header is malformed (those are left to the NFs, which see
-/// them as they are).
+/// them as they are). The same facts as [`crate::parse`]'s `ip`, which
+/// reads them in its one pass over the frame.
+#[inline]
 pub fn inspect(frame: &[u8]) -> Option<IpFacts> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    let (ethertype, l3, _) = eth.network().ok()?;
-    let ip = frame.get(l3..)?;
-    match ethertype {
-        ethertype::IPV4 => {
-            let p = Ipv4Packet::new_checked(ip).ok()?;
-            let fragment = p.is_fragment().then(|| Fragment {
-                key: FragmentKey {
-                    src: IpAddr128::from_v4(p.src()),
-                    dst: IpAddr128::from_v4(p.dst()),
-                    protocol: p.protocol(),
-                    ident: u32::from(p.ident()),
-                },
-                offset: u32::from(p.frag_offset()),
-                more: p.more_frags(),
-            });
-            Some(IpFacts { l3, end: l3 + usize::from(p.total_len()), v6: false, fragment })
-        }
-        ethertype::IPV6 => {
-            let p = Ipv6Packet::new_checked(ip).ok()?;
-            let end = l3 + ipv6::HEADER_LEN + usize::from(p.payload_len());
-            let fragment = p.upper_layer().ok().and_then(|ul| ul.fragment_header).and_then(|at| {
-                let h = ip.get(at..at + 8)?;
-                let off_flags = u16_at(h, 2..4);
-                Some(Fragment {
-                    key: FragmentKey {
-                        src: IpAddr128::from_v6(p.src()),
-                        dst: IpAddr128::from_v6(p.dst()),
-                        protocol: 0,
-                        ident: u32_at(h, 4..8),
-                    },
-                    offset: u32::from(off_flags & 0xfff8),
-                    more: off_flags & 1 != 0,
-                })
-            });
-            // A fragment header saying "offset 0, no more" is an atomic
-            // fragment (RFC 6946): a whole datagram.
-            let fragment = fragment.filter(|f| f.offset != 0 || f.more);
-            Some(IpFacts { l3, end, v6: true, fragment })
-        }
-        _ => None,
-    }
+    crate::parse(frame).ip
+}
+
+/// The fragment an IPv6 packet (`ip`, from its fixed header) is, from its
+/// fragment header at `at`, if it has one. A fragment header saying
+/// "offset 0, no more" is an atomic fragment (RFC 6946): a whole datagram.
+pub(crate) fn ipv6_fragment(ip: &[u8], at: Option<usize>, src: IpAddr128, dst: IpAddr128) -> Option<Fragment> {
+    let at = at?;
+    let h = ip.get(at..at + 8)?;
+    let off_flags = u16_at(h, 2..4);
+    let f = Fragment {
+        key: FragmentKey { src, dst, protocol: 0, ident: u32_at(h, 4..8) },
+        offset: u32::from(off_flags & 0xfff8),
+        more: off_flags & 1 != 0,
+    };
+    (f.offset != 0 || f.more).then_some(f)
 }
 
 /// What an NF changed in a first fragment, to change in its datagram's

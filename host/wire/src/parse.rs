@@ -8,6 +8,7 @@
 
 use crate::ethernet::{EthernetFrame, ethertype};
 use crate::flow::{FlowKey, IpAddr128};
+use crate::fragment::{Fragment, FragmentKey, IpFacts};
 use crate::icmp::IcmpPacket;
 use crate::ipv4::Ipv4Packet;
 use crate::ipv6::Ipv6Packet;
@@ -55,6 +56,11 @@ pub struct Layers {
     pub fragment: bool,
     /// TCP flags, when the packet is TCP with a readable header.
     pub tcp_flags: Option<u8>,
+    /// What the IP header says of the datagram (where it ends, which
+    /// fragment it is): the facts of [`crate::fragment::inspect`], read in
+    /// the same pass. Absent when the frame is not IP or its IP header is
+    /// malformed.
+    pub ip: Option<IpFacts>,
     /// The first error met, and in which layer. The fields above hold
     /// everything read before it.
     pub error: Option<(Layer, Error)>,
@@ -78,20 +84,24 @@ fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer
     let (proto, l4_rel, src, dst, fragment, later_fragment) = match ethertype {
         ethertype::IPV4 => {
             let ip = Ipv4Packet::new_checked(ip_bytes).map_err(|e| (Layer::Network, e))?;
+            let src = IpAddr128::from_v4(ip.src());
+            let dst = IpAddr128::from_v4(ip.dst());
             let frag = ip.is_fragment();
-            (
-                ip.protocol(),
-                ip.header_len(),
-                IpAddr128::from_v4(ip.src()),
-                IpAddr128::from_v4(ip.dst()),
-                frag,
-                ip.frag_offset() != 0,
-            )
+            let offset = ip.frag_offset();
+            let fragment = frag.then(|| Fragment {
+                key: FragmentKey { src, dst, protocol: ip.protocol(), ident: u32::from(ip.ident()) },
+                offset: u32::from(offset),
+                more: ip.more_frags(),
+            });
+            out.ip = Some(IpFacts { l3, end: l3 + usize::from(ip.total_len()), v6: false, fragment });
+            (ip.protocol(), ip.header_len(), src, dst, frag, offset != 0)
         }
         ethertype::IPV6 => {
             let ip = Ipv6Packet::new_checked(ip_bytes).map_err(|e| (Layer::Network, e))?;
             let src = IpAddr128::from_v6(ip.src());
             let dst = IpAddr128::from_v6(ip.dst());
+            let end = l3 + crate::ipv6::HEADER_LEN + usize::from(ip.payload_len());
+            out.ip = Some(IpFacts { l3, end, v6: true, fragment: None });
             out.l3_offset = u16::try_from(l3).ok();
             let ul = match ip.upper_layer() {
                 Ok(v) => v,
@@ -100,6 +110,9 @@ fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer
                     return Err((Layer::Network, e));
                 }
             };
+            if let Some(facts) = out.ip.as_mut() {
+                facts.fragment = crate::fragment::ipv6_fragment(ip_bytes, ul.fragment_header, src, dst);
+            }
             (ul.protocol, ul.offset, src, dst, ul.fragment, ul.later_fragment)
         }
         _ => return Ok(()),
