@@ -43,6 +43,17 @@ pub(crate) fn eal(prefix: &str, trace: &Path, queues: usize) -> Vec<String> {
     a
 }
 
+/// Mbufs for a pool that feeds `queues` replaying `net_pcap` queues of
+/// `trace`: each queue holds a copy of the whole capture for the run, and
+/// each needs room for its descriptors and per-lcore caches beside it
+/// (a mempool is best at 2^n - 1 entries). At least 65,535.
+pub(crate) fn pool_mbufs(trace: &Path, queues: usize) -> Result<u32> {
+    let frames = sluice_pcap::Trace::open(trace)?.packets().len();
+    let wanted = queues.max(1) * (frames + 2048) + 8192;
+    let pow2 = wanted.checked_next_power_of_two().context("mbuf pool size overflows")?;
+    Ok(u32::try_from(pow2 - 1).context("mbuf pool size overflows")?.max(65_535))
+}
+
 /// `--lcores` for DPDK's main lcore plus `n` worker lcores: lcore 0 (the
 /// main one, idle while workers run) shares the first CPU, worker lcore
 /// i runs on CPU i-1, so the n workers have n CPUs of their own.
@@ -90,11 +101,12 @@ fn host_report(
     extra: &[&str],
 ) -> Result<serde_json::Value> {
     let report = dir.join("dpdk-report.json");
+    let mbufs = pool_mbufs(trace, workers)?.to_string();
     let out = Command::new(host)
         .env("SLUICE_CACHE_DIR", "")
         .arg("--config")
         .arg(dir.join("host.toml"))
-        .args(["dpdk", "--pairs", "--mbufs", "65535", "--workers", &workers.to_string()])
+        .args(["dpdk", "--pairs", "--mbufs", &mbufs, "--workers", &workers.to_string()])
         .args(extra)
         .args(["--max-packets", &packets.to_string(), "--nf"])
         .arg(nf)
@@ -137,7 +149,7 @@ pub(crate) fn testpmd_mpps_with(
         .args(eal(&format!("testpmd{queues}"), trace, queues))
         .args(extra)
         .args(["--lcores".to_string(), lcores(cpus, queues), "--".into()])
-        .args(["-a", "--forward-mode=io", "--total-num-mbufs=65535"])
+        .args(["-a", "--forward-mode=io", &format!("--total-num-mbufs={}", pool_mbufs(trace, queues)?)])
         .args([format!("--rxq={queues}"), format!("--txq={queues}"), format!("--nb-cores={queues}")])
         .current_dir(dir)
         // Held open for the run: testpmd treats end of input as "stop".
