@@ -102,7 +102,7 @@ fn host_report(
 ) -> Result<serde_json::Value> {
     let report = dir.join("dpdk-report.json");
     let mbufs = pool_mbufs(trace, workers)?.to_string();
-    let out = Command::new(host)
+    let mut child = Command::new(host)
         .env("SLUICE_CACHE_DIR", "")
         .arg("--config")
         .arg(dir.join("host.toml"))
@@ -115,12 +115,43 @@ fn host_report(
         .arg("--")
         .args(eal(&format!("host{workers}"), trace, workers))
         .args(["--lcores".to_string(), lcores(cpus, workers)])
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("running sluice-host dpdk")?;
-    if !out.status.success() {
-        bail!("sluice-host dpdk failed: {}", String::from_utf8_lossy(&out.stderr));
+    // Drained while it runs, so a chatty host never blocks on a full pipe.
+    let stderr = child.stderr.take().context("no sluice-host stderr")?;
+    let drain = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(stderr), &mut s);
+        s
+    });
+    // A run that cannot reach its packet count (a stalled queue, an
+    // exhausted pool) is stopped and reported, never waited on forever:
+    // 20 s to start, then at least 500,000 packets a second.
+    let bound = Duration::from_secs(20 + packets / 500_000);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = drain.join().unwrap_or_default();
+    match status {
+        None => bail!(
+            "sluice-host dpdk ({workers} workers, {}) did not forward {packets} packets in {} s; its log:\n{err}",
+            nf.display(),
+            bound.as_secs()
+        ),
+        Some(s) if !s.success() => bail!("sluice-host dpdk failed: {err}"),
+        Some(_) => Ok(serde_json::from_slice(&std::fs::read(&report)?)?),
     }
-    Ok(serde_json::from_slice(&std::fs::read(&report)?)?)
 }
 
 /// testpmd's forwarding rate between the same devices: packets it
@@ -183,7 +214,17 @@ pub(crate) fn testpmd_mpps_with(
     std::thread::sleep(Duration::from_secs(5));
     let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
     let elapsed = started.elapsed().as_secs_f64();
-    let _ = child.wait();
+    // It prints its totals and exits; one that does not within 20 s is
+    // killed (and its missing totals reported below).
+    let stop = Instant::now();
+    while child.try_wait()?.is_none() {
+        if stop.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = reader.join();
     lines.extend(rx.try_iter());
     // The block after "Accumulated forward statistics for all ports" holds
@@ -224,6 +265,7 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>
     let mut rows: Vec<(&str, usize, Run, f64)> = Vec::new();
     for &workers in &counts {
         let ceiling = testpmd_mpps(&dir, &trace, &cpus, workers)?;
+        eprintln!("testpmd on {workers} cores: {ceiling:.2} Mpps");
         for nf in nf_names {
             let run = host_run(
                 host,
@@ -234,6 +276,7 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>
                 workers,
                 4_000_000 * workers as u64,
             )?;
+            eprintln!("{nf} on {workers} workers: {:.2} Mpps (testpmd {ceiling:.2})", run.mpps);
             rows.push((nf, workers, run, ceiling));
         }
     }
