@@ -2443,13 +2443,16 @@ pub struct BillOut {
     pub from_ms: i64,
     /// Period end, ms.
     pub to_ms: i64,
-    /// Currency (ISO 4217 code as the plan gives it).
+    /// Currency (ISO 4217 code as the plan gives it): amounts are in its
+    /// minor units.
     pub currency: String,
     /// Priced items.
     pub lines: Vec<BillLine>,
-    /// Amount due in minor units (cents): the sum of the lines' `amount_minor`.
+    /// Amount due in the currency's minor units (cents for USD): the sum
+    /// of the lines' `amount_minor`.
     pub total_minor: i64,
-    /// Amount due as a decimal string (`"12.34"`).
+    /// Amount due as a decimal string with the currency's minor digits
+    /// (`"12.34"`).
     #[schema(example = "12.34")]
     pub total: String,
     /// The usage billed, by deployment, NF and version.
@@ -2483,9 +2486,9 @@ pub async fn bill(
         period: p.period.clone(),
         from_ms: from,
         to_ms: to,
-        currency: plan.currency.clone(),
+        currency: plan.currency.code().to_string(),
         total_minor: billing::total_minor(&lines),
-        total: billing::decimal(billing::total_minor(&lines)),
+        total: plan.currency.format(billing::total_minor(&lines)),
         lines,
         usage: rows,
     };

@@ -1,14 +1,25 @@
 //! Bills: a period's usage priced by the plan, with allowances.
+//!
+//! Money is never a float. Each line's amount is computed from the usage's
+//! integer counters (packets, bytes, CPU ns, invocations, byte-ms of state)
+//! and the plan's exact decimal prices and allowances, and rounded once, to
+//! the currency's minor unit, half away from zero ([`Currency::to_minor`]).
+//! A bill's total is the sum of its lines' rounded amounts. The one step
+//! that is not exact is GB-hours of state (byte-ms / 3.6 × 10^15), a
+//! division carried to 28 significant digits before the rounding.
 
 use crate::config::PricePlan;
+use crate::money::{Currency, Exact};
 use crate::store::UsageSums;
+use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// One priced item. Quantities are numbers (measurements); money is
-/// never a float: amounts are integer minor units (cents, hundredths of
-/// the plan's currency) and decimal strings, unit prices decimal strings
-/// exactly as the plan gives them.
+/// One priced item. Quantities are numbers (measurements, for reading);
+/// money is never a float: amounts are integer minor units of the
+/// currency and decimal strings, unit prices decimal strings exactly as
+/// the plan gives them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BillLine {
     /// `packets`, `data`, `cpu`, `invocations`, `state`.
@@ -24,75 +35,111 @@ pub struct BillLine {
     /// Price per unit, a decimal string in the currency (`"0.05"`).
     #[schema(example = "0.05")]
     pub unit_price: String,
-    /// billable × unit price in minor units (cents), rounded half away
+    /// billable × unit price in the currency's minor units (cents for
+    /// USD, yen for JPY), computed exactly and rounded once, half away
     /// from zero.
     pub amount_minor: i64,
-    /// The same amount as a decimal string (`"12.34"`).
+    /// The same amount as a decimal string with the currency's minor
+    /// digits (`"12.34"`, `"1234"` in JPY).
     #[schema(example = "12.34")]
     pub amount: String,
 }
 
-/// Minor units (cents) as a decimal string: `1234` is `"12.34"`.
-pub fn decimal(minor: i64) -> String {
-    let sign = if minor < 0 { "-" } else { "" };
-    let m = minor.unsigned_abs();
-    format!("{sign}{}.{:02}", m / 100, m % 100)
-}
-
-/// A price as a decimal string: the shortest decimal that reads back as
-/// the configured value, never in exponent form (`0.0000001`).
-pub fn price(x: f64) -> String {
-    let s = format!("{x}");
-    if s.contains('.') { s } else { format!("{s}.0") }
-}
-
-/// `x` (in the currency) in minor units, rounded half away from zero;
-/// saturating far beyond any bill.
-fn to_minor(x: f64) -> i64 {
-    // `as` saturates for out-of-range floats and maps NaN to 0.
-    (x * 100.0).round() as i64
-}
-
-/// Byte-milliseconds of state in GB-hours (10^9 bytes held for an hour).
+/// Byte-milliseconds of state in GB-hours (10^9 bytes held for an hour),
+/// for reading (bills price byte-ms exactly).
 pub fn gb_hours(byte_ms: u128) -> f64 {
     byte_ms as f64 / 3.6e15
+}
+
+/// Base units (packets, bytes, ns, byte-ms) in one unit of a bill line.
+const MILLION: i64 = 1_000_000;
+const GB: i64 = 1_000_000_000;
+const SECOND_NS: i64 = 1_000_000_000;
+const GB_HOUR_BYTE_MS: i64 = 3_600_000_000_000_000;
+
+/// A counter as a decimal; a count beyond what a decimal holds (some
+/// 7.9 × 10^28) saturates, far beyond any bill.
+fn counter(n: u128) -> Decimal {
+    i128::try_from(n).ok().and_then(|n| Decimal::try_from_i128_with_scale(n, 0).ok()).unwrap_or(Decimal::MAX)
+}
+
+/// One line: `used` base units, of which `included` units (of `per_unit`
+/// base units each) are free, at `price` per unit.
+fn line(
+    item: &str,
+    unit: &str,
+    used: u128,
+    included: Decimal,
+    per_unit: i64,
+    price: Exact,
+    currency: &Currency,
+) -> BillLine {
+    let per_unit = Decimal::from(per_unit);
+    let used = counter(used);
+    let free = included.checked_mul(per_unit).unwrap_or(Decimal::MAX);
+    let billable = (used - free.min(used)).max(Decimal::ZERO);
+    // Multiply first, divide last: exact but for a division by 3.6e15.
+    let amount = billable
+        .checked_mul(price.value())
+        .map(|a| a.checked_div(per_unit).unwrap_or(Decimal::MAX))
+        .unwrap_or(Decimal::MAX);
+    let amount_minor = currency.to_minor(amount);
+    let units = |d: Decimal| d.checked_div(per_unit).and_then(|d| d.to_f64()).unwrap_or(f64::MAX);
+    BillLine {
+        item: item.into(),
+        unit: unit.into(),
+        quantity: units(used),
+        included: included.to_f64().unwrap_or(f64::MAX),
+        billable: units(billable),
+        unit_price: price.to_string(),
+        amount_minor,
+        amount: currency.format(amount_minor),
+    }
 }
 
 /// The priced lines for usage totals.
 pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
     let inc = &plan.included;
-    let line = |item: &str, unit: &str, quantity: f64, included: f64, unit_price: f64| {
-        let billable = (quantity - included).max(0.0);
-        let amount_minor = to_minor(billable * unit_price);
-        BillLine {
-            item: item.into(),
-            unit: unit.into(),
-            quantity,
-            included,
-            billable,
-            unit_price: price(unit_price),
-            amount_minor,
-            amount: decimal(amount_minor),
-        }
-    };
+    let c = &plan.currency;
+    let count = |n: u64| Decimal::from(n) / Decimal::from(MILLION);
     vec![
         line(
             "packets",
             "million packets",
-            total.sums.packets as f64 / 1e6,
-            inc.packets as f64 / 1e6,
+            u128::from(total.sums.packets),
+            count(inc.packets),
+            MILLION,
             plan.per_million_packets,
+            c,
         ),
-        line("data", "GB", total.sums.bytes as f64 / 1e9, inc.gb, plan.per_gb),
-        line("cpu", "CPU seconds", total.sums.cpu_ns as f64 / 1e9, inc.cpu_seconds, plan.per_cpu_second),
+        line("data", "GB", u128::from(total.sums.bytes), inc.gb.value(), GB, plan.per_gb, c),
+        line(
+            "cpu",
+            "CPU seconds",
+            u128::from(total.sums.cpu_ns),
+            inc.cpu_seconds.value(),
+            SECOND_NS,
+            plan.per_cpu_second,
+            c,
+        ),
         line(
             "invocations",
             "million invocations",
-            total.sums.invocations as f64 / 1e6,
-            inc.invocations as f64 / 1e6,
+            u128::from(total.sums.invocations),
+            count(inc.invocations),
+            MILLION,
             plan.per_million_invocations,
+            c,
         ),
-        line("state", "GB-hours", gb_hours(total.state_byte_ms), inc.state_gb_hours, plan.per_gb_hour_state),
+        line(
+            "state",
+            "GB-hours",
+            total.state_byte_ms,
+            inc.state_gb_hours.value(),
+            GB_HOUR_BYTE_MS,
+            plan.per_gb_hour_state,
+            c,
+        ),
     ]
 }
 
@@ -165,7 +212,7 @@ mod tests {
 
     #[test]
     fn state_is_priced_per_gb_hour_after_its_allowance() {
-        let plan = PricePlan { per_gb_hour_state: 0.5, ..PricePlan::default() };
+        let plan = PricePlan { per_gb_hour_state: Exact::new(5, 1), ..PricePlan::default() };
         // 2 GB held for 3 hours: 6 GB-hours, 1 included.
         let byte_ms = 2_000_000_000 * 3 * 3_600_000;
         let sums = sluice_control::MeterSums { state_byte_ms: byte_ms, ..Default::default() };
@@ -202,29 +249,101 @@ mod tests {
     }
 
     #[test]
-    fn money_is_exact_text() {
-        assert_eq!(decimal(0), "0.00");
-        assert_eq!(decimal(5), "0.05");
-        assert_eq!(decimal(123_456), "1234.56");
-        assert_eq!(decimal(-7), "-0.07");
-        assert_eq!(decimal(i64::MIN), "-92233720368547758.08");
-        assert_eq!(price(0.05), "0.05");
-        assert_eq!(price(1e-7), "0.0000001");
-        assert_eq!(price(2.0), "2.0");
-        assert_eq!(to_minor(f64::NAN), 0);
-        assert_eq!(to_minor(1e300), i64::MAX);
-        // 0.1 + 0.2 is no problem when each line is whole cents.
-        let l = |m| BillLine {
-            item: String::new(),
-            unit: String::new(),
-            quantity: 0.0,
-            included: 0.0,
-            billable: 0.0,
-            unit_price: String::new(),
-            amount_minor: m,
-            amount: decimal(m),
+    fn money_is_exact_decimals_rounded_once() {
+        // 0.1 + 0.2: 1 M packets at 0.1 and 2 M at 0.2 would drift in
+        // floats; here a price of 0.3 per million on 3 M billable packets
+        // is exactly 0.90.
+        let plan = PricePlan {
+            per_million_packets: Exact::new(3, 1),
+            included: crate::config::Included { packets: 0, ..Default::default() },
+            ..PricePlan::default()
         };
-        assert_eq!(decimal(total_minor(&[l(10), l(20)])), "0.30");
+        let sums = sluice_control::MeterSums { packets: 3_000_000, ..Default::default() };
+        let l = lines(&plan, &UsageSums { sums, ..Default::default() });
+        assert_eq!((l[0].amount_minor, l[0].amount.as_str(), l[0].unit_price.as_str()), (90, "0.90", "0.3"));
+        // Half a cent rounds away from zero, once: 0.005 per million on
+        // 1 M packets is 0.01, on 0.999999 M it is 0.00.
+        let plan = PricePlan { per_million_packets: Exact::new(5, 3), ..plan };
+        let priced = |packets| {
+            let sums = sluice_control::MeterSums { packets, ..Default::default() };
+            lines(&plan, &UsageSums { sums, ..Default::default() })[0].amount_minor
+        };
+        assert_eq!((priced(1_000_000), priced(999_999)), (1, 0));
+    }
+
+    #[test]
+    fn bills_are_in_the_currencys_minor_units() {
+        let sums = sluice_control::MeterSums { packets: 101_000_000, ..Default::default() };
+        let usage = UsageSums { sums, ..Default::default() };
+        let bill = |code: &str| {
+            let plan = PricePlan {
+                currency: Currency::from_code(code).unwrap(),
+                per_million_packets: Exact::parse("1.2345").unwrap(),
+                ..PricePlan::default()
+            };
+            let l = lines(&plan, &usage).swap_remove(0);
+            (l.amount_minor, l.amount)
+        };
+        // 100 billable million packets at 1.2345.
+        assert_eq!(bill("USD"), (12345, "123.45".into()));
+        assert_eq!(bill("JPY"), (123, "123".into()));
+        assert_eq!(bill("BHD"), (123450, "123.450".into()));
+    }
+
+    proptest::proptest! {
+        /// Each line is its usage times its price, rounded once (checked
+        /// against integer arithmetic), and the total is the sum of the
+        /// lines, for any usage, prices and allowances.
+        #[test]
+        fn lines_are_exact_and_add_up_to_the_total(
+            packets in 0u64..1 << 40,
+            bytes in 0u64..1 << 44,
+            cpu_ns in 0u64..1 << 44,
+            invocations in 0u64..1 << 36,
+            state_byte_ms in 0u64..1 << 62,
+            price in 0u32..1_000_000_000,
+            price_scale in 0u32..7,
+            included in 0u64..1 << 30,
+            currency in proptest::sample::select(vec!["USD", "JPY", "BHD", "EUR"]),
+        ) {
+            let p = Exact::new(price, price_scale);
+            let plan = PricePlan {
+                currency: Currency::from_code(currency).unwrap(),
+                per_million_packets: p,
+                per_gb: p,
+                per_cpu_second: p,
+                per_million_invocations: p,
+                per_gb_hour_state: p,
+                included: crate::config::Included {
+                    packets: included,
+                    gb: Exact::new(0, 0),
+                    cpu_seconds: Exact::new(0, 0),
+                    invocations: included,
+                    state_gb_hours: Exact::new(0, 0),
+                },
+            };
+            let sums = sluice_control::MeterSums { packets, bytes, cpu_ns, invocations, ..Default::default() };
+            let usage = UsageSums { sums, state_byte_ms: u128::from(state_byte_ms), ..Default::default() };
+            let l = lines(&plan, &usage);
+            let exp = plan.currency.exponent();
+            // round(billable × price / per_unit) in minor units, half up
+            // (all non-negative), in integers.
+            let oracle = |billable: u128, per_unit: u128| -> i64 {
+                let num = billable * u128::from(price) * 10u128.pow(exp);
+                let den = per_unit * 10u128.pow(price_scale);
+                ((2 * num + den) / (2 * den)) as i64
+            };
+            proptest::prop_assert_eq!(l[0].amount_minor, oracle(u128::from(packets.saturating_sub(included)), 1_000_000));
+            proptest::prop_assert_eq!(l[1].amount_minor, oracle(u128::from(bytes), 1_000_000_000));
+            proptest::prop_assert_eq!(l[2].amount_minor, oracle(u128::from(cpu_ns), 1_000_000_000));
+            proptest::prop_assert_eq!(l[3].amount_minor, oracle(u128::from(invocations.saturating_sub(included)), 1_000_000));
+            proptest::prop_assert_eq!(l[4].amount_minor, oracle(u128::from(state_byte_ms), 3_600_000_000_000_000));
+            let total: i64 = l.iter().map(|l| l.amount_minor).sum();
+            proptest::prop_assert_eq!(total_minor(&l), total);
+            for line in &l {
+                proptest::prop_assert_eq!(&line.amount, &plan.currency.format(line.amount_minor));
+            }
+        }
     }
 
     #[test]

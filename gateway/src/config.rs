@@ -56,8 +56,8 @@
 //! uploads-in-flight = 2              # uploads being checked at once (more: 429)
 //! compiles = 2                       # gateway-wide: modules compiled at once (more wait)
 //!
-//! [billing]                          # the price plan
-//! currency = "USD"
+//! [billing]                          # the price plan: exact decimals (0.05 or "0.05"), never negative
+//! currency = "USD"                   # ISO 4217; bills round to its minor unit
 //! per-million-packets = 0.05
 //! per-gb = 0.02
 //! per-cpu-second = 0.10
@@ -71,6 +71,7 @@
 //! state-gb-hours = 1.0
 //! ```
 
+use crate::money::{Currency, Exact};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -116,37 +117,47 @@ pub struct Included {
     /// Packets.
     pub packets: u64,
     /// Gigabytes (10^9 bytes).
-    pub gb: f64,
+    pub gb: Exact,
     /// Guest CPU seconds.
-    pub cpu_seconds: f64,
+    pub cpu_seconds: Exact,
     /// NF invocations (batches).
     pub invocations: u64,
     /// GB-hours of NF state (10^9 bytes held for an hour).
-    pub state_gb_hours: f64,
+    pub state_gb_hours: Exact,
 }
 
 impl Default for Included {
     fn default() -> Self {
-        Included { packets: 1_000_000, gb: 1.0, cpu_seconds: 10.0, invocations: 100_000, state_gb_hours: 1.0 }
+        Included {
+            packets: 1_000_000,
+            gb: Exact::new(1, 0),
+            cpu_seconds: Exact::new(10, 0),
+            invocations: 100_000,
+            state_gb_hours: Exact::new(1, 0),
+        }
     }
 }
 
-/// The price plan.
+/// The price plan. Prices and allowances are exact decimals (a TOML
+/// number is read as the decimal it is written as, or write a string:
+/// `"0.05"`), never negative; amounts are rounded once, per bill line, to
+/// the currency's minor unit (see [`crate::billing`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct PricePlan {
-    /// Currency code printed on bills.
-    pub currency: String,
+    /// Currency of the bills: an ISO 4217 code with minor units (`USD`,
+    /// `EUR`, `JPY`, `BHD`, ...), which decide the bills' rounding.
+    pub currency: Currency,
     /// Price per million packets.
-    pub per_million_packets: f64,
+    pub per_million_packets: Exact,
     /// Price per GB (10^9 bytes) processed.
-    pub per_gb: f64,
+    pub per_gb: Exact,
     /// Price per second of guest CPU time.
-    pub per_cpu_second: f64,
+    pub per_cpu_second: Exact,
     /// Price per million invocations.
-    pub per_million_invocations: f64,
+    pub per_million_invocations: Exact,
     /// Price per GB-hour of NF state (tables and flow state held on hosts).
-    pub per_gb_hour_state: f64,
+    pub per_gb_hour_state: Exact,
     /// Allowances.
     pub included: Included,
 }
@@ -154,12 +165,12 @@ pub struct PricePlan {
 impl Default for PricePlan {
     fn default() -> Self {
         PricePlan {
-            currency: "USD".into(),
-            per_million_packets: 0.05,
-            per_gb: 0.02,
-            per_cpu_second: 0.10,
-            per_million_invocations: 0.20,
-            per_gb_hour_state: 0.01,
+            currency: Currency::default(),
+            per_million_packets: Exact::new(5, 2),
+            per_gb: Exact::new(2, 2),
+            per_cpu_second: Exact::new(10, 2),
+            per_million_invocations: Exact::new(20, 2),
+            per_gb_hour_state: Exact::new(1, 2),
             included: Included::default(),
         }
     }
@@ -573,18 +584,24 @@ mod tests {
         let c: GatewayConfig =
             toml::from_str("admin-token = 'secret-token'\n[billing]\nper-gb = 0.5\n[billing.included]\npackets = 10\n")
                 .unwrap();
-        assert_eq!(c.billing.per_gb, 0.5);
+        assert_eq!(c.billing.per_gb, Exact::new(5, 1));
         assert_eq!(c.billing.included.packets, 10);
-        assert_eq!(c.billing.included.gb, 1.0);
-        assert_eq!(c.billing.per_million_packets, 0.05);
-        assert_eq!((c.billing.per_gb_hour_state, c.billing.included.state_gb_hours), (0.01, 1.0));
+        assert_eq!(c.billing.included.gb, Exact::new(1, 0));
+        assert_eq!(c.billing.per_million_packets, Exact::new(5, 2));
+        assert_eq!(
+            (c.billing.per_gb_hour_state, c.billing.included.state_gb_hours),
+            (Exact::new(1, 2), Exact::new(1, 0))
+        );
         assert_eq!(c.max_state_budget_mb, 1024);
         c.validate().unwrap();
         let c: GatewayConfig = toml::from_str(
             "admin-token = 'secret-token'\nmax-state-budget-mb = 256\n[billing]\nper-gb-hour-state = 0.2\n[billing.included]\nstate-gb-hours = 0.5\n",
         )
         .unwrap();
-        assert_eq!((c.billing.per_gb_hour_state, c.billing.included.state_gb_hours), (0.2, 0.5));
+        assert_eq!(
+            (c.billing.per_gb_hour_state, c.billing.included.state_gb_hours),
+            (Exact::new(2, 1), Exact::new(5, 1))
+        );
         assert_eq!(c.max_state_budget_mb, 256);
         let c: GatewayConfig = toml::from_str("admin-token = 'secret-token'\nmax-state-budget-mb = 0\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("max-state-budget-mb must be at least 1"));
@@ -617,7 +634,7 @@ mod tests {
             [include_str!("../../deploy/systemd/gateway.toml"), include_str!("../../deploy/local/gateway-demo.toml")]
         {
             let c: GatewayConfig = toml::from_str(text).unwrap();
-            assert!(c.billing.per_million_packets > 0.0);
+            assert!(c.billing.per_million_packets > Exact::default());
         }
     }
 }

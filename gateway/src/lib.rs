@@ -21,6 +21,7 @@ pub mod dashboard;
 pub mod error;
 pub mod groups;
 pub mod intake;
+pub mod money;
 pub mod nats_auth;
 pub mod signin;
 pub mod state;
