@@ -381,7 +381,6 @@ fn sum(peers: &[Value], k: &str) -> u64 {
 /// The Markdown section.
 pub fn section(host: &Path, nfs: &Path) -> Result<String> {
     let mut killed_at = 0.0;
-    let mut h2_flows: Vec<u32> = Vec::new();
     let four = ["h1", "h2", "h3", "h4"];
     let rep = run(host, nfs, "r", &four, &[], |cluster, procs, t0| {
         at(t0, 1.5);
@@ -397,29 +396,7 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
         wait_table(cluster, before, &["h1", "h4"])?;
         Ok(Some(now_s()))
     })?;
-    // The killed host's flows: those whose frames it forwarded before.
-    for (f, o) in rep.frames.iter().zip(&rep.out) {
-        if o.iter().any(|&(ts, h)| h == 1 && ts < killed_at) && !h2_flows.contains(&f.flow) {
-            h2_flows.push(f.flow);
-        }
-    }
-    // After the kill: the first frame of one of its flows out of another
-    // host, and the frames of its flows lost.
-    let (mut first_elsewhere, mut lost_kill, mut last_lost) = (f64::MAX, 0u64, 0.0f64);
-    for (f, o) in rep.frames.iter().zip(&rep.out) {
-        if !h2_flows.contains(&f.flow) {
-            continue;
-        }
-        let due = rep.t0 + f.due;
-        match o.first() {
-            Some(&(ts, h)) if h != 1 && ts > killed_at => first_elsewhere = first_elsewhere.min(ts),
-            None if due > killed_at - 0.5 => {
-                lost_kill += 1;
-                last_lost = last_lost.max(due - killed_at);
-            }
-            _ => {}
-        }
-    }
+    let kill = failover(&rep, killed_at, 1, "h2");
     let pulled = run(
         host,
         nfs,
@@ -458,20 +435,16 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
     s.push_str(&window(&rep, "after", 6.0, SECS));
     s.push_str(&format!(
         "\nMoved flowlets that started without waiting for state: **{with} of {moved}** ({:.1} %; SNF: 90.43 %, target ≥ 95 %). \
-         The kill of h2 (its {} connections): the first of its flows' frames came out of another host **{:.1} ms** after the kill; \
-         {lost_kill} of its flows' frames were lost, the last of them due {:.1} ms after the kill (until its link went down and in its queues); \
-         the controller's table dropped it {:.2} s after the kill. The dispatcher's report of the event (its link to h2 down): {} packets sent to h2 in the \
+         The controller's table dropped h2 {:.2} s after the kill. The dispatcher's report of the kill (its link to h2 down): {} packets sent to h2 in the \
          20 ms before (what could be lost with it), {} flowlets moved away since; flowlets moved away from h2 over the run {}, from h3 {}.\n\n",
         if moved > 0 { with as f64 * 100.0 / moved as f64 } else { 0.0 },
-        h2_flows.len(),
-        (first_elsewhere - killed_at).max(0.0) * 1e3,
-        last_lost * 1e3,
         rep.killed_out.map_or(0.0, |t| t - killed_at),
         link_down(&rep.steer, "h2", "sent_before"),
         link_down(&rep.steer, "h2", "flowlets_moved"),
         host_count(&rep.steer, "h2", "moved_away"),
         host_count(&rep.steer, "h3", "moved_away"),
     ));
+    s.push_str(&kill.markdown());
     s.push_str(
         "**Run 2: a host drained with proactive replication slowed to 60 s** (every moved flow's state pulled; \
          `--pull-wait-us 20000`: on a small shared machine a request and its answer through NATS take milliseconds)\n\n",
@@ -494,6 +467,137 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
         sum(&pulled.peers, "packets_held_dropped"),
     ));
     Ok(s)
+}
+
+/// What a kill did to the killed host's flows: a flow is the dead host's
+/// when its last frame out before the kill came out of that host.
+struct Failover {
+    /// The dead host's flows.
+    flows: usize,
+    /// Per flow that came out of another host after the kill: seconds
+    /// from the kill to its first frame out there.
+    recovered: Vec<f64>,
+    /// Per such first frame: its latency (out against due), seconds.
+    first_latency: Vec<f64>,
+    /// Flows with no frame out of another host after the kill.
+    not_recovered: usize,
+    /// Frames of its flows lost since each flow's last frame out before
+    /// the kill: their due times against the kill, seconds.
+    lost_due: Vec<f64>,
+    /// Seconds from the kill to the dispatcher's link-down event for the
+    /// host, and to the dispatcher's first table without it.
+    detected: Option<f64>,
+    table: Option<f64>,
+}
+
+/// [`Failover`] of host index `dead` (named `name` in the dispatcher's
+/// report), killed at wall time `killed_at`.
+fn failover(r: &Run, killed_at: f64, dead: usize, name: &str) -> Failover {
+    let frames_of = |flow: u32| r.frames.iter().zip(&r.out).filter(move |(f, _)| f.flow == flow);
+    let mut flows: Vec<u32> = r.frames.iter().map(|f| f.flow).collect();
+    flows.sort_unstable();
+    flows.dedup();
+    let mut out = Failover {
+        flows: 0,
+        recovered: Vec::new(),
+        first_latency: Vec::new(),
+        not_recovered: 0,
+        lost_due: Vec::new(),
+        detected: link_down_at(&r.steer, name).map(|t| t - killed_at),
+        table: table_without_at(&r.steer, name).map(|t| t - killed_at),
+    };
+    for flow in flows {
+        // Its last frame out before the kill: where, and which frame.
+        let last = frames_of(flow)
+            .enumerate()
+            .flat_map(|(i, (_, o))| o.iter().map(move |&(ts, h)| (ts, h, i)))
+            .filter(|&(ts, _, _)| ts < killed_at)
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let Some((_, host, last_i)) = last else { continue };
+        if host != dead {
+            continue;
+        }
+        out.flows += 1;
+        let first = frames_of(flow)
+            .flat_map(|(f, o)| o.iter().map(move |&(ts, h)| (ts, h, f.due)))
+            .filter(|&(ts, h, _)| h != dead && ts >= killed_at)
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        match first {
+            Some((ts, _, due)) => {
+                out.recovered.push(ts - killed_at);
+                out.first_latency.push(ts - (r.t0 + due));
+            }
+            None => out.not_recovered += 1,
+        }
+        for (_, (f, o)) in frames_of(flow).enumerate().filter(|&(i, _)| i > last_i) {
+            if o.is_empty() {
+                out.lost_due.push(r.t0 + f.due - killed_at);
+            }
+        }
+    }
+    out
+}
+
+impl Failover {
+    fn markdown(&self) -> String {
+        let ms = |v: Option<f64>| v.map_or("not seen".to_string(), |t| format!("{:.1} ms", t * 1e3));
+        let mut rec = self.recovered.clone();
+        let mut lat = self.first_latency.clone();
+        let lost = self.lost_due.len();
+        let (lo, hi) = self.lost_due.iter().fold((f64::MAX, f64::MIN), |(a, b), &t| (a.min(t), b.max(t)));
+        let split = |from: Option<f64>, to: Option<f64>| {
+            self.lost_due.iter().filter(|&&t| from.is_none_or(|f| t >= f) && to.is_none_or(|e| t < e)).count()
+        };
+        let before_detection = split(None, self.detected);
+        let before_table = split(self.detected, self.table.filter(|_| self.detected.is_some()));
+        let after = lost - before_detection - before_table;
+        format!(
+            "**The kill of h2**, measured on its flows (a flow is h2's when its last frame out before the kill came out of h2: {} connections). \
+             Time from the kill until each came out of another host: p50 **{:.1} ms**, p99 **{:.1} ms**, max **{:.1} ms** over the {} that did ({} never did); \
+             those first frames' latency against when they were due: p50 {:.1} ms, p99 {:.1} ms (a connection sends a frame every {:.0} ms by turns each way, \
+             so a flow's first frame after the kill is due up to {:.0} ms later). The dispatcher saw h2's link go down {} after the kill and steered by a table \
+             without h2 {} after it. Frames of h2's flows lost (after each flow's last frame out before the kill): **{lost}**, due from {:.1} ms to {:.1} ms \
+             after the kill: {before_detection} due before the dispatcher saw the link down (sent to h2, in flight or queued there), \
+             {before_table} due between that and the table change, {after} due after both (lost in the move: state, queues).\n\n",
+            self.flows,
+            percentile(&mut rec, 0.5) * 1e3,
+            percentile(&mut rec, 0.99) * 1e3,
+            rec.last().copied().unwrap_or(0.0) * 1e3,
+            self.recovered.len(),
+            self.not_recovered,
+            percentile(&mut lat, 0.5) * 1e3,
+            percentile(&mut lat, 0.99) * 1e3,
+            EVERY * 1e3,
+            EVERY * 1e3,
+            ms(self.detected),
+            ms(self.table),
+            if lost > 0 { lo * 1e3 } else { 0.0 },
+            if lost > 0 { hi * 1e3 } else { 0.0 },
+        )
+    }
+}
+
+/// Wall time (s) of the latest down event of `host`'s link in the
+/// dispatcher's report.
+fn link_down_at(steer: &Value, host: &str) -> Option<f64> {
+    steer["links"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|x| x["host"] == host && x["up"] == false)
+        .and_then(|x| x["at_unix_us"].as_u64())
+        .map(|us| us as f64 / 1e6)
+}
+
+/// Wall time (s) of the first table the dispatcher steered by that lost
+/// `host`.
+fn table_without_at(steer: &Value, host: &str) -> Option<f64> {
+    steer["tables"]
+        .as_array()?
+        .iter()
+        .find(|t| t["left"].as_array().is_some_and(|l| l.iter().any(|h| h == host)))
+        .and_then(|t| t["at_unix_us"].as_u64())
+        .map(|us| us as f64 / 1e6)
 }
 
 /// A counter of the latest down event of `host`'s link.

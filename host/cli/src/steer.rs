@@ -138,6 +138,9 @@ pub struct LinkEvent {
     pub up: bool,
     /// When, ms since the dispatcher started.
     pub at_ms: u64,
+    /// When, µs since the Unix epoch (to set against other processes'
+    /// clocks, e.g. when a host was killed).
+    pub at_unix_us: u64,
     /// Down: packets sent to the host in the 20 ms before its link went
     /// down: what may have been lost with it (in flight, in its queues;
     /// what a dead host had taken before is not counted).
@@ -145,6 +148,13 @@ pub struct LinkEvent {
     /// Down: flowlets moved away from the host since (its flows, each at
     /// its next packet, to the slot's next owner).
     pub flowlets_moved: u64,
+}
+
+/// Now, µs since the Unix epoch.
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// Tables kept in a dispatcher's report, at most (the latest).
@@ -157,6 +167,8 @@ pub struct TableEvent {
     pub version: u64,
     /// When, ms since the dispatcher started.
     pub at_ms: u64,
+    /// When, µs since the Unix epoch.
+    pub at_unix_us: u64,
     /// How long after the dispatcher first saw it, ms (the handover delay
     /// of a planned change; 0 when a host was lost).
     pub delayed_ms: u64,
@@ -183,6 +195,11 @@ impl RouteFeed {
             since_down: hosts.iter().map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
             hosts,
         }
+    }
+
+    /// Whether the link towards host `i` is down (as last noted).
+    pub fn link_down(&self, i: usize) -> bool {
+        self.down.get(i).is_some_and(|d| d.load(Ordering::Acquire))
     }
 
     /// Notes the state of the link towards host `i`. A host whose link
@@ -215,6 +232,7 @@ impl RouteFeed {
             host,
             up,
             at_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            at_unix_us: unix_us(),
             ..Default::default()
         });
     }
@@ -329,6 +347,7 @@ impl RouteFeed {
         events.push(TableEvent {
             version: table.version(),
             at_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            at_unix_us: unix_us(),
             delayed_ms: u64::try_from(delayed.as_millis()).unwrap_or(u64::MAX),
             joined,
             left,
@@ -609,7 +628,7 @@ pub fn run_steer(
                 for (i, p) in &watched {
                     feed.set_link(*i, p.link_up());
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(1));
             }
         });
         // The report is kept up to date while the workers run.
@@ -821,7 +840,11 @@ fn steer_loop(
                 }
                 let mut sent = q.tx_burst(t.port, v);
                 let since = Instant::now();
-                while !v.is_empty() && since.elapsed() < opts.tx_retry {
+                // A full queue towards a live host is waited on (up to
+                // --tx-retry-us); one towards a host whose link is down
+                // is not: its packets are lost with it, and waiting would
+                // hold every other host's packets too.
+                while !v.is_empty() && since.elapsed() < opts.tx_retry && !feed.link_down(hi) {
                     std::hint::spin_loop();
                     sent += q.tx_burst(t.port, v);
                 }
