@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_control::{HostState, ModuleRef, NfLimitsSpec, NfPlacement, subjects::check_token};
-use sluice_engine::Attachment;
 use sluice_runtime::{Chain, FailurePolicy, NfLimits, NfSpec, Routes, RuntimeError};
+use sluice_traffic::Attachment;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use utoipa::{IntoParams, ToSchema};
@@ -1135,7 +1135,7 @@ impl AttachmentIn {
                     .transpose()?;
                 let side = match o.side.as_deref() {
                     Some(v) => v.parse().map_err(|e| format!("attachment: {e}"))?,
-                    None => sluice_engine::Side::Inside,
+                    None => sluice_traffic::Side::Inside,
                 };
                 let a = Attachment { port: o.port, vlan: o.vlan, dst, out: o.out, side };
                 a.validate().map_err(|e| e.to_string())?;
@@ -1199,7 +1199,7 @@ fn check_group_attachments(
             ),
         ));
     }
-    sluice_engine::outside_ports(attachments)
+    sluice_traffic::outside_ports(attachments)
         .map_err(|reason| ApiError::unprocessable("attachment_side", format!("attachments: {reason}")))?;
     for a in attachments {
         for port in std::iter::once(a.port).chain(a.out) {

@@ -12,7 +12,7 @@
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use sluice_control::{EventBatch, MeterRecord, MeterSums, NfEvent};
-use sluice_engine::Attachment;
+use sluice_traffic::Attachment;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};

@@ -100,14 +100,14 @@ pub struct DeploymentSpec {
     /// deployment, which sees every packet of a replayed or spooled
     /// capture and no live traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attachments: Vec<sluice_engine::Attachment>,
+    pub attachments: Vec<sluice_traffic::Attachment>,
     /// What its NFs see of fragmented IP datagrams (absent: `follow`).
     #[serde(default, skip_serializing_if = "is_follow")]
-    pub fragments: sluice_engine::FragmentMode,
+    pub fragments: sluice_traffic::FragmentMode,
 }
 
-fn is_follow(m: &sluice_engine::FragmentMode) -> bool {
-    *m == sluice_engine::FragmentMode::Follow
+fn is_follow(m: &sluice_traffic::FragmentMode) -> bool {
+    *m == sluice_traffic::FragmentMode::Follow
 }
 
 impl DeploymentSpec {

@@ -1251,7 +1251,7 @@ fn run() -> Result<()> {
             // anything is sent.
             let attach = attach
                 .iter()
-                .map(|a| a.parse::<sluice_engine::Attachment>().map(|a| Value::String(a.to_string())))
+                .map(|a| a.parse::<sluice_traffic::Attachment>().map(|a| Value::String(a.to_string())))
                 .collect::<Result<Vec<Value>, _>>()
                 .context("--attach")?;
             let client = tenant();

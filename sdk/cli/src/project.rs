@@ -213,7 +213,7 @@ impl Project {
             return Err(bad(format!("[run]: {reason}")));
         }
         for a in &manifest.deployment.attach {
-            a.parse::<sluice_engine::Attachment>().map_err(|e| bad(format!("[deployment] attach '{a}': {e}")))?;
+            a.parse::<sluice_traffic::Attachment>().map_err(|e| bad(format!("[deployment] attach '{a}': {e}")))?;
         }
         let dir = dir.canonicalize().map_err(io("resolving", dir))?;
         Ok(Project { dir, manifest })

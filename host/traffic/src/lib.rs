@@ -1,0 +1,13 @@
+//! What a deployment takes of a host's traffic and how its NFs see it.
+//!
+//! The control protocol, the gateway and the engine share these words, so
+//! they live below all three: [`Attachment`]s (which packets, and where
+//! they leave) and the [`FragmentMode`] (what NFs see of fragmented IP).
+//! Matching packets against attachments is the engine's classifier;
+//! reassembly and fragments that follow their first are the runtime's.
+
+mod attachment;
+mod fragment_mode;
+
+pub use attachment::{Attachment, AttachmentError, MAX_VLAN, Side, outside_ports};
+pub use fragment_mode::FragmentMode;
