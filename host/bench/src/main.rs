@@ -24,7 +24,7 @@ use native::SdkNative;
 use sluice_runtime::{Chain, NativeNf, NfInstance, NfLimits, NfSpec, RawPacket, Runtime, RuntimeConfig};
 use sluice_wire::build::FrameSpec;
 use sluice_wire::tcp::flags::{ACK, PSH, SYN};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -56,6 +56,11 @@ struct Args {
     /// Only the fragment-mode table (prints, writes nothing).
     #[arg(long)]
     fragments_only: bool,
+    /// Only the global-state table: the NAT's pool and the monitor's
+    /// eventual and single-writer tables on 1 and 2 workers (prints,
+    /// writes nothing).
+    #[arg(long)]
+    state_only: bool,
     /// Only the control-plane table (needs --host; prints, writes nothing).
     #[arg(long, requires = "host")]
     control_only: bool,
@@ -354,6 +359,12 @@ fn main() -> Result<()> {
             native: || Box::new(SdkNative::<sluice_nf_ids::Ids>::new()),
         },
     ];
+    if args.state_only {
+        let frames64 = traffic(64, 1024, 8192);
+        let scaling = global_state(&runtime, &cases, &args.nfs, &frames64, &bench)?;
+        print!("{}", render_scaling(&scaling, &[]));
+        return Ok(());
+    }
     let sizes = [64usize, 1500];
     let batches = [1usize, 8, 32, 128];
     let frames: Vec<(usize, Vec<Vec<u8>>)> = sizes.iter().map(|&s| (s, traffic(s, 1024, 8192))).collect();
@@ -410,27 +421,9 @@ fn main() -> Result<()> {
     }
     bar.finish_and_clear();
 
-    // NAT and monitor on 1 and 2 workers: global state shared between
-    // workers (the NAT's port pool, the monitor's eventual counters).
     eprintln!("workers (about half a minute)...");
-    let mut scaling = Vec::new();
     let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
-    let mut scaled: Vec<(&'static str, &NfCase, &'static str)> = Vec::new();
-    for case in cases.iter().filter(|c| c.name == "nat" || c.name == "monitor") {
-        scaled.push((case.name, case, case.config));
-        if case.name == "monitor" {
-            scaled.push(("monitor (single-writer)", case, MONITOR_SINGLE_WRITER_CONFIG));
-        }
-    }
-    for (label, case, config) in scaled {
-        let module = runtime.load_file(&args.nfs.join(format!("{}.wasm", case.name)))?;
-        let spec = NfSpec { module, config: config.as_bytes().into(), limits: NfLimits::default(), owner: None };
-        for workers in [1usize, 2] {
-            let native = workers_mpps(&runtime, &spec, Some(case.native), frames64, workers, &bench)?;
-            let wasm = workers_mpps(&runtime, &spec, None, frames64, workers, &bench)?;
-            scaling.push(Scaling { nf: label, workers, native, wasm });
-        }
-    }
+    let scaling = global_state(&runtime, &cases, &args.nfs, frames64, &bench)?;
 
     let mut md = render(&rows, &cold, &sizes_info);
     md.push_str(&render_scaling(&scaling, &rows));
@@ -471,6 +464,36 @@ fn main() -> Result<()> {
         eprintln!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// The NAT and the monitor on 1 and 2 workers: global state shared
+/// between workers (the NAT's port pool, the monitor's counter tables,
+/// eventual and single-writer).
+fn global_state(
+    runtime: &Runtime,
+    cases: &[NfCase],
+    nfs: &Path,
+    frames64: &[Vec<u8>],
+    bench: &Bench,
+) -> Result<Vec<Scaling>> {
+    let mut scaling = Vec::new();
+    let mut scaled: Vec<(&'static str, &NfCase, &'static str)> = Vec::new();
+    for case in cases.iter().filter(|c| c.name == "nat" || c.name == "monitor") {
+        scaled.push((case.name, case, case.config));
+        if case.name == "monitor" {
+            scaled.push(("monitor (single-writer)", case, MONITOR_SINGLE_WRITER_CONFIG));
+        }
+    }
+    for (label, case, config) in scaled {
+        let module = runtime.load_file(&nfs.join(format!("{}.wasm", case.name)))?;
+        let spec = NfSpec { module, config: config.as_bytes().into(), limits: NfLimits::default(), owner: None };
+        for workers in [1usize, 2] {
+            let native = workers_mpps(runtime, &spec, Some(case.native), frames64, workers, bench)?;
+            let wasm = workers_mpps(runtime, &spec, None, frames64, workers, bench)?;
+            scaling.push(Scaling { nf: label, workers, native, wasm });
+        }
+    }
+    Ok(scaling)
 }
 
 struct Scaling {
@@ -521,16 +544,28 @@ fn workers_mpps(
             .zip(&shares)
             .map(|(mut chain, share)| {
                 scope.spawn(move || {
-                    let packets = raw(share);
-                    for c in packets.chunks(32) {
-                        chain.process(c);
+                    // Packet time moves on as on a live port (a packet
+                    // every microsecond, the trace replayed end to end), so
+                    // eventual tables merge and single-writer tables sync
+                    // at their intervals during the measurement.
+                    let mut packets = raw(share);
+                    for (i, p) in packets.iter_mut().enumerate() {
+                        p.timestamp_ns = 1_000_000 + 1_000 * i as u64;
                     }
-                    let start = Instant::now();
-                    let mut n = 0u64;
-                    while start.elapsed() < run_for {
+                    let span = 1_000 * packets.len() as u64;
+                    let pass = |packets: &mut [RawPacket<'_>], chain: &mut Chain| {
                         for c in packets.chunks(32) {
                             chain.process(c);
                         }
+                        for p in packets.iter_mut() {
+                            p.timestamp_ns += span;
+                        }
+                    };
+                    pass(&mut packets, &mut chain);
+                    let start = Instant::now();
+                    let mut n = 0u64;
+                    while start.elapsed() < run_for {
+                        pass(&mut packets, &mut chain);
                         n += packets.len() as u64;
                     }
                     (n, start.elapsed())

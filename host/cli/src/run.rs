@@ -70,7 +70,11 @@ impl std::str::FromStr for SwapAt {
 enum Job {
     Packets(Vec<usize>),
     Swap(String, Box<NfSpec>),
-    /// A sync point of the single-writer tables (every worker at once).
+    /// The first half of a sync point of the single-writer tables: hand
+    /// forwarded writes to their owners (every worker, before any syncs).
+    HandOver,
+    /// The second half: owners apply them and publish (every worker at
+    /// once).
     Sync,
 }
 
@@ -331,6 +335,12 @@ pub fn run_observed(
                         Job::Swap(name, spec) => {
                             Reply::Swapped(w.swap(runtime, &name, *spec).map_err(|e| e.to_string()))
                         }
+                        Job::HandOver => {
+                            for stage in w.chain_mut().stages_mut() {
+                                stage.hand_over_state();
+                            }
+                            Reply::Synced
+                        }
                         Job::Sync => {
                             for stage in w.chain_mut().stages_mut() {
                                 stage.sync_state();
@@ -404,11 +414,17 @@ pub fn run_observed(
                 collector.take_events(done.events);
             }
             if sync_interval.is_some() {
-                for (wi, tx) in to_workers.iter().enumerate() {
-                    tx.send(Job::Sync).map_err(|_| RunError::Worker(wi))?;
-                }
-                for _ in 0..workers {
-                    done_rx.recv().map_err(|_| RunError::Worker(0))?;
+                // Two phases, each on every worker before the next starts:
+                // every forwarded write reaches its owner before any owner
+                // applies, so a sync applies all writes made before it.
+                let phases: [fn() -> Job; 2] = [|| Job::HandOver, || Job::Sync];
+                for phase in phases {
+                    for (wi, tx) in to_workers.iter().enumerate() {
+                        tx.send(phase()).map_err(|_| RunError::Worker(wi))?;
+                    }
+                    for _ in 0..workers {
+                        done_rx.recv().map_err(|_| RunError::Worker(0))?;
+                    }
                 }
             }
             collector.write(&trace, start_at..end, &mut fates, observe)?;

@@ -617,10 +617,19 @@ impl NfInstance {
         }
     }
 
-    /// A sync point of a runner that syncs every worker at the same packet
-    /// (`sluice-host run`): the single-writer keys this worker owns take
-    /// the writes forwarded to them and are published. Call it on every
-    /// worker while none is processing.
+    /// The first half of a sync point of a runner that syncs every worker
+    /// at the same packet (`sluice-host run`): this worker hands its writes
+    /// to other workers' single-writer keys to their owners. Call it on
+    /// every worker, while none is processing, before any calls
+    /// [`NfInstance::sync_state`].
+    pub fn hand_over_state(&mut self) {
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.hand_over();
+        }
+    }
+
+    /// The second half of that sync point: the single-writer keys this
+    /// worker owns take the writes handed to them and are published.
     pub fn sync_state(&mut self) {
         if let Some(t) = self.tables.as_deref_mut() {
             t.sync_point();

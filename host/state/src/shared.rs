@@ -4,7 +4,7 @@
 //! Every access takes one lock per state call (so one per batch, not per
 //! packet); between calls a worker works on its own replica or share.
 
-use crate::single::{SingleShared, Value};
+use crate::single::SingleTable;
 use crate::spec::{Merge, TableSpec};
 use crate::{HashMap, HashSet};
 use std::collections::VecDeque;
@@ -53,7 +53,7 @@ struct DomainInner {
     workers: usize,
     eventual: HashMap<String, Arc<EventualShared>>,
     pools: HashMap<String, Arc<Pool>>,
-    single: HashMap<String, Arc<SingleShared>>,
+    single: HashMap<String, SingleTable>,
 }
 
 /// Bytes the NF's shared tables hold on this host, and their budget: one
@@ -130,14 +130,17 @@ impl Domain {
 
     /// Single-writer table `spec.name`, created on first use with one
     /// shard per planned worker; its limits follow the latest declaration.
-    pub(crate) fn single(&self, spec: &TableSpec, sync_interval_ns: u64) -> Arc<SingleShared> {
+    pub(crate) fn single(&self, spec: &TableSpec, sync_interval_ns: u64) -> SingleTable {
         let mut d = lock(&self.inner);
         let shards = self.planned.load(Ordering::Relaxed);
-        let s = d
-            .single
-            .entry(spec.name.clone())
-            .or_insert_with(|| Arc::new(SingleShared::new(spec, shards, sync_interval_ns, self.bytes.clone())))
-            .clone();
+        let make = || SingleTable::new(spec, shards, sync_interval_ns, self.bytes.clone());
+        let s = d.single.entry(spec.name.clone()).or_insert_with(make);
+        // A declaration of another kind under the name is refused before it
+        // gets here; should one arrive, it gets a table of its own kind.
+        if !s.holds(spec.kind) {
+            *s = make();
+        }
+        let s = s.clone();
         s.set_limits(spec, sync_interval_ns);
         s
     }
@@ -146,18 +149,7 @@ impl Domain {
     /// key: counter values as 8 bytes little-endian.
     pub fn single_snapshot(&self, name: &str) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
         let s = lock(&self.inner).single.get(name).cloned()?;
-        Some(
-            s.snapshot()
-                .into_iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        Value::Counter(c) => c.to_le_bytes().to_vec(),
-                        Value::Bytes(b) => b,
-                    };
-                    (k, v)
-                })
-                .collect(),
-        )
+        Some(s.snapshot().into_iter().map(|(k, v)| (k, v.into_bytes())).collect())
     }
 
     /// Registers a worker and returns its index.

@@ -4,6 +4,7 @@ use crate::HashMap;
 use crate::error::StateError;
 use crate::scan::{Largest, ScanPage, Smallest, counter_page, framed_page, page_limit, top_limit, u64_cursor};
 use crate::shared::{AddRefusal, Domain, EventualShared, Pending, Pool, stale};
+use crate::single::SingleStore::{Bytes as SingleBytes, Counters as SingleCounters};
 use crate::single::{Refusal, SingleStore};
 use crate::spec::{Access, Consistency, Kind, MAX_TABLES, Scope, TableSpec};
 use sluice_wire::FlowKey;
@@ -82,7 +83,7 @@ impl Store {
             Store::Bytes(m) => m.len(),
             Store::FlowBytes(m) => m.len(),
             Store::Eventual { shared, .. } => shared.len(),
-            Store::Single(s) => s.shared().len(),
+            Store::Single(s) => s.len(),
             Store::Pool(_) => 0,
         }
     }
@@ -317,10 +318,23 @@ impl Tables {
         }
     }
 
-    /// A sync point of a barrier runner (`sluice-host run`), called on
-    /// every worker while none is processing: the owners of single-writer
-    /// keys apply the writes forwarded to them and publish. Every worker's
-    /// writes must have been handed over (`end_batch`) before any calls it.
+    /// The first half of a barrier runner's sync point (`sluice-host
+    /// run`), called on every worker while none is processing: hands the
+    /// writes this worker made to other workers' single-writer keys to
+    /// their owners. Every worker must have handed over before any calls
+    /// [`Tables::sync_point`].
+    pub fn hand_over(&mut self) {
+        let now = self.now_ns;
+        for t in &mut self.tables {
+            if let Store::Single(s) = &mut t.store {
+                s.push(now);
+            }
+        }
+    }
+
+    /// The second half of a barrier runner's sync point: the owners of
+    /// single-writer keys apply the writes handed to them
+    /// ([`Tables::hand_over`]) and publish.
     pub fn sync_point(&mut self) {
         self.sync_single(true);
     }
@@ -334,7 +348,7 @@ impl Tables {
                 Consistency::SingleWriter { sync_interval_ns } => sync_interval_ns,
                 _ => 0,
             };
-            if !all && now.saturating_sub(s.last_sync_ns) < interval {
+            if !all && now.saturating_sub(s.last_sync_ns()) < interval {
                 continue;
             }
             let notify = t.spec.notify_expired && t.declared;
@@ -356,9 +370,13 @@ impl Tables {
         self.now_ns = self.now_ns.max(now_ns);
         let now = self.now_ns;
         let mut single = false;
+        let barrier = self.domain.barrier();
         for (i, t) in self.tables.iter_mut().enumerate() {
             if let Store::Single(s) = &mut t.store {
-                s.push();
+                // A barrier runner hands writes over at its sync points.
+                if !barrier {
+                    s.end_batch(now);
+                }
                 single = true;
                 continue;
             }
@@ -468,7 +486,7 @@ impl Tables {
         }
         // Live workers sync their single-writer shards when due; a barrier
         // runner syncs every worker at once (`sync_point`).
-        if single && !self.domain.barrier() {
+        if single && !barrier {
             self.sync_single(false);
         }
     }
@@ -483,7 +501,7 @@ impl Tables {
     pub fn flush(&mut self) {
         for t in &mut self.tables {
             if let Store::Single(s) = &mut t.store {
-                s.push();
+                s.push(self.now_ns);
             }
             if let Store::Eventual { pending, shared, last_merge_ns } = &mut t.store {
                 shared.merge_in(pending, self.now_ns);
@@ -716,7 +734,7 @@ impl Tables {
                 }
                 r
             }
-            Store::Single(s) if table.spec.kind == Kind::Counter => s.counter_add(keys, deltas, now).map_err(refusal),
+            Store::Single(SingleCounters(s)) => s.counter_add(keys, deltas, now).map_err(refusal),
             Store::Eventual { pending, shared, .. } => shared.add(pending, keys, deltas, now).map_err(|r| match r {
                 AddRefusal::Full(i) => StateError::Full(idx(i)),
                 AddRefusal::OverBudget(i) => StateError::OverBudget(idx(i)),
@@ -744,7 +762,7 @@ impl Tables {
             Store::Counters(m) => read_counters(m, keys, now, timeout, out),
             Store::FlowCounters(m) => read_counters(m, &flow_keys, now, timeout, out),
             Store::Eventual { pending, shared, .. } => shared.read(keys, pending, now, out),
-            Store::Single(s) if table.spec.kind == Kind::Counter => s.counter_get(keys, now, out),
+            Store::Single(SingleCounters(s)) => s.counter_get(keys, now, out),
             _ => return Err(StateError::WrongKind),
         }
         self.meters.ops += keys.len() as u64;
@@ -765,7 +783,7 @@ impl Tables {
             let timeout = table.spec.idle_timeout_ns;
             let mut n = 0u64;
             match &mut table.store {
-                Store::Single(s) if table.spec.kind == Kind::Bytes => {
+                Store::Single(SingleBytes(s)) => {
                     let keys: Vec<&[u8]> = frames(keys).collect::<Result<_, _>>().map_err(StateError::BadInput)?;
                     n = keys.len() as u64;
                     s.get_many(&keys, now, out);
@@ -827,9 +845,7 @@ impl Tables {
             let key_size = table.spec.key_size as usize;
             let max_value = table.spec.max_value_size as usize;
             if let Store::Single(s) = &mut table.store {
-                if table.spec.kind != Kind::Bytes {
-                    return Err(StateError::WrongKind);
-                }
+                let SingleBytes(s) = s else { return Err(StateError::WrongKind) };
                 // The items up to a malformed one are written, as for any
                 // other table.
                 let (items, bad) = single_items(entries, key_size, max_value);
@@ -948,11 +964,11 @@ impl Tables {
                 let (counters, more) = page.finish();
                 Ok(counter_page(counters, more))
             }
-            Store::Single(s) if table.spec.kind == Kind::Counter => {
+            Store::Single(SingleCounters(s)) => {
                 let (counters, more) = s.scan_counters(counter_cursor()?, limit, now);
                 Ok(counter_page(counters, more))
             }
-            Store::Single(s) => {
+            Store::Single(SingleBytes(s)) => {
                 let after = byte_cursor(cursor, key_size)?;
                 let (items, more) = s.scan_bytes(after, limit, now);
                 Ok(framed_entries(&items, more))
@@ -1000,7 +1016,7 @@ impl Tables {
                 }
             }
             Store::Eventual { pending, shared, .. } => shared.visit(pending, now, |key, v| top.offer(key, v)),
-            Store::Single(s) if table.spec.kind == Kind::Counter => s.top(&mut top, now),
+            Store::Single(SingleCounters(s)) => s.top(&mut top, now),
             _ => return Err(StateError::WrongKind),
         }
         Ok(top.finish())

@@ -191,6 +191,8 @@ fn top_k_returns_the_largest_counters_with_ties_by_ascending_key() {
             w.counter_add(table, &keys, &halves).unwrap();
             w.end_batch(1);
         }
+        a.hand_over();
+        b.hand_over();
         a.sync_point();
         b.sync_point();
         a.begin_batch(&[], 2);
@@ -253,6 +255,8 @@ fn single_writer_scans_see_published_entries_and_own_writes() {
     assert_eq!(scan_counters(&mut b, h[0], 10).0.len(), 64);
     assert!(scan_counters(&mut a, h[0], 10).0.is_empty());
     b.end_batch(1);
+    a.hand_over();
+    b.hand_over();
     a.sync_point();
     b.sync_point();
     a.begin_batch(&[], 2);

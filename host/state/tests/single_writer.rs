@@ -46,7 +46,7 @@ fn workers(n: usize, spec: &TableSpec, budget: usize) -> (Arc<Domain>, Vec<Table
     (d, ws, handle)
 }
 
-/// One batch on worker `w`, then its writes handed over.
+/// One batch on worker `w`.
 fn batch<R>(ws: &mut [Tables], w: usize, now: u64, f: impl FnOnce(&mut Tables) -> R) -> R {
     ws[w].begin_batch(&[], now);
     let r = f(&mut ws[w]);
@@ -55,6 +55,9 @@ fn batch<R>(ws: &mut [Tables], w: usize, now: u64, f: impl FnOnce(&mut Tables) -
 }
 
 fn sync(ws: &mut [Tables]) {
+    for w in ws.iter_mut() {
+        w.hand_over();
+    }
     for w in ws.iter_mut() {
         w.sync_point();
     }
