@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 use sluice_cli::{BuildOptions, Lang, Project, Sdk};
+use sluice_traffic::Spread;
 use std::path::{Path, PathBuf};
 
 fn workspace() -> PathBuf {
@@ -49,7 +50,7 @@ fn summary(report: &sluice_host::Report) -> Value {
     report.expected()
 }
 
-fn run(case: &str, component: &Path, scratch: &Path, workers: usize) -> (Vec<u8>, Value) {
+fn run(case: &str, component: &Path, scratch: &Path, workers: usize, spread: Spread) -> (Vec<u8>, Value) {
     let dir = workspace().join("tests/conformance").join(case);
     let config = std::fs::read_to_string(dir.join("config.txt")).unwrap_or_default();
     // A generous deadline: this suite compares outputs, and the interpreted
@@ -61,7 +62,9 @@ fn run(case: &str, component: &Path, scratch: &Path, workers: usize) -> (Vec<u8>
     );
     let mut c = sluice_tests::host_config(scratch, &toml);
     c.workers = workers;
-    let output = scratch.join(format!("{}.{workers}.out.pcap", component.file_stem().unwrap().to_string_lossy()));
+    c.spread = spread;
+    let output =
+        scratch.join(format!("{}.{workers}.{spread}.out.pcap", component.file_stem().unwrap().to_string_lossy()));
     let opts = sluice_host::RunOptions {
         nfs: vec![component.to_path_buf()],
         chain: None,
@@ -79,20 +82,21 @@ fn toml_string(s: &str) -> String {
 }
 
 fn conformance(case: &str) {
-    conformance_on(case, &[1]);
+    conformance_on(case, &[1], Spread::Flow);
 }
 
-/// Runs the case on each worker count: the first must match every
-/// expected file, the others the output bytes and the tables (meters
-/// count calls, which grow with the workers).
-fn conformance_on(case: &str, worker_counts: &[usize]) {
+/// Runs the case on each worker count, packets spread over the workers as
+/// `spread` says: the first must match every expected file, the others the
+/// output bytes and the tables (meters count calls, which grow with the
+/// workers).
+fn conformance_on(case: &str, worker_counts: &[usize], spread: Spread) {
     let dir = workspace().join("tests/conformance").join(case);
     let bless = std::env::var_os("SLUICE_BLESS").is_some();
     let mut ran = Vec::new();
     for lang in Lang::ALL {
         let scratch = tempfile::tempdir().unwrap();
         let Some(component) = build(case, lang, scratch.path()) else { continue };
-        let (pcap, summary) = run(case, &component, scratch.path(), worker_counts[0]);
+        let (pcap, summary) = run(case, &component, scratch.path(), worker_counts[0], spread);
         assert_eq!(summary["meters"]["traps"], 0, "{case}/{lang} trapped: {summary:#}");
         assert_eq!(summary["meters"]["errors"], 0, "{case}/{lang} failed batches: {summary:#}");
         if bless && lang == Lang::Rust {
@@ -110,7 +114,7 @@ fn conformance_on(case: &str, worker_counts: &[usize]) {
         assert_eq!(summary, expected, "{case}/{lang}: meters, events or tables differ from expected.json");
         println!("{case}/{lang}: identical ({} output bytes)", pcap.len());
         for &workers in &worker_counts[1..] {
-            let (pcap_n, summary_n) = run(case, &component, scratch.path(), workers);
+            let (pcap_n, summary_n) = run(case, &component, scratch.path(), workers, spread);
             assert!(
                 pcap_n == expected_pcap,
                 "{case}/{lang} on {workers} workers: output differs from expected.pcap ({} vs {} bytes)",
@@ -181,7 +185,7 @@ fn declare_in_every_language() {
 /// flows gives the same output on one worker and on two.
 #[test]
 fn guard_in_every_language_on_one_and_two_workers() {
-    conformance_on("guard", &[1, 2]);
+    conformance_on("guard", &[1, 2], Spread::Flow);
     let expected: Value =
         serde_json::from_slice(&std::fs::read(workspace().join("tests/conformance/guard/expected.json")).unwrap())
             .unwrap();
@@ -189,6 +193,33 @@ fn guard_in_every_language_on_one_and_two_workers() {
     // sources.
     assert!(expected["packets_dropped"].as_u64().unwrap() > 0, "{expected:#}");
     assert!(expected["tables"]["blocked"]["entries"].as_u64().unwrap() > 0, "{expected:#}");
+}
+
+/// Single-writer tables read and written packet by packet: a knock gate
+/// whose clients knock a millisecond apart, ten times closer than the
+/// table's sync interval. Spread by addresses, every knock of a client
+/// meets its earlier ones on one worker, which reads its own writes, so
+/// two workers give one worker's output; spread by flow, the knocks land
+/// on both workers, and a knock read on the other worker before a sync
+/// misses the one before it.
+#[test]
+fn knock_in_every_language_on_one_and_two_workers_spread_by_addresses() {
+    conformance_on("knock", &[1, 2], Spread::Addresses);
+    let dir = workspace().join("tests/conformance/knock");
+    let expected: Value = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    // The case means something: knocks opened the gate for 202 clients
+    // (their stage is 3), 100 knocked only twice, and the connections of
+    // those and of the three that did not knock right were dropped.
+    assert_eq!(expected["packets_dropped"], 103, "{expected:#}");
+    let stages: Vec<&Value> =
+        expected["tables"]["stage"]["bytes"].as_array().unwrap().iter().map(|e| &e["value"]).collect();
+    assert_eq!(stages.iter().filter(|v| **v == "03").count(), 202, "{expected:#}");
+    assert_eq!(stages.iter().filter(|v| **v == "02").count(), 100, "{expected:#}");
+    // Spread by flow, two workers do not give that output.
+    let scratch = tempfile::tempdir().unwrap();
+    let component = build("knock", Lang::Rust, scratch.path()).unwrap();
+    let (by_flow, _) = run("knock", &component, scratch.path(), 2, Spread::Flow);
+    assert!(by_flow != std::fs::read(dir.join("expected.pcap")).unwrap(), "knocks spread by flow all passed");
 }
 
 /// Listing a table (`sluice:nf@0.4.0`): `top-k` and a paged `scan` of a

@@ -34,6 +34,10 @@
 //!                            # (`--fragments`): "follow" (the first fragment;
 //!                            # the others follow its verdict) or "reassemble"
 //!                            # (whole datagrams, cut again on the way out)
+//! spread = "flow"            # SLUICE_SPREAD: how packets spread over workers
+//!                            # (`--spread`): "flow" (by connection) or
+//!                            # "addresses" (every connection of a host pair
+//!                            # on one worker; DPDK: RSS on IP addresses)
 //!
 //! [nf.firewall]
 //! failure_policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
@@ -207,6 +211,12 @@ pub struct HostConfig {
     /// from each deployment's `fragments`.)
     #[serde(default)]
     pub fragments: sluice_runtime::fragments::FragmentMode,
+    /// How packets spread over the workers (`run` in software; `dpdk`,
+    /// `serve --dpdk` and `steer` through the ports' RSS, see
+    /// [`sluice_traffic::Spread`]). Under `serve --dpdk` the ports are the
+    /// host's, so every deployment on it spreads the same way.
+    #[serde(default)]
+    pub spread: sluice_traffic::Spread,
     /// Per-NF sections.
     #[serde(default)]
     pub nf: BTreeMap<String, NfSection>,
@@ -254,6 +264,7 @@ impl Default for HostConfig {
             mbuf_size: default_mbuf_size(),
             outside_ports: Vec::new(),
             fragments: sluice_runtime::fragments::FragmentMode::default(),
+            spread: sluice_traffic::Spread::default(),
             nf: BTreeMap::new(),
             nf_defaults: NfSection::default(),
             base_dir: PathBuf::from("."),
@@ -381,6 +392,9 @@ impl HostConfig {
         }
         if let Some(v) = env_parse("SLUICE_FRAGMENTS")? {
             cfg.fragments = v;
+        }
+        if let Some(v) = env_parse("SLUICE_SPREAD")? {
+            cfg.spread = v;
         }
         cfg.nf_defaults.deadline_ms = env_parse("SLUICE_DEADLINE_MS")?;
         cfg.nf_defaults.start_deadline_ms = env_parse("SLUICE_START_DEADLINE_MS")?;

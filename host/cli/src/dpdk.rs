@@ -352,7 +352,8 @@ pub(crate) fn open_ports(
     let pool = Arc::new(eal.mempool(pool_name, mbufs, data_room, socket)?);
     let mut started = Vec::new();
     for &p in &port_ids {
-        started.push(eal.start_port(p, workers as u16, descriptors, &pool)?);
+        let ip_only = config.spread == sluice_traffic::Spread::Addresses;
+        started.push(eal.start_port(p, workers as u16, descriptors, &pool, ip_only)?);
     }
     Ok(Opened { ports: started, pool, port_ids, cores, eal })
 }

@@ -97,6 +97,12 @@ enum Command {
         /// as they came on the way out). Overrides `fragments` of the config.
         #[arg(long)]
         fragments: Option<sluice_runtime::fragments::FragmentMode>,
+        /// How packets spread over the workers: `flow` (by connection) or
+        /// `addresses` (every connection between two hosts on one worker,
+        /// so state an NF keys by an address meets its writes there).
+        /// Overrides `spread` of the config.
+        #[arg(long)]
+        spread: Option<sluice_traffic::Spread>,
         /// Input capture (pcap or pcapng, Ethernet).
         #[arg(long = "in")]
         input: PathBuf,
@@ -155,6 +161,12 @@ enum Command {
         /// as they came on the way out). Overrides `fragments` of the config.
         #[arg(long)]
         fragments: Option<sluice_runtime::fragments::FragmentMode>,
+        /// How packets spread over the workers: `flow` (by connection) or
+        /// `addresses` (every connection between two hosts on one worker,
+        /// so state an NF keys by an address meets its writes there).
+        /// Overrides `spread` of the config.
+        #[arg(long)]
+        spread: Option<sluice_traffic::Spread>,
         /// Packets per batch (at most, per worker and port; up to 256).
         #[arg(long)]
         batch: Option<usize>,
@@ -502,6 +514,7 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             swaps,
             outside_ports,
             fragments,
+            spread,
             input,
             output,
             report,
@@ -517,6 +530,9 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             if let Some(f) = fragments {
                 config.fragments = f;
             }
+            if let Some(s) = spread {
+                config.spread = s;
+            }
             let opts =
                 RunOptions { nfs, chain, swaps, input, output, progress: !quiet && std::io::stderr().is_terminal() };
             finish(sluice_host::run(&config, &opts), sluice_host::Report::summary, report)
@@ -529,6 +545,7 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             pairs,
             outside_ports,
             fragments,
+            spread,
             batch,
             workers,
             cores,
@@ -547,6 +564,9 @@ fn real_main(cli: Cli, prometheus: Option<sluice_telemetry::Prometheus>) -> anyh
             }
             if let Some(f) = fragments {
                 config.fragments = f;
+            }
+            if let Some(s) = spread {
+                config.spread = s;
             }
             if let Some(m) = mbuf_size {
                 config.mbuf_size = m;

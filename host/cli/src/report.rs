@@ -163,6 +163,8 @@ pub struct Report {
     pub worker_cores: Vec<String>,
     /// Packets per batch.
     pub batch_size: usize,
+    /// How packets were spread over the workers.
+    pub spread: sluice_traffic::Spread,
     /// Wall time of processing (excluding loading and compiling), ns.
     pub wall_ns: u64,
     /// Million packets per second over `wall_ns`.

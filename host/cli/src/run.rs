@@ -279,16 +279,17 @@ pub fn run_observed(
     let mut fates: Vec<Option<PacketResult>> = Vec::new();
     let mut swap_records: Vec<SwapRecord> = Vec::new();
 
-    // Dispatch by symmetric flow hash, so both directions of a connection
-    // meet one worker; non-IP packets go to worker 0. Every fragment of a
+    // Dispatch by the spread's symmetric hash (of the flow, or of its two
+    // addresses), so both directions of a connection meet one worker;
+    // non-IP packets go to worker 0. Every fragment of a
     // datagram goes where its first fragment goes (the flow's worker),
     // whether it comes before or after it: later fragments follow their
     // first, and a datagram is reassembled from all of them on one worker.
     let owner: Vec<usize> = if workers == 1 {
         Vec::new()
     } else {
-        let flow_worker =
-            |data: &[u8]| sluice_wire::parse(data).key.map(|k| (k.symmetric_hash() % workers as u64) as usize);
+        let spread = config.spread;
+        let flow_worker = |data: &[u8]| sluice_wire::parse(data).key.map(|k| spread.worker(&k, workers));
         let fragments: Vec<Option<sluice_wire::fragment::Fragment>> = trace
             .packets()
             .iter()
@@ -466,6 +467,7 @@ pub fn run_observed(
         cores: cores.to_string(),
         worker_cores: finished.iter().map(|(_, on)| on.clone()).collect(),
         batch_size: config.batch_size,
+        spread: config.spread,
         wall_ns,
         mpps: if wall_ns > 0 { packets_in as f64 * 1e3 / wall_ns as f64 } else { 0.0 },
         output: opts.output.as_ref().map(|p| p.display().to_string()),

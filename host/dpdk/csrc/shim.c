@@ -253,10 +253,12 @@ static uint32_t sl_kernel_refusals(struct rte_mbuf **pkts, uint16_t from, uint16
 }
 
 /* Configures and starts a port with `queues` RX and TX queues. RSS is
- * asked for (IP/TCP/UDP, symmetric key) where the device offers it; 
- * `*rss_enabled` says whether it is on. Returns 0 or -errno. */
+ * asked for (IP/TCP/UDP, symmetric key) where the device offers it, or
+ * on IP addresses only (RTE_ETH_RSS_IP, testpmd's --rss-ip) when
+ * `ip_only` is set; `*rss_enabled` says whether it is on. Returns 0 or
+ * -errno. */
 int sl_port_start(uint16_t port, uint16_t queues, uint16_t nb_desc, struct rte_mempool *pool,
-                  int *rss_enabled, uint16_t *max_queues) {
+                  int ip_only, int *rss_enabled, uint16_t *max_queues) {
     struct rte_eth_dev_info info;
     int r = rte_eth_dev_info_get(port, &info);
     if (r != 0) return r;
@@ -265,7 +267,8 @@ int sl_port_start(uint16_t port, uint16_t queues, uint16_t nb_desc, struct rte_m
 
     struct rte_eth_conf conf;
     memset(&conf, 0, sizeof(conf));
-    uint64_t rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+    uint64_t wanted = ip_only ? RTE_ETH_RSS_IP : (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP);
+    uint64_t rss_hf = wanted & info.flow_type_rss_offloads;
     *rss_enabled = 0;
     if (queues > 1 && rss_hf != 0) {
         conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;

@@ -201,15 +201,34 @@ impl Eal {
         })
     }
 
-    /// Configures and starts port `port` with `queues` RX/TX queue pairs.
-    pub fn start_port(&self, port: u16, queues: u16, descriptors: u16, pool: &Mempool) -> Result<Port, DpdkError> {
+    /// Configures and starts port `port` with `queues` RX/TX queue pairs,
+    /// spreading packets over them by the NIC's RSS where it has it: by
+    /// IP addresses and ports, or by IP addresses alone when `ip_only`.
+    pub fn start_port(
+        &self,
+        port: u16,
+        queues: u16,
+        descriptors: u16,
+        pool: &Mempool,
+        ip_only: bool,
+    ) -> Result<Port, DpdkError> {
         self.check_port(port)?;
         let name = self.port_name(port).unwrap_or_else(|| format!("port {port}"));
         let mut rss: c_int = 0;
         let mut max_queues: u16 = 0;
         // SAFETY: the port is valid, the pool outlives the port (both are
         // dropped before Eal), and the out-pointers are valid locals.
-        let r = unsafe { sys::sl_port_start(port, queues, descriptors, pool.ptr.as_ptr(), &mut rss, &mut max_queues) };
+        let r = unsafe {
+            sys::sl_port_start(
+                port,
+                queues,
+                descriptors,
+                pool.ptr.as_ptr(),
+                c_int::from(ip_only),
+                &mut rss,
+                &mut max_queues,
+            )
+        };
         if r != 0 {
             let reason = if r == -EINVAL && queues > max_queues {
                 format!("the device supports at most {max_queues} queue(s); use fewer workers")

@@ -69,6 +69,7 @@ unsafe extern "C" {
         queues: u16,
         nb_desc: u16,
         pool: *mut RteMempool,
+        ip_only: c_int,
         rss_enabled: *mut c_int,
         max_queues: *mut u16,
     ) -> c_int;

@@ -2,12 +2,15 @@
 //!
 //! The control protocol, the gateway and the engine share these words, so
 //! they live below all three: [`Attachment`]s (which packets, and where
-//! they leave) and the [`FragmentMode`] (what NFs see of fragmented IP).
+//! they leave), the [`FragmentMode`] (what NFs see of fragmented IP) and
+//! the [`Spread`] (which packets meet on one worker).
 //! Matching packets against attachments is the engine's classifier;
 //! reassembly and fragments that follow their first are the runtime's.
 
 mod attachment;
 mod fragment_mode;
+mod spread;
 
 pub use attachment::{Attachment, AttachmentError, MAX_VLAN, Side, outside_ports};
 pub use fragment_mode::FragmentMode;
+pub use spread::Spread;

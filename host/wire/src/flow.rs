@@ -142,6 +142,17 @@ impl FlowKey {
         if h == 0 { 1 } else { h }
     }
 
+    /// A hash of the two addresses alone, the same both ways: every
+    /// connection between the same two hosts hashes the same (what a NIC's
+    /// RSS gives when it hashes IP addresses only). Fixed, like
+    /// [`symmetric_hash`](Self::symmetric_hash).
+    pub fn address_hash(&self) -> u64 {
+        let fold = |a: IpAddr128| a.hi() ^ a.lo().rotate_left(29);
+        let (lo, hi) = if self.src <= self.dst { (self.src, self.dst) } else { (self.dst, self.src) };
+        let h = mix(mix(fold(lo), fold(hi)), 0x5bd1_e995);
+        if h == 0 { 1 } else { h }
+    }
+
     /// Length of [`to_bytes`](Self::to_bytes).
     pub const ENCODED_LEN: usize = 37;
 
@@ -224,6 +235,9 @@ mod tests {
         fn both_directions_hash_alike(a in 0u8..255, b in 0u8..255, sp in proptest::num::u16::ANY, dp in proptest::num::u16::ANY) {
             let k = key(a, b, sp, dp);
             proptest::prop_assert_eq!(k.symmetric_hash(), k.reversed().symmetric_hash());
+            proptest::prop_assert_eq!(k.address_hash(), k.reversed().address_hash());
+            let other_ports = FlowKey { src_port: k.src_port ^ 1, dst_port: k.dst_port ^ 7, ..k };
+            proptest::prop_assert_eq!(k.address_hash(), other_ports.address_hash());
             proptest::prop_assert_eq!(k.normalized(), k.reversed().normalized());
             proptest::prop_assert!(k.normalized().is_normalized());
         }

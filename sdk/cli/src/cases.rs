@@ -9,9 +9,10 @@
 //! | `expected.pcap` | the forwarded packets, byte for byte (optional) |
 //! | `expected.json` | packet counts, meters, events and tables (optional) |
 //!
-//! The case runs through the host's own run path, with the workers and
-//! batch size of the manifest's `[run]` (one worker, batches of 32 unless
-//! it or the command line says otherwise); what differs from an expected
+//! The case runs through the host's own run path, with the workers, batch
+//! size and spread of the manifest's `[run]` (one worker, batches of 32,
+//! spread by flow unless it or the command line says otherwise); what
+//! differs from an expected
 //! file is shown as a diff.
 //! `--bless` writes the expected files from the run instead.
 

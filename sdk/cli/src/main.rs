@@ -552,14 +552,20 @@ enum NfCommand {
 /// unless given.
 #[derive(Debug, Clone, Copy, clap::Args)]
 struct RunShape {
-    /// Worker threads; flows are spread over them by the symmetric flow
-    /// hash, as on a host (default: sluice.toml's [run] workers, else 1).
+    /// Worker threads; packets are spread over them as `--spread` says,
+    /// as on a host (default: sluice.toml's [run] workers, else 1).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(sluice_cli::project::MAX_WORKERS)))]
     workers: Option<u32>,
     /// Packets per batch, the most one `process` call gets (default:
     /// sluice.toml's [run] batch, else 32).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=sluice_cli::project::MAX_BATCH as i64))]
     batch: Option<u32>,
+    /// How packets spread over the workers: `flow` (by connection) or
+    /// `addresses` (every connection between two hosts on one worker, so
+    /// state keyed by an address is written and read there) (default:
+    /// sluice.toml's [run] spread, else flow).
+    #[arg(long)]
+    spread: Option<sluice_traffic::Spread>,
 }
 
 /// What `sluice nf watch` deploys to, and how often it looks.
@@ -1489,7 +1495,7 @@ fn run() -> Result<()> {
         Command::Nf(NfCommand::Test { project, case, bless, shape, cargo_target_dir }) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
-            let shape = project.local_run(shape.workers, shape.batch);
+            let shape = project.local_run(shape.workers, shape.batch, shape.spread);
             // What can be wrong without a build is said before one.
             let dirs = sluice_cli::cases::cases(&project, case.as_deref())?;
             if dirs.is_empty() {
@@ -1544,7 +1550,7 @@ fn run() -> Result<()> {
         Command::Nf(NfCommand::Run { project, input, out, config_file, shape, cargo_target_dir }) => {
             let sdk = Sdk::locate(cli.sdk_root.as_deref())?.for_projects()?;
             let project = Project::open(&project)?;
-            let shape = project.local_run(shape.workers, shape.batch);
+            let shape = project.local_run(shape.workers, shape.batch, shape.spread);
             // The inputs are read before the build, so that a wrong path
             // is said at once.
             let config = match &config_file {

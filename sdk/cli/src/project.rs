@@ -32,6 +32,7 @@ pub const MANIFEST: &str = "sluice.toml";
 /// [run]                        # `sluice nf run` and `nf test` here
 /// workers = 2                  # default 1
 /// batch = 8                    # default 32
+/// spread = "addresses"         # default "flow"
 /// ```
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -76,14 +77,19 @@ pub struct Manifest {
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RunSection {
-    /// Worker threads (1 to 64; default 1). Flows are spread over them by
-    /// the symmetric flow hash, as on a host.
+    /// Worker threads (1 to 64; default 1). Packets are spread over them
+    /// as `spread` says, as on a host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<u32>,
     /// Packets per batch, the most one `process` call gets (1 to 4096;
     /// default 32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u32>,
+    /// How packets spread over the workers: `flow` (by connection, the
+    /// default) or `addresses` (every connection between two hosts on one
+    /// worker), as the host's `spread` setting does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<sluice_traffic::Spread>,
 }
 
 impl RunSection {
@@ -259,6 +265,7 @@ impl Project {
         let mut host = sluice_host::HostConfig {
             batch_size: run.batch(),
             workers: run.workers(),
+            spread: run.spread.unwrap_or_default(),
             fragments: self.manifest.deployment.fragments.unwrap_or_default(),
             ..Default::default()
         };
@@ -267,10 +274,16 @@ impl Project {
         host
     }
 
-    /// The manifest's `[run]` with `workers` and `batch` (from the command
-    /// line) in place of its own where given.
-    pub fn local_run(&self, workers: Option<u32>, batch: Option<u32>) -> RunSection {
-        RunSection { workers: workers.or(self.manifest.run.workers), batch: batch.or(self.manifest.run.batch) }
+    /// The manifest's `[run]` with `workers`, `batch` and `spread` (from
+    /// the command line) in place of its own where given.
+    pub fn local_run(
+        &self,
+        workers: Option<u32>,
+        batch: Option<u32>,
+        spread: Option<sluice_traffic::Spread>,
+    ) -> RunSection {
+        let own = &self.manifest.run;
+        RunSection { workers: workers.or(own.workers), batch: batch.or(own.batch), spread: spread.or(own.spread) }
     }
 
     /// The deployment `nf deploy` and `nf watch` manage.

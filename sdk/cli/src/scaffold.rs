@@ -180,10 +180,11 @@ fn manifest_text(name: &str, lang: Lang, template: Template) -> String {
          # name = \"{name}\"\n\
          group = \"default\"\n\
          # attach = [\"port=0,vlan=100\"]    # in a group whose operator exposes ports\n\n\
-         # How `sluice nf run` and `sluice nf test` run it here (--workers, --batch).\n\
+         # How `sluice nf run` and `sluice nf test` run it here (--workers, --batch, --spread).\n\
          [run]\n\
          # workers = 1\n\
-         # batch = 32\n",
+         # batch = 32\n\
+         # spread = \"flow\"             # or \"addresses\": every connection between two hosts on one worker\n",
         lang = lang.name(),
     )
 }
