@@ -13,7 +13,8 @@
 #       plugin directory and runs `sluice-bench --SECTION-only` for each
 #       SECTION (default: stages dpdk), writing SECTION.md and SECTION.err
 #       to $OUT (default: the current directory). Each row of the scaling
-#       table is printed to SECTION.err as it is measured.
+#       table is printed to SECTION.err as it is measured. BENCH_ARGS adds
+#       flags to every section's command (e.g. "--dpdk-workers 1,16").
 set -euo pipefail
 
 PMDS="bus_vdev mempool_ring net_pcap net_null"
@@ -76,7 +77,8 @@ run() {
     for s in "${@:-stages dpdk}"; do
         for section in $s; do
             start=$(date +%s)
-            sluice-bench --nfs "$d/nfs" --host "$d/bin/sluice-host" "--$section-only" \
+            # shellcheck disable=SC2086 # BENCH_ARGS is a list of flags
+            sluice-bench --nfs "$d/nfs" --host "$d/bin/sluice-host" "--$section-only" ${BENCH_ARGS:-} \
                 >"$out/$section.md" 2>"$out/$section.err" || true
             echo "$section: $(($(date +%s) - start)) s"
             tail -n 3 "$out/$section.err"

@@ -253,12 +253,18 @@ pub(crate) fn worker_counts(cores: usize) -> Vec<usize> {
     v
 }
 
-/// Runs the DPDK measurements and returns the Markdown section.
-pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>) -> Result<String> {
+/// Runs the DPDK measurements and returns the Markdown section: worker
+/// counts `workers` (those the machine has CPUs for), or
+/// [`worker_counts`] when empty.
+pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>, workers: &[usize]) -> Result<String> {
     let dir = prepare(frames, configs)?;
     let trace = dir.join("bench64.pcap");
     let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
-    let counts = worker_counts(cpus.len());
+    let counts: Vec<usize> = if workers.is_empty() {
+        worker_counts(cpus.len())
+    } else {
+        workers.iter().copied().filter(|&w| (1..=cpus.len()).contains(&w)).collect()
+    };
 
     let nf_names = ["noop", "firewall", "nat", "monitor"];
     // (nf, workers, host run, testpmd Mpps at that many cores)

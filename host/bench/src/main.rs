@@ -67,6 +67,11 @@ struct Args {
     /// Only the DPDK scaling table (needs --host; prints, writes nothing).
     #[arg(long, requires = "host")]
     dpdk_only: bool,
+    /// Worker counts of the DPDK scaling table (default: 1, 2, 4, ... up
+    /// to the CPUs there are, and that number), e.g. `1,16` on a machine
+    /// lent for a short time.
+    #[arg(long, value_delimiter = ',')]
+    dpdk_workers: Vec<usize>,
     /// Only the per-stage cost table of `sluice-host dpdk` (needs --host;
     /// prints, writes nothing).
     #[arg(long, requires = "host")]
@@ -243,7 +248,7 @@ fn main() -> Result<()> {
     let args = Args::parse();
     if let (true, Some(host)) = (args.dpdk_only, &args.host) {
         let frames = traffic(64, 1024, 8192);
-        print!("{}", dpdk::section(host, &args.nfs, &frames, DPDK_CONFIGS)?);
+        print!("{}", dpdk::section(host, &args.nfs, &frames, DPDK_CONFIGS, &args.dpdk_workers)?);
         return Ok(());
     }
     if let (true, Some(host)) = (args.stages_only, &args.host) {
@@ -443,7 +448,7 @@ fn main() -> Result<()> {
         eprintln!("DPDK throughput (about a minute), then the control plane...");
         let frames64 = frames.first().map(|(_, f)| f.as_slice()).unwrap_or(&[]);
         md.push_str(&dpdk::stages_section(host, &args.nfs, frames64, DPDK_CONFIGS)?);
-        md.push_str(&dpdk::section(host, &args.nfs, frames64, DPDK_CONFIGS)?);
+        md.push_str(&dpdk::section(host, &args.nfs, frames64, DPDK_CONFIGS, &args.dpdk_workers)?);
         eprintln!("real TCP through the host against a Linux bridge (about two and a half minutes)...");
         md.push_str(&realstack::section(host, &args.nfs)?);
         md.push_str(&control::section(host, &args.nfs, FIREWALL_CONFIG)?);
