@@ -90,6 +90,19 @@ impl SwKey for ByteKey {
 /// No worker holds the shard.
 const NO_HOLDER: usize = usize::MAX;
 
+/// Entries a worker's maps keep room for between batches: a map grows
+/// (allocates and rehashes every entry, a few milliseconds for a large
+/// one) after a batch, outside the NF's call and its deadline, rather
+/// than inside a call that adds the entry that fills it.
+const HEADROOM: usize = 1024;
+
+/// Grows `map` if it has room for fewer than [`HEADROOM`] more entries.
+fn make_room<K: Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() - map.len() < HEADROOM {
+        map.reserve(HEADROOM.max(map.len()));
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -807,6 +820,14 @@ impl<K: SwKey> Side<K> {
         });
     }
 
+    /// Grows the maps a batch may add to when they are nearly full.
+    fn make_room(&mut self) {
+        for (_, own) in &mut self.owned {
+            make_room(&mut own.map);
+        }
+        make_room(&mut self.overlay);
+    }
+
     /// This worker leaves: its forwarded writes go to their owners and its
     /// shards wait for another worker.
     fn leave(&mut self) {
@@ -1057,11 +1078,15 @@ impl SingleStore {
         side!(self, s => s.claim())
     }
 
-    /// After a live batch: hands the round's forwarded writes to their
-    /// owners when a hand-over is due.
-    pub(crate) fn end_batch(&mut self, now: u64) {
-        side!(self, s => if s.push_due(now) {
-            s.push(now)
+    /// After a batch: makes room in the maps the next batch may add to,
+    /// and on a live host (not `barrier`) hands the round's forwarded
+    /// writes to their owners when a hand-over is due.
+    pub(crate) fn end_batch(&mut self, now: u64, barrier: bool) {
+        side!(self, s => {
+            s.make_room();
+            if !barrier && s.push_due(now) {
+                s.push(now)
+            }
         })
     }
 

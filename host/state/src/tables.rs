@@ -374,9 +374,7 @@ impl Tables {
         for (i, t) in self.tables.iter_mut().enumerate() {
             if let Store::Single(s) = &mut t.store {
                 // A barrier runner hands writes over at its sync points.
-                if !barrier {
-                    s.end_batch(now);
-                }
+                s.end_batch(now, barrier);
                 single = true;
                 continue;
             }
