@@ -46,6 +46,9 @@ while not stop:
                 data, anc, _, _ = s.recvmsg(65535, 64)
             except BlockingIOError:
                 break
+            except OSError as e:
+                # Say which interface failed (e.g. ENETDOWN: it went down).
+                sys.exit(f'paced-recv.py: receiving on {sys.argv[2 + which]}: {e}')
             ns = 0
             for level, kind, value in anc:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
