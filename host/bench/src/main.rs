@@ -523,7 +523,7 @@ fn workers_mpps(
     let domain = sluice_state::Domain::for_workers(workers);
     let mut shares: Vec<Vec<Vec<u8>>> = vec![Vec::new(); workers];
     for f in frames {
-        let w = sluice_wire::parse(f).key.map(|k| (k.symmetric_hash() % workers as u64) as usize).unwrap_or(0);
+        let w = sluice_wire::parse(f).key.map(|k| sluice_traffic::Spread::Flow.worker(&k, workers)).unwrap_or(0);
         if let Some(s) = shares.get_mut(w) {
             s.push(f.clone());
         }
