@@ -1,0 +1,270 @@
+//! What an NF did, counted: one set of counters from the host's instance
+//! to the tenant's bill.
+//!
+//! [`Meters`] is the only definition of the counters. An instance counts
+//! into one on every `process` call; a worker's chain, a host's workers, a
+//! meter window ([`Meters::since`]), a meter record on the bus, the
+//! agent's journal, the gateway's rows and its usage answers are all
+//! `Meters`, summed with [`Meters::add`]. The list of counters is written
+//! once, in the [`meters!`] invocation below: the struct's fields, their
+//! JSON names, the gateway's SQL columns ([`Meters::COLUMNS`]) and the
+//! conversions to and from a row of numbers ([`Meters::values`],
+//! [`Meters::from_values`]) all come from it, so adding a counter is one
+//! line here and one migration.
+//!
+//! Nothing is sampled: the sums equal what the host processed.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Declares [`Meters`] from its counters (summed over time: a window's
+/// value is the difference of two readings) and gauges (a level at the
+/// reading: a window's value is the latest).
+macro_rules! meters {
+    (
+        counters { $( $(#[$cattr:meta])* $counter:ident, )* }
+        gauges { $( $(#[$gattr:meta])* $gauge:ident, )* }
+    ) => {
+        /// The meters of one NF: of one instance, of a chain stage summed
+        /// over workers, of a meter window, or of a usage row summed over
+        /// windows and hosts.
+        ///
+        /// Every field reads 0 when absent from JSON, so a record written
+        /// before a counter existed reads as "none counted".
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct Meters {
+            $( $(#[$cattr])* #[serde(default)] pub $counter: u64, )*
+            $( $(#[$gattr])* #[serde(default)] pub $gauge: u64, )*
+            /// Traps by cause (`deadline exceeded`, `out of memory`, ...);
+            /// sums to `traps`. Absent from JSON when there were none.
+            #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+            pub trap_causes: BTreeMap<String, u64>,
+        }
+
+        impl Meters {
+            /// The names of the counters and then the gauges, in the order
+            /// of [`values`](Self::values): the JSON field names, and the
+            /// gateway's SQL column names.
+            pub const COLUMNS: &'static [&'static str] =
+                &[ $( stringify!($counter), )* $( stringify!($gauge), )* ];
+
+            /// How many of [`COLUMNS`](Self::COLUMNS) are counters (the
+            /// rest are gauges).
+            pub const COUNTERS: usize = [ $( stringify!($counter), )* ].len();
+
+            /// Adds another set of meters (another worker's, window's or
+            /// host's): counters and gauges (the state held on several
+            /// workers or hosts is their sum), traps by cause. Saturates.
+            pub fn add(&mut self, o: &Meters) {
+                $( self.$counter = self.$counter.saturating_add(o.$counter); )*
+                $( self.$gauge = self.$gauge.saturating_add(o.$gauge); )*
+                for (cause, n) in &o.trap_causes {
+                    let c = self.trap_causes.entry(cause.clone()).or_default();
+                    *c = c.saturating_add(*n);
+                }
+            }
+
+            /// What was counted since `base` (an earlier reading of these
+            /// meters): every counter's difference, traps by cause
+            /// included; the gauges as they are now.
+            pub fn since(&self, base: &Meters) -> Meters {
+                Meters {
+                    $( $counter: self.$counter.saturating_sub(base.$counter), )*
+                    $( $gauge: self.$gauge, )*
+                    trap_causes: self.trap_causes_since(base),
+                }
+            }
+
+            /// Whether no counter counted anything (gauges aside): a window
+            /// with no work and no state held-time makes no record.
+            pub fn is_empty(&self) -> bool {
+                true $( && self.$counter == 0 )*
+            }
+
+            /// The counters and gauges in the order of
+            /// [`COLUMNS`](Self::COLUMNS).
+            pub fn values(&self) -> Vec<u64> {
+                vec![ $( self.$counter, )* $( self.$gauge, )* ]
+            }
+
+            /// Meters from numbers in the order of [`COLUMNS`](Self::COLUMNS)
+            /// (missing ones read 0, extra ones are ignored), no traps by
+            /// cause.
+            pub fn from_values(values: &[u64]) -> Meters {
+                let mut it = values.iter().copied();
+                Meters {
+                    $( $counter: it.next().unwrap_or(0), )*
+                    $( $gauge: it.next().unwrap_or(0), )*
+                    trap_causes: BTreeMap::new(),
+                }
+            }
+        }
+    };
+}
+
+meters! {
+    counters {
+        /// `process` calls (one per batch).
+        invocations,
+        /// Packets handed to the NF.
+        packets,
+        /// Bytes handed to the NF (captured bytes).
+        bytes,
+        /// Nanoseconds spent inside the guest (wall time of the calls on a
+        /// dedicated worker thread).
+        cpu_ns,
+        /// Traps (panic, deadline, out of memory, stack overflow, ...).
+        traps,
+        /// Batches the NF refused with `err(...)` or answered malformed.
+        errors,
+        /// Of `packets`: those of batches the NF failed, which got its
+        /// failure policy (forwarded under fail-open, dropped under
+        /// fail-closed). Records written before this name read `policy`.
+        #[serde(alias = "policy")]
+        policy_packets,
+        /// Of `packets`: those the NF forwarded (to a port or the next NF)
+        /// or labelled.
+        forwarded,
+        /// Of `packets`: those the NF dropped.
+        dropped,
+        /// Of the forwarded packets: those the NF rewrote.
+        rewritten,
+        /// Per-flow state lookups and updates the host did for the NF.
+        /// (Meter records of hosts from before `table_ops` was recorded
+        /// count the table operations here too.)
+        state_ops,
+        /// Per-flow state sets refused (value too large, or table full).
+        state_rejected,
+        /// Calls into the `state` import (`sluice:nf@0.2.0` tables).
+        table_calls,
+        /// Keys and resources those calls read or wrote.
+        table_ops,
+        /// State calls that returned an error to the NF.
+        table_errors,
+        /// Table items refused for capacity, memory budget, size or an
+        /// exhausted pool.
+        table_rejected,
+        /// Table entries removed for idleness.
+        table_expired,
+        /// Events emitted.
+        events,
+        /// Log lines dropped by the rate limit.
+        log_dropped,
+        /// Instances created (1 + re-creations after traps).
+        instantiations,
+        /// State held over time: bytes of the NF's tables and per-flow
+        /// state (keys + values + a fixed per-entry overhead) times the
+        /// milliseconds they were held, sampled once per batch or
+        /// heartbeat by the host's agent (0 in an instance's own meters).
+        /// Divide by 3.6e15 for GB-hours.
+        state_byte_ms,
+    }
+    gauges {
+        /// Bytes of table state held at the latest batch, charged against
+        /// the NF's state budget. (Meter records of hosts from before the
+        /// split read `state_bytes`: all the state held.)
+        #[serde(alias = "state_bytes")]
+        table_bytes,
+        /// Bytes of per-flow state held at the latest batch, charged
+        /// against the same state budget as the tables.
+        flow_state_bytes,
+    }
+}
+
+impl Meters {
+    /// Counts one trap of this cause.
+    pub fn count_trap(&mut self, cause: impl std::fmt::Display) {
+        self.traps = self.traps.saturating_add(1);
+        let c = self.trap_causes.entry(cause.to_string()).or_default();
+        *c = c.saturating_add(1);
+    }
+
+    /// Bytes of state held (tables and per-flow state) at the latest
+    /// reading.
+    pub fn state_bytes(&self) -> u64 {
+        self.table_bytes.saturating_add(self.flow_state_bytes)
+    }
+
+    /// State operations of both kinds: per-flow state and tables.
+    pub fn all_state_ops(&self) -> u64 {
+        self.state_ops.saturating_add(self.table_ops)
+    }
+
+    /// State items refused, of both kinds.
+    pub fn all_state_rejected(&self) -> u64 {
+        self.state_rejected.saturating_add(self.table_rejected)
+    }
+
+    /// Traps by cause since `base` (an earlier reading of these meters).
+    pub fn trap_causes_since(&self, base: &Meters) -> BTreeMap<String, u64> {
+        self.trap_causes
+            .iter()
+            .filter_map(|(k, v)| {
+                let d = v.saturating_sub(base.trap_causes.get(k).copied().unwrap_or(0));
+                (d > 0).then(|| (k.clone(), d))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_meters() -> impl Strategy<Value = Meters> {
+        (proptest::collection::vec(0u64..1 << 40, Meters::COLUMNS.len()), 0u64..5).prop_map(|(v, traps)| {
+            let mut m = Meters::from_values(&v);
+            m.traps = 0;
+            m.trap_causes.clear();
+            for _ in 0..traps {
+                m.count_trap("deadline exceeded");
+            }
+            m
+        })
+    }
+
+    #[test]
+    fn columns_name_every_counter_and_gauge_once() {
+        let json = serde_json::to_value(Meters::default()).unwrap();
+        let fields: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut cols = Meters::COLUMNS.to_vec();
+        cols.sort_unstable();
+        let mut fields = fields;
+        fields.sort_unstable();
+        assert_eq!(cols, fields);
+        assert!(Meters::COUNTERS < Meters::COLUMNS.len());
+    }
+
+    #[test]
+    fn old_names_still_read() {
+        let m: Meters = serde_json::from_str(r#"{"packets": 3, "policy": 2, "state_bytes": 9}"#).unwrap();
+        assert_eq!((m.packets, m.policy_packets, m.table_bytes, m.invocations), (3, 2, 9, 0));
+    }
+
+    proptest! {
+        #[test]
+        fn values_round_trip(m in arb_meters()) {
+            let mut back = Meters::from_values(&m.values());
+            back.trap_causes = m.trap_causes.clone();
+            prop_assert_eq!(back, m);
+        }
+
+        #[test]
+        fn a_window_added_to_its_base_gives_the_reading(base in arb_meters(), d in arb_meters()) {
+            let mut now = base.clone();
+            now.add(&d);
+            let mut w = now.since(&base);
+            // Gauges are levels, not sums: the window reports the latest.
+            w.table_bytes = d.table_bytes;
+            w.flow_state_bytes = d.flow_state_bytes;
+            prop_assert_eq!(w, d);
+        }
+
+        #[test]
+        fn json_round_trips(m in arb_meters()) {
+            let back: Meters = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+            prop_assert_eq!(back, m);
+        }
+    }
+}
