@@ -14,31 +14,44 @@
 //! worker; global read-write tables are *eventual* (per-worker
 //! replicas merged with sum/max/min, [`Merge`]) or *release* (a pool of
 //! integer resources split into per-worker shares that are rebalanced when
-//! one runs dry, [`shared`]), or *single-writer* (every key has one owner
+//! one runs dry, [`pool`]), or *single-writer* (every key has one owner
 //! worker that applies the others' forwarded writes, `single`). Idle expiry runs on packet time, as
 //! StatelessNF's timers do, and can hand expired entries back to the NF.
 
+mod account;
 pub mod changes;
+mod domain;
+mod entry;
 mod error;
+mod eventual;
+pub mod pool;
 pub mod scan;
-pub mod shared;
 mod single;
 mod spec;
 mod tables;
 
 pub use changes::FlowChanges;
+pub use domain::Domain;
+pub use entry::ENTRY_OVERHEAD;
 pub use error::StateError;
+pub use pool::PoolStats;
 pub use scan::{MAX_SCAN, ScanPage};
-pub use shared::{Domain, PoolStats};
 pub use spec::{
     Access, Consistency, DEFAULT_CAPACITY, Kind, MAX_KEY_SIZE, MAX_POOL, MAX_TABLES, MAX_VALUE_SIZE, Merge, Scope,
     TableSpec,
 };
-pub use tables::{Checkpoint, DEFAULT_BUDGET_BYTES, ENTRY_OVERHEAD, FlowTableEntry, StateMeters, Tables};
+pub use tables::{Checkpoint, DEFAULT_BUDGET_BYTES, FlowTableEntry, StateMeters, Tables};
 
 /// Keys come from packets: seeded per process against hash flooding.
 pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// Locks `m`. A worker that panicked while holding the lock leaves data
+/// that is still consistent (every update is a single map operation), so
+/// the others keep going rather than all failing on the poisoned lock.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 use std::cell::RefCell;
 
