@@ -19,14 +19,12 @@
 //! the request once: each sends the flows it holds; the last one to look
 //! answers for the flows none of them held.
 
+use crate::{HashMap, HashSet};
 use sluice_wire::FlowKey;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-pub(crate) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// The longest pull wait a host may set (its packet I/O gives held
 /// packets back after 100 ms whatever happens).

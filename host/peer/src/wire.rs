@@ -14,8 +14,8 @@
 //! refused whole with the reason.
 
 use serde::{Deserialize, Serialize};
+use sluice_runtime::ExportedFlow;
 use sluice_runtime::instance::FlowExport;
-use sluice_runtime::state::ExportedFlow;
 use sluice_state::FlowTableEntry;
 use sluice_wire::FlowKey;
 

@@ -20,8 +20,10 @@
 //!   a resource bound on its block's owner has that owner told
 //!   ([`PeerMessage::Released`]).
 
+use super::{Outgoing, Peer};
+use crate::HashMap;
+use crate::counters::PoolCounters;
 use crate::wire::{self, BindingsKind, PeerMessage, PoolBindings, PoolRelease};
-use crate::{HashMap, Outgoing, Peer};
 use sluice_group::{OwnershipTable, POOL_BLOCK, block_of};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -74,9 +76,9 @@ pub(crate) struct PoolCounts {
 }
 
 impl PoolCounts {
-    pub(crate) fn snapshot(&self) -> crate::PoolCounters {
+    pub(crate) fn snapshot(&self) -> PoolCounters {
         let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        crate::PoolCounters {
+        PoolCounters {
             handed_over: l(&self.handed_over),
             taken_over: l(&self.taken_over),
             replicas_imported: l(&self.replicas_imported),

@@ -1,0 +1,574 @@
+//! The per-lane hook ([`LanePeer`]): a deployment's peer state on one
+//! worker, the [`FlowHook`] its chain calls each batch. It marks the
+//! flows a batch touched, imports the replicas held for them, holds the
+//! packets of moved flows while their state is pulled, answers other
+//! hosts' pulls and exports changed state to each flow's next owner.
+
+use crate::host::{MAX_MESSAGE, Outgoing, Peer, host_by_hash, next_owner};
+use crate::pull::{self, Outcome, Wait};
+use crate::store::Replica;
+use crate::wire::{self, FlowRequest, NfPart, PeerBatch, PeerFlow, PeerMessage};
+use crate::{HashMap, HashSet};
+use sluice_group::OwnershipTable;
+use sluice_runtime::{Chain, FlowHook, Hold, NfInstance, RawPacket};
+use sluice_wire::FlowKey;
+use sluice_wire::steer::SteerMark;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A flow whose state did not change is sent again after this long, so
+/// its replica outlives the store's lifetime while the flow is active.
+pub const REFRESH: Duration = Duration::from_secs(30);
+
+/// A flow still busy (its packets ran since the last export) whose state
+/// changed again is sent at most once every this many replication
+/// intervals; it is sent at the first export after it goes quiet, and at
+/// once when a table change gives it another next owner. A flow moves
+/// only after an idle gap, or with a table change, so this only bounds
+/// how stale a busy flow's replica is when its host dies.
+pub const BUSY_EVERY: u32 = 10;
+
+impl Peer {
+    /// The part of one deployment's lane on one worker.
+    pub fn lane(self: &Arc<Self>, deployment: &str) -> LanePeer {
+        self.asks.lane_started(deployment);
+        LanePeer {
+            waiting: HashMap::default(),
+            pulls: HashMap::default(),
+            asks_seen: self.asks.newest.load(Ordering::Acquire),
+            arrivals_seen: (0, 0),
+            next_deadline: None,
+            released: Vec::new(),
+            late: HashMap::default(),
+            deferred: HashSet::default(),
+            quiet: Vec::new(),
+            peer: self.clone(),
+            deployment: deployment.to_string(),
+            dirty: HashSet::default(),
+            changed: Vec::new(),
+            busy: HashSet::default(),
+            sent: HashMap::default(),
+            last_sweep: Instant::now(),
+            keys: Vec::new(),
+            taken: Vec::new(),
+            moved: Vec::new(),
+            next_export: Instant::now() + self.interval,
+            table: None,
+        }
+    }
+}
+
+/// The normalized flow of packet `p`, if it has one.
+fn flow_of(p: &RawPacket<'_>) -> Option<FlowKey> {
+    sluice_wire::parse(p.data).key.map(|k| k.normalized())
+}
+
+/// A deployment's peer state on one worker.
+#[derive(Debug)]
+pub struct LanePeer {
+    peer: Arc<Peer>,
+    deployment: String,
+    /// Flows looked up in the store since the last export (normalized
+    /// keys; only while the store holds replicas).
+    dirty: HashSet<FlowKey>,
+    /// Flows whose state changed since the last export, as noted.
+    changed: Vec<FlowKey>,
+    /// The same, normalized and without repeats.
+    busy: HashSet<FlowKey>,
+    /// Flows sent: the sum of their clocks then, and when.
+    sent: HashMap<FlowKey, (u64, Instant)>,
+    last_sweep: Instant,
+    keys: Vec<FlowKey>,
+    taken: Vec<(FlowKey, Replica)>,
+    /// Flows of the batch's packets marked as moved here, with the hash
+    /// of the host they came from.
+    moved: Vec<(FlowKey, u32)>,
+    next_export: Instant,
+    /// The table the last export went by.
+    table: Option<Arc<OwnershipTable>>,
+    /// Flows whose packets wait for their pulled state.
+    waiting: HashMap<FlowKey, Wait>,
+    /// Flows to ask for, per previous host, not asked for yet.
+    pulls: HashMap<String, Vec<FlowKey>>,
+    /// The newest request of other hosts this lane looked at.
+    asks_seen: u64,
+    /// The arrival counts of the store and of answers the waiting flows
+    /// were last looked at by.
+    arrivals_seen: (u64, u64),
+    /// When the first waiting flow times out.
+    next_deadline: Option<Instant>,
+    /// Flows whose wait ended, whose replica (if it came) is imported
+    /// when their packets run.
+    released: Vec<FlowKey>,
+    /// Flows whose wait timed out, and when: their state, if it comes
+    /// later, is imported with their next packet (kept [`LATE`] at most).
+    late: HashMap<FlowKey, Instant>,
+    /// Busy flows whose changed state was not sent yet (see
+    /// [`BUSY_EVERY`]), and those of them that went quiet.
+    deferred: HashSet<FlowKey>,
+    quiet: Vec<FlowKey>,
+}
+
+/// How long a flow whose pull timed out still takes its late state.
+pub const LATE: Duration = Duration::from_secs(2);
+
+impl Drop for LanePeer {
+    fn drop(&mut self) {
+        self.peer.asks.lane_stopped(&self.deployment);
+    }
+}
+
+impl LanePeer {
+    /// Before the chain runs a batch: notes the flows of the packets the
+    /// dispatcher marked as moved here (`moved`: index in `packets`), to
+    /// count in [`FlowHook::before`] whether their state is here.
+    pub fn set_moved(&mut self, packets: &[RawPacket<'_>], moved: &[(usize, SteerMark)]) {
+        self.moved.clear();
+        for &(i, mark) in moved {
+            if let Some(k) = packets.get(i).and_then(|p| sluice_wire::parse(p.data).key) {
+                self.moved.push((k.normalized(), mark.previous));
+            }
+        }
+    }
+
+    /// Before the chain runs its part of a batch: which packets wait for
+    /// their flow's state (see [`pull`]). A marked packet (`moved`: index
+    /// in `packets`) whose flow none of `stages` holds state of, and of
+    /// which no replica arrived, starts a wait and a request to its
+    /// previous host; every packet of a waiting flow is held (at most
+    /// `room` in all) or, over the bounds, dropped. Appends (index,
+    /// decision) for those packets to `out`; the others run.
+    pub fn hold(
+        &mut self,
+        stages: &[NfInstance],
+        packets: &[RawPacket<'_>],
+        moved: &[(usize, SteerMark)],
+        mut room: usize,
+        out: &mut Vec<(usize, Hold)>,
+    ) {
+        if self.waiting.is_empty() && (moved.is_empty() || room == 0) {
+            return;
+        }
+        let counts = &self.peer.counts;
+        if !moved.is_empty() && stages.iter().any(NfInstance::needs_flows) {
+            let table = self.peer.table();
+            let now = Instant::now();
+            for &(i, mark) in moved {
+                let Some(k) = packets.get(i).and_then(flow_of) else { continue };
+                if self.waiting.contains_key(&k)
+                    || self.waiting.len() >= pull::MAX_WAITING
+                    || stages.iter().any(|s| s.flow_clock(&k).is_some())
+                    || self.peer.store.holds(&self.deployment, &k)
+                {
+                    continue;
+                }
+                let me = self.peer.me.as_str();
+                let Some(previous) = table.as_deref().and_then(|t| host_by_hash(t, mark.previous)).filter(|h| *h != me)
+                else {
+                    continue;
+                };
+                let ticket = self.peer.tickets.fetch_add(1, Ordering::Relaxed);
+                self.waiting.insert(k, Wait { ticket, since: now, packets: 0, previous: mark.previous });
+                self.pulls.entry(previous.to_string()).or_default().push(k);
+                counts.flowlets_moved_in.fetch_add(1, Ordering::Relaxed);
+                counts.moved_waited.fetch_add(1, Ordering::Relaxed);
+                let deadline = now + self.peer.pull_wait;
+                self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
+            }
+        }
+        if self.waiting.is_empty() {
+            return;
+        }
+        let (mut held, mut dropped) = (0u64, 0u64);
+        for (i, p) in packets.iter().enumerate() {
+            let Some(w) = flow_of(p).and_then(|k| self.waiting.get_mut(&k)) else { continue };
+            if w.packets < pull::PER_FLOW && room > 0 {
+                w.packets += 1;
+                room -= 1;
+                held += 1;
+                out.push((i, Hold::Keep(w.ticket)));
+            } else {
+                dropped += 1;
+                out.push((i, Hold::Drop));
+            }
+        }
+        counts.packets_held.fetch_add(held, Ordering::Relaxed);
+        counts.packets_held_dropped.fetch_add(dropped, Ordering::Relaxed);
+        for (to, keys) in self.pulls.drain() {
+            for chunk in keys.chunks(wire::MAX_REQUEST) {
+                let r = FlowRequest {
+                    deployment: self.deployment.clone(),
+                    keys: chunk.iter().map(|k| k.to_bytes().to_vec()).collect(),
+                };
+                // Not sent (the outbox full): the wait times out.
+                if let Ok(body) = PeerMessage::Pull(r).encode() {
+                    let _ = self.peer.outbox.try_send(Outgoing { to: to.clone(), body, flows: 0 });
+                }
+            }
+        }
+    }
+
+    /// Appends the tickets of the waiting flows whose wait is over (their
+    /// state arrived, their previous host holds none, or the pull wait
+    /// passed): their held packets run first in the next batch.
+    pub fn release(&mut self, out: &mut Vec<u64>) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let arrivals = (self.peer.store.arrivals(), self.peer.answers.arrivals.load(Ordering::Acquire));
+        if arrivals == self.arrivals_seen && self.next_deadline.is_none_or(|d| now < d) {
+            return;
+        }
+        self.arrivals_seen = arrivals;
+        let (peer, deployment) = (&self.peer, self.deployment.as_str());
+        let mut next: Option<Instant> = None;
+        let released = &mut self.released;
+        let late = &mut self.late;
+        if !late.is_empty() {
+            late.retain(|_, at| now.saturating_duration_since(*at) < LATE);
+        }
+        self.waiting.retain(|k, w| {
+            let outcome = if peer.store.holds(deployment, k) {
+                Outcome::State
+            } else if peer.answers.take(deployment, k) {
+                Outcome::NotHeld
+            } else if now.saturating_duration_since(w.since) >= peer.pull_wait {
+                Outcome::TimedOut
+            } else {
+                let d = w.since + peer.pull_wait;
+                next = Some(next.map_or(d, |n| n.min(d)));
+                return true;
+            };
+            let c = &peer.counts;
+            match outcome {
+                Outcome::State => c.waits_with_state.fetch_add(1, Ordering::Relaxed),
+                Outcome::NotHeld => c.waits_not_held.fetch_add(1, Ordering::Relaxed),
+                Outcome::TimedOut => c.waits_timed_out.fetch_add(1, Ordering::Relaxed),
+            };
+            if outcome == Outcome::TimedOut && late.len() < pull::MAX_WAITING * 4 {
+                late.insert(*k, now);
+            }
+            peer.note_moved(w.previous, |m| {
+                m.flowlets += 1;
+                if outcome == Outcome::State {
+                    m.pulled += 1;
+                } else {
+                    m.without_state += 1;
+                }
+            });
+            let us = u64::try_from(now.saturating_duration_since(w.since).as_micros()).unwrap_or(u64::MAX);
+            c.wait_us_total.fetch_add(us, Ordering::Relaxed);
+            c.wait_us_max.fetch_max(us, Ordering::Relaxed);
+            released.push(*k);
+            out.push(w.ticket);
+            false
+        });
+        self.next_deadline = next;
+    }
+
+    /// Answers the requests of other hosts for flows of this deployment
+    /// (see [`pull`]) that this lane has not looked at: sends the state of
+    /// those it holds; the deployment's last lane to look answers for the
+    /// flows none held.
+    pub fn serve(&mut self, chain: &Chain, now: Instant) {
+        if self.peer.asks.newest.load(Ordering::Acquire) == self.asks_seen {
+            return;
+        }
+        let mut found: Vec<(String, Vec<PeerFlow>)> = Vec::new();
+        let mut not_held: Vec<(String, Vec<FlowKey>)> = Vec::new();
+        {
+            let mut g = self.peer.asks.lock();
+            let (list, seq) = &mut *g;
+            // At most SERVE_AT_ONCE requests a call: a flood of requests
+            // slows the answers, never the worker's packets.
+            let mut seen = self.asks_seen;
+            let mine = list.iter_mut().filter(|a| a.seq > self.asks_seen);
+            for a in mine.take(pull::SERVE_AT_ONCE) {
+                seen = a.seq;
+                if a.deployment != self.deployment {
+                    continue;
+                }
+                let mut flows = Vec::new();
+                for k in &a.keys {
+                    let Some(sum) = chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add)
+                    else {
+                        continue;
+                    };
+                    a.found.insert(*k);
+                    // The asking host now holds it: it is sent again only
+                    // when it changes.
+                    self.sent.insert(*k, (sum, now));
+                    let nfs = chain.stages().iter().filter_map(|s| s.export_flow(k).map(|e| NfPart::of(s.name(), &e)));
+                    flows.push(PeerFlow { key: k.to_bytes().to_vec(), nfs: nfs.collect() });
+                }
+                a.remaining = a.remaining.saturating_sub(1);
+                if a.remaining == 0 {
+                    let missing: Vec<FlowKey> = a.keys.iter().filter(|k| !a.found.contains(k)).copied().collect();
+                    not_held.push((a.from.clone(), missing));
+                }
+                if !flows.is_empty() {
+                    found.push((a.from.clone(), flows));
+                }
+            }
+            list.retain(|a| a.remaining > 0);
+            // Nothing newer left: every later request is another's.
+            self.asks_seen = if list.iter().any(|a| a.seq > seen) { seen } else { (*seq).max(seen) };
+        }
+        let version = self.peer.table().map_or(0, |t| t.version());
+        let c = &self.peer.counts;
+        for (to, flows) in found {
+            c.pull_flows_sent.fetch_add(flows.len() as u64, Ordering::Relaxed);
+            for k in self.send(&to, version, flows) {
+                self.sent.remove(&k);
+            }
+        }
+        for (to, keys) in not_held {
+            c.pull_flows_not_held.fetch_add(keys.len() as u64, Ordering::Relaxed);
+            self.peer.send_not_held(&to, &self.deployment, &keys);
+        }
+    }
+
+    /// Whether an export is due.
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next_export
+    }
+
+    /// Sends the state of the flows whose state changed since the last
+    /// export to their next owners (and, after a table change, of every
+    /// flow held whose next owner changed; every [`REFRESH`], of the flows
+    /// sent that long ago and still held). Call when [`due`](Self::due).
+    pub fn export(&mut self, chain: &mut Chain, now: Instant) {
+        self.next_export = now + self.peer.interval;
+        // What changed since the last export, as the state noted it.
+        self.changed.clear();
+        let mut complete = true;
+        for stage in chain.stages_mut() {
+            complete &= stage.take_flow_changes(&mut self.changed);
+        }
+        let Some(table) = self.peer.table() else {
+            self.dirty.clear();
+            return;
+        };
+        let chain: &Chain = chain;
+        let me = self.peer.me.as_str();
+        let mut candidates: Vec<(FlowKey, bool)> = Vec::new();
+        if self.table.as_ref().is_none_or(|t| t.version() != table.version()) {
+            let before = self.table.clone();
+            let mut handed = 0u64;
+            for stage in chain.stages() {
+                for k in stage.flow_table().keys() {
+                    let old = before.as_deref().and_then(|t| next_owner(t, me, k));
+                    if old != next_owner(&table, me, k) {
+                        // Sent again whatever it was sent before.
+                        self.sent.remove(k);
+                        candidates.push((*k, false));
+                        handed += 1;
+                    }
+                }
+            }
+            self.peer.counts.flows_handed_over.fetch_add(handed, Ordering::Relaxed);
+            self.table = Some(table.clone());
+        }
+        if !complete {
+            // Too many changed to note: every flow held may have.
+            for stage in chain.stages() {
+                candidates.extend(stage.flow_table().keys().map(|k| (*k, true)));
+            }
+        }
+        if now.saturating_duration_since(self.last_sweep) >= REFRESH {
+            self.last_sweep = now;
+            // Flows still held whose replica was sent a refresh ago: sent
+            // again, so that it outlives the receiver's lifetime.
+            for (k, (_, at)) in &self.sent {
+                if now.saturating_duration_since(*at) >= REFRESH {
+                    candidates.push((*k, false));
+                }
+            }
+            self.sent.retain(|_, (_, at)| now.saturating_duration_since(*at) < REFRESH * 2);
+        }
+        self.dirty.clear();
+        self.busy.clear();
+        self.busy.extend(self.changed.iter().map(|k| k.normalized()));
+        // Deferred flows that did not change since the last export are
+        // quiet: their state goes now.
+        self.quiet.clear();
+        for k in self.deferred.drain() {
+            if !self.busy.contains(&k) {
+                self.quiet.push(k);
+            }
+        }
+        if self.busy.is_empty() && self.quiet.is_empty() && candidates.is_empty() {
+            return;
+        }
+        let busy_every = self.peer.interval.saturating_mul(BUSY_EVERY);
+        let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
+        let (mut unchanged, mut deferred) = (0u64, 0u64);
+        let quiet = std::mem::take(&mut self.quiet);
+        candidates.extend(self.busy.iter().map(|k| (*k, true)));
+        candidates.extend(quiet.iter().map(|k| (*k, false)));
+        let mut seen: HashSet<FlowKey> = HashSet::default();
+        for (k, busy) in candidates {
+            if !seen.insert(k) {
+                continue;
+            }
+            let Some(to) = next_owner(&table, me, &k) else { continue };
+            // Every write counts a clock up: an equal sum is the same
+            // state (noted, but written back unchanged), not sent again.
+            let clocks = chain.stages().iter().filter_map(|s| s.flow_clock(&k)).reduce(u64::wrapping_add);
+            let nfs: Vec<NfPart> = match clocks {
+                None => {
+                    // The flow ended here: a replica sent before is forgotten.
+                    if self.sent.remove(&k).is_none() {
+                        continue;
+                    }
+                    Vec::new()
+                }
+                Some(sum) => {
+                    if self.sent.get(&k).is_some_and(|&(s, at)| s == sum && now.saturating_duration_since(at) < REFRESH)
+                    {
+                        unchanged += 1;
+                        continue;
+                    }
+                    if busy && self.sent.get(&k).is_some_and(|&(_, at)| now.saturating_duration_since(at) < busy_every)
+                    {
+                        self.deferred.insert(k);
+                        deferred += 1;
+                        continue;
+                    }
+                    self.sent.insert(k, (sum, now));
+                    chain.stages().iter().filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e))).collect()
+                }
+            };
+            per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
+        }
+        self.peer.counts.flows_unchanged.fetch_add(unchanged, Ordering::Relaxed);
+        self.peer.counts.flows_deferred.fetch_add(deferred, Ordering::Relaxed);
+        self.quiet = quiet;
+        for (to, flows) in per_host {
+            // A flow that could not be sent is sent again at the next
+            // interval it changes.
+            for k in self.send(to, table.version(), flows) {
+                self.sent.remove(&k);
+            }
+        }
+    }
+
+    /// Sends flows to one host, in messages under [`MAX_MESSAGE`].
+    /// Returns the flows it could not send (the outbox to the bus full).
+    fn send(&self, to: &str, version: u64, flows: Vec<PeerFlow>) -> Vec<FlowKey> {
+        let counts = &self.peer.counts;
+        let mut part = Vec::new();
+        let mut size = 0usize;
+        let mut unsent = Vec::new();
+        let mut flush = |part: Vec<PeerFlow>| {
+            let n = part.len();
+            let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
+            let message = PeerMessage::Flows(batch);
+            let sent = message
+                .encode()
+                .ok()
+                .map(|body| self.peer.outbox.try_send(Outgoing { to: to.to_string(), body, flows: n }).is_ok());
+            if sent == Some(true) {
+                counts.flows_sent.fetch_add(n as u64, Ordering::Relaxed);
+                counts.batches_sent.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counts.flows_send_dropped.fetch_add(n as u64, Ordering::Relaxed);
+                if let PeerMessage::Flows(batch) = &message {
+                    unsent.extend(batch.flows.iter().filter_map(|f| FlowKey::from_bytes(&f.key)));
+                }
+            }
+        };
+        for f in flows {
+            // Encoded size, roughly: key, names, values, varints.
+            let s = 48 + f.nfs.iter().map(|p| 32 + p.nf.len() + p.bytes() + 24 * p.tables.len()).sum::<usize>();
+            if size + s > MAX_MESSAGE && !part.is_empty() {
+                flush(std::mem::take(&mut part));
+                size = 0;
+            }
+            size += s;
+            part.push(f);
+        }
+        if !part.is_empty() {
+            flush(part);
+        }
+        unsent
+    }
+}
+
+impl FlowHook for LanePeer {
+    /// Marks the batch's flows for the next export, imports the replicas
+    /// held for flows new since the last one, and counts the moved
+    /// flowlets by whether their state is here.
+    fn before(&mut self, stages: &mut [NfInstance], keys: &[FlowKey]) {
+        for stage in stages.iter_mut() {
+            stage.track_flow_changes();
+        }
+        self.keys.clear();
+        // Flows not seen since the last export look for a replica, while
+        // the store holds any.
+        if self.peer.store.held() > 0 {
+            for k in keys {
+                if self.dirty.insert(*k) {
+                    self.keys.push(*k);
+                }
+            }
+        }
+        // Flows whose wait ended run now: their replica, if it came; and
+        // flows whose wait timed out, if theirs came since.
+        for k in self.released.drain(..) {
+            if !self.keys.contains(&k) {
+                self.keys.push(k);
+            }
+        }
+        let mut late = 0usize;
+        if !self.late.is_empty() {
+            for k in keys {
+                if self.late.contains_key(k) && !self.keys.contains(k) {
+                    self.keys.push(*k);
+                    late += 1;
+                }
+            }
+        }
+        let counts = &self.peer.counts;
+        if !self.keys.is_empty() && self.peer.store.held() > 0 {
+            self.peer.store.take(&self.deployment, &self.keys, &mut self.taken);
+            for (key, replica) in self.taken.drain(..) {
+                counts.flows_imported.fetch_add(1, Ordering::Relaxed);
+                if late > 0 && self.late.remove(&key).is_some() {
+                    counts.late_state_imported.fetch_add(1, Ordering::Relaxed);
+                }
+                for part in &replica.nfs {
+                    let Some(stage) = stages.iter_mut().find(|s| s.name() == part.nf) else { continue };
+                    match stage.import_flow(part.to_export(key)) {
+                        Ok(()) => {}
+                        Err(sluice_runtime::ImportError::Stale { .. }) => {
+                            counts.parts_stale.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(sluice_runtime::ImportError::Full { .. }) => {
+                            counts.parts_refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+        for (k, previous) in self.moved.drain(..) {
+            counts.flowlets_moved_in.fetch_add(1, Ordering::Relaxed);
+            let with = stages.iter().any(|s| s.flow_clock(&k).is_some());
+            if with {
+                counts.moved_with_state.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counts.moved_without_state.fetch_add(1, Ordering::Relaxed);
+            }
+            self.peer.note_moved(previous, |m| {
+                m.flowlets += 1;
+                if with {
+                    m.with_state += 1;
+                } else {
+                    m.without_state += 1;
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! The host-level peer ([`Peer`]): what a host runs once for the group,
+//! shared by its workers: the ownership table, the messages it receives
+//! from other hosts (replicas, pulls, global tables, pool bindings), the
+//! registered deployments whose global tables are merged over the group,
+//! and its counters. Its release pools split between hosts are in
+//! [`pools`]; a worker's lane of a deployment is in [`crate::hook`].
+
+pub mod pools;
+
+use crate::HashMap;
+use crate::counters::{Counts, GlobalTable, MovedFrom, PeerCounters};
+use crate::pull::{Answers, Asks};
+use crate::store::PeerStore;
+use crate::wire::{self, FlowRequest, GlobalBatch, PeerMessage, TableValues, WireError};
+use sluice_group::OwnershipTable;
+use sluice_wire::FlowKey;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+/// Encoded bytes per message at most (under NATS' default 1 MiB payload).
+pub const MAX_MESSAGE: usize = 512 * 1024;
+/// How often a host sends its values of its global eventual tables to the
+/// group's other hosts.
+pub const GLOBAL_EVERY: Duration = Duration::from_millis(100);
+
+/// A message for another host of the group.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// The receiving host.
+    pub to: String,
+    /// The encoded [`PeerBatch`](crate::PeerBatch).
+    pub body: Vec<u8>,
+    /// Flows in it.
+    pub flows: usize,
+}
+
+/// The NFs of a deployment whose global tables are merged over the group:
+/// their names and shared state, and the chain's shape they belong to.
+#[derive(Debug)]
+struct Registered {
+    shape: String,
+    nfs: Vec<(String, Arc<sluice_state::Domain>)>,
+}
+
+/// A host's peer state: its name, the group's ownership table, the
+/// replicas it keeps and its way out to the bus. Shared by its workers.
+#[derive(Debug)]
+pub struct Peer {
+    pub(crate) me: String,
+    table: RwLock<Option<Arc<OwnershipTable>>>,
+    pub(crate) store: PeerStore,
+    pub(crate) outbox: crossbeam_channel::Sender<Outgoing>,
+    pub(crate) interval: Duration,
+    /// How long a moved flow's packets wait for its pulled state.
+    pub(crate) pull_wait: Duration,
+    pub(crate) counts: Counts,
+    domains: std::sync::Mutex<HashMap<String, Registered>>,
+    /// Other hosts' requests for flows this host had.
+    pub(crate) asks: Asks,
+    /// Other hosts' answers that they hold none of a flow asked for.
+    pub(crate) answers: Answers,
+    /// Tickets of held packets, unique on the host.
+    pub(crate) tickets: AtomicU64,
+    /// Moved flowlets by the host they came from.
+    moved_from: std::sync::Mutex<std::collections::BTreeMap<String, MovedFrom>>,
+    /// Release pools split between the group's hosts.
+    pools: pools::Pools,
+    pools_counts: pools::PoolCounts,
+}
+
+impl Peer {
+    /// The peer state of host `me`: replicate every `interval` through
+    /// `outbox`, keep replicas in `store`, let a moved flow's packets wait
+    /// up to `pull_wait` for its pulled state.
+    pub fn new(
+        me: &str,
+        interval: Duration,
+        pull_wait: Duration,
+        store: PeerStore,
+        outbox: crossbeam_channel::Sender<Outgoing>,
+    ) -> Arc<Self> {
+        Arc::new(Peer {
+            me: me.to_string(),
+            table: RwLock::new(None),
+            store,
+            outbox,
+            interval,
+            pull_wait,
+            counts: Counts::default(),
+            domains: std::sync::Mutex::new(HashMap::default()),
+            asks: Asks::default(),
+            answers: Answers::default(),
+            tickets: AtomicU64::new(1),
+            moved_from: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+            pools: pools::Pools::default(),
+            pools_counts: pools::PoolCounts::default(),
+        })
+    }
+
+    /// Counts a moved flowlet against the host it came from (`previous`:
+    /// the hash its mark carried).
+    pub(crate) fn note_moved(&self, previous: u32, count: impl FnOnce(&mut MovedFrom)) {
+        let name = self
+            .table()
+            .and_then(|t| host_by_hash(&t, previous).map(String::from))
+            .unwrap_or_else(|| format!("#{previous:08x}"));
+        let mut m = self.moved_from.lock().unwrap_or_else(PoisonError::into_inner);
+        // Bounded: hashes of hosts no longer in the table are few, but come
+        // from the wire.
+        if m.len() >= 1024 && !m.contains_key(&name) {
+            return;
+        }
+        count(m.entry(name).or_default());
+    }
+
+    /// Takes a message host `from` sent (`now_ns`: the host's clock, as
+    /// its live workers' packet time). A message that cannot be read is
+    /// counted and its error returned (to log); nothing is kept of it.
+    pub fn receive(&self, from: &str, bytes: &[u8], now: Instant, now_ns: u64) -> Result<(), WireError> {
+        match PeerMessage::decode(bytes) {
+            Ok(PeerMessage::Flows(b)) => self.store.insert(from, b, now),
+            Ok(PeerMessage::Global(g)) => self.take_global(from, g, now_ns),
+            Ok(PeerMessage::Pull(r)) => self.ask(from, r, now),
+            Ok(PeerMessage::NotHeld(r)) => self.answers.insert(&r.deployment, r.flow_keys(), now),
+            Ok(PeerMessage::Bindings(b)) => self.take_bindings(b, now),
+            Ok(PeerMessage::Released(r)) => self.take_released(r),
+            Err(e) => {
+                self.store.refused();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Host `from` asks for flows it received without their state: the
+    /// deployment's lanes answer (see [`LanePeer::serve`](crate::LanePeer::serve)); with none here,
+    /// the answer is that none is held.
+    fn ask(&self, from: &str, r: FlowRequest, now: Instant) {
+        let c = &self.counts;
+        c.pulls_received.fetch_add(1, Ordering::Relaxed);
+        let keys: Vec<FlowKey> = r.flow_keys().map(|k| k.normalized()).collect();
+        let lanes = self.asks.lanes_of(&r.deployment);
+        if lanes == 0 {
+            c.pull_flows_not_held.fetch_add(keys.len() as u64, Ordering::Relaxed);
+            self.send_not_held(from, &r.deployment, &keys);
+            return;
+        }
+        if !self.asks.push(from, &r.deployment, keys, lanes, now) {
+            c.pulls_refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Tells host `to` that no lane here holds state of flows `keys` of
+    /// `deployment`.
+    pub(crate) fn send_not_held(&self, to: &str, deployment: &str, keys: &[FlowKey]) {
+        if keys.is_empty() {
+            return;
+        }
+        let m = PeerMessage::NotHeld(FlowRequest {
+            deployment: deployment.to_string(),
+            keys: keys.iter().map(|k| k.to_bytes().to_vec()).collect(),
+        });
+        if let Ok(body) = m.encode() {
+            let _ = self.outbox.try_send(Outgoing { to: to.to_string(), body, flows: 0 });
+        }
+    }
+
+    /// Registers the NFs of a deployment (names and the state their
+    /// workers share) whose global eventual tables are merged over the
+    /// group. `shape` names the chain they belong to: a registration of
+    /// the same shape is kept (a hot swap keeps the NFs' shared state).
+    pub fn register(&self, deployment: &str, shape: String, nfs: Vec<(String, Arc<sluice_state::Domain>)>) {
+        let mut d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        if d.get(deployment).is_some_and(|r| r.shape == shape) {
+            return;
+        }
+        for (_, domain) in &nfs {
+            domain.track_changes();
+        }
+        d.insert(deployment.to_string(), Registered { shape, nfs });
+        drop(d);
+        // Its release pools hand out only this host's blocks, from the start.
+        self.pool_tick(Instant::now());
+    }
+
+    /// The group-wide view of every registered global eventual table, by
+    /// `<deployment>/<nf>/<table>`: its largest `top` values (all when
+    /// fewer), largest first, and its entry count.
+    pub fn global_tables(&self, top: usize) -> std::collections::BTreeMap<String, GlobalTable> {
+        let registered: Vec<(String, String, Arc<sluice_state::Domain>)> = {
+            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            d.iter().flat_map(|(dep, r)| r.nfs.iter().map(|(nf, dom)| (dep.clone(), nf.clone(), dom.clone()))).collect()
+        };
+        let mut out = std::collections::BTreeMap::new();
+        for (deployment, nf, domain) in registered {
+            for table in domain.eventual_tables() {
+                let (entries, values) = domain.eventual_top(&table, top).unwrap_or_default();
+                out.insert(format!("{deployment}/{nf}/{table}"), GlobalTable { entries, top: values });
+            }
+        }
+        out
+    }
+
+    /// Forgets a removed deployment.
+    pub fn unregister(&self, deployment: &str) {
+        self.domains.lock().unwrap_or_else(PoisonError::into_inner).remove(deployment);
+        self.store.remove_deployment(deployment);
+    }
+
+    /// The group's other hosts: the table's members and the hosts
+    /// finishing their flows.
+    pub fn peers(&self) -> Vec<String> {
+        let Some(t) = self.table() else { return Vec::new() };
+        let mut v: Vec<String> = t
+            .members()
+            .iter()
+            .map(|m| m.host.clone())
+            .chain(t.finishing().iter().cloned())
+            .filter(|h| *h != self.me)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Messages with this host's values of the global eventual tables
+    /// that changed since the last call (and of all live keys every half
+    /// idle timeout), for every other host of the group (each message
+    /// under [`MAX_MESSAGE`]); counts them as sent to `peers` hosts.
+    /// `now_ns`: the host's clock, as its live workers' packet time.
+    pub fn global_messages(&self, peers: usize, now_ns: u64) -> Vec<Vec<u8>> {
+        let registered: Vec<(String, String, Arc<sluice_state::Domain>)> = {
+            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            d.iter().flat_map(|(dep, r)| r.nfs.iter().map(|(nf, dom)| (dep.clone(), nf.clone(), dom.clone()))).collect()
+        };
+        let mut out = Vec::new();
+        for (deployment, nf, domain) in registered {
+            for (table, entries) in domain.eventual_changes(now_ns) {
+                // 16 bytes an entry at most, encoded: well under the bound.
+                for chunk in entries.chunks(wire::MAX_ENTRIES.min(MAX_MESSAGE / 20)) {
+                    let m = PeerMessage::Global(GlobalBatch {
+                        deployment: deployment.clone(),
+                        nf: nf.clone(),
+                        tables: vec![TableValues { table: table.clone(), entries: chunk.to_vec() }],
+                    });
+                    if let Ok(body) = m.encode() {
+                        self.counts.global_entries_sent.fetch_add((chunk.len() * peers) as u64, Ordering::Relaxed);
+                        out.push(body);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes host `from`'s values of global eventual tables (`now_ns`:
+    /// the host's clock, as its live workers' packet time).
+    pub fn take_global(&self, from: &str, b: GlobalBatch, now_ns: u64) {
+        let n: u64 = b.tables.iter().map(|t| t.entries.len() as u64).sum();
+        self.counts.global_entries_received.fetch_add(n, Ordering::Relaxed);
+        let domain = {
+            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            d.get(&b.deployment).and_then(|r| r.nfs.iter().find(|(nf, _)| *nf == b.nf).map(|(_, dom)| dom.clone()))
+        };
+        let Some(domain) = domain else {
+            self.counts.global_entries_refused.fetch_add(n, Ordering::Relaxed);
+            return;
+        };
+        for t in &b.tables {
+            let refused = domain.set_eventual_remote(from, &t.table, &t.entries, now_ns);
+            self.counts.global_entries_refused.fetch_add(refused, Ordering::Relaxed);
+        }
+    }
+
+    /// This host's name.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// The replicas it keeps.
+    pub fn store(&self) -> &PeerStore {
+        &self.store
+    }
+
+    /// Takes a newer ownership table of the group; true if it was newer.
+    pub fn set_table(&self, t: OwnershipTable) -> bool {
+        let mut g = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        if g.as_ref().is_some_and(|old| old.version() >= t.version()) {
+            return false;
+        }
+        *g = Some(Arc::new(t));
+        true
+    }
+
+    /// The table it holds.
+    pub fn table(&self) -> Option<Arc<OwnershipTable>> {
+        self.table.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Its counts now.
+    pub fn counters(&self) -> PeerCounters {
+        let c = &self.counts;
+        PeerCounters {
+            flows_sent: c.flows_sent.load(Ordering::Relaxed),
+            batches_sent: c.batches_sent.load(Ordering::Relaxed),
+            flows_send_dropped: c.flows_send_dropped.load(Ordering::Relaxed),
+            flows_handed_over: c.flows_handed_over.load(Ordering::Relaxed),
+            flows_unchanged: c.flows_unchanged.load(Ordering::Relaxed),
+            flows_deferred: c.flows_deferred.load(Ordering::Relaxed),
+            flows_imported: c.flows_imported.load(Ordering::Relaxed),
+            parts_stale: c.parts_stale.load(Ordering::Relaxed),
+            parts_refused: c.parts_refused.load(Ordering::Relaxed),
+            flowlets_moved_in: c.flowlets_moved_in.load(Ordering::Relaxed),
+            moved_with_state: c.moved_with_state.load(Ordering::Relaxed),
+            moved_without_state: c.moved_without_state.load(Ordering::Relaxed),
+            moved_waited: c.moved_waited.load(Ordering::Relaxed),
+            waits_with_state: c.waits_with_state.load(Ordering::Relaxed),
+            waits_not_held: c.waits_not_held.load(Ordering::Relaxed),
+            waits_timed_out: c.waits_timed_out.load(Ordering::Relaxed),
+            late_state_imported: c.late_state_imported.load(Ordering::Relaxed),
+            wait_us_total: c.wait_us_total.load(Ordering::Relaxed),
+            wait_us_max: c.wait_us_max.load(Ordering::Relaxed),
+            packets_held: c.packets_held.load(Ordering::Relaxed),
+            packets_held_dropped: c.packets_held_dropped.load(Ordering::Relaxed),
+            pulls_received: c.pulls_received.load(Ordering::Relaxed),
+            pulls_refused: c.pulls_refused.load(Ordering::Relaxed),
+            pull_flows_sent: c.pull_flows_sent.load(Ordering::Relaxed),
+            pull_flows_not_held: c.pull_flows_not_held.load(Ordering::Relaxed),
+            global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
+            global_entries_received: c.global_entries_received.load(Ordering::Relaxed),
+            global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),
+            table_version: self.table().map(|t| t.version()),
+            store: self.store.counters(),
+            moved_from: self.moved_from.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            pools: self.pools_counts.snapshot(),
+        }
+    }
+}
+
+/// The host a flow's state goes to from `me`: the first host of its slot
+/// that is not `me`.
+pub fn next_owner<'t>(table: &'t OwnershipTable, me: &str, key: &FlowKey) -> Option<&'t str> {
+    table.preferences(table.slot_of(key.hash_normalized())).find(|h| *h != me)
+}
+
+/// The host of the group's table (a member, or one finishing its flows)
+/// whose [`sluice_wire::steer::host_hash`] is `hash`.
+pub fn host_by_hash(table: &OwnershipTable, hash: u32) -> Option<&str> {
+    let members = table.members().iter().map(|m| m.host.as_str());
+    members.chain(table.finishing().iter().map(String::as_str)).find(|h| sluice_wire::steer::host_hash(h) == hash)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use sluice_group::Member;
+
+    fn table(version: u64, hosts: &[&str]) -> OwnershipTable {
+        let members: Vec<Member> = hosts.iter().map(|h| Member { host: h.to_string(), weight: 1 }).collect();
+        OwnershipTable::build("edge", version, 0, &members, 1021, 3).unwrap()
+    }
+
+    #[test]
+    fn the_next_owner_is_the_first_other_host_of_the_slot() {
+        let t = table(1, &["h1", "h2", "h3"]);
+        for port in 0..200u16 {
+            let k = FlowKey { src_port: port, dst_port: 80, protocol: 6, ..FlowKey::default() };
+            let prefs: Vec<&str> = t.preferences(t.slot_of(k.hash_normalized())).collect();
+            assert_eq!(next_owner(&t, prefs[0], &k), Some(prefs[1]));
+            assert_eq!(next_owner(&t, "elsewhere", &k), Some(prefs[0]));
+        }
+        assert_eq!(next_owner(&table(2, &["h1"]), "h1", &FlowKey::default()), None);
+    }
+
+    #[test]
+    fn only_newer_tables_replace_the_held_one() {
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        let p = Peer::new(
+            "h1",
+            Duration::from_millis(10),
+            Duration::from_millis(2),
+            PeerStore::new(10, 1 << 20, Duration::from_secs(1)),
+            tx,
+        );
+        assert!(p.set_table(table(2, &["h1", "h2"])));
+        assert!(!p.set_table(table(1, &["h1", "h2", "h3"])));
+        assert_eq!(p.counters().table_version, Some(2));
+    }
+}
