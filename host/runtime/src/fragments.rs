@@ -15,7 +15,7 @@
 //! datagrams, each forgotten [`TIMEOUT_NS`] of packet time after its first
 //! fragment (Linux's `ipfrag_time`), the oldest first when full.
 
-use crate::chain::{Fate, PacketResult};
+use crate::fate::{Fate, PacketResult};
 use sluice_wire::fragment::{FragmentKey, Template};
 use std::collections::VecDeque;
 

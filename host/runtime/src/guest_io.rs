@@ -124,7 +124,7 @@ pub enum Stream {
 #[derive(Debug)]
 struct Inner {
     nf: Arc<str>,
-    owner: Option<Arc<crate::NfOwner>>,
+    owner: Option<Arc<crate::owner::NfOwner>>,
     stream: Stream,
     line: Vec<u8>,
     limiter: Arc<Mutex<LogLimiter>>,
@@ -154,7 +154,7 @@ impl Inner {
         };
         let allowed = self.limiter.lock().map(|mut l| l.admit(level, source, &text)).unwrap_or(false);
         if allowed {
-            let (tenant, deployment, version) = crate::NfOwner::fields(self.owner.as_deref());
+            let (tenant, deployment, version) = crate::owner::NfOwner::fields(self.owner.as_deref());
             match self.stream {
                 Stream::Stdout => {
                     tracing::info!(target: "sluice::guest", nf = %self.nf, tenant, deployment, version, "{text}")
@@ -187,7 +187,7 @@ impl GuestOutput {
     /// outputs.
     pub fn new(
         nf: Arc<str>,
-        owner: Option<Arc<crate::NfOwner>>,
+        owner: Option<Arc<crate::owner::NfOwner>>,
         stream: Stream,
         limiter: Arc<Mutex<LogLimiter>>,
     ) -> Self {

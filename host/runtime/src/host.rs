@@ -35,7 +35,7 @@ pub struct HostState {
     pub(crate) limits: StoreLimits,
     nf: Arc<str>,
     /// Whose NF it is (host log lines name them).
-    owner: Option<Arc<crate::NfOwner>>,
+    owner: Option<Arc<crate::owner::NfOwner>>,
     limiter: Arc<Mutex<LogLimiter>>,
     log_dropped: Arc<AtomicU64>,
     /// Events of the current call.
@@ -127,7 +127,7 @@ impl HostState {
     /// refill it).
     pub fn new(
         nf: Arc<str>,
-        owner: Option<Arc<crate::NfOwner>>,
+        owner: Option<Arc<crate::owner::NfOwner>>,
         memory_bytes: u64,
         limiter: Arc<Mutex<LogLimiter>>,
         deadline: std::time::Duration,
@@ -205,7 +205,7 @@ impl host_log::Host for HostState {
             return;
         }
         let nf = &*self.nf;
-        let (tenant, deployment, version) = crate::NfOwner::fields(self.owner.as_deref());
+        let (tenant, deployment, version) = crate::owner::NfOwner::fields(self.owner.as_deref());
         match level {
             Level::Debug => tracing::debug!(target: "sluice::guest", nf, tenant, deployment, version, "{message}"),
             Level::Info => tracing::info!(target: "sluice::guest", nf, tenant, deployment, version, "{message}"),

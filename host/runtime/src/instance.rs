@@ -1,19 +1,36 @@
 //! One NF instance on one worker: called once per batch, contained when it
 //! fails, re-created after a trap, with its flow state kept by the host.
+//!
+//! What it calls (a Wasm guest or a native NF) is in `guest`, the events
+//! it hands the host in `events`, and the export and import of one flow's
+//! state between hosts in `flow_export`.
+
+mod events;
+mod flow_export;
+mod guest;
+
+pub use crate::owner::{NfOwner, OwnerField};
+pub use crate::trap::TrapCause;
+pub use events::{EmittedEvent, LOG_EVENT, TRAP_EVENT};
+pub use flow_export::FlowExport;
+pub use guest::NativeNf;
 
 use crate::batch::BatchBuilder;
-use crate::bindings::{Event, Level, NfInfo, Rewrite, StateOp, v0_1, v0_2, v0_3, v0_4};
-use crate::engine::Runtime;
+use crate::bindings::{Event, Level, NfInfo, Rewrite, StateOp};
 use crate::error::RuntimeError;
+use crate::flow_state::FlowTable;
 use crate::host::HostState;
 use crate::limits::{FailurePolicy, NfLimits};
 use crate::meters::NfMeters;
 use crate::module::{NfModule, Pre};
-use crate::state::FlowTable;
+use crate::trap::{classify, trap_summary};
+use crate::wasm_runtime::Runtime;
+use events::wall_ns;
+use guest::{Guest, Live};
 use sluice_state::{Domain, Tables};
 use sluice_wire::abi::Verdict;
 use std::sync::Arc;
-use wasmtime::{Engine, Store, Trap};
+use wasmtime::{Engine, Store};
 
 /// Default idle timeout of flow state when the NF names none: 120 s.
 pub const DEFAULT_FLOW_IDLE_TIMEOUT_NS: u64 = 120_000_000_000;
@@ -35,114 +52,6 @@ pub struct NfSpec {
     pub owner: Option<Arc<NfOwner>>,
 }
 
-/// Whose NF an instance runs: its tenant, deployment and version, named in
-/// every host log line about it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NfOwner {
-    /// Tenant id.
-    pub tenant: String,
-    /// Deployment id.
-    pub deployment: String,
-    /// Module version.
-    pub version: String,
-}
-
-impl NfOwner {
-    /// The fields of `owner` for a log line: tenant, deployment, version
-    /// (absent without an owner).
-    pub fn fields(owner: Option<&NfOwner>) -> (OwnerField<'_>, OwnerField<'_>, OwnerField<'_>) {
-        let f = |pick: fn(&NfOwner) -> &str| owner.map(|o| tracing::field::display(pick(o)));
-        (f(|o| &o.tenant), f(|o| &o.deployment), f(|o| &o.version))
-    }
-}
-
-/// One field of an [`NfOwner`] in a log line.
-pub type OwnerField<'a> = Option<tracing::field::DisplayValue<&'a str>>;
-
-/// Why a trap happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TrapCause {
-    /// The batch ran past its CPU deadline.
-    Deadline,
-    /// The batch ran out of fuel.
-    OutOfFuel,
-    /// Memory growth past the NF's cap.
-    OutOfMemory,
-    /// Wasm stack exhausted (deep recursion).
-    StackOverflow,
-    /// The guest panicked or aborted (`unreachable`).
-    Panic,
-    /// An out-of-bounds memory access (in Rust/C guests also the symptom
-    /// of a shadow-stack overflow).
-    MemoryFault,
-    /// Any other trap (bad memory access, division by zero, ...).
-    Other,
-}
-
-impl std::fmt::Display for TrapCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            TrapCause::Deadline => "deadline exceeded",
-            TrapCause::OutOfFuel => "out of fuel",
-            TrapCause::OutOfMemory => "out of memory",
-            TrapCause::StackOverflow => "stack overflow",
-            TrapCause::Panic => "panic",
-            TrapCause::MemoryFault => "memory fault",
-            TrapCause::Other => "trap",
-        })
-    }
-}
-
-/// Kind of the events that carry an NF's log lines to its tenant (fields
-/// `message`, `source`: `stdout`, `stderr` or `host-log`).
-pub const LOG_EVENT: &str = "sluice.log";
-/// Kind of the events that tell a tenant its NF trapped (fields `cause`,
-/// `message`, `policy`, `traps`: the NF's traps so far on this worker).
-pub const TRAP_EVENT: &str = "sluice.trap";
-
-fn wall_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-fn level_of(name: &str) -> Level {
-    match name {
-        "debug" => Level::Debug,
-        "warn" => Level::Warn,
-        "error" => Level::Error,
-        _ => Level::Info,
-    }
-}
-
-/// One line about a trap: the trap itself, without the guest backtrace.
-fn trap_summary(err: &wasmtime::Error) -> String {
-    match err.downcast_ref::<Trap>() {
-        Some(t) => t.to_string(),
-        None => format!("{err}").lines().next().unwrap_or("trap").to_string(),
-    }
-}
-
-fn classify(err: &wasmtime::Error) -> TrapCause {
-    match err.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => TrapCause::Deadline,
-        Some(Trap::OutOfFuel) => TrapCause::OutOfFuel,
-        Some(Trap::StackOverflow) => TrapCause::StackOverflow,
-        Some(Trap::UnreachableCodeReached) => TrapCause::Panic,
-        Some(Trap::AllocationTooLarge) => TrapCause::OutOfMemory,
-        Some(Trap::MemoryOutOfBounds) => TrapCause::MemoryFault,
-        _ => {
-            let text = format!("{err:#}");
-            if text.contains("memory") && (text.contains("grow") || text.contains("limit")) {
-                TrapCause::OutOfMemory
-            } else {
-                TrapCause::Other
-            }
-        }
-    }
-}
-
 /// How the last batch ended for this NF.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchStatus {
@@ -156,30 +65,6 @@ pub enum BatchStatus {
     Unavailable(String),
 }
 
-/// An event with the host's stamp.
-#[derive(Debug, Clone)]
-pub struct EmittedEvent {
-    /// NF that emitted it.
-    pub nf: Arc<str>,
-    /// The event.
-    pub event: Event,
-    /// Flow of the packet it names, if any.
-    pub flow: Option<sluice_wire::FlowKey>,
-    /// Timestamp of that packet (or of the batch's last packet).
-    pub timestamp_ns: u64,
-}
-
-/// One flow's state as it leaves a worker for another host (SNF §5.3).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlowExport {
-    /// The normalized flow key.
-    pub key: sluice_wire::FlowKey,
-    /// Flow-state bytes with their logical clock, if any.
-    pub flow: Option<crate::state::ExportedFlow>,
-    /// Entries of per-flow tables, each with its logical clock.
-    pub tables: Vec<sluice_state::FlowTableEntry>,
-}
-
 /// The NF's decisions for one batch.
 #[derive(Debug, Default)]
 pub struct StageOutput {
@@ -187,81 +72,6 @@ pub struct StageOutput {
     pub verdicts: Vec<Verdict>,
     /// Rewritten packets.
     pub rewrites: Vec<Rewrite>,
-}
-
-/// The exports of a running instance, by contract version.
-enum Guest {
-    V1(v0_1::NetworkFunction),
-    V2(v0_2::NetworkFunction),
-    V3(v0_3::NetworkFunction),
-    V4(v0_4::NetworkFunction),
-}
-
-struct Live {
-    store: Store<HostState>,
-    guest: Guest,
-}
-
-impl Live {
-    fn init(&mut self, config: &[u8]) -> wasmtime::Result<Result<NfInfo, String>> {
-        match &self.guest {
-            Guest::V1(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
-            Guest::V2(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
-            Guest::V3(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
-            Guest::V4(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
-        }
-    }
-
-    fn process(
-        &mut self,
-        batch: &crate::bindings::Batch,
-    ) -> wasmtime::Result<Result<crate::bindings::BatchResult, String>> {
-        match &self.guest {
-            Guest::V1(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
-            Guest::V2(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
-            Guest::V3(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
-            Guest::V4(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
-        }
-    }
-
-    fn expired(&mut self, table: u32, entries: &[u8]) -> wasmtime::Result<Result<(), String>> {
-        match &self.guest {
-            Guest::V1(_) => Ok(Ok(())),
-            Guest::V2(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
-            Guest::V3(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
-            Guest::V4(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
-        }
-    }
-
-    /// Moves the tables into the store for a call.
-    fn lend(&mut self, tables: &mut Option<Box<Tables>>) {
-        self.store.data_mut().tables = tables.take();
-    }
-
-    /// Takes them back after the call (also after a trap).
-    fn reclaim(&mut self, tables: &mut Option<Box<Tables>>) {
-        if let Some(t) = self.store.data_mut().tables.take() {
-            *tables = Some(t);
-        }
-    }
-}
-
-/// An NF compiled into the host and called as a plain Rust function: no
-/// sandbox, no limits, no canonical ABI. This is Serpens' unsandboxed model;
-/// Sluice uses it as the baseline its benchmarks compare Wasm NFs against.
-/// It receives exactly what a Wasm NF receives and is run by the same host
-/// code (batch building, flow state, verdicts), so the difference between
-/// the two is what the sandbox costs.
-pub trait NativeNf: Send {
-    /// Like the `init` export.
-    fn init(&mut self, config: &[u8]) -> Result<NfInfo, String>;
-    /// Like the `process` export. State calls of a native NF reach the
-    /// instance's tables through `sluice_state::with_current`.
-    fn process(&mut self, batch: &crate::bindings::Batch) -> Result<crate::bindings::BatchResult, String>;
-    /// Like the `expired` export.
-    fn expired(&mut self, _table: u32, _entries: &[u8]) -> Result<(), String> {
-        Ok(())
-    }
 }
 
 /// One NF instance with its host-owned state and meters.
@@ -635,89 +445,6 @@ impl NfInstance {
             t.sync_point();
             self.meters.set_tables(t.meters(), t.held_bytes());
         }
-    }
-
-    /// Everything this worker holds for one flow: its flow-state bytes and
-    /// logical clock, and its entries in per-flow tables. `None` if none.
-    pub fn export_flow(&self, key: &sluice_wire::FlowKey) -> Option<FlowExport> {
-        let key = key.normalized();
-        let flow = self.table.export(&key);
-        let tables = self.tables.as_deref().map(|t| t.export_flow(&key)).unwrap_or_default();
-        if flow.is_none() && tables.is_empty() {
-            return None;
-        }
-        Some(FlowExport { key, flow, tables })
-    }
-
-    /// Starts noting the flows whose state changes here (flow-state bytes
-    /// and per-flow table entries): a host in a group replicates those.
-    pub fn track_flow_changes(&mut self) {
-        if !self.table.tracking_changes() {
-            self.table.track_changes();
-            if let Some(t) = self.tables.as_deref_mut() {
-                t.track_flow_changes();
-            }
-        }
-    }
-
-    /// Appends the (normalized) flows whose state changed since the last
-    /// call; `false` if too many changed to note (any may have).
-    pub fn take_flow_changes(&mut self, out: &mut Vec<sluice_wire::FlowKey>) -> bool {
-        let a = self.table.take_changes(out);
-        let b = self.tables.as_deref_mut().is_none_or(|t| t.take_flow_changes(out));
-        a && b
-    }
-
-    /// The sum of the logical clocks of everything this worker holds for
-    /// one (normalized) flow, and whether it holds anything: a cheap test
-    /// of whether the flow's state changed since it was last exported.
-    pub fn flow_clock(&self, key: &sluice_wire::FlowKey) -> Option<u64> {
-        let flow = self.table.get(key).map(|e| e.clock);
-        let tables = self.tables.as_deref().map_or(0, |t| t.flow_clock(key));
-        if flow.is_none() && tables == 0 {
-            return None;
-        }
-        Some(flow.unwrap_or(0).wrapping_add(tables))
-    }
-
-    /// Imports a flow exported by [`export_flow`](Self::export_flow) on
-    /// another host. Parts whose logical clock is not newer than the local
-    /// one are stale and refused; the flow-state part's refusal is the
-    /// error, table entries are skipped individually.
-    pub fn import_flow(&mut self, f: FlowExport) -> Result<(), crate::state::ImportError> {
-        if let Some(t) = self.tables.as_deref_mut() {
-            t.import_flow(f.key, &f.tables);
-        }
-        match f.flow {
-            Some(flow) => self.table.import(flow),
-            None => Ok(()),
-        }
-    }
-
-    /// Takes the events emitted since the last call, with the NF's log
-    /// lines kept for its tenant as events of kind [`LOG_EVENT`].
-    pub fn drain_events(&mut self) -> Vec<EmittedEvent> {
-        let lines = match self.log_limiter.lock() {
-            Ok(mut l) => l.take_kept(),
-            Err(_) => Vec::new(),
-        };
-        if !lines.is_empty() {
-            let now = wall_ns();
-            for line in lines {
-                self.events.push(EmittedEvent {
-                    nf: self.name.clone(),
-                    event: Event {
-                        kind: LOG_EVENT.into(),
-                        level: level_of(line.level),
-                        packet: None,
-                        fields: vec![("message".into(), line.text), ("source".into(), line.source.into())],
-                    },
-                    flow: None,
-                    timestamp_ns: now,
-                });
-            }
-        }
-        std::mem::take(&mut self.events)
     }
 
     /// Processes the batch in `builder`: hands in flow state, calls the NF

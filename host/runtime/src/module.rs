@@ -1,9 +1,9 @@
 //! Loading an NF module: validate, compile (cached), pre-instantiate.
 
 use crate::bindings::{v0_1, v0_2, v0_3, v0_4};
-use crate::engine::Runtime;
 use crate::error::RuntimeError;
 use crate::host::HostState;
+use crate::wasm_runtime::Runtime;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! The Wasm engine shared by all NFs of a host, and its epoch ticker.
+//! The Wasm runtime of a host ([`Runtime`]): the wasmtime engine shared by
+//! all its NFs, its linker and code caches, and its epoch ticker.
 
 use crate::error::RuntimeError;
 use crate::host::HostState;
