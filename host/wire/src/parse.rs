@@ -6,9 +6,9 @@
 //! is recorded with the layer it happened in, so an IDS or monitor can still
 //! account for damaged traffic.
 
+use crate::bytes::{u16_at, u32_at};
 use crate::ethernet::{EthernetFrame, ethertype};
 use crate::flow::{FlowKey, IpAddr128};
-use crate::fragment::{Fragment, FragmentKey, IpFacts};
 use crate::icmp::IcmpPacket;
 use crate::ipv4::Ipv4Packet;
 use crate::ipv6::Ipv6Packet;
@@ -111,7 +111,7 @@ fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer
                 }
             };
             if let Some(facts) = out.ip.as_mut() {
-                facts.fragment = crate::fragment::ipv6_fragment(ip_bytes, ul.fragment_header, src, dst);
+                facts.fragment = ipv6_fragment(ip_bytes, ul.fragment_header, src, dst);
             }
             (ul.protocol, ul.offset, src, dst, ul.fragment, ul.later_fragment)
         }
@@ -159,6 +159,77 @@ fn transport_ports(proto: u8, l4: &[u8], v6: bool, out: &mut Layers) -> Result<O
         }
         _ => Ok(None),
     }
+}
+
+/// The datagram a fragment belongs to (RFC 791: source, destination,
+/// protocol and identification; RFC 8200: source, destination and the
+/// fragment header's identification).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FragmentKey {
+    /// Source address.
+    pub src: IpAddr128,
+    /// Destination address.
+    pub dst: IpAddr128,
+    /// IPv4 protocol (0 for IPv6, whose identification is per address pair).
+    pub protocol: u8,
+    /// Identification (16 bits for IPv4, 32 for IPv6).
+    pub ident: u32,
+}
+
+/// One fragment of a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fragment {
+    /// Its datagram.
+    pub key: FragmentKey,
+    /// Offset of its data in the datagram, bytes (0: the first fragment,
+    /// which holds the transport header).
+    pub offset: u32,
+    /// Whether more fragments follow.
+    pub more: bool,
+}
+
+/// What the IP header of a frame says, read without the transport layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IpFacts {
+    /// Offset of the IP header.
+    pub l3: usize,
+    /// Where the IP datagram ends in the frame according to its header
+    /// (IPv4 total length; IPv6 40 + payload length).
+    pub end: usize,
+    /// Whether it is IPv6.
+    pub v6: bool,
+    /// The fragment, if the datagram is one.
+    pub fragment: Option<Fragment>,
+}
+
+impl IpFacts {
+    /// Whether the frame holds fewer bytes than its IP header says the
+    /// datagram has: a frame cut short (a capture's snap length, or a
+    /// receive buffer smaller than the datagram).
+    #[inline]
+    pub fn cut_short(&self, frame_len: usize) -> bool {
+        self.end > frame_len
+    }
+
+    /// Whether this is a fragment other than the first.
+    pub fn later_fragment(&self) -> bool {
+        self.fragment.is_some_and(|f| f.offset != 0)
+    }
+}
+
+/// The fragment an IPv6 packet (`ip`, from its fixed header) is, from its
+/// fragment header at `at`, if it has one. A fragment header saying
+/// "offset 0, no more" is an atomic fragment (RFC 6946): a whole datagram.
+fn ipv6_fragment(ip: &[u8], at: Option<usize>, src: IpAddr128, dst: IpAddr128) -> Option<Fragment> {
+    let at = at?;
+    let h = ip.get(at..at + 8)?;
+    let off_flags = u16_at(h, 2..4);
+    let f = Fragment {
+        key: FragmentKey { src, dst, protocol: 0, ident: u32_at(h, 4..8) },
+        offset: u32::from(off_flags & 0xfff8),
+        more: off_flags & 1 != 0,
+    };
+    (f.offset != 0 || f.more).then_some(f)
 }
 
 #[cfg(test)]

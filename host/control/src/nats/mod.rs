@@ -25,6 +25,14 @@ use futures::stream::BoxStream;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
+mod connect;
+mod desired;
+mod setup;
+
+use connect::connect_options;
+pub use connect::read_seed;
+use desired::DesiredWatch;
+
 /// How long JetStream remembers record ids to drop re-publications.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// How long meter records stay in the stream after being stored (the
@@ -83,70 +91,6 @@ pub struct NatsBus {
     /// Gateway: SHA-256 of each desired key's value as last written, so
     /// unchanged deployments are not written again.
     written: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>>,
-}
-
-/// Builds the connect options of `auth` (credentials, TLS).
-async fn connect_options(
-    url: &str,
-    auth: &NatsAuth,
-    inbox: String,
-    who: &str,
-) -> Result<async_nats::ConnectOptions, BusError> {
-    let conn = |reason: String| BusError::Connect { url: url.to_string(), reason };
-    let mut opts = match (&auth.creds_file, &auth.nkey_file) {
-        (Some(_), Some(_)) => return Err(conn("give either an nkey seed file or a creds file, not both".into())),
-        (Some(creds), None) => async_nats::ConnectOptions::with_credentials_file(creds.clone())
-            .await
-            .map_err(|e| conn(format!("reading credentials {}: {e}", creds.display())))?,
-        (None, Some(path)) => {
-            let seed = read_seed(path).map_err(conn)?;
-            async_nats::ConnectOptions::with_nkey(seed)
-        }
-        (None, None) => async_nats::ConnectOptions::new(),
-    };
-    if let Some(ca) = &auth.ca_file {
-        if !ca.is_file() {
-            return Err(conn(format!("CA file {} does not exist", ca.display())));
-        }
-        opts = opts.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    match (&auth.cert_file, &auth.key_file) {
-        (Some(cert), Some(key)) => {
-            for f in [cert, key] {
-                if !f.is_file() {
-                    return Err(conn(format!("TLS file {} does not exist", f.display())));
-                }
-            }
-            opts = opts.add_client_certificate(cert.clone(), key.clone()).require_tls(true);
-        }
-        (None, None) => {}
-        _ => return Err(conn("a client certificate needs both the certificate and its key".into())),
-    }
-    Ok(opts.name(who).custom_inbox_prefix(inbox).connection_timeout(Duration::from_secs(5)).retry_on_initial_connect())
-}
-
-/// Reads an nkey seed file (the first line starting with `SU`, so a file
-/// with comments works), refusing one others can read.
-pub fn read_seed(path: &std::path::Path) -> Result<String, String> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let meta = std::fs::metadata(path).map_err(|e| format!("nkey seed {}: {e}", path.display()))?;
-    let mode = meta.permissions().mode();
-    // Its owner's alone, or (as PostgreSQL allows for its key) owned by
-    // root and readable by its group: how Kubernetes mounts a Secret for a
-    // process that does not run as root (root:fsGroup, 0440).
-    let root_shares_with_group = meta.uid() == 0 && mode & 0o037 == 0;
-    if mode & 0o077 != 0 && !root_shares_with_group {
-        return Err(format!(
-            "nkey seed {} is readable by other users; chmod 600 it (or 640 if root owns it)",
-            path.display()
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("nkey seed {}: {e}", path.display()))?;
-    text.lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("SU"))
-        .map(str::to_string)
-        .ok_or_else(|| format!("{} holds no nkey user seed (a line starting with SU)", path.display()))
 }
 
 impl NatsBus {
@@ -221,183 +165,11 @@ impl NatsBus {
         self.client.server_info().connect_urls.len().max(1)
     }
 
-    /// Waits (up to a minute) for the buckets the gateway creates.
-    async fn await_buckets(&self) -> Result<(), BusError> {
-        let n = &self.names;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let kv = self.js.get_key_value(n.desired_bucket()).await;
-            let obj = self.js.get_object_store(n.module_bucket()).await;
-            match (kv, obj) {
-                (Ok(_), Ok(_)) => return Ok(()),
-                (kv, obj) => {
-                    let why = kv.err().map(|e| e.to_string()).or(obj.err().map(|e| e.to_string())).unwrap_or_default();
-                    if tokio::time::Instant::now() > deadline {
-                        return Err(self.conn(format!(
-                            "the cluster's buckets ({}, {}) are not there: {why}; start the gateway first, and check this host's NATS permissions",
-                            n.desired_bucket(),
-                            n.module_bucket()
-                        )));
-                    }
-                    tracing::info!("waiting for the gateway to create the cluster's buckets: {why}");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-    }
-
-    /// Creates the stream and buckets if missing, with `configured`
-    /// replicas, or else as many as the cluster has servers (at most 3).
-    /// Existing ones are set to `configured`, or else scaled up (never
-    /// down: a server that is away for a moment must not cost a copy).
-    async fn ensure(&self, configured: Option<usize>) -> Result<(), BusError> {
-        let replicas = configured.unwrap_or_else(|| self.cluster_size().clamp(1, 3));
-        let n = &self.names;
-        self.js
-            .get_or_create_stream(stream::Config {
-                name: n.meter_stream(),
-                description: Some("Sluice meter records".into()),
-                subjects: vec![n.meters()],
-                storage: stream::StorageType::File,
-                duplicate_window: DUPLICATE_WINDOW,
-                max_age: METER_RETENTION,
-                num_replicas: replicas,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| self.conn(format!("creating stream {}: {e}", n.meter_stream())))?;
-        if self.js.get_key_value(n.desired_bucket()).await.is_err() {
-            self.js
-                .create_key_value(kv::Config {
-                    bucket: n.desired_bucket(),
-                    description: "Sluice desired deployments per host group".into(),
-                    history: 1,
-                    storage: stream::StorageType::File,
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| self.conn(format!("creating KV bucket {}: {e}", n.desired_bucket())))?;
-        }
-        if self.js.get_key_value(n.groups_bucket()).await.is_err() {
-            self.js
-                .create_key_value(kv::Config {
-                    bucket: n.groups_bucket(),
-                    description: "Sluice flow-ownership table per host group".into(),
-                    history: 1,
-                    storage: stream::StorageType::File,
-                    // (async-nats makes KV streams allow direct gets, which
-                    // is how hosts read their group's key.)
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| self.conn(format!("creating KV bucket {}: {e}", n.groups_bucket())))?;
-        }
-        if self.js.get_object_store(n.module_bucket()).await.is_err() {
-            self.js
-                .create_object_store(object_store::Config {
-                    bucket: n.module_bucket(),
-                    description: Some("Sluice NF modules by SHA-256".into()),
-                    storage: stream::StorageType::File,
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| self.conn(format!("creating object store {}: {e}", n.module_bucket())))?;
-        }
-        // Streams made earlier with another replica count are scaled.
-        for name in [
-            n.meter_stream(),
-            format!("KV_{}", n.desired_bucket()),
-            format!("KV_{}", n.groups_bucket()),
-            format!("OBJ_{}", n.module_bucket()),
-        ] {
-            let mut s =
-                self.js.get_stream(&name).await.map_err(|e| self.conn(format!("opening stream {name}: {e}")))?;
-            let info = s.info().await.map_err(|e| self.conn(format!("stream {name}: {e}")))?;
-            let wanted = match configured {
-                Some(_) => info.config.num_replicas != replicas,
-                None => info.config.num_replicas < replicas,
-            };
-            if wanted {
-                let mut config = info.config.clone();
-                config.num_replicas = replicas;
-                self.js
-                    .update_stream(config)
-                    .await
-                    .map_err(|e| self.conn(format!("setting stream {name} to {replicas} replica(s): {e}")))?;
-                tracing::info!(stream = %name, replicas, "stream replicas changed");
-            }
-        }
-        Ok(())
-    }
-
-    /// A named ordered consumer of `group`'s keys in the desired bucket,
-    /// from their current values on, with how many current values it
-    /// delivers first. The create request carries its filter, which the
-    /// server checks against the host's permissions (an unnamed one could
-    /// read every group).
     /// The JetStream stream of meter records.
     async fn meter_stream(&self) -> Result<jetstream::stream::Stream, BusError> {
         let name = self.names.meter_stream();
         self.js.get_stream(&name).await.map_err(|e| BusError::op(format!("opening stream {name}"), e))
     }
-
-    async fn open_watch(&self, group: &str, headers_only: bool) -> Result<(u64, DesiredMessages), BusError> {
-        let keys = self.names.desired_keys(group)?;
-        let stream_name = format!("KV_{}", self.names.desired_bucket());
-        let op = || format!("watching the desired deployments of group {group}");
-        let stream = self.js.get_stream(&stream_name).await.map_err(|e| BusError::op(op(), e))?;
-        let who = match &self.role {
-            Role::Host { host } | Role::Dispatcher { id: host } => host.clone(),
-            Role::Gateway { .. } => "gateway".into(),
-        };
-        let deliver_subject = self.client.new_inbox();
-        let id = deliver_subject.rsplit('.').next().unwrap_or_default().to_string();
-        let consumer = stream
-            .create_consumer(consumer::push::OrderedConfig {
-                name: Some(format!("watch_{who}_{id}")),
-                deliver_subject,
-                filter_subject: format!("$KV.{}.{keys}", self.names.desired_bucket()),
-                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
-                replay_policy: consumer::ReplayPolicy::Instant,
-                headers_only,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::op(op(), e))?;
-        // From the create answer: a host may not ask for consumer info.
-        let initial = consumer.cached_info().num_pending;
-        tracing::debug!(group, initial, consumer = %consumer.cached_info().name, "watching the desired deployments");
-        let messages = consumer.messages().await.map_err(|e| BusError::op(op(), e))?;
-        Ok((initial, messages.map(|m| m.map_err(|e| e.to_string())).boxed()))
-    }
-
-    /// The deployments a group's keys hold now (gateway: which keys exist).
-    async fn desired_now(&self, group: &str) -> Result<std::collections::BTreeSet<String>, BusError> {
-        let (mut left, mut messages) = self.open_watch(group, true).await?;
-        let mut keys = std::collections::BTreeSet::new();
-        while left > 0 {
-            let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
-                .await
-                .map_err(|_| BusError::op(format!("listing the desired keys of group {group}"), "timed out"))?;
-            let m = match m {
-                Some(Ok(m)) => m,
-                Some(Err(e)) => return Err(BusError::op(format!("listing the desired keys of group {group}"), e)),
-                None => break,
-            };
-            let key = desired_key_of(&self.names, &m.subject);
-            if is_deletion(&m) {
-                keys.remove(&key);
-            } else {
-                keys.insert(key);
-            }
-            left = m.info().map(|i| i.pending).unwrap_or(0);
-        }
-        Ok(keys)
-    }
-
     fn conn(&self, reason: String) -> BusError {
         BusError::Connect { url: self.url.clone(), reason }
     }
@@ -513,24 +285,7 @@ impl Bus for NatsBus {
     }
 
     async fn watch_desired(&self, group: &str) -> Result<BoxStream<'static, DesiredSet>, BusError> {
-        // The first watch must work (a refused one is a configuration
-        // error); later ones are retried until they do.
-        let first = self.open_watch(group, false).await?;
-        let mut connects = self.connects.clone();
-        connects.borrow_and_update();
-        let state = DesiredWatch {
-            bus: self.clone(),
-            group: group.to_string(),
-            current: Some(first),
-            deployments: std::collections::BTreeMap::new(),
-            traces: std::collections::BTreeMap::new(),
-            connects,
-        };
-        Ok(futures::stream::unfold(state, |mut w| async move {
-            let set = w.next_set().await;
-            Some((set, w))
-        })
-        .boxed())
+        DesiredWatch::start(self, group).await
     }
 
     async fn set_ownership(&self, table: &sluice_group::OwnershipTable) -> Result<(), BusError> {
@@ -711,122 +466,6 @@ impl Bus for NatsBus {
 /// The host a subject belongs to: its last token (see [`crate::subjects`]).
 fn publisher(subject: &async_nats::Subject) -> String {
     subject.as_str().rsplit('.').next().unwrap_or_default().to_string()
-}
-
-/// A desired set from a KV message of `group`'s key (a deleted key is an
-/// empty set); malformed ones are logged and skipped.
-/// Messages of a desired-state watch.
-type DesiredMessages = BoxStream<'static, Result<jetstream::Message, String>>;
-
-/// A host's watch of its group's desired deployments: the current set
-/// once every current key has arrived, then again after every change.
-struct DesiredWatch {
-    bus: NatsBus,
-    group: String,
-    /// The consumer and how many current values it still has to deliver
-    /// before the set is complete; none: to be re-established.
-    current: Option<(u64, DesiredMessages)>,
-    deployments: std::collections::BTreeMap<String, DeploymentSpec>,
-    /// The trace context each key's message carried.
-    traces: std::collections::BTreeMap<String, sluice_telemetry::context::Carrier>,
-    connects: tokio::sync::watch::Receiver<u64>,
-}
-
-impl DesiredWatch {
-    fn set(&self) -> DesiredSet {
-        let traces = self
-            .deployments
-            .iter()
-            .filter_map(|(key, d)| self.traces.get(key).map(|t| (d.id.clone(), t.clone())))
-            .collect();
-        DesiredSet { group: self.group.clone(), deployments: self.deployments.values().cloned().collect(), traces }
-    }
-
-    async fn next_set(&mut self) -> DesiredSet {
-        loop {
-            let Some((left, messages)) = self.current.as_mut() else {
-                match self.bus.open_watch(&self.group, false).await {
-                    Ok((left, messages)) => {
-                        self.deployments.clear();
-                        self.current = Some((left, messages));
-                        if left == 0 {
-                            return self.set();
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(group = %self.group, "cannot watch the desired deployments yet: {e}");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-                continue;
-            };
-            let next = tokio::select! {
-                next = messages.next() => next,
-                _ = self.connects.changed() => {
-                    // Reconnected: the consumer may have gone with the
-                    // server; watch again from the current values.
-                    tracing::info!(group = %self.group, "reconnected; watching the desired deployments again");
-                    self.current = None;
-                    continue;
-                }
-                _ = tokio::time::sleep(WATCH_SILENCE) => {
-                    tracing::debug!(group = %self.group, "desired-state watch silent for {WATCH_SILENCE:?}; watching again");
-                    self.current = None;
-                    continue;
-                }
-            };
-            match next {
-                Some(Ok(m)) => {
-                    let key = desired_key_of(&self.bus.names, &m.subject);
-                    tracing::debug!(group = %self.group, %key, left = *left, "desired-state message");
-                    if is_deletion(&m) {
-                        self.deployments.remove(&key);
-                        self.traces.remove(&key);
-                    } else {
-                        match trace_context(m.headers.as_ref()) {
-                            Some(t) => self.traces.insert(key.clone(), t),
-                            None => self.traces.remove(&key),
-                        };
-                        match serde_json::from_slice::<DeploymentSpec>(&m.payload) {
-                            Ok(d) if self.bus.names.desired_key(&self.group, &d.id).ok().as_deref() == Some(&key) => {
-                                self.deployments.insert(key, d);
-                            }
-                            Ok(d) => {
-                                tracing::warn!(group = %self.group, %key, "ignoring a deployment ({}) under another's key", d.id)
-                            }
-                            Err(e) => tracing::warn!(group = %self.group, %key, "ignoring a malformed deployment: {e}"),
-                        }
-                    }
-                    *left = m.info().map(|i| i.pending).unwrap_or(0);
-                    if *left == 0 {
-                        return self.set();
-                    }
-                }
-                Some(Err(e)) => {
-                    // A server lost, a leader moved: watch again from the
-                    // current values (converging twice is harmless).
-                    tracing::warn!(group = %self.group, "desired-state watch: {e}; watching again");
-                    self.current = None;
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                None => {
-                    self.current = None;
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-            }
-        }
-    }
-}
-
-/// The KV key a message of the desired bucket is about.
-fn desired_key_of(names: &Names, subject: &async_nats::Subject) -> String {
-    let prefix = format!("$KV.{}.", names.desired_bucket());
-    subject.as_str().strip_prefix(&prefix).unwrap_or(subject.as_str()).to_string()
-}
-
-/// Whether a KV message deletes its key.
-fn is_deletion(m: &jetstream::Message) -> bool {
-    m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some_and(|v| v.as_str() == "DEL" || v.as_str() == "PURGE")
 }
 
 /// The W3C trace context a message's headers carry, if any.
