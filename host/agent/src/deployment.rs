@@ -4,30 +4,25 @@
 //! Runs on its own thread (NF calls are synchronous and CPU-bound); the
 //! agent talks to it over a channel.
 
-use crate::journal::{self, Checkpoint, NfSums, Position};
+mod window;
+
+use crate::journal::{self, Checkpoint, Position};
 use crate::outbox;
-use crate::report::AgentReport;
-use sluice_control::{
-    DeploymentSpec, DeploymentStatus, EventBatch, HostState, MeterRecord, MeterSums, NfEvent, NfPlacement, now_ms,
-};
+use crate::prepare::{Prepared, apply_sides, chain_of, new_chain};
+use crate::shared::Shared;
+use crate::sync::lock;
+use sluice_control::{DeploymentSpec, EventBatch, HostState, NfEvent, now_ms};
 use sluice_engine::{CaptureIo, Order, Receive, Worker};
 use sluice_pcap::{PcapAppender, Trace};
-use sluice_runtime::{
-    Chain, FailurePolicy, Fate, NfLimits, NfMeters, NfSpec, PacketResult, RawPacket, Routes, Runtime,
-};
+use sluice_runtime::{Chain, Fate, NfMeters, PacketResult, RawPacket};
 use sluice_telemetry::metrics;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 
-/// Module bytes by digest.
-pub type Blobs = HashMap<String, Arc<Vec<u8>>>;
-
-/// A capture to process.
+/// A capture to process: one pass of it, or the deployment's share of it.
 #[derive(Clone)]
-pub struct Input {
+pub struct Capture {
     /// The packets.
     pub trace: Arc<Trace>,
     /// Its name (the spool file's, or the replayed file's).
@@ -42,190 +37,14 @@ pub struct Input {
     pub packets: Option<Arc<Vec<usize>>>,
 }
 
-/// A deployment's chain, compiled: its NF specs and routes, and the state
-/// its NFs share across the workers that run it (eventual tables, pools).
-pub type Built = (Vec<NfSpec>, Vec<Routes>, Vec<Arc<sluice_state::Domain>>);
-
-/// A revision of a deployment with its chain compiled (once, for every
-/// worker that runs it), or why it could not be.
-#[derive(Clone)]
-pub struct Prepared {
-    /// The revision.
-    pub spec: DeploymentSpec,
-    /// Its chain, or why not.
-    pub built: Result<Built, String>,
-    /// The trace of the change that asked for it (the host's work on it
-    /// joins that trace), if one is recorded.
-    pub trace: Option<opentelemetry::Context>,
-}
-
-impl Prepared {
-    /// Compiles `spec`'s modules (from `blobs`).
-    pub fn new(shared: &Shared, spec: DeploymentSpec, blobs: &Blobs) -> Self {
-        let built = build(shared, &spec, blobs).map(|(specs, routes)| {
-            let domains = specs.iter().map(|_| sluice_state::Domain::for_workers(shared.workers)).collect();
-            (specs, routes, domains)
-        });
-        Prepared { spec, built, trace: None }
-    }
-
-    /// A revision that cannot run, and why.
-    pub fn failed(spec: DeploymentSpec, reason: String) -> Self {
-        Prepared { spec, built: Err(reason), trace: None }
-    }
-}
-
 /// What the agent tells a deployment.
 pub enum Control {
     /// Process a capture.
-    Trace(Input),
+    Trace(Capture),
     /// Move to another revision (hot swap where the chain keeps its shape).
     Update(Box<Prepared>),
     /// Flush meters and stop.
     Stop,
-}
-
-/// What a deployment thread shares with the agent.
-#[derive(Clone)]
-pub struct Shared {
-    /// Engine.
-    pub runtime: Arc<Runtime>,
-    /// Host id (meter records name it).
-    pub host: String,
-    /// Checkpoints of deployments.
-    pub journal_dir: PathBuf,
-    /// Meter records not yet published.
-    pub outbox_dir: PathBuf,
-    /// Where each deployment writes its forwarded packets
-    /// (`<dir>/<deployment>.pcap`), if anywhere.
-    pub output_dir: Option<PathBuf>,
-    /// The spool directory, if traffic comes from one.
-    pub spool_dir: Option<PathBuf>,
-    /// Tells the agent a deployment finished a spool capture.
-    pub finished: mpsc::UnboundedSender<(String, String)>,
-    /// Packets per NF call.
-    pub batch_size: usize,
-    /// Host default limits.
-    pub limits: NfLimits,
-    /// Caps for the NFs of a name (`[nf.<name>]` host sections).
-    pub nf_caps: BTreeMap<String, NfLimits>,
-    /// Meter window.
-    pub window: Duration,
-    /// Packets per second to replay at (none: as fast as possible).
-    pub pps: Option<u64>,
-    /// Statuses, reported by heartbeats.
-    pub status: Arc<Mutex<BTreeMap<String, DeploymentStatus>>>,
-    /// The host report.
-    pub report: Arc<Mutex<AgentReport>>,
-    /// To the meter publisher.
-    pub meters: mpsc::UnboundedSender<MeterRecord>,
-    /// To the event publisher.
-    pub events: mpsc::UnboundedSender<EventBatch>,
-    /// Pokes the heartbeat task after a status change.
-    pub changed: Arc<tokio::sync::Notify>,
-    /// Cores deployment threads are pinned to.
-    pub cores: sluice_runtime::cores::CorePool,
-    /// CPU shares of the tenants on each core.
-    pub fair: sluice_engine::FairShare,
-    /// Whether deployments share live workers: a deployment may then ask
-    /// for a shorter CPU deadline than the host's, never a longer one (a
-    /// batch holds the worker every tenant on it waits for).
-    pub live: bool,
-    /// Workers a deployment runs on (live hosts: every worker; otherwise
-    /// one): the owners of its single-writer tables.
-    pub workers: usize,
-    /// Deployments whose start failed, retried with back-off.
-    pub retries: crate::retry::Retries,
-    /// Peer state with the group's other hosts (live hosts that replicate).
-    pub peer: Option<Arc<sluice_peer::Peer>>,
-    /// What the control loop says about itself (the probes read it).
-    pub vitals: Arc<crate::probes::Vitals>,
-}
-
-/// An NF's limits: the host's defaults, the deployment's own, then the
-/// host's caps for NFs of its name (see `AgentConfig::nf_caps`).
-fn limits_for(base: &NfLimits, caps: &BTreeMap<String, NfLimits>, nf: &NfPlacement) -> Result<NfLimits, String> {
-    let mut l = base.clone();
-    if let Some(ms) = nf.limits.deadline_ms {
-        l.deadline = Duration::from_millis(ms);
-    }
-    if let Some(mb) = nf.limits.memory_mb {
-        l.memory_bytes = mb.saturating_mul(1 << 20);
-    }
-    let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-    if let Some(ms) = nf.limits.start_deadline_ms {
-        l.start_deadline = Duration::from_millis(ms);
-    }
-    if let Some(f) = nf.limits.fuel {
-        l.fuel_per_batch = (f > 0).then_some(f);
-    }
-    if let Some(n) = nf.limits.max_flows {
-        l.max_flows = usize_of(n);
-    }
-    if let Some(n) = nf.limits.max_flow_state_bytes {
-        l.max_flow_state_bytes = usize_of(n);
-    }
-    if let Some(mb) = nf.limits.state_budget_mb {
-        l.state_budget_bytes = usize_of(mb.saturating_mul(1 << 20));
-    }
-    if let Some(n) = nf.limits.log_lines_per_second {
-        l.log_lines_per_second = n;
-    }
-    match nf.limits.failure_policy.as_deref() {
-        None => {}
-        Some("fail-open") => l.failure_policy = FailurePolicy::FailOpen,
-        Some("fail-closed") => l.failure_policy = FailurePolicy::FailClosed,
-        Some(other) => {
-            return Err(format!("NF '{}': failure policy '{other}' is not fail-open or fail-closed", nf.name));
-        }
-    }
-    Ok(match caps.get(&nf.name) {
-        Some(cap) => l.at_most(cap),
-        None => l,
-    })
-}
-
-/// The NF specs and routes of a deployment, with modules compiled.
-pub fn build(shared: &Shared, spec: &DeploymentSpec, blobs: &Blobs) -> Result<(Vec<NfSpec>, Vec<Routes>), String> {
-    let index: HashMap<&str, usize> = spec.nfs.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-    if index.len() != spec.nfs.len() {
-        return Err("two NFs of the chain have the same name".into());
-    }
-    let route = |from: &str, to: &str| {
-        index.get(to).copied().ok_or_else(|| format!("NF '{from}' routes to '{to}', which is not in the chain"))
-    };
-    let mut specs = Vec::new();
-    let mut routes = Vec::new();
-    for nf in &spec.nfs {
-        let bytes =
-            blobs.get(&nf.module.digest).ok_or_else(|| format!("module {} was not fetched", nf.module.digest))?;
-        let module = shared.runtime.load(&nf.name, bytes).map_err(|e| e.to_string())?;
-        specs.push(NfSpec {
-            module,
-            config: nf.config.as_bytes().to_vec().into(),
-            limits: {
-                let mut l = limits_for(&shared.limits, &shared.nf_caps, nf)?;
-                if shared.live {
-                    l.deadline = l.deadline.min(shared.limits.deadline);
-                    // Starts run off the workers, but the agent waits for
-                    // them: a start may not take longer than the host's.
-                    l.start_deadline = l.start_deadline.min(shared.limits.start_deadline);
-                }
-                l
-            },
-            owner: Some(Arc::new(sluice_runtime::NfOwner {
-                tenant: spec.tenant.clone(),
-                deployment: spec.id.clone(),
-                version: nf.module.version.clone(),
-            })),
-        });
-        let mut labels = Vec::new();
-        for (l, to) in &nf.labels {
-            labels.push((*l, route(&nf.name, to)?));
-        }
-        routes.push(Routes { next: nf.next.as_deref().map(|to| route(&nf.name, to)).transpose()?, labels });
-    }
-    Ok((specs, routes))
 }
 
 /// A running chain, its meter window, its output and where it is in its
@@ -399,75 +218,6 @@ impl Active {
         }
     }
 
-    /// Adds the window's work of each NF to the metrics.
-    fn record_window_metrics(&mut self) {
-        if !metrics::enabled() {
-            return;
-        }
-        self.metric_attrs();
-        let worker = self.lane.map(|l| opentelemetry::KeyValue::new("worker", l as i64));
-        let stages = self.worker.chain().stages();
-        for ((stage, base), attrs) in stages.iter().zip(&self.base).zip(&self.metric_attrs) {
-            let d = stage.meters().since(base);
-            let w = metrics::NfWindow {
-                packets: d.packets,
-                forwarded: d.forwarded,
-                dropped: d.dropped,
-                rewritten: d.rewritten,
-                policy: d.policy_packets,
-                bytes: d.bytes,
-                invocations: d.invocations,
-                instantiations: d.instantiations,
-                state_rejected: d.state_rejected + d.table_rejected,
-                state_expired: d.table_expired,
-                events: d.events,
-                log_dropped: d.log_dropped,
-                traps: Some(&d.trap_causes),
-                state_bytes: stage.state_bytes(),
-                state_entries: stage.state_entries(),
-            };
-            metrics::nf().record_window(attrs, worker.as_ref(), &w);
-        }
-    }
-
-    /// Each NF's sums since the window opened.
-    fn window_sums(&self) -> Vec<NfSums> {
-        self.worker
-            .chain()
-            .stages()
-            .iter()
-            .zip(&self.base)
-            .zip(&self.spec.nfs)
-            .zip(self.state_byte_us.iter().zip(&self.state_bytes))
-            .map(|(((stage, base), nf), (byte_us, held))| {
-                let d = stage.meters().since(base);
-                NfSums {
-                    nf: nf.name.clone(),
-                    module: nf.module.name.clone(),
-                    version: nf.module.version.clone(),
-                    digest: nf.module.digest.clone(),
-                    sums: MeterSums {
-                        invocations: d.invocations,
-                        packets: d.packets,
-                        bytes: d.bytes,
-                        cpu_ns: d.cpu_ns,
-                        state_ops: d.state_ops + d.table_ops,
-                        traps: d.traps,
-                        errors: d.errors,
-                        events: d.events,
-                        state_byte_ms: u64::try_from(byte_us / 1000).unwrap_or(u64::MAX),
-                        forwarded: d.forwarded,
-                        dropped: d.dropped,
-                        policy: d.policy_packets,
-                        rewritten: d.rewritten,
-                    },
-                    trap_causes: d.trap_causes,
-                    state_bytes: *held,
-                }
-            })
-            .collect()
-    }
-
     /// Writes the output buffered so far and the checkpoint that accounts
     /// for it.
     pub(crate) fn checkpoint(&mut self, shared: &Shared) {
@@ -527,7 +277,7 @@ impl Active {
 }
 
 /// The deployment thread: starts the chain, then serves `rx` until `Stop`.
-pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<Control>, replay: Vec<Input>) {
+pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<Control>, replay: Vec<Capture>) {
     let spec = &prepared.spec;
     let id = spec.id.clone();
     // The core fewest other deployments hold, until this thread ends.
@@ -539,7 +289,7 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
     // Its tenant's share of that core, charged after every batch.
     let mut share = lease.as_ref().map(|l| shared.fair.join(l.core(), &spec.tenant));
     {
-        let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut r = lock(&shared.report);
         let d = r.deployments.entry(id.clone()).or_default();
         d.name = spec.name.clone();
         d.tenant = spec.tenant.clone();
@@ -547,7 +297,7 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
     }
     let resume = journal::read(&shared.journal_dir, &spec.id);
     let mut active = start(&shared, prepared, resume, None, None);
-    let mut queue: VecDeque<Input> = VecDeque::new();
+    let mut queue: VecDeque<Capture> = VecDeque::new();
     if active.is_some() {
         queue.extend(replay.iter().cloned());
     }
@@ -571,7 +321,7 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
                 if let Some(a) = active.as_mut() {
                     flush(&shared, a);
                 }
-                shared.report.lock().unwrap_or_else(PoisonError::into_inner).traces += 1;
+                lock(&shared.report).traces += 1;
                 if matches!(flow, Flow::Stop) {
                     break;
                 }
@@ -589,55 +339,6 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
 enum Flow {
     Continue,
     Stop,
-}
-
-pub(crate) fn set_status(shared: &Shared, spec: &DeploymentSpec, state: HostState, reason: Option<String>) {
-    let mut map = shared.status.lock().unwrap_or_else(PoisonError::into_inner);
-    let packets = map.get(&spec.id).map(|s| s.packets).unwrap_or(0);
-    map.insert(
-        spec.id.clone(),
-        DeploymentStatus {
-            deployment: spec.id.clone(),
-            revision: spec.revision,
-            state,
-            reason,
-            packets,
-            digest: Some(spec.digest()),
-        },
-    );
-    drop(map);
-    shared.changed.notify_one();
-}
-
-/// The chain of a prepared revision: its NFs instantiated and started,
-/// running in reverse for packets of its outside attachments, seeing
-/// fragmented IP as the deployment chose.
-pub(crate) fn chain_of(shared: &Shared, built: &Result<Built, String>, spec: &DeploymentSpec) -> Result<Chain, String> {
-    match built {
-        Ok((specs, routes, domains)) => new_chain(shared, specs, routes.clone(), domains, spec),
-        Err(e) => Err(e.clone()),
-    }
-}
-
-fn new_chain(
-    shared: &Shared,
-    specs: &[NfSpec],
-    routes: Vec<Routes>,
-    domains: &[Arc<sluice_state::Domain>],
-    spec: &DeploymentSpec,
-) -> Result<Chain, String> {
-    let mut chain = Chain::with_domains(&shared.runtime, specs, routes, domains).map_err(|e| e.to_string())?;
-    apply_sides(&mut chain, spec)?;
-    Ok(chain)
-}
-
-/// Sets what a deployment's spec says about its chain's traffic beyond
-/// its NFs: the outside ports of its attachments, and its fragment mode.
-fn apply_sides(chain: &mut Chain, spec: &DeploymentSpec) -> Result<(), String> {
-    let outside = sluice_engine::outside_ports(&spec.attachments)?;
-    chain.set_outside(&outside).map_err(|e| e.to_string())?;
-    chain.set_fragment_mode(spec.fragments);
-    Ok(())
 }
 
 /// Starts a deployment; `chain` is its chain if it was started elsewhere
@@ -659,7 +360,7 @@ pub(crate) fn start(
             a.first_batch = trace;
             tracing::info!(deployment = %spec.id, revision = spec.revision, "deployment running");
             shared.retries.started(&spec.id);
-            set_status(shared, &spec, HostState::Running, None);
+            shared.set_status(&spec, HostState::Running, None);
             a.checkpoint(shared);
             Some(a)
         }
@@ -667,7 +368,7 @@ pub(crate) fn start(
             let (attempt, wait) = shared.retries.failed(&spec.id);
             let reason = format!("{reason} (attempt {attempt}; the host retries in {} s)", wait.as_secs());
             tracing::warn!(deployment = %spec.id, revision = spec.revision, "deployment failed: {reason}");
-            set_status(shared, &spec, HostState::Failed, Some(reason));
+            shared.set_status(&spec, HostState::Failed, Some(reason));
             None
         }
     }
@@ -703,14 +404,14 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
                 a.base = vec![NfMeters::default(); spec.nfs.len()];
                 a.state_byte_us = vec![0; spec.nfs.len()];
                 a.state_bytes = vec![0; spec.nfs.len()];
-                set_status(shared, &spec, HostState::Running, None);
+                shared.set_status(&spec, HostState::Running, None);
                 a.spec = spec;
                 a.checkpoint(shared);
                 Some(a)
             }
             Err(reason) => {
                 let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
-                set_status(shared, &spec, HostState::Failed, Some(reason));
+                shared.set_status(&spec, HostState::Failed, Some(reason));
                 Some(a)
             }
         };
@@ -719,14 +420,14 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
     // still have changed.
     if let Err(reason) = apply_sides(a.worker.chain_mut(), &spec) {
         let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
-        set_status(shared, &spec, HostState::Failed, Some(reason));
+        shared.set_status(&spec, HostState::Failed, Some(reason));
         return Some(a);
     }
     let (specs, _, _) = match built {
         Ok(x) => x,
         Err(reason) => {
             let reason = format!("{reason}; revision {} keeps running", a.spec.revision);
-            set_status(shared, &spec, HostState::Failed, Some(reason));
+            shared.set_status(&spec, HostState::Failed, Some(reason));
             return Some(a);
         }
     };
@@ -736,7 +437,7 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
         }
         if let Err(e) = a.worker.swap(&shared.runtime, &new.name, nf_spec) {
             let reason = format!("{e}; revision {} keeps running", a.spec.revision);
-            set_status(shared, &spec, HostState::Failed, Some(reason));
+            shared.set_status(&spec, HostState::Failed, Some(reason));
             return Some(a);
         }
         tracing::info!(deployment = %spec.id, nf = %new.name, version = %new.module.version, "hot swap done");
@@ -744,7 +445,7 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
             *o = new.clone();
         }
     }
-    set_status(shared, &spec, HostState::Running, None);
+    shared.set_status(&spec, HostState::Running, None);
     a.spec = spec;
     Some(a)
 }
@@ -756,9 +457,9 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
 fn process(
     shared: &Shared,
     slot: &mut Option<Active>,
-    input: &Input,
+    input: &Capture,
     rx: &crossbeam_channel::Receiver<Control>,
-    queue: &mut VecDeque<Input>,
+    queue: &mut VecDeque<Capture>,
     share: &mut Option<sluice_engine::Share>,
 ) -> Flow {
     let trace = &input.trace;
@@ -879,14 +580,14 @@ fn process(
             }
         }
         {
-            let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut r = lock(&shared.report);
             let d = r.deployments.entry(a.spec.id.clone()).or_default();
             d.packets_in += packets_in;
             d.packets_out += packets_out;
             d.paused_ms += u64::try_from(paused.as_millis()).unwrap_or(u64::MAX);
         }
         a.report_chain(shared);
-        if let Some(s) = shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&a.spec.id) {
+        if let Some(s) = lock(&shared.status).get_mut(&a.spec.id) {
             s.packets += packets_in;
         }
     }
@@ -903,15 +604,7 @@ impl Active {
         if delta == sluice_runtime::ChainCounters::default() {
             return;
         }
-        shared
-            .report
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .deployments
-            .entry(self.spec.id.clone())
-            .or_default()
-            .chain
-            .add(&delta);
+        lock(&shared.report).deployments.entry(self.spec.id.clone()).or_default().chain.add(&delta);
         if sluice_telemetry::metrics::enabled() {
             let m = sluice_telemetry::metrics::deployment();
             let base = [
@@ -987,7 +680,7 @@ pub(crate) fn flush(shared: &Shared, a: &mut Active) {
             tracing::error!(deployment = %a.spec.id, id = %rec.id, "cannot write a meter record to the outbox: {e}");
         }
         {
-            let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut r = lock(&shared.report);
             let dep = r.deployments.entry(a.spec.id.clone()).or_default();
             dep.nfs.entry(format!("{}@{}", rec.nf, rec.version)).or_default().add(&rec);
         }
@@ -1005,29 +698,4 @@ pub(crate) fn flush(shared: &Shared, a: &mut Active) {
     a.window_start_ms = end;
     a.window_started = Instant::now();
     a.checkpoint(shared);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn named_caps_bound_what_a_deployment_asks_for() {
-        let base = NfLimits::default();
-        let cap = NfLimits { memory_bytes: 8 << 20, deadline: Duration::from_millis(5), ..base.clone() };
-        let caps: BTreeMap<String, NfLimits> = [("fw".to_string(), cap)].into();
-        let mut nf: NfPlacement = serde_json::from_value(serde_json::json!({
-            "name": "fw", "module": { "id": "m", "name": "firewall", "version": "1", "digest": "x", "size": 1 }, "config": ""
-        }))
-        .unwrap();
-        nf.limits.memory_mb = Some(128);
-        nf.limits.deadline_ms = Some(100);
-        let l = limits_for(&base, &caps, &nf).unwrap();
-        assert_eq!(l.memory_bytes, 8 << 20);
-        assert_eq!(l.deadline, Duration::from_millis(5));
-        nf.name = "other".into();
-        let l = limits_for(&base, &caps, &nf).unwrap();
-        assert_eq!(l.memory_bytes, 128 << 20);
-        assert_eq!(l.deadline, Duration::from_millis(100));
-    }
 }

@@ -11,8 +11,11 @@
 //! report, never metered to a tenant. New revisions reach every worker
 //! compiled once, and apply between batches (hot swaps keep flow state).
 
-use crate::deployment::{self, Active, Prepared, Shared};
+use crate::deployment::{self, Active};
 use crate::journal;
+use crate::prepare::{self, Prepared};
+use crate::shared::Shared;
+use crate::sync::lock;
 use sluice_engine::SteerMark;
 use sluice_engine::{
     Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
@@ -21,7 +24,7 @@ use sluice_engine::{
 use sluice_runtime::cores::CoreList;
 use sluice_runtime::{Chain, PacketResult};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Something a worker thread holds while it runs (e.g. its registration
@@ -56,7 +59,7 @@ impl std::fmt::Debug for LiveInput {
 }
 
 /// What the agent tells a live worker.
-enum Order {
+enum WorkerCommand {
     /// Run this revision (start the deployment, or move it to it), with
     /// its chain if it was started for this worker already.
     Apply(Box<Prepared>, Option<Box<Result<Chain, String>>>),
@@ -149,7 +152,7 @@ struct WorkerCounts {
 
 /// The live workers of a host.
 pub(crate) struct Live {
-    orders: Vec<crossbeam_channel::Sender<Order>>,
+    commands: Vec<crossbeam_channel::Sender<WorkerCommand>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     /// Whether workers may poll their ports (set once the host has
@@ -169,7 +172,7 @@ impl Live {
         let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let counts =
             Arc::new(Mutex::new((0..input.ios.len()).map(|_| WorkerCounts::default()).collect::<Vec<WorkerCounts>>()));
-        let mut orders = Vec::new();
+        let mut commands = Vec::new();
         let mut threads = Vec::new();
         for (w, io) in input.ios.into_iter().enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded();
@@ -189,11 +192,11 @@ impl Live {
                 .name(format!("live-{w}"))
                 .spawn(move || ctx.run(io, rx))
                 .map_err(|e| format!("cannot start live worker {w}: {e}"))?;
-            orders.push(tx);
+            commands.push(tx);
             threads.push(t);
         }
         Ok(Live {
-            orders,
+            commands,
             threads,
             stop,
             open,
@@ -218,16 +221,16 @@ impl Live {
     /// running there.
     pub(crate) async fn apply(&mut self, prepared: Prepared, digest: String) {
         let fresh = self.deployments.get(&prepared.spec.id).is_none_or(String::is_empty);
-        let mut chains: Vec<Option<Box<Result<Chain, String>>>> = self.orders.iter().map(|_| None).collect();
+        let mut chains: Vec<Option<Box<Result<Chain, String>>>> = self.commands.iter().map(|_| None).collect();
         if fresh && prepared.built.is_ok() {
             let built = Arc::new(prepared.built.clone());
             let spec = Arc::new(prepared.spec.clone());
             let tasks: Vec<_> = self
-                .orders
+                .commands
                 .iter()
                 .map(|_| {
                     let (shared, built, spec) = (self.shared.clone(), built.clone(), spec.clone());
-                    tokio::task::spawn_blocking(move || deployment::chain_of(&shared, &built, &spec))
+                    tokio::task::spawn_blocking(move || prepare::chain_of(&shared, &built, &spec))
                 })
                 .collect();
             for (slot, t) in chains.iter_mut().zip(tasks) {
@@ -245,8 +248,8 @@ impl Live {
             );
         }
         self.deployments.insert(prepared.spec.id.clone(), digest);
-        for (o, chain) in self.orders.iter().zip(chains) {
-            let _ = o.send(Order::Apply(Box::new(prepared.clone()), chain));
+        for (c, chain) in self.commands.iter().zip(chains) {
+            let _ = c.send(WorkerCommand::Apply(Box::new(prepared.clone()), chain));
         }
     }
 
@@ -258,9 +261,9 @@ impl Live {
             p.unregister(id);
         }
         let mut acks = Vec::new();
-        for o in &self.orders {
+        for c in &self.commands {
             let (tx, rx) = crossbeam_channel::bounded(1);
-            if o.send(Order::Remove(id.to_string(), tx)).is_ok() {
+            if c.send(WorkerCommand::Remove(id.to_string(), tx)).is_ok() {
                 acks.push(rx);
             }
         }
@@ -277,7 +280,7 @@ impl Live {
         let mut ports = (self.port_stats)();
         let (mut unmatched, mut refused, mut over_share, mut not_running) = (0, 0, 0, 0);
         {
-            let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            let counts = lock(&self.counts);
             for c in counts.iter() {
                 unmatched += c.unmatched;
                 refused += c.refused_egress;
@@ -288,7 +291,7 @@ impl Live {
                 }
             }
         }
-        let mut r = shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut r = lock(&shared.report);
         r.ports = ports;
         r.unmatched = unmatched;
         r.refused_egress = refused;
@@ -299,7 +302,7 @@ impl Live {
     /// Stops every worker after it closed its deployments' meter windows.
     pub(crate) async fn stop(self, shared: &Shared) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        drop(self.orders);
+        drop(self.commands);
         let threads = self.threads;
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {
@@ -308,7 +311,7 @@ impl Live {
         })
         .await;
         let last = Live {
-            orders: Vec::new(),
+            commands: Vec::new(),
             threads: Vec::new(),
             stop: self.stop,
             open: self.open,
@@ -349,7 +352,7 @@ const IDLE_SPINS: u32 = 1024;
 const IDLE_SLEEP: Duration = Duration::from_micros(200);
 
 impl WorkerCtx {
-    fn run(self, mut io: Box<dyn PacketIo + Send>, rx: crossbeam_channel::Receiver<Order>) {
+    fn run(self, mut io: Box<dyn PacketIo + Send>, rx: crossbeam_channel::Receiver<WorkerCommand>) {
         let w = self.w;
         let on = sluice_runtime::cores::pin_worker(&format!("live worker {w}"), self.core);
         let _guard = match (self.on_thread)() {
@@ -375,14 +378,14 @@ impl WorkerCtx {
         let mut last_tick = Instant::now();
         let mut last_peer = Instant::now();
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
-            // Read before the orders: once open, every order sent before
+            // Read before the commands: once open, every command sent before
             // opening is in the channel.
             let open = self.open.load(std::sync::atomic::Ordering::Acquire);
             let mut changed = false;
             loop {
                 match rx.try_recv() {
-                    Ok(order) => {
-                        self.obey(order, &mut lanes, &mut claims, &fair);
+                    Ok(command) => {
+                        self.obey(command, &mut lanes, &mut claims, &fair);
                         changed = true;
                     }
                     Err(crossbeam_channel::TryRecvError::Empty) => break,
@@ -467,18 +470,18 @@ impl WorkerCtx {
 
     fn obey(
         &self,
-        order: Order,
+        command: WorkerCommand,
         lanes: &mut Vec<LiveLane>,
         claims: &mut Vec<(String, Vec<Attachment>)>,
         fair: &FairShare,
     ) {
-        let id = match &order {
-            Order::Apply(p, _) => p.spec.id.clone(),
-            Order::Remove(id, _) => id.clone(),
+        let id = match &command {
+            WorkerCommand::Apply(p, _) => p.spec.id.clone(),
+            WorkerCommand::Remove(id, _) => id.clone(),
         };
         claims.retain(|(c, _)| *c != id);
-        match order {
-            Order::Apply(p, chain) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
+        match command {
+            WorkerCommand::Apply(p, chain) => match lanes.iter().position(|l| l.active.spec.id == p.spec.id) {
                 Some(i) => {
                     let LiveLane { active, share, packets_in, packets_out, over_share, peer, .. } = lanes.remove(i);
                     // The traffic claim follows the desired revision even
@@ -516,7 +519,7 @@ impl WorkerCtx {
                     }
                 }
             },
-            Order::Remove(id, ack) => {
+            WorkerCommand::Remove(id, ack) => {
                 if let Some(i) = lanes.iter().position(|l| l.active.spec.id == id) {
                     let mut lane = lanes.remove(i);
                     deployment::flush(&self.shared, &mut lane.active);
@@ -534,7 +537,7 @@ impl WorkerCtx {
         }
         let id = &l.active.spec.id;
         {
-            let mut r = self.shared.report.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut r = lock(&self.shared.report);
             let d = r.deployments.entry(id.clone()).or_default();
             d.name.clone_from(&l.active.spec.name);
             d.tenant.clone_from(&l.active.spec.tenant);
@@ -551,7 +554,7 @@ impl WorkerCtx {
             ];
             sluice_telemetry::metrics::deployment().over_share.add(l.over_share, &attrs);
         }
-        if let Some(s) = self.shared.status.lock().unwrap_or_else(PoisonError::into_inner).get_mut(id) {
+        if let Some(s) = lock(&self.shared.status).get_mut(id) {
             s.packets += l.packets_in;
         }
         l.packets_in = 0;
@@ -563,7 +566,7 @@ impl WorkerCtx {
         for l in lanes.iter_mut() {
             self.report_lane(l);
         }
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counts = lock(&self.counts);
         if let Some(c) = counts.get_mut(self.w) {
             let d = dispatch.counters();
             c.unmatched = d.unmatched;

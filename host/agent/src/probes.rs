@@ -12,16 +12,17 @@
 //!   does not make the host unready: one tenant must not be able to take
 //!   a host out of service.
 
-use crate::deployment::Shared;
+use crate::sync::lock;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use sluice_control::{Bus, HostState, now_ms};
+use sluice_control::{Bus, DeploymentStatus, HostState, now_ms};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A control loop silent this long is stuck.
@@ -48,7 +49,8 @@ impl Vitals {
 #[derive(Clone)]
 struct Probe {
     bus: Arc<dyn Bus>,
-    shared: Shared,
+    /// The deployments' statuses on this host.
+    status: Arc<Mutex<BTreeMap<String, DeploymentStatus>>>,
     vitals: Arc<Vitals>,
     prometheus: Option<sluice_telemetry::Prometheus>,
     state_dir: PathBuf,
@@ -58,13 +60,13 @@ struct Probe {
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     bus: Arc<dyn Bus>,
-    shared: Shared,
+    status: Arc<Mutex<BTreeMap<String, DeploymentStatus>>>,
     vitals: Arc<Vitals>,
     prometheus: Option<sluice_telemetry::Prometheus>,
     state_dir: PathBuf,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let probe = Probe { bus, shared, vitals, prometheus, state_dir };
+    let probe = Probe { bus, status, vitals, prometheus, state_dir };
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -98,7 +100,7 @@ async fn readyz(State(p): State<Probe>) -> Response {
     let nats = p.bus.connected();
     let converged = p.vitals.converged.load(Ordering::Relaxed);
     let (mut running, mut starting, mut failed) = (0u64, 0u64, 0u64);
-    for s in p.shared.status.lock().unwrap_or_else(PoisonError::into_inner).values() {
+    for s in lock(&p.status).values() {
         match s.state {
             HostState::Running => running += 1,
             HostState::Pending => starting += 1,

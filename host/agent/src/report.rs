@@ -1,9 +1,12 @@
 //! The host's own account of what it processed, for comparison with what
 //! the gateway bills (`sluice-host serve --report`).
 
+use crate::sync::lock;
 use serde::{Deserialize, Serialize};
-use sluice_control::{MeterRecord, MeterSums};
+use sluice_control::{MeterRecord, MeterSums, now_ms};
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
 
 /// Sums of meter records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,4 +105,23 @@ pub struct AgentReport {
     /// group's hosts, by `<deployment>/<nf>/<table>` (its 16 largest values).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub global_tables: std::collections::BTreeMap<String, sluice_peer::GlobalTable>,
+}
+
+/// Writes the host report to `path` (if the host keeps one), stamped
+/// with the time, atomically.
+pub(crate) fn write(path: Option<&Path>, report: &Mutex<AgentReport>) {
+    let Some(path) = path else { return };
+    let json = {
+        let mut r = lock(report);
+        r.updated_ms = now_ms();
+        serde_json::to_vec_pretty(&*r)
+    };
+    let tmp = path.with_extension("tmp");
+    if let Err(e) = json
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, path))
+    {
+        tracing::warn!(path = %path.display(), "cannot write the host report: {e}");
+    }
 }

@@ -7,8 +7,9 @@
 //! runs or is removed; the status says which attempt failed and when the
 //! next one is.
 
+use crate::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Wait after the first failure.
@@ -30,7 +31,9 @@ pub struct Retries(Arc<Mutex<HashMap<String, Backoff>>>);
 
 /// The wait after `attempts` failures.
 pub fn wait_after(attempts: u32) -> Duration {
-    FIRST_WAIT.saturating_mul(1u32 << attempts.saturating_sub(1).min(16)).min(MAX_WAIT)
+    FIRST_WAIT
+        .saturating_mul(1u32 << attempts.saturating_sub(1).min(16))
+        .min(MAX_WAIT)
 }
 
 impl Retries {
@@ -38,9 +41,13 @@ impl Retries {
     /// that failed and the wait before the next. The workers of a live
     /// host that fail the same attempt count once.
     pub fn failed(&self, id: &str) -> (u32, Duration) {
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = lock(&self.0);
         let now = Instant::now();
-        let b = m.entry(id.to_string()).or_insert(Backoff { attempts: 0, next: now, trying: true });
+        let b = m.entry(id.to_string()).or_insert(Backoff {
+            attempts: 0,
+            next: now,
+            trying: true,
+        });
         if b.trying {
             b.attempts = b.attempts.saturating_add(1);
             b.trying = false;
@@ -56,13 +63,13 @@ impl Retries {
 
     /// Deployment `id` is gone.
     pub fn forget(&self, id: &str) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+        lock(&self.0).remove(id);
     }
 
     /// Deployments whose next attempt is due; each is handed out once per
     /// attempt.
     pub fn due(&self) -> Vec<String> {
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = lock(&self.0);
         let now = Instant::now();
         m.iter_mut()
             .filter(|(_, b)| !b.trying && b.next <= now)

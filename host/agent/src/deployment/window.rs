@@ -1,0 +1,79 @@
+//! A deployment's meter window in numbers: each NF's sums since the window
+//! opened (what its meter records and checkpoints carry), and its work
+//! added to the metrics when the window closes.
+
+use super::Active;
+use crate::journal::NfSums;
+use sluice_control::MeterSums;
+use sluice_telemetry::metrics;
+
+impl Active {
+    /// Adds the window's work of each NF to the metrics.
+    pub(super) fn record_window_metrics(&mut self) {
+        if !metrics::enabled() {
+            return;
+        }
+        self.metric_attrs();
+        let worker = self.lane.map(|l| opentelemetry::KeyValue::new("worker", l as i64));
+        let stages = self.worker.chain().stages();
+        for ((stage, base), attrs) in stages.iter().zip(&self.base).zip(&self.metric_attrs) {
+            let d = stage.meters().since(base);
+            let w = metrics::NfWindow {
+                packets: d.packets,
+                forwarded: d.forwarded,
+                dropped: d.dropped,
+                rewritten: d.rewritten,
+                policy: d.policy_packets,
+                bytes: d.bytes,
+                invocations: d.invocations,
+                instantiations: d.instantiations,
+                state_rejected: d.state_rejected + d.table_rejected,
+                state_expired: d.table_expired,
+                events: d.events,
+                log_dropped: d.log_dropped,
+                traps: Some(&d.trap_causes),
+                state_bytes: stage.state_bytes(),
+                state_entries: stage.state_entries(),
+            };
+            metrics::nf().record_window(attrs, worker.as_ref(), &w);
+        }
+    }
+
+    /// Each NF's sums since the window opened.
+    pub(super) fn window_sums(&self) -> Vec<NfSums> {
+        self.worker
+            .chain()
+            .stages()
+            .iter()
+            .zip(&self.base)
+            .zip(&self.spec.nfs)
+            .zip(self.state_byte_us.iter().zip(&self.state_bytes))
+            .map(|(((stage, base), nf), (byte_us, held))| {
+                let d = stage.meters().since(base);
+                NfSums {
+                    nf: nf.name.clone(),
+                    module: nf.module.name.clone(),
+                    version: nf.module.version.clone(),
+                    digest: nf.module.digest.clone(),
+                    sums: MeterSums {
+                        invocations: d.invocations,
+                        packets: d.packets,
+                        bytes: d.bytes,
+                        cpu_ns: d.cpu_ns,
+                        state_ops: d.state_ops + d.table_ops,
+                        traps: d.traps,
+                        errors: d.errors,
+                        events: d.events,
+                        state_byte_ms: u64::try_from(byte_us / 1000).unwrap_or(u64::MAX),
+                        forwarded: d.forwarded,
+                        dropped: d.dropped,
+                        policy: d.policy_packets,
+                        rewritten: d.rewritten,
+                    },
+                    trap_causes: d.trap_causes,
+                    state_bytes: *held,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,102 @@
+//! A live host's peer state with its group's other hosts: replicas of
+//! their flows (fed from its inbox), what its workers replicate (sent from
+//! a thread of its own), global eventual tables, and the group's ownership
+//! table it follows.
+
+use crate::config::{AgentConfig, PeerConfig};
+use crate::error::AgentError;
+use futures::StreamExt;
+use sluice_control::Bus;
+use sluice_peer::{Outgoing, Peer, PeerStore};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Starts a live host's peer state: the store of replicas its peers send,
+/// fed from its inbox, and the publisher of what its workers replicate.
+pub(crate) async fn start_peer(
+    bus: &Arc<dyn Bus>,
+    cfg: &AgentConfig,
+    pc: &PeerConfig,
+) -> Result<Arc<Peer>, AgentError> {
+    if pc.interval.is_zero() {
+        return Err(AgentError::Config("the replication interval must be above 0".into()));
+    }
+    if pc.pull_wait > sluice_peer::pull::MAX_WAIT {
+        return Err(AgentError::Config(format!(
+            "a pull wait of {:?} is over the {:?} packets may wait (--pull-wait-us)",
+            pc.pull_wait,
+            sluice_peer::pull::MAX_WAIT
+        )));
+    }
+    let (tx, rx) = crossbeam_channel::bounded::<Outgoing>(4096);
+    let store = PeerStore::new(pc.max_flows, pc.max_bytes, pc.lifetime);
+    let peer = Peer::new(&cfg.host, pc.interval, pc.pull_wait, store, tx);
+    let mut inbox = bus.peer_inbox(&cfg.group, &cfg.host).await?;
+    let p = peer.clone();
+    tokio::spawn(async move {
+        while let Some(m) = inbox.next().await {
+            if let Err(e) = p.receive(&m.host, &m.message, std::time::Instant::now(), wall_ns()) {
+                tracing::warn!(from = %m.host, "peer state refused: {e}");
+            }
+        }
+    });
+    // This host's values of global eventual tables go to every other host,
+    // and its split release pools follow the table.
+    let (p, global_bus, group, me) = (peer.clone(), bus.clone(), cfg.group.clone(), cfg.host.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(sluice_peer::GLOBAL_EVERY);
+        loop {
+            tick.tick().await;
+            // Release pools follow the table: blocks handed over, waited
+            // for, replicated (see sluice_peer::pools).
+            p.pool_tick(std::time::Instant::now());
+            let peers = p.peers();
+            let messages = p.global_messages(peers.len(), wall_ns());
+            for body in &messages {
+                for to in &peers {
+                    if let Err(e) = global_bus.publish_peer(&group, to, &me, body.clone()).await {
+                        tracing::debug!(to, "global table values not sent: {e}");
+                    }
+                }
+            }
+        }
+    });
+    // Workers hand messages over without waiting; this thread sends them.
+    let (out_bus, group, me) = (bus.clone(), cfg.group.clone(), cfg.host.clone());
+    let handle = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name("peer-out".into())
+        .spawn(move || {
+            while let Ok(o) = rx.recv() {
+                if let Err(e) = handle.block_on(out_bus.publish_peer(&group, &o.to, &me, o.body)) {
+                    tracing::debug!(to = %o.to, flows = o.flows, "peer state not sent: {e}");
+                }
+            }
+        })
+        .map_err(|e| AgentError::Config(format!("cannot start the peer-state sender: {e}")))?;
+    follow_table(bus.as_ref(), &cfg.group, &peer).await;
+    Ok(peer)
+}
+
+/// Reads the group's ownership table into the host's peer state.
+pub(crate) async fn follow_table(bus: &dyn Bus, group: &str, peer: &Peer) {
+    match tokio::time::timeout(Duration::from_millis(500), bus.ownership(group)).await {
+        Ok(Ok(Some(t))) => {
+            let version = t.version();
+            if peer.set_table(t) {
+                tracing::info!(group, version, "new ownership table");
+            }
+        }
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => tracing::debug!(group, "reading the ownership table: {e}"),
+        Err(_) => tracing::debug!(group, "reading the ownership table timed out"),
+    }
+}
+
+/// The wall clock in ns (live workers' packet time).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
