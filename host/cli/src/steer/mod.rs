@@ -1,0 +1,487 @@
+//! `sluice-host steer`: the flowlet dispatcher of a host group.
+//!
+//! It takes the group's ingress traffic on DPDK ports and sends each packet
+//! to the host that owns its flow in the group's flow-ownership table,
+//! without running NF code. Worker `w` polls queue `w` of every ingress
+//! port (symmetric RSS keeps both directions of a flow on one worker) and
+//! tracks its flows' flowlets ([`sluice_group::Flowlets`]): a flow stays on
+//! its host until it has been idle longer than the flowlet gap, so a new
+//! table moves flows only between flowlets and never reorders one; a flow
+//! whose host is gone moves at once. Each host is reached through a port
+//! (`--to <host>=<port>`: a point-to-point link such as a memif or veth
+//! pair), optionally with the destination MAC rewritten to the host's
+//! (`--to <host>=<port>@<mac>`, for hosts behind one switch port).
+//!
+//! The table comes from the gateway over NATS ([`RouteFeed`], filled by
+//! the caller); the dispatcher opens its ports once it has one.
+
+mod feed;
+mod follow;
+mod report;
+
+pub use feed::{LinkEvent, RECENT_MS, RouteFeed, TableEvent};
+pub use follow::follow_table;
+pub use report::{HostCount, SteerReport};
+
+use crate::config::HostConfig;
+use crate::dpdk::{open_ports, port_report};
+use crate::run::RunError;
+use feed::BUCKETS;
+use report::WorkerStats;
+use sluice_dpdk::{Mbuf, Queue};
+use sluice_group::Flowlets;
+use sluice_wire::FlowKey;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Where one host's flows leave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Host id (as in the ownership table).
+    pub host: String,
+    /// DPDK port towards it.
+    pub port: u16,
+    /// Destination MAC to write into each frame, if any.
+    pub mac: Option<[u8; 6]>,
+}
+
+impl FromStr for Target {
+    type Err = String;
+    /// `<host>=<port>` or `<host>=<port>@<mac>`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}' is not <host>=<port>[@<mac>], e.g. edge-1=1 or edge-1=0@02:00:00:00:00:01");
+        let (host, rest) = s.split_once('=').ok_or_else(bad)?;
+        sluice_control::subjects::check_token("host", host).map_err(|e| e.to_string())?;
+        let (port, mac) = match rest.split_once('@') {
+            Some((p, m)) => (p, Some(m)),
+            None => (rest, None),
+        };
+        let port = port.parse().map_err(|_| bad())?;
+        let mac = mac
+            .map(|m| {
+                let parts: Vec<u8> = m.split(':').filter_map(|b| u8::from_str_radix(b, 16).ok()).collect();
+                <[u8; 6]>::try_from(parts).map_err(|_| bad())
+            })
+            .transpose()?;
+        Ok(Target { host: host.to_string(), port, mac })
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SteerOptions {
+    /// Ports the group's traffic arrives on.
+    pub ingress: Vec<u16>,
+    /// Where each host's flows leave.
+    pub to: Vec<Target>,
+    /// Flowlet gap: a flow may move to another host only after this long
+    /// without packets.
+    pub gap: Duration,
+    /// How long a flow's host is remembered without packets.
+    pub remember: Duration,
+    /// Flows tracked per worker.
+    pub max_flows: usize,
+    /// EAL arguments.
+    pub eal_args: Vec<String>,
+    /// Mbufs in the pool.
+    pub mbufs: u32,
+    /// RX/TX descriptors per queue.
+    pub descriptors: u16,
+    /// Stop after this many received packets.
+    pub max_packets: Option<u64>,
+    /// Stop a worker when it has received nothing for this long.
+    pub idle_exit: Option<Duration>,
+    /// Keep a JSON report here (updated every second).
+    pub report: Option<PathBuf>,
+    /// How long to wait for the links towards the hosts before taking
+    /// traffic.
+    pub link_wait: Duration,
+    /// How long a burst towards a host whose port is full is retried
+    /// before what is left is dropped (backpressure from a slow host,
+    /// bounded so that it cannot stall the others for long).
+    pub tx_retry: Duration,
+    /// Addresses whose TCP and UDP ports are resources of a release pool
+    /// split between the hosts (a NAT's public addresses): a packet to one
+    /// goes to the owner of its destination port's block
+    /// ([`sluice_group::blocks`]), not by its flow.
+    pub pool_addresses: Vec<sluice_wire::IpAddr128>,
+}
+
+/// Checks the options against each other.
+fn check(opts: &SteerOptions) -> Result<(), RunError> {
+    if opts.to.is_empty() {
+        return Err(RunError::Usage("no hosts to steer to: give --to <host>=<port> for each host of the group".into()));
+    }
+    for (i, t) in opts.to.iter().enumerate() {
+        if opts.to.iter().skip(i + 1).any(|u| u.host == t.host) {
+            return Err(RunError::Usage(format!("--to names host {} twice", t.host)));
+        }
+        if opts.ingress.contains(&t.port) {
+            return Err(RunError::Usage(format!("port {} is both an ingress port and host {}'s", t.port, t.host)));
+        }
+    }
+    if opts.ingress.is_empty() {
+        return Err(RunError::Usage("no ingress port: give --ingress".into()));
+    }
+    if opts.gap.is_zero() {
+        return Err(RunError::Usage("the flowlet gap must be above 0".into()));
+    }
+    Ok(())
+}
+
+/// Steers until stopped (signal, `max_packets` or `idle_exit`). Waits for
+/// the first table before opening the ports.
+pub fn run_steer(
+    config: &HostConfig,
+    opts: &SteerOptions,
+    feed: Arc<RouteFeed>,
+    stop: Arc<AtomicBool>,
+) -> Result<SteerReport, RunError> {
+    check(opts)?;
+    while feed.version() == 0 {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(SteerReport::default());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tracing::info!(version = feed.version(), "steering by the group's table");
+    let workers = config.workers.clamp(1, 64);
+    let mut ports: Vec<u16> = opts.ingress.clone();
+    for t in &opts.to {
+        if !ports.contains(&t.port) {
+            ports.push(t.port);
+        }
+    }
+    let opened = open_ports(config, &opts.eal_args, &ports, opts.mbufs, opts.descriptors, "sluice_steer")?;
+    // Traffic is taken once the links towards the hosts are up (a memif
+    // peer connects a moment after both sides started), or after
+    // `link_wait`: a host whose link stays down counts as TX drops.
+    let deadline = Instant::now() + opts.link_wait;
+    let targets: Vec<&sluice_dpdk::Port> =
+        opened.ports.iter().filter(|p| opts.to.iter().any(|t| t.port == p.id())).collect();
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && !targets.iter().all(|p| p.link_up()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in targets.iter().filter(|p| !p.link_up()) {
+        tracing::warn!(
+            port = p.id(),
+            name = p.name(),
+            "the link towards a host is down; its packets are dropped until it is up"
+        );
+    }
+    let burst = config.batch_size.clamp(1, 256);
+    let stats: Arc<Mutex<Vec<WorkerStats>>> = Arc::new(Mutex::new(vec![WorkerStats::default(); workers]));
+    let received = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let empty = |opts: &SteerOptions| SteerReport {
+        hosts: opts.to.iter().map(|t| HostCount { host: t.host.clone(), port: t.port, ..Default::default() }).collect(),
+        workers,
+        ..Default::default()
+    };
+    let results: Vec<Result<(), RunError>> = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let queues: Vec<Queue> = opened
+                .ports
+                .iter()
+                .filter(|p| opts.ingress.contains(&p.id()))
+                .filter_map(|p| p.queue(w as u16))
+                .collect();
+            let (stop, feed, stats, received, eal) = (&stop, &feed, &stats, &received, &opened.eal);
+            let core = opened.cores.for_worker(w);
+            handles.push(scope.spawn(move || -> Result<(), RunError> {
+                sluice_runtime::cores::pin_worker(&format!("steer worker {w}"), core);
+                let _guard = eal.register_thread()?;
+                steer_loop(w, queues, opts, burst, feed, stop, received, stats);
+                Ok(())
+            }));
+        }
+        // Links towards hosts are watched: a host that died takes its link
+        // down with it (memif, a cable), long before the controller
+        // notices its silence.
+        let watched: Vec<(usize, &sluice_dpdk::Port)> = opts
+            .to
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| opened.ports.iter().find(|p| p.id() == t.port).map(|p| (i, p)))
+            .collect();
+        let (done_ref, feed_ref) = (&done, &feed);
+        let watcher = scope.spawn(move || {
+            let (done, feed) = (done_ref, feed_ref);
+            while !done.load(Ordering::Relaxed) {
+                for (i, p) in &watched {
+                    feed.set_link(*i, p.link_up());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        // The report is kept up to date while the workers run.
+        let writer = scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                if let Some(path) = &opts.report {
+                    let mut r = empty(opts);
+                    for w in stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+                        r.add(w);
+                    }
+                    r.table_version = feed.version();
+                    r.tables = feed.events();
+                    r.links = feed.link_events();
+                    write_report(path, &r);
+                }
+            }
+        });
+        let r: Vec<Result<(), RunError>> =
+            handles.into_iter().enumerate().map(|(w, h)| h.join().unwrap_or(Err(RunError::Worker(w)))).collect();
+        done.store(true, Ordering::Relaxed);
+        let _ = writer.join();
+        let _ = watcher.join();
+        r
+    });
+    for r in results {
+        r?;
+    }
+    let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut report = empty(opts);
+    for w in stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        report.add(w);
+    }
+    report.table_version = feed.version();
+    report.tables = feed.events();
+    report.links = feed.link_events();
+    report.wall_ns = wall_ns;
+    report.mpps = if wall_ns > 0 { report.received as f64 * 1e3 / wall_ns as f64 } else { 0.0 };
+    report.ports = opened.ports.iter().map(|p| port_report(p, Vec::new())).collect();
+    if let Some(path) = &opts.report {
+        write_report(path, &report);
+    }
+    drop(opened);
+    Ok(report)
+}
+
+fn write_report(path: &std::path::Path, r: &SteerReport) {
+    let tmp = path.with_extension("tmp");
+    let written = serde_json::to_vec_pretty(r)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), "cannot write the dispatcher report: {e}");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn steer_loop(
+    w: usize,
+    mut queues: Vec<Queue>,
+    opts: &SteerOptions,
+    burst: usize,
+    feed: &RouteFeed,
+    stop: &AtomicBool,
+    received: &AtomicU64,
+    shared: &Mutex<Vec<WorkerStats>>,
+) {
+    let targets = &opts.to;
+    let gap_ns = u64::try_from(opts.gap.as_nanos()).unwrap_or(u64::MAX);
+    let remember_ns = u64::try_from(opts.remember.as_nanos()).unwrap_or(u64::MAX);
+    let mut flowlets: Flowlets<FlowKey> = Flowlets::new(gap_ns, remember_ns, opts.max_flows);
+    let mut route = feed.current();
+    let (mut down, mut link_epoch) = (Vec::new(), u64::MAX);
+    // Per host, packets sent per ms over the last BUCKETS ms: (ms, count).
+    let mut recent: Vec<[(u64, u64); BUCKETS]> = vec![[(0, 0); BUCKETS]; targets.len()];
+    let mut rx: Vec<Mbuf> = Vec::with_capacity(burst);
+    let mut out: Vec<Vec<Mbuf>> = targets.iter().map(|_| Vec::with_capacity(burst)).collect();
+    let mut stats = WorkerStats {
+        per_host: vec![0; targets.len()],
+        per_host_dropped: vec![0; targets.len()],
+        per_host_moved_in: vec![0; targets.len()],
+        per_host_moved_away: vec![0; targets.len()],
+        ..Default::default()
+    };
+    let mut scratch = Vec::new();
+    let mut marked = Vec::new();
+    let hashes: Vec<u32> = targets.iter().map(|t| sluice_wire::steer::host_hash(&t.host)).collect();
+    let clock = Instant::now();
+    let mut last_rx = Instant::now();
+    let mut last_publish = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(max) = opts.max_packets
+            && received.load(Ordering::Relaxed) >= max
+        {
+            break;
+        }
+        if feed.version() != route.version {
+            route = feed.current();
+        }
+        if feed.link_epoch() != link_epoch {
+            let was: Vec<bool> = down.clone();
+            link_epoch = feed.link_epoch();
+            feed.copy_down(&mut down);
+            // A link that went down: what this worker sent there just before.
+            let now_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+            for (i, (&d, r)) in down.iter().zip(&recent).enumerate() {
+                if d && !was.get(i).copied().unwrap_or(false) {
+                    let n = r.iter().filter(|(ms, _)| now_ms.saturating_sub(*ms) < RECENT_MS).map(|(_, n)| n).sum();
+                    feed.add_sent_before_down(i, n);
+                }
+            }
+        }
+        let mut got = 0;
+        for q in queues.iter_mut() {
+            got += q.rx_burst(&mut rx, burst as u16);
+        }
+        if got == 0 {
+            if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
+                break;
+            }
+            if last_publish.elapsed() >= Duration::from_millis(100) {
+                publish(shared, w, &mut stats, &flowlets, &mut last_publish);
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        last_rx = Instant::now();
+        received.fetch_add(got as u64, Ordering::Relaxed);
+        stats.received += got as u64;
+        let now_ns = u64::try_from(clock.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        for mut m in rx.drain(..) {
+            let key = match m.data() {
+                Some(d) => sluice_wire::parse(d).key,
+                None => {
+                    m.read_into(&mut scratch);
+                    sluice_wire::parse(&scratch).key
+                }
+            };
+            let Some(key) = key else {
+                stats.not_ip += 1;
+                continue;
+            };
+            // A reply to a pooled resource (a NAT's public port) goes to the
+            // host that owns the port's block; it is another flow than the
+            // connection the host translated, so flowlets do not apply.
+            let pooled = matches!(key.protocol, 6 | 17) && opts.pool_addresses.contains(&key.dst);
+            let s = if pooled {
+                let block = sluice_group::block_of(u64::from(key.dst_port));
+                route.owner_avoiding(sluice_group::block_hash(block), &down).map(|host| {
+                    stats.to_pool_owner += 1;
+                    sluice_group::Steer { host, new_flowlet: false, moved_from: None }
+                })
+            } else {
+                let key = key.normalized();
+                flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, &route, &down)
+            };
+            let Some(s) = s else {
+                stats.no_route += 1;
+                continue;
+            };
+            let i = usize::from(s.host);
+            if let Some(p) = s.moved_from {
+                if let Some(n) = stats.per_host_moved_away.get_mut(usize::from(p)) {
+                    *n += 1;
+                }
+                feed.moved_from_down(usize::from(p));
+                if let Some(n) = stats.per_host_moved_in.get_mut(i) {
+                    *n += 1;
+                }
+            }
+            // The new owner learns which host had the flow.
+            if let Some(prev) = s.moved_from.and_then(|p| hashes.get(usize::from(p))) {
+                m.read_into(&mut scratch);
+                let mark = sluice_wire::steer::SteerMark { previous: *prev, table_version: route.version };
+                if sluice_wire::steer::encap(&scratch, mark, &mut marked) && m.set_data(&marked).is_ok() {
+                    stats.marked += 1;
+                }
+            }
+            if let Some(mac) = targets.get(i).and_then(|t| t.mac) {
+                match m.first_segment_mut() {
+                    Some(frame) if frame.len() >= 6 => {
+                        if let Some(dst) = frame.get_mut(..6) {
+                            dst.copy_from_slice(&mac);
+                        }
+                    }
+                    _ => {
+                        // A shared buffer: rewrite a copy.
+                        m.read_into(&mut scratch);
+                        if let Some(dst) = scratch.get_mut(..6) {
+                            dst.copy_from_slice(&mac);
+                        }
+                        if m.set_data(&scratch).is_err() {
+                            stats.dropped_tx_full += 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+            if let Some(v) = out.get_mut(i) {
+                v.push(m);
+            }
+        }
+        if let Some(q) = queues.first_mut() {
+            let counts = stats.per_host.iter_mut().zip(stats.per_host_dropped.iter_mut());
+            for (hi, ((v, t), (count, dropped))) in out.iter_mut().zip(targets).zip(counts).enumerate() {
+                if v.is_empty() {
+                    continue;
+                }
+                let mut sent = q.tx_burst(t.port, v);
+                let since = Instant::now();
+                // A full queue towards a live host is waited on (up to
+                // --tx-retry-us); one towards a host whose link is down
+                // is not: its packets are lost with it, and waiting would
+                // hold every other host's packets too.
+                while !v.is_empty() && since.elapsed() < opts.tx_retry && !feed.link_down(hi) {
+                    std::hint::spin_loop();
+                    sent += q.tx_burst(t.port, v);
+                }
+                *count += sent as u64;
+                if let Some(r) = recent.get_mut(hi) {
+                    let ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    if let Some(b) = r.get_mut((ms % BUCKETS as u64) as usize) {
+                        *b = if b.0 == ms { (ms, b.1 + sent as u64) } else { (ms, sent as u64) };
+                    }
+                }
+                stats.dropped_tx_full += v.len() as u64;
+                *dropped += v.len() as u64;
+                // What the port did not take is freed here.
+                v.clear();
+            }
+        }
+        if last_publish.elapsed() >= Duration::from_millis(100) {
+            publish(shared, w, &mut stats, &flowlets, &mut last_publish);
+        }
+    }
+    publish(shared, w, &mut stats, &flowlets, &mut last_publish);
+}
+
+fn publish(
+    shared: &Mutex<Vec<WorkerStats>>,
+    w: usize,
+    stats: &mut WorkerStats,
+    flowlets: &Flowlets<FlowKey>,
+    at: &mut Instant,
+) {
+    stats.flowlets = flowlets.counters();
+    stats.flows = flowlets.len();
+    if let Some(slot) = shared.lock().unwrap_or_else(PoisonError::into_inner).get_mut(w) {
+        slot.clone_from(stats);
+    }
+    *at = Instant::now();
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn targets_parse_and_bad_ones_say_why() {
+        assert_eq!("edge-1=2".parse::<Target>().unwrap(), Target { host: "edge-1".into(), port: 2, mac: None });
+        assert_eq!("h=0@02:00:00:00:00:0a".parse::<Target>().unwrap().mac, Some([2, 0, 0, 0, 0, 10]));
+        for bad in ["h", "h=x", "h=1@02:00", "a.b=1", "h=1@zz:00:00:00:00:00"] {
+            assert!(bad.parse::<Target>().is_err(), "{bad}");
+        }
+    }
+}
