@@ -699,3 +699,6 @@ pub(crate) fn flush(shared: &Shared, a: &mut Active) {
     a.window_started = Instant::now();
     a.checkpoint(shared);
 }
+
+#[cfg(test)]
+mod tests;

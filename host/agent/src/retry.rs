@@ -31,9 +31,7 @@ pub struct Retries(Arc<Mutex<HashMap<String, Backoff>>>);
 
 /// The wait after `attempts` failures.
 pub fn wait_after(attempts: u32) -> Duration {
-    FIRST_WAIT
-        .saturating_mul(1u32 << attempts.saturating_sub(1).min(16))
-        .min(MAX_WAIT)
+    FIRST_WAIT.saturating_mul(1u32 << attempts.saturating_sub(1).min(16)).min(MAX_WAIT)
 }
 
 impl Retries {
@@ -41,13 +39,13 @@ impl Retries {
     /// that failed and the wait before the next. The workers of a live
     /// host that fail the same attempt count once.
     pub fn failed(&self, id: &str) -> (u32, Duration) {
+        self.failed_at(id, Instant::now())
+    }
+
+    /// [`failed`](Self::failed), at `now`.
+    pub fn failed_at(&self, id: &str, now: Instant) -> (u32, Duration) {
         let mut m = lock(&self.0);
-        let now = Instant::now();
-        let b = m.entry(id.to_string()).or_insert(Backoff {
-            attempts: 0,
-            next: now,
-            trying: true,
-        });
+        let b = m.entry(id.to_string()).or_insert(Backoff { attempts: 0, next: now, trying: true });
         if b.trying {
             b.attempts = b.attempts.saturating_add(1);
             b.trying = false;
@@ -69,8 +67,12 @@ impl Retries {
     /// Deployments whose next attempt is due; each is handed out once per
     /// attempt.
     pub fn due(&self) -> Vec<String> {
+        self.due_at(Instant::now())
+    }
+
+    /// [`due`](Self::due), at `now`.
+    pub fn due_at(&self, now: Instant) -> Vec<String> {
         let mut m = lock(&self.0);
-        let now = Instant::now();
         m.iter_mut()
             .filter(|(_, b)| !b.trying && b.next <= now)
             .map(|(id, b)| {
@@ -105,5 +107,24 @@ mod tests {
         assert_eq!(r.failed("d"), (2, Duration::from_secs(2)));
         r.started("d");
         assert!(r.due().is_empty());
+    }
+
+    #[test]
+    fn each_failure_waits_twice_as_long_up_to_the_bound() {
+        let r = Retries::default();
+        let mut now = Instant::now();
+        let mut waits = Vec::new();
+        for attempt in 1..=9 {
+            let (failed, wait) = r.failed_at("d", now);
+            assert_eq!(failed, attempt);
+            waits.push(wait.as_secs());
+            assert!(r.due_at(now + wait - Duration::from_millis(1)).is_empty(), "attempt {attempt}: due early");
+            now += wait;
+            assert_eq!(r.due_at(now), vec!["d".to_string()], "attempt {attempt}: not due after its wait");
+            assert!(r.due_at(now + MAX_WAIT).is_empty(), "handed out once per attempt");
+        }
+        assert_eq!(waits, vec![1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        r.started("d");
+        assert!(r.due_at(now + MAX_WAIT).is_empty(), "a deployment that started is not retried");
     }
 }
