@@ -14,7 +14,7 @@ use crate::sync::lock;
 use sluice_control::{DeploymentSpec, EventBatch, HostState, NfEvent, now_ms};
 use sluice_engine::{CaptureIo, Order, Receive, Worker};
 use sluice_pcap::{PcapAppender, Trace};
-use sluice_runtime::{Chain, Fate, NfMeters, PacketResult, RawPacket};
+use sluice_runtime::{Chain, Fate, Meters, PacketResult, RawPacket};
 use sluice_telemetry::metrics;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub(crate) struct Active {
     /// The chain, on the data path every host mode shares.
     pub(crate) worker: Worker,
     /// Cumulative meters of each NF at the start of the window.
-    base: Vec<NfMeters>,
+    base: Vec<Meters>,
     window_start_ms: u64,
     window_started: Instant,
     /// Events of the window, sent when it closes.
@@ -114,7 +114,7 @@ impl Active {
         resume: Option<Checkpoint>,
         lane: Option<usize>,
     ) -> Result<Self, String> {
-        let base = vec![NfMeters::default(); spec.nfs.len()];
+        let base = vec![Meters::default(); spec.nfs.len()];
         let spec_nfs = spec.nfs.len();
         let mut secret = [0u8; 12];
         getrandom::fill(&mut secret).map_err(|e| format!("no randomness from the OS: {e}"))?;
@@ -401,7 +401,7 @@ pub(crate) fn update(shared: &Shared, active: Option<Active>, prepared: Prepared
                 // The new chain continues where the old one was.
                 a.worker.replace_chain(chain);
                 a.guest_seen = vec![(0, 0); spec.nfs.len()];
-                a.base = vec![NfMeters::default(); spec.nfs.len()];
+                a.base = vec![Meters::default(); spec.nfs.len()];
                 a.state_byte_us = vec![0; spec.nfs.len()];
                 a.state_bytes = vec![0; spec.nfs.len()];
                 shared.set_status(&spec, HostState::Running, None);

@@ -21,7 +21,7 @@ use sluice_engine::dpdk::{DpdkIo, Egress};
 use sluice_engine::{PacketIo, Receive, Worker};
 pub use sluice_engine::{PortReport, QueueCounters};
 use sluice_runtime::cores::CoreList;
-use sluice_runtime::{Chain, NfMeters, Runtime};
+use sluice_runtime::{Chain, Meters, Runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -148,7 +148,7 @@ struct WorkerResult {
     counters: Vec<QueueCounters>,
     /// The worker's chain, stopped.
     chain: Chain,
-    meters: Vec<NfMeters>,
+    meters: Vec<Meters>,
     batches: u64,
     /// Events the NFs emitted.
     events: u64,

@@ -1,7 +1,7 @@
 //! The run report: the summary people read and the JSON tools read.
 
 use serde::Serialize;
-use sluice_runtime::NfMeters;
+use sluice_runtime::Meters;
 use std::collections::BTreeMap;
 
 /// Meters of one NF, summed over workers.
@@ -16,7 +16,7 @@ pub struct NfReport {
     /// Counters (invocations, packets, bytes, cpu_ns, traps and their
     /// causes, ...).
     #[serde(flatten)]
-    pub meters: NfMeters,
+    pub meters: Meters,
     /// The NF's declared state tables at the end of the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<TableReport>,
@@ -86,7 +86,7 @@ impl NfReport {
                 name: s.module.name().to_string(),
                 digest: s.module.digest().to_string(),
                 position: i,
-                meters: NfMeters::default(),
+                meters: Meters::default(),
                 tables: Vec::new(),
             })
             .collect()

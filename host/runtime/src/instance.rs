@@ -21,7 +21,7 @@ use crate::error::RuntimeError;
 use crate::flow_state::FlowTable;
 use crate::host::HostState;
 use crate::limits::{FailurePolicy, NfLimits};
-use crate::meters::NfMeters;
+use crate::meters::Meters;
 use crate::module::{NfModule, Pre};
 use crate::trap::{classify, trap_summary};
 use crate::wasm_runtime::Runtime;
@@ -89,7 +89,7 @@ pub struct NfInstance {
     table: FlowTable,
     /// Declared state tables; `None` only while lent to a call.
     tables: Option<Box<Tables>>,
-    meters: NfMeters,
+    meters: Meters,
     events: Vec<EmittedEvent>,
     touched: Vec<bool>,
     log_dropped_base: u64,
@@ -189,7 +189,7 @@ impl NfInstance {
             info: NfInfo { wants_flow_state: false, flow_idle_timeout_ns: 0 },
             table: FlowTable::new(DEFAULT_FLOW_IDLE_TIMEOUT_NS, spec.limits.max_flows),
             tables: Some(Box::new(Tables::new(domain, spec.limits.state_budget_bytes))),
-            meters: NfMeters::default(),
+            meters: Meters::default(),
             events: Vec::new(),
             touched: Vec::new(),
             log_dropped_base: 0,
@@ -319,7 +319,7 @@ impl NfInstance {
     }
 
     /// Meters so far.
-    pub fn meters(&self) -> &NfMeters {
+    pub fn meters(&self) -> &Meters {
         &self.meters
     }
 
@@ -423,7 +423,7 @@ impl NfInstance {
     pub fn flush_state(&mut self) {
         if let Some(t) = self.tables.as_deref_mut() {
             t.flush();
-            self.meters.set_tables(t.meters(), t.held_bytes());
+            crate::meters::take_table_meters(&mut self.meters, t.meters(), t.held_bytes());
         }
     }
 
@@ -443,7 +443,7 @@ impl NfInstance {
     pub fn sync_state(&mut self) {
         if let Some(t) = self.tables.as_deref_mut() {
             t.sync_point();
-            self.meters.set_tables(t.meters(), t.held_bytes());
+            crate::meters::take_table_meters(&mut self.meters, t.meters(), t.held_bytes());
         }
     }
 
@@ -666,7 +666,7 @@ impl NfInstance {
             }
         }
         if let Some(t) = self.tables.as_deref() {
-            self.meters.set_tables(t.meters(), t.held_bytes());
+            crate::meters::take_table_meters(&mut self.meters, t.meters(), t.held_bytes());
         }
     }
 

@@ -9,7 +9,7 @@
 //!   tells a non-Wasm file, a core module and a component of another world
 //!   apart, because tenants need to know which mistake they made.
 //! - [`NfInstance`]: one instance per NF per worker with its limits
-//!   ([`NfLimits`]), meters ([`NfMeters`]) and host-owned flow state
+//!   ([`NfLimits`]), meters ([`Meters`]) and host-owned flow state
 //!   ([`FlowTable`]). A trap never escapes: the batch gets the NF's failure
 //!   policy and the instance is re-created, state intact.
 //! - [`Chain`]: NFs of a worker called in sequence over one batch.
@@ -55,7 +55,7 @@ pub use fate::{Fate, PacketResult};
 pub use flow_state::{ExportedFlow, FlowTable, ImportError};
 pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfSpec, StageOutput};
 pub use limits::{FailurePolicy, NfLimits};
-pub use meters::NfMeters;
+pub use meters::Meters;
 pub use module::NfModule;
 pub use owner::NfOwner;
 pub use stages::{StageTimes, StagesPerPacket, Stopwatch};

@@ -15,7 +15,7 @@
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, ObservableCounter, ObservableGauge};
-use std::collections::BTreeMap;
+use sluice_meters::Meters;
 use std::sync::{Arc, OnceLock};
 
 fn meter() -> Meter {
@@ -43,28 +43,6 @@ pub fn nf_attributes(tenant: &str, deployment: &str, nf: &str, version: &str, ho
         KeyValue::new("version", version.to_string()),
         KeyValue::new("host", host.to_string()),
     ]
-}
-
-/// What an NF did in one meter window (differences, not totals).
-#[derive(Debug, Clone, Default)]
-pub struct NfWindow<'a> {
-    pub packets: u64,
-    pub forwarded: u64,
-    pub dropped: u64,
-    pub rewritten: u64,
-    pub policy: u64,
-    pub bytes: u64,
-    pub invocations: u64,
-    pub instantiations: u64,
-    pub state_rejected: u64,
-    pub state_expired: u64,
-    pub events: u64,
-    pub log_dropped: u64,
-    /// Traps by cause (a fixed set of causes).
-    pub traps: Option<&'a BTreeMap<String, u64>>,
-    /// State held at the window's end: bytes and entries.
-    pub state_bytes: u64,
-    pub state_entries: u64,
 }
 
 /// The metrics of NFs on a host.
@@ -164,10 +142,19 @@ pub fn nf() -> &'static NfMetrics {
 }
 
 impl NfMetrics {
-    /// Adds one meter window of one NF (`attrs` from [`nf_attributes`]);
-    /// the gauges also name the host's `worker`, if the NF runs on one
-    /// (each worker holds its own state: sum them).
-    pub fn record_window(&self, attrs: &[KeyValue], worker: Option<&KeyValue>, w: &NfWindow<'_>) {
+    /// Adds one meter window of one NF (`w`: what it counted in the
+    /// window, `attrs` from [`nf_attributes`]) and the state it holds now
+    /// (bytes, and flows with state plus table entries); the gauges also
+    /// name the host's `worker`, if the NF runs on one (each worker holds
+    /// its own state: sum them).
+    pub fn record_window(
+        &self,
+        attrs: &[KeyValue],
+        worker: Option<&KeyValue>,
+        w: &Meters,
+        state_bytes: u64,
+        state_entries: u64,
+    ) {
         let add = |c: &Counter<u64>, n: u64| {
             if n > 0 {
                 c.add(n, attrs);
@@ -177,23 +164,23 @@ impl NfMetrics {
         add(&self.forwarded, w.forwarded);
         add(&self.dropped, w.dropped);
         add(&self.rewritten, w.rewritten);
-        add(&self.policy, w.policy);
+        add(&self.policy, w.policy_packets);
         add(&self.bytes, w.bytes);
         add(&self.invocations, w.invocations);
         add(&self.instantiations, w.instantiations);
-        add(&self.state_rejected, w.state_rejected);
-        add(&self.state_expired, w.state_expired);
+        add(&self.state_rejected, w.all_state_rejected());
+        add(&self.state_expired, w.table_expired);
         add(&self.events, w.events);
         add(&self.log_dropped, w.log_dropped);
-        for (cause, n) in w.traps.into_iter().flatten() {
+        for (cause, n) in &w.trap_causes {
             let mut a = attrs.to_vec();
             a.push(KeyValue::new("cause", cause.clone()));
             self.traps.add(*n, &a);
         }
         let mut gauge = attrs.to_vec();
         gauge.extend(worker.cloned());
-        self.state_bytes.record(w.state_bytes, &gauge);
-        self.state_entries.record(w.state_entries, &gauge);
+        self.state_bytes.record(state_bytes, &gauge);
+        self.state_entries.record(state_entries, &gauge);
     }
 }
 

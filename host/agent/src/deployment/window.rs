@@ -18,24 +18,7 @@ impl Active {
         let stages = self.worker.chain().stages();
         for ((stage, base), attrs) in stages.iter().zip(&self.base).zip(&self.metric_attrs) {
             let d = stage.meters().since(base);
-            let w = metrics::NfWindow {
-                packets: d.packets,
-                forwarded: d.forwarded,
-                dropped: d.dropped,
-                rewritten: d.rewritten,
-                policy: d.policy_packets,
-                bytes: d.bytes,
-                invocations: d.invocations,
-                instantiations: d.instantiations,
-                state_rejected: d.state_rejected + d.table_rejected,
-                state_expired: d.table_expired,
-                events: d.events,
-                log_dropped: d.log_dropped,
-                traps: Some(&d.trap_causes),
-                state_bytes: stage.state_bytes(),
-                state_entries: stage.state_entries(),
-            };
-            metrics::nf().record_window(attrs, worker.as_ref(), &w);
+            metrics::nf().record_window(attrs, worker.as_ref(), &d, stage.state_bytes(), stage.state_entries());
         }
     }
 
