@@ -8,10 +8,12 @@
 //! dashboard. Everything a tenant sees is scoped to it: another tenant's
 //! object is a 404.
 //!
-//! Modules: [`api`] (the HTTP handlers under `/v1`; OpenAPI at
-//! `/openapi.json`, Swagger UI at `/docs`), [`store`] (SQLite), [`state`]
-//! (shared state and the gateway side of the control plane), [`billing`]
-//! (pricing), [`config`] (settings), [`dashboard`] (the tenant page).
+//! Modules: [`api`] (the HTTP handlers under `/v1`, one file per
+//! resource; OpenAPI at `/openapi.json`, Swagger UI at `/docs`), [`store`]
+//! (SQLite, one file per resource), [`state`] (shared state and the
+//! gateway side of the control plane), [`groups`] (the group controller),
+//! [`billing`] (pricing), [`config`] (settings), [`dashboard`] (the tenant
+//! page).
 
 pub mod api;
 pub mod auth;
@@ -30,16 +32,15 @@ pub mod telemetry;
 pub mod whole;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post, put};
+use axum::routing::get;
 use sluice_control::Bus;
 use sluice_runtime::{Runtime, RuntimeConfig};
 use state::AppState;
 use std::sync::Arc;
 use std::time::Duration;
 use utoipa::OpenApi;
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
+pub use api::ApiDoc;
 pub use config::GatewayConfig;
 
 /// Errors that stop the gateway from starting.
@@ -68,51 +69,6 @@ pub enum GatewayError {
         source: std::io::Error,
     },
 }
-
-struct BearerAuth;
-
-impl utoipa::Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
-        // Every operation that takes a credential answers 401 without a
-        // valid one: documented once here rather than on each path.
-        let unauthorized = utoipa::openapi::ResponseBuilder::new()
-            .description("no credential, or one the gateway does not know (`unauthorized`)")
-            .content(
-                "application/json",
-                utoipa::openapi::Content::new(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody"))),
-            )
-            .build();
-        for item in openapi.paths.paths.values_mut() {
-            let ops = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
-            for op in ops.into_iter().flatten() {
-                if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
-                    op.responses.responses.entry("401".into()).or_insert_with(|| unauthorized.clone().into());
-                }
-            }
-        }
-    }
-}
-
-/// The OpenAPI document.
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "Sluice gateway", description = "Upload WebAssembly network functions, deploy them onto host groups, read usage and bills. Authenticate with `Authorization: Bearer <API key>` (tenants) or the admin token (tenant management)."),
-    paths(
-        api::create_tenant, api::list_tenants, api::create_key, api::me, api::set_grants,
-        api::dashboard_link, api::dashboard_session,
-        api::tenant_keys, api::revoke_tenant_key, api::my_keys, api::add_my_key, api::rotate_my_key, api::revoke_my_key,
-        api::list_hosts, api::register_host, api::remove_host, api::rejects, api::nats_authorization,
-        groups::list_groups, groups::get_group, groups::set_settings, groups::add_capacity, groups::drain, groups::undrain,
-        api::upload_module, api::list_modules, api::get_module, api::delete_module,
-        api::create_deployment, api::list_deployments, api::get_deployment, api::update_deployment, api::delete_deployment,
-        api::events, api::logs, api::usage, api::usage_series, api::bill,
-    ),
-    modifiers(&BearerAuth),
-    tags((name = "tenants"), (name = "hosts"), (name = "groups"), (name = "modules"), (name = "deployments"), (name = "events"), (name = "logs"), (name = "usage"))
-)]
-pub struct ApiDoc;
 
 /// A gateway ready to serve.
 pub struct Gateway {
@@ -167,44 +123,12 @@ impl Gateway {
 
     /// The HTTP routes.
     pub fn router(&self) -> Router {
-        let v1 = Router::new()
-            .route("/tenants", post(api::create_tenant).get(api::list_tenants))
-            .route("/tenants/{id}/keys", post(api::create_key).get(api::tenant_keys))
-            .route("/tenants/{id}/keys/{prefix}", delete(api::revoke_tenant_key))
-            .route("/tenants/{id}/groups", put(api::set_grants))
-            .route("/me", get(api::me))
-            .route("/me/keys", get(api::my_keys).post(api::add_my_key))
-            .route("/me/dashboard-link", post(api::dashboard_link))
-            .route("/dashboard/session", post(api::dashboard_session))
-            .route("/me/keys/rotate", post(api::rotate_my_key))
-            .route("/me/keys/{prefix}", delete(api::revoke_my_key))
-            .route("/hosts", get(api::list_hosts).post(api::register_host))
-            .route("/hosts/{id}", delete(api::remove_host))
-            .route("/rejects", get(api::rejects))
-            .route("/nats-authorization", get(api::nats_authorization))
-            .route("/groups", get(groups::list_groups))
-            .route("/groups/{group}", get(groups::get_group))
-            .route("/groups/{group}/settings", put(groups::set_settings))
-            .route("/groups/{group}/capacity", post(groups::add_capacity))
-            .route("/groups/{group}/hosts/{host}/drain", post(groups::drain).delete(groups::undrain))
-            .route("/modules", post(api::upload_module).get(api::list_modules).layer(DefaultBodyLimit::disable()))
-            .route("/modules/{id}", get(api::get_module).delete(api::delete_module))
-            .route("/deployments", post(api::create_deployment).get(api::list_deployments))
-            .route(
-                "/deployments/{id}",
-                get(api::get_deployment).put(api::update_deployment).delete(api::delete_deployment),
-            )
-            .route("/events", get(api::events))
-            .route("/logs", get(api::logs))
-            .route("/usage", get(api::usage))
-            .route("/usage/series", get(api::usage_series))
-            .route("/bill", get(api::bill));
         use axum::http::{HeaderValue, header};
         use tower_http::set_header::SetResponseHeaderLayer;
         Router::new()
-            .nest("/v1", v1)
+            .nest("/v1", api::router())
             .route("/healthz", get(|| async { "ok" }))
-            .route("/readyz", get(readyz))
+            .route("/readyz", get(api::readyz))
             .route("/", get(dashboard::redirect))
             .route("/dashboard", get(dashboard::page))
             .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
@@ -300,24 +224,4 @@ async fn serve_http(
         tracing::warn!("some HTTP connections were still open 10 s after shutdown began");
     }
     Ok(())
-}
-
-/// Readiness: 200 when the gateway can do its work — NATS connected, the
-/// database taking writes —, else 503; the body says each check's result.
-/// (`/healthz` is liveness: the process answers.)
-pub(crate) async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let nats = state.bus.connected();
-    let store = state.store.clone();
-    let database = tokio::task::spawn_blocking(move || store.check_writable().map_err(|e| e.to_string()))
-        .await
-        .unwrap_or_else(|e| Err(format!("the check did not finish: {e}")));
-    let ready = nats && database.is_ok();
-    let body = serde_json::json!({
-        "ready": ready,
-        "nats": if nats { "connected" } else { "disconnected" },
-        "database": match &database { Ok(()) => "writable".to_string(), Err(e) => e.clone() },
-    });
-    let status = if ready { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
-    (status, axum::Json(body)).into_response()
 }

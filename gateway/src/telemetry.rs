@@ -143,5 +143,5 @@ async fn render(State(o): State<Operator>) -> Response {
 }
 
 async fn ready(State(o): State<Operator>) -> Response {
-    crate::readyz(State(o.state)).await
+    crate::api::readyz(State(o.state)).await
 }
