@@ -1,34 +1,13 @@
-//! Who is calling: the operator (admin token) or a tenant (API key).
-//!
-//! API keys are 256-bit random strings; only their SHA-256 is stored. A
-//! slow password hash buys nothing for keys with that much entropy, and a
-//! plain hash keeps the lookup an index probe on every request.
+//! Who is calling: the operator (admin token) or a tenant (API key, or a
+//! dashboard session that reads as one). Keys, tokens and their hashes
+//! are made in [`crate::secrets`].
 
 use crate::error::ApiError;
+use crate::secrets::hash;
 use crate::state::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use sha2::{Digest, Sha256};
-
-/// SHA-256 of a secret, hex.
-pub fn hash(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
-/// `n` random bytes, hex.
-pub fn random_hex(n: usize) -> Result<String, ApiError> {
-    let mut b = vec![0u8; n];
-    getrandom::fill(&mut b).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
-    Ok(hex::encode(b))
-}
-
-/// A new API key and its display prefix.
-pub fn new_key() -> Result<(String, String), ApiError> {
-    let secret = random_hex(32)?;
-    let prefix: String = secret.chars().take(8).collect();
-    Ok((format!("sk_{secret}"), prefix))
-}
 
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
     let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);

@@ -25,19 +25,21 @@
 //!
 //! Right after the gateway starts it has not heard every host yet: for one
 //! silence period it adopts the published table and changes nothing.
+//!
+//! The [`Controller`] holds only what a pass needs (the store, the bus,
+//! the hosts heard from); the HTTP side of groups is `api::groups`.
 
-use crate::auth::Admin;
-use crate::error::{ApiError, ApiPath, ErrorBody};
-use crate::state::{AppState, HostSeen};
-use axum::Json;
-use axum::extract::State;
+use crate::model::{HostSeen, SeenHosts};
+use crate::store::Store;
 use serde::{Deserialize, Serialize};
-use sluice_control::subjects::check_token;
+use sluice_control::Bus;
 use sluice_group::{DEFAULT_SLOTS, MAX_MEMBERS, Member, OwnershipTable};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use utoipa::ToSchema;
+
+pub use crate::model::GroupSettings;
 
 /// How often the controller looks at every group.
 pub const TICK: Duration = Duration::from_millis(250);
@@ -49,51 +51,6 @@ pub const DEMAND_TAU: Duration = Duration::from_secs(5);
 const REPUBLISH_EVERY: Duration = Duration::from_secs(10);
 /// Preference order per slot: owner and two next owners.
 const DEPTH: usize = 3;
-
-/// The operator's scaling settings of a group.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GroupSettings {
-    /// Fewest active hosts (when that many are up and not drained).
-    #[serde(deserialize_with = "crate::whole::required")]
-    #[schema(minimum = 1, maximum = 254)]
-    pub min_hosts: u32,
-    /// Most active hosts, at least `min_hosts` (none: no limit).
-    #[serde(default, deserialize_with = "crate::whole::optional")]
-    #[schema(minimum = 1, maximum = 254)]
-    pub max_hosts: Option<u32>,
-    /// Load to run the active hosts at, as a share of their declared
-    /// capacity (0.05-1). None: no autoscaling, every host is active.
-    #[schema(minimum = 0.05, maximum = 1)]
-    pub target_load: Option<f64>,
-}
-
-impl Default for GroupSettings {
-    fn default() -> Self {
-        GroupSettings { min_hosts: 1, max_hosts: None, target_load: None }
-    }
-}
-
-impl GroupSettings {
-    /// Checks the bounds.
-    pub fn check(&self) -> Result<(), String> {
-        let most = MAX_MEMBERS as u32;
-        if !(1..=most).contains(&self.min_hosts) {
-            return Err(format!("min_hosts {} must be 1 to {most}", self.min_hosts));
-        }
-        if let Some(max) = self.max_hosts
-            && !(self.min_hosts..=most).contains(&max)
-        {
-            return Err(format!("max_hosts {max} must be from min_hosts ({}) to {most}", self.min_hosts));
-        }
-        if let Some(t) = self.target_load
-            && !(0.05..=1.0).contains(&t)
-        {
-            return Err(format!("target_load {t} must be a share of capacity from 0.05 to 1"));
-        }
-        Ok(())
-    }
-}
 
 /// Where a member stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -336,402 +293,211 @@ fn view(group: &str, r: &GroupRun) -> GroupOut {
     }
 }
 
-/// The members of every group as heard now: registered hosts (a group's
-/// members are the hosts registered to it) and, on a bus without
-/// registration (`sluice dev`), the hosts heard from.
-fn members_now(st: &AppState) -> Result<BTreeMap<String, Vec<Seen>>, String> {
-    let silence = st.silence();
-    let default_capacity = st.config.default_capacity_pps;
-    let registered = st.store.registered_hosts().map_err(|e| e.to_string())?;
-    let drained = st.store.drained_hosts().map_err(|e| e.to_string())?;
-    let heard: HashMap<String, HostSeen> = st.hosts().into_iter().map(|h| (h.heartbeat.host.clone(), h)).collect();
-    let seen = |host: &str, h: Option<&HostSeen>| Seen {
-        host: host.to_string(),
-        alive: h.is_some_and(|h| h.alive(silence)),
-        drained: drained.contains(host),
-        capacity_pps: h.map(|h| h.heartbeat.capacity_pps).filter(|c| *c > 0).unwrap_or(default_capacity),
-        load_pps: h.map_or(0, |h| h.heartbeat.load_pps),
-        last_seen_ms_ago: h.map(|h| u64::try_from(h.at.elapsed().as_millis()).unwrap_or(u64::MAX)),
-        table_version: h.and_then(|h| h.heartbeat.table_version),
-    };
-    let mut groups: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
-    for r in registered.iter().filter(|r| !r.dispatcher) {
-        groups.entry(r.group.clone()).or_default().push(seen(&r.id, heard.get(&r.id)));
-    }
-    if registered.iter().all(|r| r.dispatcher) {
-        for (host, h) in &heard {
-            groups.entry(h.heartbeat.group.clone()).or_default().push(seen(host, Some(h)));
-        }
-    }
-    for v in groups.values_mut() {
-        v.sort_by(|a, b| a.host.cmp(&b.host));
-    }
-    Ok(groups)
+/// What the group controller works with, and nothing more: the store
+/// (registered hosts, drain marks, settings, table versions), the bus its
+/// tables go on, the hosts heard from, and its own state between ticks.
+#[derive(Clone)]
+pub struct Controller {
+    /// Metadata.
+    pub store: Arc<Store>,
+    /// Where ownership tables are published (and read back after a restart).
+    pub bus: Arc<dyn Bus>,
+    /// The hosts heard from, as heartbeats arrive.
+    pub hosts: SeenHosts,
+    /// The controller's state between ticks, which the API shows.
+    pub groups: Arc<Groups>,
+    /// How long a host may stay silent before it is gone (`host-silence-ms`).
+    pub silence: Duration,
+    /// The capacity of a host that declares none, packets per second.
+    pub default_capacity_pps: u64,
 }
 
-/// Runs the controller forever.
-pub async fn control(st: AppState) {
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("silence", &self.silence).finish_non_exhaustive()
+    }
+}
+
+impl Controller {
+    /// The members of every group as heard now: registered hosts (a group's
+    /// members are the hosts registered to it) and, on a bus without
+    /// registration (`sluice dev`), the hosts heard from.
+    fn members_now(&self) -> Result<BTreeMap<String, Vec<Seen>>, String> {
+        let silence = self.silence;
+        let default_capacity = self.default_capacity_pps;
+        let registered = self.store.registered_hosts().map_err(|e| e.to_string())?;
+        let drained = self.store.drained_hosts().map_err(|e| e.to_string())?;
+        let heard: HashMap<String, HostSeen> = self
+            .hosts
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(|h| (h.heartbeat.host.clone(), h.clone()))
+            .collect();
+        let seen = |host: &str, h: Option<&HostSeen>| Seen {
+            host: host.to_string(),
+            alive: h.is_some_and(|h| h.alive(silence)),
+            drained: drained.contains(host),
+            capacity_pps: h.map(|h| h.heartbeat.capacity_pps).filter(|c| *c > 0).unwrap_or(default_capacity),
+            load_pps: h.map_or(0, |h| h.heartbeat.load_pps),
+            last_seen_ms_ago: h.map(|h| u64::try_from(h.at.elapsed().as_millis()).unwrap_or(u64::MAX)),
+            table_version: h.and_then(|h| h.heartbeat.table_version),
+        };
+        let mut groups: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
+        for r in registered.iter().filter(|r| !r.dispatcher) {
+            groups.entry(r.group.clone()).or_default().push(seen(&r.id, heard.get(&r.id)));
+        }
+        if registered.iter().all(|r| r.dispatcher) {
+            for (host, h) in &heard {
+                groups.entry(h.heartbeat.group.clone()).or_default().push(seen(host, Some(h)));
+            }
+        }
+        for v in groups.values_mut() {
+            v.sort_by(|a, b| a.host.cmp(&b.host));
+        }
+        Ok(groups)
+    }
+
+    /// One pass over every group.
+    pub async fn step(&self) -> Result<(), String> {
+        let c = self.clone();
+        let (mut groups, settings) = tokio::task::spawn_blocking(move || {
+            let m = c.members_now()?;
+            let s = c.store.group_settings().map_err(|e| e.to_string())?;
+            Ok::<_, String>((m, s))
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        // Groups with settings, and groups with a table whose hosts were all
+        // removed (they get an empty table, not a stale one).
+        for g in settings.keys() {
+            groups.entry(g.clone()).or_default();
+        }
+        let known: Vec<String> = self.groups.runs().keys().cloned().collect();
+        for g in known {
+            groups.entry(g).or_default();
+        }
+        let now = Instant::now();
+        let settled = self.groups.started.elapsed() >= self.silence;
+        for (group, members) in groups {
+            let settings = settings.get(&group).copied().unwrap_or_default();
+            // After a restart, the published table is the starting point.
+            let adopt = !self.groups.runs().get(&group).is_some_and(|r| r.adopted);
+            let adopted = if adopt {
+                match self.bus.ownership(&group).await {
+                    Ok(t) => Some(t.map(Arc::new)),
+                    Err(e) => {
+                        // Not knowing the published table, building one could
+                        // go back on its version: try again next pass.
+                        tracing::warn!(group, "reading the published ownership table: {e}; trying again");
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let (build, republish) = {
+                let mut runs = self.groups.runs();
+                let run = runs.entry(group.clone()).or_default();
+                if let Some(adopted) = adopted {
+                    run.adopted = true;
+                    if let Some(t) = adopted {
+                        tracing::info!(group, version = t.version(), "adopted the published ownership table");
+                        run.table = Some(t);
+                        run.published = true;
+                        run.published_at = Some(now);
+                    }
+                }
+                // Demand: EWMA of the reported load.
+                let load: u64 = members.iter().filter(|m| m.alive).map(|m| m.load_pps).sum();
+                let alpha = match run.demand_at {
+                    Some(at) => 1.0 - (-now.duration_since(at).as_secs_f64() / DEMAND_TAU.as_secs_f64()).exp(),
+                    None => 1.0,
+                };
+                run.demand += alpha * (load as f64 - run.demand);
+                run.demand_at = Some(now);
+                let current: BTreeSet<String> = run
+                    .table
+                    .as_ref()
+                    .map(|t| t.members().iter().map(|m| m.host.clone()).collect())
+                    .unwrap_or_default();
+                let p = plan(&members, &current, &settings, run.demand, run.low_since, now);
+                run.proposed = p.proposed;
+                run.low_since = p.low_since;
+                run.members = members;
+                run.settings = settings;
+                // Up but owning no slots: they finish their flowlets.
+                let finishing: Vec<String> = run
+                    .members
+                    .iter()
+                    .filter(|m| m.alive && !p.active.iter().any(|a| a.host == m.host))
+                    .map(|m| m.host.clone())
+                    .collect();
+                let changed = run
+                    .table
+                    .as_ref()
+                    .is_none_or(|t| t.members() != p.active.as_slice() || t.finishing() != finishing.as_slice());
+                let build = (changed && settled).then_some((p.active, finishing));
+                let republish = run.table.clone().filter(|_| {
+                    !run.published || run.published_at.is_none_or(|at| now.duration_since(at) >= REPUBLISH_EVERY)
+                });
+                (build, republish)
+            };
+            if let Some((active, finishing)) = build {
+                self.publish_new(&group, active, finishing).await?;
+            } else if let Some(t) = republish {
+                let ok = self.bus.set_ownership(&t).await;
+                let mut runs = self.groups.runs();
+                if let Some(run) = runs.get_mut(&group) {
+                    run.published = ok.is_ok();
+                    run.published_at = Some(now);
+                }
+                ok.map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds and publishes the next version of `group`'s table.
+    async fn publish_new(&self, group: &str, active: Vec<Member>, finishing: Vec<String>) -> Result<(), String> {
+        let previous = self.groups.table(group);
+        let store = self.store.clone();
+        let g = group.to_string();
+        let after = previous.as_ref().map_or(0, |t| t.version());
+        let table = tokio::task::spawn_blocking(move || {
+            let version = store.next_table_version(&g, after).map_err(|e| e.to_string())?;
+            OwnershipTable::build(&g, version, sluice_control::now_ms(), &active, DEFAULT_SLOTS, DEPTH)
+                .map(|t| t.with_finishing(&finishing))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        let moved = previous.as_ref().map_or(table.slots(), |p| table.moved_from(p));
+        let hosts: Vec<&str> = table.members().iter().map(|m| m.host.as_str()).collect();
+        tracing::info!(group, version = table.version(), ?hosts, moved_slots = moved, "new flow-ownership table");
+        let result = self.bus.set_ownership(&table).await;
+        let mut runs = self.groups.runs();
+        if let Some(run) = runs.get_mut(group) {
+            run.table = Some(Arc::new(table));
+            run.moved_slots = moved;
+            run.published = result.is_ok();
+            run.published_at = Some(Instant::now());
+        }
+        result.map_err(|e| format!("publishing group {group}'s ownership table: {e}"))
+    }
+}
+
+/// Runs the controller forever, a pass every [`TICK`].
+pub async fn control(controller: Controller) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = step(&st).await {
+        if let Err(e) = controller.step().await {
             tracing::warn!("group controller: {e}");
         }
     }
 }
 
-/// One pass over every group.
-pub async fn step(st: &AppState) -> Result<(), String> {
-    let s2 = st.clone();
-    let (mut groups, settings) = tokio::task::spawn_blocking(move || {
-        let m = members_now(&s2)?;
-        let s = s2.store.group_settings().map_err(|e| e.to_string())?;
-        Ok::<_, String>((m, s))
-    })
-    .await
-    .map_err(|e| e.to_string())??;
-    // Groups with settings, and groups with a table whose hosts were all
-    // removed (they get an empty table, not a stale one).
-    for g in settings.keys() {
-        groups.entry(g.clone()).or_default();
-    }
-    let known: Vec<String> = st.groups.runs().keys().cloned().collect();
-    for g in known {
-        groups.entry(g).or_default();
-    }
-    let now = Instant::now();
-    let settled = st.groups.started.elapsed() >= st.silence();
-    for (group, members) in groups {
-        let settings = settings.get(&group).copied().unwrap_or_default();
-        // After a restart, the published table is the starting point.
-        let adopt = !st.groups.runs().get(&group).is_some_and(|r| r.adopted);
-        let adopted = if adopt {
-            match st.bus.ownership(&group).await {
-                Ok(t) => Some(t.map(Arc::new)),
-                Err(e) => {
-                    // Not knowing the published table, building one could
-                    // go back on its version: try again next pass.
-                    tracing::warn!(group, "reading the published ownership table: {e}; trying again");
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        let (build, republish) = {
-            let mut runs = st.groups.runs();
-            let run = runs.entry(group.clone()).or_default();
-            if let Some(adopted) = adopted {
-                run.adopted = true;
-                if let Some(t) = adopted {
-                    tracing::info!(group, version = t.version(), "adopted the published ownership table");
-                    run.table = Some(t);
-                    run.published = true;
-                    run.published_at = Some(now);
-                }
-            }
-            // Demand: EWMA of the reported load.
-            let load: u64 = members.iter().filter(|m| m.alive).map(|m| m.load_pps).sum();
-            let alpha = match run.demand_at {
-                Some(at) => 1.0 - (-now.duration_since(at).as_secs_f64() / DEMAND_TAU.as_secs_f64()).exp(),
-                None => 1.0,
-            };
-            run.demand += alpha * (load as f64 - run.demand);
-            run.demand_at = Some(now);
-            let current: BTreeSet<String> =
-                run.table.as_ref().map(|t| t.members().iter().map(|m| m.host.clone()).collect()).unwrap_or_default();
-            let p = plan(&members, &current, &settings, run.demand, run.low_since, now);
-            run.proposed = p.proposed;
-            run.low_since = p.low_since;
-            run.members = members;
-            run.settings = settings;
-            // Up but owning no slots: they finish their flowlets.
-            let finishing: Vec<String> = run
-                .members
-                .iter()
-                .filter(|m| m.alive && !p.active.iter().any(|a| a.host == m.host))
-                .map(|m| m.host.clone())
-                .collect();
-            let changed = run
-                .table
-                .as_ref()
-                .is_none_or(|t| t.members() != p.active.as_slice() || t.finishing() != finishing.as_slice());
-            let build = (changed && settled).then_some((p.active, finishing));
-            let republish = run.table.clone().filter(|_| {
-                !run.published || run.published_at.is_none_or(|at| now.duration_since(at) >= REPUBLISH_EVERY)
-            });
-            (build, republish)
-        };
-        if let Some((active, finishing)) = build {
-            publish_new(st, &group, active, finishing).await?;
-        } else if let Some(t) = republish {
-            let ok = st.bus.set_ownership(&t).await;
-            let mut runs = st.groups.runs();
-            if let Some(run) = runs.get_mut(&group) {
-                run.published = ok.is_ok();
-                run.published_at = Some(now);
-            }
-            ok.map_err(|e| e.to_string())?;
-        }
-    }
-    Ok(())
-}
-
-/// Builds and publishes the next version of `group`'s table.
-async fn publish_new(st: &AppState, group: &str, active: Vec<Member>, finishing: Vec<String>) -> Result<(), String> {
-    let previous = st.groups.table(group);
-    let store = st.store.clone();
-    let g = group.to_string();
-    let after = previous.as_ref().map_or(0, |t| t.version());
-    let table = tokio::task::spawn_blocking(move || {
-        let version = store.next_table_version(&g, after).map_err(|e| e.to_string())?;
-        OwnershipTable::build(&g, version, sluice_control::now_ms(), &active, DEFAULT_SLOTS, DEPTH)
-            .map(|t| t.with_finishing(&finishing))
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| e.to_string())??;
-    let moved = previous.as_ref().map_or(table.slots(), |p| table.moved_from(p));
-    let hosts: Vec<&str> = table.members().iter().map(|m| m.host.as_str()).collect();
-    tracing::info!(group, version = table.version(), ?hosts, moved_slots = moved, "new flow-ownership table");
-    let result = st.bus.set_ownership(&table).await;
-    let mut runs = st.groups.runs();
-    if let Some(run) = runs.get_mut(group) {
-        run.table = Some(Arc::new(table));
-        run.moved_slots = moved;
-        run.published = result.is_ok();
-        run.published_at = Some(Instant::now());
-    }
-    result.map_err(|e| format!("publishing group {group}'s ownership table: {e}"))
-}
-
-// ---------------------------------------------------------------- API
-
-/// Host groups: members, capacity, load, demand and the ownership table
-/// version (admin).
-#[utoipa::path(get, path = "/v1/groups", tag = "groups", security(("bearer" = [])),
-    responses((status = 200, body = [GroupOut]), (status = 403, body = ErrorBody)))]
-pub async fn list_groups(State(st): State<AppState>, _: Admin) -> Json<Vec<GroupOut>> {
-    Json(st.groups.list())
-}
-
-/// One host group (admin).
-#[utoipa::path(get, path = "/v1/groups/{group}", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$")),
-    responses((status = 200, body = GroupOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn get_group(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(group): ApiPath<String>,
-) -> Result<Json<GroupOut>, ApiError> {
-    st.groups
-        .list()
-        .into_iter()
-        .find(|g| g.group == group)
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("group", &group))
-}
-
-/// Changes to a group's scaling settings: fields left out keep their value;
-/// `null` clears `max_hosts` or `target_load`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SettingsIn {
-    /// Fewest active hosts (1-254).
-    #[serde(default, deserialize_with = "crate::whole::optional")]
-    #[schema(minimum = 1, maximum = 254)]
-    pub min_hosts: Option<u32>,
-    /// Most active hosts, at least `min_hosts` (null: no limit).
-    #[serde(default, deserialize_with = "crate::whole::nullable")]
-    #[schema(value_type = Option<u32>, minimum = 1, maximum = 254)]
-    pub max_hosts: Option<Option<u32>>,
-    /// Load to run active hosts at, 0.05-1 (null: every host active).
-    #[serde(default, with = "double_option")]
-    #[schema(value_type = Option<f64>, minimum = 0.05, maximum = 1)]
-    pub target_load: Option<Option<f64>>,
-}
-
-mod double_option {
-    use serde::{Deserialize, Deserializer};
-    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-        Option::<T>::deserialize(d).map(Some)
-    }
-}
-
-/// Set a group's scaling settings (admin): `min_hosts`, `max_hosts`,
-/// `target_load`. Applied at the controller's next tick.
-#[utoipa::path(put, path = "/v1/groups/{group}/settings", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$")), request_body = SettingsIn,
-    responses((status = 200, body = GroupSettings), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn set_settings(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(group): ApiPath<String>,
-    body: Result<Json<SettingsIn>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<GroupSettings>, ApiError> {
-    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    check_token("group", &group).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut s = st.store.group_settings()?.get(&group).copied().unwrap_or_default();
-    if let Some(m) = req.min_hosts {
-        s.min_hosts = m;
-    }
-    if let Some(m) = req.max_hosts {
-        s.max_hosts = m;
-    }
-    if let Some(t) = req.target_load {
-        s.target_load = t;
-    }
-    s.check().map_err(|e| ApiError::bad_request(format!("group {group}: {e}")))?;
-    st.store.set_group_settings(&group, &s)?;
-    tracing::info!(group, ?s, "group settings changed");
-    Ok(Json(s))
-}
-
-/// Capacity to add.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CapacityIn {
-    /// Hosts to add to the group's active ones (1-254).
-    #[serde(deserialize_with = "crate::whole::required")]
-    #[schema(minimum = 1, maximum = 254)]
-    pub hosts: u32,
-}
-
-/// Add capacity to a group (admin): raises `min_hosts` to the active
-/// hosts plus `hosts`, so that many standby hosts become active at the
-/// next tick (and the autoscaler does not take them back below it).
-#[utoipa::path(post, path = "/v1/groups/{group}/capacity", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$")), request_body = CapacityIn,
-    responses((status = 200, body = GroupSettings), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn add_capacity(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(group): ApiPath<String>,
-    body: Result<Json<CapacityIn>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<GroupSettings>, ApiError> {
-    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let g =
-        st.groups.list().into_iter().find(|g| g.group == group).ok_or_else(|| ApiError::not_found("group", &group))?;
-    if !(1..=MAX_MEMBERS as u32).contains(&req.hosts) {
-        return Err(ApiError::bad_request(format!("hosts {} must be 1 to {MAX_MEMBERS}", req.hosts)));
-    }
-    let mut s = g.settings;
-    let active = u32::try_from(g.active_hosts).unwrap_or(u32::MAX);
-    s.min_hosts = active.saturating_add(req.hosts).min(MAX_MEMBERS as u32);
-    if s.max_hosts.is_some_and(|m| m < s.min_hosts) {
-        s.max_hosts = Some(s.min_hosts);
-    }
-    s.check().map_err(|e| ApiError::bad_request(format!("group {group}: {e}")))?;
-    st.store.set_group_settings(&group, &s)?;
-    let standby = g.members.iter().filter(|m| m.state == MemberState::Standby).count();
-    tracing::info!(group, min_hosts = s.min_hosts, standby, "capacity added");
-    Ok(Json(s))
-}
-
-/// Drain a host (admin): it keeps running and stays registered, but the
-/// next table gives its flows to their next owners and it owns none until
-/// undrained.
-#[utoipa::path(post, path = "/v1/groups/{group}/hosts/{host}/drain", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("host" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9_-]{1,64}$")),
-    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn drain(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath((group, host)): ApiPath<(String, String)>,
-) -> Result<axum::http::StatusCode, ApiError> {
-    mark(&st, &group, &host, true)
-}
-
-/// Undrain a host (admin): it may own flows again.
-#[utoipa::path(delete, path = "/v1/groups/{group}/hosts/{host}/drain", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("host" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9_-]{1,64}$")),
-    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn undrain(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath((group, host)): ApiPath<(String, String)>,
-) -> Result<axum::http::StatusCode, ApiError> {
-    mark(&st, &group, &host, false)
-}
-
-fn mark(st: &AppState, group: &str, host: &str, drained: bool) -> Result<axum::http::StatusCode, ApiError> {
-    if st.store.host_group(host)?.as_deref() != Some(group) {
-        return Err(ApiError::not_found("host", &format!("{group}/{host}")));
-    }
-    st.store.set_drained(host, drained)?;
-    tracing::info!(group, host, drained, "host drain mark changed");
-    Ok(axum::http::StatusCode::NO_CONTENT)
-}
-
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-    use super::*;
-
-    fn seen(host: &str, capacity: u64) -> Seen {
-        Seen {
-            host: host.into(),
-            alive: true,
-            drained: false,
-            capacity_pps: capacity,
-            load_pps: 0,
-            last_seen_ms_ago: Some(0),
-            table_version: None,
-        }
-    }
-
-    fn hosts(p: &Plan) -> Vec<&str> {
-        p.active.iter().map(|m| m.host.as_str()).collect()
-    }
-
-    #[test]
-    fn without_a_target_every_live_undrained_host_is_active() {
-        let mut m = vec![seen("h1", 100), seen("h2", 100), seen("h3", 100)];
-        m[1].alive = false;
-        m[2].drained = true;
-        let p = plan(&m, &BTreeSet::new(), &GroupSettings::default(), 0.0, None, Instant::now());
-        assert_eq!(hosts(&p), ["h1"]);
-        let s = GroupSettings { max_hosts: Some(1), ..Default::default() };
-        let m = vec![seen("h1", 100), seen("h2", 100)];
-        assert_eq!(plan(&m, &BTreeSet::new(), &s, 0.0, None, Instant::now()).active.len(), 1);
-    }
-
-    #[test]
-    fn the_proposal_covers_demand_at_the_target_load() {
-        let m = vec![seen("h1", 1000), seen("h2", 1000), seen("h3", 1000), seen("h4", 1000)];
-        let s = GroupSettings { min_hosts: 1, max_hosts: None, target_load: Some(0.5) };
-        let now = Instant::now();
-        let p = plan(&m, &BTreeSet::new(), &s, 1200.0, None, now);
-        assert_eq!((p.proposed, hosts(&p)), (3, vec!["h1", "h2", "h3"]));
-        // More than is up: proposed beyond, all active.
-        let p = plan(&m, &BTreeSet::new(), &s, 3000.0, None, now);
-        assert_eq!((p.proposed, p.active.len()), (6, 4));
-    }
-
-    #[test]
-    fn scaling_down_waits_and_keeps_the_hosts_already_active() {
-        let m = vec![seen("h1", 1000), seen("h2", 1000), seen("h3", 1000)];
-        let s = GroupSettings { min_hosts: 1, max_hosts: None, target_load: Some(1.0) };
-        let current: BTreeSet<String> = ["h2", "h3"].iter().map(|s| s.to_string()).collect();
-        let t0 = Instant::now();
-        let p = plan(&m, &current, &s, 100.0, None, t0);
-        assert_eq!((p.proposed, hosts(&p)), (1, vec!["h2", "h3"]));
-        let since = p.low_since.unwrap();
-        let p = plan(&m, &current, &s, 100.0, Some(since), t0 + SCALE_DOWN_AFTER);
-        assert_eq!(hosts(&p), ["h2"]);
-        assert_eq!(p.low_since, None);
-        // A cap does not wait.
-        let s = GroupSettings { min_hosts: 1, max_hosts: Some(1), target_load: None };
-        assert_eq!(hosts(&plan(&m, &current, &s, 0.0, None, t0)), ["h2"]);
-    }
-
-    #[test]
-    fn settings_are_bounded() {
-        assert!(GroupSettings { min_hosts: 0, ..Default::default() }.check().is_err());
-        assert!(GroupSettings { min_hosts: 3, max_hosts: Some(2), target_load: None }.check().is_err());
-        assert!(GroupSettings { min_hosts: 1, max_hosts: None, target_load: Some(1.5) }.check().is_err());
-        assert!(GroupSettings { min_hosts: 1, max_hosts: None, target_load: Some(f64::NAN) }.check().is_err());
-        assert!(GroupSettings { min_hosts: 2, max_hosts: Some(4), target_load: Some(0.7) }.check().is_ok());
-    }
-}
+mod tests;

@@ -12,6 +12,8 @@
 //! resource; OpenAPI at `/openapi.json`, Swagger UI at `/docs`), [`store`]
 //! (SQLite, one file per resource), [`state`] (shared state and the
 //! gateway side of the control plane), [`groups`] (the group controller),
+//! [`model`] (plain data the store, controller and API share), [`auth`]
+//! (who is calling), [`secrets`] (keys, tokens and their hashes),
 //! [`billing`] (pricing), [`config`] (settings), [`dashboard`] (the tenant
 //! page).
 
@@ -23,8 +25,10 @@ pub mod dashboard;
 pub mod error;
 pub mod groups;
 pub mod intake;
+pub mod model;
 pub mod money;
 pub mod nats_auth;
+pub mod secrets;
 pub mod signin;
 pub mod state;
 pub mod store;
@@ -97,7 +101,7 @@ impl Gateway {
             cache_dir: Some(config.data_dir.join("code-cache")),
             ..RuntimeConfig::default()
         })?;
-        let admin_hash = auth::hash(config.admin_token.as_deref().unwrap_or_default());
+        let admin_hash = secrets::hash(config.admin_token.as_deref().unwrap_or_default());
         let compiles = usize::try_from(config.quotas.compiles).unwrap_or(1).max(1);
         nats_auth::write(&config, &store)?;
         Ok(Gateway {
@@ -162,7 +166,7 @@ impl Gateway {
             tokio::spawn(state::consume_meters(self.state.clone())),
             tokio::spawn(state::follow_events(self.state.clone())),
             tokio::spawn(state::reconcile(self.state.clone(), Duration::from_secs(10))),
-            tokio::spawn(groups::control(self.state.clone())),
+            tokio::spawn(groups::control(self.state.controller())),
             tokio::spawn(telemetry::sample(self.state.clone())),
         ];
         let result = serve_http(listener, self.router(), shutdown).await;

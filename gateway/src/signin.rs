@@ -11,8 +11,8 @@
 //! is revoked. Tickets and sessions live in the gateway's memory: a
 //! restart signs dashboards out. Only SHA-256 hashes of both are kept.
 
-use crate::auth::{hash, random_hex};
 use crate::error::ApiError;
+use crate::secrets::{hash, random_hex};
 use axum::http::StatusCode;
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -3,31 +3,19 @@
 //! and stores meter records.
 
 use crate::config::GatewayConfig;
+use crate::groups::Controller;
 use crate::intake::{check_events, check_heartbeat, check_meter_bounds, check_meter_origin, check_placement};
+use crate::model::SeenHosts;
 use crate::store::{DeploymentRow, Store};
 use futures::StreamExt;
-use sluice_control::{Bus, BusError, DeploymentSpec, DesiredSet, Heartbeat, MeterRecord, NfPlacement};
+use sluice_control::{Bus, BusError, DeploymentSpec, DesiredSet, MeterRecord, NfPlacement};
 use sluice_runtime::Runtime;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A host as last heard from.
-#[derive(Debug, Clone)]
-pub struct HostSeen {
-    /// Its last heartbeat.
-    pub heartbeat: Heartbeat,
-    /// When it arrived.
-    pub at: Instant,
-}
-
-impl HostSeen {
-    /// Whether the host is considered up: heard from within `silence`.
-    pub fn alive(&self, silence: Duration) -> bool {
-        self.at.elapsed() < silence
-    }
-}
+pub use crate::model::HostSeen;
 
 /// Everything handlers share.
 #[derive(Clone)]
@@ -41,7 +29,7 @@ pub struct AppState {
     /// The host's own loader, for checking uploads.
     pub runtime: Arc<Runtime>,
     /// Hosts by id.
-    pub hosts: Arc<RwLock<HashMap<String, HostSeen>>>,
+    pub hosts: SeenHosts,
     /// SHA-256 of the admin token.
     pub admin_hash: String,
     /// Module blobs, by digest.
@@ -81,6 +69,18 @@ impl AppState {
     /// How long a host may stay silent before it is gone.
     pub fn silence(&self) -> Duration {
         Duration::from_millis(self.config.host_silence_ms)
+    }
+
+    /// The group controller over this state's store, bus and hosts.
+    pub fn controller(&self) -> Controller {
+        Controller {
+            store: self.store.clone(),
+            bus: self.bus.clone(),
+            hosts: self.hosts.clone(),
+            groups: self.groups.clone(),
+            silence: self.silence(),
+            default_capacity_pps: self.config.default_capacity_pps,
+        }
     }
 
     /// Counts an upload of `tenant`, unless it has `limit` in flight.

@@ -15,8 +15,8 @@ pub(crate) use request::{check_group_attachments, check_reverse, parse_attachmen
 
 use super::{PageParams, check_name, created_key, now, page, quota};
 use crate::auth::Tenant;
-use crate::auth::random_hex;
 use crate::error::{ApiError, ApiPath, ApiQuery, ErrorBody};
+use crate::secrets::random_hex;
 use crate::state::{AppState, stored_nfs};
 use crate::store::DeploymentRow;
 use axum::Json;

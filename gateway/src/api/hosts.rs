@@ -55,7 +55,7 @@ pub async fn list_hosts(
     _: Admin,
     ApiQuery(p): ApiQuery<PageParams>,
 ) -> Result<Response, ApiError> {
-    let seen: BTreeMap<String, crate::state::HostSeen> =
+    let seen: BTreeMap<String, crate::model::HostSeen> =
         st.hosts().into_iter().map(|h| (h.heartbeat.host.clone(), h)).collect();
     let items = st
         .store

@@ -3,8 +3,8 @@
 
 use super::now;
 use crate::auth::{Admin, Tenant};
-use crate::auth::{hash, new_key};
 use crate::error::{ApiError, ApiPath, ErrorBody};
+use crate::secrets::{hash, new_key};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;

@@ -2,15 +2,15 @@
 //! from these handlers (`/openapi.json`, Swagger UI at `/docs`).
 //!
 //! One file per resource: [`tenants`], [`keys`], [`signin`] (dashboard
-//! links), [`hosts`], [`modules`], [`deployments`], [`events`], [`logs`],
-//! [`usage`] (and bills), [`health`] (readiness); the group routes are in
-//! [`crate::groups`]. This file holds
+//! links), [`hosts`], [`groups`], [`modules`], [`deployments`], [`events`],
+//! [`logs`], [`usage`] (and bills), [`health`] (readiness). This file holds
 //! the `/v1` routes, the OpenAPI document and what the resources share:
 //! name checks, paging and time parameters. Every handler and type is
 //! re-exported here, at `api::<name>`.
 
 mod deployments;
 mod events;
+mod groups;
 mod health;
 mod hosts;
 mod keys;
@@ -24,6 +24,7 @@ mod usage;
 
 pub use deployments::*;
 pub use events::*;
+pub use groups::*;
 pub(crate) use health::readyz;
 pub use hosts::*;
 pub use keys::*;
@@ -62,11 +63,11 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/hosts/{id}", delete(hosts::remove_host))
         .route("/rejects", get(hosts::rejects))
         .route("/nats-authorization", get(hosts::nats_authorization))
-        .route("/groups", get(crate::groups::list_groups))
-        .route("/groups/{group}", get(crate::groups::get_group))
-        .route("/groups/{group}/settings", put(crate::groups::set_settings))
-        .route("/groups/{group}/capacity", post(crate::groups::add_capacity))
-        .route("/groups/{group}/hosts/{host}/drain", post(crate::groups::drain).delete(crate::groups::undrain))
+        .route("/groups", get(groups::list_groups))
+        .route("/groups/{group}", get(groups::get_group))
+        .route("/groups/{group}/settings", put(groups::set_settings))
+        .route("/groups/{group}/capacity", post(groups::add_capacity))
+        .route("/groups/{group}/hosts/{host}/drain", post(groups::drain).delete(groups::undrain))
         .route("/modules", post(modules::upload_module).get(modules::list_modules).layer(DefaultBodyLimit::disable()))
         .route("/modules/{id}", get(modules::get_module).delete(modules::delete_module))
         .route("/deployments", post(deployments::create_deployment).get(deployments::list_deployments))
@@ -116,7 +117,7 @@ impl utoipa::Modify for BearerAuth {
         signin::dashboard_link, signin::dashboard_session,
         keys::tenant_keys, keys::revoke_tenant_key, keys::my_keys, keys::add_my_key, keys::rotate_my_key, keys::revoke_my_key,
         hosts::list_hosts, hosts::register_host, hosts::remove_host, hosts::rejects, hosts::nats_authorization,
-        crate::groups::list_groups, crate::groups::get_group, crate::groups::set_settings, crate::groups::add_capacity, crate::groups::drain, crate::groups::undrain,
+        groups::list_groups, groups::get_group, groups::set_settings, groups::add_capacity, groups::drain, groups::undrain,
         modules::upload_module, modules::list_modules, modules::get_module, modules::delete_module,
         deployments::create_deployment, deployments::list_deployments, deployments::get_deployment, deployments::update_deployment, deployments::delete_deployment,
         events::events, logs::logs, usage::usage, usage::usage_series, usage::bill,

@@ -3,8 +3,8 @@
 
 use super::{PageParams, check_name, check_version, created_key, now, page, quota};
 use crate::auth::Tenant;
-use crate::auth::random_hex;
 use crate::error::{ApiError, ApiPath, ApiQuery, ErrorBody};
+use crate::secrets::random_hex;
 use crate::state::AppState;
 use crate::store::ModuleRow;
 use axum::Json;

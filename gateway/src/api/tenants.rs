@@ -3,8 +3,8 @@
 
 use super::{PageParams, check_name, created_key, now, page};
 use crate::auth::{Admin, Tenant};
-use crate::auth::{hash, new_key, random_hex};
 use crate::error::{ApiError, ApiPath, ApiQuery, ErrorBody};
+use crate::secrets::{hash, new_key, random_hex};
 use crate::state::AppState;
 use crate::store::TenantRow;
 use axum::Json;

@@ -2,7 +2,7 @@
 //! ownership-table versions.
 
 use super::{Store, StoreError};
-use crate::groups::GroupSettings;
+use crate::model::GroupSettings;
 use rusqlite::params;
 use std::collections::BTreeMap;
 
