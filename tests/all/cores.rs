@@ -3,7 +3,7 @@
 //! well-behaved NF trap, while a runaway NF is still stopped.
 
 use sluice_host::{RunOptions, run};
-use sluice_runtime::cores::CoreList;
+use sluice_engine::cores::CoreList;
 use sluice_tests::{host_config, nf, test_nf, write_pcap};
 use sluice_wire::build::FrameSpec;
 use std::path::Path;

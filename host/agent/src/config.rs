@@ -66,7 +66,7 @@ pub struct AgentConfig {
     pub nf_caps: BTreeMap<String, NfLimits>,
     /// Cores deployment threads are pinned to: each takes the core fewest
     /// others hold.
-    pub cores: sluice_runtime::cores::CoreList,
+    pub cores: sluice_engine::cores::CoreList,
     /// Peer state with the group's other hosts (live hosts only; none:
     /// flows are not replicated).
     pub peer: Option<PeerConfig>,

@@ -282,10 +282,10 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
     let id = spec.id.clone();
     // The core fewest other deployments hold, until this thread ends.
     let lease = shared.cores.lease();
-    if lease.as_ref().is_some_and(sluice_runtime::cores::CoreLease::shared) {
+    if lease.as_ref().is_some_and(sluice_engine::cores::CoreLease::shared) {
         tracing::info!(deployment = %id, "more deployments than cores: this one shares a core; deadlines count CPU time, so sharing slows it but does not make its NFs trap");
     }
-    let on = sluice_runtime::cores::pin_worker(&id, lease.as_ref().map(sluice_runtime::cores::CoreLease::core));
+    let on = sluice_engine::cores::pin_worker(&id, lease.as_ref().map(sluice_engine::cores::CoreLease::core));
     // Its tenant's share of that core, charged after every batch.
     let mut share = lease.as_ref().map(|l| shared.fair.join(l.core(), &spec.tenant));
     {

@@ -21,7 +21,7 @@ use sluice_engine::{
     Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
     Worker,
 };
-use sluice_runtime::cores::CoreList;
+use sluice_engine::cores::CoreList;
 use sluice_runtime::{Chain, PacketResult};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -354,7 +354,7 @@ const IDLE_SLEEP: Duration = Duration::from_micros(200);
 impl WorkerCtx {
     fn run(self, mut io: Box<dyn PacketIo + Send>, rx: crossbeam_channel::Receiver<WorkerCommand>) {
         let w = self.w;
-        let on = sluice_runtime::cores::pin_worker(&format!("live worker {w}"), self.core);
+        let on = sluice_engine::cores::pin_worker(&format!("live worker {w}"), self.core);
         let _guard = match (self.on_thread)() {
             Ok(g) => g,
             Err(e) => {

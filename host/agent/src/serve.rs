@@ -181,7 +181,7 @@ fn share(
         meters: meter_tx,
         events: event_tx,
         changed: Arc::new(tokio::sync::Notify::new()),
-        cores: sluice_runtime::cores::CorePool::new(&cfg.cores),
+        cores: sluice_engine::cores::CorePool::new(&cfg.cores),
         fair: sluice_engine::FairShare::new(),
         live: live_input.is_some(),
         workers: live_input.map_or(1, |l| l.ios.len().max(1)),

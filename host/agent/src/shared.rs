@@ -54,7 +54,7 @@ pub struct Shared {
     /// Pokes the heartbeat task after a status change.
     pub changed: Arc<tokio::sync::Notify>,
     /// Cores deployment threads are pinned to.
-    pub cores: sluice_runtime::cores::CorePool,
+    pub cores: sluice_engine::cores::CorePool,
     /// CPU shares of the tenants on each core.
     pub fair: sluice_engine::FairShare,
     /// Whether deployments share live workers: a deployment may then ask

@@ -77,7 +77,7 @@ fn config(state_dir: &Path, input: Input) -> AgentConfig {
         batch_size: 32,
         limits: sluice_runtime::NfLimits::default(),
         nf_caps: BTreeMap::new(),
-        cores: sluice_runtime::cores::CoreList::new([]),
+        cores: sluice_engine::cores::CoreList::new([]),
         peer: None,
         metrics_listen: None,
         prometheus: None,

@@ -84,7 +84,7 @@ pub fn section(host: Option<&Path>, frames: &[Vec<u8>]) -> Result<String> {
     std::fs::write(dir.join("table.json"), serde_json::to_vec(&table)?)?;
     // Ports 1-3 towards three hosts: discarding net_null devices.
     let extra: Vec<String> = (1..3).map(|i| format!("--vdev=net_null{i},no-rx=1")).collect();
-    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
     s.push_str(&format!("`sluice-host steer --table` (a fixed table of three equal hosts) on the DPDK scaling table's devices: 64-byte TCP frames replayed from memory by `net_pcap` into port 0, three discarding `net_null` ports towards the hosts; each packet parsed, its flow looked up in the worker's flowlet tracker (1,024 flows, 2 ms gap) and sent to its owner's port. The ceiling is `dpdk-testpmd --forward-mode=io` on the same four devices and cores in the same run. The machine has {} CPUs.\n\n", cpus.len()));
     s.push_str("| workers | dispatcher Mpps | testpmd Mpps | dispatcher/testpmd |\n|---:|---:|---:|---:|\n");
     for workers in worker_counts(cpus.len()) {

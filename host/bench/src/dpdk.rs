@@ -259,7 +259,7 @@ pub(crate) fn worker_counts(cores: usize) -> Vec<usize> {
 pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>, workers: &[usize]) -> Result<String> {
     let dir = prepare(frames, configs)?;
     let trace = dir.join("bench64.pcap");
-    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
     let counts: Vec<usize> = if workers.is_empty() {
         worker_counts(cpus.len())
     } else {
@@ -315,7 +315,7 @@ const STAGES: [&str; 7] = ["receive", "read", "build", "call", "verdicts", "deli
 pub fn stages_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>) -> Result<String> {
     let dir = prepare(frames, configs)?;
     let trace = dir.join("bench64.pcap");
-    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
     let nf_names = ["noop", "firewall", "nat", "monitor"];
     let rounds = 3;
     let mut runs: Vec<Vec<serde_json::Value>> = vec![Vec::new(); nf_names.len()];

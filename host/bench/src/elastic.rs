@@ -211,7 +211,7 @@ fn run(
     if received.next().transpose()?.as_deref() != Some("ready") {
         bail!("the receiver did not start");
     }
-    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
     let cpu = |i: usize| cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0).to_string();
     let mut procs = Vec::new();
     for (i, h) in hosts.iter().enumerate() {

@@ -153,7 +153,7 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &st
     let dir = cluster.dir.clone();
     std::fs::write(dir.join("firewall.json"), firewall_config)?;
     std::fs::write(dir.join("host.toml"), "[nf.firewall]\nconfig-file = \"firewall.json\"\n")?;
-    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
     let fw_path = nfs.join("firewall.wasm");
     let fw = std::fs::read(&fw_path).context("firewall.wasm (make nfs)")?;
     let host_args = cluster.register_host("live", "edge")?;
@@ -342,7 +342,7 @@ fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, confi
     const INTERVALS_US: [u64; 3] = [0, 1000, 5000];
     let cluster = Cluster::start(host, &format!("peer-{nf}"), "[groups.edge]\nports = [0, 1]\n")?;
     let dir = cluster.dir.clone();
-    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
     let module = std::fs::read(nfs.join(format!("{nf}.wasm"))).with_context(|| format!("{nf}.wasm (make nfs)"))?;
     let host_args = cluster.register_host("rep", "edge")?;
     let peer_args = cluster.register_host("peer", "edge")?;
@@ -394,7 +394,7 @@ fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, confi
 pub fn telemetry_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &str) -> Result<String> {
     let cluster = Cluster::start(host, "telemetry", "[groups.edge]\nports = [0, 1]\n")?;
     let dir = cluster.dir.clone();
-    let cpus = sluice_runtime::cores::CoreList::allowed()?.cores().to_vec();
+    let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
     let fw = std::fs::read(nfs.join("firewall.wasm")).context("firewall.wasm (make nfs)")?;
     let host_args = cluster.register_host("otel", "edge")?;
     let (key, _) = cluster.tenant("tenant0", &["edge"])?;

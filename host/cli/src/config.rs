@@ -57,7 +57,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use sluice_runtime::cores::CoreList;
+use sluice_engine::cores::CoreList;
 use sluice_runtime::{FailurePolicy, NfLimits, RuntimeConfig};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -420,7 +420,7 @@ impl HostConfig {
     pub fn core_list(&self) -> Result<Option<CoreList>, ConfigError> {
         let Some(text) = self.cores.as_deref() else { return Ok(None) };
         let err = |reason: String| ConfigError::Cores { value: text.to_string(), reason };
-        let list: CoreList = text.parse().map_err(|e: sluice_runtime::cores::CoreError| err(e.to_string()))?;
+        let list: CoreList = text.parse().map_err(|e: sluice_engine::cores::CoreError| err(e.to_string()))?;
         let allowed = CoreList::allowed().map_err(|e| err(e.to_string()))?;
         if let Some(c) = list.cores().iter().find(|c| !allowed.cores().contains(c)) {
             return Err(err(format!("core {c} is not one this process may run on ({allowed})")));

@@ -20,7 +20,7 @@ use sluice_dpdk::{DpdkError, Eal, Queue};
 use sluice_engine::dpdk::{DpdkIo, Egress};
 use sluice_engine::{PacketIo, Receive, Worker};
 pub use sluice_engine::{PortReport, QueueCounters};
-use sluice_runtime::cores::CoreList;
+use sluice_engine::cores::CoreList;
 use sluice_runtime::{Chain, Meters, Runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -192,7 +192,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
             let core = cores.for_worker(w);
             let egress = &egress;
             handles.push(scope.spawn(move || -> Result<WorkerResult, RunError> {
-                let on = sluice_runtime::cores::pin_worker(&format!("dpdk worker {w}"), core);
+                let on = sluice_engine::cores::pin_worker(&format!("dpdk worker {w}"), core);
                 let _guard = eal.register_thread()?;
                 let io = DpdkIo::new(queues, port_ids.to_vec(), opts.pairs, batch).with_egress(egress.clone());
                 let mut r = worker_loop(chain, io, opts, batch, &stop, &received);
@@ -336,7 +336,7 @@ pub(crate) fn open_ports(
         Some(list) => list,
         None => CoreList::new(eal.lcore_cpus()),
     };
-    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
+    sluice_engine::cores::warn_if_oversubscribed(workers, &cores);
     let available = eal.port_count();
     if available == 0 {
         return Err(RunError::Usage(

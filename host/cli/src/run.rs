@@ -227,7 +227,7 @@ pub fn run_observed(
     }
     let workers = config.workers.clamp(1, 256);
     let cores = config.worker_cores()?;
-    sluice_runtime::cores::warn_if_oversubscribed(workers, &cores);
+    sluice_engine::cores::warn_if_oversubscribed(workers, &cores);
     let runtime = Runtime::new(config.runtime())?;
     let specs = load_specs(&runtime, config, &chain)?;
     let swaps = load_swaps(&runtime, config, &chain, &opts.swaps)?;
@@ -329,7 +329,7 @@ pub fn run_observed(
             let done = done_tx.clone();
             let trace = trace.clone();
             handles.push(scope.spawn(move || {
-                let on = sluice_runtime::cores::pin_worker(&format!("run worker {wi}"), cores.for_worker(wi));
+                let on = sluice_engine::cores::pin_worker(&format!("run worker {wi}"), cores.for_worker(wi));
                 while let Ok(job) = rx.recv() {
                     let reply = match job {
                         Job::Packets(indices) => Reply::Done(run_indices(&mut w, &trace, &indices, batch_size)),

@@ -310,7 +310,7 @@ fn rewritten_packets_go_out_with_their_new_bytes() {
 /// count CPU time, so sharing makes no well-behaved NF trap.
 #[test]
 fn workers_run_on_the_eal_lcores_and_sharing_traps_nothing() {
-    let allowed = sluice_runtime::cores::CoreList::allowed().unwrap();
+    let allowed = sluice_engine::cores::CoreList::allowed().unwrap();
     let cores: Vec<usize> = allowed.cores().iter().take(2).copied().collect();
     let lcores = cores.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     // lcore 0 is the main lcore (the first of -l); the others are workers.

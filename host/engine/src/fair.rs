@@ -11,7 +11,7 @@
 //! a tenant never waits. Fairness holds at batch granularity: a batch in
 //! flight is never interrupted (its deadline bounds it).
 
-use sluice_runtime::cores::thread_cpu_time;
+use sluice_runtime::cpu_time::thread_cpu_time;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

@@ -29,6 +29,7 @@
 
 pub mod capture;
 pub mod classify;
+pub mod cores;
 pub mod dispatch;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;

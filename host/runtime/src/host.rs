@@ -80,7 +80,7 @@ impl CpuDeadline {
 
     /// Called when the wall deadline passes: stop, or how many more ticks.
     pub(crate) fn expired(&mut self) -> wasmtime::UpdateDeadline {
-        let now = crate::cores::thread_cpu_time();
+        let now = crate::cpu_time::thread_cpu_time();
         match self.mark {
             None => {
                 self.mark = Some(now);

@@ -30,7 +30,7 @@
 pub mod batch;
 pub mod bindings;
 pub mod chain;
-pub mod cores;
+pub mod cpu_time;
 pub mod error;
 pub mod fate;
 pub mod flow_state;

@@ -110,7 +110,7 @@ pub async fn run(
         batch_size: 32,
         limits: sluice_runtime::NfLimits::default(),
         nf_caps: Default::default(),
-        cores: sluice_runtime::cores::CoreList::allowed()?,
+        cores: sluice_engine::cores::CoreList::allowed()?,
         peer: None,
         metrics_listen: None,
         prometheus: opts.prometheus.clone(),

@@ -54,7 +54,7 @@ fn host(state: &Path) -> Host {
         meters: meter_tx,
         events: event_tx,
         changed: Arc::new(tokio::sync::Notify::new()),
-        cores: sluice_runtime::cores::CorePool::new(&sluice_runtime::cores::CoreList::new([])),
+        cores: sluice_engine::cores::CorePool::new(&sluice_engine::cores::CoreList::new([])),
         fair: sluice_engine::FairShare::new(),
         live: false,
         workers: 1,

@@ -194,7 +194,7 @@ pub fn run_steer(
             let (stop, feed, stats, received, eal) = (&stop, &feed, &stats, &received, &opened.eal);
             let core = opened.cores.for_worker(w);
             handles.push(scope.spawn(move || -> Result<(), RunError> {
-                sluice_runtime::cores::pin_worker(&format!("steer worker {w}"), core);
+                sluice_engine::cores::pin_worker(&format!("steer worker {w}"), core);
                 let _guard = eal.register_thread()?;
                 steer_loop(w, queues, opts, burst, feed, stop, received, stats);
                 Ok(())

@@ -4,15 +4,13 @@
 //! to one core of a list: the EAL's lcores for `dpdk`, the `cores` setting
 //! otherwise (by default every core the process may use). With more
 //! workers than cores, workers share cores round-robin; their deadlines
-//! count CPU time (see [`thread_cpu_time`]), so sharing slows them but
+//! count CPU time (see [`sluice_runtime::cpu_time`]), so sharing slows them but
 //! never makes a well-behaved NF trap.
 
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
-use nix::time::{ClockId, clock_gettime};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 /// Errors about core lists and pinning.
 #[derive(Debug, thiserror::Error)]
@@ -162,13 +160,6 @@ pub fn warn_if_oversubscribed(workers: usize, cores: &CoreList) {
             "more workers than cores: workers share cores round-robin; NF deadlines count CPU time, so sharing slows NFs down but does not make them trap"
         );
     }
-}
-
-/// CPU time the calling thread has used. A system call (not a vDSO read),
-/// so the runtime reads it only when a batch has run for its whole
-/// deadline in wall time, never per batch.
-pub fn thread_cpu_time() -> Duration {
-    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map(Duration::from).unwrap_or_default()
 }
 
 /// Cores handed out to long-lived workers that come and go (a `serve`
