@@ -45,6 +45,31 @@ pub enum ClientError {
     Credentials(String),
 }
 
+/// A gateway answer read as the API's model `T`, with the JSON it came
+/// as. Serializing it writes that JSON unchanged, which is what `--output
+/// json` prints; people's tables read `model`.
+#[derive(Debug, Clone)]
+pub struct Answer<T> {
+    /// The answer as it came.
+    pub json: Value,
+    /// The same answer as the API's model.
+    pub model: T,
+}
+
+impl<'de, T: DeserializeOwned> serde::Deserialize<'de> for Answer<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let json = <Value as serde::Deserialize>::deserialize(d)?;
+        let model = T::deserialize(&json).map_err(serde::de::Error::custom)?;
+        Ok(Answer { json, model })
+    }
+}
+
+impl<T> serde::Serialize for Answer<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&self.json, s)
+    }
+}
+
 /// A gateway and the credential to call it with.
 #[derive(Debug, Clone)]
 pub struct Client {
