@@ -135,6 +135,7 @@ demo: build test-nfs
 lint: setup
 	$(CARGO) fmt --all --check
 	python3 tests/lint/module_cycles.py
+	python3 tests/lint/code_map.py --check
 	@test -z "$$(gofmt -l sdk/go tests/conformance)" || { echo "gofmt: run gofmt -w on:"; gofmt -l sdk/go tests/conformance; exit 1; }
 	$(CARGO) clippy --release --locked --workspace --all-targets $(FEATURES) -- -D warnings
 	$(CARGO) clippy --release --locked --target $(NF_TARGET) $(foreach n,$(NF_DIRS),-p sluice-nf-$(n)) -p sluice-nf-hostile -- -D warnings

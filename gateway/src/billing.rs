@@ -188,7 +188,7 @@ mod tests {
     #[test]
     fn allowances_are_subtracted_before_pricing() {
         let plan = PricePlan::default();
-        let sums = sluice_control::MeterSums {
+        let sums = sluice_control::Meters {
             packets: 3_000_000,
             bytes: 500_000_000,
             cpu_ns: 12_000_000_000,
@@ -215,7 +215,7 @@ mod tests {
         let plan = PricePlan { per_gb_hour_state: Exact::new(5, 1), ..PricePlan::default() };
         // 2 GB held for 3 hours: 6 GB-hours, 1 included.
         let byte_ms = 2_000_000_000 * 3 * 3_600_000;
-        let sums = sluice_control::MeterSums { state_byte_ms: byte_ms, ..Default::default() };
+        let sums = sluice_control::Meters { state_byte_ms: byte_ms, ..Default::default() };
         let l = lines(&plan, &UsageSums { sums, state_byte_ms: u128::from(byte_ms), ..Default::default() });
         let state = l.iter().find(|l| l.item == "state").unwrap();
         assert_eq!(state.unit, "GB-hours");
@@ -232,15 +232,14 @@ mod tests {
             let byte_ms: u64 = 3000 * 3_600_000_000_000_000;
             UsageSums {
                 nf: nf.into(),
-                sums: sluice_control::MeterSums { state_byte_ms: byte_ms, ..Default::default() },
+                sums: sluice_control::Meters { state_byte_ms: byte_ms, table_bytes: 10, ..Default::default() },
                 state_byte_ms: u128::from(byte_ms),
-                state_bytes: 10,
                 ..Default::default()
             }
         };
         let t = sum(&[row("a"), row("b")]);
         assert_eq!(t.sums.state_byte_ms, u64::MAX);
-        assert_eq!(t.state_bytes, 20);
+        assert_eq!(t.sums.state_bytes(), 20);
         let plan = PricePlan::default();
         let state = lines(&plan, &t).into_iter().find(|l| l.item == "state").unwrap();
         assert!((state.quantity - 6000.0).abs() < 1e-6, "{state:?}");
@@ -258,14 +257,14 @@ mod tests {
             included: crate::config::Included { packets: 0, ..Default::default() },
             ..PricePlan::default()
         };
-        let sums = sluice_control::MeterSums { packets: 3_000_000, ..Default::default() };
+        let sums = sluice_control::Meters { packets: 3_000_000, ..Default::default() };
         let l = lines(&plan, &UsageSums { sums, ..Default::default() });
         assert_eq!((l[0].amount_minor, l[0].amount.as_str(), l[0].unit_price.as_str()), (90, "0.90", "0.3"));
         // Half a cent rounds away from zero, once: 0.005 per million on
         // 1 M packets is 0.01, on 0.999999 M it is 0.00.
         let plan = PricePlan { per_million_packets: Exact::new(5, 3), ..plan };
         let priced = |packets| {
-            let sums = sluice_control::MeterSums { packets, ..Default::default() };
+            let sums = sluice_control::Meters { packets, ..Default::default() };
             lines(&plan, &UsageSums { sums, ..Default::default() })[0].amount_minor
         };
         assert_eq!((priced(1_000_000), priced(999_999)), (1, 0));
@@ -273,7 +272,7 @@ mod tests {
 
     #[test]
     fn bills_are_in_the_currencys_minor_units() {
-        let sums = sluice_control::MeterSums { packets: 101_000_000, ..Default::default() };
+        let sums = sluice_control::Meters { packets: 101_000_000, ..Default::default() };
         let usage = UsageSums { sums, ..Default::default() };
         let bill = |code: &str| {
             let plan = PricePlan {
@@ -322,7 +321,7 @@ mod tests {
                     state_gb_hours: Exact::new(0, 0),
                 },
             };
-            let sums = sluice_control::MeterSums { packets, bytes, cpu_ns, invocations, ..Default::default() };
+            let sums = sluice_control::Meters { packets, bytes, cpu_ns, invocations, ..Default::default() };
             let usage = UsageSums { sums, state_byte_ms: u128::from(state_byte_ms), ..Default::default() };
             let l = lines(&plan, &usage);
             let exp = plan.currency.exponent();

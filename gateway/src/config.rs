@@ -76,39 +76,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Configuration errors.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// Unreadable file.
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        /// File.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// Bad TOML or unknown keys.
-    #[error("config {path}: {message}")]
-    Parse {
-        /// File.
-        path: PathBuf,
-        /// Parser message.
-        message: String,
-    },
-    /// Bad environment variable.
-    #[error("environment variable {name}={value}: {reason}")]
-    Env {
-        /// Variable.
-        name: String,
-        /// Value.
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A missing or inconsistent setting.
-    #[error("{0}")]
-    Invalid(String),
-}
+pub use sluice_config::ConfigError;
+use sluice_config::env_check;
 
 /// Free allowances per tenant and billing period.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -421,15 +390,10 @@ impl GatewayConfig {
     /// Reads the file (if any), then applies `SLUICE_*` variables.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut cfg = match path {
-            Some(p) => {
-                let text =
-                    std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
-                toml::from_str(&text)
-                    .map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: e.to_string() })?
-            }
+            Some(p) => sluice_config::parse_file(p, |t| toml::from_str(t))?,
             None => GatewayConfig::default(),
         };
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let var = sluice_config::env_var;
         if let Some(v) = var("SLUICE_LISTEN") {
             cfg.listen = v;
         }
@@ -439,19 +403,12 @@ impl GatewayConfig {
         if let Some(v) = var("SLUICE_ADMIN_TOKEN") {
             cfg.admin_token = Some(v);
         }
-        if let Some(v) = var("SLUICE_MAX_MODULE_MB") {
-            cfg.max_module_mb = v.parse().map_err(|_| ConfigError::Env {
-                name: "SLUICE_MAX_MODULE_MB".into(),
-                value: v.clone(),
-                reason: "not a whole number of MiB".into(),
-            })?;
+        let mib = |v: &str| v.parse::<u64>().map_err(|_| "not a whole number of MiB".to_string());
+        if let Some(n) = env_check("SLUICE_MAX_MODULE_MB", mib)? {
+            cfg.max_module_mb = n;
         }
-        if let Some(v) = var("SLUICE_MAX_STATE_BUDGET_MB") {
-            cfg.max_state_budget_mb = v.parse().map_err(|_| ConfigError::Env {
-                name: "SLUICE_MAX_STATE_BUDGET_MB".into(),
-                value: v.clone(),
-                reason: "not a whole number of MiB".into(),
-            })?;
+        if let Some(n) = env_check("SLUICE_MAX_STATE_BUDGET_MB", mib)? {
+            cfg.max_state_budget_mb = n;
         }
         if let Some(v) = var("SLUICE_CLUSTER") {
             cfg.cluster = v;
@@ -474,20 +431,16 @@ impl GatewayConfig {
                 *slot = Some(v.into());
             }
         }
-        if let Some(v) = var("SLUICE_HOST_SILENCE_MS") {
-            cfg.host_silence_ms =
-                v.parse().ok().filter(|n| HOST_SILENCE_MS.contains(n)).ok_or_else(|| ConfigError::Env {
-                    name: "SLUICE_HOST_SILENCE_MS".into(),
-                    value: v.clone(),
-                    reason: format!("not a number of ms from {} to {}", HOST_SILENCE_MS.start(), HOST_SILENCE_MS.end()),
-                })?;
+        if let Some(n) = env_check("SLUICE_HOST_SILENCE_MS", |v| {
+            v.parse().ok().filter(|n| HOST_SILENCE_MS.contains(n)).ok_or_else(|| {
+                format!("not a number of ms from {} to {}", HOST_SILENCE_MS.start(), HOST_SILENCE_MS.end())
+            })
+        })? {
+            cfg.host_silence_ms = n;
         }
-        if let Some(v) = var("SLUICE_NATS_REPLICAS") {
-            let n: usize = v.parse().ok().filter(|n| (1..=5).contains(n)).ok_or_else(|| ConfigError::Env {
-                name: "SLUICE_NATS_REPLICAS".into(),
-                value: v.clone(),
-                reason: "not a replica count from 1 to 5".into(),
-            })?;
+        if let Some(n) = env_check("SLUICE_NATS_REPLICAS", |v| {
+            v.parse().ok().filter(|n| (1..=5).contains(n)).ok_or_else(|| "not a replica count from 1 to 5".to_string())
+        })? {
             cfg.nats_replicas = Some(n);
         }
         Ok(cfg)

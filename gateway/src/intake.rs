@@ -11,7 +11,7 @@
 
 use crate::store::{Store, StoreError};
 use serde::Serialize;
-use sluice_control::{EventBatch, FromHost, Heartbeat, MeterRecord};
+use sluice_control::{EventBatch, FromHost, Heartbeat, MeterRecord, Meters};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use utoipa::ToSchema;
@@ -99,14 +99,23 @@ pub fn check_meter_origin(publisher: &str, rec: &MeterRecord) -> Result<(), Stri
     if !rec.id.strip_prefix(publisher).is_some_and(|rest| rest.starts_with('-')) {
         return Err(format!("record id '{}' is not one of this host's", rec.id));
     }
-    let causes = rec.trap_causes.values().try_fold(0u64, |a, n| a.checked_add(*n));
-    if rec.trap_causes.len() > MAX_TRAP_CAUSES
-        || rec.trap_causes.keys().any(|k| k.is_empty() || k.len() > MAX_TRAP_CAUSE_LEN)
-        || causes.is_none_or(|n| n != rec.sums.traps)
+    let m = &rec.meters;
+    let causes = m.trap_causes.values().try_fold(0u64, |a, n| a.checked_add(*n));
+    if m.trap_causes.len() > MAX_TRAP_CAUSES
+        || m.trap_causes.keys().any(|k| k.is_empty() || k.len() > MAX_TRAP_CAUSE_LEN)
+        || causes.is_none_or(|n| n != m.traps)
     {
-        return Err(format!("record {}: its trap causes do not add up to its {} traps", rec.id, rec.sums.traps));
+        return Err(format!("record {}: its trap causes do not add up to its {} traps", rec.id, m.traps));
     }
-    let s = &rec.sums;
+    // State byte-ms is summed exactly whatever its size; every other
+    // amount of one window is far below this, so sums over years of
+    // records stay exact in SQLite's 64-bit integers.
+    if let Some((name, v)) =
+        Meters::COLUMNS.iter().zip(m.values()).find(|(name, v)| **name != "state_byte_ms" && *v > MAX_WINDOW_AMOUNT)
+    {
+        return Err(format!("record {}: {name} = {v} is more than a host counts in one window", rec.id));
+    }
+    let s = m;
     let handled = s.forwarded.checked_add(s.dropped).and_then(|n| n.checked_add(s.policy));
     if handled.is_none_or(|n| n > s.packets) || s.rewritten > s.forwarded {
         return Err(format!(
@@ -150,15 +159,20 @@ pub fn check_meter_bounds(
     let span = len.saturating_add(1000);
     let max_packets = pps.saturating_mul(span).div_ceil(1000);
     let max_bytes = (bps / 8).saturating_mul(span).div_ceil(1000);
-    if rec.sums.packets > max_packets || rec.sums.bytes > max_bytes {
+    if rec.meters.packets > max_packets || rec.meters.bytes > max_bytes {
         return Err(format!(
             "record {}: {} packets and {} bytes in a {len} ms window exceed what host '{}' can process \
              ({pps} packets/s, {bps} bit/s; register it with max_pps/max_bps if it really can)",
-            rec.id, rec.sums.packets, rec.sums.bytes, rec.host
+            rec.id, rec.meters.packets, rec.meters.bytes, rec.host
         ));
     }
     Ok(())
 }
+
+/// The largest amount (counter or gauge) one meter record may carry,
+/// `state_byte_ms` aside: 2^40 (about 10^12; a window of a second holds
+/// at most some 10^9 packets, ns or operations per core).
+pub const MAX_WINDOW_AMOUNT: u64 = 1 << 40;
 
 /// Most trap causes a meter record may name (the host knows seven).
 pub const MAX_TRAP_CAUSES: usize = 16;
@@ -258,7 +272,7 @@ pub fn check_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_control::MeterSums;
+    use sluice_control::Meters;
 
     fn rec(traps: u64, causes: &[(&str, u64)]) -> MeterRecord {
         MeterRecord {
@@ -272,9 +286,11 @@ mod tests {
             digest: "x".into(),
             window_start_ms: 1,
             window_end_ms: 2,
-            sums: MeterSums { traps, ..Default::default() },
-            trap_causes: causes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            state_bytes: 0,
+            meters: Meters {
+                traps,
+                trap_causes: causes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                ..Default::default()
+            },
         }
     }
 
@@ -296,7 +312,7 @@ mod tests {
     fn outcomes_cannot_exceed_the_packets() {
         let with = |packets, forwarded, dropped, policy, rewritten| {
             let mut r = rec(0, &[]);
-            r.sums = MeterSums { packets, forwarded, dropped, policy, rewritten, ..Default::default() };
+            r.meters = Meters { packets, forwarded, dropped, policy, rewritten, ..Default::default() };
             check_meter_origin("h1", &r)
         };
         assert!(with(10, 6, 3, 1, 6).is_ok());
@@ -305,5 +321,24 @@ mod tests {
         assert!(e.contains("exceed its 10 packets"), "{e}");
         assert!(with(10, 5, 0, 0, 6).is_err(), "rewritten beyond forwarded");
         assert!(with(u64::MAX, u64::MAX, 1, 0, 0).is_err(), "an overflowing sum is refused, not wrapped");
+    }
+
+    #[test]
+    fn no_amount_of_a_window_can_overflow_the_sums() {
+        for (k, name) in Meters::COLUMNS.iter().enumerate() {
+            let mut values = vec![0; Meters::COLUMNS.len()];
+            if let Some(v) = values.get_mut(k) {
+                *v = MAX_WINDOW_AMOUNT + 1;
+            }
+            let mut r = rec(0, &[]);
+            r.meters = Meters::from_values(&values);
+            let verdict = check_meter_origin("h1", &r);
+            if *name == "state_byte_ms" {
+                assert!(verdict.is_ok(), "state byte-ms is summed exactly: {verdict:?}");
+            } else {
+                let e = verdict.unwrap_err();
+                assert!(e.contains(name), "{name}: {e}");
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@
 use crate::support::*;
 use async_nats::jetstream;
 use serde_json::json;
-use sluice_control::{EventBatch, Heartbeat, MeterRecord, MeterSums, NfEvent};
+use sluice_control::{EventBatch, Heartbeat, MeterRecord, Meters, NfEvent};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,9 +66,7 @@ fn forged_record(id: &str, host: &str, tenant: &str, deployment: &str) -> MeterR
         digest: "0".repeat(64),
         window_start_ms: 1,
         window_end_ms: 2,
-        sums: MeterSums { invocations: 1, packets: 1_000_000_000_000, bytes: 1 << 40, ..Default::default() },
-        trap_causes: Default::default(),
-        state_bytes: 0,
+        meters: Meters { invocations: 1, packets: 1_000_000_000_000, bytes: 1 << 40, ..Default::default() },
     }
 }
 
@@ -231,7 +229,7 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
         let at = |start: u64, end: u64, packets: u64| MeterRecord {
             window_start_ms: start,
             window_end_ms: end,
-            sums: MeterSums { invocations: 1, packets, bytes: packets * 64, ..Default::default() },
+            meters: Meters { invocations: 1, packets, bytes: packets * 64, ..Default::default() },
             ..forged_record(&format!("h1-{}-{start}{end}", "f".repeat(32)), "h1", &victim, &deployment)
         };
         for rec in [

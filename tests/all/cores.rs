@@ -2,8 +2,8 @@
 //! count the CPU time an NF used, so workers sharing a core never make a
 //! well-behaved NF trap, while a runaway NF is still stopped.
 
-use sluice_host::{RunOptions, run};
 use sluice_engine::cores::CoreList;
+use sluice_host::{RunOptions, run};
 use sluice_tests::{host_config, nf, test_nf, write_pcap};
 use sluice_wire::build::FrameSpec;
 use std::path::Path;

@@ -53,7 +53,7 @@ fn check_trapped(mode: &str, cause: &str) {
     assert_eq!(h.name, "hostile");
     assert_eq!(h.meters.traps, 2, "{mode}: {:?}", h.meters);
     assert_eq!(h.meters.trap_causes.get(cause).copied(), Some(2), "{mode}: {:?}", h.meters.trap_causes);
-    assert_eq!(h.meters.policy_packets, 8);
+    assert_eq!(h.meters.policy, 8);
     // Re-created after each trap (lazily, so the last trap leaves none).
     assert_eq!(h.meters.instantiations, 2);
     // Fail-open forwards every packet unchanged; the NFs around it saw all.
@@ -117,8 +117,8 @@ fn refused_and_malformed_batches_get_the_policy_without_a_trap() {
         assert_eq!(r.nfs[1].meters.instantiations, 1, "{mode}: no re-creation needed");
         // Every packet is accounted for in the summary: fwd + drop + policy.
         let m = &r.nfs[1].meters;
-        assert_eq!(m.forwarded + m.dropped + m.policy_packets, m.packets, "{mode}");
-        assert_eq!(m.policy_packets, 8, "{mode}");
+        assert_eq!(m.forwarded + m.dropped + m.policy, m.packets, "{mode}");
+        assert_eq!(m.policy, 8, "{mode}");
         let line = r.summary().lines().find(|l| l.contains("hostile")).unwrap().to_string();
         assert!(line.contains("policy       8"), "{mode}: {line}");
     }

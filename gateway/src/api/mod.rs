@@ -134,32 +134,15 @@ fn now() -> i64 {
     i64::try_from(sluice_control::now_ms()).unwrap_or(i64::MAX)
 }
 
-/// Checks a name (of a tenant, module, NF or deployment): 1-64 letters,
-/// digits, `-` or `_`, starting with a letter or digit.
+/// Checks a name (of a tenant, module, NF or deployment) by the one rule
+/// ([`sluice_traffic::check_name`]).
 fn check_name(what: &str, s: &str) -> Result<(), ApiError> {
-    let ok = !s.is_empty()
-        && s.len() <= 64
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(format!(
-            "{what} '{s}' is not valid: use 1-64 letters, digits, '-' or '_', starting with a letter or digit"
-        )))
-    }
+    sluice_traffic::check_name(what, s).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-/// Checks a module version: 1-64 letters, digits, `.`, `_`, `+` or `-`.
+/// Checks a module version ([`sluice_traffic::check_version`]).
 fn check_version(v: &str) -> Result<(), ApiError> {
-    let ok = !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(format!(
-            "version '{v}' is not valid: use 1-64 letters, digits, '.', '_', '+' or '-' (e.g. 1.2.0)"
-        )))
-    }
+    sluice_traffic::check_version(v).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// A count or size quota was reached.

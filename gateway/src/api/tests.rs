@@ -145,9 +145,15 @@ fn the_openapi_document_gives_each_limit_its_range() {
         assert_eq!(p[field]["maximum"].as_f64(), max, "{field}: {}", p[field]);
         assert!(p[field]["description"].as_str().is_some_and(|d| d.contains('(')), "{field}: {}", p[field]);
     }
-    let usage = &doc["components"]["schemas"]["UsageRow"]["properties"];
-    for field in ["state_byte_ms", "state_gb_hours", "state_bytes"] {
-        assert!(usage[field]["description"].is_string(), "{field}: {usage}");
+    let schemas = &doc["components"]["schemas"];
+    // A usage row is the meters (a reference) and its own fields.
+    let row = &schemas["UsageRow"]["allOf"];
+    assert_eq!(row[0]["$ref"], "#/components/schemas/Meters", "{row}");
+    for field in ["state_gb_hours", "state_bytes"] {
+        assert!(row[1]["properties"][field]["description"].is_string(), "{field}: {row}");
+    }
+    for field in ["state_byte_ms", "packets", "policy", "table_ops"] {
+        assert!(schemas["Meters"]["properties"][field]["description"].is_string(), "{field}: {}", schemas["Meters"]);
     }
 }
 

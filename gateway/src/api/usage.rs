@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use sluice_control::Meters;
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 
@@ -52,53 +53,25 @@ pub struct UsageRow {
     pub module: String,
     /// Module version.
     pub version: String,
-    /// `process` calls (one per batch).
-    pub invocations: u64,
-    /// Packets handed to the NF.
-    pub packets: u64,
-    /// Of them: forwarded by the NF (to a port or the next NF of the chain).
-    #[serde(default)]
-    pub forwarded: u64,
-    /// Of them: dropped by the NF.
-    #[serde(default)]
-    pub dropped: u64,
-    /// Of them: in batches the NF failed (trap, deadline, error), handled
-    /// by its failure policy (forwarded under fail-open, dropped under
-    /// fail-closed).
-    #[serde(default)]
-    pub policy: u64,
-    /// Of the forwarded: rewritten by the NF (headers or payload changed).
-    #[serde(default)]
-    pub rewritten: u64,
-    /// Bytes.
-    pub bytes: u64,
-    /// Guest CPU time, ns.
-    pub cpu_ns: u64,
-    /// Flow-state and state-table operations.
-    pub state_ops: u64,
-    /// Traps.
-    pub traps: u64,
-    /// Traps by cause (`deadline exceeded`, `out of memory`, `panic`, ...).
-    #[serde(default)]
-    pub trap_causes: BTreeMap<String, u64>,
-    /// Batches refused by the NF.
-    pub errors: u64,
-    /// Events emitted.
-    pub events: u64,
-    /// State held (the NF's tables and flow state: keys, values and a
-    /// fixed per-entry overhead) times the time it was held, byte-ms
-    /// (saturates at 2^64 - 1, about 5,124 GB-hours; `state_gb_hours` does
-    /// not).
-    #[serde(default)]
-    pub state_byte_ms: u64,
-    /// The same in GB-hours (10^9 bytes for an hour), as billed.
+    /// What was metered (inlined): every meter counter summed over the
+    /// range (`packets`, `forwarded`, `dropped`, `policy`, `rewritten`,
+    /// `bytes`, `cpu_ns`, `state_ops` (per-flow state), `table_ops`,
+    /// `traps` and `trap_causes`, `state_byte_ms`, ...; see the
+    /// `Meters` schema), and as gauges the state held at the end of the
+    /// latest meter window in the range (`table_bytes`,
+    /// `flow_state_bytes`): each host's latest record of the deployment's
+    /// NF, counted in the row of the module version that host ran then,
+    /// summed over hosts; 0 in rows of versions no host ran last. In
+    /// `total`: the sum of the rows. `state_byte_ms` saturates at 2^64 - 1
+    /// (about 5,124 GB-hours); `state_gb_hours` does not.
+    #[serde(flatten)]
+    pub meters: Meters,
+    /// State held times the time it was held, in GB-hours (10^9 bytes for
+    /// an hour), as billed.
     #[serde(default)]
     pub state_gb_hours: f64,
     /// State held at the end of the latest meter window in the range,
-    /// bytes (a gauge, not a sum): each host's latest record of the
-    /// deployment's NF, counted in the row of the module version that host
-    /// ran then, summed over hosts; 0 in rows of versions no host ran
-    /// last. In `total`: the sum of the rows.
+    /// bytes: `table_bytes + flow_state_bytes`.
     #[serde(default)]
     pub state_bytes: u64,
     /// Meter records summed.
@@ -112,22 +85,9 @@ fn usage_row(u: UsageSums, names: &BTreeMap<String, String>) -> UsageRow {
         nf: u.nf,
         module: u.module,
         version: u.version,
-        invocations: u.sums.invocations,
-        packets: u.sums.packets,
-        forwarded: u.sums.forwarded,
-        dropped: u.sums.dropped,
-        policy: u.sums.policy,
-        rewritten: u.sums.rewritten,
-        bytes: u.sums.bytes,
-        cpu_ns: u.sums.cpu_ns,
-        state_ops: u.sums.state_ops,
-        traps: u.sums.traps,
-        trap_causes: u.trap_causes,
-        errors: u.sums.errors,
-        events: u.sums.events,
-        state_byte_ms: u.sums.state_byte_ms,
         state_gb_hours: billing::gb_hours(u.state_byte_ms),
-        state_bytes: u.state_bytes,
+        state_bytes: u.sums.state_bytes(),
+        meters: u.sums,
         records: u.records,
     }
 }

@@ -2,8 +2,8 @@
 
 use super::{Store, StoreError, i, u};
 use rusqlite::params;
-use sluice_control::{MeterRecord, MeterSums};
-use std::collections::BTreeMap;
+use rusqlite::types::Value;
+use sluice_control::{MeterRecord, Meters};
 
 /// Sums of meter records grouped by NF, module and version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,32 +16,27 @@ pub struct UsageSums {
     pub version: String,
     /// Deployment id.
     pub deployment: String,
-    /// The sums.
-    pub sums: MeterSums,
+    /// The sums, traps by cause included. The gauges (`table_bytes`,
+    /// `flow_state_bytes`) are the state held at the end of the latest
+    /// window in the range: each host's latest record of the deployment's
+    /// NF counts in the row of the module version it metered; summed over
+    /// hosts.
+    pub sums: Meters,
     /// Records summed.
     pub records: u64,
-    /// Traps by cause.
-    pub trap_causes: BTreeMap<String, u64>,
     /// The exact sum of the records' `state_byte_ms`: `sums.state_byte_ms`
     /// saturates at `u64::MAX` (about 5,124 GB-hours), which a month of a
     /// few GB held can pass.
     pub state_byte_ms: u128,
-    /// Bytes of state held at the end of the latest window in the range (a
-    /// gauge): each host's latest record of the deployment's NF counts in
-    /// the row of the module version it metered; summed over hosts.
-    pub state_bytes: u64,
 }
 
 impl UsageSums {
-    /// Adds another row: sums, records, traps by cause, and state held.
+    /// Adds another row (another NF or version over the same range):
+    /// sums, records, and state held.
     pub fn add(&mut self, o: &UsageSums) {
         self.sums.add(&o.sums);
         self.records += o.records;
-        for (cause, n) in &o.trap_causes {
-            *self.trap_causes.entry(cause.clone()).or_default() += n;
-        }
         self.state_byte_ms = self.state_byte_ms.saturating_add(o.state_byte_ms);
-        self.state_bytes = self.state_bytes.saturating_add(o.state_bytes);
     }
 }
 
@@ -72,42 +67,33 @@ impl Store {
         let tx = db.transaction()?;
         let mut new = 0;
         {
-            let mut st = tx.prepare_cached(
-                "INSERT OR IGNORE INTO meters (id, tenant_id, deployment_id, host, nf, module, version, digest, window_start_ms, window_end_ms,
-                 invocations, packets, bytes, cpu_ns, state_ops, traps, errors, events, received_ms, trap_causes,
-                 state_byte_ms, state_bytes, forwarded, dropped, policy, rewritten)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
-                         ?23, ?24, ?25, ?26)",
-            )?;
+            let fixed = "id, tenant_id, deployment_id, host, nf, module, version, digest, window_start_ms, window_end_ms, \
+                         received_ms, trap_causes";
+            let n = 12 + Meters::COLUMNS.len();
+            let slots: Vec<String> = (1..=n).map(|k| format!("?{k}")).collect();
+            let sql = format!(
+                "INSERT OR IGNORE INTO meters ({fixed}, {}) VALUES ({})",
+                Meters::COLUMNS.join(", "),
+                slots.join(", ")
+            );
+            let mut st = tx.prepare_cached(&sql)?;
             for r in recs {
-                new += st.execute(params![
-                    r.id,
-                    r.tenant,
-                    r.deployment,
-                    r.host,
-                    r.nf,
-                    r.module,
-                    r.version,
-                    r.digest,
-                    i(r.window_start_ms),
-                    i(r.window_end_ms),
-                    i(r.sums.invocations),
-                    i(r.sums.packets),
-                    i(r.sums.bytes),
-                    i(r.sums.cpu_ns),
-                    i(r.sums.state_ops),
-                    i(r.sums.traps),
-                    i(r.sums.errors),
-                    i(r.sums.events),
-                    now_ms,
-                    serde_json::to_string(&r.trap_causes).unwrap_or_else(|_| "{}".into()),
-                    i(r.sums.state_byte_ms),
-                    i(r.state_bytes),
-                    i(r.sums.forwarded),
-                    i(r.sums.dropped),
-                    i(r.sums.policy),
-                    i(r.sums.rewritten)
-                ])?;
+                let mut row: Vec<Value> = vec![
+                    Value::Text(r.id.clone()),
+                    Value::Text(r.tenant.clone()),
+                    Value::Text(r.deployment.clone()),
+                    Value::Text(r.host.clone()),
+                    Value::Text(r.nf.clone()),
+                    Value::Text(r.module.clone()),
+                    Value::Text(r.version.clone()),
+                    Value::Text(r.digest.clone()),
+                    Value::Integer(i(r.window_start_ms)),
+                    Value::Integer(i(r.window_end_ms)),
+                    Value::Integer(now_ms),
+                    Value::Text(serde_json::to_string(&r.meters.trap_causes).unwrap_or_else(|_| "{}".into())),
+                ];
+                row.extend(r.meters.values().into_iter().map(|v| Value::Integer(i(v))));
+                new += st.execute(rusqlite::params_from_iter(row))?;
             }
         }
         tx.commit()?;
@@ -121,39 +107,33 @@ impl Store {
         // State byte-ms is summed in two halves (high and low 32 bits of
         // each record), which cannot overflow SQLite's 64-bit SUM, and put
         // together exactly here.
-        let mut st = db.prepare(
-            "SELECT nf, module, version, deployment_id, SUM(invocations), SUM(packets), SUM(bytes), SUM(cpu_ns), SUM(state_ops),
-                    SUM(traps), SUM(errors), SUM(events), COUNT(*), SUM(state_byte_ms >> 32), SUM(state_byte_ms & 4294967295),
-                    SUM(forwarded), SUM(dropped), SUM(policy), SUM(rewritten)
+        let counters = Meters::COUNTER_COLUMNS;
+        // (`state_byte_ms` is summed in halves above: its full SUM could
+        // overflow.)
+        let sums: Vec<String> =
+            counters.iter().map(|c| if *c == "state_byte_ms" { "0".into() } else { format!("SUM({c})") }).collect();
+        let mut st = db.prepare(&format!(
+            "SELECT nf, module, version, deployment_id, COUNT(*), SUM(state_byte_ms >> 32), SUM(state_byte_ms & 4294967295),
+                    {}
              FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
              GROUP BY deployment_id, nf, module, version ORDER BY deployment_id, nf, module, version",
-        )?;
+            sums.join(", ")
+        ))?;
         let rows = st.query_map(params![tenant_id, from_ms, to_ms], |r| {
-            let state_byte_ms = (u128::from(u(r.get(13)?)) << 32) + u128::from(u(r.get(14)?));
+            let state_byte_ms = (u128::from(u(r.get(5)?)) << 32) + u128::from(u(r.get(6)?));
+            let values = (0..counters.len()).map(|k| r.get(7 + k).map(u)).collect::<Result<Vec<u64>, _>>()?;
+            let mut sums = Meters::from_values(&values);
+            // SQLite's SUM of the 64-bit column could not overflow (see
+            // above); the exact figure is `state_byte_ms` of the row.
+            sums.state_byte_ms = u64::try_from(state_byte_ms).unwrap_or(u64::MAX);
             Ok(UsageSums {
                 nf: r.get(0)?,
                 module: r.get(1)?,
                 version: r.get(2)?,
                 deployment: r.get(3)?,
-                sums: MeterSums {
-                    invocations: u(r.get(4)?),
-                    packets: u(r.get(5)?),
-                    bytes: u(r.get(6)?),
-                    cpu_ns: u(r.get(7)?),
-                    state_ops: u(r.get(8)?),
-                    traps: u(r.get(9)?),
-                    errors: u(r.get(10)?),
-                    events: u(r.get(11)?),
-                    state_byte_ms: u64::try_from(state_byte_ms).unwrap_or(u64::MAX),
-                    forwarded: u(r.get(15)?),
-                    dropped: u(r.get(16)?),
-                    policy: u(r.get(17)?),
-                    rewritten: u(r.get(18)?),
-                },
-                records: u(r.get(12)?),
-                trap_causes: BTreeMap::new(),
+                sums,
+                records: u(r.get(4)?),
                 state_byte_ms,
-                state_bytes: 0,
             })
         })?;
         let mut out: Vec<UsageSums> = rows.collect::<Result<_, _>>()?;
@@ -180,14 +160,14 @@ impl Store {
                 .iter_mut()
                 .find(|u| u.deployment == deployment && u.nf == nf && u.module == module && u.version == version)
             {
-                *row.trap_causes.entry(cause).or_default() += n;
+                *row.sums.trap_causes.entry(cause).or_default() += n;
             }
         }
         // State held now: each host's latest record of each deployment's
         // NF (whatever version it ran), in the row of that version.
         let mut st = db.prepare(
-            "SELECT deployment_id, nf, module, version, state_bytes FROM (
-                 SELECT deployment_id, nf, module, version, state_bytes, ROW_NUMBER() OVER (
+            "SELECT deployment_id, nf, module, version, table_bytes, flow_state_bytes FROM (
+                 SELECT deployment_id, nf, module, version, table_bytes, flow_state_bytes, ROW_NUMBER() OVER (
                      PARTITION BY deployment_id, nf, host ORDER BY window_end_ms DESC, received_ms DESC, id DESC) AS latest
                  FROM meters WHERE tenant_id = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3)
              WHERE latest = 1",
@@ -198,16 +178,17 @@ impl Store {
                 r.get::<_, String>(1)?,
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
-                u(r.get(4)?),
+                (u(r.get(4)?), u(r.get(5)?)),
             ))
         })?;
         for h in held {
-            let (deployment, nf, module, version, bytes) = h?;
+            let (deployment, nf, module, version, (tables, flows)) = h?;
             if let Some(row) = out
                 .iter_mut()
                 .find(|u| u.deployment == deployment && u.nf == nf && u.module == module && u.version == version)
             {
-                row.state_bytes = row.state_bytes.saturating_add(bytes);
+                row.sums.table_bytes = row.sums.table_bytes.saturating_add(tables);
+                row.sums.flow_state_bytes = row.sums.flow_state_bytes.saturating_add(flows);
             }
         }
         Ok(out)

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
 use super::*;
-use sluice_control::{EventBatch, MeterRecord, MeterSums, NfEvent};
+use sluice_control::{EventBatch, MeterRecord, Meters, NfEvent};
 
 fn rec(id: &str, packets: u64) -> MeterRecord {
     MeterRecord {
@@ -17,16 +17,7 @@ fn rec(id: &str, packets: u64) -> MeterRecord {
         digest: "x".into(),
         window_start_ms: 1000,
         window_end_ms: 2000,
-        sums: MeterSums {
-            invocations: 1,
-            packets,
-            bytes: packets * 64,
-            cpu_ns: 10,
-            state_ops: 2,
-            ..Default::default()
-        },
-        trap_causes: Default::default(),
-        state_bytes: 0,
+        meters: Meters { invocations: 1, packets, bytes: packets * 64, cpu_ns: 10, state_ops: 2, ..Default::default() },
     }
 }
 
@@ -49,10 +40,10 @@ fn state_byte_ms_is_summed_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let s = Store::open(&dir.path().join("g.db")).unwrap();
     let mut a = rec("a", 1);
-    a.sums.state_byte_ms = u64::MAX / 4;
-    a.state_bytes = 4096;
+    a.meters.state_byte_ms = u64::MAX / 4;
+    a.meters.table_bytes = 4096;
     let mut b = rec("b", 1);
-    b.sums.state_byte_ms = 7;
+    b.meters.state_byte_ms = 7;
     s.insert_meters(&[a, b], 0).unwrap();
     let u = s.usage("t1", 0, 10_000).unwrap();
     assert_eq!(u[0].sums.state_byte_ms, u64::MAX / 4 + 7);
@@ -69,7 +60,7 @@ fn state_byte_ms_past_what_sqlite_and_u64_can_sum_stays_exact() {
     let recs: Vec<MeterRecord> = (0..5)
         .map(|n| {
             let mut r = rec(&format!("r{n}"), 1);
-            r.sums.state_byte_ms = big;
+            r.meters.state_byte_ms = big;
             r
         })
         .collect();
@@ -89,7 +80,7 @@ fn state_held_is_each_hosts_latest_record_in_the_row_of_its_version() {
         r.version = version.into();
         r.window_start_ms = end - 1000;
         r.window_end_ms = end;
-        r.state_bytes = bytes;
+        r.meters.table_bytes = bytes;
         r
     };
     s.insert_meters(
@@ -106,12 +97,12 @@ fn state_held_is_each_hosts_latest_record_in_the_row_of_its_version() {
     )
     .unwrap();
     let u = s.usage("t1", 0, 10_000).unwrap();
-    let held = |version: &str| u.iter().find(|r| r.version == version).unwrap().state_bytes;
+    let held = |version: &str| u.iter().find(|r| r.version == version).unwrap().sums.state_bytes();
     assert_eq!((held("1.0.0"), held("2.0.0")), (50, 300));
     // In a range that ends before host a's upgrade, its latest record
     // there counts.
     let u = s.usage("t1", 0, 2500).unwrap();
-    assert_eq!(u.iter().map(|r| (r.version.as_str(), r.state_bytes)).collect::<Vec<_>>(), [("1.0.0", 270)]);
+    assert_eq!(u.iter().map(|r| (r.version.as_str(), r.sums.state_bytes())).collect::<Vec<_>>(), [("1.0.0", 270)]);
 }
 
 #[test]
@@ -119,19 +110,19 @@ fn trap_causes_are_summed_into_usage() {
     let dir = tempfile::tempdir().unwrap();
     let s = Store::open(&dir.path().join("g.db")).unwrap();
     let mut a = rec("a", 5);
-    a.sums.traps = 3;
-    a.trap_causes = [("panic".to_string(), 2), ("deadline exceeded".to_string(), 1)].into();
+    a.meters.traps = 3;
+    a.meters.trap_causes = [("panic".to_string(), 2), ("deadline exceeded".to_string(), 1)].into();
     let mut b = rec("b", 5);
-    b.sums.traps = 4;
-    b.trap_causes = [("panic".to_string(), 4)].into();
+    b.meters.traps = 4;
+    b.meters.trap_causes = [("panic".to_string(), 4)].into();
     let mut other = rec("c", 1);
     other.nf = "other".into();
     s.insert_meters(&[a, b, other], 0).unwrap();
     let u = s.usage("t1", 0, 10_000).unwrap();
     let fw = u.iter().find(|r| r.nf == "fw").unwrap();
     assert_eq!(fw.sums.traps, 7);
-    assert_eq!(fw.trap_causes, [("deadline exceeded".to_string(), 1), ("panic".to_string(), 6)].into());
-    assert!(u.iter().find(|r| r.nf == "other").unwrap().trap_causes.is_empty());
+    assert_eq!(fw.sums.trap_causes, [("deadline exceeded".to_string(), 1), ("panic".to_string(), 6)].into());
+    assert!(u.iter().find(|r| r.nf == "other").unwrap().sums.trap_causes.is_empty());
 }
 
 #[test]

@@ -23,7 +23,7 @@
 
 use crate::outbox;
 use serde::{Deserialize, Serialize};
-use sluice_control::{MeterRecord, MeterSums};
+use sluice_control::{MeterRecord, Meters};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,14 +42,8 @@ pub struct NfSums {
     pub version: String,
     /// Module digest.
     pub digest: String,
-    /// Sums of the open window.
-    pub sums: MeterSums,
-    /// Its traps by cause.
-    #[serde(default)]
-    pub trap_causes: std::collections::BTreeMap<String, u64>,
-    /// Bytes of state it held at the latest sample.
-    #[serde(default)]
-    pub state_bytes: u64,
+    /// What it did in the open window, and the state it holds (gauges).
+    pub sums: Meters,
 }
 
 /// Where in its input a deployment is.
@@ -111,9 +105,7 @@ impl Checkpoint {
                 digest: n.digest.clone(),
                 window_start_ms: self.window_start_ms,
                 window_end_ms: window_end_ms.max(self.window_start_ms + 1),
-                sums: n.sums,
-                trap_causes: n.trap_causes.clone(),
-                state_bytes: n.state_bytes,
+                meters: n.sums.clone(),
             })
             .collect()
     }
@@ -219,7 +211,7 @@ pub fn recover(dir: &Path, outbox_dir: &Path, host: &str) -> std::io::Result<Vec
             tracing::info!(deployment = %c.deployment, records = recs.len(), "meters of a killed run recovered");
         }
         for n in &mut c.nfs {
-            n.sums = MeterSums::default();
+            n.sums = Meters::default();
         }
         c.window += 1;
         write(dir, &c)?;
@@ -246,7 +238,7 @@ mod tests {
             window: 4,
             window_start_ms: 10,
             nfs: vec![
-                NfSums { nf: "fw".into(), sums: MeterSums { packets: 7, ..Default::default() }, ..Default::default() },
+                NfSums { nf: "fw".into(), sums: Meters { packets: 7, ..Default::default() }, ..Default::default() },
                 NfSums { nf: "idle".into(), ..Default::default() },
             ],
             position: Some(Position { input: "a.pcap".into(), pass: 0, packet: 96 }),
@@ -257,7 +249,7 @@ mod tests {
         let recs = recover(&j, &o, "h").unwrap();
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].id, "h-abc-4-0");
-        assert_eq!(recs[0].sums.packets, 7);
+        assert_eq!(recs[0].meters.packets, 7);
         // Recovering again finds nothing new; the position is kept.
         assert!(recover(&j, &o, "h").unwrap().is_empty());
         let after = read(&j, "d1").unwrap();

@@ -17,11 +17,11 @@ use crate::prepare::{self, Prepared};
 use crate::shared::Shared;
 use crate::sync::lock;
 use sluice_engine::SteerMark;
+use sluice_engine::cores::CoreList;
 use sluice_engine::{
     Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
     Worker,
 };
-use sluice_engine::cores::CoreList;
 use sluice_runtime::{Chain, PacketResult};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 
 use crate::sync::lock;
 use serde::{Deserialize, Serialize};
-use sluice_control::{MeterRecord, MeterSums, now_ms};
+use sluice_control::{MeterRecord, Meters, now_ms};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -11,24 +11,19 @@ use std::sync::Mutex;
 /// Sums of meter records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
-    /// The metered sums (inlined in the JSON).
+    /// The metered sums (inlined in the JSON); the gauges are the latest
+    /// record's.
     #[serde(flatten)]
-    pub sums: MeterSums,
+    pub sums: Meters,
     /// Records these sums came from.
     pub records: u64,
-    /// Traps by cause.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub trap_causes: BTreeMap<String, u64>,
 }
 
 impl Totals {
     /// Adds a record.
     pub fn add(&mut self, r: &MeterRecord) {
-        self.sums.add(&r.sums);
+        self.sums.add_later(&r.meters);
         self.records += 1;
-        for (cause, n) in &r.trap_causes {
-            *self.trap_causes.entry(cause.clone()).or_default() += n;
-        }
     }
 }
 

@@ -311,7 +311,7 @@ async fn spooled_captures_are_processed_by_every_deployment_then_moved_to_done()
     while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(500), meters.next()).await {
         let rec: MeterRecord = d.record;
         assert!(ids.insert(rec.id.clone()), "record {} published twice", rec.id);
-        *billed.entry(rec.deployment).or_default() += rec.sums.packets;
+        *billed.entry(rec.deployment).or_default() += rec.meters.packets;
     }
     let want = u64::from(PACKETS);
     assert_eq!(billed, BTreeMap::from([("d1".to_string(), want), ("d2".to_string(), want)]));

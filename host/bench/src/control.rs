@@ -15,7 +15,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use sluice_control::{Bus, MeterRecord, MeterSums, NatsAuth, NatsBus, Role};
+use sluice_control::{Bus, MeterRecord, Meters, NatsAuth, NatsBus, Role};
 use sluice_runtime::{Chain, NfLimits, NfSpec, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -382,7 +382,7 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
             digest: "0".into(),
             window_start_ms: 1_000 + n as u64,
             window_end_ms: 2_000 + n as u64,
-            sums: MeterSums {
+            meters: Meters {
                 invocations: 3,
                 packets: 96,
                 bytes: 6144,
@@ -390,8 +390,6 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
                 state_ops: 10,
                 ..Default::default()
             },
-            trap_causes: Default::default(),
-            state_bytes: 0,
         })
         .collect();
     let rt = tokio::runtime::Runtime::new()?;

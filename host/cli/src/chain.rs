@@ -92,9 +92,7 @@ impl ChainDef {
     /// Reads a chain file.
     pub fn load(path: &Path) -> Result<ChainDef, ConfigError> {
         let err = |message: String| ConfigError::Parse { path: path.to_path_buf(), message };
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        let file: ChainFile = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let file: ChainFile = sluice_config::parse_file(path, |t| toml::from_str(t))?;
         if file.nf.is_empty() {
             return Err(err("a chain needs at least one [[nf]]".into()));
         }

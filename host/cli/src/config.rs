@@ -63,52 +63,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Errors in configuration.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        /// File.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML or has unknown keys.
-    #[error("config {path}: {message}")]
-    Parse {
-        /// File.
-        path: PathBuf,
-        /// What the parser said (with line and column).
-        message: String,
-    },
-    /// An environment variable has a bad value.
-    #[error("environment variable {name}={value}: {reason}")]
-    Env {
-        /// Variable.
-        name: String,
-        /// Its value.
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The `cores` setting (`--cores`, `SLUICE_CORES`) is unusable.
-    #[error("cores '{value}': {reason}")]
-    Cores {
-        /// The setting.
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// An NF section is inconsistent.
-    #[error("[nf.{nf}]: {reason}")]
-    Nf {
-        /// NF name.
-        nf: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
+pub use sluice_config::ConfigError;
+use sluice_config::env_parse;
 
 /// Settings of one NF: its limits (the names and meanings of the
 /// deployment API's `limits`) and its configuration.
@@ -281,20 +237,6 @@ pub fn parse_ports(text: &str) -> Result<Vec<u16>, String> {
         .collect()
 }
 
-fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, ConfigError>
-where
-    T::Err: std::fmt::Display,
-{
-    match std::env::var(name) {
-        Ok(v) => v.parse::<T>().map(Some).map_err(|e| ConfigError::Env {
-            name: name.into(),
-            value: v.clone(),
-            reason: e.to_string(),
-        }),
-        Err(_) => Ok(None),
-    }
-}
-
 /// `key` in snake_case: the kebab-case spelling (`batch-size`) is the
 /// same setting.
 fn snake(key: &str) -> String {
@@ -350,10 +292,7 @@ impl HostConfig {
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut cfg = match path {
             Some(p) => {
-                let text =
-                    std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
-                let mut c = HostConfig::parse(&text)
-                    .map_err(|message| ConfigError::Parse { path: p.to_path_buf(), message })?;
+                let mut c = sluice_config::parse_file(p, HostConfig::parse)?;
                 c.base_dir = p.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
                 c
             }
@@ -383,12 +322,8 @@ impl HostConfig {
         if let Some(v) = env_parse("SLUICE_MBUF_SIZE")? {
             cfg.mbuf_size = v;
         }
-        if let Ok(v) = std::env::var("SLUICE_OUTSIDE_PORTS") {
-            cfg.outside_ports = parse_ports(&v).map_err(|reason| ConfigError::Env {
-                name: "SLUICE_OUTSIDE_PORTS".into(),
-                value: v.clone(),
-                reason,
-            })?;
+        if let Some(ports) = sluice_config::env_check("SLUICE_OUTSIDE_PORTS", parse_ports)? {
+            cfg.outside_ports = ports;
         }
         if let Some(v) = env_parse("SLUICE_FRAGMENTS")? {
             cfg.fragments = v;
@@ -419,7 +354,7 @@ impl HostConfig {
     /// process may use; `None` when it is not set.
     pub fn core_list(&self) -> Result<Option<CoreList>, ConfigError> {
         let Some(text) = self.cores.as_deref() else { return Ok(None) };
-        let err = |reason: String| ConfigError::Cores { value: text.to_string(), reason };
+        let err = |reason: String| ConfigError::Invalid(format!("cores '{text}': {reason}"));
         let list: CoreList = text.parse().map_err(|e: sluice_engine::cores::CoreError| err(e.to_string()))?;
         let allowed = CoreList::allowed().map_err(|e| err(e.to_string()))?;
         if let Some(c) = list.cores().iter().find(|c| !allowed.cores().contains(c)) {
@@ -433,10 +368,8 @@ impl HostConfig {
     pub fn worker_cores(&self) -> Result<CoreList, ConfigError> {
         match self.core_list()? {
             Some(l) => Ok(l),
-            None => CoreList::allowed().map_err(|e| ConfigError::Cores {
-                value: "(the process's CPU affinity)".into(),
-                reason: e.to_string(),
-            }),
+            None => CoreList::allowed()
+                .map_err(|e| ConfigError::Invalid(format!("cores '(the process's CPU affinity)': {e}"))),
         }
     }
 
@@ -524,13 +457,12 @@ impl HostConfig {
         let Some(s) = self.nf.get(name) else { return Ok(Vec::new()) };
         let set = [s.config.is_some(), s.config_file.is_some(), s.config_text.is_some()];
         if set.iter().filter(|b| **b).count() > 1 {
-            return Err(ConfigError::Nf {
-                nf: name.into(),
-                reason: "give only one of config, config_file and config_text".into(),
-            });
+            return Err(ConfigError::Invalid(format!(
+                "[nf.{name}]: give only one of config, config_file and config_text"
+            )));
         }
         if let Some(t) = &s.config {
-            return serde_json::to_vec(t).map_err(|e| ConfigError::Nf { nf: name.into(), reason: e.to_string() });
+            return serde_json::to_vec(t).map_err(|e| ConfigError::Invalid(format!("[nf.{name}]: {e}")));
         }
         if let Some(f) = &s.config_file {
             let p = self.base_dir.join(f);

@@ -213,7 +213,7 @@ impl NfReport {
             m.invocations,
             m.forwarded,
             m.dropped,
-            m.policy_packets,
+            m.policy,
             m.rewritten,
             m.traps,
             m.errors,
@@ -222,11 +222,7 @@ impl NfReport {
         );
         if !m.trap_causes.is_empty() {
             let causes: Vec<String> = m.trap_causes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-            s.push_str(&format!(
-                "      trap causes: {}; policy applied to {} packets\n",
-                causes.join(", "),
-                m.policy_packets
-            ));
+            s.push_str(&format!("      trap causes: {}; policy applied to {} packets\n", causes.join(", "), m.policy));
         }
         s
     }

@@ -271,7 +271,7 @@ fn sigint_stops_cleanly_with_final_stats() {
     assert_eq!(n("dropped_other"), 0, "{r:#}");
     let nf = &r["nfs"][0];
     let (traps, policy, dropped) =
-        (nf["traps"].as_u64().unwrap(), nf["policy_packets"].as_u64().unwrap(), nf["dropped"].as_u64().unwrap());
+        (nf["traps"].as_u64().unwrap(), nf["policy"].as_u64().unwrap(), nf["dropped"].as_u64().unwrap());
     assert_eq!(dropped, 0, "the counter drops nothing itself: {r:#}");
     assert_eq!(n("dropped_by_nf"), policy, "every drop is a trapped batch's: {r:#}");
     assert!(traps <= 1 && policy <= 256, "at most one batch trapped: {r:#}");

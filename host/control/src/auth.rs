@@ -29,19 +29,30 @@ use std::path::PathBuf;
 /// How a client proves who it is to NATS and checks who the server is.
 /// Every field is optional: a server without authentication (a local
 /// development server) needs none of them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// The host's and the dispatcher's command lines take it as it is
+/// (`--nats-nkey`, `--nats-creds`, `--nats-ca`, `--nats-cert`,
+/// `--nats-key`, or the `SLUICE_NATS_*` variables); the gateway reads the
+/// same settings from its configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct NatsAuth {
-    /// File holding the client's nkey seed (`SU...`), as written by
-    /// `sluice-host keygen`.
+    /// NATS nkey seed file (`sluice-host keygen` writes one; the operator
+    /// registers its public key with the gateway).
+    #[arg(long = "nats-nkey", env = "SLUICE_NATS_NKEY")]
     pub nkey_file: Option<PathBuf>,
-    /// A `.creds` file (user JWT and seed) for servers in operator mode.
+    /// A NATS credentials (JWT) file, for servers in operator mode,
+    /// instead of --nats-nkey.
+    #[arg(long = "nats-creds", env = "SLUICE_NATS_CREDS", conflicts_with = "nkey_file")]
     pub creds_file: Option<PathBuf>,
-    /// CA certificate(s), PEM, that the server's certificate must chain
-    /// to. Setting it requires TLS.
+    /// CA certificate(s), PEM, the NATS servers' certificates must chain
+    /// to (requires TLS).
+    #[arg(long = "nats-ca", env = "SLUICE_NATS_CA")]
     pub ca_file: Option<PathBuf>,
-    /// Client certificate, PEM (mutual TLS), with `key_file`.
+    /// Client certificate, PEM, for mutual TLS with NATS.
+    #[arg(long = "nats-cert", env = "SLUICE_NATS_CERT", requires = "key_file")]
     pub cert_file: Option<PathBuf>,
-    /// Client private key, PEM.
+    /// Its private key, PEM.
+    #[arg(long = "nats-key", env = "SLUICE_NATS_KEY", requires = "cert_file")]
     pub key_file: Option<PathBuf>,
 }
 

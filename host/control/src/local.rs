@@ -187,7 +187,7 @@ mod tests {
             digest: "x".into(),
             window_start_ms: 0,
             window_end_ms: 1000,
-            sums: crate::MeterSums {
+            meters: crate::Meters {
                 invocations: 1,
                 packets: 2,
                 bytes: 3,
@@ -195,8 +195,6 @@ mod tests {
                 state_ops: 5,
                 ..Default::default()
             },
-            trap_causes: Default::default(),
-            state_bytes: 0,
         };
         bus.publish_meter(&rec).await.unwrap();
         let d = feed.next().await.unwrap().unwrap();

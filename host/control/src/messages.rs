@@ -1,6 +1,7 @@
 //! What travels between hosts and the gateway (JSON on the wire).
 
 use serde::{Deserialize, Serialize};
+pub use sluice_meters::Meters;
 use std::collections::BTreeMap;
 
 /// Milliseconds since the Unix epoch, now.
@@ -211,71 +212,6 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// Sums of per-invocation meters: what a meter record carries, and what
-/// host reports and usage reports add up.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MeterSums {
-    /// `process` calls.
-    pub invocations: u64,
-    /// Packets handed to the NF.
-    pub packets: u64,
-    /// Bytes handed to the NF.
-    pub bytes: u64,
-    /// Time inside the guest, ns.
-    pub cpu_ns: u64,
-    /// Flow-state and state-table operations the host did for the NF.
-    pub state_ops: u64,
-    /// Traps.
-    pub traps: u64,
-    /// Batches the NF refused with an error.
-    pub errors: u64,
-    /// Events emitted.
-    pub events: u64,
-    /// State held over the window: bytes of the NF's tables and per-flow
-    /// state (keys + values + a fixed per-entry overhead) times the
-    /// milliseconds they were held, sampled once per batch or heartbeat.
-    /// Divide by 3.6e15 for GB-hours.
-    #[serde(default)]
-    pub state_byte_ms: u64,
-    /// Of `packets`: those the NF forwarded (to a port or the next NF).
-    #[serde(default)]
-    pub forwarded: u64,
-    /// Of `packets`: those the NF dropped.
-    #[serde(default)]
-    pub dropped: u64,
-    /// Of `packets`: those of batches the NF failed, which got its failure
-    /// policy (forwarded under fail-open, dropped under fail-closed).
-    #[serde(default)]
-    pub policy: u64,
-    /// Of the forwarded packets: those the NF rewrote.
-    #[serde(default)]
-    pub rewritten: u64,
-}
-
-impl MeterSums {
-    /// Adds another set of sums.
-    pub fn add(&mut self, o: &MeterSums) {
-        self.invocations += o.invocations;
-        self.packets += o.packets;
-        self.bytes += o.bytes;
-        self.cpu_ns += o.cpu_ns;
-        self.state_ops += o.state_ops;
-        self.traps += o.traps;
-        self.errors += o.errors;
-        self.events += o.events;
-        self.state_byte_ms = self.state_byte_ms.saturating_add(o.state_byte_ms);
-        self.forwarded += o.forwarded;
-        self.dropped += o.dropped;
-        self.policy += o.policy;
-        self.rewritten += o.rewritten;
-    }
-
-    /// Whether nothing was metered.
-    pub fn is_empty(&self) -> bool {
-        *self == MeterSums::default()
-    }
-}
-
 /// The sums of the per-invocation meters of one NF of one deployment on
 /// one host over one window. `id` is unique: a record delivered twice is
 /// stored once.
@@ -302,17 +238,12 @@ pub struct MeterRecord {
     pub window_start_ms: u64,
     /// Window end (ms since epoch, exclusive).
     pub window_end_ms: u64,
-    /// What was metered (inlined in the JSON).
+    /// What was metered over the window (inlined in the JSON); its gauges
+    /// (`table_bytes`, `flow_state_bytes`) are the state the NF held on
+    /// this host at the window's end: the latest record of a deployment's
+    /// NF tells its size.
     #[serde(flatten)]
-    pub sums: MeterSums,
-    /// Traps by cause (`deadline exceeded`, `out of memory`, ...); sums to
-    /// `traps`. Absent when there were none.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub trap_causes: BTreeMap<String, u64>,
-    /// Bytes of state the NF held on this host at the window's end (a
-    /// gauge: the latest record of a deployment's NF tells its size).
-    #[serde(default)]
-    pub state_bytes: u64,
+    pub meters: Meters,
 }
 
 /// An event an NF emitted (an IDS alert, a firewall deny, ...), as the
@@ -372,19 +303,17 @@ mod tests {
             digest: "x".into(),
             window_start_ms: 1,
             window_end_ms: 2,
-            sums: MeterSums { packets: 32, invocations: 1, ..Default::default() },
-            trap_causes: Default::default(),
-            state_bytes: 0,
+            meters: Meters { packets: 32, invocations: 1, ..Default::default() },
         };
         let v: serde_json::Value = serde_json::to_value(&rec).unwrap();
         assert_eq!(v["packets"], 32);
         assert_eq!(v["invocations"], 1);
         assert!(v.get("sums").is_none());
         assert_eq!(serde_json::from_value::<MeterRecord>(v).unwrap(), rec);
-        let mut t = MeterSums::default();
+        let mut t = Meters::default();
         assert!(t.is_empty());
-        t.add(&rec.sums);
-        t.add(&rec.sums);
+        t.add(&rec.meters);
+        t.add(&rec.meters);
         assert_eq!((t.packets, t.invocations), (64, 2));
     }
 }

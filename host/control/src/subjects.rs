@@ -20,23 +20,14 @@
 //! | flow-ownership tables | KV bucket `sluice-groups-<cluster>`, key = `<group>` |
 //! | peer state from host `<from>` to host `<to>` of a group | `sluice.peer.v1.<cluster>.<group>.<to>.<from>` |
 
-/// A name token that cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{what} '{value}' is not a valid name: use 1-64 letters, digits, '-' or '_'")]
-pub struct NameError {
-    /// Which token (cluster, host, group).
-    pub what: &'static str,
-    /// The rejected value.
-    pub value: String,
-}
+pub use sluice_traffic::NameError;
 
-/// Checks a token of a subject or bucket name: NATS subjects split on `.`,
-/// treat `*`/`>` as wildcards, and bucket names allow only `[A-Za-z0-9_-]`.
+/// Checks a token of a subject or bucket name (a cluster, host or group):
+/// a name by the one rule ([`sluice_traffic::check_name`]), which NATS
+/// subjects (split on `.`, `*` and `>` wildcards) and bucket names (only
+/// `[A-Za-z0-9_-]`) can carry.
 pub fn check_token(what: &'static str, value: &str) -> Result<(), NameError> {
-    let ok = !value.is_empty()
-        && value.len() <= 64
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok { Ok(()) } else { Err(NameError { what, value: value.to_string() }) }
+    sluice_traffic::check_name(what, value)
 }
 
 /// The names of one cluster.

@@ -257,12 +257,12 @@ mod tests {
         std::thread::spawn(move || {
             pin_current_thread(core).unwrap();
             assert_eq!(CoreList::allowed().unwrap().cores(), &[core]);
-            let t0 = thread_cpu_time();
+            let t0 = sluice_runtime::cpu_time::thread_cpu_time();
             let mut x = 0u64;
             for i in 0..5_000_000u64 {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
             }
-            assert!(thread_cpu_time() > t0);
+            assert!(sluice_runtime::cpu_time::thread_cpu_time() > t0);
         })
         .join()
         .unwrap();

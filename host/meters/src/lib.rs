@@ -32,6 +32,7 @@ macro_rules! meters {
         /// Every field reads 0 when absent from JSON, so a record written
         /// before a counter existed reads as "none counted".
         #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub struct Meters {
             $( $(#[$cattr])* #[serde(default)] pub $counter: u64, )*
             $( $(#[$gattr])* #[serde(default)] pub $gauge: u64, )*
@@ -48,17 +49,36 @@ macro_rules! meters {
             pub const COLUMNS: &'static [&'static str] =
                 &[ $( stringify!($counter), )* $( stringify!($gauge), )* ];
 
+            /// The first [`COUNTERS`](Self::COUNTERS) of
+            /// [`COLUMNS`](Self::COLUMNS): the counters, which sum over
+            /// time.
+            pub const COUNTER_COLUMNS: &'static [&'static str] = &[ $( stringify!($counter), )* ];
+
             /// How many of [`COLUMNS`](Self::COLUMNS) are counters (the
             /// rest are gauges).
-            pub const COUNTERS: usize = [ $( stringify!($counter), )* ].len();
+            pub const COUNTERS: usize = Self::COUNTER_COLUMNS.len();
 
-            /// Adds another set of meters (another worker's, window's or
-            /// host's): counters and gauges (the state held on several
-            /// workers or hosts is their sum), traps by cause. Saturates.
+            /// Adds another set of meters of the same time (another
+            /// worker's or host's): counters, gauges (the state held on
+            /// several workers or hosts is their sum) and traps by cause.
+            /// Saturates. For a later window, see
+            /// [`add_later`](Self::add_later).
             pub fn add(&mut self, o: &Meters) {
                 $( self.$counter = self.$counter.saturating_add(o.$counter); )*
                 $( self.$gauge = self.$gauge.saturating_add(o.$gauge); )*
                 for (cause, n) in &o.trap_causes {
+                    let c = self.trap_causes.entry(cause.clone()).or_default();
+                    *c = c.saturating_add(*n);
+                }
+            }
+
+            /// Adds a later window of the same NF: counters and traps by
+            /// cause sum, the gauges become the later window's (the state
+            /// held now, not a sum over time). Saturates.
+            pub fn add_later(&mut self, later: &Meters) {
+                $( self.$counter = self.$counter.saturating_add(later.$counter); )*
+                $( self.$gauge = later.$gauge; )*
+                for (cause, n) in &later.trap_causes {
                     let c = self.trap_causes.entry(cause.clone()).or_default();
                     *c = c.saturating_add(*n);
                 }
@@ -119,9 +139,10 @@ meters! {
         errors,
         /// Of `packets`: those of batches the NF failed, which got its
         /// failure policy (forwarded under fail-open, dropped under
-        /// fail-closed). Records written before this name read `policy`.
-        #[serde(alias = "policy")]
-        policy_packets,
+        /// fail-closed). (Run reports of hosts from before read
+        /// `policy_packets`.)
+        #[serde(alias = "policy_packets")]
+        policy,
         /// Of `packets`: those the NF forwarded (to a port or the next NF)
         /// or labelled.
         forwarded,
@@ -239,8 +260,8 @@ mod tests {
 
     #[test]
     fn old_names_still_read() {
-        let m: Meters = serde_json::from_str(r#"{"packets": 3, "policy": 2, "state_bytes": 9}"#).unwrap();
-        assert_eq!((m.packets, m.policy_packets, m.table_bytes, m.invocations), (3, 2, 9, 0));
+        let m: Meters = serde_json::from_str(r#"{"packets": 3, "policy_packets": 2, "state_bytes": 9}"#).unwrap();
+        assert_eq!((m.packets, m.policy, m.table_bytes, m.invocations), (3, 2, 9, 0));
     }
 
     proptest! {
@@ -260,6 +281,17 @@ mod tests {
             w.table_bytes = d.table_bytes;
             w.flow_state_bytes = d.flow_state_bytes;
             prop_assert_eq!(w, d);
+        }
+
+        #[test]
+        fn a_later_window_sums_counters_and_keeps_its_gauges(a in arb_meters(), b in arb_meters()) {
+            let mut t = a.clone();
+            t.add_later(&b);
+            let mut sum = a.clone();
+            sum.add(&b);
+            prop_assert_eq!(t.packets, sum.packets);
+            prop_assert_eq!(t.trap_causes, sum.trap_causes);
+            prop_assert_eq!((t.table_bytes, t.flow_state_bytes), (b.table_bytes, b.flow_state_bytes));
         }
 
         #[test]

@@ -724,7 +724,7 @@ impl NfInstance {
         out.verdicts.clear();
         out.verdicts.resize(n, v);
         out.rewrites.clear();
-        self.meters.policy_packets += n as u64;
+        self.meters.policy += n as u64;
     }
 }
 

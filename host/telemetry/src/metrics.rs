@@ -164,7 +164,7 @@ impl NfMetrics {
         add(&self.forwarded, w.forwarded);
         add(&self.dropped, w.dropped);
         add(&self.rewritten, w.rewritten);
-        add(&self.policy, w.policy_packets);
+        add(&self.policy, w.policy);
         add(&self.bytes, w.bytes);
         add(&self.invocations, w.invocations);
         add(&self.instantiations, w.instantiations);

@@ -197,15 +197,7 @@ impl Project {
             toml::from_str(&text).map_err(|e| CliError::Manifest { path: path.clone(), reason: e.to_string() })?;
         check_name(&manifest.name)?;
         let bad = |reason: String| CliError::Manifest { path: path.clone(), reason };
-        if manifest.version.is_empty()
-            || manifest.version.len() > 64
-            || !manifest.version.chars().all(|c| c.is_ascii_alphanumeric() || ".-+_".contains(c))
-        {
-            return Err(bad(format!(
-                "version '{}' must be 1-64 letters, digits and . - + _ (e.g. 0.1.0)",
-                manifest.version
-            )));
-        }
+        sluice_traffic::check_version(&manifest.version).map_err(|e| bad(e.to_string()))?;
         if manifest.config.is_some() && manifest.config_file.is_some() {
             return Err(bad("give config or config_file, not both".into()));
         }
@@ -319,10 +311,12 @@ impl Project {
     }
 }
 
-/// Checks that `name` can be a package, module and file name in every
-/// language.
+/// Checks that `name` can be a module name at the gateway (the one rule,
+/// [`sluice_traffic::check_name`]) and also a package, module and file
+/// name in every language: lowercase, starting with a letter, no `_`, not
+/// ending with `-`.
 pub fn check_name(name: &str) -> Result<(), CliError> {
-    let ok = (1..=64).contains(&name.len())
+    let ok = sluice_traffic::check_name("module", name).is_ok()
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-');

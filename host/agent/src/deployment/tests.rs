@@ -130,9 +130,9 @@ async fn a_killed_deployments_open_window_is_billed_once_under_the_same_ids() {
     let again = journal::recover(&journal_dir, &outbox_dir, "h1").unwrap();
     for records in [&recovered, &again] {
         assert_eq!(records.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), ids);
-        assert_eq!(records[0].sums, recovered[0].sums);
+        assert_eq!(records[0].meters, recovered[0].meters);
     }
-    assert_eq!(recovered[0].sums.packets, u64::from(PACKETS));
+    assert_eq!(recovered[0].meters.packets, u64::from(PACKETS));
     assert_eq!(outbox::pending(&outbox_dir), 1, "one record in the outbox");
     assert!(journal::recover(&journal_dir, &outbox_dir, "h1").unwrap().is_empty(), "recovered once");
 
@@ -155,7 +155,7 @@ async fn a_killed_deployments_open_window_is_billed_once_under_the_same_ids() {
     drop(tx);
     assert_eq!(outbox::run(bus.clone(), outbox_dir.clone(), none, Duration::from_secs(1)).await, 0);
     let published = feed.next().await.unwrap().unwrap().record;
-    assert_eq!((published.id, published.sums), (ids[0].clone(), recovered[0].sums));
+    assert_eq!((published.id, &published.meters), (ids[0].clone(), &recovered[0].meters));
     assert!(tokio::time::timeout(Duration::from_millis(100), feed.next()).await.is_err(), "published once");
     assert_eq!(outbox::pending(&outbox_dir), 0);
 }

@@ -4,7 +4,6 @@
 
 use super::Active;
 use crate::journal::NfSums;
-use sluice_control::MeterSums;
 use sluice_telemetry::metrics;
 
 impl Active {
@@ -30,31 +29,18 @@ impl Active {
             .iter()
             .zip(&self.base)
             .zip(&self.spec.nfs)
-            .zip(self.state_byte_us.iter().zip(&self.state_bytes))
-            .map(|(((stage, base), nf), (byte_us, held))| {
-                let d = stage.meters().since(base);
+            .zip(&self.state_byte_us)
+            .map(|(((stage, base), nf), byte_us)| {
+                // The counters since the window opened, the state held now,
+                // and the state's held-time the agent integrated.
+                let mut sums = stage.meters().since(base);
+                sums.state_byte_ms = u64::try_from(byte_us / 1000).unwrap_or(u64::MAX);
                 NfSums {
                     nf: nf.name.clone(),
                     module: nf.module.name.clone(),
                     version: nf.module.version.clone(),
                     digest: nf.module.digest.clone(),
-                    sums: MeterSums {
-                        invocations: d.invocations,
-                        packets: d.packets,
-                        bytes: d.bytes,
-                        cpu_ns: d.cpu_ns,
-                        state_ops: d.state_ops + d.table_ops,
-                        traps: d.traps,
-                        errors: d.errors,
-                        events: d.events,
-                        state_byte_ms: u64::try_from(byte_us / 1000).unwrap_or(u64::MAX),
-                        forwarded: d.forwarded,
-                        dropped: d.dropped,
-                        policy: d.policy_packets,
-                        rewritten: d.rewritten,
-                    },
-                    trap_causes: d.trap_causes,
-                    state_bytes: *held,
+                    sums,
                 }
             })
             .collect()

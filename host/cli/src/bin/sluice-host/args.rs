@@ -27,34 +27,9 @@ pub struct BusArgs {
     /// Host group: the one a host serves, or a dispatcher steers.
     #[arg(long, env = "SLUICE_GROUP", default_value = "default")]
     pub group: String,
-    /// NATS nkey seed file (`sluice-host keygen` writes one; the operator
-    /// registers its public key with the gateway).
-    #[arg(long, env = "SLUICE_NATS_NKEY")]
-    pub nats_nkey: Option<PathBuf>,
-    /// A NATS credentials (JWT) file, instead of --nats-nkey.
-    #[arg(long, env = "SLUICE_NATS_CREDS", conflicts_with = "nats_nkey")]
-    pub nats_creds: Option<PathBuf>,
-    /// CA certificate the NATS servers' certificates chain to (requires TLS).
-    #[arg(long, env = "SLUICE_NATS_CA")]
-    pub nats_ca: Option<PathBuf>,
-    /// Client certificate for mutual TLS with NATS.
-    #[arg(long, env = "SLUICE_NATS_CERT", requires = "nats_key")]
-    pub nats_cert: Option<PathBuf>,
-    /// Its private key.
-    #[arg(long, env = "SLUICE_NATS_KEY", requires = "nats_cert")]
-    pub nats_key: Option<PathBuf>,
-}
-
-impl BusArgs {
-    pub fn auth(&self) -> sluice_control::NatsAuth {
-        sluice_control::NatsAuth {
-            nkey_file: self.nats_nkey.clone(),
-            creds_file: self.nats_creds.clone(),
-            ca_file: self.nats_ca.clone(),
-            cert_file: self.nats_cert.clone(),
-            key_file: self.nats_key.clone(),
-        }
-    }
+    /// How this process proves who it is to NATS.
+    #[command(flatten)]
+    pub auth: sluice_control::NatsAuth,
 }
 
 // Parsed once per process: the size of its largest variant costs nothing.

@@ -36,8 +36,7 @@ pub fn serve(
         Some(path) => sluice_agent::Input::Replay { path, loops: a.loops },
     };
     let state_dir = a.state_dir.unwrap_or_else(|| default_state_dir(&host));
-    let auth = a.bus.auth();
-    let BusArgs { nats, cluster, group, .. } = a.bus;
+    let BusArgs { nats, cluster, group, auth } = a.bus;
     let (dpdk, live, unmatched) = (a.dpdk, a.live, a.unmatched);
     let cfg = sluice_agent::AgentConfig {
         host: host.clone(),

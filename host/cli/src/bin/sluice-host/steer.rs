@@ -14,8 +14,7 @@ pub fn steer(config_path: Option<&Path>, a: SteerArgs) -> anyhow::Result<ExitCod
     let config = a.workers.config(config_path)?;
     let stop = stop_on_signals()?;
     let feed = Arc::new(sluice_host::steer::RouteFeed::new(a.to.iter().map(|t| t.host.clone()).collect()));
-    let auth = a.bus.auth();
-    let BusArgs { nats, cluster, group, .. } = a.bus;
+    let BusArgs { nats, cluster, group, auth } = a.bus;
     // The table follower runs beside the workers, on its own thread.
     let rt = tokio::runtime::Runtime::new().map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
     let follower = if let Some(path) = &a.table {
