@@ -24,7 +24,7 @@ pub async fn list_groups(State(st): State<AppState>, _: Admin) -> Json<Vec<Group
 
 /// One host group (admin).
 #[utoipa::path(get, path = "/v1/groups/{group}", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")),
     responses((status = 200, body = GroupOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_group(
     State(st): State<AppState>,
@@ -68,7 +68,7 @@ mod double_option {
 /// Set a group's scaling settings (admin): `min_hosts`, `max_hosts`,
 /// `target_load`. Applied at the controller's next tick.
 #[utoipa::path(put, path = "/v1/groups/{group}/settings", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$")), request_body = SettingsIn,
+    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")), request_body = SettingsIn,
     responses((status = 200, body = GroupSettings), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn set_settings(
     State(st): State<AppState>,
@@ -108,7 +108,7 @@ pub struct CapacityIn {
 /// hosts plus `hosts`, so that many standby hosts become active at the
 /// next tick (and the autoscaler does not take them back below it).
 #[utoipa::path(post, path = "/v1/groups/{group}/capacity", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$")), request_body = CapacityIn,
+    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")), request_body = CapacityIn,
     responses((status = 200, body = GroupSettings), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn add_capacity(
     State(st): State<AppState>,
@@ -139,7 +139,7 @@ pub async fn add_capacity(
 /// next table gives its flows to their next owners and it owns none until
 /// undrained.
 #[utoipa::path(post, path = "/v1/groups/{group}/hosts/{host}/drain", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("host" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"), ("host" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn drain(
     State(st): State<AppState>,
@@ -151,7 +151,7 @@ pub async fn drain(
 
 /// Undrain a host (admin): it may own flows again.
 #[utoipa::path(delete, path = "/v1/groups/{group}/hosts/{host}/drain", tag = "groups", security(("bearer" = [])),
-    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("host" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    params(("group" = String, Path, description = "Group name", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"), ("host" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn undrain(
     State(st): State<AppState>,

@@ -90,10 +90,10 @@ pub async fn list_hosts(
 #[serde(deny_unknown_fields)]
 pub struct HostIn {
     /// Host id (its `--host-id`).
-    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub id: String,
     /// The group it serves.
-    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub group: String,
     /// Its NATS nkey public key (`sluice-host keygen` prints it); none for
     /// a bus without authentication.
@@ -189,7 +189,7 @@ pub async fn register_host(
 /// Remove a host from the registry (admin): it is no longer heard, and
 /// (after the NATS servers reload) no longer let in.
 #[utoipa::path(delete, path = "/v1/hosts/{id}", tag = "hosts", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    params(("id" = String, Path, description = "Host id", pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn remove_host(
     State(st): State<AppState>,

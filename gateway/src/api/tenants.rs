@@ -126,7 +126,7 @@ pub struct Grants {
 /// The schema of a list of group names a tenant is granted.
 fn group_names() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
-    let name = ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[A-Za-z0-9_-]{1,64}$"));
+    let name = ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"));
     Schema::Array(ArrayBuilder::new().items(name).max_items(Some(MAX_GROUPS)).build())
 }
 

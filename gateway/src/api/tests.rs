@@ -201,3 +201,16 @@ fn only_a_linear_chain_takes_an_outside_attachment() {
     assert_eq!((e.status, e.code), (StatusCode::UNPROCESSABLE_ENTITY, "attachment_side"));
     check_reverse(&outside[..1], &branching).unwrap();
 }
+
+#[test]
+fn every_name_in_the_openapi_document_follows_the_one_rule() {
+    use utoipa::OpenApi;
+    let doc = serde_json::to_string(&crate::ApiDoc::openapi()).unwrap();
+    let patterns: std::collections::BTreeSet<&str> =
+        doc.split("\"pattern\":\"").skip(1).filter_map(|rest| rest.split('"').next()).collect();
+    let names: Vec<&&str> = patterns.iter().filter(|p| p.contains("A-Za-z0-9_-")).collect();
+    assert!(!names.is_empty(), "{patterns:?}");
+    for p in names {
+        assert_eq!(*p, sluice_traffic::NAME_PATTERN, "{patterns:?}");
+    }
+}

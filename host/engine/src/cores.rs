@@ -1,11 +1,11 @@
-//! Which CPU cores worker threads run on, and how much CPU a thread used.
+//! Which CPU cores worker threads run on.
 //!
 //! Each worker (a `run` or `dpdk` worker, a `serve` deployment) is pinned
 //! to one core of a list: the EAL's lcores for `dpdk`, the `cores` setting
 //! otherwise (by default every core the process may use). With more
 //! workers than cores, workers share cores round-robin; their deadlines
-//! count CPU time (see [`sluice_runtime::cpu_time`]), so sharing slows them but
-//! never makes a well-behaved NF trap.
+//! count CPU time (see [`sluice_runtime::cpu_time`]), so sharing slows
+//! them but never makes a well-behaved NF trap.
 
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;

@@ -95,12 +95,6 @@ macro_rules! meters {
                 }
             }
 
-            /// Whether no counter counted anything (gauges aside): a window
-            /// with no work and no state held-time makes no record.
-            pub fn is_empty(&self) -> bool {
-                true $( && self.$counter == 0 )*
-            }
-
             /// The counters and gauges in the order of
             /// [`COLUMNS`](Self::COLUMNS).
             pub fn values(&self) -> Vec<u64> {
@@ -200,6 +194,31 @@ impl Meters {
         *c = c.saturating_add(1);
     }
 
+    /// Whether a window did no work that makes a meter record: no call,
+    /// packet, guest time, state or table operation, trap, error or event,
+    /// and no state held over time. (An instance created, its tables
+    /// declared or log lines dropped while no packet came make none.)
+    pub fn is_empty(&self) -> bool {
+        [
+            self.invocations,
+            self.packets,
+            self.bytes,
+            self.cpu_ns,
+            self.traps,
+            self.errors,
+            self.policy,
+            self.forwarded,
+            self.dropped,
+            self.rewritten,
+            self.state_ops,
+            self.table_ops,
+            self.events,
+            self.state_byte_ms,
+        ]
+        .iter()
+        .all(|n| *n == 0)
+    }
+
     /// Bytes of state held (tables and per-flow state) at the latest
     /// reading.
     pub fn state_bytes(&self) -> u64 {
@@ -262,6 +281,14 @@ mod tests {
     fn old_names_still_read() {
         let m: Meters = serde_json::from_str(r#"{"packets": 3, "policy_packets": 2, "state_bytes": 9}"#).unwrap();
         assert_eq!((m.packets, m.policy, m.table_bytes, m.invocations), (3, 2, 9, 0));
+    }
+
+    #[test]
+    fn an_instance_that_only_started_makes_no_record() {
+        let started = Meters { instantiations: 1, table_calls: 2, log_dropped: 3, ..Default::default() };
+        assert!(started.is_empty());
+        assert!(!Meters { state_byte_ms: 1, ..Default::default() }.is_empty());
+        assert!(!Meters { table_ops: 1, ..Default::default() }.is_empty());
     }
 
     proptest! {

@@ -16,5 +16,5 @@ mod spread;
 
 pub use attachment::{Attachment, AttachmentError, MAX_VLAN, Side, outside_ports};
 pub use fragment_mode::FragmentMode;
-pub use name::{NameError, check_name, check_version};
+pub use name::{NAME_PATTERN, NameError, check_name, check_version};
 pub use spread::Spread;

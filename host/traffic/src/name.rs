@@ -26,6 +26,10 @@ pub enum NameError {
 /// The longest name or version.
 pub const MAX_NAME_LEN: usize = 64;
 
+/// [`check_name`]'s rule as a regular expression (what the gateway's
+/// OpenAPI document gives every name).
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$";
+
 /// Checks `value`, the name of a `what`.
 pub fn check_name(what: &str, value: &str) -> Result<(), NameError> {
     let ok = (1..=MAX_NAME_LEN).contains(&value.len())

@@ -96,7 +96,7 @@ pub struct DeploymentIn {
     #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub name: Option<String>,
     /// Host group (default `default`).
-    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
     pub group: Option<String>,
     /// A single module (id or `name@version`) instead of `nfs`.
     pub module: Option<String>,
