@@ -31,11 +31,12 @@
 
 use crate::model::{HostSeen, SeenHosts};
 use crate::store::Store;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sluice_control::Bus;
 use sluice_group::{DEFAULT_SLOTS, MAX_MEMBERS, Member, OwnershipTable};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use utoipa::ToSchema;
 
@@ -232,8 +233,8 @@ pub(crate) fn plan(
 }
 
 impl Groups {
-    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, GroupRun>> {
-        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    fn runs(&self) -> parking_lot::MutexGuard<'_, HashMap<String, GroupRun>> {
+        self.runs.lock()
     }
 
     /// The published table of `group`, if any.
@@ -327,13 +328,8 @@ impl Controller {
         let default_capacity = self.default_capacity_pps;
         let registered = self.store.registered_hosts().map_err(|e| e.to_string())?;
         let drained = self.store.drained_hosts().map_err(|e| e.to_string())?;
-        let heard: HashMap<String, HostSeen> = self
-            .hosts
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .map(|h| (h.heartbeat.host.clone(), h.clone()))
-            .collect();
+        let heard: HashMap<String, HostSeen> =
+            self.hosts.read().values().map(|h| (h.heartbeat.host.clone(), h.clone())).collect();
         let seen = |host: &str, h: Option<&HostSeen>| Seen {
             host: host.to_string(),
             alive: h.is_some_and(|h| h.alive(silence)),

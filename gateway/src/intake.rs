@@ -10,10 +10,10 @@
 //! `GET /v1/rejects`.
 
 use crate::store::{Store, StoreError};
+use parking_lot::Mutex;
 use serde::Serialize;
 use sluice_control::{EventBatch, FromHost, Heartbeat, MeterRecord, Meters};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, PoisonError};
 use utoipa::ToSchema;
 
 /// Rejects kept for `GET /v1/rejects`.
@@ -58,7 +58,7 @@ impl Rejects {
             ];
             sluice_telemetry::metrics::gateway().rejects.add(1, &attrs);
         }
-        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = self.inner.lock();
         *g.0.entry(kind.to_string()).or_default() += 1;
         if g.1.len() >= RECENT {
             g.1.pop_front();
@@ -73,12 +73,12 @@ impl Rejects {
 
     /// Refusals of `kind` so far.
     pub fn count(&self, kind: &str) -> u64 {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).0.get(kind).copied().unwrap_or(0)
+        self.inner.lock().0.get(kind).copied().unwrap_or(0)
     }
 
     /// A snapshot.
     pub fn snapshot(&self) -> RejectsOut {
-        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let g = self.inner.lock();
         RejectsOut { counts: g.0.clone(), recent: g.1.iter().cloned().collect() }
     }
 }

@@ -1,11 +1,12 @@
 //! Plain data shared by the store, the group controller and the API: a
 //! group's scaling settings and a host as last heard from.
 
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use sluice_control::Heartbeat;
 use sluice_group::MAX_MEMBERS;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use utoipa::ToSchema;
 

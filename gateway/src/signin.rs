@@ -14,8 +14,8 @@
 use crate::error::ApiError;
 use crate::secrets::{hash, random_hex};
 use axum::http::StatusCode;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a link's ticket can be traded for a session.
@@ -55,15 +55,11 @@ fn full() -> ApiError {
     )
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl SignIns {
     /// A new ticket for the tenant whose key hashes to `key_hash`.
     pub fn issue(&self, tenant_id: &str, key_hash: &str) -> Result<String, ApiError> {
         let now = Instant::now();
-        let mut tickets = lock(&self.tickets);
+        let mut tickets = self.tickets.lock();
         tickets.retain(|_, g| g.expires > now);
         if tickets.values().filter(|g| g.tenant_id == tenant_id).count() >= TICKETS_PER_TENANT {
             return Err(ApiError::new(
@@ -84,14 +80,14 @@ impl SignIns {
     /// Trades a ticket (once) for a session token.
     pub fn redeem(&self, ticket: &str) -> Result<String, ApiError> {
         let now = Instant::now();
-        let grant = lock(&self.tickets).remove(&hash(ticket)).filter(|g| g.expires > now).ok_or_else(|| {
+        let grant = self.tickets.lock().remove(&hash(ticket)).filter(|g| g.expires > now).ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 "this sign-in link is used, expired or unknown; make a new one with `sluice dashboard`",
             )
         })?;
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = self.sessions.lock();
         sessions.retain(|_, g| g.expires > now);
         if sessions.len() >= MAX_GRANTS {
             return Err(full());
@@ -104,7 +100,7 @@ impl SignIns {
     /// The live session of `token`.
     pub fn session(&self, token: &str) -> Option<Grant> {
         let now = Instant::now();
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = self.sessions.lock();
         let key = hash(token);
         match sessions.get(&key) {
             Some(g) if g.expires > now => Some(g.clone()),
@@ -150,11 +146,11 @@ mod tests {
     fn expired_grants_do_not_work() {
         let s = SignIns::default();
         let t = s.issue("t1", "kh").unwrap();
-        lock(&s.tickets).values_mut().for_each(|g| g.expires = Instant::now());
+        s.tickets.lock().values_mut().for_each(|g| g.expires = Instant::now());
         assert!(s.redeem(&t).is_err());
         let t = s.issue("t1", "kh").unwrap();
         let token = s.redeem(&t).unwrap();
-        lock(&s.sessions).values_mut().for_each(|g| g.expires = Instant::now());
+        s.sessions.lock().values_mut().for_each(|g| g.expires = Instant::now());
         assert!(s.session(&token).is_none());
     }
 }

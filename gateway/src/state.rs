@@ -12,7 +12,7 @@ use sluice_control::{Bus, BusError, DeploymentSpec, DesiredSet, MeterRecord, NfP
 use sluice_runtime::Runtime;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use crate::model::HostSeen;
@@ -37,11 +37,11 @@ pub struct AppState {
     /// Messages from hosts that were refused.
     pub rejects: Arc<crate::intake::Rejects>,
     /// Groups whose desired state could not be published yet.
-    pub unpublished: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    pub unpublished: Arc<parking_lot::Mutex<std::collections::BTreeSet<String>>>,
     /// Turns to compile modules (`quotas.compiles`).
     pub compiles: Arc<tokio::sync::Semaphore>,
     /// Uploads being checked, per tenant.
-    pub uploads: Arc<std::sync::Mutex<HashMap<String, u32>>>,
+    pub uploads: Arc<parking_lot::Mutex<HashMap<String, u32>>>,
     /// Held while a module blob is written with its row, or a row removed
     /// with its unused blob.
     pub blob_lock: Arc<tokio::sync::Mutex<()>>,
@@ -50,7 +50,7 @@ pub struct AppState {
     /// Dashboard sign-in tickets and sessions.
     pub signins: Arc<crate::signin::SignIns>,
     /// Deployments that cannot be published (not transiently), and why.
-    pub publish_errors: Arc<std::sync::Mutex<HashMap<String, String>>>,
+    pub publish_errors: Arc<parking_lot::Mutex<HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -61,7 +61,7 @@ impl std::fmt::Debug for AppState {
 
 /// One upload of a tenant being checked; counted until dropped.
 pub struct UploadTurn {
-    uploads: Arc<std::sync::Mutex<HashMap<String, u32>>>,
+    uploads: Arc<parking_lot::Mutex<HashMap<String, u32>>>,
     tenant: String,
 }
 
@@ -85,7 +85,7 @@ impl AppState {
 
     /// Counts an upload of `tenant`, unless it has `limit` in flight.
     pub fn upload_turn(&self, tenant: &str, limit: u32) -> Option<UploadTurn> {
-        let mut map = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.uploads.lock();
         let n = map.entry(tenant.to_string()).or_insert(0);
         if *n >= limit {
             return None;
@@ -97,7 +97,7 @@ impl AppState {
 
 impl Drop for UploadTurn {
     fn drop(&mut self) {
-        let mut map = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.uploads.lock();
         if let Some(n) = map.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -139,15 +139,14 @@ impl AppState {
 
     /// Snapshot of the hosts.
     pub fn hosts(&self) -> Vec<HostSeen> {
-        let mut v: Vec<HostSeen> =
-            self.hosts.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
+        let mut v: Vec<HostSeen> = self.hosts.read().values().cloned().collect();
         v.sort_by(|a, b| a.heartbeat.host.cmp(&b.heartbeat.host));
         v
     }
 
     /// Why a deployment cannot be published, if it cannot.
     pub fn publish_error(&self, deployment: &str) -> Option<String> {
-        self.publish_errors.lock().unwrap_or_else(PoisonError::into_inner).get(deployment).cloned()
+        self.publish_errors.lock().get(deployment).cloned()
     }
 
     /// Puts a group's deployments (and their modules) on the bus. A
@@ -184,7 +183,7 @@ impl AppState {
             Err(e) => Err(e.to_string()),
         };
         if result.is_ok() {
-            let mut errors = self.publish_errors.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut errors = self.publish_errors.lock();
             errors.retain(|id, _| !set.deployments.iter().any(|d| &d.id == id));
             for (id, why) in failed {
                 tracing::error!(deployment = %id, group, "deployment cannot be published: {why}");
@@ -207,7 +206,7 @@ impl AppState {
         for g in groups {
             if let Err(e) = self.publish_group(&g).await {
                 tracing::warn!(group = %g, "cannot publish desired deployments (retrying): {e}");
-                self.unpublished.lock().unwrap_or_else(PoisonError::into_inner).insert(g);
+                self.unpublished.lock().insert(g);
             }
         }
     }
@@ -243,7 +242,7 @@ pub async fn follow_heartbeats(state: AppState) {
                             continue;
                         }
                     };
-                    let mut hosts = state.hosts.write().unwrap_or_else(PoisonError::into_inner);
+                    let mut hosts = state.hosts.write();
                     if !hosts.contains_key(&hb.host) {
                         tracing::info!(host = %hb.host, group = %hb.group, "host joined");
                     }
@@ -457,11 +456,11 @@ pub async fn reconcile(state: AppState, every: Duration) {
             }
             _ = retry.tick() => {
                 let groups: Vec<String> =
-                    std::mem::take(&mut *state.unpublished.lock().unwrap_or_else(PoisonError::into_inner)).into_iter().collect();
+                    std::mem::take(&mut *state.unpublished.lock()).into_iter().collect();
                 for g in groups {
                     if let Err(e) = state.publish_group(&g).await {
                         tracing::warn!(group = %g, "desired deployments still not published: {e}");
-                        state.unpublished.lock().unwrap_or_else(PoisonError::into_inner).insert(g);
+                        state.unpublished.lock().insert(g);
                     } else {
                         tracing::info!(group = %g, "desired deployments published");
                     }

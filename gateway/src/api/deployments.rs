@@ -224,7 +224,7 @@ async fn publish(st: &AppState, groups: &[&str], deployment: Option<&str>) -> Re
     for g in groups {
         if let Err(e) = st.publish_group(g).await {
             // Stored; retried every second until the bus takes it.
-            st.unpublished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(g.to_string());
+            st.unpublished.lock().insert(g.to_string());
             tracing::warn!(group = %g, "deployment stored but not yet published (retrying): {e}");
         }
     }
@@ -424,7 +424,7 @@ pub async fn delete_deployment(
     let row = st.store.deployment(&tenant.id, &id)?.ok_or_else(|| ApiError::not_found("deployment", &id))?;
     check_if_match(&headers, row.revision)?;
     st.store.delete_deployment(&tenant.id, &row.id)?;
-    st.publish_errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&row.id);
+    st.publish_errors.lock().remove(&row.id);
     publish(&st, &[&row.group], None).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -199,7 +199,7 @@ pub async fn remove_host(
     if !st.store.remove_host(&id)? {
         return Err(ApiError::not_found("host", &id));
     }
-    st.hosts.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+    st.hosts.write().remove(&id);
     crate::nats_auth::write(&st.config, &st.store).map_err(ApiError::internal)?;
     tracing::info!(host = %id, "host removed");
     Ok(StatusCode::NO_CONTENT)

@@ -32,9 +32,9 @@ pub use meters::{SeriesPoint, UsageSums};
 pub use modules::ModuleRow;
 pub use tenants::TenantRow;
 
+use parking_lot::Mutex;
 use rusqlite::Connection;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 
 /// Storage errors.
 #[derive(Debug, thiserror::Error)]
@@ -102,8 +102,8 @@ impl Store {
         Ok(Store { conn: Mutex::new(conn) })
     }
 
-    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    fn db(&self) -> parking_lot::MutexGuard<'_, Connection> {
+        self.conn.lock()
     }
 
     /// Whether the database takes writes now: a write transaction is

@@ -10,7 +10,6 @@ use crate::journal::{self, Checkpoint, Position};
 use crate::outbox;
 use crate::prepare::{Prepared, apply_sides, chain_of, new_chain};
 use crate::shared::Shared;
-use crate::sync::lock;
 use sluice_control::{DeploymentSpec, EventBatch, HostState, NfEvent, now_ms};
 use sluice_engine::{CaptureIo, Order, Receive, Worker};
 use sluice_pcap::{PcapAppender, Trace};
@@ -289,7 +288,7 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
     // Its tenant's share of that core, charged after every batch.
     let mut share = lease.as_ref().map(|l| shared.fair.join(l.core(), &spec.tenant));
     {
-        let mut r = lock(&shared.report);
+        let mut r = shared.report.lock();
         let d = r.deployments.entry(id.clone()).or_default();
         d.name = spec.name.clone();
         d.tenant = spec.tenant.clone();
@@ -321,7 +320,7 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
                 if let Some(a) = active.as_mut() {
                     flush(&shared, a);
                 }
-                lock(&shared.report).traces += 1;
+                shared.report.lock().traces += 1;
                 if matches!(flow, Flow::Stop) {
                     break;
                 }
@@ -580,14 +579,14 @@ fn process(
             }
         }
         {
-            let mut r = lock(&shared.report);
+            let mut r = shared.report.lock();
             let d = r.deployments.entry(a.spec.id.clone()).or_default();
             d.packets_in += packets_in;
             d.packets_out += packets_out;
             d.paused_ms += u64::try_from(paused.as_millis()).unwrap_or(u64::MAX);
         }
         a.report_chain(shared);
-        if let Some(s) = lock(&shared.status).get_mut(&a.spec.id) {
+        if let Some(s) = shared.status.lock().get_mut(&a.spec.id) {
             s.packets += packets_in;
         }
     }
@@ -604,7 +603,7 @@ impl Active {
         if delta == sluice_runtime::ChainCounters::default() {
             return;
         }
-        lock(&shared.report).deployments.entry(self.spec.id.clone()).or_default().chain.add(&delta);
+        shared.report.lock().deployments.entry(self.spec.id.clone()).or_default().chain.add(&delta);
         if sluice_telemetry::metrics::enabled() {
             let m = sluice_telemetry::metrics::deployment();
             let base = [
@@ -680,7 +679,7 @@ pub(crate) fn flush(shared: &Shared, a: &mut Active) {
             tracing::error!(deployment = %a.spec.id, id = %rec.id, "cannot write a meter record to the outbox: {e}");
         }
         {
-            let mut r = lock(&shared.report);
+            let mut r = shared.report.lock();
             let dep = r.deployments.entry(a.spec.id.clone()).or_default();
             dep.nfs.entry(format!("{}@{}", rec.nf, rec.version)).or_default().add(&rec);
         }

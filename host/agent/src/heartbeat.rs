@@ -4,7 +4,6 @@
 
 use crate::config::AgentConfig;
 use crate::shared::Shared;
-use crate::sync::lock;
 use sluice_control::{Bus, DeploymentStatus, DesiredSet, Heartbeat, now_ms};
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ impl Pulse {
     /// group's ownership table (a read that may not hold up the loop long).
     pub(crate) async fn measure(&mut self, bus: &dyn Bus, group: &str, shared: &Shared, set: &DesiredSet) {
         let packets: u64 = {
-            let status = lock(&shared.status);
+            let status = shared.status.lock();
             status.values().filter(|s| set.deployments.iter().any(|d| d.id == s.deployment)).map(|s| s.packets).sum()
         };
         let now = Instant::now();
@@ -50,7 +49,7 @@ impl Pulse {
 /// `set`, its capacity and load.
 pub(crate) async fn heartbeat(bus: &dyn Bus, cfg: &AgentConfig, pulse: &Pulse, shared: &Shared, set: &DesiredSet) {
     let deployments: Vec<DeploymentStatus> = {
-        let status = lock(&shared.status);
+        let status = shared.status.lock();
         status.values().filter(|s| set.deployments.iter().any(|d| d.id == s.deployment)).cloned().collect()
     };
     let hb = Heartbeat {

@@ -37,7 +37,6 @@ pub mod retry;
 mod serve;
 pub mod shared;
 mod spool;
-mod sync;
 
 pub use config::{AgentConfig, Input, PeerConfig};
 pub use error::AgentError;

@@ -15,7 +15,7 @@ use crate::deployment::{self, Active};
 use crate::journal;
 use crate::prepare::{self, Prepared};
 use crate::shared::Shared;
-use crate::sync::lock;
+use parking_lot::Mutex;
 use sluice_engine::SteerMark;
 use sluice_engine::cores::CoreList;
 use sluice_engine::{
@@ -24,7 +24,7 @@ use sluice_engine::{
 };
 use sluice_runtime::{Chain, PacketResult};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Something a worker thread holds while it runs (e.g. its registration
@@ -280,7 +280,7 @@ impl Live {
         let mut ports = (self.port_stats)();
         let (mut unmatched, mut refused, mut over_share, mut not_running) = (0, 0, 0, 0);
         {
-            let counts = lock(&self.counts);
+            let counts = self.counts.lock();
             for c in counts.iter() {
                 unmatched += c.unmatched;
                 refused += c.refused_egress;
@@ -291,7 +291,7 @@ impl Live {
                 }
             }
         }
-        let mut r = lock(&shared.report);
+        let mut r = shared.report.lock();
         r.ports = ports;
         r.unmatched = unmatched;
         r.refused_egress = refused;
@@ -537,7 +537,7 @@ impl WorkerCtx {
         }
         let id = &l.active.spec.id;
         {
-            let mut r = lock(&self.shared.report);
+            let mut r = self.shared.report.lock();
             let d = r.deployments.entry(id.clone()).or_default();
             d.name.clone_from(&l.active.spec.name);
             d.tenant.clone_from(&l.active.spec.tenant);
@@ -554,7 +554,7 @@ impl WorkerCtx {
             ];
             sluice_telemetry::metrics::deployment().over_share.add(l.over_share, &attrs);
         }
-        if let Some(s) = lock(&self.shared.status).get_mut(id) {
+        if let Some(s) = self.shared.status.lock().get_mut(id) {
             s.packets += l.packets_in;
         }
         l.packets_in = 0;
@@ -566,7 +566,7 @@ impl WorkerCtx {
         for l in lanes.iter_mut() {
             self.report_lane(l);
         }
-        let mut counts = lock(&self.counts);
+        let mut counts = self.counts.lock();
         if let Some(c) = counts.get_mut(self.w) {
             let d = dispatch.counters();
             c.unmatched = d.unmatched;

@@ -12,17 +12,17 @@
 //!   does not make the host unready: one tenant must not be able to take
 //!   a host out of service.
 
-use crate::sync::lock;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use parking_lot::Mutex;
 use sluice_control::{Bus, DeploymentStatus, HostState, now_ms};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A control loop silent this long is stuck.
@@ -100,7 +100,7 @@ async fn readyz(State(p): State<Probe>) -> Response {
     let nats = p.bus.connected();
     let converged = p.vitals.converged.load(Ordering::Relaxed);
     let (mut running, mut starting, mut failed) = (0u64, 0u64, 0u64);
-    for s in lock(&p.status).values() {
+    for s in p.status.lock().values() {
         match s.state {
             HostState::Running => running += 1,
             HostState::Pending => starting += 1,

@@ -1,12 +1,11 @@
 //! The host's own account of what it processed, for comparison with what
 //! the gateway bills (`sluice-host serve --report`).
 
-use crate::sync::lock;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sluice_control::{MeterRecord, Meters, now_ms};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
 
 /// Sums of meter records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,9 +7,9 @@
 //! runs or is removed; the status says which attempt failed and when the
 //! next one is.
 
-use crate::sync::lock;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Wait after the first failure.
@@ -44,7 +44,7 @@ impl Retries {
 
     /// [`failed`](Self::failed), at `now`.
     pub fn failed_at(&self, id: &str, now: Instant) -> (u32, Duration) {
-        let mut m = lock(&self.0);
+        let mut m = self.0.lock();
         let b = m.entry(id.to_string()).or_insert(Backoff { attempts: 0, next: now, trying: true });
         if b.trying {
             b.attempts = b.attempts.saturating_add(1);
@@ -61,7 +61,7 @@ impl Retries {
 
     /// Deployment `id` is gone.
     pub fn forget(&self, id: &str) {
-        lock(&self.0).remove(id);
+        self.0.lock().remove(id);
     }
 
     /// Deployments whose next attempt is due; each is handed out once per
@@ -72,7 +72,7 @@ impl Retries {
 
     /// [`due`](Self::due), at `now`.
     pub fn due_at(&self, now: Instant) -> Vec<String> {
-        let mut m = lock(&self.0);
+        let mut m = self.0.lock();
         m.iter_mut()
             .filter(|(_, b)| !b.trying && b.next <= now)
             .map(|(id, b)| {

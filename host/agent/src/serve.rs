@@ -14,18 +14,18 @@ use crate::probes::{self, Vitals};
 use crate::report::{self, AgentReport};
 use crate::shared::Shared;
 use crate::spool::Spool;
-use crate::sync::lock;
 use crate::{journal, outbox, retry};
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use parking_lot::Mutex;
 use sluice_control::{Bus, DesiredSet, EventBatch, HostState, MeterRecord, now_ms};
 use sluice_pcap::Trace;
 use sluice_peer::Peer;
 use sluice_runtime::{Runtime, RuntimeConfig};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -115,7 +115,7 @@ async fn run(
         tracing::warn!("{left} meter record(s) could not be published; they stay in the outbox for the next start");
     }
     report::write(report_path.as_deref(), &report);
-    let out = lock(&report).clone();
+    let out = report.lock().clone();
     Ok(out)
 }
 
@@ -242,7 +242,7 @@ fn host_metrics(host: &str, shared: &Shared) -> sluice_telemetry::metrics::HostM
         (shared.report.clone(), shared.outbox_dir.clone(), shared.status.clone(), shared.vitals.clone());
     sluice_telemetry::metrics::host(host, move || {
         let (ports, unmatched) = {
-            let r = lock(&report);
+            let r = report.lock();
             (r.ports.clone(), r.unmatched)
         };
         let beat = vitals.heartbeat_ms.load(Ordering::Relaxed);
@@ -263,7 +263,7 @@ fn host_metrics(host: &str, shared: &Shared) -> sluice_telemetry::metrics::HostM
             unmatched,
             outbox: outbox::pending(&outbox) as u64,
             heartbeat_age: if beat == 0 { 0.0 } else { now_ms().saturating_sub(beat) as f64 / 1000.0 },
-            deployments: lock(&status).values().filter(|s| s.state == HostState::Running).count() as u64,
+            deployments: status.lock().values().filter(|s| s.state == HostState::Running).count() as u64,
         }
     })
 }
@@ -433,7 +433,7 @@ impl Agent {
         if let Some(p) = &self.peer {
             p.store().expire(Instant::now());
             let (counters, tables) = (p.counters(), p.global_tables(16));
-            let mut r = lock(&self.shared.report);
+            let mut r = self.shared.report.lock();
             r.peer = Some(counters);
             r.global_tables = tables;
         }

@@ -6,12 +6,12 @@
 use crate::probes::Vitals;
 use crate::report::AgentReport;
 use crate::retry::Retries;
-use crate::sync::lock;
+use parking_lot::Mutex;
 use sluice_control::{DeploymentSpec, DeploymentStatus, EventBatch, HostState, MeterRecord};
 use sluice_runtime::{NfLimits, Runtime};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -76,7 +76,7 @@ impl Shared {
     /// Records how a deployment is doing on this host (keeping its packet
     /// count), and pokes the heartbeat.
     pub fn set_status(&self, spec: &DeploymentSpec, state: HostState, reason: Option<String>) {
-        let mut map = lock(&self.status);
+        let mut map = self.status.lock();
         let packets = map.get(&spec.id).map(|s| s.packets).unwrap_or(0);
         map.insert(
             spec.id.clone(),
@@ -96,8 +96,8 @@ impl Shared {
     /// Forgets a removed deployment: its status, its retries and its part
     /// of the host report.
     pub fn forget(&self, id: &str) {
-        lock(&self.status).remove(id);
+        self.status.lock().remove(id);
         self.retries.forget(id);
-        lock(&self.report).deployments.remove(id);
+        self.report.lock().deployments.remove(id);
     }
 }

@@ -8,7 +8,6 @@ use crate::converge::{Running, shares_of};
 use crate::deployment::{Capture, Control};
 use crate::error::AgentError;
 use crate::shared::Shared;
-use crate::sync::lock;
 use sluice_control::DesiredSet;
 use sluice_pcap::Trace;
 use std::collections::{HashMap, HashSet};
@@ -57,7 +56,7 @@ impl Spool {
                 Ok(Ok(trace)) => {
                     let trace = Arc::new(trace);
                     let (mut shares, unmatched) = shares_of(set, &trace);
-                    lock(&shared.report).unmatched += unmatched;
+                    shared.report.lock().unmatched += unmatched;
                     let mut given = HashSet::new();
                     for (id, r) in running {
                         let capture = Capture {

@@ -8,8 +8,9 @@ use crate::bus::{Ack, Bus, BusError, FromHost, MeterDelivery, verify_digest};
 use crate::messages::{DesiredSet, EventBatch, Heartbeat, MeterRecord};
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, watch};
 
 /// Channels in one process.
@@ -46,7 +47,7 @@ impl LocalBus {
     }
 
     fn group(&self, group: &str) -> watch::Sender<Option<DesiredSet>> {
-        let mut map = self.desired.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.desired.lock();
         map.entry(group.to_string()).or_insert_with(|| watch::channel(None).0).clone()
     }
 }
@@ -69,12 +70,12 @@ impl Bus for LocalBus {
     }
 
     async fn set_ownership(&self, table: &sluice_group::OwnershipTable) -> Result<(), BusError> {
-        self.tables.lock().unwrap_or_else(PoisonError::into_inner).insert(table.group().to_string(), table.clone());
+        self.tables.lock().insert(table.group().to_string(), table.clone());
         Ok(())
     }
 
     async fn ownership(&self, group: &str) -> Result<Option<sluice_group::OwnershipTable>, BusError> {
-        Ok(self.tables.lock().unwrap_or_else(PoisonError::into_inner).get(group).cloned())
+        Ok(self.tables.lock().get(group).cloned())
     }
 
     async fn watch_desired(&self, group: &str) -> Result<BoxStream<'static, DesiredSet>, BusError> {
@@ -94,13 +95,13 @@ impl Bus for LocalBus {
 
     async fn put_module(&self, digest: &str, bytes: &[u8]) -> Result<(), BusError> {
         verify_digest(digest, bytes)?;
-        let mut map = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.modules.lock();
         map.entry(digest.to_string()).or_insert_with(|| Arc::new(bytes.to_vec()));
         Ok(())
     }
 
     async fn get_module(&self, digest: &str) -> Result<Vec<u8>, BusError> {
-        let map = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.modules.lock();
         map.get(digest).map(|b| b.to_vec()).ok_or_else(|| BusError::NoModule { digest: digest.to_string() })
     }
 
@@ -109,7 +110,7 @@ impl Bus for LocalBus {
     }
 
     async fn meters(&self) -> Result<BoxStream<'static, Result<MeterDelivery, BusError>>, BusError> {
-        let rx = self.meters_rx.lock().unwrap_or_else(PoisonError::into_inner).take().ok_or(BusError::MetersTaken)?;
+        let rx = self.meters_rx.lock().take().ok_or(BusError::MetersTaken)?;
         Ok(futures::stream::unfold(rx, |mut rx| async move {
             let record = rx.recv().await?;
             Some((Ok(MeterDelivery { publisher: record.host.clone(), record, ack: Ack::None }), rx))

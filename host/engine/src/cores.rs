@@ -9,8 +9,9 @@
 
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 /// Errors about core lists and pinning.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +180,7 @@ impl CorePool {
     /// Takes the least-held core (the first of them in list order).
     /// `None` when the pool is empty.
     pub fn lease(&self) -> Option<CoreLease> {
-        let mut v = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut v = self.inner.lock();
         let slot = v.iter_mut().min_by_key(|(_, n)| *n)?;
         slot.1 += 1;
         let core = slot.0;
@@ -189,7 +190,7 @@ impl CorePool {
 
     /// How many workers hold each core.
     pub fn holders(&self) -> Vec<(usize, usize)> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.inner.lock().clone()
     }
 }
 
@@ -215,7 +216,7 @@ impl CoreLease {
 
 impl Drop for CoreLease {
     fn drop(&mut self) {
-        let mut v = self.pool.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut v = self.pool.inner.lock();
         if let Some(slot) = v.iter_mut().find(|(c, _)| *c == self.core) {
             slot.1 = slot.1.saturating_sub(1);
         }

@@ -11,9 +11,10 @@
 //! a tenant never waits. Fairness holds at batch granularity: a batch in
 //! flight is never interrupted (its deadline bounds it).
 
+use parking_lot::Mutex;
 use sluice_runtime::cpu_time::thread_cpu_time;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A tenant that charged a batch this recently is active on its core.
@@ -48,7 +49,7 @@ impl FairShare {
     /// A thread of `tenant` starts running on `core`; it must charge its
     /// batches to the returned [`Share`] (from that thread).
     pub fn join(&self, core: usize, tenant: &str) -> Share {
-        let mut cores = self.cores.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cores = self.cores.lock();
         let now = Instant::now();
         let a = cores.entry(core).or_default().entry(tenant.to_string()).or_insert(Account {
             members: 0,
@@ -69,7 +70,7 @@ impl FairShare {
 
     /// Tenants active on `core` now.
     pub fn active_tenants(&self, core: usize) -> usize {
-        let cores = self.cores.lock().unwrap_or_else(PoisonError::into_inner);
+        let cores = self.cores.lock();
         let now = Instant::now();
         cores.get(&core).map_or(0, |m| m.values().filter(|a| now.duration_since(a.active) < ACTIVE).count())
     }
@@ -131,7 +132,7 @@ impl Share {
     /// Refills the tenant's bucket, takes `used` ns from it, and says how
     /// long to wait.
     fn settle(&mut self, used: f64) -> Option<Duration> {
-        let mut cores = self.fair.cores.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cores = self.fair.cores.lock();
         let tenants = cores.get_mut(&self.core)?;
         let now = Instant::now();
         let others =
@@ -157,7 +158,7 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        let mut cores = self.fair.cores.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cores = self.fair.cores.lock();
         if let Some(tenants) = cores.get_mut(&self.core) {
             if let Some(a) = tenants.get_mut(&self.tenant) {
                 a.members = a.members.saturating_sub(1);

@@ -12,10 +12,11 @@ use crate::counters::{Counts, GlobalTable, MovedFrom, PeerCounters};
 use crate::pull::{Answers, Asks};
 use crate::store::PeerStore;
 use crate::wire::{self, FlowRequest, GlobalBatch, PeerMessage, TableValues, WireError};
+use parking_lot::RwLock;
 use sluice_group::OwnershipTable;
 use sluice_wire::FlowKey;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 /// Encoded bytes per message at most (under NATS' default 1 MiB payload).
@@ -55,7 +56,7 @@ pub struct Peer {
     /// How long a moved flow's packets wait for its pulled state.
     pub(crate) pull_wait: Duration,
     pub(crate) counts: Counts,
-    domains: std::sync::Mutex<HashMap<String, Registered>>,
+    domains: parking_lot::Mutex<HashMap<String, Registered>>,
     /// Other hosts' requests for flows this host had.
     pub(crate) asks: Asks,
     /// Other hosts' answers that they hold none of a flow asked for.
@@ -63,7 +64,7 @@ pub struct Peer {
     /// Tickets of held packets, unique on the host.
     pub(crate) tickets: AtomicU64,
     /// Moved flowlets by the host they came from.
-    moved_from: std::sync::Mutex<std::collections::BTreeMap<String, MovedFrom>>,
+    moved_from: parking_lot::Mutex<std::collections::BTreeMap<String, MovedFrom>>,
     /// Release pools split between the group's hosts.
     pools: pools::Pools,
     pools_counts: pools::PoolCounts,
@@ -88,11 +89,11 @@ impl Peer {
             interval,
             pull_wait,
             counts: Counts::default(),
-            domains: std::sync::Mutex::new(HashMap::default()),
+            domains: parking_lot::Mutex::new(HashMap::default()),
             asks: Asks::default(),
             answers: Answers::default(),
             tickets: AtomicU64::new(1),
-            moved_from: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+            moved_from: parking_lot::Mutex::new(std::collections::BTreeMap::new()),
             pools: pools::Pools::default(),
             pools_counts: pools::PoolCounts::default(),
         })
@@ -105,7 +106,7 @@ impl Peer {
             .table()
             .and_then(|t| host_by_hash(&t, previous).map(String::from))
             .unwrap_or_else(|| format!("#{previous:08x}"));
-        let mut m = self.moved_from.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = self.moved_from.lock();
         // Bounded: hashes of hosts no longer in the table are few, but come
         // from the wire.
         if m.len() >= 1024 && !m.contains_key(&name) {
@@ -171,7 +172,7 @@ impl Peer {
     /// group. `shape` names the chain they belong to: a registration of
     /// the same shape is kept (a hot swap keeps the NFs' shared state).
     pub fn register(&self, deployment: &str, shape: String, nfs: Vec<(String, Arc<sluice_state::Domain>)>) {
-        let mut d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut d = self.domains.lock();
         if d.get(deployment).is_some_and(|r| r.shape == shape) {
             return;
         }
@@ -189,7 +190,7 @@ impl Peer {
     /// fewer), largest first, and its entry count.
     pub fn global_tables(&self, top: usize) -> std::collections::BTreeMap<String, GlobalTable> {
         let registered: Vec<(String, String, Arc<sluice_state::Domain>)> = {
-            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            let d = self.domains.lock();
             d.iter().flat_map(|(dep, r)| r.nfs.iter().map(|(nf, dom)| (dep.clone(), nf.clone(), dom.clone()))).collect()
         };
         let mut out = std::collections::BTreeMap::new();
@@ -204,7 +205,7 @@ impl Peer {
 
     /// Forgets a removed deployment.
     pub fn unregister(&self, deployment: &str) {
-        self.domains.lock().unwrap_or_else(PoisonError::into_inner).remove(deployment);
+        self.domains.lock().remove(deployment);
         self.store.remove_deployment(deployment);
     }
 
@@ -231,7 +232,7 @@ impl Peer {
     /// `now_ns`: the host's clock, as its live workers' packet time.
     pub fn global_messages(&self, peers: usize, now_ns: u64) -> Vec<Vec<u8>> {
         let registered: Vec<(String, String, Arc<sluice_state::Domain>)> = {
-            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            let d = self.domains.lock();
             d.iter().flat_map(|(dep, r)| r.nfs.iter().map(|(nf, dom)| (dep.clone(), nf.clone(), dom.clone()))).collect()
         };
         let mut out = Vec::new();
@@ -260,7 +261,7 @@ impl Peer {
         let n: u64 = b.tables.iter().map(|t| t.entries.len() as u64).sum();
         self.counts.global_entries_received.fetch_add(n, Ordering::Relaxed);
         let domain = {
-            let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            let d = self.domains.lock();
             d.get(&b.deployment).and_then(|r| r.nfs.iter().find(|(nf, _)| *nf == b.nf).map(|(_, dom)| dom.clone()))
         };
         let Some(domain) = domain else {
@@ -285,7 +286,7 @@ impl Peer {
 
     /// Takes a newer ownership table of the group; true if it was newer.
     pub fn set_table(&self, t: OwnershipTable) -> bool {
-        let mut g = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        let mut g = self.table.write();
         if g.as_ref().is_some_and(|old| old.version() >= t.version()) {
             return false;
         }
@@ -295,7 +296,7 @@ impl Peer {
 
     /// The table it holds.
     pub fn table(&self) -> Option<Arc<OwnershipTable>> {
-        self.table.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.table.read().clone()
     }
 
     /// Its counts now.
@@ -332,7 +333,7 @@ impl Peer {
             global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),
             table_version: self.table().map(|t| t.version()),
             store: self.store.counters(),
-            moved_from: self.moved_from.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            moved_from: self.moved_from.lock().clone(),
             pools: self.pools_counts.snapshot(),
         }
     }

@@ -20,10 +20,10 @@
 //! answers for the flows none of them held.
 
 use crate::{HashMap, HashSet};
+use parking_lot::Mutex;
 use sluice_wire::FlowKey;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The longest pull wait a host may set (its packet I/O gives held
@@ -89,20 +89,16 @@ pub(crate) struct Asks {
 }
 
 impl Asks {
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Asked>, u64)> {
-        self.list.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     pub fn lanes_of(&self, deployment: &str) -> usize {
-        self.lanes.lock().unwrap_or_else(PoisonError::into_inner).get(deployment).copied().unwrap_or(0)
+        self.lanes.lock().get(deployment).copied().unwrap_or(0)
     }
 
     pub fn lane_started(&self, deployment: &str) {
-        *self.lanes.lock().unwrap_or_else(PoisonError::into_inner).entry(deployment.to_string()).or_default() += 1;
+        *self.lanes.lock().entry(deployment.to_string()).or_default() += 1;
     }
 
     pub fn lane_stopped(&self, deployment: &str) {
-        let mut l = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut l = self.lanes.lock();
         if let Some(n) = l.get_mut(deployment) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -114,7 +110,7 @@ impl Asks {
     /// Queues a request for the lanes: false if it was dropped (too many
     /// pending). Drops requests past [`ASKED_LIFETIME`] first.
     pub fn push(&self, from: &str, deployment: &str, keys: Vec<FlowKey>, lanes: usize, now: Instant) -> bool {
-        let mut g = self.lock();
+        let mut g = self.list.lock();
         let (list, seq) = &mut *g;
         while list.front().is_some_and(|a| now.saturating_duration_since(a.at) >= ASKED_LIFETIME) {
             list.pop_front();
@@ -147,7 +143,7 @@ pub(crate) struct Answers {
 
 impl Answers {
     pub fn insert(&self, deployment: &str, keys: impl Iterator<Item = FlowKey>, now: Instant) {
-        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = self.map.lock();
         self.arrivals.fetch_add(1, Ordering::Release);
         for k in keys {
             if m.len() >= MAX_ANSWERS {
@@ -162,7 +158,7 @@ impl Answers {
 
     /// Takes the answer for a flow, if one came.
     pub fn take(&self, deployment: &str, key: &FlowKey) -> bool {
-        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = self.map.lock();
         m.remove(&(deployment.to_string(), *key)).is_some()
     }
 }
@@ -183,7 +179,7 @@ mod tests {
         assert_eq!(a.newest.load(Ordering::Relaxed), MAX_ASKED as u64);
         // Old ones make room.
         assert!(a.push("h2", "d", Vec::new(), 1, t0 + ASKED_LIFETIME));
-        assert_eq!(a.lock().0.len(), 1);
+        assert_eq!(a.list.lock().0.len(), 1);
     }
 
     #[test]

@@ -8,10 +8,10 @@
 //! bound is refused and counted, never an allocation without end.
 
 use crate::wire::{NfPart, PeerBatch};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sluice_wire::FlowKey;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -88,10 +88,6 @@ impl PeerStore {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Replicas held now (a read without the lock: workers skip the store
     /// while it is empty).
     pub fn held(&self) -> usize {
@@ -106,12 +102,12 @@ impl PeerStore {
 
     /// Whether a replica of this (normalized) flow of `deployment` is held.
     pub fn holds(&self, deployment: &str, key: &FlowKey) -> bool {
-        self.held() > 0 && self.lock().deployments.get(deployment).is_some_and(|m| m.contains_key(key))
+        self.held() > 0 && self.inner.lock().deployments.get(deployment).is_some_and(|m| m.contains_key(key))
     }
 
     /// Counts a message that could not be read.
     pub fn refused(&self) {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         g.counters.batches_received += 1;
         g.counters.batches_refused += 1;
     }
@@ -120,7 +116,7 @@ impl PeerStore {
     /// parts ended on its owner: its replica is forgotten. Per NF, a part
     /// older (by logical clock) than the one held is ignored.
     pub fn insert(&self, from: &str, batch: PeerBatch, now: Instant) {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         // Counted while the lock is held: a worker that sees the new count
         // and then locks finds the flows.
         self.arrivals.fetch_add(1, Ordering::Release);
@@ -170,7 +166,7 @@ impl PeerStore {
     /// Takes the replicas of `keys` (normalized) of a deployment: their
     /// flows arrived here. Appends them to `out`.
     pub fn take(&self, deployment: &str, keys: &[FlowKey], out: &mut Vec<(FlowKey, Replica)>) {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         let inner = &mut *g;
         let Some(map) = inner.deployments.get_mut(deployment) else { return };
         for k in keys {
@@ -186,7 +182,7 @@ impl PeerStore {
     /// Drops replicas not refreshed within the lifetime, and deployments
     /// left without any.
     pub fn expire(&self, now: Instant) {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         let inner = &mut *g;
         let mut dropped = 0usize;
         let mut freed = 0usize;
@@ -208,7 +204,7 @@ impl PeerStore {
 
     /// Forgets a deployment's replicas (it was removed).
     pub fn remove_deployment(&self, deployment: &str) {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         if let Some(map) = g.deployments.remove(deployment) {
             let freed: usize = map.values().map(|r| r.bytes).sum();
             g.bytes = g.bytes.saturating_sub(freed);
@@ -218,7 +214,7 @@ impl PeerStore {
 
     /// Its counts now.
     pub fn counters(&self) -> StoreCounters {
-        let g = self.lock();
+        let g = self.inner.lock();
         let mut c = g.counters.clone();
         c.replicas_held = self.held() as u64;
         c.bytes_held = g.bytes as u64;

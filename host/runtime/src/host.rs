@@ -6,9 +6,10 @@ use crate::bindings::v0_3::sluice::nf::{host_log as host_log_v3, state as wit_st
 use crate::bindings::v0_4::sluice::nf::{host_log as host_log_v4, state as wit_state_v4};
 use crate::bindings::{Event, Level};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
+use parking_lot::Mutex;
 use sluice_state::{StateError, TableSpec, Tables};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -133,10 +134,7 @@ impl HostState {
         deadline: std::time::Duration,
         tick: std::time::Duration,
     ) -> Self {
-        let log_dropped = match limiter.lock() {
-            Ok(l) => l.dropped(),
-            Err(poisoned) => poisoned.into_inner().dropped(),
-        };
+        let log_dropped = limiter.lock().dropped();
         // No preopened directories, no environment, no arguments, no
         // sockets, no name lookups, frozen clocks: the only inputs an NF has
         // are its config and its batches. Randomness stays (guest std hash
@@ -200,7 +198,7 @@ impl host_log::Host for HostState {
             message.push_str(" [cut]");
         }
         let name = crate::bindings::level_name(level);
-        let allowed = self.limiter.lock().map(|mut l| l.admit(name, "host-log", &message)).unwrap_or(false);
+        let allowed = self.limiter.lock().admit(name, "host-log", &message);
         if !allowed {
             return;
         }

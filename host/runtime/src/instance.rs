@@ -95,7 +95,7 @@ pub struct NfInstance {
     log_dropped_base: u64,
     /// The NF's log rate limit, shared by every instance it re-creates
     /// (a trap must not refill it).
-    log_limiter: Arc<std::sync::Mutex<crate::guest_io::LogLimiter>>,
+    log_limiter: Arc<parking_lot::Mutex<crate::guest_io::LogLimiter>>,
     /// Times guest calls for `cpu_ns`. A TSC read where the CPU has a
     /// stable one (a few ns), instead of a clock_gettime call per read:
     /// this is read twice per batch.
@@ -193,7 +193,7 @@ impl NfInstance {
             events: Vec::new(),
             touched: Vec::new(),
             log_dropped_base: 0,
-            log_limiter: Arc::new(std::sync::Mutex::new(if runtime.config.nf_logs_as_events {
+            log_limiter: Arc::new(parking_lot::Mutex::new(if runtime.config.nf_logs_as_events {
                 crate::guest_io::LogLimiter::keeping(spec.limits.log_lines_per_second)
             } else {
                 crate::guest_io::LogLimiter::new(spec.limits.log_lines_per_second)

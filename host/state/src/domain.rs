@@ -5,14 +5,15 @@
 //! Every access takes one lock per state call (so one per batch, not per
 //! packet); between calls a worker works on its own replica or share.
 
+use crate::HashMap;
 use crate::account::SharedBytes;
 use crate::eventual::EventualShared;
 use crate::pool::{Pool, PoolStats};
 use crate::single::SingleTable;
 use crate::spec::{Merge, TableSpec};
-use crate::{HashMap, lock};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// Shared state of one NF across the workers of a host. Create one per NF
 /// (per chain stage) and attach every worker's instance to it.
@@ -87,13 +88,13 @@ impl Domain {
     /// The shortest sync interval of the single-writer tables, if there
     /// are any: how often (packet time) a barrier runner must sync.
     pub fn sync_interval_ns(&self) -> Option<u64> {
-        lock(&self.inner).single.values().map(|s| s.sync_interval_ns()).min()
+        self.inner.lock().single.values().map(|s| s.sync_interval_ns()).min()
     }
 
     /// Single-writer table `spec.name`, created on first use with one
     /// shard per planned worker; its limits follow the latest declaration.
     pub(crate) fn single(&self, spec: &TableSpec, sync_interval_ns: u64) -> SingleTable {
-        let mut d = lock(&self.inner);
+        let mut d = self.inner.lock();
         let shards = self.planned.load(Ordering::Relaxed);
         let make = || SingleTable::new(spec, shards, sync_interval_ns, self.bytes.clone());
         let s = d.single.entry(spec.name.clone()).or_insert_with(make);
@@ -110,13 +111,13 @@ impl Domain {
     /// The published contents of single-writer table `name`, sorted by
     /// key: counter values as 8 bytes little-endian.
     pub fn single_snapshot(&self, name: &str) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-        let s = lock(&self.inner).single.get(name).cloned()?;
+        let s = self.inner.lock().single.get(name).cloned()?;
         Some(s.snapshot().into_iter().map(|(k, v)| (k, v.into_bytes())).collect())
     }
 
     /// Registers a worker and returns its index.
     pub(crate) fn attach(&self) -> usize {
-        let mut d = lock(&self.inner);
+        let mut d = self.inner.lock();
         d.workers += 1;
         d.workers - 1
     }
@@ -152,7 +153,7 @@ impl Domain {
     /// The shared view of eventual table `spec.name`, created on first
     /// use; its capacity and expiry follow the latest declaration.
     pub(crate) fn eventual(&self, spec: &TableSpec, merge: Merge) -> Arc<EventualShared> {
-        let mut d = lock(&self.inner);
+        let mut d = self.inner.lock();
         let shared = d
             .eventual
             .entry(spec.name.clone())
@@ -164,7 +165,7 @@ impl Domain {
 
     /// Pool `name`, created on first use.
     pub(crate) fn pool(&self, spec: &TableSpec, first: u64, count: u64, chunk: u32) -> Arc<Pool> {
-        let mut d = lock(&self.inner);
+        let mut d = self.inner.lock();
         let workers = d.workers.max(1);
         d.pools
             .entry(spec.name.clone())
@@ -175,7 +176,7 @@ impl Domain {
     /// The merged contents of eventual table `name` (what the workers have
     /// merged so far), sorted by key.
     pub fn eventual_snapshot(&self, name: &str) -> Option<Vec<(u64, u64)>> {
-        let shared = lock(&self.inner).eventual.get(name).cloned()?;
+        let shared = self.inner.lock().eventual.get(name).cloned()?;
         Some(shared.snapshot())
     }
 
@@ -193,7 +194,7 @@ impl Domain {
     /// the other hosts.) `now_ns`: the host's packet clock.
     pub fn eventual_changes(&self, now_ns: u64) -> Vec<(String, Vec<(u64, u64)>)> {
         let tables: Vec<(String, Arc<EventualShared>)> =
-            lock(&self.inner).eventual.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            self.inner.lock().eventual.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let mut out: Vec<(String, Vec<(u64, u64)>)> =
             tables.into_iter().map(|(k, t)| (k, t.take_changed(now_ns))).filter(|(_, v)| !v.is_empty()).collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -206,20 +207,20 @@ impl Domain {
     /// NF's state budget); entries of a table this host has not declared
     /// are ignored.
     pub fn set_eventual_remote(&self, host: &str, table: &str, entries: &[(u64, u64)], now_ns: u64) -> u64 {
-        let shared = lock(&self.inner).eventual.get(table).cloned();
+        let shared = self.inner.lock().eventual.get(table).cloned();
         shared.map_or(0, |t| t.set_remote(host, entries, now_ns))
     }
 
     /// The number of keys of eventual table `name` merged over the group,
     /// and its `n` largest values, largest first (cheap on a large table).
     pub fn eventual_top(&self, name: &str, n: usize) -> Option<(usize, Vec<(u64, u64)>)> {
-        let shared = lock(&self.inner).eventual.get(name).cloned()?;
+        let shared = self.inner.lock().eventual.get(name).cloned()?;
         Some(shared.top(n))
     }
 
     /// Names of the eventual tables.
     pub fn eventual_tables(&self) -> Vec<String> {
-        let mut v: Vec<String> = lock(&self.inner).eventual.keys().cloned().collect();
+        let mut v: Vec<String> = self.inner.lock().eventual.keys().cloned().collect();
         v.sort();
         v
     }
@@ -227,7 +228,7 @@ impl Domain {
     /// Statistics of every pool, by name.
     pub fn pool_stats(&self) -> Vec<(String, PoolStats)> {
         let pools: Vec<(String, Arc<Pool>)> =
-            lock(&self.inner).pools.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            self.inner.lock().pools.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let mut v: Vec<(String, PoolStats)> = pools.into_iter().map(|(k, p)| (k, p.stats())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
@@ -235,7 +236,7 @@ impl Domain {
 
     /// Names of the pools, sorted.
     pub fn pools(&self) -> Vec<String> {
-        let mut v: Vec<String> = lock(&self.inner).pools.keys().cloned().collect();
+        let mut v: Vec<String> = self.inner.lock().pools.keys().cloned().collect();
         v.sort();
         v
     }
@@ -246,7 +247,7 @@ impl Domain {
     }
 
     fn pool_named(&self, name: &str) -> Option<Arc<Pool>> {
-        lock(&self.inner).pools.get(name).cloned()
+        self.inner.lock().pools.get(name).cloned()
     }
 
     /// Splits pool `name` between the hosts of a group: this host hands

@@ -6,12 +6,13 @@
 //! folds it into the host's merged view once per merge interval; reads
 //! merge the view with the worker's unmerged updates.
 
+use crate::HashMap;
 use crate::account::SharedBytes;
 use crate::entry::{ENTRY_OVERHEAD, stale};
 use crate::spec::{Merge, TableSpec};
-use crate::{HashMap, lock};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Bytes one entry of an eventual table costs: key, value and overhead.
 pub(crate) const EVENTUAL_ENTRY: usize = 16 + ENTRY_OVERHEAD;
@@ -81,7 +82,7 @@ impl EventualShared {
 
     /// Capacity and expiry follow the latest declaration.
     pub(crate) fn set_limits(&self, spec: &TableSpec) {
-        let mut e = lock(&self.inner);
+        let mut e = self.inner.lock();
         e.capacity = spec.capacity();
         e.idle_timeout_ns = spec.idle_timeout_ns;
     }
@@ -116,7 +117,7 @@ impl EventualShared {
                 p.dirty = true;
                 continue;
             }
-            let e = guard.get_or_insert_with(|| lock(&self.inner));
+            let e = guard.get_or_insert_with(|| self.inner.lock());
             let timeout = e.idle_timeout_ns;
             let live = e.values.get(k).is_some_and(|m| !stale(m.last_ns, now, timeout));
             if !live {
@@ -142,7 +143,7 @@ impl EventualShared {
             return;
         }
         let identity = self.identity();
-        let mut e = lock(&self.inner);
+        let mut e = self.inner.lock();
         let timeout = e.idle_timeout_ns;
         for (&k, p) in pending.iter_mut() {
             let was_reserved = p.reserved;
@@ -183,7 +184,7 @@ impl EventualShared {
     pub(crate) fn forget(&self, pending: &mut HashMap<u64, Pending>) {
         let n = pending.drain().filter(|(_, p)| p.reserved).count();
         if n > 0 {
-            let mut e = lock(&self.inner);
+            let mut e = self.inner.lock();
             e.reserved = e.reserved.saturating_sub(n);
             self.bytes.free(n * EVENTUAL_ENTRY);
         }
@@ -193,7 +194,7 @@ impl EventualShared {
     /// group's other hosts' views), combined with the worker's pending
     /// updates; a read keeps a live entry from idling out.
     pub(crate) fn read(&self, keys: &[u64], pending: &HashMap<u64, Pending>, now: u64, out: &mut Vec<u64>) {
-        let mut e = lock(&self.inner);
+        let mut e = self.inner.lock();
         let timeout = e.idle_timeout_ns;
         let identity = self.identity();
         for k in keys {
@@ -223,7 +224,7 @@ impl EventualShared {
     /// unmerged updates) with its value as `read` gives it, without
     /// refreshing the entries (a scan is not a use).
     pub(crate) fn visit(&self, pending: &HashMap<u64, Pending>, now: u64, mut f: impl FnMut(u64, u64)) {
-        let e = lock(&self.inner);
+        let e = self.inner.lock();
         let timeout = e.idle_timeout_ns;
         let identity = self.identity();
         let hosts: Vec<&HashMap<u64, Merged>> = e.remote.values().collect();
@@ -265,14 +266,14 @@ impl EventualShared {
 
     /// Entries in the merged view.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.inner).values.len()
+        self.inner.lock().values.len()
     }
 
     /// This host's values of the keys merged since the last call, for
     /// the group's other hosts; of all its live keys every half idle
     /// timeout.
     pub(crate) fn take_changed(&self, now: u64) -> Vec<(u64, u64)> {
-        let mut e = lock(&self.inner);
+        let mut e = self.inner.lock();
         let inner = &mut *e;
         let timeout = inner.idle_timeout_ns;
         let refresh = timeout > 0 && now.saturating_sub(inner.last_refresh_ns) >= timeout / 2;
@@ -292,7 +293,7 @@ impl EventualShared {
     /// table's capacity for it and the NF's state budget; returns how many
     /// were refused for want of either.
     pub(crate) fn set_remote(&self, host: &str, entries: &[(u64, u64)], now: u64) -> u64 {
-        let mut e = lock(&self.inner);
+        let mut e = self.inner.lock();
         let capacity = e.capacity;
         let view = e.remote.entry(host.to_string()).or_default();
         let mut refused = 0;
@@ -315,7 +316,7 @@ impl EventualShared {
     /// O(table).
     pub(crate) fn top(&self, n: usize) -> (usize, Vec<(u64, u64)>) {
         use std::cmp::Reverse;
-        let e = lock(&self.inner);
+        let e = self.inner.lock();
         let identity = self.identity();
         let merged = |k: &u64| {
             let mut v = e.values.get(k).map(|m| m.value);
@@ -356,7 +357,7 @@ impl EventualShared {
     /// The merged view over the group (this host's and the others'), sorted
     /// by key.
     pub(crate) fn snapshot(&self) -> Vec<(u64, u64)> {
-        let e = lock(&self.inner);
+        let e = self.inner.lock();
         if e.remote.is_empty() {
             let mut v: Vec<(u64, u64)> = e.values.iter().map(|(k, m)| (*k, m.value)).collect();
             v.sort_unstable();
@@ -378,7 +379,7 @@ impl EventualShared {
     /// sweep is due (one worker sweeps for all). Returns how many were
     /// removed and, if `notify`, the removed `(key, value)` pairs.
     pub(crate) fn sweep(&self, now: u64, notify: bool, notes: &mut Vec<(u64, u64)>) -> u64 {
-        let mut e = lock(&self.inner);
+        let mut e = self.inner.lock();
         let timeout = e.idle_timeout_ns;
         if timeout == 0 || now.saturating_sub(e.last_sweep_ns) < (timeout / 8).max(1_000_000) {
             return 0;

@@ -46,13 +46,6 @@ pub use tables::{Checkpoint, DEFAULT_BUDGET_BYTES, FlowTableEntry, StateMeters, 
 pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
-/// Locks `m`. A worker that panicked while holding the lock leaves data
-/// that is still consistent (every update is a single map operation), so
-/// the others keep going rather than all failing on the poisoned lock.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 use std::cell::RefCell;
 
 thread_local! {

@@ -6,10 +6,11 @@
 use crate::account::SharedBytes;
 use crate::entry::ENTRY_OVERHEAD;
 use crate::scan::Smallest;
-use crate::{HashMap, HashSet, lock};
+use crate::{HashMap, HashSet};
+use parking_lot::Mutex;
 use sluice_wire::abi::push_frame;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The most resources a worker takes from a pool at a time, whatever the
 /// declared `chunk`.
@@ -230,7 +231,7 @@ impl Pool {
 
     /// The pool's resources: `first..end`.
     pub(crate) fn range(&self) -> (u64, u64) {
-        let p = lock(&self.inner);
+        let p = self.inner.lock();
         (p.first, p.end)
     }
 
@@ -243,7 +244,7 @@ impl Pool {
         values: impl Iterator<Item = &'a [u8]>,
         out: &mut Vec<u64>,
     ) -> Result<u64, usize> {
-        let mut p = lock(&self.inner);
+        let mut p = self.inner.lock();
         let mut short = 0;
         for (i, value) in values.enumerate() {
             if !self.bytes.try_charge(binding_cost(value)) {
@@ -274,7 +275,7 @@ impl Pool {
     /// The `limit` smallest held resources after `after`, with their
     /// values, and whether more are held after them.
     pub(crate) fn scan(&self, after: Option<u64>, limit: usize) -> (Vec<(u64, Vec<u8>)>, bool) {
-        let p = lock(&self.inner);
+        let p = self.inner.lock();
         let mut page = Smallest::new(after, limit);
         for (r, b) in &p.bound {
             page.offer(*r, b.value.as_slice());
@@ -285,7 +286,7 @@ impl Pool {
 
     /// Appends the framed values bound to `resources`.
     pub(crate) fn lookup(&self, resources: &[u64], out: &mut Vec<u8>) {
-        let p = lock(&self.inner);
+        let p = self.inner.lock();
         for r in resources {
             let v = p.bound.get(r).map(|b| b.value.as_slice()).unwrap_or(&[]);
             push_frame(out, v);
@@ -295,7 +296,7 @@ impl Pool {
     /// Unbinds resources into `worker`'s share; returns surplus beyond two
     /// chunks to the free list.
     pub(crate) fn release(&self, worker: usize, resources: &[u64]) -> u64 {
-        let mut p = lock(&self.inner);
+        let mut p = self.inner.lock();
         let released = self.unbind_all(&mut p, resources, Some(worker));
         let chunk = p.chunk;
         let surplus: Vec<u64> = {
@@ -308,11 +309,11 @@ impl Pool {
 
     /// Which worker holds each bound resource (for tests and reports).
     pub(crate) fn holder(&self, resource: u64) -> Option<usize> {
-        lock(&self.inner).bound.get(&resource).map(|b| b.worker)
+        self.inner.lock().bound.get(&resource).map(|b| b.worker)
     }
 
     pub(crate) fn stats(&self) -> PoolStats {
-        let p = lock(&self.inner);
+        let p = self.inner.lock();
         PoolStats {
             size: p.end - p.first,
             bound: p.bound.len() as u64,
@@ -329,7 +330,7 @@ impl Pool {
     /// resources bound here (imported first, see [`Pool::import`]).
     pub(crate) fn split(&self, block: u64, owns: &dyn Fn(u64) -> bool) {
         let block = block.max(1);
-        let mut p = lock(&self.inner);
+        let mut p = self.inner.lock();
         let (first, end) = (p.first, p.end);
         let first_block = first / block;
         let blocks = ((end.saturating_sub(1)) / block).saturating_sub(first_block).saturating_add(1);
@@ -361,7 +362,7 @@ impl Pool {
     /// allow (their block moved to another host, which takes them in),
     /// sorted by resource.
     pub(crate) fn take_bindings(&self, keep: &dyn Fn(u64) -> bool) -> Vec<(u64, Vec<u8>)> {
-        let mut p = lock(&self.inner);
+        let mut p = self.inner.lock();
         let gone: Vec<u64> = p.bound.keys().filter(|r| !keep(**r)).copied().collect();
         let mut out = Vec::with_capacity(gone.len());
         for r in gone {
@@ -377,7 +378,7 @@ impl Pool {
 
     /// The bindings of the resources `pick` allows, sorted by resource.
     pub(crate) fn bindings_where(&self, pick: &dyn Fn(u64) -> bool) -> Vec<(u64, Vec<u8>)> {
-        let p = lock(&self.inner);
+        let p = self.inner.lock();
         let mut v: Vec<(u64, Vec<u8>)> =
             p.bound.iter().filter(|(r, _)| pick(**r)).map(|(r, b)| (*r, b.value.clone())).collect();
         v.sort_unstable_by_key(|e| e.0);
@@ -388,7 +389,7 @@ impl Pool {
     /// they are not handed out here until released. Returns how many the
     /// state budget had no room for, or that are outside the pool.
     pub(crate) fn import(&self, entries: &[(u64, Vec<u8>)]) -> u64 {
-        let mut p = lock(&self.inner);
+        let mut p = self.inner.lock();
         let mut refused = 0;
         let mut taken: HashSet<u64> = HashSet::default();
         for (r, value) in entries {
@@ -419,7 +420,7 @@ impl Pool {
     /// Unbinds resources another host released (flows that moved there):
     /// they become free here. Returns how many were bound here.
     pub(crate) fn release_remote(&self, resources: &[u64]) -> u64 {
-        self.unbind_all(&mut lock(&self.inner), resources, None)
+        self.unbind_all(&mut self.inner.lock(), resources, None)
     }
 
     /// Unbinds `resources`, released by `worker` of this host (`None`: by
@@ -466,14 +467,14 @@ impl Pool {
 
     /// Takes the resources released here that are bound elsewhere.
     pub(crate) fn take_foreign(&self) -> Vec<u64> {
-        std::mem::take(&mut lock(&self.inner).foreign)
+        std::mem::take(&mut self.inner.lock().foreign)
     }
 
     /// Takes the resources whose binding changed since the last call, each
     /// with its binding now (`None`: free); `None` when too many changed
     /// to note: then every binding is to be sent again.
     pub(crate) fn take_changed(&self) -> Option<Vec<(u64, Option<Vec<u8>>)>> {
-        let mut p = lock(&self.inner);
+        let mut p = self.inner.lock();
         if std::mem::take(&mut p.changed_all) {
             return None;
         }

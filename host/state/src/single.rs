@@ -42,10 +42,11 @@ use crate::HashMap;
 use crate::account::SharedBytes;
 use crate::entry::ENTRY_OVERHEAD;
 use crate::spec::{Kind, TableSpec};
+use parking_lot::{Mutex, RwLock};
 use std::fmt::Debug;
 use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use writes::{Deltas, Put, Writes};
 
 pub(crate) use side::SingleStore;
@@ -109,10 +110,6 @@ fn make_room<K: Hash + Eq, V>(map: &mut HashMap<K, V>) {
     if map.capacity() - map.len() < HEADROOM {
         map.reserve(HEADROOM.max(map.len()));
     }
-}
-
-fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A value of a single-writer table.
@@ -357,7 +354,7 @@ impl<K: SwKey> SingleShared<K> {
     fn snapshot(&self) -> Vec<(Vec<u8>, Value)> {
         let mut v: Vec<(Vec<u8>, Value)> = Vec::new();
         for s in self.shards.iter() {
-            v.extend(read(&s.replica).map.iter().map(|(k, e)| (k.with_bytes(<[u8]>::to_vec), e.value.clone())));
+            v.extend(s.replica.read().map.iter().map(|(k, e)| (k.with_bytes(<[u8]>::to_vec), e.value.clone())));
         }
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v

@@ -9,12 +9,13 @@ use crate::prepare::{Blobs, Prepared};
 use crate::shared::Shared;
 use crate::{journal, outbox};
 use futures::StreamExt;
+use parking_lot::Mutex;
 use sha2::Digest;
 use sluice_control::{Bus, DeploymentSpec, EventBatch, LocalBus, MeterRecord};
 use sluice_pcap::Trace;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 

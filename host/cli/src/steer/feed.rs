@@ -1,10 +1,11 @@
 //! The group's table as a dispatcher's workers steer by it, and the
 //! changes of tables and links they saw.
 
+use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use sluice_group::{OwnershipTable, Route};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 /// The group's table as the workers steer by it: swapped whole when a new
@@ -126,7 +127,7 @@ impl RouteFeed {
         } else {
             tracing::warn!(host, "the link towards a host went down: its flows go to their next owners");
         }
-        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut links = self.links.lock();
         if !up && let Some((moved, sent)) = self.since_down.get(i) {
             moved.store(0, Ordering::Relaxed);
             sent.store(0, Ordering::Relaxed);
@@ -146,7 +147,7 @@ impl RouteFeed {
     /// The link changes so far (the latest 64); each host's latest down
     /// event with its counts since.
     pub fn link_events(&self) -> Vec<LinkEvent> {
-        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let mut links = self.links.lock().clone();
         for (i, host) in self.hosts.iter().enumerate() {
             let Some((moved, sent)) = self.since_down.get(i) else { continue };
             if let Some(e) = links.iter_mut().rev().find(|e| e.host == *host && !e.up) {
@@ -199,7 +200,7 @@ impl RouteFeed {
         let listed = |h: &str| table.members().iter().any(|m| m.host == h) || table.finishing().iter().any(|f| f == h);
         let lost = (0..self.hosts.len())
             .any(|i| u16::try_from(i).is_ok_and(|i| current.is_up(i)) && !self.hosts.get(i).is_some_and(|h| listed(h)));
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pending = self.pending.lock();
         let (due, seen) = match &*pending {
             Some((t, due)) if t.version() == table.version() => (*due, due.checked_sub(handover).unwrap_or(now)),
             _ => (now + handover, now),
@@ -217,14 +218,14 @@ impl RouteFeed {
 
     /// Steers by the pending table if its delay is over.
     pub fn apply_due(&self, now: Instant, handover: Duration) -> bool {
-        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let pending = self.pending.lock().take();
         match pending {
             Some((t, due)) if now >= due => {
                 self.apply(&t, handover);
                 true
             }
             Some(p) => {
-                *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);
+                *self.pending.lock() = Some(p);
                 false
             }
             None => false,
@@ -246,7 +247,7 @@ impl RouteFeed {
                 _ => {}
             }
         }
-        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut events = self.events.lock();
         if events.len() >= MAX_EVENTS {
             events.remove(0);
         }
@@ -262,7 +263,7 @@ impl RouteFeed {
 
     /// The tables steered by so far (the latest [`MAX_EVENTS`]).
     pub fn events(&self) -> Vec<TableEvent> {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.events.lock().clone()
     }
 
     /// Steers by `table` from now on (an older or equal version is
@@ -272,7 +273,7 @@ impl RouteFeed {
             return false;
         }
         let route = Arc::new(Route::of(table, &self.hosts));
-        *self.route.write().unwrap_or_else(PoisonError::into_inner) = route;
+        *self.route.write() = route;
         self.version.store(table.version(), Ordering::Release);
         true
     }
@@ -283,6 +284,6 @@ impl RouteFeed {
     }
 
     pub(super) fn current(&self) -> Arc<Route> {
-        self.route.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.route.read().clone()
     }
 }

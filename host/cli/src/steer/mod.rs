@@ -27,14 +27,15 @@ use crate::config::HostConfig;
 use crate::dpdk::{open_ports, port_report};
 use crate::run::RunError;
 use feed::BUCKETS;
+use parking_lot::Mutex;
 use report::WorkerStats;
 use sluice_dpdk::{Mbuf, Queue};
 use sluice_group::Flowlets;
 use sluice_wire::FlowKey;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Where one host's flows leave.
@@ -225,7 +226,7 @@ pub fn run_steer(
                 std::thread::sleep(Duration::from_millis(200));
                 if let Some(path) = &opts.report {
                     let mut r = empty(opts);
-                    for w in stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+                    for w in stats.lock().iter() {
                         r.add(w);
                     }
                     r.table_version = feed.version();
@@ -247,7 +248,7 @@ pub fn run_steer(
     }
     let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut report = empty(opts);
-    for w in stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+    for w in stats.lock().iter() {
         report.add(w);
     }
     report.table_version = feed.version();
@@ -465,7 +466,7 @@ fn publish(
 ) {
     stats.flowlets = flowlets.counters();
     stats.flows = flowlets.len();
-    if let Some(slot) = shared.lock().unwrap_or_else(PoisonError::into_inner).get_mut(w) {
+    if let Some(slot) = shared.lock().get_mut(w) {
         slot.clone_from(stats);
     }
     *at = Instant::now();

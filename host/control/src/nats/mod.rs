@@ -90,7 +90,7 @@ pub struct NatsBus {
     connects: tokio::sync::watch::Receiver<u64>,
     /// Gateway: SHA-256 of each desired key's value as last written, so
     /// unchanged deployments are not written again.
-    written: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>>,
+    written: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<String, [u8; 32]>>>,
 }
 
 impl NatsBus {
@@ -253,8 +253,7 @@ impl Bus for NatsBus {
             }
             let digest: [u8; 32] = sha2::Sha256::digest(&body).into();
             // Unchanged and still there (a wiped bucket is written again).
-            let written =
-                self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) == Some(&digest);
+            let written = self.written.lock().get(&key) == Some(&digest);
             if written && existing.contains(&key) {
                 continue;
             }
@@ -275,11 +274,11 @@ impl Bus for NatsBus {
                 }
             };
             stored.map_err(|e| BusError::op(format!("storing deployment {} of group {}", d.id, set.group), e))?;
-            self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, digest);
+            self.written.lock().insert(key, digest);
         }
         for key in existing.iter().filter(|k| !wanted.contains(*k)) {
             store.delete(key).await.map_err(|e| BusError::op(format!("removing desired key {key}"), e))?;
-            self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+            self.written.lock().remove(key);
         }
         refused.map_or(Ok(()), Err)
     }

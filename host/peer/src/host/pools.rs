@@ -25,8 +25,8 @@ use crate::HashMap;
 use crate::counters::PoolCounters;
 use crate::wire::{self, BindingsKind, PeerMessage, PoolBindings, PoolRelease};
 use sluice_group::{OwnershipTable, POOL_BLOCK, block_of};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long a gained block waits for its previous owner's handover.
@@ -61,7 +61,7 @@ struct Split {
 /// The split pools of a host.
 #[derive(Debug, Default)]
 pub(crate) struct Pools {
-    splits: std::sync::Mutex<HashMap<PoolKey, Split>>,
+    splits: parking_lot::Mutex<HashMap<PoolKey, Split>>,
 }
 
 /// Counters of the split pools.
@@ -96,7 +96,7 @@ fn blocks(first: u64, end: u64) -> impl Iterator<Item = u64> {
 
 impl Peer {
     fn pool_domains(&self) -> Vec<(PoolKey, Arc<sluice_state::Domain>)> {
-        let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        let d = self.domains.lock();
         let mut out = Vec::new();
         for (dep, r) in d.iter() {
             for (nf, dom) in &r.nfs {
@@ -110,7 +110,7 @@ impl Peer {
     }
 
     fn domain_of(&self, deployment: &str, nf: &str) -> Option<Arc<sluice_state::Domain>> {
-        let d = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        let d = self.domains.lock();
         d.get(deployment).and_then(|r| r.nfs.iter().find(|(n, _)| n == nf).map(|(_, dom)| dom.clone()))
     }
 
@@ -127,7 +127,7 @@ impl Peer {
     /// deployment is registered (its pools hand out nothing until then).
     pub fn pool_tick(&self, now: Instant) {
         let table = self.table();
-        let mut splits = self.pools.splits.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut splits = self.pools.splits.lock();
         let domains = self.pool_domains();
         splits.retain(|k, _| domains.iter().any(|(d, _)| d == k));
         for (key, dom) in domains {
@@ -323,7 +323,7 @@ impl Peer {
             return;
         };
         let key = (b.deployment.clone(), b.nf.clone(), b.pool.clone());
-        let mut splits = self.pools.splits.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut splits = self.pools.splits.lock();
         let total: usize = splits.values().map(|s| s.replicas.len()).sum();
         let split = splits.entry(key).or_default();
         match b.kind {

@@ -6,14 +6,14 @@
 use super::writes::{Put, Seen, Writes};
 use super::{
     ByteKey, Change, Entry, NO_HOLDER, Op, Owned, Refusal, Replica, SingleShared, SingleTable, SwKey, UNSENT, Value,
-    cost, make_room, read,
+    cost, make_room,
 };
+use crate::HashMap;
 use crate::entry::{add_delta, stale};
 use crate::scan::{Largest, Smallest};
-use crate::{HashMap, lock};
+use parking_lot::RwLockReadGuard;
 use sluice_wire::abi::push_frame;
 use std::sync::Arc;
-use std::sync::RwLockReadGuard;
 use std::sync::atomic::Ordering;
 
 /// A key's entry in a worker's overlay.
@@ -64,7 +64,7 @@ fn guard<'g, 'v, K>(
     }
     let s = shared.shards.get(shard)?;
     let slot = guards.get_mut(shard)?;
-    Some(slot.get_or_insert_with(|| read(&s.replica)))
+    Some(slot.get_or_insert_with(|| s.replica.read()))
 }
 
 impl<K: SwKey> Side<K> {
@@ -97,7 +97,7 @@ impl<K: SwKey> Side<K> {
                 continue;
             }
             if shard.holder.compare_exchange(NO_HOLDER, mine, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                let owned = lock(&shard.parked).take().unwrap_or_default();
+                let owned = shard.parked.lock().take().unwrap_or_default();
                 shared.orphans.fetch_sub(1, Ordering::Relaxed);
                 self.owned.push((i, owned));
             }
@@ -141,7 +141,7 @@ impl<K: SwKey> Side<K> {
             .shards
             .iter()
             .enumerate()
-            .map(|(i, s)| (!self.owned.iter().any(|(o, _)| *o == i)).then(|| read(&s.replica)))
+            .map(|(i, s)| (!self.owned.iter().any(|(o, _)| *o == i)).then(|| s.replica.read()))
             .collect()
     }
 
@@ -208,7 +208,7 @@ impl<K: SwKey> Side<K> {
                 keys.clear();
                 continue;
             };
-            let mut inbox = lock(&s.inbox);
+            let mut inbox = s.inbox.lock();
             let take = inbox.generation + 1;
             for key in keys.drain(..) {
                 let Some(p) = self.overlay.get_mut(&key).filter(|p| p.writes.unsent()) else { continue };
@@ -239,7 +239,7 @@ impl<K: SwKey> Side<K> {
         for (shard, own) in &mut self.owned {
             let Some(s) = shared.shards.get(*shard) else { continue };
             let take = {
-                let mut inbox = lock(&s.inbox);
+                let mut inbox = s.inbox.lock();
                 std::mem::swap(&mut inbox.ops, &mut self.applying);
                 inbox.generation += 1;
                 inbox.generation
@@ -266,7 +266,7 @@ impl<K: SwKey> Side<K> {
                 });
             }
             {
-                let mut replica = s.replica.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut replica = s.replica.write();
                 for k in own.dirty.drain(..) {
                     match own.map.get_mut(&k) {
                         Some(e) => {
@@ -331,7 +331,7 @@ impl<K: SwKey> Side<K> {
         self.push(now);
         for (shard, own) in self.owned.drain(..) {
             if let Some(s) = self.shared.shards.get(shard) {
-                *lock(&s.parked) = Some(own);
+                *s.parked.lock() = Some(own);
                 s.holder.store(NO_HOLDER, Ordering::Release);
                 self.shared.orphans.fetch_add(1, Ordering::Relaxed);
             }

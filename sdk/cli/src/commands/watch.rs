@@ -8,12 +8,13 @@ use super::modules::upload_path;
 use crate::args::{Output, WatchArgs};
 use crate::print::{outln, print_log_lines};
 use anyhow::{Context as _, Result};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sluice_cli::client::{Answer, Client, ClientError, encode};
 use sluice_cli::{BuildOptions, Project, Sdk};
 use sluice_gateway::api::{KeyCreated, LogsOut, ModuleOut, TenantCreated, TenantOut};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// `sluice nf watch`: watches the project as the tenant until Ctrl-C,
 /// then says what it leaves deployed.
@@ -105,8 +106,7 @@ fn watch(
                             match d.map(|d| d.model) {
                                 Ok(d) if d.status == "running" => {
                                     eprintln!("deployment {deployment} revision {} runs {nf}@{version}", d.revision);
-                                    *running.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                                        Some(format!("{nf}@{version}"));
+                                    *running.lock() = Some(format!("{nf}@{version}"));
                                     // The dev version it replaced is no longer deployed.
                                     if let Some(old) = previous.replace(format!("{nf}@{version}")) {
                                         let _ = client.delete(&format!("/v1/modules/{}", encode(&old)));
@@ -145,7 +145,7 @@ fn say_where_watch_left(deployment: String, running: Arc<Mutex<Option<String>>>)
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async { sluice_control::shutdown_signal().await });
-        match running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+        match running.lock().clone() {
             Some(v) => eprintln!(
                 "\nstopped watching; deployment {deployment} stays on {v}. `sluice nf deploy` puts sluice.toml's version back; `sluice undeploy {deployment}` removes it"
             ),
