@@ -128,7 +128,7 @@ fn heard(c: &Controller, host: &str, ago: Duration) {
         memory_slot_mb: 0,
     };
     let at = Instant::now().checked_sub(ago).unwrap();
-    c.hosts.write().unwrap().insert(host.into(), HostSeen { heartbeat, at });
+    c.hosts.write().insert(host.into(), HostSeen { heartbeat, at });
 }
 
 /// A pass, then the table on the bus, which is the one the controller keeps.

@@ -106,7 +106,7 @@ pub struct AgentReport {
 pub(crate) fn write(path: Option<&Path>, report: &Mutex<AgentReport>) {
     let Some(path) = path else { return };
     let json = {
-        let mut r = lock(report);
+        let mut r = report.lock();
         r.updated_ms = now_ms();
         serde_json::to_vec_pretty(&*r)
     };

@@ -279,7 +279,7 @@ impl LanePeer {
         let mut found: Vec<(String, Vec<PeerFlow>)> = Vec::new();
         let mut not_held: Vec<(String, Vec<FlowKey>)> = Vec::new();
         {
-            let mut g = self.peer.asks.lock();
+            let mut g = self.peer.asks.list.lock();
             let (list, seq) = &mut *g;
             // At most SERVE_AT_ONCE requests a call: a flood of requests
             // slows the answers, never the worker's packets.

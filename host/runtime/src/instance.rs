@@ -588,7 +588,7 @@ impl NfInstance {
                 }
                 tracing::debug!(nf = %self.name, "trap detail: {e:?}");
                 // The tenant sees its NF's traps too, within its log rate.
-                if self.log_limiter.lock().is_ok_and(|mut l| l.admit_record()) {
+                if self.log_limiter.lock().admit_record() {
                     self.events.push(EmittedEvent {
                         nf: self.name.clone(),
                         event: Event {
