@@ -93,55 +93,54 @@ fn parse_general(frame: &[u8]) -> Layers {
 #[inline]
 fn parse_common(frame: &[u8]) -> Option<Layers> {
     const L3: usize = crate::ethernet::HEADER_LEN;
-    let h: &[u8; L3 + 20] = frame.first_chunk()?;
-    let ver_ihl = h[14];
-    let total = u16::from_be_bytes([h[16], h[17]]);
-    let header_len = usize::from(ver_ihl & 0x0f) * 4;
-    // Offsets in `h`: EtherType 12, then the IPv4 header from 14 (version
-    // and header length, total length at +2, flags and fragment offset at
-    // +6, protocol at +9, addresses at +12 and +16). IPv4 with a header of
-    // at least 20 bytes inside a total length that covers it; no More
-    // Fragments flag, offset 0.
-    if u16::from_be_bytes([h[12], h[13]]) != ethertype::IPV4
-        || ver_ihl >> 4 != 4
-        || header_len < 20
-        || usize::from(total) < header_len
-        || u16::from_be_bytes([h[20], h[21]]) & 0x3fff != 0
+    // The views' accessors read fixed offsets; with the Ethernet header and
+    // a minimal IPv4 header present they never fall back to zero.
+    if frame.len() < L3 + crate::ipv4::MIN_HEADER_LEN
+        || EthernetFrame::new_unchecked(frame).ethertype() != ethertype::IPV4
     {
         return None;
     }
-    let proto = h[23];
+    let ip = Ipv4Packet::new_unchecked(frame.get(L3..)?);
+    let header_len = ip.header_len();
+    if ip.version() != 4
+        || header_len < crate::ipv4::MIN_HEADER_LEN
+        || usize::from(ip.total_len()) < header_len
+        || ip.is_fragment()
+    {
+        return None;
+    }
     let l4 = L3 + header_len;
     let t = frame.get(l4..)?;
-    let (src_port, dst_port, tcp_flags) = match proto {
+    let (src_port, dst_port, tcp_flags) = match ip.protocol() {
         protocol::TCP => {
-            let th: &[u8; 20] = t.first_chunk()?;
-            let data_offset = usize::from(th[12] >> 4) * 4;
-            if data_offset < 20 || t.len() < data_offset {
+            let tcp = TcpPacket::new_unchecked(t);
+            if t.len() < crate::tcp::MIN_HEADER_LEN
+                || tcp.header_len() < crate::tcp::MIN_HEADER_LEN
+                || t.len() < tcp.header_len()
+            {
                 return None;
             }
-            (u16::from_be_bytes([th[0], th[1]]), u16::from_be_bytes([th[2], th[3]]), Some(th[13]))
+            (tcp.src_port(), tcp.dst_port(), Some(tcp.flags()))
         }
         protocol::UDP => {
-            let uh: &[u8; 8] = t.first_chunk()?;
-            if u16::from_be_bytes([uh[4], uh[5]]) < 8 {
+            let udp = UdpPacket::new_unchecked(t);
+            if t.len() < crate::udp::HEADER_LEN || usize::from(udp.len()) < crate::udp::HEADER_LEN {
                 return None;
             }
-            (u16::from_be_bytes([uh[0], uh[1]]), u16::from_be_bytes([uh[2], uh[3]]), None)
+            (udp.src_port(), udp.dst_port(), None)
         }
         _ => return None,
     };
-    let src = IpAddr128::from_v4([h[26], h[27], h[28], h[29]]);
-    let dst = IpAddr128::from_v4([h[30], h[31], h[32], h[33]]);
+    let (src, dst) = (IpAddr128::from_v4(ip.src()), IpAddr128::from_v4(ip.dst()));
     Some(Layers {
         vlan: None,
         ethertype: ethertype::IPV4,
         l3_offset: Some(L3 as u16),
         l4_offset: u16::try_from(l4).ok(),
-        key: Some(FlowKey { src, dst, src_port, dst_port, protocol: proto }),
+        key: Some(FlowKey { src, dst, src_port, dst_port, protocol: ip.protocol() }),
         fragment: false,
         tcp_flags,
-        ip: Some(IpFacts { l3: L3, end: L3 + usize::from(total), v6: false, fragment: None }),
+        ip: Some(IpFacts { l3: L3, end: L3 + usize::from(ip.total_len()), v6: false, fragment: None }),
         error: None,
     })
 }
