@@ -952,6 +952,122 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     }
 }
 
+/// Liveness beacons: a host that stops (`SIGSTOP`: hung, its memif link
+/// stays up, the controller hears nothing for a while yet) stops sending
+/// beacons, and the dispatcher (`--liveness-ms`) sends its flows to their
+/// next owners within milliseconds, long before the controller's silence
+/// bound; they keep their state (replicated every millisecond), so every
+/// frame due once the dispatcher noticed passes. When the host runs again
+/// its beacons bring it back.
+#[test]
+fn a_host_that_stops_beaconing_loses_its_flows_to_their_next_owners_within_milliseconds() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    // Generous for a loaded 2-core runner; a failover by the controller's
+    // silence bound fails it.
+    const BOUND_MS: f64 = 250.0;
+    assert!(BOUND_MS < SILENCE_MS as f64 / 2.0);
+    let dir = test_dir();
+    let d = dir.path();
+    let veth = Veth::new();
+    let hosts = ["h1", "h2", "h3"];
+    let EdgeGroup { nats, gw: _gw, mut procs, table, _turn, .. } =
+        edge_group_with(d, &hosts, "firewall", "fw", Some(web_firewall()), &["--beacon", "0", "--beacon-us", "1000"]);
+    // 90 connections opened over the first half second, then a packet
+    // every 10 ms by turns each way until 3.5 s; every frame unique.
+    const SECS: f64 = 3.5;
+    let server = [192, 0, 2, 1];
+    let mut schedule: Vec<(f64, Vec<u8>)> = Vec::new();
+    for i in 0..90u32 {
+        let client = [10, 3, 0, i as u8 + 1];
+        let port = 40000 + i as u16;
+        let (mut t, mut seq) = (f64::from(i) / 180.0, 0u32);
+        while t < SECS {
+            let payload = [i.to_be_bytes(), seq.to_be_bytes()].concat();
+            let f = match (seq, seq % 2 == 1) {
+                (0, _) => FrameSpec::tcp4(client, port, server, 80, flags::SYN),
+                (_, true) => FrameSpec::tcp4(server, 80, client, port, flags::ACK),
+                (_, false) => FrameSpec::tcp4(client, port, server, 80, flags::ACK),
+            };
+            schedule.push((t, f.with_payload(payload).build()));
+            seq += 1;
+            t += 0.01;
+        }
+    }
+    schedule.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let steer = live_dispatcher_with(&nats, d, &veth, &hosts, table.version(), 3000, &["--liveness-ms", "30"]);
+    let (mut sender, mut lines) = paced_sender(d, &veth, schedule.iter().map(|(t, f)| (*t, f.as_slice())));
+    let t0 = Instant::now();
+    let unix = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let t0_unix = unix();
+    let at = |secs: f64| std::thread::sleep(Duration::from_secs_f64(secs).saturating_sub(t0.elapsed()));
+    let signal = |sig: &str, p: &Proc| {
+        let pid = p.child.id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success(), "kill {sig} {pid}");
+    };
+    at(1.5);
+    let stopped = unix();
+    signal("-STOP", &procs[1]);
+    at(2.3);
+    let resumed = unix();
+    signal("-CONT", &procs[1]);
+    let done = lines.next().unwrap().unwrap();
+    assert!(sender.wait().unwrap().success());
+    let st = steer.wait_with_output().unwrap();
+    assert!(st.status.success(), "steer: {}", std::fs::read_to_string(d.join("steer.err")).unwrap());
+    let rep: Value = serde_json::from_slice(&std::fs::read(d.join("steer-live.json")).unwrap()).unwrap();
+    wait_for(10, "the hosts to write what they forwarded", || {
+        std::thread::sleep(Duration::from_millis(1200));
+        Some(())
+    });
+    let links = rep["links"].as_array().unwrap();
+    eprintln!("sender: {done}; links: {links:#?}; hosts: {}", rep["hosts"]);
+    let at_s = |e: &Value| e["at_unix_us"].as_u64().unwrap() as f64 / 1e6;
+    let down = links
+        .iter()
+        .find(|e| e["host"] == "h2" && e["up"] == false && at_s(e) >= stopped)
+        .unwrap_or_else(|| panic!("the dispatcher never took h2 down: {rep}"));
+    assert_eq!(down["cause"], "beacons", "its link stayed up: {down}");
+    let detected = at_s(down);
+    let detection_ms = (detected - stopped) * 1e3;
+    eprintln!("h2 stopped; its beacons missed {detection_ms:.1} ms later (bound 30 ms)");
+    assert!(detection_ms <= BOUND_MS, "h2 was taken down {detection_ms:.1} ms after it stopped");
+    let up = links.iter().find(|e| e["host"] == "h2" && e["up"] == true && at_s(e) >= detected);
+    assert_eq!(up.map(|e| &e["cause"]), Some(&json!("link and beacons")), "h2 came back once it ran again: {links:#?}");
+    assert!(rep["hosts"].as_array().unwrap().iter().all(|h| h["beacons"].as_u64() > Some(1000)), "{}", rep["hosts"]);
+    assert_eq!(rep["stray_frames"], 0);
+
+    // Every frame of h2's flows due from 50 ms after the dispatcher
+    // noticed until h2 ran again passed, through its flows' next owners,
+    // with their state: the server's half passes only where it is.
+    let mut seen: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+    for h in hosts {
+        for (_, f) in flows(&d.join(format!("{h}.out.pcap"))) {
+            *seen.entry(f).or_default() += 1;
+        }
+    }
+    let owner = |f: &Vec<u8>| table.owner(sluice_wire::parse(f).key.unwrap().symmetric_hash()).map(String::from);
+    let (mut due, mut lost, mut twice) = (0, Vec::new(), 0);
+    for (t, f) in &schedule {
+        let when = t0_unix + t;
+        let n = seen.get(f).copied().unwrap_or(0);
+        twice += usize::from(n > 1);
+        if owner(f).as_deref() == Some("h2") && when >= detected + 0.05 && when < resumed {
+            due += 1;
+            if n == 0 {
+                lost.push(format!("{t:.3}"));
+            }
+        }
+    }
+    eprintln!("frames of h2's flows due while it was taken for dead: {due}, lost {}", lost.len());
+    assert!(due > 500, "{due}");
+    assert!(lost.is_empty(), "frames of h2's flows lost after the dispatcher noticed: {lost:?}");
+    assert_eq!(twice, 0, "no frame is processed twice");
+    for p in &mut procs {
+        p.term();
+    }
+}
+
 /// SNF's reactive pull: with proactive replication slowed to a minute, a
 /// drained host's flows move to their next owners without their state.
 /// The first packet of each moved flowlet names the host it left; the new

@@ -50,6 +50,10 @@ const SECS: f64 = 8.0;
 /// Each connection sends a packet every this long, by turns each way.
 const EVERY: f64 = 0.025;
 const SILENCE_MS: u64 = 1500;
+/// The dispatcher treats a host as gone when it heard no liveness beacon
+/// from it for this long (hosts send one every [`BEACON_US`]).
+const LIVENESS_MS: u64 = 10;
+const BEACON_US: u64 = 1000;
 
 /// A veth pair (removed on drop).
 struct Veth {
@@ -220,7 +224,7 @@ fn run(
             .env("SLUICE_CACHE_DIR", dir.join("cache"))
             .args(&args)
             .args(["--group", "edge", "--dpdk", "--workers", "1", "--window-ms", "200", "--heartbeat-ms", "300"])
-            .args(["--capacity-pps", "1000", "--report"])
+            .args(["--capacity-pps", "1000", "--beacon", "0", "--beacon-us", &BEACON_US.to_string(), "--report"])
             .arg(dir.join(format!("{h}.json")))
             .args(extra)
             .args(["--", "--no-huge", "--no-pci", "-m", "256", "-l", &cpu(i + 1), "--log-level=lib.eal:error"])
@@ -261,7 +265,7 @@ fn run(
     steer
         .args(&steer_args)
         .args(["--group", "edge", "--ingress", "0", "--workers", "1", "--batch", "32", "--idle-exit-ms", "3000"])
-        .args(["--tx-retry-us", "50000", "--report"])
+        .args(["--tx-retry-us", "50000", "--liveness-ms", &LIVENESS_MS.to_string(), "--report"])
         .arg(&steer_report);
     for (i, h) in hosts.iter().enumerate() {
         steer.args(["--to", &format!("{h}={}", i + 1)]);
@@ -479,6 +483,18 @@ struct Failover {
     recovered: Vec<f64>,
     /// Per such first frame: its latency (out against due), seconds.
     first_latency: Vec<f64>,
+    /// Per flow: seconds from the kill until it ran elsewhere: the
+    /// dispatcher's detection when the flow's first frame due after it
+    /// came out of another host, else the due time of its first frame
+    /// that did (frames lost after detection count against it).
+    ready: Vec<f64>,
+    /// Of those, flows whose first frame due after detection was lost.
+    lost_after_detection: usize,
+    /// Why the dispatcher took the host's link down (`link`, `beacons`).
+    cause: String,
+    /// Down events of the other hosts' links (live hosts taken for dead):
+    /// host, seconds into the schedule, cause.
+    false_downs: Vec<String>,
     /// Flows with no frame out of another host after the kill.
     not_recovered: usize,
     /// Frames of its flows lost since each flow's last frame out before
@@ -501,6 +517,23 @@ fn failover(r: &Run, killed_at: f64, dead: usize, name: &str) -> Failover {
         flows: 0,
         recovered: Vec::new(),
         first_latency: Vec::new(),
+        ready: Vec::new(),
+        lost_after_detection: 0,
+        cause: r.steer["links"]
+            .as_array()
+            .and_then(|l| l.iter().rev().find(|x| x["host"] == name && x["up"] == false))
+            .and_then(|x| x["cause"].as_str())
+            .unwrap_or("")
+            .to_string(),
+        false_downs: r.steer["links"].as_array().map_or(Vec::new(), |l| {
+            l.iter()
+                .filter(|x| x["host"] != name && x["up"] == false)
+                .map(|x| {
+                    let at = x["at_unix_us"].as_u64().map_or(0.0, |us| us as f64 / 1e6 - r.t0);
+                    format!("{} at {at:.2} s ({})", x["host"].as_str().unwrap_or(""), x["cause"].as_str().unwrap_or(""))
+                })
+                .collect()
+        }),
         not_recovered: 0,
         lost_due: Vec::new(),
         detected: link_down_at(&r.steer, name).map(|t| t - killed_at),
@@ -534,6 +567,22 @@ fn failover(r: &Run, killed_at: f64, dead: usize, name: &str) -> Failover {
                 out.lost_due.push(r.t0 + f.due - killed_at);
             }
         }
+        if let Some(detected) = out.detected {
+            let after: Vec<(f64, bool)> = frames_of(flow)
+                .map(|(f, o)| (r.t0 + f.due - killed_at, o.iter().any(|&(_, h)| h != dead)))
+                .filter(|&(due, _)| due >= detected)
+                .collect();
+            match after.first() {
+                Some(&(_, true)) => out.ready.push(detected),
+                Some(_) => {
+                    out.lost_after_detection += 1;
+                    if let Some(&(due, _)) = after.iter().find(|&&(_, elsewhere)| elsewhere) {
+                        out.ready.push(due);
+                    }
+                }
+                None => {}
+            }
+        }
     }
     out
 }
@@ -551,29 +600,48 @@ impl Failover {
         let before_detection = split(None, self.detected);
         let before_table = split(self.detected, self.table.filter(|_| self.detected.is_some()));
         let after = lost - before_detection - before_table;
-        format!(
-            "**The kill of h2**, measured on its flows (a flow is h2's when its last frame out before the kill came out of h2: {} connections). \
+        let mut ready = self.ready.clone();
+        let ready_line = format!(
+            "**Every flow of h2 ran elsewhere {:.1} ms after the kill at the median, {:.1} ms at p99, {:.1} ms at most** ({} flows; a flow runs elsewhere from the \
+             dispatcher's detection when its first frame due after it came out of another host, which held for {} of them, else from the due time of its first \
+             frame that did). The dispatcher took h2's link down for `{}` ({}); links of live hosts taken down over the run: {}.\n\n",
+            percentile(&mut ready, 0.5) * 1e3,
+            percentile(&mut ready, 0.99) * 1e3,
+            ready.last().copied().unwrap_or(0.0) * 1e3,
+            self.ready.len(),
+            self.ready.len() - self.lost_after_detection.min(self.ready.len()),
+            self.cause,
+            if self.cause == "beacons" {
+                format!("no liveness beacon for {LIVENESS_MS} ms; hosts send one every {} ms", BEACON_US / 1000)
+            } else {
+                "its memif link went down before the beacons' bound passed".to_string()
+            },
+            if self.false_downs.is_empty() { "none".to_string() } else { self.false_downs.join(", ") },
+        );
+        ready_line
+            + &format!(
+                "**The kill of h2**, measured on its flows (a flow is h2's when its last frame out before the kill came out of h2: {} connections). \
              Time from the kill until each came out of another host: p50 **{:.1} ms**, p99 **{:.1} ms**, max **{:.1} ms** over the {} that did ({} never did); \
              those first frames' latency against when they were due: p50 {:.1} ms, p99 {:.1} ms (a connection sends a frame every {:.0} ms by turns each way, \
              so a flow's first frame after the kill is due up to {:.0} ms later). The dispatcher saw h2's link go down {} after the kill and steered by a table \
              without h2 {} after it. Frames of h2's flows lost (after each flow's last frame out before the kill): **{lost}**, due from {:.1} ms to {:.1} ms \
              after the kill: {before_detection} due before the dispatcher saw the link down (sent to h2, in flight or queued there), \
              {before_table} due between that and the table change, {after} due after both (lost in the move: state, queues).\n\n",
-            self.flows,
-            percentile(&mut rec, 0.5) * 1e3,
-            percentile(&mut rec, 0.99) * 1e3,
-            rec.last().copied().unwrap_or(0.0) * 1e3,
-            self.recovered.len(),
-            self.not_recovered,
-            percentile(&mut lat, 0.5) * 1e3,
-            percentile(&mut lat, 0.99) * 1e3,
-            EVERY * 1e3,
-            EVERY * 1e3,
-            ms(self.detected),
-            ms(self.table),
-            if lost > 0 { lo * 1e3 } else { 0.0 },
-            if lost > 0 { hi * 1e3 } else { 0.0 },
-        )
+                self.flows,
+                percentile(&mut rec, 0.5) * 1e3,
+                percentile(&mut rec, 0.99) * 1e3,
+                rec.last().copied().unwrap_or(0.0) * 1e3,
+                self.recovered.len(),
+                self.not_recovered,
+                percentile(&mut lat, 0.5) * 1e3,
+                percentile(&mut lat, 0.99) * 1e3,
+                EVERY * 1e3,
+                EVERY * 1e3,
+                ms(self.detected),
+                ms(self.table),
+                if lost > 0 { lo * 1e3 } else { 0.0 },
+                if lost > 0 { hi * 1e3 } else { 0.0 },
+            )
     }
 }
 

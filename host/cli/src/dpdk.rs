@@ -12,6 +12,7 @@
 //! dropped packets are freed. Workers are pinned to the EAL's lcores (or
 //! `cores`).
 
+use crate::beacon::{BeaconOptions, BeaconPort, Beacons};
 use crate::config::HostConfig;
 use crate::report::NfReport;
 use crate::run::{RunError, load_specs};
@@ -402,17 +403,24 @@ pub fn port_report(p: &sluice_dpdk::Port, queues: Vec<QueueCounters>) -> PortRep
     }
 }
 
-/// DPDK ports opened for a host under the control plane (`serve --dpdk`).
-/// Fields drop in order: ports, then their pool, then EAL.
+/// DPDK ports opened for a host under the control plane (`serve --dpdk`),
+/// and the thread sending its liveness beacons, which stops first.
+#[derive(Debug)]
 pub struct LivePorts {
+    _beacons: Option<Beacons>,
+    _held: Arc<Held>,
+}
+
+/// The ports, their pool and EAL (fields drop in that order).
+struct Held {
     ports: Vec<sluice_dpdk::Port>,
-    _pool: Arc<sluice_dpdk::Mempool>,
+    pool: Arc<sluice_dpdk::Mempool>,
     eal: Eal,
 }
 
-impl std::fmt::Debug for LivePorts {
+impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LivePorts").field("ports", &self.ports).finish_non_exhaustive()
+        f.debug_struct("Held").field("ports", &self.ports).finish_non_exhaustive()
     }
 }
 
@@ -431,26 +439,60 @@ pub struct LiveOptions {
     pub mbufs: u32,
     /// RX/TX descriptors per queue.
     pub descriptors: u16,
+    /// Liveness beacons to a group's dispatcher, if any.
+    pub beacon: Option<BeaconOptions>,
 }
 
 /// Initializes EAL and starts the ports with one queue pair per worker;
 /// returns the agent's live input and the ports (keep them until the agent
 /// returns).
-pub fn open_live(
-    config: &HostConfig,
-    opts: &LiveOptions,
-) -> Result<(sluice_agent::LiveInput, Arc<LivePorts>), RunError> {
+pub fn open_live(config: &HostConfig, opts: &LiveOptions) -> Result<(sluice_agent::LiveInput, LivePorts), RunError> {
+    if let Some(b) = &opts.beacon {
+        b.check()?;
+    }
     let workers = config.workers.clamp(1, 64);
     let batch = config.batch_size.clamp(1, 256);
     let Opened { eal, cores, port_ids, pool, ports } =
         open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_live")?;
+    let beacon_port = match &opts.beacon {
+        Some(b) => Some(port_ids.iter().position(|&p| p == b.target.port).ok_or_else(|| {
+            RunError::Usage(format!(
+                "--beacon names port {}, which this host does not use (its ports: {port_ids:?})",
+                b.target.port
+            ))
+        })?),
+        None => None,
+    };
+    let tx_lock = Arc::new(parking_lot::Mutex::new(()));
     let egress = egress_of(&ports, &pool);
     let mut ios: Vec<Box<dyn PacketIo + Send>> = Vec::new();
     for w in 0..workers {
         let queues: Vec<Queue> = ports.iter().filter_map(|p| p.queue(w as u16)).collect();
-        ios.push(Box::new(DpdkIo::new(queues, port_ids.clone(), opts.pairs, batch).with_egress(egress.clone())));
+        let mut io = DpdkIo::new(queues, port_ids.clone(), opts.pairs, batch).with_egress(egress.clone());
+        if let (0, Some(i)) = (w, beacon_port) {
+            io = io.with_shared_tx(i, tx_lock.clone());
+        }
+        ios.push(Box::new(io));
     }
-    let held = Arc::new(LivePorts { ports, _pool: pool, eal });
+    let held = Arc::new(Held { ports, pool, eal });
+    let beacons = match (&opts.beacon, beacon_port) {
+        (Some(b), Some(i)) => {
+            let queue = held
+                .ports
+                .get(i)
+                .and_then(|p| p.queue(0))
+                .ok_or_else(|| RunError::Usage(format!("port {} has no queue for beacons", b.target.port)))?;
+            let h = held.clone();
+            let port = BeaconPort {
+                register: Box::new(move || h.eal.register_thread()),
+                queue,
+                pool: held.pool.clone(),
+                lock: tx_lock,
+            };
+            Some(Beacons::start(b, port)?)
+        }
+        _ => None,
+    };
     let (h1, h2) = (held.clone(), held.clone());
     let input = sluice_agent::LiveInput {
         ios,
@@ -462,7 +504,7 @@ pub fn open_live(
         }),
         port_stats: Arc::new(move || h2.ports.iter().map(|p| port_report(p, Vec::new())).collect()),
     };
-    Ok((input, held))
+    Ok((input, LivePorts { _beacons: beacons, _held: held }))
 }
 
 #[cfg(test)]

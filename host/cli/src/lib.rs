@@ -2,6 +2,7 @@
 //! reports, and synthetic traces. The `sluice-host` binary is a thin CLI
 //! over this.
 
+pub mod beacon;
 pub mod chain;
 pub mod config;
 #[cfg(feature = "dpdk")]

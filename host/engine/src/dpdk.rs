@@ -83,6 +83,9 @@ pub struct DpdkIo {
     frame: Vec<u8>,
     /// Times transmit bursts, when asked for, and their sum.
     tx_watch: Option<(sluice_runtime::Stopwatch, u64)>,
+    /// A port index whose TX queue this worker shares with another thread
+    /// (a host's beacon sender), and the lock both take around a burst.
+    shared_tx: Option<(usize, std::sync::Arc<parking_lot::Mutex<()>>)>,
 }
 
 impl DpdkIo {
@@ -110,7 +113,15 @@ impl DpdkIo {
             egress: None,
             frame: Vec::new(),
             tx_watch: None,
+            shared_tx: None,
         }
+    }
+
+    /// Shares this worker's TX queue on port index `port` with another
+    /// thread: every burst there is sent under `lock`.
+    pub fn with_shared_tx(mut self, port: usize, lock: std::sync::Arc<parking_lot::Mutex<()>>) -> Self {
+        self.shared_tx = Some((port, lock));
+        self
     }
 
     /// Cuts forwarded IPv4 datagrams longer than their output port's MTU
@@ -234,6 +245,7 @@ impl DpdkIo {
             }
             let Some(&port) = self.port_ids.get(t) else { continue };
             let queued = pkts.len() as u64;
+            let _shared = self.shared_tx.as_ref().filter(|(i, _)| *i == t).map(|(_, lock)| lock.lock());
             let sent = self.queues.get_mut(t).map(|q| q.tx_burst(port, pkts)).unwrap_or(0) as u64;
             // Counted against the egress port's queue of this worker.
             if let Some(c) = self.counters.get_mut(t) {

@@ -39,6 +39,21 @@ pub mod ethertype {
     pub const IPV6: u16 = 0x86dd;
 }
 
+/// A MAC address written `02:00:5e:10:00:01` (six hex bytes, colons
+/// between), or `None`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
 /// A view of an Ethernet II frame.
 #[derive(Debug, Clone)]
 pub struct EthernetFrame<T: AsRef<[u8]>> {
@@ -127,6 +142,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn macs_are_six_hex_bytes() {
+        assert_eq!(parse_mac("02:00:5e:10:0:FF"), Some([2, 0, 0x5e, 0x10, 0, 0xff]));
+        for bad in
+            ["", "02:00:5e:10:00", "02:00:5e:10:00:01:02", "02:00:5e:10:00:zz", "02:00:5e:10:00:123", "02::5e:10:00:01"]
+        {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn vlan_tags_are_skipped() {

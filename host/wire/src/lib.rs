@@ -20,6 +20,7 @@
 //! Errors are a small `Copy` enum so that the hot path never allocates.
 
 pub mod abi;
+pub mod beacon;
 #[allow(clippy::indexing_slicing)] // builds fixed-size headers it just allocated
 pub mod build;
 pub mod checksum;

@@ -28,6 +28,10 @@ pub struct RouteFeed {
     /// it, and the packets sent to it in the [`RECENT_MS`] before (added
     /// by each worker when it sees the link down).
     since_down: Vec<(AtomicU64, AtomicU64)>,
+    /// Per host: liveness beacons heard from it.
+    beacons: Vec<AtomicU64>,
+    /// Frames hosts sent the dispatcher that were not their beacons.
+    stray: AtomicU64,
 }
 
 /// The window before a link went down whose packets a link event counts
@@ -43,6 +47,10 @@ pub struct LinkEvent {
     pub host: String,
     /// Whether it is up now.
     pub up: bool,
+    /// Why: down, `link` (the port's link went down) or `beacons` (with
+    /// `--liveness-ms`: none heard within the bound); up, `link` or
+    /// `link and beacons` (both are up again).
+    pub cause: String,
     /// When, ms since the dispatcher started.
     pub at_ms: u64,
     /// When, µs since the Unix epoch (to set against other processes'
@@ -100,6 +108,8 @@ impl RouteFeed {
             link_epoch: AtomicU64::new(0),
             links: Mutex::new(Vec::new()),
             since_down: hosts.iter().map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
+            beacons: hosts.iter().map(|_| AtomicU64::new(0)).collect(),
+            stray: AtomicU64::new(0),
             hosts,
         }
     }
@@ -109,11 +119,12 @@ impl RouteFeed {
         self.down.get(i).is_some_and(|d| d.load(Ordering::Acquire))
     }
 
-    /// Notes the state of the link towards host `i`. A host whose link
-    /// went down is treated as gone at once: its flows move to their
+    /// Notes the state of the link towards host `i`, and why it changed
+    /// (`cause`, when it did: see [`LinkEvent::cause`]). A host whose
+    /// link went down is treated as gone at once: its flows move to their
     /// next owners (which hold their replicated state) without waiting
     /// for the controller to notice its silence.
-    pub fn set_link(&self, i: usize, up: bool) {
+    pub fn set_link(&self, i: usize, up: bool, cause: &str) {
         let Some(flag) = self.down.get(i) else { return };
         let was_down = flag.swap(!up, Ordering::AcqRel);
         if was_down != up {
@@ -123,9 +134,9 @@ impl RouteFeed {
         self.link_epoch.fetch_add(1, Ordering::AcqRel);
         let host = self.hosts.get(i).cloned().unwrap_or_default();
         if up {
-            tracing::info!(host, "the link towards a host is up");
+            tracing::info!(host, cause, "the link towards a host is up");
         } else {
-            tracing::warn!(host, "the link towards a host went down: its flows go to their next owners");
+            tracing::warn!(host, cause, "the link towards a host went down: its flows go to their next owners");
         }
         let mut links = self.links.lock();
         if !up && let Some((moved, sent)) = self.since_down.get(i) {
@@ -138,6 +149,7 @@ impl RouteFeed {
         links.push(LinkEvent {
             host,
             up,
+            cause: cause.to_string(),
             at_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at_unix_us: unix_us(),
             ..Default::default()
@@ -173,6 +185,23 @@ impl RouteFeed {
         {
             moved.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A beacon of host `i` was heard.
+    pub(super) fn heard(&self, i: usize) {
+        if let Some(b) = self.beacons.get(i) {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A host sent a frame that was not its beacon.
+    pub(super) fn stray_frame(&self) {
+        self.stray.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Beacons heard per host (in `--to` order), and stray frames.
+    pub(super) fn beacon_counts(&self) -> (Vec<u64>, u64) {
+        (self.beacons.iter().map(|b| b.load(Ordering::Relaxed)).collect(), self.stray.load(Ordering::Relaxed))
     }
 
     pub(super) fn link_epoch(&self) -> u64 {

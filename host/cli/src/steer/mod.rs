@@ -17,6 +17,7 @@
 
 mod feed;
 mod follow;
+mod liveness;
 mod report;
 
 pub use feed::{LinkEvent, RECENT_MS, RouteFeed, TableEvent};
@@ -61,12 +62,7 @@ impl FromStr for Target {
             None => (rest, None),
         };
         let port = port.parse().map_err(|_| bad())?;
-        let mac = mac
-            .map(|m| {
-                let parts: Vec<u8> = m.split(':').filter_map(|b| u8::from_str_radix(b, 16).ok()).collect();
-                <[u8; 6]>::try_from(parts).map_err(|_| bad())
-            })
-            .transpose()?;
+        let mac = mac.map(|m| sluice_wire::ethernet::parse_mac(m).ok_or_else(bad)).transpose()?;
         Ok(Target { host: host.to_string(), port, mac })
     }
 }
@@ -104,6 +100,9 @@ pub struct SteerOptions {
     /// before what is left is dropped (backpressure from a slow host,
     /// bounded so that it cannot stall the others for long).
     pub tx_retry: Duration,
+    /// With liveness beacons: a host none is heard from for this long is
+    /// treated as gone (see [`liveness`]); `None`: only link state.
+    pub liveness: Option<Duration>,
     /// Addresses whose TCP and UDP ports are resources of a release pool
     /// split between the hosts (a NAT's public addresses): a packet to one
     /// goes to the owner of its destination port's block
@@ -163,7 +162,15 @@ pub fn run_steer(
     let deadline = Instant::now() + opts.link_wait;
     let targets: Vec<&sluice_dpdk::Port> =
         opened.ports.iter().filter(|p| opts.to.iter().any(|t| t.port == p.id())).collect();
-    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && !targets.iter().all(|p| p.link_up()) {
+    // With beacons, also until every host was heard from.
+    let mut liveness = opts.liveness.map(|bound| liveness::Liveness::new(bound, &opts.to, &opened.ports));
+    let ready = |l: &Option<liveness::Liveness>| {
+        targets.iter().all(|p| p.link_up()) && l.as_ref().is_none_or(liveness::Liveness::heard_all)
+    };
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && !ready(&liveness) {
+        if let Some(l) = &mut liveness {
+            l.poll(&feed, Instant::now());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     for p in targets.iter().filter(|p| !p.link_up()) {
@@ -172,6 +179,17 @@ pub fn run_steer(
             name = p.name(),
             "the link towards a host is down; its packets are dropped until it is up"
         );
+    }
+    if let Some(l) = &mut liveness {
+        l.poll(&feed, Instant::now());
+        for (i, t) in opts.to.iter().enumerate().filter(|(i, _)| !l.alive(*i, Instant::now())) {
+            tracing::warn!(
+                host = t.host,
+                port = t.port,
+                "no liveness beacon from a host (is it run with --beacon?): its packets go to the next owners until one comes"
+            );
+            feed.set_link(i, false, "beacons");
+        }
     }
     let burst = config.batch_size.clamp(1, 256);
     let stats: Arc<Mutex<Vec<WorkerStats>>> = Arc::new(Mutex::new(vec![WorkerStats::default(); workers]));
@@ -210,14 +228,34 @@ pub fn run_steer(
             .enumerate()
             .filter_map(|(i, t)| opened.ports.iter().find(|p| p.id() == t.port).map(|p| (i, p)))
             .collect();
-        let (done_ref, feed_ref) = (&done, &feed);
+        // With beacons, a host none is heard from within the bound
+        // counts as gone as well (a hung or killed process whose link
+        // stays up, or goes down late).
+        let (done_ref, feed_ref, eal) = (&done, &feed, &opened.eal);
         let watcher = scope.spawn(move || {
             let (done, feed) = (done_ref, feed_ref);
+            // Registered for the mempool's per-thread cache (beacons are freed here).
+            let _guard = liveness.is_some().then(|| eal.register_thread().ok()).flatten();
+            let every = liveness.as_ref().map_or(Duration::from_millis(1), |l| {
+                (l.bound() / 8).clamp(Duration::from_micros(100), Duration::from_millis(1))
+            });
             while !done.load(Ordering::Relaxed) {
-                for (i, p) in &watched {
-                    feed.set_link(*i, p.link_up());
+                let now = Instant::now();
+                if let Some(l) = &mut liveness {
+                    l.poll(feed, now);
                 }
-                std::thread::sleep(Duration::from_millis(1));
+                for (i, p) in &watched {
+                    let link = p.link_up();
+                    let heard = liveness.as_ref().is_none_or(|l| l.alive(*i, now));
+                    let cause = match (link, heard) {
+                        (false, _) => "link",
+                        (true, false) => "beacons",
+                        (true, true) if liveness.is_some() => "link and beacons",
+                        (true, true) => "link",
+                    };
+                    feed.set_link(*i, link && heard, cause);
+                }
+                std::thread::sleep(every);
             }
         });
         // The report is kept up to date while the workers run.
@@ -229,9 +267,7 @@ pub fn run_steer(
                     for w in stats.lock().iter() {
                         r.add(w);
                     }
-                    r.table_version = feed.version();
-                    r.tables = feed.events();
-                    r.links = feed.link_events();
+                    r.add_feed(&feed);
                     write_report(path, &r);
                 }
             }
@@ -251,9 +287,7 @@ pub fn run_steer(
     for w in stats.lock().iter() {
         report.add(w);
     }
-    report.table_version = feed.version();
-    report.tables = feed.events();
-    report.links = feed.link_events();
+    report.add_feed(&feed);
     report.wall_ns = wall_ns;
     report.mpps = if wall_ns > 0 { report.received as f64 * 1e3 / wall_ns as f64 } else { 0.0 };
     report.ports = opened.ports.iter().map(|p| port_report(p, Vec::new())).collect();

@@ -1,7 +1,7 @@
 //! What a dispatcher did: per host, per worker, and its table and link
 //! changes.
 
-use super::feed::{LinkEvent, TableEvent};
+use super::feed::{LinkEvent, RouteFeed, TableEvent};
 use crate::dpdk::PortReport;
 use serde::Serialize;
 use sluice_group::FlowletCounters;
@@ -24,6 +24,8 @@ pub struct HostCount {
     /// moved its slots, or its link down): after a kill, the flows the
     /// loss moved.
     pub moved_away: u64,
+    /// Liveness beacons heard from it (with `--liveness-ms`).
+    pub beacons: u64,
 }
 
 /// Counters of one worker.
@@ -71,6 +73,9 @@ pub struct SteerReport {
     pub tables: Vec<TableEvent>,
     /// Links towards hosts that went down or came back (the latest 64).
     pub links: Vec<LinkEvent>,
+    /// Frames the hosts sent the dispatcher that were not their beacons
+    /// (freed; with `--liveness-ms`).
+    pub stray_frames: u64,
     /// Flowlets started, moved between hosts, moved because their host
     /// was gone; flows untracked or forgotten.
     pub flowlets: FlowletCounters,
@@ -115,6 +120,18 @@ impl SteerReport {
             ));
         }
         s
+    }
+
+    /// What the feed saw: tables, links, beacons.
+    pub(super) fn add_feed(&mut self, feed: &RouteFeed) {
+        self.table_version = feed.version();
+        self.tables = feed.events();
+        self.links = feed.link_events();
+        let (beacons, stray) = feed.beacon_counts();
+        for (h, n) in self.hosts.iter_mut().zip(beacons) {
+            h.beacons = n;
+        }
+        self.stray_frames = stray;
     }
 
     pub(super) fn add(&mut self, w: &WorkerStats) {

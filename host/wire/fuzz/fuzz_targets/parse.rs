@@ -43,6 +43,10 @@ fuzz_target!(|data: &[u8]| {
             let _ = (p.echo_ident(), p.is_echo(false));
         }
     }
+    if let Ok(b) = sluice_wire::beacon::Beacon::new_checked(data) {
+        assert!(!b.host().is_empty());
+        let _ = b.seq();
+    }
     // Unchecked views on arbitrary bytes must not panic either.
     let _ = Ipv4Packet::new_unchecked(data).payload();
     let _ = TcpPacket::new_unchecked(data).payload();

@@ -208,6 +208,14 @@ pub struct SteerArgs {
     /// before taking traffic, ms.
     #[arg(long, default_value_t = 10_000)]
     pub link_wait_ms: u64,
+    /// Hear the hosts' liveness beacons (hosts run with `serve --dpdk
+    /// --beacon <port>`): a host none is heard from for this long, ms, is
+    /// treated as gone and its flows go to their next owners at once
+    /// (0: off; only link state and the controller's table). Keep it
+    /// above a few beacon intervals and the hosts' scheduling hiccups:
+    /// 5-20 ms.
+    #[arg(long, env = "SLUICE_LIVENESS_MS", default_value_t = 0)]
+    pub liveness_ms: u64,
     /// How long a burst towards a host whose port is full is retried
     /// before the rest is dropped, µs (backpressure from a slow host,
     /// bounded: it holds up the worker's other hosts meanwhile).
@@ -327,6 +335,16 @@ pub struct ServeDpdkArgs {
     /// host that had it (then they run without it: a state miss).
     #[arg(long, env = "SLUICE_PULL_WAIT_US", default_value_t = 5000, requires = "dpdk")]
     pub pull_wait_us: u64,
+    /// With --dpdk: send liveness beacons to the group's dispatcher out of
+    /// this port (`<port>`, broadcast, or `<port>@<mac>`), so that a
+    /// dispatcher run with --liveness-ms moves this host's flows within
+    /// milliseconds once they stop (the process died or hangs).
+    #[arg(long, env = "SLUICE_BEACON", requires = "dpdk")]
+    pub beacon: Option<sluice_host::beacon::BeaconTarget>,
+    /// With --dpdk: how often, µs, a beacon is sent. Keep it well under
+    /// the dispatcher's --liveness-ms.
+    #[arg(long, env = "SLUICE_BEACON_US", default_value_t = 1000, requires = "beacon")]
+    pub beacon_us: u64,
     /// EAL arguments (with --dpdk).
     #[arg(last = true)]
     pub eal: Vec<String>,

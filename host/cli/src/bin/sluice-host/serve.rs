@@ -108,6 +108,11 @@ async fn serve_dpdk(
             eal_args: live.eal,
             mbufs: live.mbufs,
             descriptors: live.descriptors,
+            beacon: live.beacon.map(|target| sluice_host::beacon::BeaconOptions {
+                target,
+                every: std::time::Duration::from_micros(live.beacon_us),
+                host: cfg.host.clone(),
+            }),
         };
         let (input, held) = sluice_host::dpdk::open_live(config, &opts)?;
         let report = sluice_agent::serve_live(bus, cfg, input, stop).await?;

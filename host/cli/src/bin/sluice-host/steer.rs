@@ -62,6 +62,7 @@ pub fn steer(config_path: Option<&Path>, a: SteerArgs) -> anyhow::Result<ExitCod
         report: a.report.clone(),
         link_wait: Duration::from_millis(a.link_wait_ms),
         tx_retry: Duration::from_micros(a.tx_retry_us),
+        liveness: (a.liveness_ms > 0).then(|| Duration::from_millis(a.liveness_ms)),
         pool_addresses: a.pool_addresses.into_iter().map(sluice_wire::IpAddr128::from).collect(),
     };
     let result = sluice_host::steer::run_steer(&config, &opts, feed, stop.clone());
