@@ -849,6 +849,7 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     let drained = wait_group_table(&api, &nats, "edge", four.version(), &["h1", "h2", "h4"]);
     at(4.5);
     let killed = t0.elapsed().as_secs_f64();
+    let killed_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     procs[1].kill9();
     let after = wait_group_table(&api, &nats, "edge", drained.version(), &["h1", "h4"]);
     let dropped = t0.elapsed().as_secs_f64();
@@ -934,6 +935,11 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     // from h2 since.
     eprintln!("link of h2 down: {down}; frames lost to the kill {lost_kill}");
     assert!(down["flowlets_moved"].as_u64().unwrap() > 0, "{down}");
+    // Found by its link, in milliseconds, not by the controller's silence
+    // bound (generous for a loaded 2-core runner).
+    let detection_ms = (down["at_unix_us"].as_u64().unwrap() as f64 / 1e6 - killed_unix) * 1e3;
+    eprintln!("h2's link went down {detection_ms:.1} ms after the kill ({})", down["cause"]);
+    assert!(down["cause"] == "link" && detection_ms < 250.0, "{down}");
     // What it had sent h2 in the 20 ms before it saw the link down depends
     // on how long after the kill that was: reported, not asserted.
     let events = rep["tables"].as_array().unwrap();
