@@ -299,7 +299,7 @@ fn reassembly_refuses_what_contradicts_a_datagram_and_counts_it() {
     let sent: Vec<_> = [&frags[0], &frags[0], &frags[1], &frags[2]].iter().map(|f| (INSIDE, (*f).clone())).collect();
     let out = send(&mut chain, &sent);
     assert_eq!(
-        out.iter().map(|r| r.fate.clone()).collect::<Vec<_>>(),
+        out.iter().map(|r| r.fate).collect::<Vec<_>>(),
         [Fate::Reassembling, Fate::Refused, Fate::Reassembling, Fate::Forward(0)]
     );
     // An overlapping fragment throws its datagram away.

@@ -88,7 +88,7 @@ fn a_new_config_applies_to_new_connections_only() {
             .iter()
             .map(|f| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 1, ingress_port: 0 })
             .collect();
-        chain.process(&raw).iter().map(|r| r.fate.clone()).collect()
+        chain.process(&raw).iter().map(|r| r.fate).collect()
     };
     assert_eq!(fates(&mut chain, &[syn(1)]), vec![Fate::Forward(0)]);
     // Version 2 denies everything new.

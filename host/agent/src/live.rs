@@ -46,6 +46,8 @@ pub struct LiveInput {
     pub on_thread: Arc<dyn Fn() -> Result<ThreadGuard, String> + Send + Sync>,
     /// The ports' device counters (queues left empty).
     pub port_stats: Arc<dyn Fn() -> Vec<PortReport> + Send + Sync>,
+    /// Time each stage of the workers' batches (the report's `stages`).
+    pub stage_times: bool,
 }
 
 impl std::fmt::Debug for LiveInput {
@@ -97,7 +99,8 @@ impl Lane for LiveLane {
     }
 
     fn admit(&mut self, contended: bool) -> bool {
-        self.share.pause().is_none() || !contended
+        // Alone in the batch it always runs: what it uses is charged after.
+        !contended || self.share.pause().is_none()
     }
 
     fn ran(&mut self, packets: u64, forwarded: u64, took: Duration) {
@@ -129,7 +132,7 @@ impl Lane for LiveLane {
         }
     }
 
-    fn run(&mut self, packets: &[sluice_runtime::RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &[PacketResult] {
+    fn run(&mut self, packets: &[sluice_runtime::RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &mut [PacketResult] {
         match &mut self.peer {
             Some(p) => {
                 p.set_moved(packets, moved);
@@ -148,6 +151,8 @@ struct WorkerCounts {
     refused_egress: u64,
     over_share: u64,
     not_running: u64,
+    /// With stage times.
+    stages: Option<sluice_runtime::StageTimes>,
 }
 
 /// The live workers of a host.
@@ -187,6 +192,7 @@ impl Live {
                 stop: stop.clone(),
                 open: open.clone(),
                 counts: counts.clone(),
+                stage_times: input.stage_times,
             };
             let t = std::thread::Builder::new()
                 .name(format!("live-{w}"))
@@ -279,9 +285,13 @@ impl Live {
     pub(crate) fn report(&self, shared: &Shared) {
         let mut ports = (self.port_stats)();
         let (mut unmatched, mut refused, mut over_share, mut not_running) = (0, 0, 0, 0);
+        let mut stages: Option<sluice_runtime::StageTimes> = None;
         {
             let counts = self.counts.lock();
             for c in counts.iter() {
+                if let Some(s) = &c.stages {
+                    stages.get_or_insert_default().add(s);
+                }
                 unmatched += c.unmatched;
                 refused += c.refused_egress;
                 over_share += c.over_share;
@@ -297,6 +307,7 @@ impl Live {
         r.refused_egress = refused;
         r.over_share = over_share;
         r.not_running = not_running;
+        r.stages = stages.map(|s| s.per_packet());
     }
 
     /// Stops every worker after it closed its deployments' meter windows.
@@ -336,6 +347,7 @@ struct WorkerCtx {
     stop: Arc<std::sync::atomic::AtomicBool>,
     open: Arc<std::sync::atomic::AtomicBool>,
     counts: Arc<Mutex<Vec<WorkerCounts>>>,
+    stage_times: bool,
 }
 
 /// How often a worker moves its counts into the host report and
@@ -370,6 +382,9 @@ impl WorkerCtx {
         let mut claims: Vec<(String, Vec<Attachment>)> = Vec::new();
         let mut classifier = Classifier::default();
         let mut dispatch = Dispatch::new(self.ports.clone(), self.unmatched);
+        if self.stage_times {
+            dispatch.time_stages(io.as_mut());
+        }
         // The worker's time, shared equally by the tenants whose packets
         // wait for it.
         let fair = FairShare::new();
@@ -408,9 +423,10 @@ impl WorkerCtx {
                 continue;
             }
             let got = dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes);
+            // One clock read for the loop's timers.
+            let now = Instant::now();
             // Other hosts' requests for flows moved away from here.
             if self.shared.peer.is_some() {
-                let now = Instant::now();
                 for l in &mut lanes {
                     if let Some(p) = l.peer.as_mut() {
                         p.serve(l.active.worker.chain(), now);
@@ -418,8 +434,7 @@ impl WorkerCtx {
                 }
             }
             // Peer state goes out on its interval, with traffic or without.
-            if self.shared.peer.is_some() && last_peer.elapsed() >= TICK_EVERY {
-                let now = Instant::now();
+            if self.shared.peer.is_some() && now.saturating_duration_since(last_peer) >= TICK_EVERY {
                 last_peer = now;
                 for l in &mut lanes {
                     if let Some(p) = l.peer.as_mut().filter(|p| p.due(now)) {
@@ -432,8 +447,8 @@ impl WorkerCtx {
                     idle = 0;
                     // Events, windows and checkpoints at most every
                     // millisecond, not per batch.
-                    if last_tick.elapsed() >= TICK_EVERY {
-                        last_tick = Instant::now();
+                    if now.saturating_duration_since(last_tick) >= TICK_EVERY {
+                        last_tick = now;
                         for l in lanes.iter_mut().filter(|l| l.packets_in > 0) {
                             l.active.tick(&self.shared);
                         }
@@ -448,8 +463,8 @@ impl WorkerCtx {
                     }
                 }
             }
-            if last_report.elapsed() >= REPORT_EVERY {
-                last_report = Instant::now();
+            if now.saturating_duration_since(last_report) >= REPORT_EVERY {
+                last_report = now;
                 // Windows close on time also without traffic, and the
                 // workers' eventual updates reach the host's view (and the
                 // group's) though no packet comes to merge them.
@@ -574,6 +589,9 @@ impl WorkerCtx {
             c.over_share = d.over_share;
             c.not_running = d.not_running;
             c.queues = io.queue_counters().to_vec();
+            if self.stage_times {
+                c.stages = Some(dispatch.stage_times(io));
+            }
         }
     }
 }

@@ -58,7 +58,7 @@ pub struct DeploymentReport {
 }
 
 /// Everything this host process metered.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentReport {
     /// Host id.
     pub host: String,
@@ -99,6 +99,10 @@ pub struct AgentReport {
     /// group's hosts, by `<deployment>/<nf>/<table>` (its 16 largest values).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub global_tables: std::collections::BTreeMap<String, sluice_peer::GlobalTable>,
+    /// With `--stage-times`: ns per packet in each stage of the live
+    /// workers' batches (see `sluice_runtime::stages`), over all workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<sluice_runtime::StagesPerPacket>,
 }
 
 /// Writes the host report to `path` (if the host keeps one), stamped

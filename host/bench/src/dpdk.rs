@@ -90,7 +90,7 @@ pub(crate) fn host_run(
 /// The report of `sluice-host dpdk` with `nf`, `workers` (on `workers`
 /// CPUs) and `extra` flags, over `packets` packets.
 #[allow(clippy::too_many_arguments)]
-fn host_report(
+pub(crate) fn host_report(
     host: &Path,
     nf: &Path,
     dir: &Path,
@@ -306,7 +306,7 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>
 }
 
 /// Stages of the per-stage table, in a batch's order (the report's keys).
-const STAGES: [&str; 7] = ["receive", "read", "build", "call", "verdicts", "deliver", "transmit"];
+const STAGES: [&str; 8] = ["receive", "read", "build", "call", "verdicts", "deliver", "transmit", "between"];
 
 /// Where a packet's time goes on one worker: `sluice-host dpdk
 /// --stage-times` per NF, beside testpmd's whole cost per packet on the
@@ -347,8 +347,8 @@ pub fn stages_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Conf
     let ceiling = ceilings.get(ceilings.len() / 2).copied().unwrap_or(0.0);
     let mut s = String::new();
     s.push_str("\n## DPDK: where a packet's time goes, stage by stage\n\n");
-    s.push_str(&format!("`sluice-host dpdk --stage-times` on one worker over the devices of the scaling table below (64-byte TCP frames replayed from memory by `net_pcap`, sent to `net_null`), 8 M packets per run, {rounds} rounds interleaved with `dpdk-testpmd --forward-mode=io` on the same devices; each row is the NF's round with the median total. Stages (docs/run-report.md): **receive** the device's receive burst, **read** lengths and bytes out of the buffers, **build** the batch record (parse, descriptor, flow key and hash), **call** the NF's `process` call (flow state, lowering, guest code, lifting), **verdicts** fates from verdicts, routes and rewrites, **deliver** packets to output queues, **transmit** the device's transmit burst; ns per packet. testpmd forwards a packet in {:.1} ns ({ceiling:.2} Mpps, median of the rounds): its whole cost is about this table's receive and transmit.\n\n", if ceiling > 0.0 { 1e3 / ceiling } else { 0.0 }));
-    s.push_str("| NF | Mpps | receive | read | build | call | verdicts | deliver | transmit | total | host/testpmd |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str(&format!("`sluice-host dpdk --stage-times` on one worker over the devices of the scaling table below (64-byte TCP frames replayed from memory by `net_pcap`, sent to `net_null`), 8 M packets per run, {rounds} rounds interleaved with `dpdk-testpmd --forward-mode=io` on the same devices; each row is the NF's round with the median total. Stages (docs/run-report.md): **receive** the device's receive burst, **read** lengths and bytes out of the buffers, **build** the batch record (parse, descriptor, flow key and hash), **call** the NF's `process` call (flow state, lowering, guest code, lifting), **verdicts** fates from verdicts, routes and rewrites, **deliver** packets to output queues, **transmit** the device's transmit burst, **between** the worker's loop between batches; ns per packet. testpmd forwards a packet in {:.1} ns ({ceiling:.2} Mpps, median of the rounds): its whole cost is about this table's receive and transmit.\n\n", if ceiling > 0.0 { 1e3 / ceiling } else { 0.0 }));
+    s.push_str("| NF | Mpps | receive | read | build | call | verdicts | deliver | transmit | between | total | host/testpmd |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (nf, v) in nf_names.iter().zip(runs.iter_mut()) {
         v.sort_by(|a, b| total(a).total_cmp(&total(b)));
         let Some(r) = v.get(v.len() / 2) else { continue };

@@ -24,6 +24,11 @@ use std::time::{Duration, Instant};
 const DEPLOYS: usize = 10;
 const TENANTS: [usize; 3] = [1, 2, 4];
 const ROUNDS: usize = 3;
+/// Tenants of the stage-by-stage comparison.
+const STAGE_TENANTS: [usize; 2] = [1, 4];
+/// Stages of a live host's report, in order (`sluice_runtime::stages`).
+const STAGES: [&str; 9] =
+    ["receive", "read", "classify", "build", "call", "verdicts", "deliver", "transmit", "between"];
 
 /// `frames` with an 802.1Q tag each, VLAN `100 + i % vlans`.
 fn tagged(frames: &[Vec<u8>], vlans: usize) -> Vec<Vec<u8>> {
@@ -247,6 +252,33 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &st
         rows.push((n, mpps, alone, traps));
     }
 
+    // Where the difference goes: both paths timed stage by stage on the
+    // same trace, the live host over its steady window.
+    let mut stage_rows: Vec<(String, f64, Value)> = Vec::new();
+    for n in STAGE_TENANTS {
+        let trace = dir.join(format!("vlans{n}.pcap"));
+        write_trace(&trace, &tagged(frames, n))?;
+        for (t, key) in tenants.iter().take(n).enumerate() {
+            deploy(&cluster, key, &format!("fw{t}"), firewall_config, &format!("port=0,vlan={}", 100 + t))?;
+        }
+        let alone = crate::dpdk::host_report(host, &fw_path, &dir, &trace, &cpus, 1, 4_000_000, &["--stage-times"])?;
+        let mpps = alone.get("mpps").and_then(Value::as_f64).unwrap_or(0.0);
+        stage_rows.push((
+            format!("`dpdk`, the firewall alone ({n} VLAN{})", if n > 1 { "s" } else { "" }),
+            mpps,
+            alone["stages"].clone(),
+        ));
+        let rep = dir.join(format!("live-stages-{n}.json"));
+        let live = live_host.start_with(&trace, &rep, &format!("s{n}"), 1000, &["--stage-times"])?;
+        let (mpps, _) = rate(&rep, Duration::from_millis(1500), 6)?;
+        let stages = report(&rep).map(|r| r["stages"].clone()).unwrap_or(Value::Null);
+        stage_rows.push((format!("`serve --dpdk`, {n} tenant{}", if n > 1 { "s" } else { "" }), mpps, stages));
+        term(live);
+        for (t, key) in tenants.iter().take(n).enumerate() {
+            undeploy(&cluster, key, &format!("fw{t}"))?;
+        }
+    }
+
     let (run, first) = (median(running_ms), median(first_ms));
     let mut s = String::new();
     s.push_str("\n## Live host: tenants sharing a DPDK port (`serve --dpdk`)\n\n");
@@ -270,6 +302,23 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &st
             "| {n} | {live:.2} | {alone:.2} | {:.2} | {traps} |\n",
             if alone > 0.0 { live / alone } else { 0.0 }
         ));
+    }
+    s.push_str(
+        "\n**Stage by stage** (`--stage-times` on both, one run each, the same traces; ns per packet; the live host's over its whole run, warm-up included; \
+         **classify** is which deployment's lane each packet takes and the lanes' parts of the batch, **verdicts** includes the live host's checks of each lane's \
+         results against its attachments, **between** the worker's loop between batches: commands, meter ticks, reports, peer state):\n\n",
+    );
+    s.push_str(&format!(
+        "| path | Mpps | {} | total |\n|---|---:|{}---:|\n",
+        STAGES.join(" | "),
+        "---:|".repeat(STAGES.len())
+    ));
+    for (path, mpps, st) in &stage_rows {
+        s.push_str(&format!("| {path} | {mpps:.2} |"));
+        for k in STAGES {
+            s.push_str(&format!(" {:.1} |", st[k].as_f64().unwrap_or(0.0)));
+        }
+        s.push_str(&format!(" {:.1} |\n", st["total"].as_f64().unwrap_or(0.0)));
     }
     Ok(s)
 }

@@ -441,6 +441,8 @@ pub struct LiveOptions {
     pub descriptors: u16,
     /// Liveness beacons to a group's dispatcher, if any.
     pub beacon: Option<BeaconOptions>,
+    /// Time each stage of the workers' batches (the report's `stages`).
+    pub stage_times: bool,
 }
 
 /// Initializes EAL and starts the ports with one queue pair per worker;
@@ -503,6 +505,7 @@ pub fn open_live(config: &HostConfig, opts: &LiveOptions) -> Result<(sluice_agen
             h1.eal.register_thread().map(|g| Box::new(g) as sluice_agent::live::ThreadGuard).map_err(|e| e.to_string())
         }),
         port_stats: Arc::new(move || h2.ports.iter().map(|p| port_report(p, Vec::new())).collect()),
+        stage_times: opts.stage_times,
     };
     Ok((input, LivePorts { _beacons: beacons, _held: held }))
 }

@@ -37,6 +37,22 @@ pub fn outer_vlan(frame: &[u8]) -> Option<u16> {
 }
 
 /// What a host does with packets no attachment matches.
+/// The outer VLAN of an untagged or singly tagged frame as
+/// [`Headers::of`] reads it (`Some(None)`: untagged), or `None` for any
+/// other frame (too short, two tags or more), which takes the full read.
+fn simple_vlan(frame: &[u8]) -> Option<Option<u16>> {
+    let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
+    let tagged = |t: u16| t == ethertype::VLAN || t == ethertype::QINQ;
+    let outer = u16_at(12)?;
+    if !tagged(outer) {
+        return Some(None);
+    }
+    if tagged(u16_at(16)?) {
+        return None;
+    }
+    Some(Some(u16_at(14)? & 0x0fff))
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Unmatched {
@@ -152,6 +168,20 @@ impl Classifier {
         self.buckets.is_empty()
     }
 
+    /// When no attachment names a prefix, a packet's owner depends on its
+    /// ingress port and outer VLAN alone: that pair (read without a full
+    /// parse for an untagged or singly tagged frame), for a caller to
+    /// remember owners by. `None` when a prefix is named.
+    pub fn l2_key(&self, p: &RawPacket<'_>) -> Option<(u16, Option<u16>)> {
+        if self.l3 {
+            return None;
+        }
+        if !self.l2 {
+            return Some((p.ingress_port, None));
+        }
+        Some((p.ingress_port, simple_vlan(p.data).unwrap_or_else(|| Headers::of(p, false).vlan)))
+    }
+
     /// The owner of a packet and the attachment it matched, if any.
     pub fn classify(&self, p: &RawPacket<'_>) -> Option<(usize, &Attachment)> {
         if self.buckets.is_empty() {
@@ -191,6 +221,29 @@ mod tests {
 
     fn pkt(data: &[u8], port: u16) -> RawPacket<'_> {
         RawPacket { data, wire_len: data.len() as u32, timestamp_ns: 0, ingress_port: port }
+    }
+
+    proptest! {
+        #[test]
+        fn the_cheap_vlan_read_is_the_full_one(
+            body in proptest::collection::vec(any::<u8>(), 0..40),
+            tags in proptest::collection::vec((prop_oneof![Just(0x8100u16), Just(0x88a8u16)], any::<u16>()), 0..4),
+            cut in 0usize..30,
+        ) {
+            let mut f = vec![0u8; 12];
+            for (t, tci) in &tags {
+                f.extend_from_slice(&t.to_be_bytes());
+                f.extend_from_slice(&tci.to_be_bytes());
+            }
+            f.extend_from_slice(&body);
+            f.truncate(f.len().saturating_sub(cut));
+            let p = pkt(&f, 3);
+            if let Some(v) = simple_vlan(&f) {
+                prop_assert_eq!(v, Headers::of(&p, false).vlan);
+            }
+            let c = Classifier::new([(0, "port=3,vlan=100".parse().unwrap())]);
+            prop_assert_eq!(c.l2_key(&p), Some((3, Headers::of(&p, false).vlan)));
+        }
     }
 
     #[test]

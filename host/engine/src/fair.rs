@@ -65,6 +65,8 @@ impl FairShare {
             cpu: thread_cpu_time(),
             last_cost: Duration::ZERO,
             reserved: Duration::ZERO,
+            owed: 0.0,
+            unsettled: 0,
         }
     }
 
@@ -90,7 +92,17 @@ pub struct Share {
     last_cost: Duration,
     /// What is reserved for the batch in flight.
     reserved: Duration,
+    /// Ns charged by [`charge_used`](Self::charge_used) and not settled
+    /// with the account yet, and over how many batches.
+    owed: f64,
+    unsettled: u32,
 }
+
+/// [`Share::charge_used`] settles with the account after this many
+/// batches, or [`SETTLE_NS`] of charges, or at the next
+/// [`pause`](Share::pause), whichever comes first.
+const SETTLE_EVERY: u32 = 8;
+const SETTLE_NS: f64 = 200_000.0;
 
 impl Share {
     /// Charges the CPU time this thread used since the last charge (or
@@ -107,10 +119,26 @@ impl Share {
     /// Charges `used` (measured by the caller) to the tenant: for workers
     /// that run several tenants' batches on one thread one after another,
     /// where the thread's CPU clock cannot tell them apart.
+    ///
+    /// The charges of a few batches settle together (see
+    /// [`SETTLE_EVERY`]): a batch alone on its core then costs no visit to
+    /// the accounts, and [`pause`](Self::pause), which decides, settles
+    /// first.
     pub fn charge_used(&mut self, used: Duration) {
         self.last_cost = used;
         let reserved = std::mem::take(&mut self.reserved);
-        self.settle(used.as_nanos() as f64 - reserved.as_nanos() as f64);
+        self.owed += used.as_nanos() as f64 - reserved.as_nanos() as f64;
+        self.unsettled += 1;
+        if self.unsettled >= SETTLE_EVERY || self.owed >= SETTLE_NS {
+            self.settle_owed();
+        }
+    }
+
+    /// Settles what [`charge_used`](Self::charge_used) left owed.
+    fn settle_owed(&mut self) -> Option<Duration> {
+        let owed = std::mem::take(&mut self.owed);
+        self.unsettled = 0;
+        self.settle(owed)
     }
 
     /// Whether this thread may start its next batch now: `None` when its
@@ -121,7 +149,7 @@ impl Share {
     ///
     /// [`charge`]: Self::charge
     pub fn pause(&mut self) -> Option<Duration> {
-        let wait = self.settle(0.0);
+        let wait = self.settle_owed();
         if wait.is_none() {
             self.reserved = self.last_cost;
             self.settle(self.reserved.as_nanos() as f64);

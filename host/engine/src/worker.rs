@@ -27,11 +27,10 @@ impl Worker {
     /// chain and delivers the results to `io`. Returns what `io` had.
     pub fn step(&mut self, io: &mut impl PacketIo, max: usize) -> Receive {
         // Timed stages (when asked for): one read of the clock at each
-        // stage's end; the chain times its own.
+        // stage's end; the chain times its own. The time since the last
+        // batch was the caller's loop.
         let mut timing = self.timing.take();
-        if let Some(t) = timing.as_deref_mut() {
-            t.0.restart();
-        }
+        lap(&mut timing, |t| &mut t.between_ns);
         let got = io.receive(max);
         if let Receive::Packets(n) = got {
             lap(&mut timing, |t| &mut t.receive_ns);
@@ -81,13 +80,13 @@ impl Worker {
     /// returns one result per packet, in order: the step of a
     /// [`Dispatch`](crate::Dispatch), which gives each worker of a host its
     /// own packets of a shared batch.
-    pub fn run(&mut self, packets: &[RawPacket<'_>]) -> &[PacketResult] {
+    pub fn run(&mut self, packets: &[RawPacket<'_>]) -> &mut [PacketResult] {
         self.run_hooked(packets, None)
     }
 
     /// [`run`](Self::run) with a hook called before each batch's first NF
     /// (see [`Chain::process_hooked`](sluice_runtime::Chain::process_hooked)).
-    pub fn run_hooked(&mut self, packets: &[RawPacket<'_>], hook: Option<&mut dyn FlowHook>) -> &[PacketResult] {
+    pub fn run_hooked(&mut self, packets: &[RawPacket<'_>], hook: Option<&mut dyn FlowHook>) -> &mut [PacketResult] {
         self.batches += 1;
         self.packets += packets.len() as u64;
         self.chain.process_hooked(packets, hook)

@@ -229,6 +229,17 @@ impl Chain {
         self.timing.as_ref().map(|t| t.1).unwrap_or_default()
     }
 
+    /// Whether its stages are timed.
+    pub fn timed(&self) -> bool {
+        self.timing.is_some()
+    }
+
+    /// The chain's stage times so far, which start again from zero (it
+    /// stays timed).
+    pub fn take_stage_times(&mut self) -> crate::stages::StageTimes {
+        self.timing.as_deref_mut().map(|t| std::mem::take(&mut t.1)).unwrap_or_default()
+    }
+
     /// Adds the time since the last lap to `stage`, when timed.
     #[inline]
     fn lap(&mut self, stage: Stage) {
@@ -409,6 +420,12 @@ impl Chain {
         &self.results
     }
 
+    /// The same, to change or take out (a host's dispatch sets each
+    /// lane's fates as the host sends them).
+    pub fn last_results_mut(&mut self) -> &mut [PacketResult] {
+        &mut self.results
+    }
+
     /// Runs one batch through the chain and returns one result per packet,
     /// in input order. More than [`MAX_BATCH`] packets are run as several
     /// batches.
@@ -424,7 +441,7 @@ impl Chain {
         &mut self,
         packets: &[RawPacket<'_>],
         mut hook: Option<&mut dyn FlowHook>,
-    ) -> &[PacketResult] {
+    ) -> &mut [PacketResult] {
         if let Some(t) = self.timing.as_deref_mut() {
             t.0.restart();
         }
@@ -433,7 +450,7 @@ impl Chain {
         for (n, chunk) in packets.chunks(MAX_BATCH).enumerate() {
             self.process_batch(chunk, n * MAX_BATCH, &mut hook);
         }
-        &self.results
+        &mut self.results
     }
 
     /// Runs `packets` (at most [`MAX_BATCH`]) as one batch; their results

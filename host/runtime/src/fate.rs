@@ -2,7 +2,7 @@
 //! [`Fate`] and the bytes that leave for it.
 
 /// The fate of one packet after the whole chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fate {
     /// Sent out of this port.
     Forward(u16),

@@ -61,7 +61,7 @@ impl Followers {
         };
         // A rewrite that left no IP header: the later fragments cannot
         // follow it, so they are dropped.
-        let fate = if result.data.is_some() && template.is_none() { Fate::Refused } else { result.fate.clone() };
+        let fate = if result.data.is_some() && template.is_none() { Fate::Refused } else { result.fate };
         if self.decided.insert(key, Decided { fate, label: result.label, template, at_ns }).is_none() {
             self.order.push_back((key, at_ns));
         }
@@ -81,7 +81,7 @@ impl Followers {
             },
             _ => None,
         };
-        Some(PacketResult { fate: d.fate.clone(), data, label: d.label, fragments: Vec::new() })
+        Some(PacketResult { fate: d.fate, data, label: d.label, fragments: Vec::new() })
     }
 
     /// Datagrams remembered.

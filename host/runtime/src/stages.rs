@@ -15,7 +15,10 @@
 //!   packets' fates;
 //! - `deliver`: each packet to its output queue (or freed), rewritten
 //!   bytes written back, datagrams cut to the MTU;
-//! - `transmit`: the device's transmit burst.
+//! - `transmit`: the device's transmit burst;
+//! - `between`: the worker's loop between batches: its checks of stop
+//!   and limits and, on a live host, commands, meter ticks, reports, peer
+//!   state and polls that found nothing.
 
 use serde::Serialize;
 
@@ -38,6 +41,8 @@ pub struct StageTimes {
     pub deliver_ns: u64,
     /// Device transmit bursts.
     pub transmit_ns: u64,
+    /// The worker's loop between batches.
+    pub between_ns: u64,
     /// Batches timed.
     pub batches: u64,
     /// Packets timed.
@@ -55,6 +60,7 @@ impl StageTimes {
         self.verdicts_ns += o.verdicts_ns;
         self.deliver_ns += o.deliver_ns;
         self.transmit_ns += o.transmit_ns;
+        self.between_ns += o.between_ns;
         self.batches += o.batches;
         self.packets += o.packets;
     }
@@ -72,18 +78,26 @@ impl StageTimes {
             verdicts: per(self.verdicts_ns),
             deliver: per(self.deliver_ns),
             transmit: per(self.transmit_ns),
+            between: per(self.between_ns),
             total: 0.0,
             packets: self.packets,
             batches: self.batches,
         };
-        out.total =
-            out.receive + out.read + out.classify + out.build + out.call + out.verdicts + out.deliver + out.transmit;
+        out.total = out.receive
+            + out.read
+            + out.classify
+            + out.build
+            + out.call
+            + out.verdicts
+            + out.deliver
+            + out.transmit
+            + out.between;
         out
     }
 }
 
 /// [`StageTimes`] as ns per packet (what reports show).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct StagesPerPacket {
     /// Device receive.
     pub receive: f64,
@@ -101,6 +115,9 @@ pub struct StagesPerPacket {
     pub deliver: f64,
     /// Device transmit.
     pub transmit: f64,
+    /// The worker's loop between batches.
+    #[serde(default)]
+    pub between: f64,
     /// The stages together.
     pub total: f64,
     /// Packets timed.

@@ -171,7 +171,8 @@ fn capacity_and_budget_count_the_whole_table_and_refused_writes_are_not_forwarde
 #[test]
 fn idle_entries_expire_at_their_owner_and_are_handed_to_it() {
     let mut spec = single("b", Kind::Bytes, 0);
-    spec.idle_timeout_ns = 1_000;
+    // Sweeps come at most every eighth of the timeout and 1 ms.
+    spec.idle_timeout_ns = 1_000_000;
     spec.notify_expired = true;
     let (d, mut ws, h) = workers(2, &spec, DEFAULT_BUDGET_BYTES);
     let keys: Vec<Vec<u8>> = (0..16u8).map(|i| vec![i; 4]).collect();
@@ -186,8 +187,8 @@ fn idle_entries_expire_at_their_owner_and_are_handed_to_it() {
     // Past the timeout: every owner removes its keys at its sync and hands
     // them to its own instance.
     for w in &mut ws {
-        w.begin_batch(&[], 5_000);
-        w.end_batch(5_000);
+        w.begin_batch(&[], 5_000_000);
+        w.end_batch(5_000_000);
     }
     sync(&mut ws);
     let mut handed = 0;

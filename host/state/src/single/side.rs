@@ -47,6 +47,8 @@ pub(crate) struct Side<K: SwKey> {
     /// The inbox being applied (kept for its capacity).
     applying: Vec<(usize, Op<K>)>,
     last_sync_ns: u64,
+    /// Packet time of the last sweep for idle entries.
+    last_sweep_ns: u64,
     /// Packet time of the last hand-over.
     last_push_ns: u64,
 }
@@ -79,6 +81,7 @@ impl<K: SwKey> Side<K> {
             seen_published: vec![0; n],
             applying: Vec::new(),
             last_sync_ns: 0,
+            last_sweep_ns: 0,
             last_push_ns: 0,
         }
     }
@@ -236,6 +239,14 @@ impl<K: SwKey> Side<K> {
         let timeout = shared.idle_timeout_ns.load(Ordering::Relaxed);
         let mut removed = 0u64;
         let mut notes: Vec<(Vec<u8>, Value)> = Vec::new();
+        // Idle entries are swept at most every eighth of the timeout (and
+        // 1 ms) of packet time, as eventual tables are: a sweep visits
+        // every entry the worker holds, and a table synced every batch
+        // would otherwise pay for its whole size per batch.
+        let sweep = timeout > 0 && now.saturating_sub(self.last_sweep_ns) >= (timeout / 8).max(1_000_000);
+        if sweep {
+            self.last_sweep_ns = now;
+        }
         for (shard, own) in &mut self.owned {
             let Some(s) = shared.shards.get(*shard) else { continue };
             let take = {
@@ -250,7 +261,7 @@ impl<K: SwKey> Side<K> {
             for (_, op) in self.applying.drain(..) {
                 apply(&shared, own, op, now, timeout);
             }
-            if timeout > 0 {
+            if sweep {
                 let dirty = &mut own.dirty;
                 own.map.retain(|k, e| {
                     if !stale(e.last_ns, now, timeout) {

@@ -345,6 +345,11 @@ pub struct ServeDpdkArgs {
     /// the dispatcher's --liveness-ms.
     #[arg(long, env = "SLUICE_BEACON_US", default_value_t = 1000, requires = "beacon")]
     pub beacon_us: u64,
+    /// With --dpdk: time each stage of the workers' batches (a few ns
+    /// per batch); the host report's `stages` gives ns per packet
+    /// (docs/run-report.md).
+    #[arg(long, requires = "dpdk")]
+    pub stage_times: bool,
     /// EAL arguments (with --dpdk).
     #[arg(last = true)]
     pub eal: Vec<String>,

@@ -113,6 +113,7 @@ async fn serve_dpdk(
                 every: std::time::Duration::from_micros(live.beacon_us),
                 host: cfg.host.clone(),
             }),
+            stage_times: live.stage_times,
         };
         let (input, held) = sluice_host::dpdk::open_live(config, &opts)?;
         let report = sluice_agent::serve_live(bus, cfg, input, stop).await?;
