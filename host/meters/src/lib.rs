@@ -19,10 +19,11 @@ use std::collections::BTreeMap;
 
 /// Declares [`Meters`] from its counters (summed over time: a window's
 /// value is the difference of two readings) and gauges (a level at the
-/// reading: a window's value is the latest).
+/// reading: a window's value is the latest). A counter marked `: work`
+/// counts work that makes a meter record (see [`Meters::is_empty`]).
 macro_rules! meters {
     (
-        counters { $( $(#[$cattr:meta])* $counter:ident, )* }
+        counters { $( $(#[$cattr:meta])* $counter:ident $(: $work:ident)?, )* }
         gauges { $( $(#[$gattr:meta])* $gauge:ident, )* }
     ) => {
         /// The meters of one NF: of one instance, of a chain stage summed
@@ -95,6 +96,16 @@ macro_rules! meters {
                 }
             }
 
+            /// Whether a window did no work that makes a meter record: none
+            /// of the counters marked `: work` in the list (calls, packets,
+            /// guest time, state and table operations, traps, errors,
+            /// events, state held over time) moved. (An instance created,
+            /// its tables declared or log lines dropped while no packet came
+            /// make none.)
+            pub fn is_empty(&self) -> bool {
+                true $( $( && { let _ = stringify!($work); self.$counter == 0 } )? )*
+            }
+
             /// The counters and gauges in the order of
             /// [`COLUMNS`](Self::COLUMNS).
             pub fn values(&self) -> Vec<u64> {
@@ -119,41 +130,41 @@ macro_rules! meters {
 meters! {
     counters {
         /// `process` calls (one per batch).
-        invocations,
+        invocations: work,
         /// Packets handed to the NF.
-        packets,
+        packets: work,
         /// Bytes handed to the NF (captured bytes).
-        bytes,
+        bytes: work,
         /// Nanoseconds spent inside the guest (wall time of the calls on a
         /// dedicated worker thread).
-        cpu_ns,
+        cpu_ns: work,
         /// Traps (panic, deadline, out of memory, stack overflow, ...).
-        traps,
+        traps: work,
         /// Batches the NF refused with `err(...)` or answered malformed.
-        errors,
+        errors: work,
         /// Of `packets`: those of batches the NF failed, which got its
         /// failure policy (forwarded under fail-open, dropped under
         /// fail-closed). (Run reports of hosts from before read
         /// `policy_packets`.)
         #[serde(alias = "policy_packets")]
-        policy,
+        policy: work,
         /// Of `packets`: those the NF forwarded (to a port or the next NF)
         /// or labelled.
-        forwarded,
+        forwarded: work,
         /// Of `packets`: those the NF dropped.
-        dropped,
+        dropped: work,
         /// Of the forwarded packets: those the NF rewrote.
-        rewritten,
+        rewritten: work,
         /// Per-flow state lookups and updates the host did for the NF.
         /// (Meter records of hosts from before `table_ops` was recorded
         /// count the table operations here too.)
-        state_ops,
+        state_ops: work,
         /// Per-flow state sets refused (value too large, or table full).
         state_rejected,
         /// Calls into the `state` import (`sluice:nf@0.2.0` tables).
         table_calls,
         /// Keys and resources those calls read or wrote.
-        table_ops,
+        table_ops: work,
         /// State calls that returned an error to the NF.
         table_errors,
         /// Table items refused for capacity, memory budget, size or an
@@ -162,7 +173,7 @@ meters! {
         /// Table entries removed for idleness.
         table_expired,
         /// Events emitted.
-        events,
+        events: work,
         /// Log lines dropped by the rate limit.
         log_dropped,
         /// Instances created (1 + re-creations after traps).
@@ -172,7 +183,7 @@ meters! {
         /// milliseconds they were held, sampled once per batch or
         /// heartbeat by the host's agent (0 in an instance's own meters).
         /// Divide by 3.6e15 for GB-hours.
-        state_byte_ms,
+        state_byte_ms: work,
     }
     gauges {
         /// Bytes of table state held at the latest batch, charged against
@@ -192,31 +203,6 @@ impl Meters {
         self.traps = self.traps.saturating_add(1);
         let c = self.trap_causes.entry(cause.to_string()).or_default();
         *c = c.saturating_add(1);
-    }
-
-    /// Whether a window did no work that makes a meter record: no call,
-    /// packet, guest time, state or table operation, trap, error or event,
-    /// and no state held over time. (An instance created, its tables
-    /// declared or log lines dropped while no packet came make none.)
-    pub fn is_empty(&self) -> bool {
-        [
-            self.invocations,
-            self.packets,
-            self.bytes,
-            self.cpu_ns,
-            self.traps,
-            self.errors,
-            self.policy,
-            self.forwarded,
-            self.dropped,
-            self.rewritten,
-            self.state_ops,
-            self.table_ops,
-            self.events,
-            self.state_byte_ms,
-        ]
-        .iter()
-        .all(|n| *n == 0)
     }
 
     /// Bytes of state held (tables and per-flow state) at the latest
@@ -289,6 +275,29 @@ mod tests {
         assert!(started.is_empty());
         assert!(!Meters { state_byte_ms: 1, ..Default::default() }.is_empty());
         assert!(!Meters { table_ops: 1, ..Default::default() }.is_empty());
+    }
+
+    #[test]
+    fn every_counter_but_the_bookkeeping_ones_makes_a_record() {
+        let bookkeeping = [
+            "state_rejected",
+            "table_calls",
+            "table_errors",
+            "table_rejected",
+            "table_expired",
+            "log_dropped",
+            "instantiations",
+        ];
+        for (i, name) in Meters::COUNTER_COLUMNS.iter().enumerate() {
+            let mut values = vec![0; Meters::COLUMNS.len()];
+            values[i] = 1;
+            assert_eq!(Meters::from_values(&values).is_empty(), bookkeeping.contains(name), "{name}");
+        }
+        // Gauges are levels, not work.
+        let gauges = vec![1; Meters::COLUMNS.len()];
+        assert!(
+            Meters::from_values(&[&vec![0; Meters::COUNTERS][..], &gauges[Meters::COUNTERS..]].concat()).is_empty()
+        );
     }
 
     proptest! {
