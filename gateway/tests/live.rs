@@ -178,7 +178,7 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
     let mut args = live_args_with(dir.path(), "h1", &vdevs, &report);
     // Before `--`: what follows it is the EAL's.
     let eal = args.iter().position(|a| a == "--").unwrap_or(args.len());
-    args.splice(eal..eal, ["--metrics-listen".to_string(), metrics.clone()]);
+    args.splice(eal..eal, ["--metrics-listen".to_string(), metrics.clone(), "--stage-times".to_string()]);
     let mut host = start_live(&nats, &gw, dir.path(), "h1", &args);
     api.wait_running(&a, "fw", 1);
     api.wait_running(&b, "count", 1);
@@ -206,6 +206,13 @@ fn two_tenants_share_one_dpdk_port_and_each_sees_only_its_vlan() {
     assert_eq!(fw["packets_in"].as_u64(), expected.get(&Some(100)).copied(), "{rep}");
     assert_eq!(count["packets_in"].as_u64(), expected.get(&Some(200)).copied(), "{rep}");
     assert_eq!(rep["unmatched"].as_u64(), expected.get(&None).copied(), "{rep}");
+    // Stage times (`--stage-times`): every packet the worker received was
+    // timed, and classifying them to the tenants took time.
+    let stages = &rep["stages"];
+    assert_eq!(stages["packets"].as_u64(), Some(total), "{stages}");
+    for k in ["receive", "read", "classify", "build", "call", "verdicts", "deliver", "transmit", "between"] {
+        assert!(stages[k].as_f64().is_some_and(|ns| ns > 0.0), "{k}: {stages}");
+    }
     // What left port 0: the firewall's forwarded VLAN 100 packets; port 1
     // (bravo's `out`): all of VLAN 200; untagged traffic was dropped (the
     // default policy); tags kept.

@@ -174,11 +174,12 @@ fn stage_times_account_for_every_packet_and_fit_in_the_run() {
     assert_eq!(s["packets"], r["rx"], "{r}");
     assert_eq!(s["batches"], r["batches"], "{r}");
     // The noop forwards everything: every stage but classify took time.
-    for k in ["receive", "read", "build", "call", "verdicts", "deliver", "transmit"] {
+    let stages = ["receive", "read", "build", "call", "verdicts", "deliver", "transmit", "between"];
+    for k in stages {
         assert!(f(k) > 0.0, "{k}: {s}");
     }
     assert_eq!(f("classify"), 0.0);
-    let sum: f64 = ["receive", "read", "build", "call", "verdicts", "deliver", "transmit"].iter().map(|k| f(k)).sum();
+    let sum: f64 = stages.iter().map(|k| f(k)).sum();
     assert!((sum - f("total")).abs() < 1e-6 * sum.max(1.0), "{s}");
     // The stages are parts of the run: together not longer than it.
     let wall_per_packet = r["wall_ns"].as_f64().unwrap() / r["rx"].as_f64().unwrap();
