@@ -11,9 +11,9 @@
 //! a tenant never waits. Fairness holds at batch granularity: a batch in
 //! flight is never interrupted (its deadline bounds it).
 
+use foldhash::HashMap;
 use parking_lot::Mutex;
 use sluice_runtime::cpu_time::thread_cpu_time;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
