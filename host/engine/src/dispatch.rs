@@ -396,25 +396,13 @@ impl Dispatch {
                         self.retagged.push((i, vlan));
                     }
                     forwarded += u64::from(matches!(fate, Fate::Forward(_)));
-                    *slot = PacketResult {
-                        fate,
-                        data: r.data.take(),
-                        label: r.label,
-                        fragments: std::mem::take(&mut r.fragments),
-                    };
+                    r.fate = fate;
+                    *slot = r.take();
                 }
                 let now = std::time::Instant::now();
                 let took = now.saturating_duration_since(started);
                 started = now;
-                for (i, vlan) in self.retagged.drain(..) {
-                    if !lane.may_tag(vlan)
-                        && let Some(slot) = self.results.get_mut(i)
-                    {
-                        slot.fate = Fate::Refused;
-                        self.counters.refused_egress += 1;
-                        forwarded -= 1;
-                    }
-                }
+                forwarded -= self.refuse_retagged(lane);
                 lane.ran(sub.len() as u64, forwarded, took);
             }
             self.sub = recycle(sub);
@@ -422,11 +410,7 @@ impl Dispatch {
                 // The lane's run and the handling of its results: the
                 // chain's stages as it timed them, the rest verdicts.
                 let ns = t.0.lap();
-                let chain = lane.worker().chain_mut().take_stage_times();
-                let own = chain.build_ns + chain.call_ns + chain.verdicts_ns;
-                t.1.build_ns += chain.build_ns;
-                t.1.call_ns += chain.call_ns;
-                t.1.verdicts_ns += chain.verdicts_ns + ns.saturating_sub(own);
+                add_lane_times(&mut t.1, lane.worker().chain_mut().take_stage_times(), ns);
             }
         }
         self.raw = recycle(raw);
@@ -496,35 +480,36 @@ impl Dispatch {
             // A rewrite changed a packet's VLAN: checked against the lane's
             // attachments, on a copy.
             self.results.clear();
-            self.results.extend(lane.last_results().iter_mut().map(|r| PacketResult {
-                fate: r.fate,
-                data: r.data.take(),
-                label: r.label,
-                fragments: std::mem::take(&mut r.fragments),
-            }));
-            for (i, vlan) in self.retagged.drain(..) {
-                if !lane.may_tag(vlan)
-                    && let Some(slot) = self.results.get_mut(i)
-                {
-                    slot.fate = Fate::Refused;
-                    self.counters.refused_egress += 1;
-                    forwarded -= 1;
-                }
-            }
+            self.results.extend(lane.last_results().iter_mut().map(PacketResult::take));
+            forwarded -= self.refuse_retagged(lane);
             io.deliver(&self.results);
         }
         let took = started.elapsed();
         if let Some(t) = self.timing.as_deref_mut() {
             t.1.deliver_ns += t.0.lap();
-            let chain = lane.worker().chain_mut().take_stage_times();
-            let own = chain.build_ns + chain.call_ns + chain.verdicts_ns;
-            t.1.build_ns += chain.build_ns;
-            t.1.call_ns += chain.call_ns;
-            t.1.verdicts_ns += chain.verdicts_ns + ns.saturating_sub(own);
+            add_lane_times(&mut t.1, lane.worker().chain_mut().take_stage_times(), ns);
             t.1.batches += 1;
             t.1.packets += n as u64;
         }
         lane.ran(n as u64, forwarded, took);
+    }
+
+    /// Refuses the results in `retagged` (position in the batch's results,
+    /// new outer VLAN) whose VLAN `lane` may not send: a rewrite may not
+    /// move a packet into another tenant's VLAN. Returns how many it
+    /// refused (they had been forwarded).
+    fn refuse_retagged<L: Lane>(&mut self, lane: &L) -> u64 {
+        let mut refused = 0;
+        for (i, vlan) in self.retagged.drain(..) {
+            if !lane.may_tag(vlan)
+                && let Some(slot) = self.results.get_mut(i)
+            {
+                slot.fate = Fate::Refused;
+                self.counters.refused_egress += 1;
+                refused += 1;
+            }
+        }
+        refused
     }
 
     /// Takes the packets the lane holds or drops (`holds`) out of its part
@@ -575,6 +560,16 @@ struct SoleRun {
     forwarded: u64,
     /// Ns of the run and the fates, when timed.
     ns: u64,
+}
+
+/// Adds a lane's run, `ns` in all, to `t`: its chain's stages as the chain
+/// timed them (`chain`), the rest (the dispatch's handling of its
+/// results) as verdicts.
+fn add_lane_times(t: &mut StageTimes, chain: StageTimes, ns: u64) {
+    let own = chain.build_ns + chain.call_ns + chain.verdicts_ns;
+    t.build_ns += chain.build_ns;
+    t.call_ns += chain.call_ns;
+    t.verdicts_ns += chain.verdicts_ns + ns.saturating_sub(own);
 }
 
 /// A lane's verdict for a packet of `owner`'s attachment, as the host

@@ -40,6 +40,17 @@ impl PacketResult {
         PacketResult { fate, data: None, label: None, fragments: Vec::new() }
     }
 
+    /// This result, its bytes moved out (this one keeps its fate and
+    /// label, and no bytes).
+    pub fn take(&mut self) -> Self {
+        PacketResult {
+            fate: self.fate,
+            data: self.data.take(),
+            label: self.label,
+            fragments: std::mem::take(&mut self.fragments),
+        }
+    }
+
     /// The frames that leave for this packet when it is forwarded, given
     /// its bytes as received (`original`): its fragments, its new bytes, or
     /// the original.
