@@ -87,7 +87,7 @@ run() {
 }
 
 case "${1:-}" in
-    pack) pack "${2:?give the bundle's path}" ;;
-    run) run "${2:?give the bundle's path}" "${@:3}" ;;
+    pack) pack "${2:?give the path of the bundle}" ;;
+    run) run "${2:?give the path of the bundle}" "${@:3}" ;;
     *) echo "usage: $0 pack BUNDLE.tgz | run BUNDLE.tgz [SECTION ...]" >&2; exit 2 ;;
 esac

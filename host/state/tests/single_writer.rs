@@ -280,3 +280,48 @@ fn the_layout_is_checked_and_kept_across_versions() {
     assert!(matches!(t.declare(eventual), Err(StateError::Incompatible(_))));
     assert!(t.end_init().is_err());
 }
+
+#[test]
+fn many_live_workers_writing_and_reading_every_shard_never_wait_on_each_other() {
+    // Eight workers on their own threads, each batch writing and reading
+    // keys spread over every shard in a different order, each syncing
+    // (publishing its shards) at the end of every batch: readers that held
+    // one shard's replica while waiting for another's, behind owners
+    // waiting to publish, used to stop every worker for good.
+    const WORKERS: usize = 8;
+    let d = Domain::for_workers(WORKERS);
+    let spec = single("b", Kind::Bytes, 0);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for w in 0..WORKERS {
+        let d = d.clone();
+        let spec = spec.clone();
+        let done = done_tx.clone();
+        std::thread::spawn(move || {
+            let mut t = Tables::new(&d, DEFAULT_BUDGET_BYTES);
+            t.begin_init();
+            let h = t.declare(spec).unwrap();
+            t.end_init().unwrap();
+            let mut out = Vec::new();
+            for b in 0..3_000u64 {
+                let keys: Vec<[u8; 8]> =
+                    (0..16u64).map(|i| ((i * 7 + b + w as u64 * 3) % 64).to_le_bytes()).rev().collect();
+                let mut entries = Vec::new();
+                for k in &keys {
+                    sluice_wire::abi::push_frame(&mut entries, k);
+                    sluice_wire::abi::push_frame(&mut entries, &b.to_le_bytes());
+                }
+                let names: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+                t.begin_batch(&[], b + 1);
+                t.put_many(h, &entries).unwrap();
+                out.clear();
+                t.get_many(h, &framed(&names), &mut out).unwrap();
+                t.end_batch(b + 1);
+            }
+            done.send(w).unwrap();
+        });
+    }
+    drop(done_tx);
+    for _ in 0..WORKERS {
+        done_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("a worker stopped: the workers wait on each other");
+    }
+}

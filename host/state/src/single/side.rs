@@ -56,6 +56,13 @@ pub(crate) struct Side<K: SwKey> {
 type Guard<'a, K> = RwLockReadGuard<'a, Replica<K>>;
 
 /// The read guard on `shard`'s replica, taken on first use.
+///
+/// A call reads keys in the order the NF gives them, so it may want shard
+/// 2 while it holds shard 5. It never waits for one shard while it holds
+/// another: an owner waiting to publish holds new readers back, and two
+/// such owners and two such readers would wait on each other for ever
+/// (the firewall's `connections` table did, at 8 workers). When the shard
+/// is not free at once, every guard is let go first.
 fn guard<'g, 'v, K>(
     shared: &'g SingleShared<K>,
     guards: &'v mut Vec<Option<Guard<'g, K>>>,
@@ -65,8 +72,17 @@ fn guard<'g, 'v, K>(
         guards.extend((0..shared.shards.len()).map(|_| None));
     }
     let s = shared.shards.get(shard)?;
-    let slot = guards.get_mut(shard)?;
-    Some(slot.get_or_insert_with(|| s.replica.read()))
+    if guards.get(shard)?.is_none() {
+        let g = match s.replica.try_read() {
+            Some(g) => g,
+            None => {
+                guards.iter_mut().for_each(|g| *g = None);
+                s.replica.read()
+            }
+        };
+        *guards.get_mut(shard)? = Some(g);
+    }
+    guards.get(shard)?.as_ref()
 }
 
 impl<K: SwKey> Side<K> {
