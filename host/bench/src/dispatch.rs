@@ -47,7 +47,7 @@ fn steer_run(host: &Path, dir: &Path, trace: &Path, cpus: &[usize], workers: usi
         .args(["--mbufs", "65535", "--workers", &workers.to_string(), "--max-packets", "20000000", "--report"])
         .arg(&report)
         .arg("--")
-        .args(eal(&format!("steer{workers}"), trace, workers))
+        .args(eal(&format!("steer{workers}"), trace, workers)?)
         .args(extra)
         .args(["--lcores".to_string(), lcores(cpus, workers)])
         .output()

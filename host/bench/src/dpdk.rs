@@ -3,7 +3,8 @@
 //!
 //! Traffic: 64-byte TCP frames from the in-memory generator, written once
 //! to a pcap that `net_pcap` loads into memory and replays forever
-//! (`infinite_rx=1`; one replaying RX queue per worker); packets leave by a
+//! (`infinite_rx=1`; one replaying RX queue per worker, each with its
+//! share of the flows, split as symmetric RSS would split them); packets leave by a
 //! `net_null` port that discards them (`no-rx=1`). Neither touches a disk
 //! or a NIC during the measurement.
 
@@ -25,12 +26,40 @@ pub struct Configs<'a> {
     pub monitor: &'a str,
 }
 
-fn vdevs(trace: &Path, queues: usize) -> Vec<String> {
-    let rx: Vec<String> = (0..queues).map(|_| format!("rx_pcap={}", trace.display())).collect();
-    vec![format!("--vdev=net_pcap0,{},infinite_rx=1", rx.join(",")), "--vdev=net_null0,no-rx=1".to_string()]
+/// The capture each of `queues` replaying RX queues holds: the whole trace
+/// for one queue; for more, the trace's flows split over the queues by
+/// their symmetric hash, as a port with symmetric RSS splits them (every
+/// packet of a connection, both ways, on one queue; each queue its own
+/// connections), written once beside the trace.
+fn queue_traces(trace: &Path, queues: usize) -> Result<Vec<PathBuf>> {
+    if queues <= 1 {
+        return Ok(vec![trace.to_path_buf()]);
+    }
+    let paths: Vec<PathBuf> = (0..queues).map(|q| trace.with_extension(format!("q{q}of{queues}.pcap"))).collect();
+    if paths.iter().all(|p| p.exists()) {
+        return Ok(paths);
+    }
+    let source = sluice_pcap::Trace::open(trace)?;
+    let mut sinks = paths.iter().map(|p| sluice_pcap::PcapSink::create(p)).collect::<Result<Vec<_>, _>>()?;
+    for (i, p) in source.packets().iter().enumerate() {
+        let data = source.data(p);
+        let q = sluice_wire::parse(data).key.map(|k| sluice_traffic::Spread::Flow.worker(&k, queues)).unwrap_or(0);
+        if let Some(sink) = sinks.get_mut(q) {
+            sink.write(1_000_000 + i as u64, p.wire_len, data)?;
+        }
+    }
+    for sink in sinks {
+        sink.finish()?;
+    }
+    Ok(paths)
 }
 
-pub(crate) fn eal(prefix: &str, trace: &Path, queues: usize) -> Vec<String> {
+fn vdevs(trace: &Path, queues: usize) -> Result<Vec<String>> {
+    let rx: Vec<String> = queue_traces(trace, queues)?.iter().map(|t| format!("rx_pcap={}", t.display())).collect();
+    Ok(vec![format!("--vdev=net_pcap0,{},infinite_rx=1", rx.join(",")), "--vdev=net_null0,no-rx=1".to_string()])
+}
+
+pub(crate) fn eal(prefix: &str, trace: &Path, queues: usize) -> Result<Vec<String>> {
     let mut a = vec![
         "--no-huge".to_string(),
         "--no-pci".into(),
@@ -39,8 +68,8 @@ pub(crate) fn eal(prefix: &str, trace: &Path, queues: usize) -> Vec<String> {
         format!("--file-prefix=sluice-bench-{prefix}-{}", std::process::id()),
         "--log-level=lib.eal:error".into(),
     ];
-    a.extend(vdevs(trace, queues));
-    a
+    a.extend(vdevs(trace, queues)?);
+    Ok(a)
 }
 
 /// Mbufs for a pool that feeds `queues` replaying `net_pcap` queues of
@@ -113,7 +142,7 @@ pub(crate) fn host_report(
         .arg("--report")
         .arg(&report)
         .arg("--")
-        .args(eal(&format!("host{workers}"), trace, workers))
+        .args(eal(&format!("host{workers}"), trace, workers)?)
         .args(["--lcores".to_string(), lcores(cpus, workers)])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -177,7 +206,7 @@ pub(crate) fn testpmd_mpps_with(
     let mut child = Command::new("stdbuf")
         .arg("-oL")
         .arg(testpmd)
-        .args(eal(&format!("testpmd{queues}"), trace, queues))
+        .args(eal(&format!("testpmd{queues}"), trace, queues)?)
         .args(extra)
         .args(["--lcores".to_string(), lcores(cpus, queues), "--".into()])
         .args(["-a", "--forward-mode=io", &format!("--total-num-mbufs={}", pool_mbufs(trace, queues)?)])
@@ -290,7 +319,7 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Configs<'_>
     let one = |nf: &str| rows.iter().find(|r| r.0 == nf && r.1 == 1).map(|r| r.2.mpps).unwrap_or(0.0);
     let mut s = String::new();
     s.push_str("\n## DPDK: scaling over cores, against DPDK's forwarding ceiling\n\n");
-    s.push_str(&format!("64-byte TCP frames from the in-memory generator, replayed from memory by `net_pcap` (`infinite_rx=1`, one replaying RX queue per worker) and sent to a discarding `net_null` port; EAL with `--no-huge --no-pci`, `--lcores` giving N workers N CPUs of their own (the idle main lcore shares the first). The ceiling is `dpdk-testpmd --forward-mode=io` with the same devices and N forwarding cores, measured in the same run (packets received from the start of forwarding until it is stopped, over that time). **scaling** is the host's Mpps at N workers over its Mpps at 1 (target: ≥ 0.8 × N); **traps** counts deadline traps of these well-behaved NFs (target: 0). The machine has {} CPUs.\n\n", cpus.len()));
+    s.push_str(&format!("64-byte TCP frames from the in-memory generator, replayed from memory by `net_pcap` (`infinite_rx=1`, one replaying RX queue per worker, each holding its share of the trace's 1,024 connections, split by their symmetric hash as a port with symmetric RSS splits them) and sent to a discarding `net_null` port; EAL with `--no-huge --no-pci`, `--lcores` giving N workers N CPUs of their own (the idle main lcore shares the first). The ceiling is `dpdk-testpmd --forward-mode=io` with the same devices and N forwarding cores, measured in the same run (packets received from the start of forwarding until it is stopped, over that time). **scaling** is the host's Mpps at N workers over its Mpps at 1 (target: ≥ 0.8 × N); **traps** counts deadline traps of these well-behaved NFs (target: 0). The machine has {} CPUs.\n\n", cpus.len()));
     s.push_str("| NF | workers | host Mpps | scaling | traps | testpmd Mpps | host/testpmd |\n|---|---:|---:|---:|---:|---:|---:|\n");
     for (nf, w, run, c) in &rows {
         let base = one(nf);

@@ -108,7 +108,7 @@ impl LiveHost<'_> {
             .arg(report)
             .args(extra)
             .arg("--")
-            .args(eal(&format!("live-{tag}"), trace, 1))
+            .args(eal(&format!("live-{tag}"), trace, 1)?)
             .args(["--lcores".to_string(), lcores(self.cpus, 1)])
             .stdout(self.cluster.log(&format!("live-{tag}.log"))?)
             .stderr(self.cluster.log(&format!("live-{tag}.err"))?)

@@ -322,6 +322,8 @@ fn many_live_workers_writing_and_reading_every_shard_never_wait_on_each_other() 
     }
     drop(done_tx);
     for _ in 0..WORKERS {
-        done_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("a worker stopped: the workers wait on each other");
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a worker stopped: the workers wait on each other");
     }
 }
