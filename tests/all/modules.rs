@@ -53,3 +53,24 @@ fn compiled_code_is_cached_by_content() {
     assert_eq!(a.digest(), b.digest());
     assert_eq!(a.digest().len(), 64);
 }
+
+#[test]
+fn the_same_bytes_loaded_twice_share_their_code_while_either_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..RuntimeConfig::default() };
+    let rt = Runtime::new(cfg).unwrap();
+    let bytes = std::fs::read(nf("noop")).unwrap();
+    let a = rt.load("tenant-a", &bytes).unwrap();
+    let b = rt.load("tenant-b", &bytes).unwrap();
+    // One copy of the machine code for both tenants, each under its name.
+    assert!(a.shares_code_with(&b));
+    assert_eq!((a.name(), b.name()), ("tenant-a", "tenant-b"));
+    let other = rt.load_file(&nf("firewall")).unwrap();
+    assert!(!a.shares_code_with(&other));
+    let (hits, misses) = rt.cache_stats().unwrap();
+    // Gone with its last module: the next load comes from the code cache.
+    drop((a, b));
+    let c = rt.load("tenant-c", &bytes).unwrap();
+    assert_eq!(rt.cache_stats().unwrap(), (hits + 1, misses));
+    assert_eq!(c.name(), "tenant-c");
+}

@@ -6,7 +6,6 @@
 
 use crate::config::{AgentConfig, Input};
 use crate::deployment::{self, Capture, Control};
-use crate::journal;
 use crate::live::Live;
 use crate::prepare::{Blobs, Prepared, prepare};
 use crate::shared::Shared;
@@ -58,10 +57,10 @@ pub(crate) async fn converge(
             r.stop().await;
         }
         // Its last window is in the outbox: nothing to resume.
-        journal::remove(&shared.journal_dir, &id);
+        shared.journal.remove(&id);
         shared.forget(&id);
     }
-    journal::prune(&shared.journal_dir, |id| wanted.contains_key(id));
+    shared.journal.prune(|id| wanted.contains_key(id));
     for spec in &set.deployments {
         // The digest, not only the revision: what runs is what was asked.
         let digest = spec.digest();
@@ -137,10 +136,10 @@ pub(crate) async fn converge_live(
     for id in gone {
         tracing::info!(deployment = %id, "deployment removed");
         live.remove(&id).await;
-        journal::remove(&shared.journal_dir, &id);
+        shared.journal.remove(&id);
         shared.forget(&id);
     }
-    journal::prune(&shared.journal_dir, |id| wanted.contains(id));
+    shared.journal.prune(|id| wanted.contains(id));
     for spec in &set.deployments {
         let digest = spec.digest();
         if live.deployments.get(&spec.id).is_some_and(|d| *d == digest) {

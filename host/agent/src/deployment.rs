@@ -218,8 +218,14 @@ impl Active {
     }
 
     /// Writes the output buffered so far and the checkpoint that accounts
-    /// for it.
+    /// for it (at once, see [`crate::journal`]).
     pub(crate) fn checkpoint(&mut self, shared: &Shared) {
+        self.checkpoint_with(shared, true);
+    }
+
+    /// Writes the output buffered so far and hands over the checkpoint
+    /// that accounts for it, or writes it at once (`now`).
+    fn checkpoint_with(&mut self, shared: &Shared, now: bool) {
         let output_len = match self.output.as_mut().map(PcapAppender::flush) {
             Some(Ok(len)) => Some(len),
             Some(Err(e)) => {
@@ -243,7 +249,9 @@ impl Active {
             finished: self.finished.clone(),
             output_len,
         };
-        if let Err(e) = journal::write(&shared.journal_dir, &c) {
+        if !now {
+            shared.journal.write(c);
+        } else if let Err(e) = shared.journal.write_now(&c) {
             tracing::error!(deployment = %self.spec.id, "cannot write the checkpoint: {e}");
         }
         self.last_checkpoint = Instant::now();
@@ -294,7 +302,7 @@ pub fn run(shared: Shared, prepared: Prepared, rx: crossbeam_channel::Receiver<C
         d.tenant = spec.tenant.clone();
         d.cores = on;
     }
-    let resume = journal::read(&shared.journal_dir, &spec.id);
+    let resume = shared.journal.read(&spec.id);
     let mut active = start(&shared, prepared, resume, None, None);
     let mut queue: VecDeque<Capture> = VecDeque::new();
     if active.is_some() {
@@ -643,7 +651,7 @@ impl Active {
         } else if self.last_checkpoint.elapsed() >= journal::CHECKPOINT_EVERY
             && self.worker.packets() != self.checkpointed
         {
-            self.checkpoint(shared);
+            self.checkpoint_with(shared, false);
         }
     }
 }

@@ -512,7 +512,7 @@ impl WorkerCtx {
                 }
                 None => {
                     let name = journal::name_of(&p.spec.id, Some(self.w));
-                    let resume = journal::read(&self.shared.journal_dir, &name);
+                    let resume = self.shared.journal.read(&name);
                     let attachments = p.spec.attachments.clone();
                     let started = deployment::start(&self.shared, *p, resume, Some(self.w), chain.map(|c| *c));
                     if started.is_none() {

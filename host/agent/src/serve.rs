@@ -166,7 +166,8 @@ fn share(
         // Tenants see their NFs' log lines and traps (GET /v1/logs).
         runtime: Arc::new(Runtime::new(RuntimeConfig { nf_logs_as_events: true, ..cfg.runtime.clone() })?),
         host: cfg.host.clone(),
-        journal_dir: journal::dir(&cfg.state_dir),
+        journal: journal::Journal::start(journal::dir(&cfg.state_dir))
+            .map_err(AgentError::io("starting the journal writer for", &journal::dir(&cfg.state_dir)))?,
         outbox_dir: cfg.state_dir.join("outbox"),
         output_dir: cfg.output.clone(),
         spool_dir: cfg.spool_dir().map(Path::to_path_buf),
@@ -451,5 +452,8 @@ impl Agent {
         for (_, r) in self.running.drain() {
             r.stop().await;
         }
+        // What the deployments handed over last is on disk before the
+        // host exits.
+        self.shared.journal.flush();
     }
 }

@@ -23,7 +23,7 @@ pub struct Shared {
     /// Host id (meter records name it).
     pub host: String,
     /// Checkpoints of deployments.
-    pub journal_dir: PathBuf,
+    pub journal: Arc<crate::journal::Journal>,
     /// Meter records not yet published.
     pub outbox_dir: PathBuf,
     /// Where each deployment writes its forwarded packets

@@ -258,7 +258,7 @@ impl NfInstance {
             nf: name.to_string(),
             reason: if over(&e) { over_start("instantiation") } else { format!("instantiation failed: {e:#}") },
         };
-        let guest = match &self.spec.module.pre {
+        let guest = match &*self.spec.module.pre {
             Pre::V1(pre) => Guest::V1(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V2(pre) => Guest::V2(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V3(pre) => Guest::V3(pre.instantiate(&mut store).map_err(start_err)?),

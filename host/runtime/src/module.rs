@@ -15,7 +15,7 @@ use wasmtime::component::Component;
 pub struct NfModule {
     pub(crate) name: Arc<str>,
     pub(crate) digest: String,
-    pub(crate) pre: Pre,
+    pub(crate) pre: Arc<Pre>,
     pub(crate) size: usize,
 }
 
@@ -62,9 +62,15 @@ impl NfModule {
         self.size
     }
 
+    /// Whether `other` runs the same compiled code as this module (the
+    /// same bytes, loaded while this one lived).
+    pub fn shares_code_with(&self, other: &NfModule) -> bool {
+        Arc::ptr_eq(&self.pre, &other.pre)
+    }
+
     /// The `sluice:nf` version the component was built against.
     pub fn contract_version(&self) -> &'static str {
-        match self.pre {
+        match *self.pre {
             Pre::V1(_) => "0.1.0",
             Pre::V2(_) => "0.2.0",
             Pre::V3(_) => "0.3.0",
@@ -86,6 +92,9 @@ impl Runtime {
             _ => {}
         }
         let digest = hex::encode(Sha256::digest(bytes));
+        if let Some(pre) = self.loaded.lock().get(&digest).and_then(std::sync::Weak::upgrade) {
+            return Ok(NfModule { name: name.into(), digest, pre, size: bytes.len() });
+        }
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| RuntimeError::Invalid { nf: nf.clone(), reason: format!("{e:#}") })?;
         let exports: Vec<String> =
@@ -111,6 +120,12 @@ impl Runtime {
             "0.2.0" => Pre::V2(v0_2::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
             _ => Pre::V1(v0_1::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
         };
+        let pre = Arc::new(pre);
+        {
+            let mut loaded = self.loaded.lock();
+            loaded.retain(|_, w| w.strong_count() > 0);
+            loaded.insert(digest.clone(), Arc::downgrade(&pre));
+        }
         Ok(NfModule { name: name.into(), digest, pre, size: bytes.len() })
     }
 

@@ -88,6 +88,10 @@ pub struct Runtime {
     pub(crate) linker: Linker<HostState>,
     pub(crate) config: RuntimeConfig,
     cache: Option<Cache>,
+    /// Components loaded, by digest, while a module of them lives: every
+    /// deployment of the same bytes runs the same machine code (one copy
+    /// in the caches, not one per tenant).
+    pub(crate) loaded: parking_lot::Mutex<std::collections::HashMap<String, std::sync::Weak<crate::module::Pre>>>,
     /// Shared by all instances: creating a clock calibrates it, which is
     /// too slow to repeat per instance.
     pub(crate) clock: quanta::Clock,
@@ -169,7 +173,15 @@ impl Runtime {
         )
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
-        Ok(Runtime { engine, linker, config, cache, clock: quanta::Clock::new(), _ticker: ticker })
+        Ok(Runtime {
+            engine,
+            linker,
+            config,
+            cache,
+            loaded: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            clock: quanta::Clock::new(),
+            _ticker: ticker,
+        })
     }
 
     /// The engine's settings.

@@ -39,7 +39,7 @@ fn host(state: &Path) -> Host {
     let shared = Shared {
         runtime: Arc::new(sluice_runtime::Runtime::new(sluice_runtime::RuntimeConfig::default()).unwrap()),
         host: "h1".into(),
-        journal_dir,
+        journal: journal::Journal::start(journal_dir).unwrap(),
         outbox_dir,
         output_dir: None,
         spool_dir: None,
@@ -116,7 +116,7 @@ async fn a_killed_deployments_open_window_is_billed_once_under_the_same_ids() {
     // Killed: dropped without closing its window.
     drop(slot);
     assert!(first.meters.try_recv().is_err(), "no window closed");
-    let killed = journal::read(&shared.journal_dir, "d1").expect("a checkpoint");
+    let killed = shared.journal.read("d1").expect("a checkpoint");
     assert_eq!(killed.nfs[0].sums.packets, u64::from(PACKETS));
     assert!(killed.finished.contains("cap.pcap"));
     let ids = vec![format!("{}-{}-0", killed.record_prefix, killed.window)];
@@ -141,7 +141,7 @@ async fn a_killed_deployments_open_window_is_billed_once_under_the_same_ids() {
     // it finished is not processed again, and nothing more is billed.
     let mut second = host(&state);
     let shared = &second.shared;
-    let resume = journal::read(&shared.journal_dir, "d1");
+    let resume = shared.journal.read("d1");
     let mut slot = start(shared, Prepared::new(shared, spec, &blobs), resume, None, None);
     process(shared, &mut slot, &input, &rx, &mut VecDeque::new(), &mut None);
     assert_eq!(second.finished.try_recv().unwrap(), ("d1".to_string(), "cap.pcap".to_string()));
