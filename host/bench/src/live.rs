@@ -22,10 +22,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const DEPLOYS: usize = 10;
-const TENANTS: [usize; 3] = [1, 2, 4];
+const TENANTS: [usize; 4] = [1, 2, 4, 16];
 const ROUNDS: usize = 3;
 /// Tenants of the stage-by-stage comparison.
-const STAGE_TENANTS: [usize; 2] = [1, 4];
+const STAGE_TENANTS: [usize; 3] = [1, 4, 16];
 /// Stages of a live host's report, in order (`sluice_runtime::stages`).
 const STAGES: [&str; 9] =
     ["receive", "read", "classify", "build", "call", "verdicts", "deliver", "transmit", "between"];
