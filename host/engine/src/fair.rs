@@ -149,10 +149,13 @@ impl Share {
     ///
     /// [`charge`]: Self::charge
     pub fn pause(&mut self) -> Option<Duration> {
-        let wait = self.settle_owed();
+        // What is owed and the reservation in one visit to the accounts
+        // (a contended lane asks every batch).
+        let owed = std::mem::take(&mut self.owed);
+        self.unsettled = 0;
+        let wait = self.settle_then(owed, self.last_cost.as_nanos() as f64);
         if wait.is_none() {
             self.reserved = self.last_cost;
-            self.settle(self.reserved.as_nanos() as f64);
         }
         wait
     }
@@ -160,6 +163,12 @@ impl Share {
     /// Refills the tenant's bucket, takes `used` ns from it, and says how
     /// long to wait.
     fn settle(&mut self, used: f64) -> Option<Duration> {
+        self.settle_then(used, 0.0)
+    }
+
+    /// [`settle`](Self::settle), then, when there is no wait, takes
+    /// `reserve` ns more.
+    fn settle_then(&mut self, used: f64, reserve: f64) -> Option<Duration> {
         let mut cores = self.fair.cores.lock();
         let tenants = cores.get_mut(&self.core)?;
         let now = Instant::now();
@@ -172,10 +181,14 @@ impl Share {
         me.refilled = now;
         me.tokens = (me.tokens + refill).min(BURST.as_nanos() as f64) - used;
         if others == 0 {
-            me.tokens = me.tokens.max(0.0);
+            me.tokens = (me.tokens - reserve).max(0.0);
             return None;
         }
-        (me.tokens < 0.0).then(|| Duration::from_nanos((-me.tokens / rate) as u64).min(MAX_PAUSE))
+        if me.tokens < 0.0 {
+            return Some(Duration::from_nanos((-me.tokens / rate) as u64).min(MAX_PAUSE));
+        }
+        me.tokens -= reserve;
+        None
     }
 
     /// The core.
