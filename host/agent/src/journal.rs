@@ -346,6 +346,19 @@ mod tests {
         Checkpoint { deployment: deployment.into(), worker, window, ..Checkpoint::default() }
     }
 
+    /// The checkpoint `name` once the writer thread has written it (10 s
+    /// at most).
+    fn written(dir: &Path, name: &str) -> Option<Checkpoint> {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let c = read(dir, name);
+            if c.is_some() || std::time::Instant::now() >= until {
+                return c;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     #[test]
     fn checkpoints_handed_over_are_read_removed_and_superseded_as_if_written() {
         let dir = tempfile::tempdir().unwrap();
@@ -374,11 +387,7 @@ mod tests {
         j.prune(|d| d != "d2");
         assert!(j.read("d2").is_none());
         drop(j);
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while read(dir.path(), "d3").is_none() && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(read(dir.path(), "d3").unwrap().window, 7);
+        assert_eq!(written(dir.path(), "d3").unwrap().window, 7);
     }
 
     #[test]
@@ -386,11 +395,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::start(dir.path().to_path_buf()).unwrap();
         j.write(checkpoint("d1", None, 9));
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while read(dir.path(), "d1").is_none() && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(read(dir.path(), "d1").unwrap().window, 9);
+        assert_eq!(written(dir.path(), "d1").unwrap().window, 9);
     }
 
     #[test]

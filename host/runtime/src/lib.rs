@@ -43,6 +43,7 @@ pub mod limits;
 pub mod meters;
 pub mod module;
 pub mod owner;
+mod pre;
 pub mod reassembly;
 pub mod stages;
 pub mod trap;

@@ -2,7 +2,7 @@
 
 use crate::bindings::{v0_1, v0_2, v0_3, v0_4};
 use crate::error::RuntimeError;
-use crate::host::HostState;
+use crate::pre::Pre;
 use crate::wasm_runtime::Runtime;
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -17,15 +17,6 @@ pub struct NfModule {
     pub(crate) digest: String,
     pub(crate) pre: Arc<Pre>,
     pub(crate) size: usize,
-}
-
-/// A pre-instantiated component of one of the released contract versions.
-#[derive(Clone)]
-pub(crate) enum Pre {
-    V1(v0_1::NetworkFunctionPre<HostState>),
-    V2(v0_2::NetworkFunctionPre<HostState>),
-    V3(v0_3::NetworkFunctionPre<HostState>),
-    V4(v0_4::NetworkFunctionPre<HostState>),
 }
 
 /// The `nf` export of each contract version, newest first.

@@ -91,7 +91,7 @@ pub struct Runtime {
     /// Components loaded, by digest, while a module of them lives: every
     /// deployment of the same bytes runs the same machine code (one copy
     /// in the caches, not one per tenant).
-    pub(crate) loaded: parking_lot::Mutex<std::collections::HashMap<String, std::sync::Weak<crate::module::Pre>>>,
+    pub(crate) loaded: parking_lot::Mutex<std::collections::HashMap<String, std::sync::Weak<crate::pre::Pre>>>,
     /// Shared by all instances: creating a clock calibrates it, which is
     /// too slow to repeat per instance.
     pub(crate) clock: quanta::Clock,
