@@ -397,7 +397,10 @@ impl Dispatch {
                     }
                     forwarded += u64::from(matches!(fate, Fate::Forward(_)));
                     r.fate = fate;
-                    *slot = r.take();
+                    // Swapped, not taken: the batch's slot gets the result
+                    // and the lane's keeps the refused placeholder, with no
+                    // result built and none dropped per packet.
+                    std::mem::swap(slot, r);
                 }
                 let now = std::time::Instant::now();
                 let took = now.saturating_duration_since(started);
