@@ -398,8 +398,8 @@ impl Dispatch {
                     forwarded += u64::from(matches!(fate, Fate::Forward(_)));
                     r.fate = fate;
                     // Swapped, not taken: the batch's slot gets the result
-                    // and the lane's keeps the refused placeholder, with no
-                    // result built and none dropped per packet.
+                    // and the lane's gets the refused result the slot held,
+                    // with no result built and none dropped per packet.
                     std::mem::swap(slot, r);
                 }
                 let now = std::time::Instant::now();
