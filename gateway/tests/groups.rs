@@ -1214,8 +1214,12 @@ fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
     assert!(waits[1] + timed_out >= conns && waits[2] + timed_out >= unsolicited, "{waits:?}");
     assert_eq!(waits[4], 0, "held packets dropped: {waits:?}");
     assert!(sum("packets_held") >= conns + unsolicited);
-    // h3 answered every pull, held or not.
+    // h3 answered every pull, held or not, and every request it took in
+    // (each of one host's batch) was answered and timed.
     assert_eq!(h3["pull_flows_sent"].as_u64(), Some(conns));
+    let answered = h3["pulls_answered"].as_u64().unwrap_or(0);
+    assert!(answered > 0 && answered == h3["pulls_received"].as_u64().unwrap_or(0), "{h3}");
+    assert!(h3["pull_answer_us_total"].as_u64().is_some(), "{h3}");
     let pulled: u64 = peer.iter().map(|p| p["moved_from"]["h3"]["pulled"].as_u64().unwrap_or(0)).sum();
     assert!(pulled + timed_out >= conns && pulled <= conns, "{pulled} flows pulled of {conns}");
     assert_eq!(h3["pull_flows_not_held"].as_u64(), Some(unsolicited));

@@ -18,6 +18,7 @@ use crate::shared::Shared;
 use parking_lot::Mutex;
 use sluice_engine::SteerMark;
 use sluice_engine::cores::CoreList;
+use sluice_engine::idle::Backoff;
 use sluice_engine::{
     Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
     Worker,
@@ -356,11 +357,8 @@ const REPORT_EVERY: Duration = Duration::from_millis(50);
 /// How often a busy worker takes its lanes' events and checks their
 /// meter windows and checkpoints.
 const TICK_EVERY: Duration = Duration::from_millis(1);
-/// Polls without a packet before an idle worker starts to sleep between
-/// polls (a shared machine gets its core back; latency rises by at most
-/// [`IDLE_SLEEP`]).
-const IDLE_SPINS: u32 = 1024;
-/// Sleep between polls of an idle worker.
+/// Sleep between polls of an idle worker (cut short when another host of
+/// its group sends a request or an answer: see `Peer::wake_me_on_arrivals`).
 const IDLE_SLEEP: Duration = Duration::from_micros(200);
 
 impl WorkerCtx {
@@ -388,10 +386,13 @@ impl WorkerCtx {
         // The worker's time, shared equally by the tenants whose packets
         // wait for it.
         let fair = FairShare::new();
-        let mut idle = 0u32;
+        let mut backoff = Backoff::sleeping(IDLE_SLEEP);
         let mut last_report = Instant::now();
         let mut last_tick = Instant::now();
         let mut last_peer = Instant::now();
+        if let Some(p) = &self.shared.peer {
+            p.wake_me_on_arrivals();
+        }
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
             // Read before the commands: once open, every command sent before
             // opening is in the channel.
@@ -444,7 +445,7 @@ impl WorkerCtx {
             }
             match got {
                 Receive::Packets(_) => {
-                    idle = 0;
+                    backoff.busy();
                     // Events, windows and checkpoints at most every
                     // millisecond, not per batch.
                     if now.saturating_duration_since(last_tick) >= TICK_EVERY {
@@ -454,14 +455,7 @@ impl WorkerCtx {
                         }
                     }
                 }
-                Receive::Idle | Receive::Done => {
-                    idle = idle.saturating_add(1);
-                    if idle > IDLE_SPINS {
-                        std::thread::sleep(IDLE_SLEEP);
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                }
+                Receive::Idle | Receive::Done => backoff.idle(),
             }
             if now.saturating_duration_since(last_report) >= REPORT_EVERY {
                 last_report = now;

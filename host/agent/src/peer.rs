@@ -7,7 +7,7 @@ use crate::config::{AgentConfig, PeerConfig};
 use crate::error::AgentError;
 use futures::StreamExt;
 use sluice_control::Bus;
-use sluice_peer::{Outgoing, Peer, PeerStore};
+use sluice_peer::{Direct, Outgoing, Peer, PeerOut, PeerStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +30,18 @@ pub(crate) async fn start_peer(
     }
     let (tx, rx) = crossbeam_channel::bounded::<Outgoing>(4096);
     let store = PeerStore::new(pc.max_flows, pc.max_bytes, pc.lifetime);
-    let peer = Peer::new(&cfg.host, pc.interval, pc.pull_wait, store, tx);
+    // Straight to the bus from the worker when it takes the message at
+    // once; else through the sender thread below.
+    let (direct_bus, group, me) = (bus.clone(), cfg.group.clone(), cfg.host.clone());
+    let direct: Direct =
+        Box::new(move |to: &str, body: Vec<u8>| match direct_bus.try_publish_peer(&group, to, &me, body) {
+            Ok(back) => back,
+            Err(e) => {
+                tracing::debug!(to, "peer state not sent: {e}");
+                None
+            }
+        });
+    let peer = Peer::new(&cfg.host, pc.interval, pc.pull_wait, store, PeerOut::new(tx, Some(direct)));
     let mut inbox = bus.peer_inbox(&cfg.group, &cfg.host).await?;
     let p = peer.clone();
     tokio::spawn(async move {
@@ -62,7 +73,7 @@ pub(crate) async fn start_peer(
         }
     });
     // Workers hand messages over without waiting; this thread sends them.
-    let (out_bus, group, me) = (bus.clone(), cfg.group.clone(), cfg.host.clone());
+    let (out_bus, group, me, sender) = (bus.clone(), cfg.group.clone(), cfg.host.clone(), peer.clone());
     let handle = tokio::runtime::Handle::current();
     std::thread::Builder::new()
         .name("peer-out".into())
@@ -71,6 +82,7 @@ pub(crate) async fn start_peer(
                 if let Err(e) = handle.block_on(out_bus.publish_peer(&group, &o.to, &me, o.body)) {
                     tracing::debug!(to = %o.to, flows = o.flows, "peer state not sent: {e}");
                 }
+                sender.sent();
             }
         })
         .map_err(|e| AgentError::Config(format!("cannot start the peer-state sender: {e}")))?;

@@ -460,13 +460,16 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
     s.push_str(&format!(
         "\nMoved flowlets that waited for their state: {waited}; state arrived for {}, h3 held none for {}, timed out {} (state that came later imported for {}); \
          state-recovery time (the wait: request, answer, import) {:.0} µs on average, {} µs at most \
-         (SNF: 140 µs on bare metal for its output logger); {} packets held while waiting, {} dropped over the hold bounds.\n",
+         (SNF: 140 µs on bare metal for its output logger), of which {:.0} µs on average on h3, from a request's arrival to its answer \
+         ({} requests; the rest is the bus both ways and the import); {} packets held while waiting, {} dropped over the hold bounds.\n",
         sum(&pulled.peers, "waits_with_state"),
         sum(&pulled.peers, "waits_not_held"),
         sum(&pulled.peers, "waits_timed_out"),
         sum(&pulled.peers, "late_state_imported"),
         sum(&pulled.peers, "wait_us_total") as f64 / waited.max(1) as f64,
         pulled.peers.iter().map(|p| p["wait_us_max"].as_u64().unwrap_or(0)).max().unwrap_or(0),
+        sum(&pulled.peers, "pull_answer_us_total") as f64 / sum(&pulled.peers, "pulls_answered").max(1) as f64,
+        sum(&pulled.peers, "pulls_answered"),
         sum(&pulled.peers, "packets_held"),
         sum(&pulled.peers, "packets_held_dropped"),
     ));

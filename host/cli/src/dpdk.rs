@@ -20,6 +20,7 @@ use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Queue};
 use sluice_engine::cores::CoreList;
 use sluice_engine::dpdk::{DpdkIo, Egress};
+use sluice_engine::idle::Backoff;
 use sluice_engine::{PacketIo, Receive, Worker};
 pub use sluice_engine::{PortReport, QueueCounters};
 use sluice_runtime::{Chain, Meters, Runtime};
@@ -270,6 +271,7 @@ fn worker_loop(
     }
     let mut events = 0u64;
     let mut last_rx = Instant::now();
+    let mut backoff = Backoff::polling();
     while !stop.load(Ordering::Relaxed) {
         if let Some(max) = opts.max_packets
             && received.load(Ordering::Relaxed) >= max
@@ -278,6 +280,7 @@ fn worker_loop(
         }
         match worker.step(&mut io, batch) {
             Receive::Packets(n) => {
+                backoff.busy();
                 last_rx = Instant::now();
                 received.fetch_add(n as u64, Ordering::Relaxed);
                 // Events are counted (and logged at debug level), never kept.
@@ -290,7 +293,7 @@ fn worker_loop(
                 if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
                     break;
                 }
-                std::hint::spin_loop();
+                backoff.idle();
             }
         }
     }
@@ -330,13 +333,23 @@ pub(crate) fn open_ports(
     pool_name: &str,
 ) -> Result<Opened, RunError> {
     let workers = config.workers.clamp(1, 64);
+    let allowed = CoreList::allowed().ok();
     let eal = Eal::init(eal_args)?;
     // EAL pinned this (the main) thread to the main lcore, and threads
-    // inherit that: each worker is pinned to its own core instead.
+    // inherit that: each worker is pinned to its own core instead, and the
+    // threads started from here on (peer-state sender, journal writer,
+    // beacons) run off the workers' cores.
     let cores = match config.core_list()? {
         Some(list) => list,
         None => CoreList::new(eal.lcore_cpus()),
     };
+    if let Some(allowed) = allowed {
+        let control = sluice_engine::cores::control_cores(&allowed, &cores);
+        match sluice_engine::cores::run_current_thread_on(&control) {
+            Ok(()) => tracing::debug!(cores = %control, "the host's own threads run off the workers' cores"),
+            Err(e) => tracing::warn!("{e}; the host's own threads share the main lcore"),
+        }
+    }
     sluice_engine::cores::warn_if_oversubscribed(workers, &cores);
     let available = eal.port_count();
     if available == 0 {

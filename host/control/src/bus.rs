@@ -178,6 +178,14 @@ pub trait Bus: Send + Sync + 'static {
         let _ = (group, to, from, body);
         Err(BusError::op("sending peer state", "this bus connects no other hosts"))
     }
+    /// Host: [`Bus::publish_peer`] for a thread that must not wait (a live
+    /// worker answering a pull): `Ok(None)` when the message was handed to
+    /// the bus at once, `Ok(Some(body))`, the body given back, when it
+    /// could not be without waiting (send it with [`Bus::publish_peer`]).
+    fn try_publish_peer(&self, group: &str, to: &str, from: &str, body: Vec<u8>) -> Result<Option<Vec<u8>>, BusError> {
+        let _ = (group, to, from);
+        Ok(Some(body))
+    }
     /// Host: the peer state the other hosts of `group` send to `me`, each
     /// message with its sender.
     async fn peer_inbox(&self, group: &str, me: &str) -> Result<BoxStream<'static, FromHost<Vec<u8>>>, BusError> {

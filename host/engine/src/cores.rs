@@ -132,6 +132,28 @@ impl std::str::FromStr for CoreList {
     }
 }
 
+/// The cores a process's own threads (peer-state sender, journal writer,
+/// liveness beacons, the async runtime's tasks started later) run on once
+/// its workers hold cores: those the process was `allowed` before minus
+/// the `workers'` cores, so that a spinning worker never makes them wait
+/// for its time slice; the workers' cores when nothing else is left. DPDK
+/// gives its control threads the same set (`rte_thread_create_control`).
+pub fn control_cores(allowed: &CoreList, workers: &CoreList) -> CoreList {
+    let rest = CoreList::new(allowed.cores().iter().copied().filter(|c| !workers.cores().contains(c)));
+    if rest.is_empty() { workers.clone() } else { rest }
+}
+
+/// Lets the calling thread (and the threads it starts from now on) run on
+/// any of `cores`.
+pub fn run_current_thread_on(cores: &CoreList) -> Result<(), CoreError> {
+    let mut set = CpuSet::new();
+    for &c in cores.cores() {
+        set.set(c).map_err(|source| CoreError::Os { what: format!("name core {c}"), source })?;
+    }
+    sched_setaffinity(Pid::from_raw(0), &set)
+        .map_err(|source| CoreError::Os { what: format!("let a thread run on cores {cores}"), source })
+}
+
 /// Pins the calling thread to `core`.
 pub fn pin_current_thread(core: usize) -> Result<(), CoreError> {
     let mut set = CpuSet::new();
@@ -236,6 +258,27 @@ mod tests {
         for bad in ["", "x", "3-1", "0-99999", "1,,a"] {
             assert!(bad.parse::<CoreList>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn control_threads_keep_off_the_workers_cores_unless_none_is_left() {
+        let all = CoreList::new([0, 1, 2, 3]);
+        assert_eq!(control_cores(&all, &CoreList::new([1, 2])).cores(), &[0, 3]);
+        assert_eq!(control_cores(&all, &CoreList::new([0, 1, 2, 3])).cores(), &[0, 1, 2, 3]);
+        assert_eq!(control_cores(&CoreList::new([1]), &CoreList::new([1])).cores(), &[1]);
+    }
+
+    #[test]
+    fn a_thread_can_be_let_run_on_several_cores() {
+        let allowed = CoreList::allowed().unwrap();
+        std::thread::spawn(move || {
+            pin_current_thread(allowed.cores()[0]).unwrap();
+            assert_eq!(CoreList::allowed().unwrap().len(), 1);
+            run_current_thread_on(&allowed).unwrap();
+            assert_eq!(CoreList::allowed().unwrap(), allowed);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod dispatch;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod fair;
+pub mod idle;
 pub mod io;
 pub mod worker;
 

@@ -70,6 +70,13 @@ pub struct PeerCounters {
     pub pull_flows_sent: u64,
     /// Flows of requests this host held no state of.
     pub pull_flows_not_held: u64,
+    /// Requests answered (every lane of the deployment looked), and the
+    /// microseconds from each one's arrival to its answer, over all of
+    /// them: the part of a pull spent on this host.
+    #[serde(default)]
+    pub pulls_answered: u64,
+    #[serde(default)]
+    pub pull_answer_us_total: u64,
     /// The moved flowlets by the host they came from (its id, or the
     /// hash its mark carried if it is no longer in the table): after a
     /// kill, how many of the dead host's flows found their state here.
@@ -136,6 +143,8 @@ pub(crate) struct Counts {
     pub(crate) pulls_refused: AtomicU64,
     pub(crate) pull_flows_sent: AtomicU64,
     pub(crate) pull_flows_not_held: AtomicU64,
+    pub(crate) pulls_answered: AtomicU64,
+    pub(crate) pull_answer_us_total: AtomicU64,
     pub(crate) global_entries_sent: AtomicU64,
     pub(crate) global_entries_received: AtomicU64,
     pub(crate) global_entries_refused: AtomicU64,

@@ -4,7 +4,8 @@
 //! packets of moved flows while their state is pulled, answers other
 //! hosts' pulls and exports changed state to each flow's next owner.
 
-use crate::host::{MAX_MESSAGE, Outgoing, Peer, host_by_hash, next_owner};
+use crate::host::{MAX_MESSAGE, Peer, host_by_hash, next_owner};
+use crate::out::Outgoing;
 use crate::pull::{self, Outcome, Wait};
 use crate::store::Replica;
 use crate::wire::{self, FlowRequest, NfPart, PeerBatch, PeerFlow, PeerMessage};
@@ -203,7 +204,7 @@ impl LanePeer {
                 };
                 // Not sent (the outbox full): the wait times out.
                 if let Ok(body) = PeerMessage::Pull(r).encode() {
-                    let _ = self.peer.outbox.try_send(Outgoing { to: to.clone(), body, flows: 0 });
+                    let _ = self.peer.outbox.send(Outgoing { to: to.clone(), body, flows: 0 });
                 }
             }
         }
@@ -305,6 +306,10 @@ impl LanePeer {
                 }
                 a.remaining = a.remaining.saturating_sub(1);
                 if a.remaining == 0 {
+                    let us = u64::try_from(now.saturating_duration_since(a.at).as_micros()).unwrap_or(u64::MAX);
+                    let c = &self.peer.counts;
+                    c.pulls_answered.fetch_add(1, Ordering::Relaxed);
+                    c.pull_answer_us_total.fetch_add(us, Ordering::Relaxed);
                     let missing: Vec<FlowKey> = a.keys.iter().filter(|k| !a.found.contains(k)).copied().collect();
                     not_held.push((a.from.clone(), missing));
                 }
@@ -469,7 +474,7 @@ impl LanePeer {
             let sent = message
                 .encode()
                 .ok()
-                .map(|body| self.peer.outbox.try_send(Outgoing { to: to.to_string(), body, flows: n }).is_ok());
+                .map(|body| self.peer.outbox.send(Outgoing { to: to.to_string(), body, flows: n }));
             if sent == Some(true) {
                 counts.flows_sent.fetch_add(n as u64, Ordering::Relaxed);
                 counts.batches_sent.fetch_add(1, Ordering::Relaxed);

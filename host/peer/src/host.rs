@@ -9,6 +9,7 @@ pub mod pools;
 
 use crate::HashMap;
 use crate::counters::{Counts, GlobalTable, MovedFrom, PeerCounters};
+use crate::out::{Outgoing, PeerOut};
 use crate::pull::{Answers, Asks};
 use crate::store::PeerStore;
 use crate::wire::{self, FlowRequest, GlobalBatch, PeerMessage, TableValues, WireError};
@@ -25,17 +26,6 @@ pub const MAX_MESSAGE: usize = 512 * 1024;
 /// group's other hosts.
 pub const GLOBAL_EVERY: Duration = Duration::from_millis(100);
 
-/// A message for another host of the group.
-#[derive(Debug)]
-pub struct Outgoing {
-    /// The receiving host.
-    pub to: String,
-    /// The encoded [`PeerBatch`](crate::PeerBatch).
-    pub body: Vec<u8>,
-    /// Flows in it.
-    pub flows: usize,
-}
-
 /// The NFs of a deployment whose global tables are merged over the group:
 /// their names and shared state, and the chain's shape they belong to.
 #[derive(Debug)]
@@ -51,7 +41,7 @@ pub struct Peer {
     pub(crate) me: String,
     table: RwLock<Option<Arc<OwnershipTable>>>,
     pub(crate) store: PeerStore,
-    pub(crate) outbox: crossbeam_channel::Sender<Outgoing>,
+    pub(crate) outbox: PeerOut,
     pub(crate) interval: Duration,
     /// How long a moved flow's packets wait for its pulled state.
     pub(crate) pull_wait: Duration,
@@ -68,19 +58,19 @@ pub struct Peer {
     /// Release pools split between the group's hosts.
     pools: pools::Pools,
     pools_counts: pools::PoolCounts,
+    /// Live workers to wake when a request or an answer arrives (an idle
+    /// worker parks between polls).
+    workers: parking_lot::Mutex<Vec<std::thread::Thread>>,
 }
+
+/// Live workers a host wakes on arrivals, at most.
+const MAX_WORKERS: usize = 256;
 
 impl Peer {
     /// The peer state of host `me`: replicate every `interval` through
     /// `outbox`, keep replicas in `store`, let a moved flow's packets wait
     /// up to `pull_wait` for its pulled state.
-    pub fn new(
-        me: &str,
-        interval: Duration,
-        pull_wait: Duration,
-        store: PeerStore,
-        outbox: crossbeam_channel::Sender<Outgoing>,
-    ) -> Arc<Self> {
+    pub fn new(me: &str, interval: Duration, pull_wait: Duration, store: PeerStore, outbox: PeerOut) -> Arc<Self> {
         Arc::new(Peer {
             me: me.to_string(),
             table: RwLock::new(None),
@@ -96,7 +86,31 @@ impl Peer {
             moved_from: parking_lot::Mutex::new(std::collections::BTreeMap::new()),
             pools: pools::Pools::default(),
             pools_counts: pools::PoolCounts::default(),
+            workers: parking_lot::Mutex::new(Vec::new()),
         })
+    }
+
+    /// The sender thread sent (or gave up on) one message of the queue of
+    /// [`PeerOut`].
+    pub fn sent(&self) {
+        self.outbox.sent();
+    }
+
+    /// Wakes the calling live worker's thread ([`std::thread::unpark`]) when
+    /// another host's request or answer arrives, so that an idle worker
+    /// parked between polls looks at it at once.
+    pub fn wake_me_on_arrivals(&self) {
+        let me = std::thread::current();
+        let mut w = self.workers.lock();
+        if w.len() < MAX_WORKERS && !w.iter().any(|t| t.id() == me.id()) {
+            w.push(me);
+        }
+    }
+
+    fn wake_workers(&self) {
+        for t in self.workers.lock().iter() {
+            t.unpark();
+        }
     }
 
     /// Counts a moved flowlet against the host it came from (`previous`:
@@ -120,10 +134,19 @@ impl Peer {
     /// counted and its error returned (to log); nothing is kept of it.
     pub fn receive(&self, from: &str, bytes: &[u8], now: Instant, now_ns: u64) -> Result<(), WireError> {
         match PeerMessage::decode(bytes) {
-            Ok(PeerMessage::Flows(b)) => self.store.insert(from, b, now),
+            Ok(PeerMessage::Flows(b)) => {
+                self.store.insert(from, b, now);
+                self.wake_workers();
+            }
             Ok(PeerMessage::Global(g)) => self.take_global(from, g, now_ns),
-            Ok(PeerMessage::Pull(r)) => self.ask(from, r, now),
-            Ok(PeerMessage::NotHeld(r)) => self.answers.insert(&r.deployment, r.flow_keys(), now),
+            Ok(PeerMessage::Pull(r)) => {
+                self.ask(from, r, now);
+                self.wake_workers();
+            }
+            Ok(PeerMessage::NotHeld(r)) => {
+                self.answers.insert(&r.deployment, r.flow_keys(), now);
+                self.wake_workers();
+            }
             Ok(PeerMessage::Bindings(b)) => self.take_bindings(b, now),
             Ok(PeerMessage::Released(r)) => self.take_released(r),
             Err(e) => {
@@ -163,7 +186,7 @@ impl Peer {
             keys: keys.iter().map(|k| k.to_bytes().to_vec()).collect(),
         });
         if let Ok(body) = m.encode() {
-            let _ = self.outbox.try_send(Outgoing { to: to.to_string(), body, flows: 0 });
+            let _ = self.outbox.send(Outgoing { to: to.to_string(), body, flows: 0 });
         }
     }
 
@@ -328,6 +351,8 @@ impl Peer {
             pulls_refused: c.pulls_refused.load(Ordering::Relaxed),
             pull_flows_sent: c.pull_flows_sent.load(Ordering::Relaxed),
             pull_flows_not_held: c.pull_flows_not_held.load(Ordering::Relaxed),
+            pulls_answered: c.pulls_answered.load(Ordering::Relaxed),
+            pull_answer_us_total: c.pull_answer_us_total.load(Ordering::Relaxed),
             global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
             global_entries_received: c.global_entries_received.load(Ordering::Relaxed),
             global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),
@@ -383,7 +408,7 @@ mod tests {
             Duration::from_millis(10),
             Duration::from_millis(2),
             PeerStore::new(10, 1 << 20, Duration::from_secs(1)),
-            tx,
+            PeerOut::new(tx, None),
         );
         assert!(p.set_table(table(2, &["h1", "h2"])));
         assert!(!p.set_table(table(1, &["h1", "h2", "h3"])));

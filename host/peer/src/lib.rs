@@ -29,13 +29,15 @@
 mod counters;
 mod hook;
 mod host;
+mod out;
 pub mod pull;
 pub mod store;
 pub mod wire;
 
 pub use counters::{GlobalTable, MovedFrom, PeerCounters, PoolCounters};
 pub use hook::{BUSY_EVERY, LATE, LanePeer, REFRESH};
-pub use host::{GLOBAL_EVERY, MAX_MESSAGE, Outgoing, Peer, host_by_hash, next_owner, pools};
+pub use host::{GLOBAL_EVERY, MAX_MESSAGE, Peer, host_by_hash, next_owner, pools};
+pub use out::{Direct, Outgoing, PeerOut};
 pub use store::{PeerStore, Replica, StoreCounters};
 pub use wire::{
     BindingsKind, FlowRequest, GlobalBatch, PeerBatch, PeerMessage, PoolBindings, PoolRelease, TableValues, WireError,

@@ -343,6 +343,8 @@ fn steer_loop(
     let clock = Instant::now();
     let mut last_rx = Instant::now();
     let mut last_publish = Instant::now();
+    // Never sleeps: a frame waits for no more than a poll.
+    let mut backoff = sluice_engine::idle::Backoff::polling();
     while !stop.load(Ordering::Relaxed) {
         if let Some(max) = opts.max_packets
             && received.load(Ordering::Relaxed) >= max
@@ -376,9 +378,10 @@ fn steer_loop(
             if last_publish.elapsed() >= Duration::from_millis(100) {
                 publish(shared, w, &mut stats, &flowlets, &mut last_publish);
             }
-            std::hint::spin_loop();
+            backoff.idle();
             continue;
         }
+        backoff.busy();
         last_rx = Instant::now();
         received.fetch_add(got as u64, Ordering::Relaxed);
         stats.received += got as u64;

@@ -429,6 +429,18 @@ impl Bus for NatsBus {
         self.client.publish(subject, body.into()).await.map_err(|e| BusError::op("sending peer state", e))
     }
 
+    fn try_publish_peer(&self, group: &str, to: &str, from: &str, body: Vec<u8>) -> Result<Option<Vec<u8>>, BusError> {
+        let subject = self.names.peer(group, to, from)?;
+        let body = bytes::Bytes::from(body);
+        // The client's first poll hands the message to its connection task
+        // when its queue has room; otherwise the future is dropped unsent
+        // (the queue's send is cancel-safe) and the body goes back.
+        match futures::FutureExt::now_or_never(self.client.publish(subject, body.clone())) {
+            Some(r) => r.map(|()| None).map_err(|e| BusError::op("sending peer state", e)),
+            None => Ok(Some(Vec::from(body))),
+        }
+    }
+
     async fn peer_inbox(&self, group: &str, me: &str) -> Result<BoxStream<'static, FromHost<Vec<u8>>>, BusError> {
         let sub = self
             .client

@@ -116,7 +116,7 @@ impl Peer {
 
     fn post(&self, to: &str, m: &PeerMessage) {
         if let Ok(body) = m.encode() {
-            let _ = self.outbox.try_send(Outgoing { to: to.to_string(), body, flows: 0 });
+            let _ = self.outbox.send(Outgoing { to: to.to_string(), body, flows: 0 });
         }
     }
 
