@@ -117,6 +117,7 @@ pub fn desired_spec(row: &DeploymentRow) -> DeploymentSpec {
         nfs: stored_nfs(row),
         attachments: row.attachments.clone(),
         fragments: row.fragments,
+        durability: row.durability,
     }
 }
 

@@ -429,6 +429,19 @@ fn edge_group_with(
     config: Option<Value>,
     extra: &[&str],
 ) -> EdgeGroup {
+    edge_group_spec(d, hosts, nf_name, dep, config, extra, &[])
+}
+
+/// [`edge_group_with`] with `fields` added to the deployment's request.
+fn edge_group_spec(
+    d: &std::path::Path,
+    hosts: &[&str],
+    nf_name: &str,
+    dep: &str,
+    config: Option<Value>,
+    extra: &[&str],
+    fields: &[(&str, Value)],
+) -> EdgeGroup {
     // Tests that run a group with its dispatcher take turns alone: each
     // runs five or six busy-polling processes, which on a small machine
     // would hold up each other's hosts.
@@ -458,6 +471,9 @@ fn edge_group_with(
         json!({ "name": dep, "group": "edge", "module": format!("{nf_name}@1"), "attach": ["port=0,out=1"] });
     if let Some(c) = config {
         spec["config"] = c;
+    }
+    for (k, v) in fields {
+        spec[*k] = v.clone();
     }
     let r = api.post(Some(&key), "/v1/deployments", &spec);
     assert_eq!(r.status, 201, "{}", r.body);
@@ -672,6 +688,79 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
     assert_eq!(passed("h3", &ack), 0, "a drained host takes no new flowlet");
     let imported_h1 = host_report(d, "h1")["peer"]["flows_imported"].as_u64().unwrap_or(0);
     assert!(imported_h1 >= h3_flows as u64, "h1 imported {imported_h1}, h3 had {h3_flows}");
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i != 1 {
+            p.term();
+        }
+    }
+}
+
+/// Output commit (`durability = "replicated"`): with periodic replication
+/// off (an interval of a minute), a connection's state reaches its next
+/// owner only because its SYN waited for it; a `kill -9` of a host right
+/// after its SYNs left then breaks none of its connections.
+#[test]
+fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    let dir = test_dir();
+    let d = dir.path();
+    let hosts = ["h1", "h2", "h3"];
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = edge_group_spec(
+        d,
+        &hosts,
+        "firewall",
+        "fw",
+        Some(web_firewall()),
+        &["--replicate-us", "60000000"],
+        &[("durability", json!("replicated"))],
+    );
+    let api = gw.api();
+    let conns: Vec<([u8; 4], u16)> =
+        (0..600u32).map(|i| ([10, 0, (i / 200) as u8, (i % 200) as u8 + 1], 40000 + i as u16)).collect();
+    let server = [192, 0, 2, 1];
+    let syn: Vec<Vec<u8>> = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::SYN).build()).collect();
+    let syn_ack: Vec<Vec<u8>> =
+        conns.iter().map(|&(c, p)| FrameSpec::tcp4(server, 80, c, p, flags::SYN | flags::ACK).build()).collect();
+    let key_of = |f: &Vec<u8>| sluice_wire::parse(f).key.unwrap().normalized();
+    let h2_flows = syn.iter().filter(|f| before.owner(key_of(f).hash_normalized()) == Some("h2")).count();
+    assert!(h2_flows > 50, "h2 owns {h2_flows} of the connections");
+
+    let p1 = d.join("syn.pcap");
+    write_pcap(&p1, &syn);
+    let rep = steer_once(&nats, d, "syn", &p1, &hosts);
+    assert_eq!(rep["forwarded"].as_u64(), Some(syn.len() as u64), "{rep}");
+    // Every SYN waited for its connection's state to be held by the next
+    // owner, and left: the hosts' reports say so (h2's too, before it dies).
+    let peer = |h: &str, k: &str| host_report(d, h)["peer"][k].as_u64().unwrap_or(0);
+    wait_for(30, "every SYN to be committed", || {
+        let deferred: u64 = hosts.iter().map(|h| peer(h, "packets_deferred")).sum();
+        let settled = hosts.iter().all(|h| peer(h, "commits_held") == peer(h, "commits_sent"));
+        (deferred >= syn.len() as u64 && settled).then_some(())
+    });
+    for h in hosts {
+        assert_eq!(peer(h, "commits_timed_out"), 0, "{h}: {}", host_report(d, h)["peer"]);
+        assert_eq!(peer(h, "packets_commit_dropped"), 0, "{h}");
+    }
+
+    // kill -9 of h2 at once: its connections' next owners hold their state
+    // only because their SYNs waited for it.
+    procs[1].kill9();
+    wait_group_table(&api, &nats, "edge", before.version(), &["h1", "h3"]);
+    let live = ["h1", "h3"];
+    let p2 = d.join("syn-ack.pcap");
+    write_pcap(&p2, &syn_ack);
+    let rep = steer_once(&nats, d, "syn-ack", &p2, &live);
+    assert_eq!(rep["forwarded"].as_u64(), Some(syn_ack.len() as u64), "{rep}");
+    let passed = |h: &str, frames: &[Vec<u8>]| {
+        let got = flows(&d.join(format!("{h}.out.pcap")));
+        frames.iter().filter(|f| got.iter().any(|(_, g)| g == *f)).count()
+    };
+    wait_for(30, "every server reply to pass", || {
+        (live.iter().map(|h| passed(h, &syn_ack)).sum::<usize>() == syn_ack.len()).then_some(())
+    });
+    let imported: u64 = live.iter().map(|h| peer(h, "flows_imported")).sum();
+    assert_eq!(imported, h2_flows as u64, "the next owners imported exactly h2's connections");
     for (i, p) in procs.iter_mut().enumerate() {
         if i != 1 {
             p.term();

@@ -87,6 +87,10 @@ pub struct DeploymentOut {
     /// What its NFs see of fragmented IP datagrams: `follow` or `reassemble`.
     #[schema(value_type = String, example = "follow")]
     pub fragments: sluice_runtime::fragments::FragmentMode,
+    /// What a host's death may lose of its flows' state: `periodic` or
+    /// `replicated`.
+    #[schema(value_type = String, example = "periodic")]
+    pub durability: sluice_control::Durability,
     /// Overall: `running` (every live host of the group runs this
     /// revision), `failed` (a host could not), or `pending`.
     pub status: String,
@@ -167,6 +171,7 @@ pub(crate) fn deployment_out(st: &AppState, row: DeploymentRow) -> DeploymentOut
         nfs,
         attachments: row.attachments.iter().map(Attachment::to_string).collect(),
         fragments: row.fragments,
+        durability: row.durability,
         status: status.into(),
         reason,
         hosts,
@@ -280,6 +285,7 @@ pub async fn create_deployment(
         spec: serde_json::to_string(&nfs).map_err(ApiError::internal)?,
         attachments,
         fragments: req.fragments.unwrap_or_default(),
+        durability: req.durability.unwrap_or_default(),
         created_ms: t,
         updated_ms: t,
     };
@@ -384,7 +390,13 @@ pub async fn update_deployment(
     // The same deployment again changes nothing (no new revision, nothing
     // published), unless its revision failed: then applying it retries.
     let fragments = req.fragments.unwrap_or(row.fragments);
-    if spec == row.spec && group == row.group && attachments == row.attachments && fragments == row.fragments {
+    let durability = req.durability.unwrap_or(row.durability);
+    if spec == row.spec
+        && group == row.group
+        && attachments == row.attachments
+        && fragments == row.fragments
+        && durability == row.durability
+    {
         let out = deployment_out(&st, row.clone());
         if out.status != "failed" {
             return Ok(([(header::ETAG, etag(row.revision))], Json(out)));
@@ -397,6 +409,7 @@ pub async fn update_deployment(
         spec,
         attachments,
         fragments,
+        durability,
         updated_ms: now(),
         ..row
     };

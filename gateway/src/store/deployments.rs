@@ -26,6 +26,8 @@ pub struct DeploymentRow {
     pub attachments: Vec<Attachment>,
     /// What its NFs see of fragmented IP datagrams.
     pub fragments: sluice_runtime::fragments::FragmentMode,
+    /// What a host's death may lose of its flows' state.
+    pub durability: sluice_control::Durability,
     /// Created, ms.
     pub created_ms: i64,
     /// Last changed, ms.
@@ -94,8 +96,8 @@ impl Store {
             .map_err(|e| StoreError::Corrupt { what: "attachment", reason: e.to_string() })?;
         if d.revision <= 1 {
             let inserted = tx.execute(
-                "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments, fragments)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                "INSERT INTO deployments (id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments, fragments, durability)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT DO NOTHING",
                 params![
                     d.id,
@@ -107,7 +109,8 @@ impl Store {
                     d.created_ms,
                     d.updated_ms,
                     attachments,
-                    d.fragments.name()
+                    d.fragments.name(),
+                    d.durability.name()
                 ],
             )?;
             if inserted == 0 {
@@ -118,9 +121,19 @@ impl Store {
             }
         } else {
             let updated = tx.execute(
-                "UPDATE deployments SET grp = ?2, revision = ?3, spec = ?4, updated_ms = ?5, attachments = ?7, fragments = ?8
-                 WHERE id = ?1 AND revision = ?6",
-                params![d.id, d.group, d.revision, d.spec, d.updated_ms, d.revision - 1, attachments, d.fragments.name()],
+                "UPDATE deployments SET grp = ?2, revision = ?3, spec = ?4, updated_ms = ?5, attachments = ?7, fragments = ?8,
+                 durability = ?9 WHERE id = ?1 AND revision = ?6",
+                params![
+                    d.id,
+                    d.group,
+                    d.revision,
+                    d.spec,
+                    d.updated_ms,
+                    d.revision - 1,
+                    attachments,
+                    d.fragments.name(),
+                    d.durability.name()
+                ],
             )?;
             if updated == 0 {
                 return Err(StoreError::Conflict(format!(
@@ -177,10 +190,16 @@ impl Store {
                     rusqlite::Error::FromSqlConversionFailure(9, rusqlite::types::Type::Text, e.into())
                 })?
             },
+            durability: {
+                let text: String = r.get(10)?;
+                text.parse().map_err(|e: String| {
+                    rusqlite::Error::FromSqlConversionFailure(10, rusqlite::types::Type::Text, e.into())
+                })?
+            },
         })
     }
 
-    const DEPLOYMENT_COLS: &str = "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments, fragments FROM deployments";
+    const DEPLOYMENT_COLS: &str = "SELECT id, tenant_id, name, grp, revision, spec, created_ms, updated_ms, attachments, fragments, durability FROM deployments";
 
     /// A tenant's deployments.
     pub fn deployments(&self, tenant_id: &str) -> Result<Vec<DeploymentRow>, StoreError> {

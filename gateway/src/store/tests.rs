@@ -210,6 +210,7 @@ fn a_deployed_module_cannot_be_deleted() {
         spec: "{}".into(),
         attachments: Vec::new(),
         fragments: sluice_runtime::fragments::FragmentMode::Reassemble,
+        durability: sluice_control::Durability::Replicated,
         created_ms: 0,
         updated_ms: 0,
     };
@@ -222,6 +223,7 @@ fn a_deployed_module_cannot_be_deleted() {
     assert!(matches!(s.put_deployment(&two, &["m1".into()]), Err(StoreError::Conflict(_))));
     let stored = s.deployment("t1", "edge").unwrap().unwrap();
     assert_eq!((stored.revision, stored.fragments), (2, sluice_runtime::fragments::FragmentMode::Reassemble));
+    assert_eq!(stored.durability, sluice_control::Durability::Replicated);
     assert_eq!(s.delete_module("t1", "m1").unwrap(), Err(vec!["edge".to_string()]));
     assert!(s.delete_deployment("t1", "d1").unwrap());
     assert_eq!(s.delete_module("t1", "m1").unwrap(), Ok(true));
@@ -237,6 +239,7 @@ fn attached(id: &str, tenant: &str, group: &str, revision: i64, attachments: &[&
         spec: "[]".into(),
         attachments: attachments.iter().map(|a| a.parse().unwrap()).collect(),
         fragments: Default::default(),
+        durability: Default::default(),
         created_ms: 0,
         updated_ms: 0,
     }

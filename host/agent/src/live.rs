@@ -133,6 +133,24 @@ impl Lane for LiveLane {
         }
     }
 
+    fn defer(
+        &mut self,
+        packets: &[sluice_runtime::RawPacket<'_>],
+        leaves: &[bool],
+        room: usize,
+        out: &mut Vec<(usize, sluice_runtime::Defer)>,
+    ) {
+        if let Some(p) = self.peer.as_mut().filter(|p| p.commits()) {
+            p.defer(self.active.worker.chain_mut(), packets, leaves, room, out);
+        }
+    }
+
+    fn settle(&mut self, send: &mut Vec<u64>, drop: &mut Vec<u64>) {
+        if let Some(p) = &mut self.peer {
+            p.settle(send, drop);
+        }
+    }
+
     fn run(&mut self, packets: &[sluice_runtime::RawPacket<'_>], moved: &[(usize, SteerMark)]) -> &mut [PacketResult] {
         match &mut self.peer {
             Some(p) => {
@@ -152,6 +170,7 @@ struct WorkerCounts {
     refused_egress: u64,
     over_share: u64,
     not_running: u64,
+    uncommitted: u64,
     /// With stage times.
     stages: Option<sluice_runtime::StageTimes>,
 }
@@ -285,7 +304,7 @@ impl Live {
     /// Puts the ports' and workers' counters into the host report.
     pub(crate) fn report(&self, shared: &Shared) {
         let mut ports = (self.port_stats)();
-        let (mut unmatched, mut refused, mut over_share, mut not_running) = (0, 0, 0, 0);
+        let (mut unmatched, mut refused, mut over_share, mut not_running, mut uncommitted) = (0, 0, 0, 0, 0);
         let mut stages: Option<sluice_runtime::StageTimes> = None;
         {
             let counts = self.counts.lock();
@@ -297,6 +316,7 @@ impl Live {
                 refused += c.refused_egress;
                 over_share += c.over_share;
                 not_running += c.not_running;
+                uncommitted += c.uncommitted;
                 for (p, q) in ports.iter_mut().zip(&c.queues) {
                     p.queues.push(q.clone());
                 }
@@ -308,6 +328,7 @@ impl Live {
         r.refused_egress = refused;
         r.over_share = over_share;
         r.not_running = not_running;
+        r.uncommitted = uncommitted;
         r.stages = stages.map(|s| s.per_packet());
     }
 
@@ -498,6 +519,15 @@ impl WorkerCtx {
                     // the gateway has already given up what it released.
                     let attachments = p.spec.attachments.clone();
                     if let Some(active) = deployment::update(&self.shared, Some(active), *p) {
+                        // A change of durability takes a new lane peer (its
+                        // kept outputs are let go by their time limit).
+                        let replicated = active.spec.durability == sluice_control::Durability::Replicated;
+                        let peer = match (peer, &self.shared.peer) {
+                            (Some(old), Some(p)) if old.commits() != replicated => {
+                                Some(p.lane(&active.spec.id, replicated))
+                            }
+                            (peer, _) => peer,
+                        };
                         lanes.insert(
                             i,
                             LiveLane { active, attachments, share, packets_in, packets_out, over_share, peer },
@@ -515,7 +545,8 @@ impl WorkerCtx {
                     if let Some(active) = started {
                         let attachments = active.spec.attachments.clone();
                         let share = fair.join(0, &active.spec.tenant);
-                        let peer = self.shared.peer.as_ref().map(|p| p.lane(&active.spec.id));
+                        let replicated = active.spec.durability == sluice_control::Durability::Replicated;
+                        let peer = self.shared.peer.as_ref().map(|p| p.lane(&active.spec.id, replicated));
                         lanes.push(LiveLane {
                             peer,
                             active,
@@ -582,6 +613,7 @@ impl WorkerCtx {
             c.refused_egress = d.refused_egress;
             c.over_share = d.over_share;
             c.not_running = d.not_running;
+            c.uncommitted = d.uncommitted;
             c.queues = io.queue_counters().to_vec();
             if self.stage_times {
                 c.stages = Some(dispatch.stage_times(io));

@@ -88,6 +88,11 @@ pub struct AgentReport {
     /// is not running (starting, or its start failed): dropped.
     #[serde(default)]
     pub not_running: u64,
+    /// Packets of deployments with `durability = "replicated"` dropped
+    /// because their flow's changed state could not be sent to its next
+    /// owner, or found no room to wait for it.
+    #[serde(default)]
+    pub uncommitted: u64,
     /// Live ports: device and per-worker queue counters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<sluice_engine::PortReport>,

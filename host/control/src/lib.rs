@@ -23,8 +23,8 @@ pub use auth::{HostIdentity, NatsAuth, Permissions};
 pub use bus::{Bus, BusError, FromHost, MeterDelivery};
 pub use local::LocalBus;
 pub use messages::{
-    DeploymentSpec, DeploymentStatus, DesiredSet, EventBatch, Heartbeat, HostState, MeterRecord, Meters, ModuleRef,
-    NfEvent, NfLimitsSpec, NfPlacement, now_ms,
+    DeploymentSpec, DeploymentStatus, DesiredSet, Durability, EventBatch, Heartbeat, HostState, MeterRecord, Meters,
+    ModuleRef, NfEvent, NfLimitsSpec, NfPlacement, now_ms,
 };
 pub use nats::{NatsBus, Role};
 pub use sluice_group::{Member, OwnershipTable};

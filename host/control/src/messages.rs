@@ -105,10 +105,61 @@ pub struct DeploymentSpec {
     /// What its NFs see of fragmented IP datagrams (absent: `follow`).
     #[serde(default, skip_serializing_if = "is_follow")]
     pub fragments: sluice_traffic::FragmentMode,
+    /// What a host's death may lose of its flows' state (absent:
+    /// `periodic`).
+    #[serde(default, skip_serializing_if = "Durability::is_periodic")]
+    pub durability: Durability,
 }
 
 fn is_follow(m: &sluice_traffic::FragmentMode) -> bool {
     *m == sluice_traffic::FragmentMode::Follow
+}
+
+/// What a host's death may lose of a deployment's flow state, in a group
+/// whose hosts replicate it to each flow's next owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// Changed state is sent every replication interval: a kill loses the
+    /// changes of the last interval, and packets never wait for it.
+    #[default]
+    Periodic,
+    /// Output commit: a packet whose processing changed its flow's state
+    /// leaves only once the flow's next owner holds the change, so a kill
+    /// loses no state that a packet out of the host depended on; those
+    /// packets wait about a round trip to the next owner.
+    Replicated,
+}
+
+impl Durability {
+    /// Its name in configuration and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Periodic => "periodic",
+            Durability::Replicated => "replicated",
+        }
+    }
+
+    fn is_periodic(&self) -> bool {
+        *self == Durability::Periodic
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "periodic" => Ok(Durability::Periodic),
+            "replicated" => Ok(Durability::Replicated),
+            other => Err(format!("durability '{other}': expected 'periodic' or 'replicated'")),
+        }
+    }
 }
 
 impl DeploymentSpec {

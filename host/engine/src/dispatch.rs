@@ -14,7 +14,7 @@ use crate::classify::{Attachment, Classifier, Unmatched, outer_vlan};
 use crate::io::{PacketIo, Receive};
 use crate::worker::{Worker, recycle};
 use serde::Serialize;
-use sluice_runtime::{Fate, Hold, PacketResult, RawPacket, StageTimes, Stopwatch};
+use sluice_runtime::{Defer, Fate, Hold, PacketResult, RawPacket, StageTimes, Stopwatch};
 use sluice_wire::steer::SteerMark;
 
 /// A deployment's part of a host worker.
@@ -78,6 +78,18 @@ pub trait Lane {
     fn release(&mut self, out: &mut Vec<u64>) {
         let _ = out;
     }
+    /// After its part of a batch ran (`leaves`: whether each of `packets`
+    /// leaves the host): the packets whose output waits until their
+    /// flow's changed state is held by another host (index in `packets`;
+    /// at most `room` kept; see [`Defer`]). The others leave at once.
+    fn defer(&mut self, packets: &[RawPacket<'_>], leaves: &[bool], room: usize, out: &mut Vec<(usize, Defer)>) {
+        let _ = (packets, leaves, room, out);
+    }
+    /// Appends the tickets of its kept outputs that may leave now to
+    /// `send`, and of those that may not to `drop`.
+    fn settle(&mut self, send: &mut Vec<u64>, drop: &mut Vec<u64>) {
+        let _ = (send, drop);
+    }
 }
 
 /// Counts of a dispatcher's own decisions.
@@ -95,6 +107,10 @@ pub struct DispatchCounters {
     /// the unmatched policy, so a tenant's traffic is not forwarded past
     /// NFs that are not there.
     pub not_running: u64,
+    /// Packets whose flow's changed state could not be sent to be held
+    /// elsewhere, or that found no room to wait for it (output commit):
+    /// dropped rather than sent on state only this host holds.
+    pub uncommitted: u64,
 }
 
 /// Where a packet goes.
@@ -138,6 +154,14 @@ pub struct Dispatch {
     /// release.
     to_hold: Vec<(usize, u64)>,
     tickets: Vec<u64>,
+    /// Output commit: whether each packet of the lane being run leaves,
+    /// its decisions (index in its part), the batch's outputs to keep
+    /// (position, ticket), and kept outputs to send or drop.
+    leaves: Vec<bool>,
+    defers: Vec<(usize, Defer)>,
+    to_defer: Vec<(usize, u64)>,
+    send: Vec<u64>,
+    unsent: Vec<u64>,
     /// Stage times, when asked for ([`Dispatch::time_stages`]); the
     /// lanes' chains' own are added after each of their runs.
     timing: Option<Box<(Stopwatch, StageTimes)>>,
@@ -167,6 +191,11 @@ impl Dispatch {
             holds: Vec::new(),
             to_hold: Vec::new(),
             tickets: Vec::new(),
+            leaves: Vec::new(),
+            defers: Vec::new(),
+            to_defer: Vec::new(),
+            send: Vec::new(),
+            unsent: Vec::new(),
             timing: None,
         }
     }
@@ -241,13 +270,23 @@ impl Dispatch {
         if !self.tickets.is_empty() {
             io.release(&self.tickets);
         }
+        // Kept outputs whose flows' changes are held elsewhere leave (or
+        // are dropped) before anything newer of theirs.
+        self.send.clear();
+        self.unsent.clear();
+        for lane in lanes.iter_mut() {
+            lane.settle(&mut self.send, &mut self.unsent);
+        }
+        io.settle(&self.send, &self.unsent);
         let got = io.receive(max);
         let Receive::Packets(n) = got else {
             return got;
         };
         self.lap(|t| &mut t.receive_ns);
         let mut room = io.hold_room();
+        let mut defer_room = io.defer_room();
         self.to_hold.clear();
+        self.to_defer.clear();
         self.moved.clear();
         self.moved.extend_from_slice(io.moved());
         let mut raw = recycle(std::mem::take(&mut self.raw));
@@ -293,7 +332,7 @@ impl Dispatch {
         // batch as received and its results are delivered where they are.
         if let Some(li) = self.per_lane.iter().position(|&n| n == raw.len())
             && let Some(lane) = lanes.get_mut(li)
-            && let Some(run) = self.sole_run(lane, &raw, room)
+            && let Some(run) = self.sole_run(lane, &raw, room, defer_room)
         {
             self.raw = recycle(raw);
             self.sole_deliver(io, lane, run, n);
@@ -406,6 +445,31 @@ impl Dispatch {
                 let took = now.saturating_duration_since(started);
                 started = now;
                 forwarded -= self.refuse_retagged(lane);
+                // Output commit: the packets whose output waits.
+                self.leaves.clear();
+                self.leaves.extend(
+                    self.positions
+                        .iter()
+                        .map(|&i| self.results.get(i).is_some_and(|r| matches!(r.fate, Fate::Forward(_)))),
+                );
+                self.defers.clear();
+                lane.defer(&sub, &self.leaves, defer_room, &mut self.defers);
+                for &(k, d) in &self.defers {
+                    let Some(&i) = self.positions.get(k) else { continue };
+                    match d {
+                        Defer::Keep(ticket) => {
+                            self.to_defer.push((i, ticket));
+                            defer_room = defer_room.saturating_sub(1);
+                        }
+                        Defer::Drop => {
+                            if let Some(r) = self.results.get_mut(i) {
+                                r.fate = Fate::Refused;
+                                self.counters.uncommitted += 1;
+                                forwarded = forwarded.saturating_sub(1);
+                            }
+                        }
+                    }
+                }
                 lane.ran(sub.len() as u64, forwarded, took);
             }
             self.sub = recycle(sub);
@@ -420,6 +484,9 @@ impl Dispatch {
         self.lap(|t| &mut t.classify_ns);
         for &(at, ticket) in &self.to_hold {
             io.hold(at, ticket);
+        }
+        for &(at, ticket) in &self.to_defer {
+            io.defer(at, ticket);
         }
         io.deliver(&self.results);
         if let Some(t) = self.timing.as_deref_mut() {
@@ -436,7 +503,13 @@ impl Dispatch {
     /// delivers them. Returns `None`, having done nothing but ask the lane
     /// which packets wait, when the general path must run instead: the
     /// lane is over its share, or holds packets.
-    fn sole_run<L: Lane>(&mut self, lane: &mut L, raw: &[RawPacket<'_>], room: usize) -> Option<SoleRun> {
+    fn sole_run<L: Lane>(
+        &mut self,
+        lane: &mut L,
+        raw: &[RawPacket<'_>],
+        room: usize,
+        defer_room: usize,
+    ) -> Option<SoleRun> {
         if !lane.admit(false) {
             return None;
         }
@@ -468,6 +541,28 @@ impl Dispatch {
             }
             forwarded += u64::from(matches!(r.fate, Fate::Forward(_)));
         }
+        // Output commit: the packets whose output waits (a rewrite that
+        // moves a packet into another VLAN is refused later, and its kept
+        // entry left without output).
+        self.leaves.clear();
+        self.leaves.extend(lane.last_results().iter().map(|r| matches!(r.fate, Fate::Forward(_))));
+        self.defers.clear();
+        lane.defer(raw, &self.leaves, defer_room, &mut self.defers);
+        if !self.defers.is_empty() {
+            let results = lane.last_results();
+            for &(i, d) in &self.defers {
+                match d {
+                    Defer::Keep(ticket) => self.to_defer.push((i, ticket)),
+                    Defer::Drop => {
+                        if let Some(r) = results.get_mut(i) {
+                            r.fate = Fate::Refused;
+                            forwarded = forwarded.saturating_sub(1);
+                            self.counters.uncommitted += 1;
+                        }
+                    }
+                }
+            }
+        }
         // The run and the fates: the chain's stages as it timed them, the
         // rest verdicts.
         let ns = self.timing.as_deref_mut().map_or(0, |t| t.0.lap());
@@ -477,6 +572,9 @@ impl Dispatch {
     /// Delivers the results [`sole_run`](Self::sole_run) set (`n` packets).
     fn sole_deliver<L: Lane, I: PacketIo + ?Sized>(&mut self, io: &mut I, lane: &mut L, run: SoleRun, n: usize) {
         let SoleRun { started, mut forwarded, ns } = run;
+        for &(at, ticket) in &self.to_defer {
+            io.defer(at, ticket);
+        }
         if self.retagged.is_empty() {
             io.deliver(lane.last_results());
         } else {
@@ -839,6 +937,152 @@ mod tests {
         assert_eq!(lanes[0].marks, vec![1, 5]);
         assert!(io.held.is_empty());
         assert_eq!(io.delivered.iter().filter(|(_, fate)| *fate == Fate::Forward(0)).count(), 8);
+    }
+
+    /// An I/O for output commit: what it sent, in order, and the outputs
+    /// it keeps by ticket.
+    struct CommitIo {
+        batches: std::collections::VecDeque<Vec<Vec<u8>>>,
+        frames: Vec<Vec<u8>>,
+        deferring: Vec<(usize, u64)>,
+        kept: Vec<(u64, Vec<u8>)>,
+        sent: Vec<Vec<u8>>,
+        dropped: usize,
+    }
+
+    impl PacketIo for CommitIo {
+        fn receive(&mut self, _max: usize) -> Receive {
+            match self.batches.pop_front() {
+                Some(b) => {
+                    self.frames = b;
+                    Receive::Packets(self.frames.len())
+                }
+                None => Receive::Idle,
+            }
+        }
+        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+            out.extend(self.frames.iter().map(|f| RawPacket {
+                data: f,
+                wire_len: f.len() as u32,
+                timestamp_ns: 0,
+                ingress_port: 0,
+            }));
+        }
+        fn deliver(&mut self, results: &[PacketResult]) {
+            for (i, (f, r)) in self.frames.iter().zip(results).enumerate() {
+                if !matches!(r.fate, Fate::Forward(_)) {
+                    self.dropped += 1;
+                } else if let Some(&(_, t)) = self.deferring.iter().find(|(at, _)| *at == i) {
+                    self.kept.push((t, f.clone()));
+                } else {
+                    self.sent.push(f.clone());
+                }
+            }
+            self.deferring.clear();
+        }
+        fn defer_room(&self) -> usize {
+            8 - self.kept.len() - self.deferring.len()
+        }
+        fn defer(&mut self, index: usize, ticket: u64) {
+            self.deferring.push((index, ticket));
+        }
+        fn settle(&mut self, send: &[u64], drop: &[u64]) {
+            let (go, stay): (Vec<_>, Vec<_>) = self.kept.drain(..).partition(|(t, _)| send.contains(t));
+            self.dropped += stay.iter().filter(|(t, _)| drop.contains(t)).count();
+            self.kept = stay.into_iter().filter(|(t, _)| !drop.contains(t)).collect();
+            self.sent.extend(go.into_iter().map(|(_, f)| f));
+        }
+    }
+
+    /// A lane that forwards everything and, while `waiting`, keeps the
+    /// output of packets whose last byte is 1 under ticket 5 and drops
+    /// those whose last byte is 2 (their change could not be sent); lets
+    /// ticket 5 go when told to.
+    struct CommitLane {
+        waiting: bool,
+        held: bool,
+        results: Vec<PacketResult>,
+    }
+
+    impl Lane for CommitLane {
+        fn worker(&mut self) -> &mut Worker {
+            unreachable!("run is its own")
+        }
+        fn may_send(&self, _: u16) -> bool {
+            true
+        }
+        fn run(&mut self, packets: &[RawPacket<'_>], _: &[(usize, SteerMark)]) -> &mut [PacketResult] {
+            self.results = packets.iter().map(|_| PacketResult::of(Fate::Forward(0))).collect();
+            &mut self.results
+        }
+        fn last_results(&mut self) -> &mut [PacketResult] {
+            &mut self.results
+        }
+        fn defer(
+            &mut self,
+            packets: &[RawPacket<'_>],
+            leaves: &[bool],
+            mut room: usize,
+            out: &mut Vec<(usize, Defer)>,
+        ) {
+            for (i, (p, &leaves)) in packets.iter().zip(leaves).enumerate() {
+                match p.data.last() {
+                    Some(1) if self.waiting && leaves && room > 0 => {
+                        room -= 1;
+                        out.push((i, Defer::Keep(5)));
+                    }
+                    Some(1) if self.waiting && leaves => out.push((i, Defer::Drop)),
+                    Some(2) if self.waiting => out.push((i, Defer::Drop)),
+                    _ => {}
+                }
+            }
+        }
+        fn settle(&mut self, send: &mut Vec<u64>, _drop: &mut Vec<u64>) {
+            if self.held {
+                self.held = false;
+                self.waiting = false;
+                send.push(5);
+            }
+        }
+    }
+
+    /// Kept outputs leave only when their ticket is let go, ahead of the
+    /// next batch and in the order they were kept; a packet whose change
+    /// could not be sent never leaves; the others leave at once. Both the
+    /// path of a batch with one lane and that of a batch shared by lanes.
+    #[test]
+    fn outputs_kept_for_their_flows_changes_leave_once_held_and_in_order() {
+        let f = |vlan: u16, n: u8, last: u8| {
+            let mut p = tagged(vlan);
+            p.extend_from_slice(&[n, last]);
+            p
+        };
+        for shared in [false, true] {
+            let c = Classifier::new([(0, "port=0,vlan=100".parse().unwrap()), (1, "port=0,vlan=200".parse().unwrap())]);
+            let other = if shared { 200 } else { 100 };
+            let mut io = CommitIo {
+                batches: [vec![f(100, 1, 1), f(other, 2, 0), f(100, 3, 1), f(100, 4, 2)], vec![f(100, 5, 0)]].into(),
+                frames: Vec::new(),
+                deferring: Vec::new(),
+                kept: Vec::new(),
+                sent: Vec::new(),
+                dropped: 0,
+            };
+            let mut d = Dispatch::new(vec![0], Unmatched::Drop);
+            let lane = |waiting| CommitLane { waiting, held: false, results: Vec::new() };
+            let mut lanes = vec![lane(true), lane(false)];
+            assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(4));
+            assert_eq!(io.sent, vec![f(other, 2, 0)], "shared: {shared}");
+            assert_eq!(
+                io.kept.iter().map(|(t, f)| (*t, f.clone())).collect::<Vec<_>>(),
+                [(5, f(100, 1, 1)), (5, f(100, 3, 1))]
+            );
+            assert_eq!((io.dropped, d.counters().uncommitted), (1, 1));
+            lanes[0].held = true;
+            assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(1));
+            assert_eq!(io.sent, vec![f(other, 2, 0), f(100, 1, 1), f(100, 3, 1), f(100, 5, 0)], "shared: {shared}");
+            assert!(io.kept.is_empty());
+        }
     }
 
     /// A lane that never exists (lanes with chains are tested with real

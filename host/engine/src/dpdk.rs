@@ -18,6 +18,11 @@
 //! mbufs kept, at most [`MAX_HELD`] a worker) until released, then come
 //! back first, in order; one not released within [`HOLD_LIMIT`] (its
 //! deployment was removed meanwhile) comes back anyway.
+//!
+//! With output commit, the output of a packet whose flow's changed state
+//! is not yet held by another host is kept (its frames ready to send, at
+//! most [`MAX_DEFERRED`] a worker) until its ticket is let go (sent, in
+//! the order kept) or dropped; one kept past [`DEFER_LIMIT`] is dropped.
 
 use crate::io::{PacketIo, QueueCounters, Receive};
 use sluice_dpdk::{Mbuf, Mempool, Queue};
@@ -29,6 +34,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MAX_HELD: usize = 512;
 /// A held packet comes back after this long even if not released.
 pub const HOLD_LIMIT: Duration = Duration::from_millis(100);
+
+/// Outputs one worker keeps back for output commit, at most (frames).
+pub const MAX_DEFERRED: usize = 4096;
+/// A kept output whose ticket is neither let go nor dropped within this
+/// long (its deployment was removed meanwhile) is dropped.
+pub const DEFER_LIMIT: Duration = Duration::from_secs(1);
+
+/// The output of a packet kept back until its flow's changed state is
+/// held by another host (output commit).
+#[derive(Debug)]
+struct Kept {
+    ticket: u64,
+    /// Output port index.
+    port: usize,
+    /// The frames it left as (one, or its fragments).
+    frames: Vec<Mbuf>,
+    at: Instant,
+}
 
 /// A packet kept back until its ticket is released.
 #[derive(Debug)]
@@ -78,6 +101,12 @@ pub struct DpdkIo {
     holding: Vec<(usize, u64)>,
     /// Held packets released, to come back at the next `receive`.
     released: std::collections::VecDeque<(Mbuf, usize)>,
+    /// Packets of the batch whose output to keep at `deliver`: (index,
+    /// ticket).
+    deferring: Vec<(usize, u64)>,
+    /// Outputs kept, in the order kept, and their frames in all.
+    kept: std::collections::VecDeque<Kept>,
+    kept_frames: usize,
     egress: Option<Egress>,
     /// A frame read out of its mbuf to be cut.
     frame: Vec<u8>,
@@ -110,6 +139,9 @@ impl DpdkIo {
             held: Vec::new(),
             holding: Vec::new(),
             released: std::collections::VecDeque::new(),
+            deferring: Vec::new(),
+            kept: std::collections::VecDeque::new(),
+            kept_frames: 0,
             egress: None,
             frame: Vec::new(),
             tx_watch: None,
@@ -235,6 +267,37 @@ impl DpdkIo {
         if self.pairs && n > 1 { (pi ^ 1).min(n - 1) } else { pi }
     }
 
+    /// Sends or frees the kept outputs of these tickets, and frees those
+    /// kept past [`DEFER_LIMIT`]; sends what it moved out.
+    fn settle_kept(&mut self, send: &[u64], drop: &[u64]) {
+        let now = Instant::now();
+        let mut sent = false;
+        let mut keep = std::collections::VecDeque::with_capacity(self.kept.len());
+        for k in self.kept.drain(..) {
+            let go = send.contains(&k.ticket);
+            if !go && !drop.contains(&k.ticket) && now.saturating_duration_since(k.at) < DEFER_LIMIT {
+                keep.push_back(k);
+                continue;
+            }
+            self.kept_frames = self.kept_frames.saturating_sub(k.frames.len());
+            match (go, self.out.get_mut(k.port)) {
+                (true, Some(o)) => {
+                    o.extend(k.frames);
+                    sent = true;
+                }
+                _ => {
+                    if let Some(c) = self.counters.get_mut(k.port) {
+                        c.dropped_uncommitted += k.frames.len() as u64;
+                    }
+                }
+            }
+        }
+        self.kept = keep;
+        if sent {
+            self.transmit();
+        }
+    }
+
     fn transmit(&mut self) {
         if let Some((w, _)) = &mut self.tx_watch {
             w.restart();
@@ -295,6 +358,23 @@ impl PacketIo for DpdkIo {
     fn release(&mut self, tickets: &[u64]) {
         if !tickets.is_empty() {
             self.release_where(|h| tickets.contains(&h.ticket));
+        }
+    }
+
+    fn defer_room(&self) -> usize {
+        MAX_DEFERRED.saturating_sub(self.kept_frames + self.deferring.len())
+    }
+
+    fn defer(&mut self, index: usize, ticket: u64) {
+        if self.defer_room() > 0 {
+            self.deferring.push((index, ticket));
+        }
+    }
+
+    fn settle(&mut self, send: &[u64], drop: &[u64]) {
+        let expired = self.kept.front().is_some_and(|k| k.at.elapsed() >= DEFER_LIMIT);
+        if !send.is_empty() || !drop.is_empty() || expired {
+            self.settle_kept(send, drop);
         }
     }
 
@@ -408,8 +488,11 @@ impl PacketIo for DpdkIo {
         self.holding.sort_unstable_by_key(|&(i, _)| i);
         let holding_now = std::mem::take(&mut self.holding);
         let mut holding = holding_now.iter().peekable();
-        // Read the clock only for a batch that holds packets.
-        let now = (!holding_now.is_empty()).then(Instant::now);
+        self.deferring.sort_unstable_by_key(|&(i, _)| i);
+        let deferring_now = std::mem::take(&mut self.deferring);
+        let mut deferring = deferring_now.iter().peekable();
+        // Read the clock only for a batch that holds or keeps packets.
+        let now = (!holding_now.is_empty() || !deferring_now.is_empty()).then(Instant::now);
         let ingress = std::mem::take(&mut self.ingress);
         let lens = std::mem::take(&mut self.lens);
         for (i, ((m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results).enumerate() {
@@ -435,6 +518,10 @@ impl PacketIo for DpdkIo {
                 Fate::Forward(0) => Some(self.default_out(pi)),
                 Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_ports),
             };
+            // Entries of packets that left no output (dropped) are passed.
+            while deferring.next_if(|&&(at, _)| at < i).is_some() {}
+            let keep = deferring.next_if(|&&(at, _)| at == i).map(|&(_, ticket)| ticket);
+            let queued = target.and_then(|t| self.out.get(t)).map_or(0, Vec::len);
             match target {
                 Some(t) if !r.fragments.is_empty() => self.enqueue_fragments(m, &r.fragments, t, pi),
                 Some(t) => {
@@ -447,8 +534,23 @@ impl PacketIo for DpdkIo {
                     }
                 }
             }
+            // Its output waits: the frames it just queued are kept back.
+            if let (Some(ticket), Some(t)) = (keep, target)
+                && let Some(o) = self.out.get_mut(t)
+                && o.len() > queued
+            {
+                let frames = o.split_off(queued);
+                self.kept_frames += frames.len();
+                if let Some(c) = self.counters.get_mut(t) {
+                    c.deferred += frames.len() as u64;
+                }
+                self.kept.push_back(Kept { ticket, port: t, frames, at: now.unwrap_or_else(Instant::now) });
+            }
         }
         drop(holding);
+        drop(deferring);
+        self.deferring = deferring_now;
+        self.deferring.clear();
         self.ingress = ingress;
         self.lens = lens;
         self.holding = holding_now;

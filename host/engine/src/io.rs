@@ -70,6 +70,26 @@ pub trait PacketIo {
     fn release(&mut self, tickets: &[u64]) {
         let _ = tickets;
     }
+
+    /// Outputs it can still keep back (see [`defer`](Self::defer)); 0: it
+    /// keeps none, and every output leaves at `deliver`.
+    fn defer_room(&self) -> usize {
+        0
+    }
+
+    /// Keeps the output of packet `index` of the last `receive` (what
+    /// `deliver` makes of it: rewritten, cut to fit, for its port) back
+    /// under `ticket` until the ticket is let go. Called before
+    /// `deliver`, at most `defer_room` times.
+    fn defer(&mut self, index: usize, ticket: u64) {
+        let _ = (index, ticket);
+    }
+
+    /// Sends the outputs kept under the tickets of `send`, in the order
+    /// they were kept, and frees those under the tickets of `drop`.
+    fn settle(&mut self, send: &[u64], drop: &[u64]) {
+        let _ = (send, drop);
+    }
 }
 
 /// Counters of one queue pair (one worker on one port).
@@ -100,6 +120,13 @@ pub struct QueueCounters {
     /// leave inside it (see the chain's `fragments_held`).
     #[serde(default)]
     pub reassembling: u64,
+    /// Frames kept back until their flow's changed state was held by
+    /// another host (output commit), and those of them dropped because it
+    /// was not in time; the others were sent (counted in `tx`).
+    #[serde(default)]
+    pub deferred: u64,
+    #[serde(default)]
+    pub dropped_uncommitted: u64,
 }
 
 impl QueueCounters {
@@ -113,6 +140,8 @@ impl QueueCounters {
         self.dropped_too_big += o.dropped_too_big;
         self.fragmented += o.fragmented;
         self.reassembling += o.reassembling;
+        self.deferred += o.deferred;
+        self.dropped_uncommitted += o.dropped_uncommitted;
     }
 }
 

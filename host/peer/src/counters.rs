@@ -77,6 +77,31 @@ pub struct PeerCounters {
     pub pulls_answered: u64,
     #[serde(default)]
     pub pull_answer_us_total: u64,
+    /// Output commit (`durability = "replicated"`): messages of changed
+    /// flows sent that packets waited on, those the next owner held (and
+    /// the microseconds from sending each to its answer, over all of
+    /// them), and those not held in time (their packets dropped).
+    #[serde(default)]
+    pub commits_sent: u64,
+    #[serde(default)]
+    pub commits_held: u64,
+    #[serde(default)]
+    pub commit_wait_us_total: u64,
+    #[serde(default)]
+    pub commits_timed_out: u64,
+    /// Packets whose output waited for their flow's change to be held,
+    /// and those of them dropped because it was not (or no room was left
+    /// to wait).
+    #[serde(default)]
+    pub packets_deferred: u64,
+    #[serde(default)]
+    pub packets_commit_dropped: u64,
+    /// As next owner: other hosts' commit messages held and answered, and
+    /// those refused (the replica store full).
+    #[serde(default)]
+    pub commits_answered: u64,
+    #[serde(default)]
+    pub commits_refused: u64,
     /// The moved flowlets by the host they came from (its id, or the
     /// hash its mark carried if it is no longer in the table): after a
     /// kill, how many of the dead host's flows found their state here.
@@ -145,6 +170,14 @@ pub(crate) struct Counts {
     pub(crate) pull_flows_not_held: AtomicU64,
     pub(crate) pulls_answered: AtomicU64,
     pub(crate) pull_answer_us_total: AtomicU64,
+    pub(crate) commits_sent: AtomicU64,
+    pub(crate) commits_held: AtomicU64,
+    pub(crate) commit_wait_us_total: AtomicU64,
+    pub(crate) commits_timed_out: AtomicU64,
+    pub(crate) packets_deferred: AtomicU64,
+    pub(crate) packets_commit_dropped: AtomicU64,
+    pub(crate) commits_answered: AtomicU64,
+    pub(crate) commits_refused: AtomicU64,
     pub(crate) global_entries_sent: AtomicU64,
     pub(crate) global_entries_received: AtomicU64,
     pub(crate) global_entries_refused: AtomicU64,

@@ -4,14 +4,15 @@
 //! packets of moved flows while their state is pulled, answers other
 //! hosts' pulls and exports changed state to each flow's next owner.
 
-use crate::host::{MAX_MESSAGE, Peer, host_by_hash, next_owner};
+use crate::commit::{self, Commits};
+use crate::host::{Peer, host_by_hash, next_owner};
 use crate::out::Outgoing;
 use crate::pull::{self, Outcome, Wait};
 use crate::store::Replica;
 use crate::wire::{self, FlowRequest, NfPart, PeerBatch, PeerFlow, PeerMessage};
 use crate::{HashMap, HashSet};
 use sluice_group::OwnershipTable;
-use sluice_runtime::{Chain, FlowHook, Hold, NfInstance, RawPacket};
+use sluice_runtime::{Chain, Defer, FlowHook, Hold, NfInstance, RawPacket};
 use sluice_wire::FlowKey;
 use sluice_wire::steer::SteerMark;
 use std::sync::Arc;
@@ -31,10 +32,14 @@ pub const REFRESH: Duration = Duration::from_secs(30);
 pub const BUSY_EVERY: u32 = 10;
 
 impl Peer {
-    /// The part of one deployment's lane on one worker.
-    pub fn lane(self: &Arc<Self>, deployment: &str) -> LanePeer {
+    /// The part of one deployment's lane on one worker; `replicated`: its
+    /// packets wait for their flows' changed state to be held by the
+    /// next owner (see [`crate::commit`]).
+    pub fn lane(self: &Arc<Self>, deployment: &str, replicated: bool) -> LanePeer {
         self.asks.lane_started(deployment);
         LanePeer {
+            commit: replicated.then(|| Commits::new(self.commit_lane())),
+            refused: HashSet::default(),
             waiting: HashMap::default(),
             pulls: HashMap::default(),
             asks_seen: self.asks.newest.load(Ordering::Acquire),
@@ -109,6 +114,10 @@ pub struct LanePeer {
     /// [`BUSY_EVERY`]), and those of them that went quiet.
     deferred: HashSet<FlowKey>,
     quiet: Vec<FlowKey>,
+    /// Output commit, for a deployment with `durability = "replicated"`.
+    commit: Option<Commits>,
+    /// Flows of the last batch whose change could not be sent.
+    refused: HashSet<FlowKey>,
 }
 
 /// How long a flow whose pull timed out still takes its late state.
@@ -117,6 +126,9 @@ pub const LATE: Duration = Duration::from_secs(2);
 impl Drop for LanePeer {
     fn drop(&mut self) {
         self.peer.asks.lane_stopped(&self.deployment);
+        if let Some(c) = &self.commit {
+            self.peer.end_commit_lane(c.lane);
+        }
     }
 }
 
@@ -460,14 +472,12 @@ impl LanePeer {
         }
     }
 
-    /// Sends flows to one host, in messages under [`MAX_MESSAGE`].
+    /// Sends flows to one host, in messages under [`crate::MAX_MESSAGE`].
     /// Returns the flows it could not send (the outbox to the bus full).
     fn send(&self, to: &str, version: u64, flows: Vec<PeerFlow>) -> Vec<FlowKey> {
         let counts = &self.peer.counts;
-        let mut part = Vec::new();
-        let mut size = 0usize;
         let mut unsent = Vec::new();
-        let mut flush = |part: Vec<PeerFlow>| {
+        for part in commit::chunks(flows) {
             let n = part.len();
             let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
             let message = PeerMessage::Flows(batch);
@@ -484,21 +494,123 @@ impl LanePeer {
                     unsent.extend(batch.flows.iter().filter_map(|f| FlowKey::from_bytes(&f.key)));
                 }
             }
-        };
-        for f in flows {
-            // Encoded size, roughly: key, names, values, varints.
-            let s = 48 + f.nfs.iter().map(|p| 32 + p.nf.len() + p.bytes() + 24 * p.tables.len()).sum::<usize>();
-            if size + s > MAX_MESSAGE && !part.is_empty() {
-                flush(std::mem::take(&mut part));
-                size = 0;
-            }
-            size += s;
-            part.push(f);
-        }
-        if !part.is_empty() {
-            flush(part);
         }
         unsent
+    }
+
+    /// Whether its packets wait for their flows' changes to be held
+    /// elsewhere (`durability = "replicated"`).
+    pub fn commits(&self) -> bool {
+        self.commit.is_some()
+    }
+
+    /// After its part of a batch ran (`leaves`: whether each of `packets`
+    /// leaves the host): sends the flows whose state the batch changed to
+    /// their next owners at once, and appends (index, decision) for the
+    /// packets whose output waits for a change to be held there (at most
+    /// `room` kept; see [`crate::commit`]). The others leave at once.
+    pub fn defer(
+        &mut self,
+        chain: &mut Chain,
+        packets: &[RawPacket<'_>],
+        leaves: &[bool],
+        mut room: usize,
+        out: &mut Vec<(usize, Defer)>,
+    ) {
+        let Some(commit) = self.commit.as_mut() else { return };
+        self.changed.clear();
+        let mut complete = true;
+        for stage in chain.stages_mut() {
+            complete &= stage.take_flow_changes(&mut self.changed);
+        }
+        if !complete {
+            // Too many changed to note: every flow held may have.
+            for stage in chain.stages() {
+                self.changed.extend(stage.flow_table().keys().copied());
+            }
+        }
+        self.changed.extend(commit.again());
+        self.refused.clear();
+        let table = self.peer.table();
+        let me = self.peer.me.as_str();
+        let now = Instant::now();
+        if !self.changed.is_empty()
+            && let Some(table) = table.as_deref()
+        {
+            let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
+            let mut seen: HashSet<FlowKey> = HashSet::default();
+            for k in self.changed.iter().map(FlowKey::normalized) {
+                if !seen.insert(k) {
+                    continue;
+                }
+                // A group of one: nowhere to hold it, its packets pass.
+                let Some(to) = next_owner(table, me, &k) else { continue };
+                let chain: &Chain = chain;
+                let nfs = match chain.stages().iter().filter_map(|s| s.flow_clock(&k)).reduce(u64::wrapping_add) {
+                    // Ended: a replica sent before is forgotten.
+                    None if self.sent.remove(&k).is_some() => Vec::new(),
+                    None => continue,
+                    Some(sum) => {
+                        self.sent.insert(k, (sum, now));
+                        chain
+                            .stages()
+                            .iter()
+                            .filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e)))
+                            .collect()
+                    }
+                };
+                per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
+            }
+            for (to, flows) in per_host {
+                for part in commit::chunks(flows) {
+                    let keys: Vec<FlowKey> = part.iter().filter_map(|f| FlowKey::from_bytes(&f.key)).collect();
+                    let batch =
+                        PeerBatch { deployment: self.deployment.clone(), table_version: table.version(), flows: part };
+                    if !commit.has_room() || !commit.send(&self.peer, to, batch, keys.clone(), now) {
+                        self.refused.extend(keys.iter().copied());
+                        commit.retry(keys);
+                    }
+                }
+            }
+        }
+        if !commit.pending() && self.refused.is_empty() {
+            return;
+        }
+        let (mut deferred, mut dropped) = (0u64, 0u64);
+        for (i, (p, &leaves)) in packets.iter().zip(leaves).enumerate() {
+            if !leaves {
+                continue;
+            }
+            let Some(k) = flow_of(p) else { continue };
+            if self.refused.contains(&k) {
+                out.push((i, Defer::Drop));
+                dropped += 1;
+            } else if let Some(ticket) = commit.ticket_of(&k) {
+                if room > 0 {
+                    room -= 1;
+                    commit.deferred(ticket);
+                    out.push((i, Defer::Keep(ticket)));
+                    deferred += 1;
+                } else {
+                    out.push((i, Defer::Drop));
+                    dropped += 1;
+                }
+            }
+        }
+        let c = &self.peer.counts;
+        c.packets_deferred.fetch_add(deferred, Ordering::Relaxed);
+        c.packets_commit_dropped.fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// Appends the tickets of deferred packets that may leave now (their
+    /// flows' changes are held elsewhere) to `leave`, and of those that may
+    /// not (not held in time) to `drop`.
+    pub fn settle(&mut self, leave: &mut Vec<u64>, drop: &mut Vec<u64>) {
+        if let Some(c) = self.commit.as_mut()
+            && c.pending()
+        {
+            c.settle(&self.peer, Instant::now(), leave, drop);
+        }
     }
 }
 

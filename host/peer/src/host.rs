@@ -61,10 +61,17 @@ pub struct Peer {
     /// Live workers to wake when a request or an answer arrives (an idle
     /// worker parks between polls).
     workers: parking_lot::Mutex<Vec<std::thread::Thread>>,
+    /// Lanes with output commit, by id: the answers (sender, message
+    /// number) that arrived for each (see [`crate::commit`]).
+    commit_acks: parking_lot::Mutex<HashMap<u64, Vec<(String, u64)>>>,
+    next_lane: AtomicU64,
 }
 
 /// Live workers a host wakes on arrivals, at most.
 const MAX_WORKERS: usize = 256;
+/// Answers kept for a lane with output commit between two of its
+/// batches, at most (see [`crate::commit`]).
+pub const MAX_ACKS: usize = 65_536;
 
 impl Peer {
     /// The peer state of host `me`: replicate every `interval` through
@@ -87,7 +94,56 @@ impl Peer {
             pools: pools::Pools::default(),
             pools_counts: pools::PoolCounts::default(),
             workers: parking_lot::Mutex::new(Vec::new()),
+            commit_acks: parking_lot::Mutex::new(HashMap::default()),
+            next_lane: AtomicU64::new(1),
         })
+    }
+
+    /// A new lane with output commit: its id, under which answers for it
+    /// are kept until it takes them.
+    pub(crate) fn commit_lane(&self) -> u64 {
+        let id = self.next_lane.fetch_add(1, Ordering::Relaxed);
+        self.commit_acks.lock().insert(id, Vec::new());
+        id
+    }
+
+    /// Forgets a lane with output commit.
+    pub(crate) fn end_commit_lane(&self, id: u64) {
+        self.commit_acks.lock().remove(&id);
+    }
+
+    /// Moves the answers that arrived for lane `id` to `out`.
+    pub(crate) fn take_acks(&self, id: u64, out: &mut Vec<(String, u64)>) {
+        if let Some(v) = self.commit_acks.lock().get_mut(&id) {
+            out.append(v);
+        }
+    }
+
+    /// Keeps flows a lane of host `from` waits on as replicas, and answers
+    /// that they are held when every one of them is (a store too full to
+    /// hold one leaves the answer out: the sender's packets wait, then
+    /// are dropped).
+    fn take_commit(&self, from: &str, c: crate::wire::CommitBatch, now: Instant) {
+        let (lane, seq) = (c.lane, c.seq);
+        if self.store.insert(from, c.batch, now) > 0 {
+            self.counts.commits_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let m = PeerMessage::Held(crate::wire::CommitAck { lane, seq });
+        if let Ok(body) = m.encode() {
+            self.counts.commits_answered.fetch_add(1, Ordering::Relaxed);
+            let _ = self.outbox.send(Outgoing { to: from.to_string(), body, flows: 0 });
+        }
+    }
+
+    /// Host `from` holds a lane's message (kept for the lane, if it is
+    /// here: an answer for no lane is dropped).
+    fn take_ack(&self, from: &str, a: crate::wire::CommitAck) {
+        if let Some(v) = self.commit_acks.lock().get_mut(&a.lane)
+            && v.len() < MAX_ACKS
+        {
+            v.push((from.to_string(), a.seq));
+        }
     }
 
     /// The sender thread sent (or gave up on) one message of the queue of
@@ -149,6 +205,14 @@ impl Peer {
             }
             Ok(PeerMessage::Bindings(b)) => self.take_bindings(b, now),
             Ok(PeerMessage::Released(r)) => self.take_released(r),
+            Ok(PeerMessage::Commit(c)) => {
+                self.take_commit(from, c, now);
+                self.wake_workers();
+            }
+            Ok(PeerMessage::Held(a)) => {
+                self.take_ack(from, a);
+                self.wake_workers();
+            }
             Err(e) => {
                 self.store.refused();
                 return Err(e);
@@ -353,6 +417,14 @@ impl Peer {
             pull_flows_not_held: c.pull_flows_not_held.load(Ordering::Relaxed),
             pulls_answered: c.pulls_answered.load(Ordering::Relaxed),
             pull_answer_us_total: c.pull_answer_us_total.load(Ordering::Relaxed),
+            commits_sent: c.commits_sent.load(Ordering::Relaxed),
+            commits_held: c.commits_held.load(Ordering::Relaxed),
+            commit_wait_us_total: c.commit_wait_us_total.load(Ordering::Relaxed),
+            commits_timed_out: c.commits_timed_out.load(Ordering::Relaxed),
+            packets_deferred: c.packets_deferred.load(Ordering::Relaxed),
+            packets_commit_dropped: c.packets_commit_dropped.load(Ordering::Relaxed),
+            commits_answered: c.commits_answered.load(Ordering::Relaxed),
+            commits_refused: c.commits_refused.load(Ordering::Relaxed),
             global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
             global_entries_received: c.global_entries_received.load(Ordering::Relaxed),
             global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),

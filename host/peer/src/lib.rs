@@ -26,6 +26,7 @@
 //! Nothing here is on the path of a host that is not in a group with
 //! peers: a lane without a table does no work but marking flows.
 
+pub mod commit;
 mod counters;
 mod hook;
 mod host;
@@ -40,7 +41,8 @@ pub use host::{GLOBAL_EVERY, MAX_MESSAGE, Peer, host_by_hash, next_owner, pools}
 pub use out::{Direct, Outgoing, PeerOut};
 pub use store::{PeerStore, Replica, StoreCounters};
 pub use wire::{
-    BindingsKind, FlowRequest, GlobalBatch, PeerBatch, PeerMessage, PoolBindings, PoolRelease, TableValues, WireError,
+    BindingsKind, CommitAck, CommitBatch, FlowRequest, GlobalBatch, PeerBatch, PeerMessage, PoolBindings, PoolRelease,
+    TableValues, WireError,
 };
 
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

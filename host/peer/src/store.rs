@@ -114,8 +114,10 @@ impl PeerStore {
 
     /// Keeps the flows of a message from host `from`. A flow without NF
     /// parts ended on its owner: its replica is forgotten. Per NF, a part
-    /// older (by logical clock) than the one held is ignored.
-    pub fn insert(&self, from: &str, batch: PeerBatch, now: Instant) {
+    /// older (by logical clock) than the one held is ignored. Returns how
+    /// many flows it refused (the store full).
+    pub fn insert(&self, from: &str, batch: PeerBatch, now: Instant) -> usize {
+        let mut refused = 0;
         let mut g = self.inner.lock();
         // Counted while the lock is held: a worker that sees the new count
         // and then locks finds the flows.
@@ -150,6 +152,7 @@ impl PeerStore {
             let count = self.held.load(Ordering::Relaxed).saturating_sub(usize::from(old.is_some()));
             if count >= self.max_flows || inner.bytes + bytes > self.max_bytes {
                 inner.counters.flows_refused_full += 1;
+                refused += 1;
                 if old.is_some() {
                     self.held.fetch_sub(1, Ordering::Relaxed);
                 }
@@ -161,6 +164,7 @@ impl PeerStore {
             inner.bytes += bytes;
             map.insert(key, Replica { from: from.to_string(), at: now, nfs, bytes });
         }
+        refused
     }
 
     /// Takes the replicas of `keys` (normalized) of a deployment: their

@@ -222,6 +222,28 @@ impl PoolRelease {
     }
 }
 
+/// Flows' changed state that packets wait on (output commit): the
+/// receiver keeps it as a replica, then acknowledges `seq` to the sender
+/// ([`PeerMessage::Held`]), whose lane `lane` then lets those packets go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitBatch {
+    /// The sending lane (unique on its host).
+    pub lane: u64,
+    /// The message's number in the lane's order.
+    pub seq: u64,
+    /// The flows.
+    pub batch: PeerBatch,
+}
+
+/// The receiver holds the flows of a [`CommitBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitAck {
+    /// The lane that sent it.
+    pub lane: u64,
+    /// Its number.
+    pub seq: u64,
+}
+
 /// A message between the hosts of a group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerMessage {
@@ -242,6 +264,11 @@ pub enum PeerMessage {
     /// Resources of a split release pool released by flows that moved to
     /// the sender, to their block's owner.
     Released(PoolRelease),
+    /// Flows' changed state that the sender's packets wait on, to their
+    /// next owner (a deployment with `durability = "replicated"`).
+    Commit(CommitBatch),
+    /// The sender holds the flows of a [`PeerMessage::Commit`].
+    Held(CommitAck),
 }
 
 impl PeerMessage {
@@ -263,6 +290,8 @@ impl PeerMessage {
                     PeerMessage::Pull(r) | PeerMessage::NotHeld(r) => r.check()?,
                     PeerMessage::Bindings(b) => b.check()?,
                     PeerMessage::Released(r) => r.check()?,
+                    PeerMessage::Commit(c) => c.batch.check()?,
+                    PeerMessage::Held(_) => {}
                 }
                 Ok(m)
             }
@@ -449,6 +478,21 @@ mod tests {
         bad.keys.push(vec![0; 3]);
         let e = PeerMessage::decode(&PeerMessage::NotHeld(bad).encode().unwrap()).unwrap_err();
         assert!(e.to_string().contains("not a flow key"), "{e}");
+    }
+
+    #[test]
+    fn commit_messages_round_trip_and_their_flows_are_bounded() {
+        let c = PeerMessage::Commit(CommitBatch { lane: 3, seq: 41, batch: batch() });
+        assert_eq!(PeerMessage::decode(&c.encode().unwrap()).unwrap(), c);
+        let a = PeerMessage::Held(CommitAck { lane: 3, seq: 41 });
+        assert_eq!(PeerMessage::decode(&a.encode().unwrap()).unwrap(), a);
+        // The flows of a commit are checked as a replica's.
+        let mut b = batch();
+        b.flows[0].key = vec![1, 2, 3];
+        let bad = PeerMessage::Commit(CommitBatch { lane: 3, seq: 42, batch: b });
+        assert!(PeerMessage::decode(&bad.encode().unwrap()).is_err());
+        // The older messages keep their encoding: a replica reads as before.
+        assert_eq!(flows(batch())[1], 0);
     }
 
     #[test]

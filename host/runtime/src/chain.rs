@@ -31,6 +31,18 @@ pub enum Hold {
     Drop,
 }
 
+/// A packet the chain ran whose output waits until its flow's changed
+/// state is held by another host (output commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defer {
+    /// The I/O keeps its output under this ticket, sends it when the
+    /// ticket is let go and frees it when the ticket is dropped.
+    Keep(u64),
+    /// It may not leave: no room to wait, or its flow's change could not
+    /// be sent.
+    Drop,
+}
+
 /// What a chain decided on its own, before or instead of its NFs: every
 /// packet it refused or handled without an NF is in one of these.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

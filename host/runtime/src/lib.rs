@@ -50,7 +50,7 @@ pub mod trap;
 pub mod wasm_runtime;
 
 pub use batch::{BatchBuilder, RawPacket};
-pub use chain::{Chain, ChainCounters, FlowHook, Hold, Routes, check_routes};
+pub use chain::{Chain, ChainCounters, Defer, FlowHook, Hold, Routes, check_routes};
 pub use error::RuntimeError;
 pub use fate::{Fate, PacketResult};
 pub use flow_state::{ExportedFlow, FlowTable, ImportError};

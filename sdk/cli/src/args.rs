@@ -219,6 +219,14 @@ pub struct DeployArgs {
     /// it keeps the deployment's choice.
     #[arg(long)]
     pub fragments: Option<sluice_runtime::fragments::FragmentMode>,
+    /// What a host's death may lose of the flows' state in a group:
+    /// `periodic` (the last replication interval's changes; no packet
+    /// waits) or `replicated` (nothing a packet out of the host depended
+    /// on: a packet that changed its flow's state leaves once the flow's
+    /// next owner holds it). An update without it keeps the deployment's
+    /// choice.
+    #[arg(long)]
+    pub durability: Option<sluice_control::Durability>,
     /// Wait up to this many seconds for every host to run it.
     #[arg(long, default_value_t = 30)]
     pub wait: u64,

@@ -147,6 +147,10 @@ pub struct DeploymentSection {
     /// `reassemble`), as `sluice deploy --fragments` takes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fragments: Option<sluice_runtime::fragments::FragmentMode>,
+    /// What a host's death may lose of the flows' state (`periodic`, the
+    /// default, or `replicated`), as `sluice deploy --durability` takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<sluice_control::Durability>,
 }
 
 impl DeploymentSection {

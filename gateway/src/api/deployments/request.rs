@@ -128,6 +128,17 @@ pub struct DeploymentIn {
     /// deployment's choice.
     #[schema(value_type = Option<String>, pattern = "^(follow|reassemble)$", example = "reassemble")]
     pub fragments: Option<sluice_runtime::fragments::FragmentMode>,
+    /// What a host's death may lose of the flows' state, in a group whose
+    /// hosts replicate it: `periodic` (default: changed state goes to each
+    /// flow's next owner every replication interval; a kill loses the last
+    /// interval's changes, and no packet waits) or `replicated` (output
+    /// commit: a packet whose processing changed its flow's state leaves
+    /// only once the next owner holds the change, about a round trip
+    /// between the hosts later, so a kill loses no state a packet out of
+    /// the host depended on; packets that changed nothing pass at once).
+    /// An update without it keeps the deployment's choice.
+    #[schema(value_type = Option<String>, pattern = "^(periodic|replicated)$", example = "replicated")]
+    pub durability: Option<sluice_control::Durability>,
 }
 
 /// A traffic attachment as a request gives it: the text form or an object.

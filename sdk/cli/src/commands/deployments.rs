@@ -20,7 +20,7 @@ pub type Deployment = Answer<DeploymentOut>;
 /// `sluice deploy`: creates or updates a deployment from `--module`s or a
 /// `--spec`, then waits for its hosts.
 pub fn deploy(cx: &Context, args: DeployArgs) -> Result<()> {
-    let DeployArgs { name, modules, config_files, spec, group, attach, fragments, limits, wait } = args;
+    let DeployArgs { name, modules, config_files, spec, group, attach, fragments, durability, limits, wait } = args;
     let limits = limits.to_json();
     if spec.is_some() && !limits.is_empty() {
         anyhow::bail!("with --spec, give the limits per NF in the spec (\"limits\": {{...}})");
@@ -67,6 +67,9 @@ pub fn deploy(cx: &Context, args: DeployArgs) -> Result<()> {
     obj.entry("group").or_insert(Value::String(group));
     if !attach.is_empty() {
         obj.insert("attach".into(), Value::Array(attach));
+    }
+    if let Some(d) = durability {
+        obj.insert("durability".into(), Value::String(d.to_string()));
     }
     if let Some(f) = fragments {
         obj.insert("fragments".into(), Value::String(f.to_string()));
@@ -182,6 +185,9 @@ pub fn deployment_body(
     );
     if !m.deployment.attach.is_empty() {
         body.insert("attach".into(), json!(m.deployment.attach));
+    }
+    if let Some(d) = m.deployment.durability {
+        body.insert("durability".into(), json!(d.to_string()));
     }
     if let Some(f) = m.deployment.fragments {
         body.insert("fragments".into(), json!(f.to_string()));

@@ -1,0 +1,327 @@
+//! Output commit (SNF §6): with `durability = "replicated"`, a packet
+//! whose processing changed its flow's state leaves only once that state
+//! is held by the flow's next owner, so a `kill -9` of this host loses no
+//! state that any packet out of it depended on.
+//!
+//! After a lane's part of a batch ran, the flows whose state it changed
+//! (as the state noted them: written, imported or ended) are sent at once
+//! to their next owners ([`crate::PeerMessage::Commit`], numbered per
+//! lane), and the lane's packets of every flow with a change not yet held
+//! elsewhere are *deferred*: the worker's packet I/O keeps their output
+//! (rewritten, ready to send) under a ticket. The next owner keeps the
+//! flows as replicas and answers [`crate::PeerMessage::Held`]; the lane
+//! then lets the packets of every message up to the first one not held go,
+//! in the order they were deferred (a flow's packets never overtake one
+//! another). Packets of flows whose state did not change and had no change
+//! waiting pass at once.
+//!
+//! A message not held within [`WAIT`] (its next owner is dead, slow or
+//! full, or the message was lost) lets nothing go: its packets are dropped
+//! (counted) and its flows are sent again with their next packet, so no
+//! packet ever leaves on state that only this host holds. A flow without a
+//! next owner (a group of one) has nowhere to be held, and its packets pass.
+
+use crate::host::Peer;
+use crate::wire::{CommitBatch, PeerBatch, PeerFlow, PeerMessage};
+use crate::{HashMap, HashSet};
+use sluice_wire::FlowKey;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long a lane waits for its next owner to hold a change before it
+/// drops the packets that depend on it.
+pub const WAIT: Duration = Duration::from_millis(50);
+/// Messages of one lane waiting to be held, at most: a lane over it sends
+/// no more and drops the packets that would wait.
+pub const MAX_OUTSTANDING: usize = 4096;
+
+/// A message waiting to be held.
+#[derive(Debug)]
+struct Outstanding {
+    seq: u64,
+    /// The host it went to (only its answer counts).
+    to: String,
+    /// The ticket its packets wait under.
+    ticket: u64,
+    at: Instant,
+    keys: Vec<FlowKey>,
+    /// Packets deferred under its ticket.
+    packets: u64,
+}
+
+/// A lane's output commit.
+#[derive(Debug)]
+pub(crate) struct Commits {
+    /// The lane's id on this host.
+    pub lane: u64,
+    next_seq: u64,
+    /// Messages sent and not held yet, in order.
+    outstanding: VecDeque<Outstanding>,
+    /// Messages held, not yet first in line.
+    held: HashSet<u64>,
+    /// Flows with a change not held yet: the ticket of their newest.
+    waiting: HashMap<FlowKey, u64>,
+    /// Flows whose change was not held (or not sent): sent again with
+    /// their next packet, changed or not.
+    again: HashSet<FlowKey>,
+    acks: Vec<(String, u64)>,
+}
+
+impl Commits {
+    pub fn new(lane: u64) -> Commits {
+        Commits {
+            lane,
+            next_seq: 1,
+            outstanding: VecDeque::new(),
+            held: HashSet::default(),
+            waiting: HashMap::default(),
+            again: HashSet::default(),
+            acks: Vec::new(),
+        }
+    }
+
+    /// Flows sent again whatever changed (their last change was not held).
+    pub fn again(&mut self) -> impl Iterator<Item = FlowKey> + '_ {
+        self.again.drain()
+    }
+
+    /// The ticket a packet of flow `k` waits under, if its flow has a
+    /// change not held yet.
+    pub fn ticket_of(&self, k: &FlowKey) -> Option<u64> {
+        self.waiting.get(k).copied()
+    }
+
+    /// A packet waits under `ticket` (a ticket of [`Commits::ticket_of`]).
+    pub fn deferred(&mut self, ticket: u64) {
+        if let Some(o) = self.outstanding.iter_mut().rev().find(|o| o.ticket == ticket) {
+            o.packets += 1;
+        }
+    }
+
+    /// Flows whose change could not be sent: sent again with their next
+    /// packet.
+    pub fn retry(&mut self, keys: Vec<FlowKey>) {
+        self.again.extend(keys);
+    }
+
+    /// Whether it may send another message.
+    pub fn has_room(&self) -> bool {
+        self.outstanding.len() < MAX_OUTSTANDING
+    }
+
+    /// Sends `flows` (their `keys`) to host `to` as one message; true if
+    /// the outbox took it. Their packets wait from now on.
+    pub fn send(&mut self, peer: &Peer, to: &str, batch: PeerBatch, keys: Vec<FlowKey>, now: Instant) -> bool {
+        let seq = self.next_seq;
+        let n = batch.flows.len();
+        let m = PeerMessage::Commit(CommitBatch { lane: self.lane, seq, batch });
+        let sent =
+            m.encode().is_ok_and(|body| peer.outbox.send(crate::Outgoing { to: to.to_string(), body, flows: n }));
+        let c = &peer.counts;
+        if !sent {
+            c.flows_send_dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return false;
+        }
+        self.next_seq += 1;
+        c.flows_sent.fetch_add(n as u64, Ordering::Relaxed);
+        c.batches_sent.fetch_add(1, Ordering::Relaxed);
+        c.commits_sent.fetch_add(1, Ordering::Relaxed);
+        let ticket = peer.tickets.fetch_add(1, Ordering::Relaxed);
+        for k in &keys {
+            self.waiting.insert(*k, ticket);
+        }
+        self.outstanding.push_back(Outstanding { seq, to: to.to_string(), ticket, at: now, keys, packets: 0 });
+        true
+    }
+
+    /// Takes the answers that arrived, then appends the tickets whose
+    /// packets may leave (every message up to them held) to `leave`, and
+    /// those whose packets may not (a message not held within [`WAIT`])
+    /// to `drop`.
+    pub fn settle(&mut self, peer: &Peer, now: Instant, leave: &mut Vec<u64>, drop: &mut Vec<u64>) {
+        if self.outstanding.is_empty() {
+            return;
+        }
+        peer.take_acks(self.lane, &mut self.acks);
+        for (from, seq) in self.acks.drain(..) {
+            // Only the host it went to may say it holds it.
+            if self.outstanding.iter().any(|o| o.seq == seq && o.to == from) {
+                self.held.insert(seq);
+            }
+        }
+        let c = &peer.counts;
+        while let Some(first) = self.outstanding.front() {
+            let held = self.held.remove(&first.seq);
+            let late = !held && now.saturating_duration_since(first.at) >= WAIT;
+            if !held && !late {
+                break;
+            }
+            let Some(o) = self.outstanding.pop_front() else { break };
+            for k in &o.keys {
+                if self.waiting.get(k) == Some(&o.ticket) {
+                    self.waiting.remove(k);
+                }
+            }
+            if held {
+                c.commits_held.fetch_add(1, Ordering::Relaxed);
+                c.commit_wait_us_total.fetch_add(
+                    u64::try_from(now.saturating_duration_since(o.at).as_micros()).unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
+                leave.push(o.ticket);
+            } else {
+                c.commits_timed_out.fetch_add(1, Ordering::Relaxed);
+                c.packets_commit_dropped.fetch_add(o.packets, Ordering::Relaxed);
+                self.again.extend(o.keys);
+                drop.push(o.ticket);
+            }
+        }
+    }
+
+    /// Whether any message waits to be held.
+    pub fn pending(&self) -> bool {
+        !self.outstanding.is_empty()
+    }
+}
+
+/// Splits `flows` into messages under [`crate::MAX_MESSAGE`] (encoded
+/// size, roughly: key, names, values, varints).
+pub(crate) fn chunks(flows: Vec<PeerFlow>) -> Vec<Vec<PeerFlow>> {
+    let mut out = Vec::new();
+    let mut part = Vec::new();
+    let mut size = 0usize;
+    for f in flows {
+        let s = 48 + f.nfs.iter().map(|p| 32 + p.nf.len() + p.bytes() + 24 * p.tables.len()).sum::<usize>();
+        if size + s > crate::MAX_MESSAGE && !part.is_empty() {
+            out.push(std::mem::take(&mut part));
+            size = 0;
+        }
+        size += s;
+        part.push(f);
+    }
+    if !part.is_empty() {
+        out.push(part);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use crate::out::{Outgoing, PeerOut};
+    use crate::store::PeerStore;
+    use crate::wire::CommitAck;
+    use std::sync::Arc;
+
+    fn peer() -> (Arc<Peer>, crossbeam_channel::Receiver<Outgoing>) {
+        let (tx, rx) = crossbeam_channel::bounded(64);
+        let store = PeerStore::new(1000, 1 << 20, Duration::from_secs(60));
+        let p = Peer::new("h1", Duration::from_millis(1), Duration::from_millis(5), store, PeerOut::new(tx, None));
+        (p, rx)
+    }
+
+    fn key(n: u16) -> FlowKey {
+        FlowKey { src_port: n, dst_port: 80, protocol: 6, ..FlowKey::default() }.normalized()
+    }
+
+    fn batch(keys: &[FlowKey]) -> PeerBatch {
+        PeerBatch {
+            deployment: "d".into(),
+            table_version: 1,
+            flows: keys.iter().map(|k| PeerFlow { key: k.to_bytes().to_vec(), nfs: Vec::new() }).collect(),
+        }
+    }
+
+    fn ack(p: &Peer, from: &str, lane: u64, seq: u64) {
+        let m = PeerMessage::Held(CommitAck { lane, seq }).encode().unwrap();
+        p.receive(from, &m, Instant::now(), 0).unwrap();
+    }
+
+    #[test]
+    fn packets_leave_in_order_once_every_message_before_theirs_is_held() {
+        let (p, rx) = peer();
+        let mut c = Commits::new(p.commit_lane());
+        let t0 = Instant::now();
+        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0));
+        assert!(c.send(&p, "h3", batch(&[key(2)]), vec![key(2)], t0));
+        assert_eq!(rx.len(), 2);
+        let (a, b) = (c.ticket_of(&key(1)).unwrap(), c.ticket_of(&key(2)).unwrap());
+        assert_ne!(a, b);
+        // The second is held first: nothing leaves until the first is.
+        ack(&p, "h3", c.lane, 2);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert!(leave.is_empty() && drop.is_empty());
+        // An answer from a host the message did not go to counts for nothing.
+        ack(&p, "h3", c.lane, 1);
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert!(leave.is_empty());
+        ack(&p, "h2", c.lane, 1);
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert_eq!((leave, drop), (vec![a, b], vec![]));
+        assert!(!c.pending());
+        assert_eq!((c.ticket_of(&key(1)), c.ticket_of(&key(2))), (None, None));
+        assert_eq!(p.counters().commits_held, 2);
+    }
+
+    #[test]
+    fn a_message_not_held_in_time_drops_its_packets_and_its_flows_go_again() {
+        let (p, _rx) = peer();
+        let mut c = Commits::new(p.commit_lane());
+        let t0 = Instant::now();
+        assert!(c.send(&p, "h2", batch(&[key(1), key(2)]), vec![key(1), key(2)], t0));
+        let t = c.ticket_of(&key(1)).unwrap();
+        c.deferred(t);
+        c.deferred(t);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0 + WAIT / 2, &mut leave, &mut drop);
+        assert!(drop.is_empty());
+        c.settle(&p, t0 + WAIT, &mut leave, &mut drop);
+        assert_eq!((leave, drop), (vec![], vec![t]));
+        let mut again: Vec<FlowKey> = c.again().collect();
+        again.sort_by_key(|k| k.src_port);
+        assert_eq!(again, vec![key(1), key(2)]);
+        let counts = p.counters();
+        assert_eq!((counts.commits_timed_out, counts.packets_commit_dropped), (1, 2));
+        // A late answer finds nothing to let go.
+        ack(&p, "h2", c.lane, 1);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0 + WAIT * 2, &mut leave, &mut drop);
+        assert!(leave.is_empty() && drop.is_empty());
+    }
+
+    #[test]
+    fn the_next_owner_answers_once_it_holds_the_flows_and_only_then() {
+        let (p, rx) = peer();
+        let m = PeerMessage::Commit(CommitBatch { lane: 7, seq: 3, batch: batch(&[key(1)]) });
+        p.receive("h2", &m.encode().unwrap(), Instant::now(), 0).unwrap();
+        let out = rx.try_recv().unwrap();
+        assert_eq!(out.to, "h2");
+        assert_eq!(PeerMessage::decode(&out.body).unwrap(), PeerMessage::Held(CommitAck { lane: 7, seq: 3 }));
+        assert_eq!(p.counters().commits_answered, 1);
+        // A store with no room holds nothing, and says nothing.
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        let full = Peer::new(
+            "h1",
+            Duration::from_millis(1),
+            Duration::from_millis(5),
+            PeerStore::new(0, 1 << 20, Duration::from_secs(60)),
+            PeerOut::new(tx, None),
+        );
+        let flow = PeerFlow {
+            key: key(1).to_bytes().to_vec(),
+            nfs: vec![crate::wire::NfPart {
+                nf: "fw".into(),
+                state: Some(crate::wire::StatePart { value: vec![1], clock: 1, last_seen_ns: 0 }),
+                tables: Vec::new(),
+            }],
+        };
+        let b = PeerBatch { deployment: "d".into(), table_version: 1, flows: vec![flow] };
+        let m = PeerMessage::Commit(CommitBatch { lane: 7, seq: 4, batch: b });
+        full.receive("h2", &m.encode().unwrap(), Instant::now(), 0).unwrap();
+        assert!(rx.try_recv().is_err());
+        assert_eq!(full.counters().commits_refused, 1);
+    }
+}
