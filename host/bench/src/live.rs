@@ -326,6 +326,11 @@ pub fn section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_config: &st
 /// Packets per second of a live host between two of its reports `secs`
 /// apart, after `warm` of warm-up; and the flows it replicated per second.
 fn rate(rep: &Path, warm: Duration, secs: u64) -> Result<(f64, f64)> {
+    rate_reports(rep, warm, secs).map(|(pps, fps, _)| (pps, fps))
+}
+
+/// [`rate`], with the two reports it was taken between.
+fn rate_reports(rep: &Path, warm: Duration, secs: u64) -> Result<(f64, f64, (Value, Value))> {
     wait("the live host to run traffic", 60, || ran(rep).is_some_and(|(p, _)| p > 0))?;
     std::thread::sleep(warm);
     let sent = |r: &Value| r["peer"]["flows_sent"].as_u64().unwrap_or(0);
@@ -338,7 +343,8 @@ fn rate(rep: &Path, warm: Duration, secs: u64) -> Result<(f64, f64)> {
         bail!("the live host wrote no report for {secs} s");
     }
     let ms = (t1 - t0) as f64;
-    Ok(((p1 - p0) as f64 / (ms * 1e3), (sent(&r1).saturating_sub(sent(&r0))) as f64 / (ms / 1e3)))
+    let fps = (sent(&r1).saturating_sub(sent(&r0))) as f64 / (ms / 1e3);
+    Ok(((p1 - p0) as f64 / (ms * 1e3), fps, (r0, r1)))
 }
 
 /// What replicating flow state to a peer costs a live host: an NF on one
@@ -367,28 +373,89 @@ pub fn replication_section(
          closes; the IDS's state of a flow (its stream matchers) changes with every packet, so every active flow is sent every interval. Target: ≤ 10 % cost.\n\n",
         flows.len()
     ));
-    s.push_str("| NF | --replicate-us | Mpps | vs off | flows replicated / s |\n|---|---:|---:|---:|---:|\n");
+    s.push_str(
+        "| NF | --replicate-us | durability | Mpps | vs off | flows replicated / s | packets that waited | wait p50 / p99 µs |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|\n",
+    );
     for (nf, runs) in [("firewall", fw), ("ids", ids)] {
-        let base = runs.first().map(|(_, m, _)| median(m.clone())).unwrap_or(0.0);
-        for (us, mpps, sent) in runs {
-            let m = median(mpps);
+        let base = runs.first().map(|r| median(r.mpps.clone())).unwrap_or(0.0);
+        for r in runs {
+            let m = median(r.mpps.clone());
+            let (waited, wait) = if r.replicated {
+                let (p50, p99) = (median(r.p50.clone()), median(r.p99.clone()));
+                let wait = if p50 > 0.0 { format!("< {p50:.0} / < {p99:.0}") } else { "none waited".to_string() };
+                (format!("{:.1} %", 100.0 * median(r.waited.clone())), wait)
+            } else {
+                ("–".to_string(), "–".to_string())
+            };
             s.push_str(&format!(
-                "| {nf} | {} | {m:.2} | {:.2} | {:.0} |\n",
-                if us == 0 { "0 (off)".to_string() } else { us.to_string() },
+                "| {nf} | {} | {} | {m:.2} | {:.2} | {:.0} | {waited} | {wait} |\n",
+                if r.us == 0 { "0 (off)".to_string() } else { r.us.to_string() },
+                if r.replicated { "replicated" } else { "periodic" },
                 if base > 0.0 { m / base } else { 0.0 },
-                median(sent)
+                median(r.sent.clone())
             ));
         }
     }
     Ok(s)
 }
 
-/// Rates of one NF per replication interval: (interval µs, Mpps per
-/// round, flows sent per second per round).
-type Runs = Vec<(u64, Vec<f64>, Vec<f64>)>;
+/// One setting's measurements, a value per round: Mpps, flows sent per
+/// second; with output commit, the share of packets whose output waited
+/// and the bounds of the waits' p50 and p99 (µs, by powers of two).
+#[derive(Default)]
+struct Setting {
+    us: u64,
+    replicated: bool,
+    mpps: Vec<f64>,
+    sent: Vec<f64>,
+    waited: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+}
 
-fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, config: &str) -> Result<Runs> {
-    const INTERVALS_US: [u64; 3] = [0, 1000, 5000];
+/// The upper bound (µs) of the bucket of a log2 histogram's `q` quantile.
+fn log2_quantile(buckets: &[u64], q: f64) -> f64 {
+    let total: u64 = buckets.iter().sum();
+    let want = (total as f64 * q).ceil() as u64;
+    let mut seen = 0;
+    for (i, n) in buckets.iter().enumerate() {
+        seen += n;
+        if seen >= want.max(1) {
+            return (1u64 << i) as f64;
+        }
+    }
+    0.0
+}
+
+/// A host report's peer counter `k`.
+fn peer_count(r: &Value, k: &str) -> u64 {
+    r["peer"][k].as_u64().unwrap_or(0)
+}
+
+/// Sets the deployment's durability (an update of the same chain).
+fn set_durability(
+    cluster: &Cluster,
+    key: &str,
+    name: &str,
+    module: &str,
+    config: &str,
+    replicated: bool,
+) -> Result<()> {
+    let durability = if replicated { "replicated" } else { "periodic" };
+    let (st, d) = call(
+        agent().put(format!("{}/v1/deployments/{name}", cluster.base)).header("Authorization", key).send_json(
+            json!({"group": "edge", "module": module, "config": config, "attach": ["port=0"], "durability": durability}),
+        ),
+    )?;
+    if st != 200 {
+        bail!("setting {name}'s durability: {st} {d}");
+    }
+    Ok(())
+}
+
+fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, config: &str) -> Result<Vec<Setting>> {
+    const SETTINGS: [(u64, bool); 4] = [(0, false), (1000, false), (5000, false), (1000, true)];
     let cluster = Cluster::start(host, &format!("peer-{nf}"), "[groups.edge]\nports = [0, 1]\n")?;
     let dir = cluster.dir.clone();
     let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
@@ -398,13 +465,18 @@ fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, confi
     let (key, _) = cluster.tenant("tenant0", &["edge"])?;
     cluster.upload(&key, nf, "1", &module)?;
     deploy_module(&cluster, &key, nf, &format!("{nf}@1"), config, "port=0")?;
-    // The other member of the group: a host without ports. It is in the
-    // table, so every flow of the measured host has a next owner.
+    // The other member of the group: a live host whose ports receive
+    // nothing. It is in the table, so every flow of the measured host has
+    // a next owner, which keeps the replicas (and answers output commits).
+    let peer_cpu = cpus.first().copied().unwrap_or(0).to_string();
     let peer = Kill(
         Command::new(host)
             .env("SLUICE_CACHE_DIR", cluster.dir.join("cache"))
             .args(&peer_args)
-            .args(["--group", "edge", "--heartbeat-ms", "200"])
+            .args(["--group", "edge", "--heartbeat-ms", "200", "--dpdk", "--workers", "1"])
+            .args(["--", "--no-huge", "--no-pci", "-m", "256", "-l", &peer_cpu, "--log-level=lib.eal:error"])
+            .arg(format!("--file-prefix=sluice-bench-peer-{nf}-{}", std::process::id()))
+            .args(["--vdev=net_null0,no-rx=1", "--vdev=net_null1,no-rx=1"])
             .stdout(cluster.log("peer.log")?)
             .stderr(cluster.log("peer.err")?)
             .spawn()
@@ -413,21 +485,50 @@ fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, confi
     let trace = dir.join("trace.pcap");
     write_trace(&trace, frames)?;
     let live_host = LiveHost { host, cluster: &cluster, args: &host_args, cpus: &cpus };
-    let mut runs: Runs = INTERVALS_US.iter().map(|&us| (us, Vec::new(), Vec::new())).collect();
+    let mut runs: Vec<Setting> =
+        SETTINGS.iter().map(|&(us, replicated)| Setting { us, replicated, ..Setting::default() }).collect();
+    let mut replicated_now = false;
     for round in 0..ROUNDS {
-        for (us, mpps, sent) in runs.iter_mut() {
-            let rep = dir.join(format!("rep-{us}-{round}.json"));
+        for r in runs.iter_mut() {
+            let us = r.us;
+            if r.replicated != replicated_now {
+                set_durability(&cluster, &key, nf, &format!("{nf}@1"), config, r.replicated)?;
+                replicated_now = r.replicated;
+            }
+            let tag = if r.replicated { "c" } else { "p" };
+            let rep = dir.join(format!("rep-{us}{tag}-{round}.json"));
             let arg = us.to_string();
             let live =
-                live_host.start_with(&trace, &rep, &format!("rep{us}r{round}"), 200, &["--replicate-us", &arg])?;
-            if *us > 0 {
+                live_host.start_with(&trace, &rep, &format!("rep{us}{tag}r{round}"), 200, &["--replicate-us", &arg])?;
+            if us > 0 {
                 wait("the host to hold its group's table", 30, || {
                     report(&rep).is_some_and(|r| r["peer"]["table_version"].as_u64().is_some())
                 })?;
             }
-            let (pps, fps) = rate(&rep, Duration::from_millis(1500), 6)?;
-            mpps.push(pps);
-            sent.push(fps);
+            let (pps, fps, (before, after)) = rate_reports(&rep, Duration::from_millis(1500), 6)?;
+            r.mpps.push(pps);
+            r.sent.push(fps);
+            if r.replicated {
+                let d = |k: &str| peer_count(&after, k).saturating_sub(peer_count(&before, k));
+                let packets = |v: &Value| -> u64 {
+                    v["deployments"]
+                        .as_object()
+                        .map_or(0, |m| m.values().map(|d| d["packets_in"].as_u64().unwrap_or(0)).sum())
+                };
+                let ran = packets(&after).saturating_sub(packets(&before)).max(1);
+                r.waited.push(d("packets_deferred") as f64 / ran as f64);
+                let hist = |v: &Value| -> Vec<u64> {
+                    v["peer"]["commit_wait_us_log2"]
+                        .as_array()
+                        .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
+                        .unwrap_or_default()
+                };
+                let (h0, h1) = (hist(&before), hist(&after));
+                let delta: Vec<u64> =
+                    h1.iter().enumerate().map(|(i, n)| n.saturating_sub(h0.get(i).copied().unwrap_or(0))).collect();
+                r.p50.push(log2_quantile(&delta, 0.5));
+                r.p99.push(log2_quantile(&delta, 0.99));
+            }
             term(live);
         }
     }

@@ -165,10 +165,9 @@ impl Commits {
             }
             if held {
                 c.commits_held.fetch_add(1, Ordering::Relaxed);
-                c.commit_wait_us_total.fetch_add(
-                    u64::try_from(now.saturating_duration_since(o.at).as_micros()).unwrap_or(u64::MAX),
-                    Ordering::Relaxed,
-                );
+                let us = u64::try_from(now.saturating_duration_since(o.at).as_micros()).unwrap_or(u64::MAX);
+                c.commit_wait_us_total.fetch_add(us, Ordering::Relaxed);
+                crate::counters::count_wait(&c.commit_wait_us_log2, us);
                 leave.push(o.ticket);
             } else {
                 c.commits_timed_out.fetch_add(1, Ordering::Relaxed);
@@ -264,6 +263,7 @@ mod tests {
         assert!(!c.pending());
         assert_eq!((c.ticket_of(&key(1)), c.ticket_of(&key(2))), (None, None));
         assert_eq!(p.counters().commits_held, 2);
+        assert_eq!(p.counters().commit_wait_us_log2.iter().sum::<u64>(), 2);
     }
 
     #[test]

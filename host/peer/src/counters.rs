@@ -5,7 +5,19 @@
 
 use crate::store::StoreCounters;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Buckets of the commit wait histogram ([`PeerCounters::commit_wait_us_log2`]):
+/// the last counts waits of 2^(n-2) µs (about 0.5 s) and more.
+pub(crate) const WAIT_BUCKETS: usize = 20;
+
+/// Counts a commit wait of `us` microseconds in its bucket.
+pub(crate) fn count_wait(buckets: &[AtomicU64; WAIT_BUCKETS], us: u64) {
+    let i = (u64::BITS - us.leading_zeros()) as usize;
+    if let Some(b) = buckets.get(i.min(WAIT_BUCKETS - 1)) {
+        b.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// What a host's peer state did, for the host report.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +99,10 @@ pub struct PeerCounters {
     pub commits_held: u64,
     #[serde(default)]
     pub commit_wait_us_total: u64,
+    /// Those waits by power of two: entry `i` counts waits under `2^i`
+    /// µs (the last, the longer ones).
+    #[serde(default)]
+    pub commit_wait_us_log2: Vec<u64>,
     #[serde(default)]
     pub commits_timed_out: u64,
     /// Packets whose output waited for their flow's change to be held,
@@ -173,6 +189,7 @@ pub(crate) struct Counts {
     pub(crate) commits_sent: AtomicU64,
     pub(crate) commits_held: AtomicU64,
     pub(crate) commit_wait_us_total: AtomicU64,
+    pub(crate) commit_wait_us_log2: [AtomicU64; WAIT_BUCKETS],
     pub(crate) commits_timed_out: AtomicU64,
     pub(crate) packets_deferred: AtomicU64,
     pub(crate) packets_commit_dropped: AtomicU64,

@@ -529,7 +529,11 @@ impl LanePeer {
                 self.changed.extend(stage.flow_table().keys().copied());
             }
         }
-        self.changed.extend(commit.again());
+        // Flows whose last change was not held go again, changed or not.
+        for k in commit.again() {
+            self.sent.remove(&k);
+            self.changed.push(k);
+        }
         self.refused.clear();
         let table = self.peer.table();
         let me = self.peer.me.as_str();
@@ -550,6 +554,10 @@ impl LanePeer {
                     // Ended: a replica sent before is forgotten.
                     None if self.sent.remove(&k).is_some() => Vec::new(),
                     None => continue,
+                    // Written back unchanged (every write counts a clock
+                    // up): the next owner holds this state already, or
+                    // will with the message its packets wait for.
+                    Some(sum) if self.sent.get(&k).is_some_and(|&(s, _)| s == sum) => continue,
                     Some(sum) => {
                         self.sent.insert(k, (sum, now));
                         chain
