@@ -133,6 +133,10 @@ impl Lane for LiveLane {
         }
     }
 
+    fn commits(&self) -> bool {
+        self.peer.as_ref().is_some_and(sluice_peer::LanePeer::commits)
+    }
+
     fn defer(
         &mut self,
         packets: &[sluice_runtime::RawPacket<'_>],
@@ -147,7 +151,7 @@ impl Lane for LiveLane {
 
     fn settle(&mut self, send: &mut Vec<u64>, drop: &mut Vec<u64>) {
         if let Some(p) = &mut self.peer {
-            p.settle(send, drop);
+            p.settle(self.active.worker.chain(), send, drop);
         }
     }
 

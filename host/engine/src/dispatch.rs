@@ -78,6 +78,12 @@ pub trait Lane {
     fn release(&mut self, out: &mut Vec<u64>) {
         let _ = out;
     }
+    /// Whether its packets' output may wait for their flows' changed
+    /// state to be held by another host (output commit): only then is
+    /// [`defer`](Self::defer) asked.
+    fn commits(&self) -> bool {
+        false
+    }
     /// After its part of a batch ran (`leaves`: whether each of `packets`
     /// leaves the host): the packets whose output waits until their
     /// flow's changed state is held by another host (index in `packets`;
@@ -446,29 +452,8 @@ impl Dispatch {
                 started = now;
                 forwarded -= self.refuse_retagged(lane);
                 // Output commit: the packets whose output waits.
-                self.leaves.clear();
-                self.leaves.extend(
-                    self.positions
-                        .iter()
-                        .map(|&i| self.results.get(i).is_some_and(|r| matches!(r.fate, Fate::Forward(_)))),
-                );
-                self.defers.clear();
-                lane.defer(&sub, &self.leaves, defer_room, &mut self.defers);
-                for &(k, d) in &self.defers {
-                    let Some(&i) = self.positions.get(k) else { continue };
-                    match d {
-                        Defer::Keep(ticket) => {
-                            self.to_defer.push((i, ticket));
-                            defer_room = defer_room.saturating_sub(1);
-                        }
-                        Defer::Drop => {
-                            if let Some(r) = self.results.get_mut(i) {
-                                r.fate = Fate::Refused;
-                                self.counters.uncommitted += 1;
-                                forwarded = forwarded.saturating_sub(1);
-                            }
-                        }
-                    }
+                if lane.commits() {
+                    forwarded = forwarded.saturating_sub(self.defer_lane(lane, &sub, &mut defer_room));
                 }
                 lane.ran(sub.len() as u64, forwarded, took);
             }
@@ -495,6 +480,37 @@ impl Dispatch {
             t.1.packets += n as u64;
         }
         got
+    }
+
+    /// Asks `lane` (output commit) which of its packets of the batch
+    /// (`sub`, at `positions`) wait, after their fates are set: notes the
+    /// kept ones in `to_defer` (taking from `room`) and refuses the ones
+    /// that may not leave. Returns how many forwarded packets it refused.
+    fn defer_lane<L: Lane>(&mut self, lane: &mut L, sub: &[RawPacket<'_>], room: &mut usize) -> u64 {
+        self.leaves.clear();
+        self.leaves.extend(
+            self.positions.iter().map(|&i| self.results.get(i).is_some_and(|r| matches!(r.fate, Fate::Forward(_)))),
+        );
+        self.defers.clear();
+        lane.defer(sub, &self.leaves, *room, &mut self.defers);
+        let mut refused = 0;
+        for &(k, d) in &self.defers {
+            let Some(&i) = self.positions.get(k) else { continue };
+            match d {
+                Defer::Keep(ticket) => {
+                    self.to_defer.push((i, ticket));
+                    *room = room.saturating_sub(1);
+                }
+                Defer::Drop => {
+                    if let Some(r) = self.results.get_mut(i) {
+                        r.fate = Fate::Refused;
+                        self.counters.uncommitted += 1;
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        refused
     }
 
     /// Runs `lane`, which owns every packet of the batch (`raw`), and sets
@@ -544,10 +560,23 @@ impl Dispatch {
         // Output commit: the packets whose output waits (a rewrite that
         // moves a packet into another VLAN is refused later, and its kept
         // entry left without output).
+        if lane.commits() {
+            forwarded = forwarded.saturating_sub(self.defer_sole(lane, raw, defer_room));
+        }
+        // The run and the fates: the chain's stages as it timed them, the
+        // rest verdicts.
+        let ns = self.timing.as_deref_mut().map_or(0, |t| t.0.lap());
+        Some(SoleRun { started, forwarded, ns })
+    }
+
+    /// [`defer_lane`](Self::defer_lane) for a lane that owns the whole
+    /// batch (`raw`), its results in place.
+    fn defer_sole<L: Lane>(&mut self, lane: &mut L, raw: &[RawPacket<'_>], room: usize) -> u64 {
         self.leaves.clear();
         self.leaves.extend(lane.last_results().iter().map(|r| matches!(r.fate, Fate::Forward(_))));
         self.defers.clear();
-        lane.defer(raw, &self.leaves, defer_room, &mut self.defers);
+        lane.defer(raw, &self.leaves, room, &mut self.defers);
+        let mut refused = 0;
         if !self.defers.is_empty() {
             let results = lane.last_results();
             for &(i, d) in &self.defers {
@@ -556,17 +585,14 @@ impl Dispatch {
                     Defer::Drop => {
                         if let Some(r) = results.get_mut(i) {
                             r.fate = Fate::Refused;
-                            forwarded = forwarded.saturating_sub(1);
                             self.counters.uncommitted += 1;
+                            refused += 1;
                         }
                     }
                 }
             }
         }
-        // The run and the fates: the chain's stages as it timed them, the
-        // rest verdicts.
-        let ns = self.timing.as_deref_mut().map_or(0, |t| t.0.lap());
-        Some(SoleRun { started, forwarded, ns })
+        refused
     }
 
     /// Delivers the results [`sole_run`](Self::sole_run) set (`n` packets).
@@ -1017,6 +1043,9 @@ mod tests {
         }
         fn last_results(&mut self) -> &mut [PacketResult] {
             &mut self.results
+        }
+        fn commits(&self) -> bool {
+            true
         }
         fn defer(
             &mut self,

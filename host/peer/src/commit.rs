@@ -50,6 +50,26 @@ struct Outstanding {
     packets: u64,
 }
 
+/// Flows changed while a message to their next owner was on its way:
+/// sent together, their state as it is then, once that host holds every
+/// earlier message (one export per flow per round trip, however many of
+/// its packets changed it).
+#[derive(Debug)]
+pub(crate) struct Open {
+    /// The ticket their packets wait under.
+    pub ticket: u64,
+    pub keys: Vec<FlowKey>,
+    set: HashSet<FlowKey>,
+    packets: u64,
+}
+
+impl Open {
+    /// Packets waiting under its ticket.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+}
+
 /// A lane's output commit.
 #[derive(Debug)]
 pub(crate) struct Commits {
@@ -66,6 +86,14 @@ pub(crate) struct Commits {
     /// their next packet, changed or not.
     again: HashSet<FlowKey>,
     acks: Vec<(String, u64)>,
+    /// Per next owner, the flows that wait for the messages to it to be
+    /// held before they go.
+    open: HashMap<String, Open>,
+    /// Tickets of open sets that could not be sent: their packets drop.
+    lost: Vec<u64>,
+    /// Tickets dropped while more parts of their open set were on their
+    /// way.
+    dropped: HashSet<u64>,
 }
 
 impl Commits {
@@ -78,7 +106,53 @@ impl Commits {
             waiting: HashMap::default(),
             again: HashSet::default(),
             acks: Vec::new(),
+            open: HashMap::default(),
+            lost: Vec::new(),
+            dropped: HashSet::default(),
         }
+    }
+
+    /// An open set could not be sent: its packets are dropped and its
+    /// flows go again.
+    pub fn lose(&mut self, peer: &Peer, open: Open) {
+        peer.counts.packets_commit_dropped.fetch_add(open.packets, Ordering::Relaxed);
+        for k in &open.keys {
+            if self.waiting.get(k) == Some(&open.ticket) {
+                self.waiting.remove(k);
+            }
+        }
+        self.again.extend(open.keys);
+        self.lost.push(open.ticket);
+    }
+
+    /// Whether a message to host `to` is on its way (not yet let go).
+    pub fn busy_towards(&self, to: &str) -> bool {
+        self.outstanding.iter().any(|o| o.to == to)
+    }
+
+    /// Flow `k` changed while a message to its next owner `to` is on its
+    /// way: it goes with the next one (see [`Open`]); its packets wait
+    /// for that one from now on.
+    pub fn add_open(&mut self, peer: &Peer, to: &str, k: FlowKey) {
+        let open = self.open.entry(to.to_string()).or_insert_with(|| Open {
+            ticket: peer.tickets.fetch_add(1, Ordering::Relaxed),
+            keys: Vec::new(),
+            set: HashSet::default(),
+            packets: 0,
+        });
+        if open.set.insert(k) {
+            open.keys.push(k);
+        }
+        self.waiting.insert(k, open.ticket);
+    }
+
+    /// The open sets whose host has no message on its way: to send now.
+    pub fn take_ready(&mut self) -> Vec<(String, Open)> {
+        if self.open.is_empty() {
+            return Vec::new();
+        }
+        let ready: Vec<String> = self.open.keys().filter(|to| !self.busy_towards(to)).cloned().collect();
+        ready.into_iter().filter_map(|to| self.open.remove(&to).map(|o| (to, o))).collect()
     }
 
     /// Flows sent again whatever changed (their last change was not held).
@@ -96,6 +170,8 @@ impl Commits {
     pub fn deferred(&mut self, ticket: u64) {
         if let Some(o) = self.outstanding.iter_mut().rev().find(|o| o.ticket == ticket) {
             o.packets += 1;
+        } else if let Some(o) = self.open.values_mut().find(|o| o.ticket == ticket) {
+            o.packets += 1;
         }
     }
 
@@ -111,8 +187,17 @@ impl Commits {
     }
 
     /// Sends `flows` (their `keys`) to host `to` as one message; true if
-    /// the outbox took it. Their packets wait from now on.
-    pub fn send(&mut self, peer: &Peer, to: &str, batch: PeerBatch, keys: Vec<FlowKey>, now: Instant) -> bool {
+    /// the outbox took it. Their packets wait from now on, under `ticket`
+    /// (an open set's, with the `packets` already waiting) or a new one.
+    pub fn send(
+        &mut self,
+        peer: &Peer,
+        to: &str,
+        batch: PeerBatch,
+        keys: Vec<FlowKey>,
+        now: Instant,
+        ticket: Option<(u64, u64)>,
+    ) -> bool {
         let seq = self.next_seq;
         let n = batch.flows.len();
         let m = PeerMessage::Commit(CommitBatch { lane: self.lane, seq, batch });
@@ -127,11 +212,14 @@ impl Commits {
         c.flows_sent.fetch_add(n as u64, Ordering::Relaxed);
         c.batches_sent.fetch_add(1, Ordering::Relaxed);
         c.commits_sent.fetch_add(1, Ordering::Relaxed);
-        let ticket = peer.tickets.fetch_add(1, Ordering::Relaxed);
+        let (ticket, packets) = ticket.unwrap_or_else(|| (peer.tickets.fetch_add(1, Ordering::Relaxed), 0));
         for k in &keys {
-            self.waiting.insert(*k, ticket);
+            // A newer change waiting in an open set keeps its ticket.
+            if self.open.get(to).is_none_or(|o| !o.set.contains(k)) {
+                self.waiting.insert(*k, ticket);
+            }
         }
-        self.outstanding.push_back(Outstanding { seq, to: to.to_string(), ticket, at: now, keys, packets: 0 });
+        self.outstanding.push_back(Outstanding { seq, to: to.to_string(), ticket, at: now, keys, packets });
         true
     }
 
@@ -140,6 +228,7 @@ impl Commits {
     /// those whose packets may not (a message not held within [`WAIT`])
     /// to `drop`.
     pub fn settle(&mut self, peer: &Peer, now: Instant, leave: &mut Vec<u64>, drop: &mut Vec<u64>) {
+        drop.append(&mut self.lost);
         if self.outstanding.is_empty() {
             return;
         }
@@ -158,29 +247,48 @@ impl Commits {
                 break;
             }
             let Some(o) = self.outstanding.pop_front() else { break };
-            for k in &o.keys {
-                if self.waiting.get(k) == Some(&o.ticket) {
-                    self.waiting.remove(k);
+            // The parts of an open set too large for one message share its
+            // ticket: it is let go with the last of them, and dropped with
+            // the first not held.
+            let last = !self.outstanding.iter().any(|m| m.ticket == o.ticket);
+            if last {
+                for k in &o.keys {
+                    if self.waiting.get(k) == Some(&o.ticket) {
+                        self.waiting.remove(k);
+                    }
                 }
             }
+            let dropped = self.dropped.contains(&o.ticket);
             if held {
                 c.commits_held.fetch_add(1, Ordering::Relaxed);
                 let us = u64::try_from(now.saturating_duration_since(o.at).as_micros()).unwrap_or(u64::MAX);
                 c.commit_wait_us_total.fetch_add(us, Ordering::Relaxed);
                 crate::counters::count_wait(&c.commit_wait_us_log2, us);
-                leave.push(o.ticket);
+                if last && !dropped {
+                    leave.push(o.ticket);
+                }
             } else {
                 c.commits_timed_out.fetch_add(1, Ordering::Relaxed);
-                c.packets_commit_dropped.fetch_add(o.packets, Ordering::Relaxed);
-                self.again.extend(o.keys);
-                drop.push(o.ticket);
+                self.again.extend(o.keys.iter().copied());
+                if !dropped {
+                    c.packets_commit_dropped.fetch_add(o.packets, Ordering::Relaxed);
+                    drop.push(o.ticket);
+                    if !last {
+                        self.dropped.insert(o.ticket);
+                        // Its packets no longer wait for the other parts.
+                        self.waiting.retain(|_, t| *t != o.ticket);
+                    }
+                }
+            }
+            if last {
+                self.dropped.remove(&o.ticket);
             }
         }
     }
 
-    /// Whether any message waits to be held.
+    /// Whether any message waits to be held or sent.
     pub fn pending(&self) -> bool {
-        !self.outstanding.is_empty()
+        !self.outstanding.is_empty() || !self.open.is_empty() || !self.lost.is_empty()
     }
 }
 
@@ -243,8 +351,8 @@ mod tests {
         let (p, rx) = peer();
         let mut c = Commits::new(p.commit_lane());
         let t0 = Instant::now();
-        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0));
-        assert!(c.send(&p, "h3", batch(&[key(2)]), vec![key(2)], t0));
+        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0, None));
+        assert!(c.send(&p, "h3", batch(&[key(2)]), vec![key(2)], t0, None));
         assert_eq!(rx.len(), 2);
         let (a, b) = (c.ticket_of(&key(1)).unwrap(), c.ticket_of(&key(2)).unwrap());
         assert_ne!(a, b);
@@ -267,11 +375,74 @@ mod tests {
     }
 
     #[test]
+    fn flows_changed_while_a_message_is_on_its_way_go_together_with_the_next() {
+        let (p, rx) = peer();
+        let mut c = Commits::new(p.commit_lane());
+        let t0 = Instant::now();
+        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0, None));
+        let first = c.ticket_of(&key(1)).unwrap();
+        assert!(c.busy_towards("h2") && !c.busy_towards("h3"));
+        // Flow 1 changes again and flow 2 changes: both wait for the next
+        // message to h2, which is not sent while the first is on its way.
+        c.add_open(&p, "h2", key(1));
+        c.add_open(&p, "h2", key(2));
+        c.add_open(&p, "h2", key(1));
+        let next = c.ticket_of(&key(1)).unwrap();
+        assert_ne!(next, first);
+        assert_eq!(c.ticket_of(&key(2)), Some(next));
+        c.deferred(next);
+        assert!(c.take_ready().is_empty());
+        ack(&p, "h2", c.lane, 1);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert_eq!(leave, vec![first]);
+        // Flow 1 still waits, for the open set.
+        assert_eq!(c.ticket_of(&key(1)), Some(next));
+        let ready = c.take_ready();
+        assert_eq!(ready.len(), 1);
+        let (to, open) = ready.into_iter().next().unwrap();
+        assert_eq!((to.as_str(), open.keys.clone(), open.packets()), ("h2", vec![key(1), key(2)], 1));
+        assert!(c.send(&p, &to, batch(&open.keys), open.keys.clone(), t0, Some((open.ticket, open.packets()))));
+        assert_eq!(rx.len(), 2);
+        ack(&p, "h2", c.lane, 2);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert_eq!((leave, drop), (vec![next], vec![]));
+        assert!(!c.pending());
+    }
+
+    #[test]
+    fn the_parts_of_one_open_set_let_its_packets_go_with_the_last_and_drop_them_with_the_first_lost() {
+        let (p, _rx) = peer();
+        let mut c = Commits::new(p.commit_lane());
+        let t0 = Instant::now();
+        let t = 99;
+        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0, Some((t, 3))));
+        assert!(c.send(&p, "h2", batch(&[key(2)]), vec![key(2)], t0, Some((t, 0))));
+        ack(&p, "h2", c.lane, 1);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert!(leave.is_empty() && drop.is_empty(), "not before the last part");
+        ack(&p, "h2", c.lane, 2);
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert_eq!((leave, drop), (vec![t], vec![]));
+        // The first part lost: dropped at once, and the held last part
+        // lets nothing go.
+        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0, Some((t + 1, 2))));
+        assert!(c.send(&p, "h2", batch(&[key(2)]), vec![key(2)], t0 + WAIT, Some((t + 1, 0))));
+        ack(&p, "h2", c.lane, 4);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0 + WAIT, &mut leave, &mut drop);
+        assert_eq!((leave, drop), (vec![], vec![t + 1]));
+        assert!(!c.pending());
+    }
+
+    #[test]
     fn a_message_not_held_in_time_drops_its_packets_and_its_flows_go_again() {
         let (p, _rx) = peer();
         let mut c = Commits::new(p.commit_lane());
         let t0 = Instant::now();
-        assert!(c.send(&p, "h2", batch(&[key(1), key(2)]), vec![key(1), key(2)], t0));
+        assert!(c.send(&p, "h2", batch(&[key(1), key(2)]), vec![key(1), key(2)], t0, None));
         let t = c.ticket_of(&key(1)).unwrap();
         c.deferred(t);
         c.deferred(t);

@@ -543,30 +543,23 @@ impl LanePeer {
         {
             let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
             let mut seen: HashSet<FlowKey> = HashSet::default();
+            let chain: &Chain = chain;
             for k in self.changed.iter().map(FlowKey::normalized) {
                 if !seen.insert(k) {
                     continue;
                 }
                 // A group of one: nowhere to hold it, its packets pass.
                 let Some(to) = next_owner(table, me, &k) else { continue };
-                let chain: &Chain = chain;
-                let nfs = match chain.stages().iter().filter_map(|s| s.flow_clock(&k)).reduce(u64::wrapping_add) {
-                    // Ended: a replica sent before is forgotten.
-                    None if self.sent.remove(&k).is_some() => Vec::new(),
-                    None => continue,
-                    // Written back unchanged (every write counts a clock
-                    // up): the next owner holds this state already, or
-                    // will with the message its packets wait for.
-                    Some(sum) if self.sent.get(&k).is_some_and(|&(s, _)| s == sum) => continue,
-                    Some(sum) => {
-                        self.sent.insert(k, (sum, now));
-                        chain
-                            .stages()
-                            .iter()
-                            .filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e)))
-                            .collect()
-                    }
-                };
+                if !changed_since_sent(chain, &self.sent, &k) {
+                    continue;
+                }
+                // A message to its next owner is on its way: the flow goes
+                // with the next one, as it is then.
+                if commit.busy_towards(to) {
+                    commit.add_open(&self.peer, to, k);
+                    continue;
+                }
+                let Some(nfs) = commit_part(chain, &mut self.sent, &k, now) else { continue };
                 per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
             }
             for (to, flows) in per_host {
@@ -574,13 +567,15 @@ impl LanePeer {
                     let keys: Vec<FlowKey> = part.iter().filter_map(|f| FlowKey::from_bytes(&f.key)).collect();
                     let batch =
                         PeerBatch { deployment: self.deployment.clone(), table_version: table.version(), flows: part };
-                    if !commit.has_room() || !commit.send(&self.peer, to, batch, keys.clone(), now) {
+                    if !commit.has_room() || !commit.send(&self.peer, to, batch, keys.clone(), now, None) {
                         self.refused.extend(keys.iter().copied());
                         commit.retry(keys);
                     }
                 }
             }
         }
+        self.flush(chain, now);
+        let Some(commit) = self.commit.as_mut() else { return };
         if !commit.pending() && self.refused.is_empty() {
             return;
         }
@@ -613,11 +608,82 @@ impl LanePeer {
     /// Appends the tickets of deferred packets that may leave now (their
     /// flows' changes are held elsewhere) to `leave`, and of those that may
     /// not (not held in time) to `drop`.
-    pub fn settle(&mut self, leave: &mut Vec<u64>, drop: &mut Vec<u64>) {
+    pub fn settle(&mut self, chain: &Chain, leave: &mut Vec<u64>, drop: &mut Vec<u64>) {
         if let Some(c) = self.commit.as_mut()
             && c.pending()
         {
-            c.settle(&self.peer, Instant::now(), leave, drop);
+            let now = Instant::now();
+            c.settle(&self.peer, now, leave, drop);
+            self.flush(chain, now);
+        }
+    }
+
+    /// Sends the open sets (see [`commit::Open`]) whose next owner holds
+    /// every earlier message, their flows' state as it is now.
+    fn flush(&mut self, chain: &Chain, now: Instant) {
+        let Some(commit) = self.commit.as_mut() else { return };
+        let ready = commit.take_ready();
+        if ready.is_empty() {
+            return;
+        }
+        let version = self.peer.table().map_or(0, |t| t.version());
+        for (to, open) in ready {
+            let flows: Vec<PeerFlow> = open
+                .keys
+                .iter()
+                .filter_map(|k| {
+                    commit_part(chain, &mut self.sent, k, now).map(|nfs| PeerFlow { key: k.to_bytes().to_vec(), nfs })
+                })
+                .collect();
+            // Nothing left to send (written back unchanged, or ended
+            // unsent): an empty message still lets its packets go in order.
+            let mut parts = commit::chunks(flows);
+            if parts.is_empty() {
+                parts.push(Vec::new());
+            }
+            let mut sent = true;
+            for (i, part) in parts.into_iter().enumerate() {
+                let keys: Vec<FlowKey> = part.iter().filter_map(|f| FlowKey::from_bytes(&f.key)).collect();
+                let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
+                let packets = if i == 0 { open.packets() } else { 0 };
+                sent &=
+                    commit.has_room() && commit.send(&self.peer, &to, batch, keys, now, Some((open.ticket, packets)));
+                if !sent {
+                    break;
+                }
+            }
+            if !sent {
+                commit.lose(&self.peer, open);
+            }
+        }
+    }
+}
+
+/// Whether flow `k`'s state is not what was last sent of it (sent
+/// neither; ended after it was sent; written since).
+fn changed_since_sent(chain: &Chain, sent: &HashMap<FlowKey, (u64, Instant)>, k: &FlowKey) -> bool {
+    match chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add) {
+        None => sent.contains_key(k),
+        // Every write counts a clock up: an equal sum is the same state.
+        Some(sum) => sent.get(k).is_none_or(|&(s, _)| s != sum),
+    }
+}
+
+/// Flow `k`'s parts to send as its state is now, noted as sent: empty when
+/// it ended after it was sent (the replica is forgotten); `None` when
+/// there is nothing to send.
+fn commit_part(
+    chain: &Chain,
+    sent: &mut HashMap<FlowKey, (u64, Instant)>,
+    k: &FlowKey,
+    now: Instant,
+) -> Option<Vec<NfPart>> {
+    match chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add) {
+        None => sent.remove(k).map(|_| Vec::new()),
+        Some(sum) if sent.get(k).is_some_and(|&(s, _)| s == sum) => None,
+        Some(sum) => {
+            sent.insert(*k, (sum, now));
+            Some(chain.stages().iter().filter_map(|s| s.export_flow(k).map(|e| NfPart::of(s.name(), &e))).collect())
         }
     }
 }
