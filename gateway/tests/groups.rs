@@ -613,10 +613,36 @@ fn host_report(d: &std::path::Path, h: &str) -> Value {
 /// the dead host had sent) and when a host is drained (its flows' state
 /// goes with them). Without the state, the firewall drops every reply:
 /// no rule allows traffic from the server.
-#[test]
-fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
+/// 600 connections from clients of 10.0.0.0/8 to a web server: the
+/// clients' SYNs, the server's SYN-ACKs and the clients' ACKs.
+fn web_connections() -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     use sluice_wire::build::FrameSpec;
     use sluice_wire::tcp::flags;
+    let conns: Vec<([u8; 4], u16)> =
+        (0..600u32).map(|i| ([10, 0, (i / 200) as u8, (i % 200) as u8 + 1], 40000 + i as u16)).collect();
+    let server = [192, 0, 2, 1];
+    let syn = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::SYN).build()).collect();
+    let syn_ack =
+        conns.iter().map(|&(c, p)| FrameSpec::tcp4(server, 80, c, p, flags::SYN | flags::ACK).build()).collect();
+    let ack = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::ACK).build()).collect();
+    (syn, syn_ack, ack)
+}
+
+/// How many of `frames` host `h` of the test in `d` sent out (its output
+/// capture is written as it goes).
+fn passed(d: &std::path::Path, h: &str, frames: &[Vec<u8>]) -> usize {
+    let got = flows(&d.join(format!("{h}.out.pcap")));
+    frames.iter().filter(|f| got.iter().any(|(_, g)| g == *f)).count()
+}
+
+/// How many of `frames` belong to flows that `t` gives to host `h`.
+fn owned_by(t: &OwnershipTable, h: &str, frames: &[Vec<u8>]) -> usize {
+    let key_of = |f: &Vec<u8>| sluice_wire::parse(f).key.unwrap().normalized();
+    frames.iter().filter(|f| t.owner(key_of(f).hash_normalized()) == Some(h)).count()
+}
+
+#[test]
+fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
     let dir = test_dir();
     let d = dir.path();
     let hosts = ["h1", "h2", "h3"];
@@ -626,17 +652,8 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
 
     // 600 connections from clients to a web server: the SYNs, then the
     // server's SYN-ACKs, then the clients' ACKs.
-    let conns: Vec<([u8; 4], u16)> =
-        (0..600u32).map(|i| ([10, 0, (i / 200) as u8, (i % 200) as u8 + 1], 40000 + i as u16)).collect();
-    let server = [192, 0, 2, 1];
-    let syn: Vec<Vec<u8>> = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::SYN).build()).collect();
-    let syn_ack: Vec<Vec<u8>> =
-        conns.iter().map(|&(c, p)| FrameSpec::tcp4(server, 80, c, p, flags::SYN | flags::ACK).build()).collect();
-    let ack: Vec<Vec<u8>> = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::ACK).build()).collect();
-    let key_of = |f: &Vec<u8>| sluice_wire::parse(f).key.unwrap().normalized();
-    let owned_by =
-        |t: &OwnershipTable, h: &str| syn.iter().filter(|f| t.owner(key_of(f).hash_normalized()) == Some(h)).count();
-    let h2_flows = owned_by(&before, "h2");
+    let (syn, syn_ack, ack) = web_connections();
+    let h2_flows = owned_by(&before, "h2", &syn);
     assert!(h2_flows > 50, "h2 owns {h2_flows} of the connections");
 
     let p1 = d.join("syn.pcap");
@@ -661,18 +678,14 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
     let rep = steer_once(&nats, d, "syn-ack", &p2, &live);
     assert_eq!(rep["forwarded"].as_u64(), Some(syn_ack.len() as u64), "{rep}");
     // The replies are in the outputs once each host's capture is written.
-    let passed = |h: &str, frames: &[Vec<u8>]| {
-        let got = flows(&d.join(format!("{h}.out.pcap")));
-        frames.iter().filter(|f| got.iter().any(|(_, g)| g == *f)).count()
-    };
     wait_for(30, "every server reply to pass", || {
-        (live.iter().map(|h| passed(h, &syn_ack)).sum::<usize>() == syn_ack.len()).then_some(())
+        (live.iter().map(|h| passed(d, h, &syn_ack)).sum::<usize>() == syn_ack.len()).then_some(())
     });
     let imported: u64 = live.iter().map(|h| host_report(d, h)["peer"]["flows_imported"].as_u64().unwrap_or(0)).sum();
     assert_eq!(imported, h2_flows as u64, "the next owners imported exactly h2's connections");
 
     // Drain h3: its flows go to h1 with their state; h3 stays up.
-    let h3_flows = owned_by(&after, "h3");
+    let h3_flows = owned_by(&after, "h3", &syn);
     let r = api.post(Some(ADMIN), "/v1/groups/edge/hosts/h3/drain", &json!({}));
     assert!(r.status < 300, "{}", r.body);
     let drained = wait_group_table(&api, &nats, "edge", after.version(), &["h1"]);
@@ -684,8 +697,8 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
     write_pcap(&p3, &ack);
     let rep = steer_once(&nats, d, "ack", &p3, &live);
     assert_eq!(rep["forwarded"].as_u64(), Some(ack.len() as u64), "{rep}");
-    wait_for(30, "every client ACK to pass at h1", || (passed("h1", &ack) == ack.len()).then_some(()));
-    assert_eq!(passed("h3", &ack), 0, "a drained host takes no new flowlet");
+    wait_for(30, "every client ACK to pass at h1", || (passed(d, "h1", &ack) == ack.len()).then_some(()));
+    assert_eq!(passed(d, "h3", &ack), 0, "a drained host takes no new flowlet");
     let imported_h1 = host_report(d, "h1")["peer"]["flows_imported"].as_u64().unwrap_or(0);
     assert!(imported_h1 >= h3_flows as u64, "h1 imported {imported_h1}, h3 had {h3_flows}");
     for (i, p) in procs.iter_mut().enumerate() {
@@ -701,8 +714,6 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
 /// after its SYNs left then breaks none of its connections.
 #[test]
 fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
-    use sluice_wire::build::FrameSpec;
-    use sluice_wire::tcp::flags;
     let dir = test_dir();
     let d = dir.path();
     let hosts = ["h1", "h2", "h3"];
@@ -716,14 +727,8 @@ fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
         &[("durability", json!("replicated"))],
     );
     let api = gw.api();
-    let conns: Vec<([u8; 4], u16)> =
-        (0..600u32).map(|i| ([10, 0, (i / 200) as u8, (i % 200) as u8 + 1], 40000 + i as u16)).collect();
-    let server = [192, 0, 2, 1];
-    let syn: Vec<Vec<u8>> = conns.iter().map(|&(c, p)| FrameSpec::tcp4(c, p, server, 80, flags::SYN).build()).collect();
-    let syn_ack: Vec<Vec<u8>> =
-        conns.iter().map(|&(c, p)| FrameSpec::tcp4(server, 80, c, p, flags::SYN | flags::ACK).build()).collect();
-    let key_of = |f: &Vec<u8>| sluice_wire::parse(f).key.unwrap().normalized();
-    let h2_flows = syn.iter().filter(|f| before.owner(key_of(f).hash_normalized()) == Some("h2")).count();
+    let (syn, syn_ack, _) = web_connections();
+    let h2_flows = owned_by(&before, "h2", &syn);
     assert!(h2_flows > 50, "h2 owns {h2_flows} of the connections");
 
     let p1 = d.join("syn.pcap");
@@ -752,12 +757,8 @@ fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
     write_pcap(&p2, &syn_ack);
     let rep = steer_once(&nats, d, "syn-ack", &p2, &live);
     assert_eq!(rep["forwarded"].as_u64(), Some(syn_ack.len() as u64), "{rep}");
-    let passed = |h: &str, frames: &[Vec<u8>]| {
-        let got = flows(&d.join(format!("{h}.out.pcap")));
-        frames.iter().filter(|f| got.iter().any(|(_, g)| g == *f)).count()
-    };
     wait_for(30, "every server reply to pass", || {
-        (live.iter().map(|h| passed(h, &syn_ack)).sum::<usize>() == syn_ack.len()).then_some(())
+        (live.iter().map(|h| passed(d, h, &syn_ack)).sum::<usize>() == syn_ack.len()).then_some(())
     });
     let imported: u64 = live.iter().map(|h| peer(h, "flows_imported")).sum();
     assert_eq!(imported, h2_flows as u64, "the next owners imported exactly h2's connections");
