@@ -613,9 +613,12 @@ fn host_report(d: &std::path::Path, h: &str) -> Value {
 /// the dead host had sent) and when a host is drained (its flows' state
 /// goes with them). Without the state, the firewall drops every reply:
 /// no rule allows traffic from the server.
+/// Frames, in order.
+type Frames = Vec<Vec<u8>>;
+
 /// 600 connections from clients of 10.0.0.0/8 to a web server: the
 /// clients' SYNs, the server's SYN-ACKs and the clients' ACKs.
-fn web_connections() -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+fn web_connections() -> (Frames, Frames, Frames) {
     use sluice_wire::build::FrameSpec;
     use sluice_wire::tcp::flags;
     let conns: Vec<([u8; 4], u16)> =
