@@ -556,7 +556,8 @@ fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
 
 /// The dispatcher `d1` of group `edge` taking port 0 from `ingress` (a
 /// vdev) and sending to `hosts` over their memifs (port i + 1), exiting
-/// after `idle_exit_ms` without traffic; its report in `steer-<pass>.json`.
+/// after `idle_exit_ms` without traffic, with `extra` arguments; its
+/// report in `steer-<pass>.json`.
 fn steer_command(
     nats: &Nats,
     d: &std::path::Path,
@@ -564,6 +565,7 @@ fn steer_command(
     ingress: String,
     hosts: &[&str],
     idle_exit_ms: u64,
+    extra: &[&str],
 ) -> Command {
     let mut vdevs = vec![ingress];
     let mut to = Vec::new();
@@ -582,6 +584,7 @@ fn steer_command(
         .arg("--report")
         .arg(d.join(format!("steer-{pass}.json")))
         .args(&to)
+        .args(extra)
         .args(["--", "--no-huge", "--no-pci", "-m", "512", "-l", "0", "--log-level=lib.eal:error", &prefix])
         .args(&vdevs)
         .env("SLUICE_LOG", "info");
@@ -591,12 +594,24 @@ fn steer_command(
 /// One pass of the dispatcher over `pcap`, to the hosts named; returns its
 /// report.
 fn steer_once(nats: &Nats, d: &std::path::Path, pass: &str, pcap: &std::path::Path, hosts: &[&str]) -> Value {
+    steer_once_with(nats, d, pass, pcap, hosts, &[])
+}
+
+/// [`steer_once`] with `extra` arguments for the dispatcher.
+fn steer_once_with(
+    nats: &Nats,
+    d: &std::path::Path,
+    pass: &str,
+    pcap: &std::path::Path,
+    hosts: &[&str],
+    extra: &[&str],
+) -> Value {
     let ingress = format!(
         "--vdev=net_pcap0,rx_pcap={},tx_pcap={}",
         pcap.display(),
         d.join(format!("{pass}-ingress-tx.pcap")).display()
     );
-    let st = steer_command(nats, d, pass, ingress, hosts, 1500).output().unwrap();
+    let st = steer_command(nats, d, pass, ingress, hosts, 1500, extra).output().unwrap();
     eprint!("{}", String::from_utf8_lossy(&st.stdout));
     assert!(st.status.success(), "steer {pass}: {}", String::from_utf8_lossy(&st.stderr));
     serde_json::from_slice(&std::fs::read(d.join(format!("steer-{pass}.json"))).unwrap()).unwrap()
@@ -772,6 +787,250 @@ fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
     }
 }
 
+/// Every frame host `h` of the test in `d` sent out so far (none while
+/// its capture has no header yet).
+fn out_frames(d: &std::path::Path, h: &str) -> Frames {
+    let path = d.join(format!("{h}.out.pcap"));
+    let written = std::fs::metadata(&path).map(|m| m.len() >= 24).unwrap_or(false);
+    if written { flows(&path).into_iter().map(|(_, f)| f).collect() } else { Vec::new() }
+}
+
+/// The frames out of `hosts` whose payload ends with `mark`, with the host.
+fn marked<'h>(d: &std::path::Path, hosts: &[&'h str], mark: &[u8]) -> Vec<(&'h str, Vec<u8>)> {
+    hosts
+        .iter()
+        .flat_map(|h| out_frames(d, h).into_iter().filter(|f| f.ends_with(mark)).map(move |f| (*h, f)))
+        .collect()
+}
+
+/// Waits until every host's output commit is settled (each message sent
+/// held) and at least `deferred` packets waited for one, then checks that
+/// none timed out or was dropped.
+fn wait_committed(d: &std::path::Path, hosts: &[&str], deferred: u64) {
+    let peer = |h: &str, k: &str| host_report(d, h)["peer"][k].as_u64().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waited: u64 = hosts.iter().map(|h| peer(h, "packets_deferred")).sum();
+        let settled = hosts.iter().all(|h| peer(h, "commits_held") == peer(h, "commits_sent"));
+        if waited >= deferred && settled {
+            break;
+        }
+        let counters: Vec<Value> = hosts.iter().map(|h| host_report(d, h)["peer"].clone()).collect();
+        assert!(Instant::now() < deadline, "{waited} of {deferred} packets waited; settled: {settled}: {counters:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for h in hosts {
+        assert_eq!(peer(h, "commits_timed_out"), 0, "{h}: {}", host_report(d, h)["peer"]);
+        assert_eq!(peer(h, "packets_commit_dropped"), 0, "{h}");
+    }
+}
+
+/// Output commit with the NAT: a connection's mapping (per-flow) and its
+/// public port's binding (in the pool split between the hosts by blocks)
+/// are held by their next owners before its SYN leaves. With periodic
+/// replication off, a `kill -9` of a host right after keeps every mapping:
+/// each server reply reaches its inside host through the host that takes
+/// the port's block over, each client's next packet leaves with the port
+/// it had, and no port held by a connection is handed out again.
+#[test]
+fn with_replicated_durability_a_killed_host_s_nat_mappings_and_ports_survive() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    let dir = test_dir();
+    let d = dir.path();
+    let hosts = ["h1", "h2", "h3"];
+    let (public, server) = ([203, 0, 113, 1], [192, 0, 2, 1]);
+    let config =
+        json!({ "public-ip": "203.0.113.1", "inside": ["10.0.0.0/8"], "port-first": 1024, "port-count": 4096 });
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = edge_group_spec(
+        d,
+        &hosts,
+        "nat",
+        "nat",
+        Some(config),
+        &["--replicate-us", "60000000"],
+        &[("durability", json!("replicated"))],
+    );
+    let api = gw.api();
+    let pool = ["--pool-address", "203.0.113.1"];
+    let client = |i: u32| ([10, 1, (i / 200) as u8, (i % 200) as u8 + 1], 40000 + i as u16);
+    let mark = |i: u32, seq: u32| [i.to_be_bytes(), seq.to_be_bytes()].concat();
+    let syns = |r: std::ops::Range<u32>| -> Frames {
+        r.map(|i| {
+            let (addr, port) = client(i);
+            FrameSpec::tcp4(addr, port, server, 80, flags::SYN).with_payload(mark(i, 0)).build()
+        })
+        .collect()
+    };
+    // Where each connection left, and its public port.
+    let translated = |r: std::ops::Range<u32>, hosts: &[&'static str]| -> Vec<(&'static str, u16)> {
+        r.map(|i| {
+            let at = marked(d, hosts, &mark(i, 0));
+            assert_eq!(at.len(), 1, "connection {i} left {} times", at.len());
+            let k = sluice_wire::parse(&at[0].1).key.unwrap();
+            assert_eq!(k.src, sluice_wire::IpAddr128::from_v4(public), "connection {i} not translated");
+            (at[0].0, k.src_port)
+        })
+        .collect()
+    };
+
+    // A host hands out the blocks the first table gives it once the others
+    // could have handed them over (sluice_peer::pools::HANDOVER_WAIT).
+    std::thread::sleep(Duration::from_millis(1000));
+    let n = 300u32;
+    let p1 = d.join("syn.pcap");
+    write_pcap(&p1, &syns(0..n));
+    let rep = steer_once_with(&nats, d, "syn", &p1, &hosts, &pool);
+    assert_eq!(rep["forwarded"].as_u64(), Some(u64::from(n)), "{rep}");
+    wait_committed(d, &hosts, u64::from(n));
+    let conns = translated(0..n, &hosts);
+    let on_h2 = conns.iter().filter(|(h, _)| *h == "h2").count();
+    assert!(on_h2 > 50, "h2 translated {on_h2} of the connections");
+
+    // kill -9 of h2 at once: its mappings and its ports' bindings are on
+    // their next owners only because its SYNs waited for them.
+    procs[1].kill9();
+    let after = wait_group_table(&api, &nats, "edge", before.version(), &["h1", "h3"]);
+    let live = ["h1", "h3"];
+    // Every server reply and every client's next packet.
+    let mut frames: Frames = Vec::new();
+    for (i, (_, port)) in (0..n).zip(&conns) {
+        frames.push(FrameSpec::tcp4(server, 80, public, *port, flags::ACK).with_payload(mark(i, 1)).build());
+        let (addr, cport) = client(i);
+        frames.push(FrameSpec::tcp4(addr, cport, server, 80, flags::ACK).with_payload(mark(i, 2)).build());
+    }
+    let p2 = d.join("after.pcap");
+    write_pcap(&p2, &frames);
+    let rep = steer_once_with(&nats, d, "after", &p2, &live, &pool);
+    assert_eq!(rep["forwarded"].as_u64(), Some(frames.len() as u64), "{rep}");
+    let left = |seq: u32| (0..n).filter(|i| !marked(d, &live, &mark(*i, seq)).is_empty()).count();
+    wait_for(30, "every reply and next packet to leave", || {
+        (left(1) == n as usize && left(2) == n as usize).then_some(())
+    });
+    let mut problems = Vec::new();
+    for (i, (was, port)) in (0..n).zip(&conns) {
+        let (addr, cport) = client(i);
+        let reply = marked(d, &live, &mark(i, 1));
+        let back = reply.len() == 1 && {
+            let k = sluice_wire::parse(&reply[0].1).key.unwrap();
+            k.dst == sluice_wire::IpAddr128::from_v4(addr) && k.dst_port == cport
+        };
+        let next = marked(d, &live, &mark(i, 2));
+        let same = next.len() == 1 && {
+            let k = sluice_wire::parse(&next[0].1).key.unwrap();
+            k.src == sluice_wire::IpAddr128::from_v4(public) && k.src_port == *port
+        };
+        if !back || !same {
+            problems.push(format!("connection {i} (on {was}, port {port}): reply back {back}, same port {same}"));
+        }
+    }
+    eprintln!("{} of {n} connections broken ({on_h2} were on h2)", problems.len());
+    assert!(problems.is_empty(), "{problems:#?}");
+
+    // New connections get ports no connection holds.
+    let p3 = d.join("new.pcap");
+    write_pcap(&p3, &syns(n..n + 100));
+    let rep = steer_once_with(&nats, d, "new", &p3, &live, &pool);
+    assert_eq!(rep["forwarded"].as_u64(), Some(100), "{rep}");
+    wait_for(30, "the new connections to leave", || {
+        (n..n + 100).all(|i| !marked(d, &live, &mark(i, 0)).is_empty()).then_some(())
+    });
+    let fresh = translated(n..n + 100, &live);
+    let held: std::collections::HashSet<u16> = conns.iter().map(|(_, p)| *p).collect();
+    for (j, (h, port)) in fresh.iter().enumerate() {
+        assert!(!held.contains(port), "new connection {} on {h} got port {port}, held by another", n as usize + j);
+        let owner = after.block_owner(sluice_group::block_of(u64::from(*port)));
+        assert_eq!(owner, Some(*h), "port {port} from outside {h}'s blocks");
+    }
+    let pools: Vec<Value> = live.iter().map(|h| host_report(d, h)["peer"]["pools"].clone()).collect();
+    let sum = |k: &str| pools.iter().map(|p| p[k].as_u64().unwrap_or(0)).sum::<u64>();
+    assert!(sum("replicas_imported") > 0, "h2's bindings were taken over from their replicas: {pools:?}");
+    assert_eq!(sum("refused"), 0, "{pools:?}");
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i != 1 {
+            p.term();
+        }
+    }
+}
+
+/// Output commit with the IPS: a signature split over two segments of a
+/// connection is found because the first segment's automaton state is held
+/// by the connection's next owner before that segment leaves. `kill -9`
+/// of a host between the two halves raises the same alerts as a run with
+/// no failure: every connection alerted once, its second half and every
+/// later packet dropped, wherever it ran.
+#[test]
+fn with_replicated_durability_a_killed_host_s_ips_finds_every_split_signature() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    let dir = test_dir();
+    let d = dir.path();
+    let hosts = ["h1", "h2", "h3"];
+    let config = json!({
+        "mode": "ips",
+        "rules": [r#"drop tcp any any -> any 80 (msg:"split"; content:"XATTACKX"; sid:7;)"#],
+    });
+    let EdgeGroup { nats, gw, mut procs, key, table: before, _turn } = edge_group_spec(
+        d,
+        &hosts,
+        "ids",
+        "ips",
+        Some(config),
+        &["--replicate-us", "60000000"],
+        &[("durability", json!("replicated"))],
+    );
+    let api = gw.api();
+    let n = 300u32;
+    let server = [192, 0, 2, 1];
+    let client = |i: u32| ([10, 2, (i / 200) as u8, (i % 200) as u8 + 1], 41000 + i as u16);
+    // Each connection's frames differ by its client's port.
+    let segment = |i: u32, payload: &[u8]| {
+        let (addr, port) = client(i);
+        FrameSpec::tcp4(addr, port, server, 80, flags::ACK | flags::PSH).with_payload(payload.to_vec()).build()
+    };
+    // The first halves: nothing matches yet, every one passes, and each
+    // waited for its connection's automaton state to be held elsewhere.
+    let first: Frames = (0..n).map(|i| segment(i, b"GET /XATT")).collect();
+    let p1 = d.join("first.pcap");
+    write_pcap(&p1, &first);
+    let rep = steer_once(&nats, d, "first", &p1, &hosts);
+    assert_eq!(rep["forwarded"].as_u64(), Some(u64::from(n)), "{rep}");
+    wait_committed(d, &hosts, u64::from(n));
+    let on_h2 = owned_by(&before, "h2", &first);
+    assert!(on_h2 > 50, "h2 has {on_h2} of the connections");
+    assert_eq!(hosts.iter().map(|h| passed(d, h, &first)).sum::<usize>(), n as usize);
+
+    procs[1].kill9();
+    wait_group_table(&api, &nats, "edge", before.version(), &["h1", "h3"]);
+    let live = ["h1", "h3"];
+    // The second halves complete the signature; a benign packet follows.
+    let mut second: Frames = (0..n).map(|i| segment(i, b"ACKX HTTP")).collect();
+    second.extend((0..n).map(|i| segment(i, b"hello")));
+    let p2 = d.join("second.pcap");
+    write_pcap(&p2, &second);
+    let rep = steer_once(&nats, d, "second", &p2, &live);
+    assert_eq!(rep["forwarded"].as_u64(), Some(second.len() as u64), "{rep}");
+    // One alert per connection, from the hosts that ran it after the kill.
+    let events = wait_for(30, "an alert for every connection", || {
+        let e = api.get(Some(&key), "/v1/events?kind=ids.alert&limit=1000").body;
+        let list = e.as_array().cloned().unwrap_or_default();
+        (list.len() >= n as usize).then_some(list)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let events = api.get(Some(&key), "/v1/events?kind=ids.alert&limit=1000").body.as_array().cloned().unwrap_or(events);
+    let flows: std::collections::HashSet<String> =
+        events.iter().filter_map(|e| e["flow"].as_str().map(String::from)).collect();
+    assert_eq!((events.len(), flows.len()), (n as usize, n as usize), "one alert per connection");
+    assert!(events.iter().all(|e| e["fields"]["sid"] == "7" && e["fields"]["action"] == "dropped"), "{events:?}");
+    let passed_after: usize = live.iter().map(|h| passed(d, h, &second)).sum();
+    assert_eq!(passed_after, 0, "a second half or a later packet passed: a connection's state was lost");
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i != 1 {
+            p.term();
+        }
+    }
+}
+
 /// A veth pair in this namespace (removed on drop): the test sends on
 /// `b`, the dispatcher takes `a` with `net_af_packet`.
 struct Veth {
@@ -856,13 +1115,7 @@ fn live_dispatcher_with(
     extra: &[&str],
 ) -> std::process::Child {
     let ingress = format!("--vdev=net_af_packet0,iface={}", veth.a);
-    let mut c = steer_command(nats, d, "live", ingress, hosts, idle_exit_ms);
-    let eal = c.get_args().position(|a| a == "--").unwrap_or(0);
-    let args: Vec<std::ffi::OsString> = c.get_args().map(|a| a.to_os_string()).collect();
-    let mut c2 = Command::new(c.get_program());
-    c2.args(&args[..eal]).args(extra).args(&args[eal..]).envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))));
-    c = c2;
-    let steer = c
+    let steer = steer_command(nats, d, "live", ingress, hosts, idle_exit_ms, extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(d.join("steer.err")).unwrap())
         .spawn()

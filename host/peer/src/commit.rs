@@ -15,14 +15,23 @@
 //! another). Packets of flows whose state did not change and had no change
 //! waiting pass at once.
 //!
+//! Bindings of split release pools (a NAT's public ports) that a batch
+//! bound or released go the same way, before its flows, to their blocks'
+//! next owner ([`crate::PeerMessage::CommitBindings`]); every packet of
+//! that batch that leaves waits for them (a reply to a public port must
+//! find its binding on whichever host takes the port's block over).
+//!
 //! A message not held within [`WAIT`] (its next owner is dead, slow or
 //! full, or the message was lost) lets nothing go: its packets are dropped
 //! (counted) and its flows are sent again with their next packet, so no
-//! packet ever leaves on state that only this host holds. A flow without a
+//! packet ever leaves on state that only this host holds. Bindings not held
+//! in time take every later message's packets with them (those depended on
+//! them) and are sent again, as they are then, with the next batch. A flow
+//! without a
 //! next owner (a group of one) has nowhere to be held, and its packets pass.
 
 use crate::host::Peer;
-use crate::wire::{CommitBatch, PeerBatch, PeerFlow, PeerMessage};
+use crate::wire::{BindingsCommit, CommitBatch, PeerBatch, PeerFlow, PeerMessage, PoolBindings};
 use crate::{HashMap, HashSet};
 use sluice_wire::FlowKey;
 use std::collections::VecDeque;
@@ -48,6 +57,9 @@ struct Outstanding {
     keys: Vec<FlowKey>,
     /// Packets deferred under its ticket.
     packets: u64,
+    /// Pool bindings it carries: (NF, pool, resources). Every later
+    /// message's packets depend on them, so they fall with it.
+    bindings: Option<(String, String, Vec<u64>)>,
 }
 
 /// Flows changed while a message to their next owner was on its way:
@@ -94,6 +106,9 @@ pub(crate) struct Commits {
     /// Tickets dropped while more parts of their open set were on their
     /// way.
     dropped: HashSet<u64>,
+    /// Pool bindings not held in time: (NF, pool, resources), sent again,
+    /// as they are then, with the next batch.
+    again_bindings: Vec<(String, String, Vec<u64>)>,
 }
 
 impl Commits {
@@ -109,6 +124,7 @@ impl Commits {
             open: HashMap::default(),
             lost: Vec::new(),
             dropped: HashSet::default(),
+            again_bindings: Vec::new(),
         }
     }
 
@@ -219,8 +235,78 @@ impl Commits {
                 self.waiting.insert(*k, ticket);
             }
         }
-        self.outstanding.push_back(Outstanding { seq, to: to.to_string(), ticket, at: now, keys, packets });
+        self.outstanding.push_back(Outstanding {
+            seq,
+            to: to.to_string(),
+            ticket,
+            at: now,
+            keys,
+            packets,
+            bindings: None,
+        });
         true
+    }
+
+    /// Sends bindings of a split pool to host `to`, the next owner of
+    /// their blocks; true if the outbox took it. Returns its ticket: the
+    /// packets of the batch that changed them wait for it (and every
+    /// message after it is let go only once it is held, or falls with it).
+    pub fn send_bindings(&mut self, peer: &Peer, to: &str, bindings: PoolBindings, now: Instant) -> Option<u64> {
+        let seq = self.next_seq;
+        let resources: Vec<u64> = bindings.entries.iter().map(|(r, _)| *r).collect();
+        let (nf, pool) = (bindings.nf.clone(), bindings.pool.clone());
+        let m = PeerMessage::CommitBindings(BindingsCommit { lane: self.lane, seq, bindings });
+        let sent =
+            m.encode().is_ok_and(|body| peer.outbox.send(crate::Outgoing { to: to.to_string(), body, flows: 0 }));
+        if !sent {
+            return None;
+        }
+        self.next_seq += 1;
+        peer.counts.commits_sent.fetch_add(1, Ordering::Relaxed);
+        let ticket = peer.tickets.fetch_add(1, Ordering::Relaxed);
+        self.outstanding.push_back(Outstanding {
+            seq,
+            to: to.to_string(),
+            ticket,
+            at: now,
+            keys: Vec::new(),
+            packets: 0,
+            bindings: Some((nf, pool, resources)),
+        });
+        Some(ticket)
+    }
+
+    /// Pool bindings whose message was not held in time (or not sent):
+    /// (NF, pool, resources) to send again, as they are now.
+    pub fn again_bindings(&mut self) -> Vec<(String, String, Vec<u64>)> {
+        std::mem::take(&mut self.again_bindings)
+    }
+
+    /// Bindings could not be sent: sent again with the next batch.
+    pub fn retry_bindings(&mut self, nf: &str, pool: &str, resources: Vec<u64>) {
+        self.again_bindings.push((nf.to_string(), pool.to_string(), resources));
+    }
+
+    /// A message carrying bindings was not held in time: every message
+    /// after it and every open set depended on it, so their packets drop
+    /// and their flows go again.
+    fn fall_after(&mut self, peer: &Peer, drop: &mut Vec<u64>) {
+        let c = &peer.counts;
+        let mut fallen = Vec::new();
+        for o in &self.outstanding {
+            if self.dropped.insert(o.ticket) {
+                c.packets_commit_dropped.fetch_add(o.packets, Ordering::Relaxed);
+                drop.push(o.ticket);
+                fallen.push(o.ticket);
+            }
+            self.again.extend(o.keys.iter().copied());
+        }
+        self.waiting.retain(|_, t| !fallen.contains(t));
+        let open: Vec<Open> = self.open.drain().map(|(_, o)| o).collect();
+        for o in open {
+            self.lose(peer, o);
+        }
+        drop.append(&mut self.lost);
     }
 
     /// Takes the answers that arrived, then appends the tickets whose
@@ -270,6 +356,10 @@ impl Commits {
             } else {
                 c.commits_timed_out.fetch_add(1, Ordering::Relaxed);
                 self.again.extend(o.keys.iter().copied());
+                if let Some((nf, pool, resources)) = o.bindings {
+                    self.again_bindings.push((nf, pool, resources));
+                    self.fall_after(peer, drop);
+                }
                 if !dropped {
                     c.packets_commit_dropped.fetch_add(o.packets, Ordering::Relaxed);
                     drop.push(o.ticket);
@@ -461,6 +551,47 @@ mod tests {
         let (mut leave, mut drop) = (Vec::new(), Vec::new());
         c.settle(&p, t0 + WAIT * 2, &mut leave, &mut drop);
         assert!(leave.is_empty() && drop.is_empty());
+    }
+
+    #[test]
+    fn bindings_not_held_in_time_take_every_later_message_s_packets_with_them() {
+        let (p, rx) = peer();
+        let mut c = Commits::new(p.commit_lane());
+        let t0 = Instant::now();
+        let b = PoolBindings {
+            deployment: "d".into(),
+            nf: "nat".into(),
+            pool: "ports".into(),
+            kind: crate::wire::BindingsKind::Replica,
+            blocks: Vec::new(),
+            entries: vec![(1024, Some(vec![1]))],
+        };
+        let gate = c.send_bindings(&p, "h3", b, t0).unwrap();
+        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0, None));
+        assert_eq!(rx.len(), 2);
+        let t = c.ticket_of(&key(1)).unwrap();
+        c.deferred(gate);
+        c.deferred(t);
+        c.add_open(&p, "h2", key(2));
+        let open = c.ticket_of(&key(2)).unwrap();
+        c.deferred(open);
+        // The flows are held, the bindings not: nothing leaves.
+        ack(&p, "h2", c.lane, 2);
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0, &mut leave, &mut drop);
+        assert!(leave.is_empty() && drop.is_empty());
+        c.settle(&p, t0 + WAIT, &mut leave, &mut drop);
+        drop.sort_unstable();
+        let mut want = vec![gate, t, open];
+        want.sort_unstable();
+        assert_eq!((leave, drop), (vec![], want));
+        assert_eq!(c.again_bindings(), vec![("nat".to_string(), "ports".to_string(), vec![1024])]);
+        let mut again: Vec<FlowKey> = c.again().collect();
+        again.sort_by_key(|k| k.src_port);
+        assert_eq!(again, vec![key(1), key(2)]);
+        assert_eq!(p.counters().packets_commit_dropped, 3);
+        assert!(!c.pending());
+        assert_eq!((c.ticket_of(&key(1)), c.ticket_of(&key(2))), (None, None));
     }
 
     #[test]

@@ -9,9 +9,9 @@ use crate::host::{Peer, host_by_hash, next_owner};
 use crate::out::Outgoing;
 use crate::pull::{self, Outcome, Wait};
 use crate::store::Replica;
-use crate::wire::{self, FlowRequest, NfPart, PeerBatch, PeerFlow, PeerMessage};
+use crate::wire::{self, BindingsKind, FlowRequest, NfPart, PeerBatch, PeerFlow, PeerMessage, PoolBindings};
 use crate::{HashMap, HashSet};
-use sluice_group::OwnershipTable;
+use sluice_group::{OwnershipTable, block_of};
 use sluice_runtime::{Chain, Defer, FlowHook, Hold, NfInstance, RawPacket};
 use sluice_wire::FlowKey;
 use sluice_wire::steer::SteerMark;
@@ -536,8 +536,15 @@ impl LanePeer {
         }
         self.refused.clear();
         let table = self.peer.table();
-        let me = self.peer.me.as_str();
         let now = Instant::now();
+        // Bindings of split pools the batch changed go first: every packet
+        // of the batch that leaves waits for them (see [`commit`]).
+        let gate = match table.as_deref() {
+            Some(table) => self.send_bindings(chain, table, now),
+            None => Gate::Open,
+        };
+        let me = self.peer.me.as_str();
+        let Some(commit) = self.commit.as_mut() else { return };
         if !self.changed.is_empty()
             && let Some(table) = table.as_deref()
         {
@@ -576,19 +583,23 @@ impl LanePeer {
         }
         self.flush(chain, now);
         let Some(commit) = self.commit.as_mut() else { return };
-        if !commit.pending() && self.refused.is_empty() {
+        if !commit.pending() && self.refused.is_empty() && gate == Gate::Open {
             return;
         }
+        let gate_ticket = match gate {
+            Gate::Wait(t) => Some(t),
+            Gate::Open | Gate::Shut => None,
+        };
         let (mut deferred, mut dropped) = (0u64, 0u64);
         for (i, (p, &leaves)) in packets.iter().zip(leaves).enumerate() {
             if !leaves {
                 continue;
             }
-            let Some(k) = flow_of(p) else { continue };
-            if self.refused.contains(&k) {
+            let k = flow_of(p);
+            if gate == Gate::Shut || k.is_some_and(|k| self.refused.contains(&k)) {
                 out.push((i, Defer::Drop));
                 dropped += 1;
-            } else if let Some(ticket) = commit.ticket_of(&k) {
+            } else if let Some(ticket) = k.and_then(|k| commit.ticket_of(&k)).or(gate_ticket) {
                 if room > 0 {
                     room -= 1;
                     commit.deferred(ticket);
@@ -603,6 +614,62 @@ impl LanePeer {
         let c = &self.peer.counts;
         c.packets_deferred.fetch_add(deferred, Ordering::Relaxed);
         c.packets_commit_dropped.fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// Sends the bindings of split pools that the batch's calls changed
+    /// (and those not held in time before) to their blocks' next owners.
+    fn send_bindings(&mut self, chain: &mut Chain, table: &OwnershipTable, now: Instant) -> Gate {
+        let Some(commit) = self.commit.as_mut() else { return Gate::Open };
+        for (nf, pool, resources) in commit.again_bindings() {
+            if let Some(stage) = chain.stages_mut().iter_mut().find(|s| s.name() == nf) {
+                stage.renote_pool_changes(&pool, &resources);
+            }
+        }
+        let me = self.peer.me.as_str();
+        let mut gate = Gate::Open;
+        let mut changes = Vec::new();
+        for stage in chain.stages_mut() {
+            changes.clear();
+            stage.take_pool_changes(&mut changes);
+            for (pool, entries) in changes.drain(..) {
+                let mut per_host: HashMap<&str, Vec<sluice_state::PoolChange>> = HashMap::default();
+                for (r, v) in entries {
+                    let mut prefs = table.block_preferences(block_of(r));
+                    // Bound on another host (a flow that moved here
+                    // released it): its owner is told with the pools' tick.
+                    if prefs.next() != Some(me) {
+                        continue;
+                    }
+                    if let Some(next) = prefs.next() {
+                        per_host.entry(next).or_default().push((r, v));
+                    }
+                }
+                for (to, entries) in per_host {
+                    for part in entries.chunks(crate::wire::MAX_BINDINGS) {
+                        let bindings = PoolBindings {
+                            deployment: self.deployment.clone(),
+                            nf: stage.name().to_string(),
+                            pool: pool.clone(),
+                            kind: BindingsKind::Replica,
+                            blocks: Vec::new(),
+                            entries: part.to_vec(),
+                        };
+                        let sent =
+                            if commit.has_room() { commit.send_bindings(&self.peer, to, bindings, now) } else { None };
+                        match sent {
+                            Some(t) if gate != Gate::Shut => gate = Gate::Wait(t),
+                            Some(_) => {}
+                            None => {
+                                let resources = part.iter().map(|(r, _)| *r).collect();
+                                commit.retry_bindings(stage.name(), &pool, resources);
+                                gate = Gate::Shut;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        gate
     }
 
     /// Appends the tickets of deferred packets that may leave now (their
@@ -659,6 +726,17 @@ impl LanePeer {
     }
 }
 
+/// What the packets of a batch that changed pool bindings wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// It changed none: nothing.
+    Open,
+    /// The last of the messages carrying them (by its ticket).
+    Wait(u64),
+    /// One could not be sent: the batch's packets may not leave.
+    Shut,
+}
+
 /// Whether flow `k`'s state is not what was last sent of it (sent
 /// neither; ended after it was sent; written since).
 fn changed_since_sent(chain: &Chain, sent: &HashMap<FlowKey, (u64, Instant)>, k: &FlowKey) -> bool {
@@ -695,6 +773,9 @@ impl FlowHook for LanePeer {
     fn before(&mut self, stages: &mut [NfInstance], keys: &[FlowKey]) {
         for stage in stages.iter_mut() {
             stage.track_flow_changes();
+            if self.commit.is_some() {
+                stage.track_pool_changes();
+            }
         }
         self.keys.clear();
         // Flows not seen since the last export look for a replica, while

@@ -129,6 +129,11 @@ impl Peer {
             self.counts.commits_refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        self.answer_commit(from, lane, seq);
+    }
+
+    /// Tells host `from` that its lane's message `seq` is held here.
+    fn answer_commit(&self, from: &str, lane: u64, seq: u64) {
         let m = PeerMessage::Held(crate::wire::CommitAck { lane, seq });
         if let Ok(body) = m.encode() {
             self.counts.commits_answered.fetch_add(1, Ordering::Relaxed);
@@ -203,7 +208,9 @@ impl Peer {
                 self.answers.insert(&r.deployment, r.flow_keys(), now);
                 self.wake_workers();
             }
-            Ok(PeerMessage::Bindings(b)) => self.take_bindings(b, now),
+            Ok(PeerMessage::Bindings(b)) => {
+                self.take_bindings(b, now);
+            }
             Ok(PeerMessage::Released(r)) => self.take_released(r),
             Ok(PeerMessage::Commit(c)) => {
                 self.take_commit(from, c, now);
@@ -212,6 +219,14 @@ impl Peer {
             Ok(PeerMessage::Held(a)) => {
                 self.take_ack(from, a);
                 self.wake_workers();
+            }
+            Ok(PeerMessage::CommitBindings(c)) => {
+                let (lane, seq) = (c.lane, c.seq);
+                if self.take_bindings(c.bindings, now) > 0 {
+                    self.counts.commits_refused.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.answer_commit(from, lane, seq);
+                }
             }
             Err(e) => {
                 self.store.refused();

@@ -235,7 +235,22 @@ pub struct CommitBatch {
     pub batch: PeerBatch,
 }
 
-/// The receiver holds the flows of a [`CommitBatch`].
+/// Bindings of a split release pool that a lane's packets wait on (output
+/// commit), to their blocks' next owner: kept as replicas
+/// ([`BindingsKind::Replica`] only), then acknowledged like a
+/// [`CommitBatch`] ([`PeerMessage::Held`], same lane numbering).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindingsCommit {
+    /// The sending lane (unique on its host).
+    pub lane: u64,
+    /// The message's number in the lane's order.
+    pub seq: u64,
+    /// The bindings.
+    pub bindings: PoolBindings,
+}
+
+/// The receiver holds the flows of a [`CommitBatch`] (or the bindings of a
+/// [`BindingsCommit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitAck {
     /// The lane that sent it.
@@ -267,8 +282,12 @@ pub enum PeerMessage {
     /// Flows' changed state that the sender's packets wait on, to their
     /// next owner (a deployment with `durability = "replicated"`).
     Commit(CommitBatch),
-    /// The sender holds the flows of a [`PeerMessage::Commit`].
+    /// The sender holds the flows of a [`PeerMessage::Commit`] or the
+    /// bindings of a [`PeerMessage::CommitBindings`].
     Held(CommitAck),
+    /// Pool bindings that the sender's packets wait on, to their blocks'
+    /// next owner (a deployment with `durability = "replicated"`).
+    CommitBindings(BindingsCommit),
 }
 
 impl PeerMessage {
@@ -292,6 +311,12 @@ impl PeerMessage {
                     PeerMessage::Released(r) => r.check()?,
                     PeerMessage::Commit(c) => c.batch.check()?,
                     PeerMessage::Held(_) => {}
+                    PeerMessage::CommitBindings(c) => {
+                        c.bindings.check()?;
+                        if c.bindings.kind != BindingsKind::Replica || !c.bindings.blocks.is_empty() {
+                            return Err(WireError::Bound("committed bindings that are not replicas".into()));
+                        }
+                    }
                 }
                 Ok(m)
             }
@@ -545,11 +570,18 @@ mod tests {
             PeerMessage::decode(&PeerMessage::Bindings(too_many).encode().unwrap()),
             Err(WireError::Bound(_))
         ));
-        let unnamed = PoolBindings { pool: String::new(), ..b };
+        let unnamed = PoolBindings { pool: String::new(), ..b.clone() };
         assert!(matches!(
             PeerMessage::decode(&PeerMessage::Bindings(unnamed).encode().unwrap()),
             Err(WireError::Bound(_))
         ));
+        // Committed bindings are replicas, and bounded as any.
+        let replica = PoolBindings { kind: BindingsKind::Replica, blocks: Vec::new(), ..b.clone() };
+        let c = PeerMessage::CommitBindings(BindingsCommit { lane: 2, seq: 9, bindings: replica });
+        assert_eq!(PeerMessage::decode(&c.encode().unwrap()).unwrap(), c);
+        let handover = PeerMessage::CommitBindings(BindingsCommit { lane: 2, seq: 9, bindings: b });
+        let e = PeerMessage::decode(&handover.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not replicas"), "{e}");
     }
 
     proptest! {

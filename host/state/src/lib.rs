@@ -30,7 +30,7 @@ mod single;
 mod spec;
 mod tables;
 
-pub use changes::FlowChanges;
+pub use changes::{FlowChanges, PoolChange, PoolChanges};
 pub use domain::Domain;
 pub use entry::ENTRY_OVERHEAD;
 pub use error::StateError;

@@ -385,6 +385,13 @@ impl Pool {
         v
     }
 
+    /// The binding of each of `resources` (`None`: free), deduplicated.
+    pub(crate) fn bindings_of(&self, resources: &[u64]) -> Vec<crate::PoolChange> {
+        let p = self.inner.lock();
+        let mut seen = HashSet::default();
+        resources.iter().filter(|r| seen.insert(**r)).map(|r| (*r, p.bound.get(r).map(|b| b.value.clone()))).collect()
+    }
+
     /// Binds resources held by flows of another host (a block taken over):
     /// they are not handed out here until released. Returns how many the
     /// state budget had no room for, or that are outside the pool.

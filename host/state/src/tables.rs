@@ -78,6 +78,8 @@ pub struct Tables {
     synced: bool,
     /// Flows whose per-flow entries changed (a host in a group).
     changes: crate::FlowChanges,
+    /// Pool resources bound or released here (output commit).
+    pool_changes: crate::PoolChanges,
 }
 
 /// A restore point for a swap that may be refused.
@@ -114,6 +116,7 @@ impl Tables {
             expired: Vec::new(),
             synced: false,
             changes: crate::FlowChanges::default(),
+            pool_changes: crate::PoolChanges::default(),
         }
     }
 

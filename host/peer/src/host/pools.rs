@@ -15,8 +15,10 @@
 //!   once that host's handover came (or after [`HANDOVER_WAIT`]), so a
 //!   resource is never bound twice; one gained from a host that is gone is
 //!   handed out at once, with the bindings that host had replicated here;
-//! - every tick, bindings that changed go to each block's next owner
-//!   ([`BindingsKind::Replica`]), and a flow that moved here and released
+//! - every replication interval (at most every tick), bindings that
+//!   changed go to each block's next owner ([`BindingsKind::Replica`]);
+//!   with output commit, those a lane's batch changed went already, before
+//!   its packets left ([`crate::commit`]); and a flow that moved here and released
 //!   a resource bound on its block's owner has that owner told
 //!   ([`PeerMessage::Released`]).
 
@@ -62,6 +64,8 @@ struct Split {
 #[derive(Debug, Default)]
 pub(crate) struct Pools {
     splits: parking_lot::Mutex<HashMap<PoolKey, Split>>,
+    /// When changed bindings were last replicated.
+    replicated: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// Counters of the split pools.
@@ -127,6 +131,16 @@ impl Peer {
     /// deployment is registered (its pools hand out nothing until then).
     pub fn pool_tick(&self, now: Instant) {
         let table = self.table();
+        // Changed bindings are replicated on the host's replication
+        // interval, as flows are (at most every tick).
+        let replicate = {
+            let mut last = self.pools.replicated.lock();
+            let due = last.is_none_or(|l| now.saturating_duration_since(l) >= self.interval);
+            if due {
+                *last = Some(now);
+            }
+            due
+        };
         let mut splits = self.pools.splits.lock();
         let domains = self.pool_domains();
         splits.retain(|k, _| domains.iter().any(|(d, _)| d == k));
@@ -162,7 +176,7 @@ impl Peer {
                     table.block_owner(b) == Some(me) && !pending.contains_key(&b)
                 });
             }
-            self.pool_send_changes(&key, &dom, &table);
+            self.pool_send_changes(&key, &dom, &table, replicate);
         }
     }
 
@@ -275,19 +289,21 @@ impl Peer {
         }
     }
 
-    fn pool_send_changes(&self, key: &PoolKey, dom: &sluice_state::Domain, table: &OwnershipTable) {
+    fn pool_send_changes(&self, key: &PoolKey, dom: &sluice_state::Domain, table: &OwnershipTable, replicate: bool) {
         let (deployment, nf, pool) = key;
         let me = self.me.as_str();
-        let changes = match dom.pool_take_changed(pool) {
-            Some(c) => c,
-            None => dom
-                .pool_bindings_where(pool, &|r| table.block_owner(block_of(r)) == Some(me))
-                .into_iter()
-                .map(|(r, v)| (r, Some(v)))
-                .collect(),
-        };
-        if !changes.is_empty() {
-            self.send_replicas(key, table, changes);
+        if replicate {
+            let changes = match dom.pool_take_changed(pool) {
+                Some(c) => c,
+                None => dom
+                    .pool_bindings_where(pool, &|r| table.block_owner(block_of(r)) == Some(me))
+                    .into_iter()
+                    .map(|(r, v)| (r, Some(v)))
+                    .collect(),
+            };
+            if !changes.is_empty() {
+                self.send_replicas(key, table, changes);
+            }
         }
         let foreign = dom.pool_take_foreign(pool);
         let mut out: HashMap<String, Vec<u64>> = HashMap::default();
@@ -315,12 +331,13 @@ impl Peer {
         }
     }
 
-    /// Takes another host's bindings of a split pool.
-    pub(crate) fn take_bindings(&self, b: PoolBindings, now: Instant) {
+    /// Takes another host's bindings of a split pool; returns how many
+    /// were refused (no such deployment here, or no room).
+    pub(crate) fn take_bindings(&self, b: PoolBindings, now: Instant) -> u64 {
         let c = &self.pools_counts;
         let Some(dom) = self.domain_of(&b.deployment, &b.nf) else {
             c.refused.fetch_add(b.entries.len() as u64, Ordering::Relaxed);
-            return;
+            return b.entries.len() as u64;
         };
         let key = (b.deployment.clone(), b.nf.clone(), b.pool.clone());
         let mut splits = self.pools.splits.lock();
@@ -339,21 +356,23 @@ impl Peer {
                     }
                     split.dirty = true;
                 }
+                refused
             }
             BindingsKind::Replica => {
+                let mut refused = 0;
                 for (r, v) in b.entries {
                     match v {
                         Some(v) if total < MAX_REPLICAS || split.replicas.contains_key(&r) => {
                             split.replicas.insert(r, v);
                         }
-                        Some(_) => {
-                            c.refused.fetch_add(1, Ordering::Relaxed);
-                        }
+                        Some(_) => refused += 1,
                         None => {
                             split.replicas.remove(&r);
                         }
                     }
                 }
+                c.refused.fetch_add(refused, Ordering::Relaxed);
+                refused
             }
         }
     }

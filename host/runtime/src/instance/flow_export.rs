@@ -48,6 +48,30 @@ impl NfInstance {
         a && b
     }
 
+    /// Starts noting the pool resources this instance binds or releases
+    /// (output commit sends their bindings before its packets leave).
+    pub fn track_pool_changes(&mut self) {
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.track_pool_changes();
+        }
+    }
+
+    /// Appends, per pool, the resources bound or released since the last
+    /// call with their bindings now (`None`: free).
+    pub fn take_pool_changes(&mut self, out: &mut Vec<(String, Vec<sluice_state::PoolChange>)>) {
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.take_pool_changes(out);
+        }
+    }
+
+    /// Notes resources of pool `pool` as changed again, for the next
+    /// [`take_pool_changes`](Self::take_pool_changes).
+    pub fn renote_pool_changes(&mut self, pool: &str, resources: &[u64]) {
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.renote_pool_changes(pool, resources);
+        }
+    }
+
     /// The sum of the logical clocks of everything this worker holds for
     /// one (normalized) flow, and whether it holds anything: a cheap test
     /// of whether the flow's state changed since it was last exported.

@@ -371,13 +371,16 @@ impl Tables {
                 items.push(v);
             }
             self.meters.ops += items.len() as u64;
-            match pool.acquire(self.worker, items.iter().copied(), out) {
+            let before = out.len();
+            let r = match pool.acquire(self.worker, items.iter().copied(), out) {
                 Ok(short) => {
                     self.meters.rejected += short;
                     Ok(())
                 }
                 Err(item) => Err(StateError::OverBudget(idx(item))),
-            }
+            };
+            self.pool_changes.note(t, out.get(before..).unwrap_or_default().iter().copied());
+            r
         })();
         self.account(r)
     }
@@ -397,8 +400,48 @@ impl Tables {
         let r = self.pool(t).map(|p| {
             p.release(worker, resources);
         });
+        if r.is_ok() {
+            self.pool_changes.note(t, resources.iter().copied());
+        }
         self.meters.ops += resources.len() as u64;
         self.account(r)
+    }
+
+    /// Starts noting the pool resources this worker's calls bind or
+    /// release, for [`take_pool_changes`](Self::take_pool_changes).
+    pub fn track_pool_changes(&mut self) {
+        self.pool_changes.track();
+    }
+
+    /// Appends, per pool (by name), the resources this worker's calls bound
+    /// or released since the last call, each with its binding now (`None`:
+    /// free). When too many changed to note, every binding of every pool.
+    pub fn take_pool_changes(&mut self, out: &mut Vec<(String, Vec<crate::PoolChange>)>) {
+        let mut noted = Vec::new();
+        let complete = self.pool_changes.take(&mut noted);
+        for (i, t) in self.tables.iter().enumerate() {
+            let Store::Pool(p) = &t.store else { continue };
+            let entries: Vec<crate::PoolChange> = if complete {
+                let mine: Vec<u64> = noted.iter().filter(|(x, _)| *x as usize == i).map(|(_, r)| *r).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                p.bindings_of(&mine)
+            } else {
+                p.bindings_where(&|_| true).into_iter().map(|(r, v)| (r, Some(v))).collect()
+            };
+            if !entries.is_empty() {
+                out.push((t.spec.name.clone(), entries));
+            }
+        }
+    }
+
+    /// Notes resources of pool `name` as changed again (their bindings were
+    /// not held elsewhere in time: the next take sends them as they are then).
+    pub fn renote_pool_changes(&mut self, name: &str, resources: &[u64]) {
+        if let Some(i) = self.tables.iter().position(|t| t.spec.name == name) {
+            self.pool_changes.note(idx(i), resources.iter().copied());
+        }
     }
 
     /// The worker holding a pool resource (tests, reports).
