@@ -367,32 +367,38 @@ pub fn replication_section(
     s.push_str("\n## Peer state: what replication costs a host\n\n");
     s.push_str(&format!(
         "A group of two hosts under the control-plane cluster: the measured `sluice-host serve --dpdk` (one worker on a CPU of its own, the NF attached to port 0, \
-         the DPDK section's 64-byte TCP trace of {} flows replayed from memory) and a second member without ports, so every flow has a next owner. \
-         Each worker sends the state of the flows whose state changed every `--replicate-us` (`0`: off); rates between two host reports 6 s apart \
-         after 1.5 s of warm-up; the settings alternate, {ROUNDS} rounds each, medians shown. The firewall's state of a connection changes when it opens and \
-         closes; the IDS's state of a flow (its stream matchers) changes with every packet, so every active flow is sent every interval. Target: ≤ 10 % cost.\n\n",
+         the DPDK section's 64-byte TCP trace of {} flows replayed from memory) and a second member, a live host whose ports receive nothing, so every flow has a next owner \
+         that keeps replicas and answers commits. Each worker sends the state of the flows whose state changed every `--replicate-us` (`0`: off) or, with the \
+         deployment's `durability = \"replicated\"` (output commit), after every batch, its packets of flows with a change not yet held waiting for the peer's answer; \
+         rates between two host reports 6 s apart after 1.5 s of warm-up; the settings alternate, {ROUNDS} rounds each, medians shown. The firewall's state of a \
+         connection changes when it opens and closes; the IDS's state of a flow (its stream matchers) changes with every packet. **vs periodic**: against \
+         periodic replication at the same interval. **wait p50 / p99**: the time a packet's output was kept for its flow's change to be held (from the message's \
+         sending to the peer's answer), upper bounds of quarter-octave buckets. Target: ≤ 10 % cost.\n\n",
         flows.len()
     ));
     s.push_str(
-        "| NF | --replicate-us | durability | Mpps | vs off | flows replicated / s | packets that waited | wait p50 / p99 µs |\n\
-         |---|---:|---|---:|---:|---:|---:|---:|\n",
+        "| NF | --replicate-us | durability | Mpps | vs off | vs periodic | flows replicated / s | packets that waited | wait p50 / p99 µs |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for (nf, runs) in [("firewall", fw), ("ids", ids)] {
         let base = runs.first().map(|r| median(r.mpps.clone())).unwrap_or(0.0);
-        for r in runs {
+        let periodic = |us: u64| runs.iter().find(|r| r.us == us && !r.replicated).map(|r| median(r.mpps.clone()));
+        for r in &runs {
             let m = median(r.mpps.clone());
-            let (waited, wait) = if r.replicated {
+            let ratio = |b: f64| if b > 0.0 { m / b } else { 0.0 };
+            let (waited, wait, vs_periodic) = if r.replicated {
                 let (p50, p99) = (median(r.p50.clone()), median(r.p99.clone()));
-                let wait = if p50 > 0.0 { format!("< {p50:.0} / < {p99:.0}") } else { "none waited".to_string() };
-                (format!("{:.1} %", 100.0 * median(r.waited.clone())), wait)
+                let wait = if p50 > 0.0 { format!("≤ {p50:.0} / ≤ {p99:.0}") } else { "none waited".to_string() };
+                let vs = periodic(r.us).map_or("–".to_string(), |p| format!("{:.2}", ratio(p)));
+                (format!("{:.1} %", 100.0 * median(r.waited.clone())), wait, vs)
             } else {
-                ("–".to_string(), "–".to_string())
+                ("–".to_string(), "–".to_string(), "–".to_string())
             };
             s.push_str(&format!(
-                "| {nf} | {} | {} | {m:.2} | {:.2} | {:.0} | {waited} | {wait} |\n",
+                "| {nf} | {} | {} | {m:.2} | {:.2} | {vs_periodic} | {:.0} | {waited} | {wait} |\n",
                 if r.us == 0 { "0 (off)".to_string() } else { r.us.to_string() },
                 if r.replicated { "replicated" } else { "periodic" },
-                if base > 0.0 { m / base } else { 0.0 },
+                ratio(base),
                 median(r.sent.clone())
             ));
         }
@@ -402,7 +408,8 @@ pub fn replication_section(
 
 /// One setting's measurements, a value per round: Mpps, flows sent per
 /// second; with output commit, the share of packets whose output waited
-/// and the bounds of the waits' p50 and p99 (µs, by powers of two).
+/// and the upper bounds of the waits' p50 and p99 (µs, see
+/// [`sluice_peer::wait_quantile`]).
 #[derive(Default)]
 struct Setting {
     us: u64,
@@ -412,20 +419,6 @@ struct Setting {
     waited: Vec<f64>,
     p50: Vec<f64>,
     p99: Vec<f64>,
-}
-
-/// The upper bound (µs) of the bucket of a log2 histogram's `q` quantile.
-fn log2_quantile(buckets: &[u64], q: f64) -> f64 {
-    let total: u64 = buckets.iter().sum();
-    let want = (total as f64 * q).ceil() as u64;
-    let mut seen = 0;
-    for (i, n) in buckets.iter().enumerate() {
-        seen += n;
-        if seen >= want.max(1) {
-            return (1u64 << i) as f64;
-        }
-    }
-    0.0
 }
 
 /// A host report's peer counter `k`.
@@ -518,7 +511,7 @@ fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, confi
                 let ran = packets(&after).saturating_sub(packets(&before)).max(1);
                 r.waited.push(d("packets_deferred") as f64 / ran as f64);
                 let hist = |v: &Value| -> Vec<u64> {
-                    v["peer"]["commit_wait_us_log2"]
+                    v["peer"]["commit_wait_us"]
                         .as_array()
                         .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
                         .unwrap_or_default()
@@ -526,8 +519,8 @@ fn replication_runs(host: &Path, nfs: &Path, frames: &[Vec<u8>], nf: &str, confi
                 let (h0, h1) = (hist(&before), hist(&after));
                 let delta: Vec<u64> =
                     h1.iter().enumerate().map(|(i, n)| n.saturating_sub(h0.get(i).copied().unwrap_or(0))).collect();
-                r.p50.push(log2_quantile(&delta, 0.5));
-                r.p99.push(log2_quantile(&delta, 0.99));
+                r.p50.push(sluice_peer::wait_quantile(&delta, 0.5) as f64);
+                r.p99.push(sluice_peer::wait_quantile(&delta, 0.99) as f64);
             }
             term(live);
         }

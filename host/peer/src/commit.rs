@@ -349,7 +349,7 @@ impl Commits {
                 c.commits_held.fetch_add(1, Ordering::Relaxed);
                 let us = u64::try_from(now.saturating_duration_since(o.at).as_micros()).unwrap_or(u64::MAX);
                 c.commit_wait_us_total.fetch_add(us, Ordering::Relaxed);
-                crate::counters::count_wait(&c.commit_wait_us_log2, us);
+                c.commit_wait_us.count(us);
                 if last && !dropped {
                     leave.push(o.ticket);
                 }
@@ -461,7 +461,7 @@ mod tests {
         assert!(!c.pending());
         assert_eq!((c.ticket_of(&key(1)), c.ticket_of(&key(2))), (None, None));
         assert_eq!(p.counters().commits_held, 2);
-        assert_eq!(p.counters().commit_wait_us_log2.iter().sum::<u64>(), 2);
+        assert_eq!(p.counters().commit_wait_us.iter().sum::<u64>(), 2);
     }
 
     #[test]

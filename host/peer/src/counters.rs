@@ -7,15 +7,67 @@ use crate::store::StoreCounters;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Buckets of the commit wait histogram ([`PeerCounters::commit_wait_us_log2`]):
-/// the last counts waits of 2^(n-2) µs (about 0.5 s) and more.
-pub(crate) const WAIT_BUCKETS: usize = 20;
+/// Buckets of the commit wait histogram ([`PeerCounters::commit_wait_us`]):
+/// four per power of two of microseconds (a bucket's bounds are within
+/// 25 % of each other); the last counts waits of about a second and more.
+pub(crate) const WAIT_BUCKETS: usize = 80;
 
-/// Counts a commit wait of `us` microseconds in its bucket.
-pub(crate) fn count_wait(buckets: &[AtomicU64; WAIT_BUCKETS], us: u64) {
-    let i = (u64::BITS - us.leading_zeros()) as usize;
-    if let Some(b) = buckets.get(i.min(WAIT_BUCKETS - 1)) {
-        b.fetch_add(1, Ordering::Relaxed);
+/// The bucket of a wait of `us` microseconds: `us` itself under 4, then
+/// four per power of two.
+fn wait_bucket(us: u64) -> usize {
+    if us < 4 {
+        return us as usize;
+    }
+    let e = u64::BITS - 1 - us.leading_zeros();
+    (4 * (e - 1) + ((us >> (e - 2)) & 3) as u32) as usize
+}
+
+/// The smallest wait (µs) that bucket `i` of the commit wait histogram
+/// counts.
+pub fn wait_bucket_floor(i: usize) -> u64 {
+    if i < 4 {
+        return i as u64;
+    }
+    let (e, sub) = (i / 4 + 1, (i % 4) as u64);
+    (4 + sub) << (e - 2).min(62)
+}
+
+/// The `q` quantile (0–1) of waits counted in a commit wait histogram, as
+/// the upper bound (µs) of its bucket; 0 when it counts none.
+pub fn wait_quantile(buckets: &[u64], q: f64) -> u64 {
+    let total: u64 = buckets.iter().sum();
+    let want = ((total as f64 * q).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (i, n) in buckets.iter().enumerate() {
+        seen += n;
+        if seen >= want && total > 0 {
+            return wait_bucket_floor(i + 1);
+        }
+    }
+    0
+}
+
+/// The commit wait histogram's counts (see [`WAIT_BUCKETS`]).
+#[derive(Debug)]
+pub(crate) struct WaitHistogram([AtomicU64; WAIT_BUCKETS]);
+
+impl Default for WaitHistogram {
+    fn default() -> Self {
+        WaitHistogram(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl WaitHistogram {
+    /// Counts a wait of `us` microseconds in its bucket.
+    pub(crate) fn count(&self, us: u64) {
+        if let Some(b) = self.0.get(wait_bucket(us).min(WAIT_BUCKETS - 1)) {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counts, by bucket.
+    pub(crate) fn snapshot(&self) -> Vec<u64> {
+        self.0.iter().map(|b| b.load(Ordering::Relaxed)).collect()
     }
 }
 
@@ -99,10 +151,11 @@ pub struct PeerCounters {
     pub commits_held: u64,
     #[serde(default)]
     pub commit_wait_us_total: u64,
-    /// Those waits by power of two: entry `i` counts waits under `2^i`
-    /// µs (the last, the longer ones).
+    /// Those waits, four buckets per power of two of µs: entry `i` counts
+    /// waits from [`wait_bucket_floor`]`(i)` to `wait_bucket_floor(i + 1)`
+    /// (the last, the longer ones); [`wait_quantile`] reads it.
     #[serde(default)]
-    pub commit_wait_us_log2: Vec<u64>,
+    pub commit_wait_us: Vec<u64>,
     #[serde(default)]
     pub commits_timed_out: u64,
     /// Packets whose output waited for their flow's change to be held,
@@ -189,7 +242,7 @@ pub(crate) struct Counts {
     pub(crate) commits_sent: AtomicU64,
     pub(crate) commits_held: AtomicU64,
     pub(crate) commit_wait_us_total: AtomicU64,
-    pub(crate) commit_wait_us_log2: [AtomicU64; WAIT_BUCKETS],
+    pub(crate) commit_wait_us: WaitHistogram,
     pub(crate) commits_timed_out: AtomicU64,
     pub(crate) packets_deferred: AtomicU64,
     pub(crate) packets_commit_dropped: AtomicU64,
@@ -221,4 +274,27 @@ pub struct GlobalTable {
     pub entries: usize,
     /// The largest values (key, value), largest first.
     pub top: Vec<(u64, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::indexing_slicing)]
+    use super::*;
+
+    #[test]
+    fn wait_buckets_cover_every_wait_once_and_quantiles_read_them() {
+        for us in 0..100_000u64 {
+            let i = wait_bucket(us);
+            assert!(wait_bucket_floor(i) <= us && us < wait_bucket_floor(i + 1), "{us} in bucket {i}");
+        }
+        assert_eq!(wait_bucket(1 << 20), WAIT_BUCKETS - 4);
+        let mut h = vec![0u64; WAIT_BUCKETS];
+        h[wait_bucket(300)] = 50;
+        h[wait_bucket(900)] = 49;
+        h[wait_bucket(5000)] = 1;
+        assert_eq!(wait_quantile(&h, 0.5), 320);
+        assert_eq!(wait_quantile(&h, 0.99), 1024);
+        assert_eq!(wait_quantile(&h, 1.0), 5120);
+        assert_eq!(wait_quantile(&[0; 4], 0.5), 0);
+    }
 }

@@ -435,7 +435,7 @@ impl Peer {
             commits_sent: c.commits_sent.load(Ordering::Relaxed),
             commits_held: c.commits_held.load(Ordering::Relaxed),
             commit_wait_us_total: c.commit_wait_us_total.load(Ordering::Relaxed),
-            commit_wait_us_log2: c.commit_wait_us_log2.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
+            commit_wait_us: c.commit_wait_us.snapshot(),
             commits_timed_out: c.commits_timed_out.load(Ordering::Relaxed),
             packets_deferred: c.packets_deferred.load(Ordering::Relaxed),
             packets_commit_dropped: c.packets_commit_dropped.load(Ordering::Relaxed),

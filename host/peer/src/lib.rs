@@ -35,7 +35,7 @@ pub mod pull;
 pub mod store;
 pub mod wire;
 
-pub use counters::{GlobalTable, MovedFrom, PeerCounters, PoolCounters};
+pub use counters::{GlobalTable, MovedFrom, PeerCounters, PoolCounters, wait_bucket_floor, wait_quantile};
 pub use hook::{BUSY_EVERY, LATE, LanePeer, REFRESH};
 pub use host::{GLOBAL_EVERY, MAX_MESSAGE, Peer, host_by_hash, next_owner, pools};
 pub use out::{Direct, Outgoing, PeerOut};
