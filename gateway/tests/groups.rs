@@ -1304,6 +1304,108 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
     }
 }
 
+/// Output commit under live traffic: 240 firewall connections replayed at
+/// a fixed rate through three hosts with periodic replication off (an
+/// interval of a minute) and `durability = "replicated"`; h2 is killed
+/// (`kill -9`) mid-stream. A connection's state reached its next owner
+/// only because its SYN waited for it, so every frame of h2's connections
+/// sent once the dispatcher saw h2's link go down passes at their next
+/// owners; only frames sent to h2 around the kill are lost, and nothing
+/// of the other hosts' connections.
+#[test]
+fn with_replicated_durability_a_host_killed_under_traffic_breaks_no_connection() {
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags;
+    let dir = test_dir();
+    let d = dir.path();
+    let veth = Veth::new();
+    let hosts = ["h1", "h2", "h3"];
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = edge_group_spec(
+        d,
+        &hosts,
+        "firewall",
+        "fw",
+        Some(web_firewall()),
+        &["--replicate-us", "60000000"],
+        &[("durability", json!("replicated"))],
+    );
+    let api = gw.api();
+    // 240 connections opened over the first second, then a packet every
+    // 50 ms each way by turns until 4 s; every frame unique.
+    const SECS: f64 = 4.0;
+    let server = [192, 0, 2, 1];
+    let mut schedule: Vec<(f64, Vec<u8>)> = Vec::new();
+    for i in 0..240u32 {
+        let client = [10, 1, (i / 200) as u8, (i % 200) as u8 + 1];
+        let port = 30000 + i as u16;
+        let (mut t, mut seq) = (f64::from(i) / 240.0, 0u32);
+        while t < SECS {
+            let payload = [i.to_be_bytes(), seq.to_be_bytes()].concat();
+            let f = match seq {
+                0 => FrameSpec::tcp4(client, port, server, 80, flags::SYN),
+                s if s % 2 == 1 => FrameSpec::tcp4(server, 80, client, port, flags::ACK),
+                _ => FrameSpec::tcp4(client, port, server, 80, flags::ACK),
+            };
+            schedule.push((t, f.with_payload(payload).build()));
+            seq += 1;
+            t += 0.05;
+        }
+    }
+    schedule.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let steer = live_dispatcher(&nats, d, &veth, &hosts, before.version());
+    let (mut sender, mut lines) = paced_sender(d, &veth, schedule.iter().map(|(t, f)| (*t, f.as_slice())));
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
+    let killed = t0.elapsed().as_secs_f64();
+    let killed_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    procs[1].kill9();
+    wait_group_table(&api, &nats, "edge", before.version(), &["h1", "h3"]);
+    lines.next().unwrap().unwrap();
+    assert!(sender.wait().unwrap().success());
+    let st = steer.wait_with_output().unwrap();
+    assert!(st.status.success(), "steer: {}", std::fs::read_to_string(d.join("steer.err")).unwrap());
+    let rep: Value = serde_json::from_slice(&std::fs::read(d.join("steer-live.json")).unwrap()).unwrap();
+    let links = rep["links"].as_array().unwrap();
+    let down = links.iter().find(|l| l["host"] == "h2" && l["up"] == false).unwrap_or_else(|| panic!("{rep}"));
+    let detected = down["at_unix_us"].as_u64().unwrap() as f64 / 1e6 - killed_unix;
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut seen: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+    for h in hosts {
+        for f in out_frames(d, h) {
+            *seen.entry(f).or_default() += 1;
+        }
+    }
+    let on_h2 = |f: &Vec<u8>| before.owner(sluice_wire::parse(f).key.unwrap().symmetric_hash()) == Some("h2");
+    // Frames the kill may take: h2's, sent from just before it until its
+    // link was seen down (and the dispatcher's queue to it emptied).
+    let window = |t: f64, f: &Vec<u8>| on_h2(f) && t > killed - 0.25 && t < killed + detected + 0.1;
+    let (mut lost_window, mut twice) = (0, 0);
+    let mut broken = Vec::new();
+    for (t, f) in &schedule {
+        match seen.get(f).copied().unwrap_or(0) {
+            1 => {}
+            0 if window(*t, f) => lost_window += 1,
+            0 => broken.push(format!("{t:.3} s, h2's: {}", on_h2(f))),
+            _ => twice += 1,
+        }
+    }
+    let peer = |h: &str, k: &str| host_report(d, h)["peer"][k].as_u64().unwrap_or(0);
+    eprintln!(
+        "{} frames | h2 killed at {killed:.2} s, link down {:.1} ms later | lost around the kill {lost_window}, otherwise {} | imported {}",
+        schedule.len(),
+        detected * 1e3,
+        broken.len(),
+        peer("h1", "flows_imported") + peer("h3", "flows_imported"),
+    );
+    assert_eq!(twice, 0, "no frame is processed twice");
+    assert!(broken.is_empty(), "every connection goes on after the kill, with its state: {broken:#?}");
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i != 1 {
+            p.term();
+        }
+    }
+}
+
 /// Liveness beacons: a host that stops (`SIGSTOP`: hung, its memif link
 /// stays up, the controller hears nothing for a while yet) stops sending
 /// beacons, and the dispatcher (`--liveness-ms`) sends its flows to their

@@ -162,12 +162,18 @@ impl Commits {
         self.waiting.insert(k, open.ticket);
     }
 
-    /// The open sets whose host has no message on its way: to send now.
-    pub fn take_ready(&mut self) -> Vec<(String, Open)> {
+    /// The open sets whose host has no message on its way, or is
+    /// suspected dead (their flows go elsewhere): to send now.
+    pub fn take_ready(&mut self, suspects: &[String]) -> Vec<(String, Open)> {
         if self.open.is_empty() {
             return Vec::new();
         }
-        let ready: Vec<String> = self.open.keys().filter(|to| !self.busy_towards(to)).cloned().collect();
+        let ready: Vec<String> = self
+            .open
+            .keys()
+            .filter(|to| !self.busy_towards(to) || suspects.iter().any(|s| s == *to))
+            .cloned()
+            .collect();
         ready.into_iter().filter_map(|to| self.open.remove(&to).map(|o| (to, o))).collect()
     }
 
@@ -326,9 +332,18 @@ impl Commits {
             }
         }
         let c = &peer.counts;
+        let mut suspects = Vec::new();
+        peer.suspects(&mut suspects);
         while let Some(first) = self.outstanding.front() {
             let held = self.held.remove(&first.seq);
-            let late = !held && now.saturating_duration_since(first.at) >= WAIT;
+            // A message to a host suspected dead will not be held: it falls
+            // at once rather than after the wait.
+            let gone = suspects.contains(&first.to);
+            let late = !held && (gone || now.saturating_duration_since(first.at) >= WAIT);
+            if late && !gone {
+                peer.suspect(&first.to);
+                suspects.push(first.to.clone());
+            }
             if !held && !late {
                 break;
             }
@@ -481,14 +496,14 @@ mod tests {
         assert_ne!(next, first);
         assert_eq!(c.ticket_of(&key(2)), Some(next));
         c.deferred(next);
-        assert!(c.take_ready().is_empty());
+        assert!(c.take_ready(&[]).is_empty());
         ack(&p, "h2", c.lane, 1);
         let (mut leave, mut drop) = (Vec::new(), Vec::new());
         c.settle(&p, t0, &mut leave, &mut drop);
         assert_eq!(leave, vec![first]);
         // Flow 1 still waits, for the open set.
         assert_eq!(c.ticket_of(&key(1)), Some(next));
-        let ready = c.take_ready();
+        let ready = c.take_ready(&[]);
         assert_eq!(ready.len(), 1);
         let (to, open) = ready.into_iter().next().unwrap();
         assert_eq!((to.as_str(), open.keys.clone(), open.packets()), ("h2", vec![key(1), key(2)], 1));
@@ -551,6 +566,31 @@ mod tests {
         let (mut leave, mut drop) = (Vec::new(), Vec::new());
         c.settle(&p, t0 + WAIT * 2, &mut leave, &mut drop);
         assert!(leave.is_empty() && drop.is_empty());
+    }
+
+    #[test]
+    fn a_host_that_holds_nothing_in_time_is_suspected_and_its_later_messages_fall_at_once() {
+        let (p, _rx) = peer();
+        let mut c = Commits::new(p.commit_lane());
+        let t0 = Instant::now();
+        assert!(c.send(&p, "h2", batch(&[key(1)]), vec![key(1)], t0, None));
+        assert!(c.send(&p, "h2", batch(&[key(2)]), vec![key(2)], t0 + WAIT / 2, None));
+        let (a, b) = (c.ticket_of(&key(1)).unwrap(), c.ticket_of(&key(2)).unwrap());
+        let mut suspects = Vec::new();
+        p.suspects(&mut suspects);
+        assert!(suspects.is_empty());
+        // The first times out: h2 is suspected, and the second, sent half a
+        // wait later, falls with it rather than a wait later.
+        let (mut leave, mut drop) = (Vec::new(), Vec::new());
+        c.settle(&p, t0 + WAIT, &mut leave, &mut drop);
+        assert_eq!((leave, drop), (vec![], vec![a, b]));
+        p.suspects(&mut suspects);
+        assert_eq!(suspects, vec!["h2".to_string()]);
+        assert_eq!(p.counters().hosts_suspected, 1);
+        // Any message from it says it lives.
+        ack(&p, "h2", c.lane, 9);
+        p.suspects(&mut suspects);
+        assert!(suspects.is_empty());
     }
 
     #[test]

@@ -171,6 +171,11 @@ pub struct PeerCounters {
     pub commits_answered: u64,
     #[serde(default)]
     pub commits_refused: u64,
+    /// Hosts this host took for dead before the controller said so (a
+    /// commit to them not answered in time, or their flows moved here):
+    /// output commit passed over them.
+    #[serde(default)]
+    pub hosts_suspected: u64,
     /// The moved flowlets by the host they came from (its id, or the
     /// hash its mark carried if it is no longer in the table): after a
     /// kill, how many of the dead host's flows found their state here.
@@ -248,6 +253,7 @@ pub(crate) struct Counts {
     pub(crate) packets_commit_dropped: AtomicU64,
     pub(crate) commits_answered: AtomicU64,
     pub(crate) commits_refused: AtomicU64,
+    pub(crate) hosts_suspected: AtomicU64,
     pub(crate) global_entries_sent: AtomicU64,
     pub(crate) global_entries_received: AtomicU64,
     pub(crate) global_entries_refused: AtomicU64,

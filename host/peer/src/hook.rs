@@ -5,7 +5,7 @@
 //! hosts' pulls and exports changed state to each flow's next owner.
 
 use crate::commit::{self, Commits};
-use crate::host::{Peer, host_by_hash, next_owner};
+use crate::host::{Peer, host_by_hash, next_live_owner, next_owner};
 use crate::out::Outgoing;
 use crate::pull::{self, Outcome, Wait};
 use crate::store::Replica;
@@ -40,6 +40,7 @@ impl Peer {
         LanePeer {
             commit: replicated.then(|| Commits::new(self.commit_lane())),
             refused: HashSet::default(),
+            suspects: Vec::new(),
             waiting: HashMap::default(),
             pulls: HashMap::default(),
             asks_seen: self.asks.newest.load(Ordering::Acquire),
@@ -118,6 +119,8 @@ pub struct LanePeer {
     commit: Option<Commits>,
     /// Flows of the last batch whose change could not be sent.
     refused: HashSet<FlowKey>,
+    /// The hosts suspected dead as of this batch ([`Peer::suspect`]).
+    suspects: Vec<String>,
 }
 
 /// How long a flow whose pull timed out still takes its late state.
@@ -537,6 +540,7 @@ impl LanePeer {
         self.refused.clear();
         let table = self.peer.table();
         let now = Instant::now();
+        self.peer.suspects(&mut self.suspects);
         // Bindings of split pools the batch changed go first: every packet
         // of the batch that leaves waits for them (see [`commit`]).
         let gate = match table.as_deref() {
@@ -556,7 +560,7 @@ impl LanePeer {
                     continue;
                 }
                 // A group of one: nowhere to hold it, its packets pass.
-                let Some(to) = next_owner(table, me, &k) else { continue };
+                let Some(to) = next_live_owner(table, me, &k, &self.suspects) else { continue };
                 if !changed_since_sent(chain, &self.sent, &k) {
                     continue;
                 }
@@ -640,7 +644,7 @@ impl LanePeer {
                     if prefs.next() != Some(me) {
                         continue;
                     }
-                    if let Some(next) = prefs.next() {
+                    if let Some(next) = prefs.find(|h| !self.suspects.iter().any(|s| s == h)) {
                         per_host.entry(next).or_default().push((r, v));
                     }
                 }
@@ -689,32 +693,51 @@ impl LanePeer {
     /// every earlier message, their flows' state as it is now.
     fn flush(&mut self, chain: &Chain, now: Instant) {
         let Some(commit) = self.commit.as_mut() else { return };
-        let ready = commit.take_ready();
+        let ready = commit.take_ready(&self.suspects);
         if ready.is_empty() {
             return;
         }
-        let version = self.peer.table().map_or(0, |t| t.version());
+        let table = self.peer.table();
+        let version = table.as_ref().map_or(0, |t| t.version());
+        let me = self.peer.me.as_str();
         for (to, open) in ready {
-            let flows: Vec<PeerFlow> = open
-                .keys
-                .iter()
-                .filter_map(|k| {
-                    commit_part(chain, &mut self.sent, k, now).map(|nfs| PeerFlow { key: k.to_bytes().to_vec(), nfs })
-                })
-                .collect();
+            // Flows whose next owner looks dead go to the host after it.
+            let mut per_host: Vec<(&str, Vec<PeerFlow>)> = Vec::new();
+            for k in &open.keys {
+                let dest = if self.suspects.contains(&to) {
+                    table.as_deref().and_then(|t| next_live_owner(t, me, k, &self.suspects))
+                } else {
+                    Some(to.as_str())
+                };
+                let Some(dest) = dest else { continue };
+                let Some(nfs) = commit_part(chain, &mut self.sent, k, now) else { continue };
+                let flow = PeerFlow { key: k.to_bytes().to_vec(), nfs };
+                match per_host.iter_mut().find(|(h, _)| *h == dest) {
+                    Some((_, v)) => v.push(flow),
+                    None => per_host.push((dest, vec![flow])),
+                }
+            }
             // Nothing left to send (written back unchanged, or ended
             // unsent): an empty message still lets its packets go in order.
-            let mut parts = commit::chunks(flows);
+            let mut parts: Vec<(&str, Vec<PeerFlow>)> = Vec::new();
+            for (h, flows) in per_host {
+                parts.extend(commit::chunks(flows).into_iter().map(|p| (h, p)));
+            }
             if parts.is_empty() {
-                parts.push(Vec::new());
+                if self.suspects.contains(&to) {
+                    // Nowhere to say so in order: its packets drop.
+                    commit.lose(&self.peer, open);
+                    continue;
+                }
+                parts.push((to.as_str(), Vec::new()));
             }
             let mut sent = true;
-            for (i, part) in parts.into_iter().enumerate() {
+            for (i, (dest, part)) in parts.into_iter().enumerate() {
                 let keys: Vec<FlowKey> = part.iter().filter_map(|f| FlowKey::from_bytes(&f.key)).collect();
                 let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
                 let packets = if i == 0 { open.packets() } else { 0 };
                 sent &=
-                    commit.has_room() && commit.send(&self.peer, &to, batch, keys, now, Some((open.ticket, packets)));
+                    commit.has_room() && commit.send(&self.peer, dest, batch, keys, now, Some((open.ticket, packets)));
                 if !sent {
                     break;
                 }
@@ -825,8 +848,17 @@ impl FlowHook for LanePeer {
                 }
             }
         }
+        let table = if self.moved.is_empty() { None } else { self.peer.table() };
         for (k, previous) in self.moved.drain(..) {
             counts.flowlets_moved_in.fetch_add(1, Ordering::Relaxed);
+            // The dispatcher moved a flow away from the host the table
+            // still gives it to: it saw that host's link or beacons go.
+            if let Some(t) = table.as_deref()
+                && let Some(owner) = t.owner(k.hash_normalized())
+                && host_by_hash(t, previous) == Some(owner)
+            {
+                self.peer.suspect(owner);
+            }
             let with = stages.iter().any(|s| s.flow_clock(&k).is_some());
             if with {
                 counts.moved_with_state.fetch_add(1, Ordering::Relaxed);

@@ -65,7 +65,15 @@ pub struct Peer {
     /// number) that arrived for each (see [`crate::commit`]).
     commit_acks: parking_lot::Mutex<HashMap<u64, Vec<(String, u64)>>>,
     next_lane: AtomicU64,
+    /// Hosts of the table that look dead before the controller says so
+    /// (see [`Peer::suspect`]): output commit skips them.
+    suspects: parking_lot::Mutex<Vec<String>>,
+    /// Whether `suspects` holds any (read without the lock per message).
+    any_suspect: std::sync::atomic::AtomicBool,
 }
+
+/// Hosts suspected at once, at most.
+const MAX_SUSPECTS: usize = 64;
 
 /// Live workers a host wakes on arrivals, at most.
 const MAX_WORKERS: usize = 256;
@@ -96,6 +104,8 @@ impl Peer {
             workers: parking_lot::Mutex::new(Vec::new()),
             commit_acks: parking_lot::Mutex::new(HashMap::default()),
             next_lane: AtomicU64::new(1),
+            suspects: parking_lot::Mutex::new(Vec::new()),
+            any_suspect: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -110,6 +120,41 @@ impl Peer {
     /// Forgets a lane with output commit.
     pub(crate) fn end_commit_lane(&self, id: u64) {
         self.commit_acks.lock().remove(&id);
+    }
+
+    /// Host `host` looks dead: a commit to it was not answered in time, or
+    /// the dispatcher moved a flow it owns in the table here (it sends a
+    /// dead host's flows to their next owners at once, long before the
+    /// controller drops the host from the table). Output commit sends to
+    /// the next host of each flow's preferences instead, until a message
+    /// from `host` arrives or a table without it comes.
+    pub fn suspect(&self, host: &str) {
+        if host == self.me {
+            return;
+        }
+        let mut s = self.suspects.lock();
+        if !s.iter().any(|h| h == host) && s.len() < MAX_SUSPECTS {
+            s.push(host.to_string());
+            self.counts.hosts_suspected.fetch_add(1, Ordering::Relaxed);
+        }
+        self.any_suspect.store(true, Ordering::Relaxed);
+    }
+
+    /// The hosts suspected dead now (usually none).
+    pub(crate) fn suspects(&self, out: &mut Vec<String>) {
+        out.clear();
+        if self.any_suspect.load(Ordering::Relaxed) {
+            out.extend(self.suspects.lock().iter().cloned());
+        }
+    }
+
+    /// A message from `host` arrived: it is alive.
+    fn heard_from(&self, host: &str) {
+        if self.any_suspect.load(Ordering::Relaxed) {
+            let mut s = self.suspects.lock();
+            s.retain(|h| h != host);
+            self.any_suspect.store(!s.is_empty(), Ordering::Relaxed);
+        }
     }
 
     /// Moves the answers that arrived for lane `id` to `out`.
@@ -194,6 +239,7 @@ impl Peer {
     /// its live workers' packet time). A message that cannot be read is
     /// counted and its error returned (to log); nothing is kept of it.
     pub fn receive(&self, from: &str, bytes: &[u8], now: Instant, now_ns: u64) -> Result<(), WireError> {
+        self.heard_from(from);
         match PeerMessage::decode(bytes) {
             Ok(PeerMessage::Flows(b)) => {
                 self.store.insert(from, b, now);
@@ -392,6 +438,13 @@ impl Peer {
         if g.as_ref().is_some_and(|old| old.version() >= t.version()) {
             return false;
         }
+        // Hosts suspected dead and no longer in the table are gone; those
+        // still in it stay suspected.
+        if self.any_suspect.load(Ordering::Relaxed) {
+            let mut s = self.suspects.lock();
+            s.retain(|h| t.members().iter().any(|m| &m.host == h) || t.finishing().iter().any(|f| f == h));
+            self.any_suspect.store(!s.is_empty(), Ordering::Relaxed);
+        }
         *g = Some(Arc::new(t));
         true
     }
@@ -441,6 +494,7 @@ impl Peer {
             packets_commit_dropped: c.packets_commit_dropped.load(Ordering::Relaxed),
             commits_answered: c.commits_answered.load(Ordering::Relaxed),
             commits_refused: c.commits_refused.load(Ordering::Relaxed),
+            hosts_suspected: c.hosts_suspected.load(Ordering::Relaxed),
             global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
             global_entries_received: c.global_entries_received.load(Ordering::Relaxed),
             global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),
@@ -456,6 +510,11 @@ impl Peer {
 /// that is not `me`.
 pub fn next_owner<'t>(table: &'t OwnershipTable, me: &str, key: &FlowKey) -> Option<&'t str> {
     table.preferences(table.slot_of(key.hash_normalized())).find(|h| *h != me)
+}
+
+/// [`next_owner`], passing over the hosts in `suspects`.
+pub fn next_live_owner<'t>(table: &'t OwnershipTable, me: &str, key: &FlowKey, suspects: &[String]) -> Option<&'t str> {
+    table.preferences(table.slot_of(key.hash_normalized())).find(|h| *h != me && !suspects.iter().any(|s| s == h))
 }
 
 /// The host of the group's table (a member, or one finishing its flows)
@@ -486,6 +545,14 @@ mod tests {
             assert_eq!(next_owner(&t, "elsewhere", &k), Some(prefs[0]));
         }
         assert_eq!(next_owner(&table(2, &["h1"]), "h1", &FlowKey::default()), None);
+        let t = table(3, &["h1", "h2", "h3"]);
+        for n in 0..64u16 {
+            let k = FlowKey { src_port: n, ..FlowKey::default() };
+            let prefs: Vec<&str> = t.preferences(t.slot_of(k.hash_normalized())).collect();
+            let suspects = vec![prefs[1].to_string()];
+            assert_eq!(next_live_owner(&t, prefs[0], &k, &suspects), Some(prefs[2]));
+            assert_eq!(next_live_owner(&t, prefs[0], &k, &[]), Some(prefs[1]));
+        }
     }
 
     #[test]
