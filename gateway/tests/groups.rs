@@ -719,11 +719,7 @@ fn flows_keep_their_firewall_state_through_a_kill_and_a_drain() {
     assert_eq!(passed(d, "h3", &ack), 0, "a drained host takes no new flowlet");
     let imported_h1 = host_report(d, "h1")["peer"]["flows_imported"].as_u64().unwrap_or(0);
     assert!(imported_h1 >= h3_flows as u64, "h1 imported {imported_h1}, h3 had {h3_flows}");
-    for (i, p) in procs.iter_mut().enumerate() {
-        if i != 1 {
-            p.term();
-        }
-    }
+    stop_all_but(&mut procs, 1);
 }
 
 /// Output commit (`durability = "replicated"`): with periodic replication
@@ -735,15 +731,8 @@ fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
     let dir = test_dir();
     let d = dir.path();
     let hosts = ["h1", "h2", "h3"];
-    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = edge_group_spec(
-        d,
-        &hosts,
-        "firewall",
-        "fw",
-        Some(web_firewall()),
-        &["--replicate-us", "60000000"],
-        &[("durability", json!("replicated"))],
-    );
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } =
+        committing_group(d, "firewall", "fw", web_firewall());
     let api = gw.api();
     let (syn, syn_ack, _) = web_connections();
     let h2_flows = owned_by(&before, "h2", &syn);
@@ -755,16 +744,8 @@ fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
     assert_eq!(rep["forwarded"].as_u64(), Some(syn.len() as u64), "{rep}");
     // Every SYN waited for its connection's state to be held by the next
     // owner, and left: the hosts' reports say so (h2's too, before it dies).
+    wait_committed(d, &hosts, syn.len() as u64);
     let peer = |h: &str, k: &str| host_report(d, h)["peer"][k].as_u64().unwrap_or(0);
-    wait_for(30, "every SYN to be committed", || {
-        let deferred: u64 = hosts.iter().map(|h| peer(h, "packets_deferred")).sum();
-        let settled = hosts.iter().all(|h| peer(h, "commits_held") == peer(h, "commits_sent"));
-        (deferred >= syn.len() as u64 && settled).then_some(())
-    });
-    for h in hosts {
-        assert_eq!(peer(h, "commits_timed_out"), 0, "{h}: {}", host_report(d, h)["peer"]);
-        assert_eq!(peer(h, "packets_commit_dropped"), 0, "{h}");
-    }
 
     // kill -9 of h2 at once: its connections' next owners hold their state
     // only because their SYNs waited for it.
@@ -780,11 +761,7 @@ fn with_replicated_durability_a_killed_host_s_connections_lose_no_state() {
     });
     let imported: u64 = live.iter().map(|h| peer(h, "flows_imported")).sum();
     assert_eq!(imported, h2_flows as u64, "the next owners imported exactly h2's connections");
-    for (i, p) in procs.iter_mut().enumerate() {
-        if i != 1 {
-            p.term();
-        }
-    }
+    stop_all_but(&mut procs, 1);
 }
 
 /// Every frame host `h` of the test in `d` sent out so far (none while
@@ -801,6 +778,24 @@ fn marked<'h>(d: &std::path::Path, hosts: &[&'h str], mark: &[u8]) -> Vec<(&'h s
         .iter()
         .flat_map(|h| out_frames(d, h).into_iter().filter(|f| f.ends_with(mark)).map(move |f| (*h, f)))
         .collect()
+}
+
+/// [`edge_group_spec`] for three hosts h1–h3 with periodic replication
+/// off (an interval of a minute) and the deployment's `durability =
+/// "replicated"`: a flow's state reaches its next owner only by output
+/// commit.
+fn committing_group(d: &std::path::Path, nf_name: &str, dep: &str, config: Value) -> EdgeGroup {
+    let extra = ["--replicate-us", "60000000"];
+    edge_group_spec(d, &["h1", "h2", "h3"], nf_name, dep, Some(config), &extra, &[("durability", json!("replicated"))])
+}
+
+/// Stops every process of a test but the `killed` one.
+fn stop_all_but(procs: &mut [Proc], killed: usize) {
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i != killed {
+            p.term();
+        }
+    }
 }
 
 /// Waits until every host's output commit is settled (each message sent
@@ -842,15 +837,7 @@ fn with_replicated_durability_a_killed_host_s_nat_mappings_and_ports_survive() {
     let (public, server) = ([203, 0, 113, 1], [192, 0, 2, 1]);
     let config =
         json!({ "public-ip": "203.0.113.1", "inside": ["10.0.0.0/8"], "port-first": 1024, "port-count": 4096 });
-    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = edge_group_spec(
-        d,
-        &hosts,
-        "nat",
-        "nat",
-        Some(config),
-        &["--replicate-us", "60000000"],
-        &[("durability", json!("replicated"))],
-    );
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = committing_group(d, "nat", "nat", config);
     let api = gw.api();
     let pool = ["--pool-address", "203.0.113.1"];
     let client = |i: u32| ([10, 1, (i / 200) as u8, (i % 200) as u8 + 1], 40000 + i as u16);
@@ -946,11 +933,7 @@ fn with_replicated_durability_a_killed_host_s_nat_mappings_and_ports_survive() {
     let sum = |k: &str| pools.iter().map(|p| p[k].as_u64().unwrap_or(0)).sum::<u64>();
     assert!(sum("replicas_imported") > 0, "h2's bindings were taken over from their replicas: {pools:?}");
     assert_eq!(sum("refused"), 0, "{pools:?}");
-    for (i, p) in procs.iter_mut().enumerate() {
-        if i != 1 {
-            p.term();
-        }
-    }
+    stop_all_but(&mut procs, 1);
 }
 
 /// Output commit with the IPS: a signature split over two segments of a
@@ -970,15 +953,7 @@ fn with_replicated_durability_a_killed_host_s_ips_finds_every_split_signature() 
         "mode": "ips",
         "rules": [r#"drop tcp any any -> any 80 (msg:"split"; content:"XATTACKX"; sid:7;)"#],
     });
-    let EdgeGroup { nats, gw, mut procs, key, table: before, _turn } = edge_group_spec(
-        d,
-        &hosts,
-        "ids",
-        "ips",
-        Some(config),
-        &["--replicate-us", "60000000"],
-        &[("durability", json!("replicated"))],
-    );
+    let EdgeGroup { nats, gw, mut procs, key, table: before, _turn } = committing_group(d, "ids", "ips", config);
     let api = gw.api();
     let n = 300u32;
     let server = [192, 0, 2, 1];
@@ -1024,11 +999,7 @@ fn with_replicated_durability_a_killed_host_s_ips_finds_every_split_signature() 
     assert!(events.iter().all(|e| e["fields"]["sid"] == "7" && e["fields"]["action"] == "dropped"), "{events:?}");
     let passed_after: usize = live.iter().map(|h| passed(d, h, &second)).sum();
     assert_eq!(passed_after, 0, "a second half or a later packet passed: a connection's state was lost");
-    for (i, p) in procs.iter_mut().enumerate() {
-        if i != 1 {
-            p.term();
-        }
-    }
+    stop_all_but(&mut procs, 1);
 }
 
 /// A veth pair in this namespace (removed on drop): the test sends on
@@ -1297,11 +1268,7 @@ fn a_group_scales_out_drains_and_loses_a_host_under_traffic_without_losing_state
         events.iter().any(|e| e["left"] == json!(["h2"]) && e["version"].as_u64() == Some(after.version())),
         "{rep}"
     );
-    for (i, p) in procs.iter_mut().enumerate() {
-        if i != 1 {
-            p.term();
-        }
-    }
+    stop_all_but(&mut procs, 1);
 }
 
 /// Output commit under live traffic: 240 firewall connections replayed at
@@ -1320,15 +1287,8 @@ fn with_replicated_durability_a_host_killed_under_traffic_breaks_no_connection()
     let d = dir.path();
     let veth = Veth::new();
     let hosts = ["h1", "h2", "h3"];
-    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } = edge_group_spec(
-        d,
-        &hosts,
-        "firewall",
-        "fw",
-        Some(web_firewall()),
-        &["--replicate-us", "60000000"],
-        &[("durability", json!("replicated"))],
-    );
+    let EdgeGroup { nats, gw, mut procs, table: before, _turn, .. } =
+        committing_group(d, "firewall", "fw", web_firewall());
     let api = gw.api();
     // 240 connections opened over the first second, then a packet every
     // 50 ms each way by turns until 4 s; every frame unique.
@@ -1399,11 +1359,7 @@ fn with_replicated_durability_a_host_killed_under_traffic_breaks_no_connection()
     );
     assert_eq!(twice, 0, "no frame is processed twice");
     assert!(broken.is_empty(), "every connection goes on after the kill, with its state: {broken:#?}");
-    for (i, p) in procs.iter_mut().enumerate() {
-        if i != 1 {
-            p.term();
-        }
-    }
+    stop_all_but(&mut procs, 1);
 }
 
 /// Liveness beacons: a host that stops (`SIGSTOP`: hung, its memif link
