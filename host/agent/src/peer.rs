@@ -61,6 +61,9 @@ pub(crate) async fn start_peer(
             // Release pools follow the table: blocks handed over, waited
             // for, replicated (see sluice_peer::pools).
             p.pool_tick(std::time::Instant::now());
+            // Hosts taken for dead before the controller says so are asked
+            // whether they live (see sluice_peer::Peer::suspect).
+            p.probe_suspects();
             let peers = p.peers();
             let messages = p.global_messages(peers.len(), wall_ns());
             for body in &messages {

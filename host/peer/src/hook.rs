@@ -41,6 +41,8 @@ impl Peer {
             commit: replicated.then(|| Commits::new(self.commit_lane())),
             refused: HashSet::default(),
             suspects: Vec::new(),
+            route: None,
+            seen: HashSet::default(),
             waiting: HashMap::default(),
             pulls: HashMap::default(),
             asks_seen: self.asks.newest.load(Ordering::Acquire),
@@ -120,6 +122,20 @@ pub struct LanePeer {
     /// Flows of the last batch whose change could not be sent.
     refused: HashSet<FlowKey>,
     /// The hosts suspected dead as of this batch ([`Peer::suspect`]).
+    suspects: Vec<String>,
+    /// What output commit last sent each flow's changes by: the table and
+    /// the hosts suspected then (with the peer's suspect epoch).
+    route: Option<Route>,
+    /// The flows of a batch's changes already looked at (kept between
+    /// batches for its capacity).
+    seen: HashSet<FlowKey>,
+}
+
+/// How output commit picked next owners (see [`LanePeer::reroute`]).
+#[derive(Debug)]
+struct Route {
+    table: Arc<OwnershipTable>,
+    epoch: u64,
     suspects: Vec<String>,
 }
 
@@ -541,6 +557,9 @@ impl LanePeer {
         let table = self.peer.table();
         let now = Instant::now();
         self.peer.suspects(&mut self.suspects);
+        if let Some(t) = &table {
+            self.reroute(chain, t);
+        }
         // Bindings of split pools the batch changed go first: every packet
         // of the batch that leaves waits for them (see [`commit`]).
         let gate = match table.as_deref() {
@@ -552,11 +571,12 @@ impl LanePeer {
         if !self.changed.is_empty()
             && let Some(table) = table.as_deref()
         {
-            let mut per_host: HashMap<&str, Vec<PeerFlow>> = HashMap::default();
-            let mut seen: HashSet<FlowKey> = HashSet::default();
+            // A few next owners: a list, searched.
+            let mut per_host: Vec<(&str, Vec<PeerFlow>)> = Vec::new();
+            self.seen.clear();
             let chain: &Chain = chain;
             for k in self.changed.iter().map(FlowKey::normalized) {
-                if !seen.insert(k) {
+                if !self.seen.insert(k) {
                     continue;
                 }
                 // A group of one: nowhere to hold it, its packets pass.
@@ -571,7 +591,11 @@ impl LanePeer {
                     continue;
                 }
                 let Some(nfs) = commit_part(chain, &mut self.sent, &k, now) else { continue };
-                per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
+                let flow = PeerFlow { key: k.to_bytes().to_vec(), nfs };
+                match per_host.iter_mut().find(|(h, _)| *h == to) {
+                    Some((_, v)) => v.push(flow),
+                    None => per_host.push((to, vec![flow])),
+                }
             }
             for (to, flows) in per_host {
                 for part in commit::chunks(flows) {
@@ -618,6 +642,33 @@ impl LanePeer {
         let c = &self.peer.counts;
         c.packets_deferred.fetch_add(deferred, Ordering::Relaxed);
         c.packets_commit_dropped.fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// After the table or the hosts suspected dead changed: the flows held
+    /// here whose next live owner is another host than the one their
+    /// changes went to are sent again (their packets wait for it), so the
+    /// host that would take them over holds them whether or not they
+    /// change — and a host suspected wrongly gets back the flows that went
+    /// past it meanwhile.
+    fn reroute(&mut self, chain: &Chain, table: &Arc<OwnershipTable>) {
+        let epoch = self.peer.suspect_epoch();
+        if self.route.as_ref().is_some_and(|r| r.table.version() == table.version() && r.epoch == epoch) {
+            return;
+        }
+        let me = self.peer.me.as_str();
+        if let Some(old) = self.route.take() {
+            for stage in chain.stages() {
+                for k in stage.flow_table().keys() {
+                    if next_live_owner(&old.table, me, k, &old.suspects)
+                        != next_live_owner(table, me, k, &self.suspects)
+                    {
+                        self.sent.remove(k);
+                        self.changed.push(*k);
+                    }
+                }
+            }
+        }
+        self.route = Some(Route { table: table.clone(), epoch, suspects: self.suspects.clone() });
     }
 
     /// Sends the bindings of split pools that the batch's calls changed

@@ -70,6 +70,9 @@ pub struct Peer {
     suspects: parking_lot::Mutex<Vec<String>>,
     /// Whether `suspects` holds any (read without the lock per message).
     any_suspect: std::sync::atomic::AtomicBool,
+    /// Counts up whenever `suspects` changes: lanes with output commit
+    /// send again the flows whose next live owner it changed.
+    suspect_epoch: AtomicU64,
 }
 
 /// Hosts suspected at once, at most.
@@ -106,6 +109,7 @@ impl Peer {
             next_lane: AtomicU64::new(1),
             suspects: parking_lot::Mutex::new(Vec::new()),
             any_suspect: std::sync::atomic::AtomicBool::new(false),
+            suspect_epoch: AtomicU64::new(0),
         })
     }
 
@@ -136,8 +140,27 @@ impl Peer {
         if !s.iter().any(|h| h == host) && s.len() < MAX_SUSPECTS {
             s.push(host.to_string());
             self.counts.hosts_suspected.fetch_add(1, Ordering::Relaxed);
+            self.suspect_epoch.fetch_add(1, Ordering::Release);
         }
-        self.any_suspect.store(true, Ordering::Relaxed);
+        self.any_suspect.store(!s.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Counts up whenever the hosts suspected dead change.
+    pub(crate) fn suspect_epoch(&self) -> u64 {
+        self.suspect_epoch.load(Ordering::Acquire)
+    }
+
+    /// Asks each host suspected dead whether it lives
+    /// ([`PeerMessage::Probe`]): its answer, or any message from it, ends
+    /// the suspicion. Call every [`GLOBAL_EVERY`]: a host taken for dead
+    /// wrongly (a forged mark, a slow answer) gets its flows' state back
+    /// within a round trip of the next call.
+    pub fn probe_suspects(&self) {
+        let mut suspects = Vec::new();
+        self.suspects(&mut suspects);
+        for to in suspects {
+            self.post(&to, &PeerMessage::Probe);
+        }
     }
 
     /// The hosts suspected dead now (usually none).
@@ -152,7 +175,11 @@ impl Peer {
     fn heard_from(&self, host: &str) {
         if self.any_suspect.load(Ordering::Relaxed) {
             let mut s = self.suspects.lock();
+            let before = s.len();
             s.retain(|h| h != host);
+            if s.len() != before {
+                self.suspect_epoch.fetch_add(1, Ordering::Release);
+            }
             self.any_suspect.store(!s.is_empty(), Ordering::Relaxed);
         }
     }
@@ -266,6 +293,8 @@ impl Peer {
                 self.take_ack(from, a);
                 self.wake_workers();
             }
+            Ok(PeerMessage::Probe) => self.post(from, &PeerMessage::Alive),
+            Ok(PeerMessage::Alive) => {}
             Ok(PeerMessage::CommitBindings(c)) => {
                 let (lane, seq) = (c.lane, c.seq);
                 if self.take_bindings(c.bindings, now) > 0 {
@@ -533,6 +562,31 @@ mod tests {
     fn table(version: u64, hosts: &[&str]) -> OwnershipTable {
         let members: Vec<Member> = hosts.iter().map(|h| Member { host: h.to_string(), weight: 1 }).collect();
         OwnershipTable::build("edge", version, 0, &members, 1021, 3).unwrap()
+    }
+
+    #[test]
+    fn a_suspected_host_is_probed_and_any_message_from_it_ends_the_suspicion() {
+        let (tx, rx) = crossbeam_channel::bounded(8);
+        let store = PeerStore::new(10, 1 << 20, Duration::from_secs(60));
+        let p = Peer::new("h1", Duration::from_millis(1), Duration::from_millis(5), store, PeerOut::new(tx, None));
+        let e0 = p.suspect_epoch();
+        p.suspect("h2");
+        p.suspect("h2");
+        p.suspect("h1");
+        assert_eq!(p.suspect_epoch(), e0 + 1, "once, and never itself");
+        p.probe_suspects();
+        let out = rx.try_recv().unwrap();
+        assert_eq!((out.to.as_str(), PeerMessage::decode(&out.body).unwrap()), ("h2", PeerMessage::Probe));
+        // It answers others' probes.
+        p.receive("h3", &PeerMessage::Probe.encode().unwrap(), Instant::now(), 0).unwrap();
+        let out = rx.try_recv().unwrap();
+        assert_eq!((out.to.as_str(), PeerMessage::decode(&out.body).unwrap()), ("h3", PeerMessage::Alive));
+        p.receive("h2", &PeerMessage::Alive.encode().unwrap(), Instant::now(), 0).unwrap();
+        let mut s = Vec::new();
+        p.suspects(&mut s);
+        assert!(s.is_empty());
+        assert_eq!(p.suspect_epoch(), e0 + 2);
+        assert_eq!(p.counters().hosts_suspected, 1);
     }
 
     #[test]

@@ -288,6 +288,11 @@ pub enum PeerMessage {
     /// Pool bindings that the sender's packets wait on, to their blocks'
     /// next owner (a deployment with `durability = "replicated"`).
     CommitBindings(BindingsCommit),
+    /// The sender takes the receiver for dead (see
+    /// [`crate::Peer::suspect`]): answered with [`PeerMessage::Alive`].
+    Probe,
+    /// The answer to a [`PeerMessage::Probe`].
+    Alive,
 }
 
 impl PeerMessage {
@@ -310,7 +315,7 @@ impl PeerMessage {
                     PeerMessage::Bindings(b) => b.check()?,
                     PeerMessage::Released(r) => r.check()?,
                     PeerMessage::Commit(c) => c.batch.check()?,
-                    PeerMessage::Held(_) => {}
+                    PeerMessage::Held(_) | PeerMessage::Probe | PeerMessage::Alive => {}
                     PeerMessage::CommitBindings(c) => {
                         c.bindings.check()?;
                         if c.bindings.kind != BindingsKind::Replica || !c.bindings.blocks.is_empty() {

@@ -118,7 +118,7 @@ impl Peer {
         d.get(deployment).and_then(|r| r.nfs.iter().find(|(n, _)| n == nf).map(|(_, dom)| dom.clone()))
     }
 
-    fn post(&self, to: &str, m: &PeerMessage) {
+    pub(crate) fn post(&self, to: &str, m: &PeerMessage) {
         if let Ok(body) = m.encode() {
             let _ = self.outbox.send(Outgoing { to: to.to_string(), body, flows: 0 });
         }
