@@ -1485,7 +1485,10 @@ fn a_host_that_stops_beaconing_loses_its_flows_to_their_next_owners_within_milli
 /// and runs them, in order, once it arrives: every server reply of an open
 /// connection passes. For flows the drained host holds no state of
 /// (unsolicited server packets, which its firewall dropped) it answers so,
-/// and their packets run at once and are dropped.
+/// and their packets run at once and are dropped. The hosts run with
+/// peer links: requests and answers are datagrams, and forged, replayed
+/// and junk datagrams sent to the links meanwhile are refused, counted,
+/// and change nothing.
 #[test]
 fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
     use sluice_wire::build::FrameSpec;
@@ -1500,7 +1503,7 @@ fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
         "firewall",
         "fw",
         Some(web_firewall()),
-        &["--replicate-us", "60000000", "--pull-wait-us", "50000"],
+        &["--replicate-us", "60000000", "--pull-wait-us", "50000", "--peer-link", "127.0.0.1:0"],
     );
     let api = gw.api();
 
@@ -1540,9 +1543,34 @@ fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
         }
     }
     schedule.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Datagrams no host of the group sent: junk, a forged tag in h1's
+    // name, and one of each again (a replay of junk is junk).
+    let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let links: Vec<String> = ["h1", "h3"]
+        .iter()
+        .map(|h| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                if let Some(a) = host_report(d, h)["peer"]["link_addr"].as_str() {
+                    break a.to_string();
+                }
+                assert!(Instant::now() < deadline, "{h} reports no peer link");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+        .collect();
     let steer = live_dispatcher(&nats, d, &veth, &hosts, before.version());
     let (mut sender, mut lines) = paced_sender(d, &veth, schedule.iter().map(|(t, f, ..)| (*t, f.as_slice())));
     let t0 = Instant::now();
+    let mut forged = b"SLK1\x02h1".to_vec();
+    forged.extend_from_slice(&7u64.to_le_bytes());
+    forged.extend_from_slice(&[1u8; 8]);
+    forged.extend_from_slice(&[0u8; 32]);
+    for addr in &links {
+        for junk in [&b"junk"[..], &forged, &forged, &[0u8; 2000]] {
+            attacker.send_to(junk, addr).unwrap();
+        }
+    }
     std::thread::sleep(Duration::from_secs(1).saturating_sub(t0.elapsed()));
     assert!(api.post(Some(ADMIN), "/v1/groups/edge/hosts/h3/drain", &json!({})).status < 300);
     let drained = wait_group_table(&api, &nats, "edge", before.version(), &["h1", "h2"]);
@@ -1629,6 +1657,13 @@ fn moved_flowlets_without_their_state_pull_it_from_the_host_they_left() {
     assert_eq!(h3["pull_flows_not_held"].as_u64(), Some(unsolicited));
     // Nothing was replicated proactively: the state came only by pulls.
     assert_eq!(h3["flows_sent"].as_u64(), Some(conns));
+    // The requests and answers went on the peer links; the datagrams
+    // from outside the group were refused, four on each link.
+    assert!(sum("link_sent") > 0 && h3["link_sent"].as_u64() >= Some(answered), "{h3}");
+    assert!(h3["link_received"].as_u64() >= Some(answered), "{h3}");
+    assert_eq!(h3["link_refused"].as_u64(), Some(4), "{h3}");
+    assert_eq!(peer[0]["link_refused"].as_u64(), Some(4), "{}", peer[0]);
+    assert_eq!(peer[1]["link_refused"].as_u64(), Some(0), "{}", peer[1]);
     for p in &mut procs {
         p.term();
     }

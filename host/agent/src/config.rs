@@ -116,6 +116,11 @@ pub struct PeerConfig {
     /// How long the packets of a flow moved here without its state wait
     /// for it from the host that had it (then they run without it).
     pub pull_wait: Duration,
+    /// Where this host receives its group's peer-link datagrams (a pull's
+    /// request and answer, probes; see `sluice_peer::link`): an address
+    /// its peers reach it at, port 0 for any free one. `None`: those
+    /// messages take the bus like the rest.
+    pub link: Option<std::net::SocketAddr>,
 }
 
 impl Default for PeerConfig {
@@ -127,6 +132,7 @@ impl Default for PeerConfig {
             lifetime: Duration::from_secs(120),
             table_poll: Duration::from_millis(100),
             pull_wait: Duration::from_millis(5),
+            link: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::config::{AgentConfig, PeerConfig};
 use crate::error::AgentError;
 use futures::StreamExt;
 use sluice_control::Bus;
-use sluice_peer::{Direct, Outgoing, Peer, PeerOut, PeerStore};
+use sluice_peer::{Direct, Outgoing, Peer, PeerLink, PeerOut, PeerStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +42,9 @@ pub(crate) async fn start_peer(
             }
         });
     let peer = Peer::new(&cfg.host, pc.interval, pc.pull_wait, store, PeerOut::new(tx, Some(direct)));
+    if let Some(addr) = pc.link {
+        start_link(&peer, &cfg.host, addr)?;
+    }
     let mut inbox = bus.peer_inbox(&cfg.group, &cfg.host).await?;
     let p = peer.clone();
     tokio::spawn(async move {
@@ -64,6 +67,7 @@ pub(crate) async fn start_peer(
             // Hosts taken for dead before the controller says so are asked
             // whether they live (see sluice_peer::Peer::suspect).
             p.probe_suspects();
+            p.offer_links(std::time::Instant::now());
             let peers = p.peers();
             let messages = p.global_messages(peers.len(), wall_ns());
             for body in &messages {
@@ -91,6 +95,37 @@ pub(crate) async fn start_peer(
         .map_err(|e| AgentError::Config(format!("cannot start the peer-state sender: {e}")))?;
     follow_table(bus.as_ref(), &cfg.group, &peer).await;
     Ok(peer)
+}
+
+/// Binds the host's peer link at `addr` and starts the thread that takes
+/// its datagrams (checked there: forged, replayed and unknown ones are
+/// counted and dropped).
+fn start_link(peer: &Arc<Peer>, me: &str, addr: std::net::SocketAddr) -> Result<(), AgentError> {
+    let link = Arc::new(
+        PeerLink::bind(me, addr)
+            .map_err(|e| AgentError::Config(format!("cannot bind the peer link at {addr}: {e}")))?,
+    );
+    tracing::info!(addr = %link.addr(), "peer link");
+    peer.attach_link(link.clone());
+    let p = peer.clone();
+    std::thread::Builder::new()
+        .name("peer-link".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; sluice_peer::link::MAX_DATAGRAM];
+            loop {
+                match link.receive(&mut buf, Duration::from_secs(1)) {
+                    Ok(Some((from, body))) => {
+                        if let Err(e) = p.receive_link(&from, body, std::time::Instant::now(), wall_ns()) {
+                            tracing::debug!(%from, "peer link message refused: {e}");
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!("peer link datagram refused: {e}"),
+                }
+            }
+        })
+        .map_err(|e| AgentError::Config(format!("cannot start the peer link's thread: {e}")))?;
+    Ok(())
 }
 
 /// Reads the group's ownership table into the host's peer state.

@@ -401,22 +401,21 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
         Ok(Some(now_s()))
     })?;
     let kill = failover(&rep, killed_at, 1, "h2");
-    let pulled = run(
-        host,
-        nfs,
-        "p",
-        &["h1", "h2", "h3"],
-        &["--replicate-us", "60000000", "--pull-wait-us", "20000"],
-        |cluster, _, t0| {
+    // Run 2 twice: pulls through NATS, then on the hosts' peer links.
+    let drained = |tag: &str, extra: &[&str]| {
+        let mut args = vec!["--replicate-us", "60000000", "--pull-wait-us", "20000"];
+        args.extend_from_slice(extra);
+        run(host, nfs, tag, &["h1", "h2", "h3"], &args, |cluster, _, t0| {
             at(t0, 1.5);
             drain(cluster, "h3", true)?;
             Ok(None)
-        },
-    )?;
+        })
+    };
+    let by_bus = drained("p", &[])?;
+    let pulled = drained("l", &["--peer-link", "127.0.0.1:0"])?;
 
     let moved = sum(&rep.peers, "flowlets_moved_in");
     let with = sum(&rep.peers, "moved_with_state");
-    let waited = sum(&pulled.peers, "moved_waited");
     let mut s = String::new();
     s.push_str("\n## Elastic group under live traffic: scale-out, drain, failover, pulls\n\n");
     s.push_str(&format!(
@@ -451,29 +450,41 @@ pub fn section(host: &Path, nfs: &Path) -> Result<String> {
     s.push_str(&kill.markdown());
     s.push_str(
         "**Run 2: a host drained with proactive replication slowed to 60 s** (every moved flow's state pulled; \
-         `--pull-wait-us 20000`: on a small shared machine a request and its answer through NATS take milliseconds)\n\n",
+         `--pull-wait-us 20000`; the hosts run with `--peer-link 127.0.0.1:0`: a pull's request and answer are one \
+         datagram each way; the same run through NATS follows the table)\n\n",
     );
     s.push_str("| window | due | frames | lost | twice | p50 ms | p99 ms | max ms |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
     s.push_str(&window(&pulled, "steady, 3 hosts", 0.5, 1.5));
     s.push_str(&window(&pulled, "h3 drained", 1.5, 3.0));
     s.push_str(&window(&pulled, "after", 3.0, SECS));
-    s.push_str(&format!(
-        "\nMoved flowlets that waited for their state: {waited}; state arrived for {}, h3 held none for {}, timed out {} (state that came later imported for {}); \
-         state-recovery time (the wait: request, answer, import) {:.0} µs on average, {} µs at most \
-         (SNF: 140 µs on bare metal for its output logger), of which {:.0} µs on average on h3, from a request's arrival to its answer \
-         ({} requests; the rest is the bus both ways and the import); {} packets held while waiting, {} dropped over the hold bounds.\n",
-        sum(&pulled.peers, "waits_with_state"),
-        sum(&pulled.peers, "waits_not_held"),
-        sum(&pulled.peers, "waits_timed_out"),
-        sum(&pulled.peers, "late_state_imported"),
-        sum(&pulled.peers, "wait_us_total") as f64 / waited.max(1) as f64,
-        pulled.peers.iter().map(|p| p["wait_us_max"].as_u64().unwrap_or(0)).max().unwrap_or(0),
-        sum(&pulled.peers, "pull_answer_us_total") as f64 / sum(&pulled.peers, "pulls_answered").max(1) as f64,
-        sum(&pulled.peers, "pulls_answered"),
-        sum(&pulled.peers, "packets_held"),
-        sum(&pulled.peers, "packets_held_dropped"),
-    ));
+    s.push_str(&format!("\n{}", pulls(&pulled, "on the peer links")));
+    s.push_str(&format!("\nThe same run through NATS (no `--peer-link`): {}", pulls(&by_bus, "through NATS")));
     Ok(s)
+}
+
+/// What a drained host's pulls did in run `r`, sent `way`.
+fn pulls(r: &Run, way: &str) -> String {
+    let waited = sum(&r.peers, "moved_waited");
+    format!(
+        "Moved flowlets that waited for their state: {waited}; state arrived for {}, h3 held none for {}, timed out {} (state that came later imported for {}); \
+         state-recovery time (the wait: request, answer, import; {way}) **{:.0} µs on average**, {} µs at most \
+         (SNF: 140 µs on bare metal for its output logger), of which {:.0} µs on average on h3, from a request's arrival to its answer \
+         ({} requests; the rest is the way both ways and the import); {} packets held while waiting, {} dropped over the hold bounds; \
+         peer-link datagrams sent {}, received {}, refused {}.\n",
+        sum(&r.peers, "waits_with_state"),
+        sum(&r.peers, "waits_not_held"),
+        sum(&r.peers, "waits_timed_out"),
+        sum(&r.peers, "late_state_imported"),
+        sum(&r.peers, "wait_us_total") as f64 / waited.max(1) as f64,
+        r.peers.iter().map(|p| p["wait_us_max"].as_u64().unwrap_or(0)).max().unwrap_or(0),
+        sum(&r.peers, "pull_answer_us_total") as f64 / sum(&r.peers, "pulls_answered").max(1) as f64,
+        sum(&r.peers, "pulls_answered"),
+        sum(&r.peers, "packets_held"),
+        sum(&r.peers, "packets_held_dropped"),
+        sum(&r.peers, "link_sent"),
+        sum(&r.peers, "link_received"),
+        sum(&r.peers, "link_refused"),
+    )
 }
 
 /// What a kill did to the killed host's flows: a flow is the dead host's

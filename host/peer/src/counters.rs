@@ -176,6 +176,21 @@ pub struct PeerCounters {
     /// output commit passed over them.
     #[serde(default)]
     pub hosts_suspected: u64,
+    /// The peer link ([`link`](crate::link)): datagrams sent, received
+    /// and accepted, refused (forged, replayed, from a host offered none,
+    /// unreadable, or of a kind the link does not take), and messages for it that took
+    /// the bus instead (the receiver offered no link, too big).
+    #[serde(default)]
+    pub link_sent: u64,
+    #[serde(default)]
+    pub link_received: u64,
+    #[serde(default)]
+    pub link_refused: u64,
+    #[serde(default)]
+    pub link_by_bus: u64,
+    /// Where this host's peer link receives (`ip:port`), if it has one.
+    #[serde(default)]
+    pub link_addr: Option<String>,
     /// The moved flowlets by the host they came from (its id, or the
     /// hash its mark carried if it is no longer in the table): after a
     /// kill, how many of the dead host's flows found their state here.
@@ -244,6 +259,9 @@ pub(crate) struct Counts {
     pub(crate) pull_flows_not_held: AtomicU64,
     pub(crate) pulls_answered: AtomicU64,
     pub(crate) pull_answer_us_total: AtomicU64,
+    /// Messages from the peer link that could not be read or are of a
+    /// kind it does not take.
+    pub(crate) link_kind_refused: AtomicU64,
     pub(crate) commits_sent: AtomicU64,
     pub(crate) commits_held: AtomicU64,
     pub(crate) commit_wait_us_total: AtomicU64,

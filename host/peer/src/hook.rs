@@ -19,6 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// How a lane's flows leave: on the peer link where one is set up (a
+/// pull's answer, which packets wait on), or on the bus (replication).
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    Quick,
+    Bus,
+}
+
 /// A flow whose state did not change is sent again after this long, so
 /// its replica outlives the store's lifetime while the flow is active.
 pub const REFRESH: Duration = Duration::from_secs(30);
@@ -235,7 +243,7 @@ impl LanePeer {
                 };
                 // Not sent (the outbox full): the wait times out.
                 if let Ok(body) = PeerMessage::Pull(r).encode() {
-                    let _ = self.peer.outbox.send(Outgoing { to: to.clone(), body, flows: 0 });
+                    self.peer.send_quick(&to, body, 0);
                 }
             }
         }
@@ -356,7 +364,7 @@ impl LanePeer {
         let c = &self.peer.counts;
         for (to, flows) in found {
             c.pull_flows_sent.fetch_add(flows.len() as u64, Ordering::Relaxed);
-            for k in self.send(&to, version, flows) {
+            for k in self.send(&to, version, flows, Way::Quick) {
                 self.sent.remove(&k);
             }
         }
@@ -485,25 +493,26 @@ impl LanePeer {
         for (to, flows) in per_host {
             // A flow that could not be sent is sent again at the next
             // interval it changes.
-            for k in self.send(to, table.version(), flows) {
+            for k in self.send(to, table.version(), flows, Way::Bus) {
                 self.sent.remove(&k);
             }
         }
     }
 
-    /// Sends flows to one host, in messages under [`crate::MAX_MESSAGE`].
-    /// Returns the flows it could not send (the outbox to the bus full).
-    fn send(&self, to: &str, version: u64, flows: Vec<PeerFlow>) -> Vec<FlowKey> {
+    /// Sends flows to one host, in messages under [`crate::MAX_MESSAGE`],
+    /// `way`. Returns the flows it could not send (the outbox to the bus
+    /// full).
+    fn send(&self, to: &str, version: u64, flows: Vec<PeerFlow>, way: Way) -> Vec<FlowKey> {
         let counts = &self.peer.counts;
         let mut unsent = Vec::new();
         for part in commit::chunks(flows) {
             let n = part.len();
             let batch = PeerBatch { deployment: self.deployment.clone(), table_version: version, flows: part };
             let message = PeerMessage::Flows(batch);
-            let sent = message
-                .encode()
-                .ok()
-                .map(|body| self.peer.outbox.send(Outgoing { to: to.to_string(), body, flows: n }));
+            let sent = message.encode().ok().map(|body| match way {
+                Way::Quick => self.peer.send_quick(to, body, n),
+                Way::Bus => self.peer.outbox.send(Outgoing { to: to.to_string(), body, flows: n }),
+            });
             if sent == Some(true) {
                 counts.flows_sent.fetch_add(n as u64, Ordering::Relaxed);
                 counts.batches_sent.fetch_add(1, Ordering::Relaxed);

@@ -9,6 +9,7 @@ pub mod pools;
 
 use crate::HashMap;
 use crate::counters::{Counts, GlobalTable, MovedFrom, PeerCounters};
+use crate::link::PeerLink;
 use crate::out::{Outgoing, PeerOut};
 use crate::pull::{Answers, Asks};
 use crate::store::PeerStore;
@@ -73,7 +74,16 @@ pub struct Peer {
     /// Counts up whenever `suspects` changes: lanes with output commit
     /// send again the flows whose next live owner it changed.
     suspect_epoch: AtomicU64,
+    /// The host's peer link, where one is set up ([`Peer::attach_link`]).
+    link: std::sync::OnceLock<Arc<PeerLink>>,
+    /// When this host last offered its link to every peer, and the peers
+    /// it has offered it to since it started.
+    offered: parking_lot::Mutex<(Option<Instant>, crate::HashSet<String>)>,
 }
+
+/// How often a host offers its peer link again to every peer (a peer that
+/// restarted lost the offer).
+pub const OFFER_EVERY: Duration = Duration::from_secs(1);
 
 /// Hosts suspected at once, at most.
 const MAX_SUSPECTS: usize = 64;
@@ -110,7 +120,78 @@ impl Peer {
             suspects: parking_lot::Mutex::new(Vec::new()),
             any_suspect: std::sync::atomic::AtomicBool::new(false),
             suspect_epoch: AtomicU64::new(0),
+            link: std::sync::OnceLock::new(),
+            offered: parking_lot::Mutex::new((None, crate::HashSet::default())),
         })
+    }
+
+    /// Sets up the host's peer link: from now on it is offered to the
+    /// group's other hosts ([`Peer::offer_links`]), and pulls, their
+    /// answers and probes go to those that offered theirs as datagrams.
+    /// False when one is set up already.
+    pub fn attach_link(&self, link: Arc<PeerLink>) -> bool {
+        self.link.set(link).is_ok()
+    }
+
+    /// Offers this host's peer link to the table's hosts it has not
+    /// offered it to, and to all of them every [`OFFER_EVERY`]. Call on
+    /// the host's tick.
+    pub fn offer_links(&self, now: Instant) {
+        if self.link.get().is_none() {
+            return;
+        }
+        let peers = self.peers();
+        let due = {
+            let mut g = self.offered.lock();
+            let (last, offered) = &mut *g;
+            let all = last.is_none_or(|t| now.saturating_duration_since(t) >= OFFER_EVERY);
+            if all {
+                *last = Some(now);
+            }
+            let due: Vec<String> = peers.into_iter().filter(|p| all || !offered.contains(p)).collect();
+            offered.extend(due.iter().cloned());
+            due
+        };
+        for to in due {
+            self.offer_link(&to);
+        }
+    }
+
+    /// Sends host `to` this host's link offer, on the bus.
+    fn offer_link(&self, to: &str) {
+        if let Some(o) = self.link.get().and_then(|l| l.offer_for(to)) {
+            self.post(to, &PeerMessage::Offer(o));
+        }
+    }
+
+    /// Sends a message a packet waits on (a pull, its answer, a probe):
+    /// as a datagram on the peer link when `to` offered one and it fits,
+    /// else on the bus. False when neither took it.
+    pub(crate) fn send_quick(&self, to: &str, body: Vec<u8>, flows: usize) -> bool {
+        if let Some(l) = self.link.get()
+            && l.send(to, &body)
+        {
+            return true;
+        }
+        self.outbox.send(Outgoing { to: to.to_string(), body, flows })
+    }
+
+    /// Takes a message host `from` sent on the peer link (checked by it):
+    /// only a pull, its answers and probes are taken from a link.
+    pub fn receive_link(&self, from: &str, bytes: &[u8], now: Instant, now_ns: u64) -> Result<(), WireError> {
+        let m = PeerMessage::decode(bytes)
+            .inspect_err(|_| _ = self.counts.link_kind_refused.fetch_add(1, Ordering::Relaxed))?;
+        match m {
+            PeerMessage::Flows(_)
+            | PeerMessage::Pull(_)
+            | PeerMessage::NotHeld(_)
+            | PeerMessage::Probe
+            | PeerMessage::Alive => self.take(from, m, now, now_ns),
+            _ => {
+                self.counts.link_kind_refused.fetch_add(1, Ordering::Relaxed);
+                Err(WireError::Bound("a message of this kind is taken from the bus only, not the peer link".into()))
+            }
+        }
     }
 
     /// A new lane with output commit: its id, under which answers for it
@@ -158,8 +239,9 @@ impl Peer {
     pub fn probe_suspects(&self) {
         let mut suspects = Vec::new();
         self.suspects(&mut suspects);
+        let Ok(body) = PeerMessage::Probe.encode() else { return };
         for to in suspects {
-            self.post(&to, &PeerMessage::Probe);
+            self.send_quick(&to, body.clone(), 0);
         }
     }
 
@@ -266,46 +348,70 @@ impl Peer {
     /// its live workers' packet time). A message that cannot be read is
     /// counted and its error returned (to log); nothing is kept of it.
     pub fn receive(&self, from: &str, bytes: &[u8], now: Instant, now_ns: u64) -> Result<(), WireError> {
-        self.heard_from(from);
         match PeerMessage::decode(bytes) {
-            Ok(PeerMessage::Flows(b)) => {
+            Ok(m) => self.take(from, m, now, now_ns),
+            Err(e) => {
+                self.heard_from(from);
+                self.store.refused();
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes a decoded message from host `from`.
+    fn take(&self, from: &str, m: PeerMessage, now: Instant, now_ns: u64) -> Result<(), WireError> {
+        self.heard_from(from);
+        match m {
+            PeerMessage::Flows(b) => {
                 self.store.insert(from, b, now);
                 self.wake_workers();
             }
-            Ok(PeerMessage::Global(g)) => self.take_global(from, g, now_ns),
-            Ok(PeerMessage::Pull(r)) => {
+            PeerMessage::Global(g) => self.take_global(from, g, now_ns),
+            PeerMessage::Pull(r) => {
                 self.ask(from, r, now);
                 self.wake_workers();
             }
-            Ok(PeerMessage::NotHeld(r)) => {
+            PeerMessage::NotHeld(r) => {
                 self.answers.insert(&r.deployment, r.flow_keys(), now);
                 self.wake_workers();
             }
-            Ok(PeerMessage::Bindings(b)) => {
+            PeerMessage::Bindings(b) => {
                 self.take_bindings(b, now);
             }
-            Ok(PeerMessage::Released(r)) => self.take_released(r),
-            Ok(PeerMessage::Commit(c)) => {
+            PeerMessage::Released(r) => self.take_released(r),
+            PeerMessage::Commit(c) => {
                 self.take_commit(from, c, now);
                 self.wake_workers();
             }
-            Ok(PeerMessage::Held(a)) => {
+            PeerMessage::Held(a) => {
                 self.take_ack(from, a);
                 self.wake_workers();
             }
-            Ok(PeerMessage::Probe) => self.post(from, &PeerMessage::Alive),
-            Ok(PeerMessage::Alive) => {}
-            Ok(PeerMessage::CommitBindings(c)) => {
+            PeerMessage::Probe => {
+                if let Ok(body) = PeerMessage::Alive.encode() {
+                    self.send_quick(from, body, 0);
+                }
+            }
+            PeerMessage::Alive => {}
+            PeerMessage::Offer(o) => {
+                let Some(link) = self.link.get() else { return Ok(()) };
+                match link.take_offer(from, &o) {
+                    // A new or restarted host may lack this host's offer.
+                    Ok(true) => self.offer_link(from),
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.store.refused();
+                        return Err(WireError::Bound(e.to_string()));
+                    }
+                }
+            }
+            PeerMessage::CommitBindings(c) => {
                 let (lane, seq) = (c.lane, c.seq);
                 if self.take_bindings(c.bindings, now) > 0 {
                     self.counts.commits_refused.fetch_add(1, Ordering::Relaxed);
                 } else {
                     self.answer_commit(from, lane, seq);
                 }
-            }
-            Err(e) => {
-                self.store.refused();
-                return Err(e);
             }
         }
         Ok(())
@@ -340,7 +446,7 @@ impl Peer {
             keys: keys.iter().map(|k| k.to_bytes().to_vec()).collect(),
         });
         if let Ok(body) = m.encode() {
-            let _ = self.outbox.send(Outgoing { to: to.to_string(), body, flows: 0 });
+            self.send_quick(to, body, 0);
         }
     }
 
@@ -524,6 +630,12 @@ impl Peer {
             commits_answered: c.commits_answered.load(Ordering::Relaxed),
             commits_refused: c.commits_refused.load(Ordering::Relaxed),
             hosts_suspected: c.hosts_suspected.load(Ordering::Relaxed),
+            link_sent: self.link.get().map_or(0, |l| l.counts.sent.load(Ordering::Relaxed)),
+            link_received: self.link.get().map_or(0, |l| l.counts.received.load(Ordering::Relaxed)),
+            link_refused: self.link.get().map_or(0, |l| l.counts.refused.load(Ordering::Relaxed))
+                + c.link_kind_refused.load(Ordering::Relaxed),
+            link_by_bus: self.link.get().map_or(0, |l| l.counts.by_bus.load(Ordering::Relaxed)),
+            link_addr: self.link.get().map(|l| l.addr().to_string()),
             global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
             global_entries_received: c.global_entries_received.load(Ordering::Relaxed),
             global_entries_refused: c.global_entries_refused.load(Ordering::Relaxed),

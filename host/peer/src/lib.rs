@@ -21,7 +21,9 @@
 //!
 //! - A flowlet the dispatcher moved here whose state is neither here nor
 //!   replicated is pulled from the host that had it, its packets waiting
-//!   meanwhile ([`pull`]).
+//!   meanwhile ([`pull`]). A pull's request and answer take the hosts'
+//!   peer links where they are set up ([`link`]): one datagram each way
+//!   instead of two hops through the bus.
 //!
 //! Nothing here is on the path of a host that is not in a group with
 //! peers: a lane without a table does no work but marking flows.
@@ -30,6 +32,7 @@ pub mod commit;
 mod counters;
 mod hook;
 mod host;
+pub mod link;
 mod out;
 pub mod pull;
 pub mod store;
@@ -38,6 +41,7 @@ pub mod wire;
 pub use counters::{GlobalTable, MovedFrom, PeerCounters, PoolCounters, wait_bucket_floor, wait_quantile};
 pub use hook::{BUSY_EVERY, LATE, LanePeer, REFRESH};
 pub use host::{GLOBAL_EVERY, MAX_MESSAGE, Peer, host_by_hash, next_owner, pools};
+pub use link::{LinkError, LinkOffer, PeerLink};
 pub use out::{Direct, Outgoing, PeerOut};
 pub use store::{PeerStore, Replica, StoreCounters};
 pub use wire::{

@@ -293,6 +293,9 @@ pub enum PeerMessage {
     Probe,
     /// The answer to a [`PeerMessage::Probe`].
     Alive,
+    /// The sender's peer link, for the receiver's datagrams to it (see
+    /// [`crate::link`]); taken from the bus only.
+    Offer(crate::link::LinkOffer),
 }
 
 impl PeerMessage {
@@ -316,6 +319,7 @@ impl PeerMessage {
                     PeerMessage::Released(r) => r.check()?,
                     PeerMessage::Commit(c) => c.batch.check()?,
                     PeerMessage::Held(_) | PeerMessage::Probe | PeerMessage::Alive => {}
+                    PeerMessage::Offer(o) => o.check().map_err(WireError::Bound)?,
                     PeerMessage::CommitBindings(c) => {
                         c.bindings.check()?;
                         if c.bindings.kind != BindingsKind::Replica || !c.bindings.blocks.is_empty() {

@@ -335,6 +335,14 @@ pub struct ServeDpdkArgs {
     /// host that had it (then they run without it: a state miss).
     #[arg(long, env = "SLUICE_PULL_WAIT_US", default_value_t = 5000, requires = "dpdk")]
     pub pull_wait_us: u64,
+    /// With --dpdk: receive the group's peer-link datagrams at this
+    /// `ip:port` (port 0: any free one), an address the group's other
+    /// hosts reach this host at. A pull's request and answer and probes
+    /// of suspected hosts then go host to host as one authenticated
+    /// datagram each instead of through NATS (keys are exchanged over
+    /// NATS). Unset: they take NATS.
+    #[arg(long, env = "SLUICE_PEER_LINK", requires = "dpdk")]
+    pub peer_link: Option<std::net::SocketAddr>,
     /// With --dpdk: send liveness beacons to the group's dispatcher out of
     /// this port (`<port>`, broadcast, or `<port>@<mac>`), so that a
     /// dispatcher run with --liveness-ms moves this host's flows within

@@ -58,6 +58,7 @@ pub fn serve(
             interval: std::time::Duration::from_micros(live.replicate_us),
             max_bytes: live.peer_max_mb.saturating_mul(1 << 20),
             pull_wait: std::time::Duration::from_micros(live.pull_wait_us),
+            link: live.peer_link,
             ..Default::default()
         }),
         metrics_listen: a.metrics_listen,
