@@ -112,8 +112,9 @@ fn start_link(peer: &Arc<Peer>, me: &str, addr: std::net::SocketAddr) -> Result<
         .name("peer-link".into())
         .spawn(move || {
             let mut buf = vec![0u8; sluice_peer::link::MAX_DATAGRAM];
+            let mut priority = LinkPriority::new();
             loop {
-                match link.receive(&mut buf, Duration::from_secs(1)) {
+                match link.receive(&mut buf, Duration::from_millis(100)) {
                     Ok(Some((from, body))) => {
                         if let Err(e) = p.receive_link(&from, body, std::time::Instant::now(), wall_ns()) {
                             tracing::debug!(%from, "peer link message refused: {e}");
@@ -122,10 +123,89 @@ fn start_link(peer: &Arc<Peer>, me: &str, addr: std::net::SocketAddr) -> Result<
                     Ok(None) => {}
                     Err(e) => tracing::debug!("peer link datagram refused: {e}"),
                 }
+                priority.check(std::time::Instant::now(), link.refused());
             }
         })
         .map_err(|e| AgentError::Config(format!("cannot start the peer link's thread: {e}")))?;
     Ok(())
+}
+
+/// Datagrams failing their check, and their bytes, within
+/// [`FLOOD_WINDOW`] over which the link's thread gives up its real-time
+/// priority (checking a MiB costs about 2 ms).
+const FLOOD: (u64, u64) = (1000, 1 << 20);
+const FLOOD_WINDOW: Duration = Duration::from_millis(100);
+/// How long it stays at normal priority after a flood.
+const FLOOD_PAUSE: Duration = Duration::from_secs(1);
+
+/// The peer link thread's scheduling: on a machine whose cores the
+/// workers and other processes keep busy, a thread woken by a datagram
+/// waits for a time slice (hundreds of µs to milliseconds here), and a
+/// pull waits with it. So the thread runs at the lowest real-time
+/// priority (`SCHED_FIFO` 1) where the host may (root or `CAP_SYS_NICE`),
+/// doing bounded work per datagram. Datagrams from outside the group cost
+/// it a check each: while more than [`FLOOD`] of them (or of their bytes)
+/// fail it per [`FLOOD_WINDOW`], it runs at normal priority, so that a
+/// flood cannot take its core from the host's other threads.
+struct LinkPriority {
+    raised: bool,
+    /// The link's refused datagrams and bytes when the window began.
+    refused: (u64, u64),
+    window: std::time::Instant,
+    lowered_until: Option<std::time::Instant>,
+}
+
+impl LinkPriority {
+    fn new() -> LinkPriority {
+        let raised = set_policy(true);
+        if raised {
+            tracing::info!("the peer link's thread runs at real-time priority (SCHED_FIFO 1)");
+        } else {
+            tracing::info!("the peer link's thread runs at normal priority (no CAP_SYS_NICE for SCHED_FIFO)");
+        }
+        LinkPriority { raised, refused: (0, 0), window: std::time::Instant::now(), lowered_until: None }
+    }
+
+    /// Lowers the priority when the datagrams refused since the window
+    /// began (`refused`: the link's totals) are a flood; raises it again
+    /// after [`FLOOD_PAUSE`].
+    fn check(&mut self, now: std::time::Instant, refused: (u64, u64)) {
+        if self.lowered_until.is_some_and(|t| now >= t) {
+            self.lowered_until = None;
+            self.raised = set_policy(true);
+        }
+        if now.saturating_duration_since(self.window) < FLOOD_WINDOW {
+            return;
+        }
+        let (n, bytes) = (refused.0.saturating_sub(self.refused.0), refused.1.saturating_sub(self.refused.1));
+        if self.raised && (n > FLOOD.0 || bytes > FLOOD.1) {
+            tracing::warn!(
+                datagrams = n,
+                bytes,
+                "peer link flooded with datagrams that fail their check: its thread runs at normal priority for {FLOOD_PAUSE:?}"
+            );
+            set_policy(false);
+            self.raised = false;
+            self.lowered_until = Some(now + FLOOD_PAUSE);
+        }
+        self.window = now;
+        self.refused = refused;
+    }
+}
+
+/// Sets the calling thread to `SCHED_FIFO` 1 (`realtime`) or back to
+/// normal scheduling; false when it could not.
+fn set_policy(realtime: bool) -> bool {
+    use thread_priority::{
+        NormalThreadSchedulePolicy, RealtimeThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+        set_thread_priority_and_policy, thread_native_id,
+    };
+    let policy = if realtime {
+        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo)
+    } else {
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other)
+    };
+    set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, policy).is_ok()
 }
 
 /// Reads the group's ownership table into the host's peer state.

@@ -145,6 +145,8 @@ pub(crate) struct LinkCounts {
     pub sent: AtomicU64,
     pub received: AtomicU64,
     pub refused: AtomicU64,
+    /// Bytes of the datagrams refused.
+    pub refused_bytes: AtomicU64,
     /// Messages for the link that took the bus (no offer from the
     /// receiver, too big, or the socket would not take them).
     pub by_bus: AtomicU64,
@@ -189,6 +191,12 @@ impl PeerLink {
             outbound: RwLock::new(HashMap::default()),
             counts: LinkCounts::default(),
         })
+    }
+
+    /// Datagrams refused so far, and their bytes (what checking them
+    /// cost).
+    pub fn refused(&self) -> (u64, u64) {
+        (self.counts.refused.load(Ordering::Relaxed), self.counts.refused_bytes.load(Ordering::Relaxed))
     }
 
     /// Where this link receives.
@@ -293,6 +301,7 @@ impl PeerLink {
             }
             Err(e) => {
                 self.counts.refused.fetch_add(1, Ordering::Relaxed);
+                self.counts.refused_bytes.fetch_add(n as u64, Ordering::Relaxed);
                 Err(e)
             }
         }
