@@ -669,6 +669,7 @@ pub fn host_by_hash(table: &OwnershipTable, hash: u32) -> Option<&str> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
+    use crate::link::{self, LinkOffer};
     use sluice_group::Member;
 
     fn table(version: u64, hosts: &[&str]) -> OwnershipTable {
@@ -699,6 +700,67 @@ mod tests {
         assert!(s.is_empty());
         assert_eq!(p.suspect_epoch(), e0 + 2);
         assert_eq!(p.counters().hosts_suspected, 1);
+    }
+
+    /// Two hosts with links, their bus a channel each: offers cross on
+    /// the bus, then probes, answers and pulls take the link, and the
+    /// link takes nothing else.
+    #[test]
+    fn links_are_offered_on_the_bus_and_carry_only_what_packets_wait_on() {
+        let host = |me: &str| {
+            let (tx, rx) = crossbeam_channel::bounded(64);
+            let store = PeerStore::new(10, 1 << 20, Duration::from_secs(60));
+            let p = Peer::new(me, Duration::from_millis(1), Duration::from_millis(5), store, PeerOut::new(tx, None));
+            let link = Arc::new(PeerLink::bind(me, "127.0.0.1:0".parse().unwrap()).unwrap());
+            assert!(p.attach_link(link.clone()));
+            p.set_table(table(1, &["h1", "h2"]));
+            (p, rx, link)
+        };
+        let ((a, a_bus, a_link), (b, b_bus, b_link)) = (host("h1"), host("h2"));
+        // h1 offers its link to h2 on the bus; h2, new to it, offers back.
+        a.offer_links(Instant::now());
+        let offer = a_bus.try_recv().unwrap();
+        assert_eq!(offer.to, "h2");
+        assert!(matches!(PeerMessage::decode(&offer.body).unwrap(), PeerMessage::Offer(_)));
+        b.receive("h1", &offer.body, Instant::now(), 0).unwrap();
+        let back = b_bus.try_recv().unwrap();
+        // h1 takes it as new too and offers once more; h2 has that offer:
+        // the exchange ends there.
+        a.receive("h2", &back.body, Instant::now(), 0).unwrap();
+        let again = a_bus.try_recv().unwrap();
+        assert_eq!(again.body, offer.body);
+        b.receive("h1", &again.body, Instant::now(), 0).unwrap();
+        assert!(b_bus.try_recv().is_err());
+        // Offers are not due again within a second.
+        a.offer_links(Instant::now());
+        assert!(a_bus.try_recv().is_err());
+        // A probe and its answer take the links, not the bus.
+        a.suspect("h2");
+        a.probe_suspects();
+        assert!(a_bus.try_recv().is_err());
+        let mut buf = vec![0u8; link::MAX_DATAGRAM];
+        let (from, body) = b_link.receive(&mut buf, Duration::from_secs(2)).unwrap().unwrap();
+        b.receive_link(&from, body, Instant::now(), 0).unwrap();
+        assert!(b_bus.try_recv().is_err());
+        let (from, body) = a_link.receive(&mut buf, Duration::from_secs(2)).unwrap().unwrap();
+        a.receive_link(&from, body, Instant::now(), 0).unwrap();
+        let mut s = Vec::new();
+        a.suspects(&mut s);
+        assert!(s.is_empty(), "the answer on the link ended the suspicion");
+        // What only the bus may carry is refused from the link: an offer, a
+        // commit, pool bindings, global tables.
+        let bus_only = [
+            PeerMessage::Offer(LinkOffer { addr: "127.0.0.1:9".into(), key: vec![1; link::KEY] }),
+            PeerMessage::Held(crate::wire::CommitAck { lane: 1, seq: 1 }),
+            PeerMessage::Global(GlobalBatch { deployment: "d".into(), nf: "n".into(), tables: Vec::new() }),
+        ];
+        for m in &bus_only {
+            assert!(b.receive_link("h1", &m.encode().unwrap(), Instant::now(), 0).is_err(), "{m:?}");
+        }
+        assert!(b.receive_link("h1", b"\x01junk", Instant::now(), 0).is_err());
+        let c = b.counters();
+        assert_eq!((c.link_received, c.link_refused, c.link_sent), (1, 4, 1), "{c:?}");
+        assert_eq!(c.link_addr, Some(b_link.addr().to_string()));
     }
 
     #[test]
