@@ -123,7 +123,7 @@ fn start_link(peer: &Arc<Peer>, me: &str, addr: std::net::SocketAddr) -> Result<
                     Ok(None) => {}
                     Err(e) => tracing::debug!("peer link datagram refused: {e}"),
                 }
-                priority.check(std::time::Instant::now(), link.refused());
+                priority.check(std::time::Instant::now(), &link);
             }
         })
         .map_err(|e| AgentError::Config(format!("cannot start the peer link's thread: {e}")))?;
@@ -166,10 +166,10 @@ impl LinkPriority {
         LinkPriority { raised, refused: (0, 0), window: std::time::Instant::now(), lowered_until: None }
     }
 
-    /// Lowers the priority when the datagrams refused since the window
-    /// began (`refused`: the link's totals) are a flood; raises it again
-    /// after [`FLOOD_PAUSE`].
-    fn check(&mut self, now: std::time::Instant, refused: (u64, u64)) {
+    /// Lowers the priority when the datagrams `link` refused since the
+    /// window began are a flood (counted on the link either way); raises
+    /// it again after [`FLOOD_PAUSE`].
+    fn check(&mut self, now: std::time::Instant, link: &PeerLink) {
         if self.lowered_until.is_some_and(|t| now >= t) {
             self.lowered_until = None;
             self.raised = set_policy(true);
@@ -177,8 +177,13 @@ impl LinkPriority {
         if now.saturating_duration_since(self.window) < FLOOD_WINDOW {
             return;
         }
+        let refused = link.refused();
         let (n, bytes) = (refused.0.saturating_sub(self.refused.0), refused.1.saturating_sub(self.refused.1));
-        if self.raised && (n > FLOOD.0 || bytes > FLOOD.1) {
+        let flood = n > FLOOD.0 || bytes > FLOOD.1;
+        if flood {
+            link.note_flood();
+        }
+        if self.raised && flood {
             tracing::warn!(
                 datagrams = n,
                 bytes,

@@ -188,6 +188,11 @@ pub struct PeerCounters {
     pub link_refused: u64,
     #[serde(default)]
     pub link_by_bus: u64,
+    /// Windows of 100 ms in which more than 1,000 datagrams or 1 MiB
+    /// failed their check on the link (its thread then ran at normal
+    /// priority for a second).
+    #[serde(default)]
+    pub link_floods: u64,
     /// Where this host's peer link receives (`ip:port`), if it has one.
     #[serde(default)]
     pub link_addr: Option<String>,

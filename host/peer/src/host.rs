@@ -635,6 +635,7 @@ impl Peer {
             link_refused: self.link.get().map_or(0, |l| l.counts.refused.load(Ordering::Relaxed))
                 + c.link_kind_refused.load(Ordering::Relaxed),
             link_by_bus: self.link.get().map_or(0, |l| l.counts.by_bus.load(Ordering::Relaxed)),
+            link_floods: self.link.get().map_or(0, |l| l.counts.floods.load(Ordering::Relaxed)),
             link_addr: self.link.get().map(|l| l.addr().to_string()),
             global_entries_sent: c.global_entries_sent.load(Ordering::Relaxed),
             global_entries_received: c.global_entries_received.load(Ordering::Relaxed),

@@ -147,6 +147,9 @@ pub(crate) struct LinkCounts {
     pub refused: AtomicU64,
     /// Bytes of the datagrams refused.
     pub refused_bytes: AtomicU64,
+    /// Windows in which datagrams that failed their check came as a
+    /// flood ([`PeerLink::note_flood`]).
+    pub floods: AtomicU64,
     /// Messages for the link that took the bus (no offer from the
     /// receiver, too big, or the socket would not take them).
     pub by_bus: AtomicU64,
@@ -197,6 +200,12 @@ impl PeerLink {
     /// cost).
     pub fn refused(&self) -> (u64, u64) {
         (self.counts.refused.load(Ordering::Relaxed), self.counts.refused_bytes.load(Ordering::Relaxed))
+    }
+
+    /// Counts a window in which the datagrams refused were a flood (the
+    /// receiving thread's judgement: see the host's peer link thread).
+    pub fn note_flood(&self) {
+        self.counts.floods.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Where this link receives.
