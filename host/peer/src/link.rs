@@ -255,13 +255,6 @@ impl PeerLink {
         Ok(true)
     }
 
-    /// Forgets host `host`'s offer and this host's to it (it left the
-    /// group).
-    pub fn forget(&self, host: &str) {
-        self.outbound.write().remove(host);
-        self.inbound.lock().remove(host);
-    }
-
     /// Sends `body` to host `to` as one datagram: false when it cannot go
     /// this way (no offer from `to`, too big, the socket full), for the
     /// caller to send it on the bus.
