@@ -41,7 +41,7 @@ fn build(case: &str, lang: Lang, scratch: &Path) -> Option<PathBuf> {
         cache_dir: Some(workspace().join("target/sluice-cache")),
     };
     let built = sluice_cli::build(&project, sdk, &opts).unwrap_or_else(|e| panic!("{case}/{lang}: {e}"));
-    assert_eq!(built.contract, "0.4.0");
+    assert_eq!(built.contract, sluice_cli::sdk::contract_version(lang));
     Some(built.path)
 }
 

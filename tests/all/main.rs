@@ -16,6 +16,7 @@ mod lb;
 mod modules;
 mod monitor;
 mod nat;
+mod offload;
 mod pcap_input;
 mod policing;
 mod swap;

@@ -660,6 +660,9 @@ impl Active {
 /// outbox before the window moves on (see [`crate::journal`] for the
 /// order), and the window's events.
 pub(crate) fn flush(shared: &Shared, a: &mut Active) {
+    // Its input ended or it stops: offloaded flows' counts go back to its
+    // NFs (their entries end) before the window is closed.
+    a.worker.chain_mut().end_offloads();
     a.collect_events();
     a.sample_state();
     if !a.events.is_empty() || a.events_dropped > 0 {

@@ -297,6 +297,8 @@ fn worker_loop(
             }
         }
     }
+    // Offloaded flows' counts go back to their NFs before the meters are read.
+    worker.chain_mut().end_offloads();
     let meters = worker.chain().stages().iter().map(|s| s.meters().clone()).collect();
     let batches = worker.batches();
     let stages = worker.stage_times(&io);

@@ -385,6 +385,14 @@ pub struct ChainReport {
     /// Frames refused and later fragments handled without an NF.
     #[serde(flatten)]
     pub counters: sluice_runtime::ChainCounters,
+    /// Flow offload entries made, declined and ended, and the packets that
+    /// passed under them (`sluice:nf@0.5.0`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub offload: sluice_runtime::OffloadCounters,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl ChainReport {
@@ -398,6 +406,7 @@ impl ChainReport {
                 r.fragments = c.fragment_mode();
             }
             r.counters.add(&c.counters());
+            r.offload.add(&c.offload_counters());
             r.reassembly_bytes += c.reassembly_bytes() as u64;
         }
         r
@@ -422,6 +431,13 @@ impl ChainReport {
             s.push_str(&format!(
                 "  chain: refused {} oversize, {} cut short | later fragments: {} followed their first, {} dropped without it\n",
                 c.refused_oversize, c.refused_cut_short, c.fragments_followed, c.fragments_unmatched
+            ));
+        }
+        let o = &self.offload;
+        if *o != sluice_runtime::OffloadCounters::default() {
+            s.push_str(&format!(
+                "  offload: {} entries made, {} declined, {} ended | {} packets passed under them without a call\n",
+                o.installed, o.declined, o.ended, o.packets
             ));
         }
         if self.fragments == sluice_runtime::fragments::FragmentMode::Reassemble {

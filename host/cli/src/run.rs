@@ -159,9 +159,12 @@ fn sync_cut(trace: &Trace, start: usize, end: usize, interval: u64, batch: usize
     (start + 1..end).find(|&i| ts(i) / interval != period).unwrap_or(end)
 }
 
-/// A finished worker's chain, its state flushed into the shared domains.
+/// A finished worker's chain: its offload entries ended (their NFs are
+/// handed what passed under them) and its state flushed into the shared
+/// domains.
 fn finish(w: Worker) -> Chain {
     let mut chain = w.into_chain();
+    chain.end_offloads();
     for stage in chain.stages_mut() {
         stage.flush_state();
     }

@@ -184,6 +184,14 @@ meters! {
         /// heartbeat by the host's agent (0 in an instance's own meters).
         /// Divide by 3.6e15 for GB-hours.
         state_byte_ms: work,
+        /// Packets that passed under the NF's flow offload entries: decided
+        /// by the host without a call (not in `packets`).
+        offloaded_packets: work,
+        /// Their bytes on the wire.
+        offloaded_bytes: work,
+        /// Returns of ended offload entries dropped because the NF kept
+        /// more than 65,536 untaken.
+        offload_returns_dropped,
     }
     gauges {
         /// Bytes of table state held at the latest batch, charged against
@@ -287,6 +295,7 @@ mod tests {
             "table_expired",
             "log_dropped",
             "instantiations",
+            "offload_returns_dropped",
         ];
         for (i, name) in Meters::COUNTER_COLUMNS.iter().enumerate() {
             let mut values = vec![0; Meters::COLUMNS.len()];

@@ -211,6 +211,18 @@ pub struct Chain {
     replies: Vec<usize>,
     /// Stage times, when asked for ([`Chain::time_stages`]).
     timing: Option<Box<(crate::stages::Stopwatch, crate::stages::StageTimes)>>,
+    /// Flow offload entries (see [`crate::offload`]).
+    offload: crate::offload::Table,
+    /// What the NFs asked to offload for each packet of the batch.
+    offers: Vec<Option<crate::offload::Pending>>,
+    /// How many NFs each packet of the batch went through, when an NF
+    /// of the chain may offload.
+    visits: Vec<u8>,
+    /// Entries ended and not yet handed to their NFs.
+    ended: Vec<(crate::offload::Step, crate::offload::Return)>,
+    /// Flows whose state is refreshed after the batch: their packets
+    /// passed under entries (NF, flow as it saw it).
+    refresh: Vec<(usize, sluice_wire::FlowKey)>,
 }
 
 /// The chain's own stages (see [`crate::stages`]).
@@ -321,6 +333,11 @@ impl Chain {
             outside: Vec::new(),
             replies: Vec::new(),
             timing: None,
+            offload: crate::offload::Table::default(),
+            offers: Vec::new(),
+            visits: Vec::new(),
+            ended: Vec::new(),
+            refresh: Vec::new(),
             inbox: vec![Vec::new(); stages.len()],
             stages,
             routes,
@@ -340,12 +357,58 @@ impl Chain {
         })?;
         let with_flows_before = stage.needs_flows();
         stage.swap(runtime, spec)?;
+        // The new version decides its flows again.
+        if let Some(at) = self.stages.iter().position(|s| s.name() == name) {
+            self.offload.end_all(Some(at), crate::offload::EndReason::Replaced, &mut self.ended);
+            self.hand_back();
+        }
+        let Some(stage) = self.stages.iter_mut().find(|s| s.name() == name) else { return Ok(()) };
         if stage.needs_flows() && !with_flows_before {
             // The new version wants flow state: collect flows from now on.
             self.builder = BatchBuilder::new(true);
             self.built.clear();
         }
         Ok(())
+    }
+
+    /// What the chain's flow offload entries did so far.
+    pub fn offload_counters(&self) -> crate::offload::OffloadCounters {
+        self.offload.counters
+    }
+
+    /// Offload entries held now.
+    pub fn offload_entries(&self) -> usize {
+        self.offload.len()
+    }
+
+    /// Ends every offload entry (the chain stops, or its packets go
+    /// elsewhere) and hands each NF what passed under its entries, with a
+    /// call of `process` on an empty batch where no batch would follow.
+    pub fn end_offloads(&mut self) {
+        self.offload.end_all(None, crate::offload::EndReason::Replaced, &mut self.ended);
+        self.hand_back();
+        let mut empty = BatchBuilder::new(false);
+        for stage in &mut self.stages {
+            // Each call takes up to MAX_RETURNS_PER_CALL of them; an NF
+            // that takes none ends the calls.
+            while stage.offload_returns_waiting() {
+                let before = stage.offload_returns_len();
+                empty.clear();
+                if stage.process(&mut empty, &mut self.out) != BatchStatus::Ok || stage.offload_returns_len() >= before
+                {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Hands ended entries' returns to their NFs.
+    fn hand_back(&mut self) {
+        for (step, r) in self.ended.drain(..) {
+            if let Some(s) = self.stages.get_mut(step.stage) {
+                s.offload_ended(r);
+            }
+        }
     }
 
     /// Where each NF sends its packets.
@@ -483,6 +546,19 @@ impl Chain {
         self.laters.clear();
         self.reassembled.clear();
         let reassemble = self.fragment_mode == crate::fragments::FragmentMode::Reassemble;
+        let offloading = self.stages.iter().any(NfInstance::offloads);
+        let now = packets.iter().map(|p| p.timestamp_ns).max().unwrap_or(0);
+        if offloading {
+            self.visits.clear();
+            self.visits.resize(packets.len(), 0);
+            self.offers.clear();
+            self.offers.resize_with(packets.len(), || None);
+        }
+        let offloaded = !self.offload.is_empty();
+        if offloaded {
+            self.offload.begin_batch();
+            self.offload.sweep(now, &mut self.ended);
+        }
         for (i, p) in packets.iter().enumerate() {
             let at = base + i;
             if p.data.len() > crate::instance::MAX_PACKET_LEN {
@@ -523,6 +599,25 @@ impl Chain {
                     }
                 }
             }
+            if offloaded {
+                let (stages, refresh) = (&mut self.stages, &mut self.refresh);
+                let pass = self.offload.pass(p, &layers, &mut self.ended, |step, bytes, first| {
+                    if let Some(s) = stages.get_mut(step.stage) {
+                        s.count_offloaded(bytes);
+                    }
+                    if first {
+                        refresh.push((step.stage, step.key));
+                    }
+                });
+                if let crate::offload::Pass::Hit { fate, label, data } = pass {
+                    if let Some(r) = self.results.get_mut(at) {
+                        r.fate = fate;
+                        r.label = label;
+                        r.data = data;
+                    }
+                    continue;
+                }
+            }
             if self.outside.contains(&p.ingress_port) {
                 self.replies.push(at);
             } else if let Some(first) = self.inbox.first_mut() {
@@ -536,6 +631,14 @@ impl Chain {
                 None => self.builder.push_parsed(*p, &layers),
             };
             self.built.push(at);
+        }
+        if offloaded {
+            for (s, key) in self.refresh.drain(..) {
+                if let Some(stage) = self.stages.get_mut(s) {
+                    stage.flow_table_mut().touch(&key, now);
+                }
+            }
+            self.hand_back();
         }
         if let Some(h) = hook.as_mut() {
             h.before(&mut self.stages, self.builder.flow_keys());
@@ -557,6 +660,9 @@ impl Chain {
         if !self.firsts.is_empty() || !self.laters.is_empty() {
             self.follow_fragments(packets, base);
         }
+        if offloading {
+            self.install_offloads(packets, base, now);
+        }
         for (at, cut) in self.reassembled.drain(..) {
             if let Some(r) = self.results.get_mut(at)
                 && let (Fate::Forward(_), Some(d)) = (&r.fate, &r.data)
@@ -565,6 +671,31 @@ impl Chain {
             }
         }
         self.lap(Stage::Verdicts);
+    }
+
+    /// Makes the offload entries of the batch's packets that every NF
+    /// they went through asked to offload, and hands ended entries back.
+    fn install_offloads(&mut self, packets: &[RawPacket<'_>], base: usize, now: u64) {
+        for (i, offer) in self.offers.iter_mut().enumerate() {
+            let Some(p) = offer.take() else { continue };
+            let (Some(r), Some(raw), Some(&visits)) = (self.results.get(base + i), packets.get(i), self.visits.get(i))
+            else {
+                continue;
+            };
+            if p.steps() != usize::from(visits) {
+                self.offload.counters.declined += 1;
+                continue;
+            }
+            let on: Vec<usize> = p.stages().collect();
+            if self.offload.install(raw, r, p, now, &mut self.ended) {
+                for s in on {
+                    if let Some(stage) = self.stages.get_mut(s) {
+                        stage.offload_installed();
+                    }
+                }
+            }
+        }
+        self.hand_back();
     }
 
     /// Gives fragment `p` (at `at` in the results) to its datagram.
@@ -649,6 +780,20 @@ impl Chain {
         }
     }
 
+    /// Takes NF `s`'s offload requests and revokes from its last batch
+    /// (`mine`: the results index of each of its packets).
+    fn take_offloads(&mut self, s: usize, mine: &[usize], base: usize) {
+        self.offload.revoke(s, &self.out.revoked, self.out.revoke_all, &mut self.ended);
+        let default_idle = self.stages.get(s).map_or(0, NfInstance::flow_idle_timeout_ns);
+        for r in self.out.offloads.drain(..) {
+            let Some(&orig) = mine.get(r.packet as usize) else { continue };
+            let seen = self.builder.packet_bytes(r.packet as usize);
+            if let Some(offer) = self.offers.get_mut(orig - base) {
+                offer.get_or_insert_default().add(s, seen, r, default_idle);
+            }
+        }
+    }
+
     /// Runs NF `s` on the packets waiting for it and sends each on: to the
     /// NF its routes name, or (`reverse`) to the NF before it.
     fn run_stage(&mut self, s: usize, packets: &[RawPacket<'_>], base: usize, reverse: bool) {
@@ -678,6 +823,16 @@ impl Chain {
         self.lap(Stage::Call);
         if let Some(slot) = self.statuses.get_mut(s) {
             *slot = status;
+        }
+        if !self.visits.is_empty() {
+            for &orig in &mine {
+                if let Some(v) = self.visits.get_mut(orig - base) {
+                    *v = v.saturating_add(1);
+                }
+            }
+        }
+        if !self.out.offloads.is_empty() || !self.out.revoked.is_empty() || self.out.revoke_all {
+            self.take_offloads(s, &mine, base);
         }
         let routes = self.routes.get(s);
         for (j, &orig) in mine.iter().enumerate() {

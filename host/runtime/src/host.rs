@@ -3,7 +3,7 @@
 use crate::bindings::v0_1::sluice::nf::{host_log, types};
 use crate::bindings::v0_2::sluice::nf::{host_log as host_log_v2, state as wit_state};
 use crate::bindings::v0_3::sluice::nf::{host_log as host_log_v3, state as wit_state_v3};
-use crate::bindings::v0_4::sluice::nf::{host_log as host_log_v4, state as wit_state_v4};
+use crate::bindings::v0_5::sluice::nf::offload as wit_offload;
 use crate::bindings::{Event, Level};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
 use parking_lot::Mutex;
@@ -48,6 +48,8 @@ pub struct HostState {
     /// The NF's state tables, moved in for a call and out after it (the
     /// instance owns them; see `NfInstance`).
     pub(crate) tables: Option<Box<Tables>>,
+    /// The current call's flow offload requests and returns (0.5.0).
+    pub(crate) offload: crate::offload::Calls,
     /// The CPU-time deadline of the current call (see [`CpuDeadline`]).
     pub(crate) deadline: CpuDeadline,
 }
@@ -169,6 +171,7 @@ impl HostState {
             events_dropped: 0,
             event_bytes: 0,
             tables: None,
+            offload: crate::offload::Calls::default(),
             deadline: CpuDeadline { limit: deadline, tick, mark: None },
         }
     }
@@ -352,138 +355,157 @@ impl wit_state_v3::Host for HostState {
     }
 }
 
-impl host_log_v4::Host for HostState {
-    fn log(&mut self, level: Level, message: String) {
-        host_log::Host::log(self, level, message)
-    }
+/// `host-log` and `state` of 0.4.0, and of every later version that keeps
+/// them field for field: one body, bound to each version's generated types
+/// (wasmtime registers an interface's functions under its own version, so
+/// each version has its own bindings). `state` is 0.3.0's calls on the same
+/// tables, plus `scan` and `top-k`.
+macro_rules! state_of_0_4 {
+    ($($log:ident)::+, $($w:ident)::+) => {
+        const _: () = {
+            use $($w)::+ as w;
 
-    fn emit(&mut self, events: Vec<Event>) {
-        host_log::Host::emit(self, events)
-    }
-}
+            impl $($log)::+::Host for HostState {
+                fn log(&mut self, level: Level, message: String) {
+                    host_log::Host::log(self, level, message)
+                }
 
-/// A 0.4.0 table spec: 0.3.0's, field for field.
-fn spec_from_wit_v4(s: wit_state_v4::TableSpec) -> TableSpec {
-    use wit_state_v3 as v3;
-    use wit_state_v4 as w;
-    spec_from_wit_v3(v3::TableSpec {
-        name: s.name,
-        scope: match s.scope {
-            w::Scope::PerFlow => v3::Scope::PerFlow,
-            w::Scope::Global => v3::Scope::Global,
-        },
-        access: match s.access {
-            w::Access::ReadOnly => v3::Access::ReadOnly,
-            w::Access::ReadWrite => v3::Access::ReadWrite,
-        },
-        kind: match s.kind {
-            w::ValueKind::Counter => v3::ValueKind::Counter,
-            w::ValueKind::Bytes => v3::ValueKind::Bytes,
-        },
-        consistency: match s.consistency {
-            w::Consistency::Local => v3::Consistency::Local,
-            w::Consistency::Eventual(e) => v3::Consistency::Eventual(v3::EventualSpec {
-                merge: match e.merge {
-                    w::Merge::Sum => v3::Merge::Sum,
-                    w::Merge::Max => v3::Merge::Max,
-                    w::Merge::Min => v3::Merge::Min,
-                },
-                merge_interval_ns: e.merge_interval_ns,
-            }),
-            w::Consistency::Release(p) => {
-                v3::Consistency::Release(v3::PoolSpec { first: p.first, count: p.count, chunk: p.chunk })
+                fn emit(&mut self, events: Vec<Event>) {
+                    host_log::Host::emit(self, events)
+                }
             }
-            w::Consistency::SingleWriter(sw) => {
-                v3::Consistency::SingleWriter(v3::SingleWriterSpec { sync_interval_ns: sw.sync_interval_ns })
+
+            /// A table spec of this version: 0.3.0's, field for field.
+            fn spec(s: w::TableSpec) -> TableSpec {
+                use wit_state_v3 as v3;
+                spec_from_wit_v3(v3::TableSpec {
+                    name: s.name,
+                    scope: match s.scope {
+                        w::Scope::PerFlow => v3::Scope::PerFlow,
+                        w::Scope::Global => v3::Scope::Global,
+                    },
+                    access: match s.access {
+                        w::Access::ReadOnly => v3::Access::ReadOnly,
+                        w::Access::ReadWrite => v3::Access::ReadWrite,
+                    },
+                    kind: match s.kind {
+                        w::ValueKind::Counter => v3::ValueKind::Counter,
+                        w::ValueKind::Bytes => v3::ValueKind::Bytes,
+                    },
+                    consistency: match s.consistency {
+                        w::Consistency::Local => v3::Consistency::Local,
+                        w::Consistency::Eventual(e) => v3::Consistency::Eventual(v3::EventualSpec {
+                            merge: match e.merge {
+                                w::Merge::Sum => v3::Merge::Sum,
+                                w::Merge::Max => v3::Merge::Max,
+                                w::Merge::Min => v3::Merge::Min,
+                            },
+                            merge_interval_ns: e.merge_interval_ns,
+                        }),
+                        w::Consistency::Release(p) => {
+                            v3::Consistency::Release(v3::PoolSpec { first: p.first, count: p.count, chunk: p.chunk })
+                        }
+                        w::Consistency::SingleWriter(sw) => {
+                            v3::Consistency::SingleWriter(v3::SingleWriterSpec { sync_interval_ns: sw.sync_interval_ns })
+                        }
+                    },
+                    key_size: s.key_size,
+                    max_value_size: s.max_value_size,
+                    capacity: s.capacity,
+                    idle_timeout_ns: s.idle_timeout_ns,
+                    notify_expired: s.notify_expired,
+                })
             }
-        },
-        key_size: s.key_size,
-        max_value_size: s.max_value_size,
-        capacity: s.capacity,
-        idle_timeout_ns: s.idle_timeout_ns,
-        notify_expired: s.notify_expired,
-    })
+
+            fn error(e: StateError) -> w::StateError {
+                use w::StateError as W;
+                match e {
+                    StateError::UnknownTable(t) => W::UnknownTable(t),
+                    StateError::NotNow => W::NotNow,
+                    StateError::WrongKind => W::WrongKind,
+                    StateError::BadSpec(m) => W::BadSpec(m),
+                    StateError::Incompatible(m) => W::Incompatible(m),
+                    StateError::BadInput(i) => W::BadInput(i),
+                    StateError::Full(i) => W::Full(i),
+                    StateError::OverBudget(i) => W::OverBudget(i),
+                    StateError::TooLarge(i) => W::TooLarge(i),
+                }
+            }
+
+            /// Runs a state call on the tables moved in for this call.
+            fn with<R>(
+                h: &mut HostState,
+                f: impl FnOnce(&mut Tables) -> Result<R, StateError>,
+            ) -> Result<R, w::StateError> {
+                match h.tables.as_deref_mut() {
+                    Some(t) => f(t).map_err(error),
+                    None => Err(w::StateError::NotNow),
+                }
+            }
+
+            impl w::Host for HostState {
+                fn declare(&mut self, s: w::TableSpec) -> Result<u32, w::StateError> {
+                    with(self, |t| t.declare(spec(s)))
+                }
+
+                fn counter_add(&mut self, table: u32, keys: Vec<u64>, deltas: Vec<i64>) -> Result<(), w::StateError> {
+                    with(self, |t| t.counter_add(table, &keys, &deltas))
+                }
+
+                fn counter_get(&mut self, table: u32, keys: Vec<u64>) -> Result<Vec<u64>, w::StateError> {
+                    with(self, |t| {
+                        let mut out = Vec::with_capacity(keys.len());
+                        t.counter_get(table, &keys, &mut out).map(|()| out)
+                    })
+                }
+
+                fn get_many(&mut self, table: u32, keys: Vec<u8>) -> Result<Vec<u8>, w::StateError> {
+                    with(self, |t| {
+                        let mut out = Vec::with_capacity(keys.len());
+                        t.get_many(table, &keys, &mut out).map(|()| out)
+                    })
+                }
+
+                fn put_many(&mut self, table: u32, entries: Vec<u8>) -> Result<(), w::StateError> {
+                    with(self, |t| t.put_many(table, &entries))
+                }
+
+                fn acquire(&mut self, table: u32, values: Vec<u8>) -> Result<Vec<u64>, w::StateError> {
+                    with(self, |t| {
+                        let mut out = Vec::new();
+                        t.acquire(table, &values, &mut out).map(|()| out)
+                    })
+                }
+
+                fn lookup(&mut self, table: u32, resources: Vec<u64>) -> Result<Vec<u8>, w::StateError> {
+                    with(self, |t| {
+                        let mut out = Vec::new();
+                        t.lookup(table, &resources, &mut out).map(|()| out)
+                    })
+                }
+
+                fn release(&mut self, table: u32, resources: Vec<u64>) -> Result<(), w::StateError> {
+                    with(self, |t| t.release(table, &resources))
+                }
+
+                fn scan(&mut self, table: u32, cursor: Vec<u8>, limit: u32) -> Result<w::ScanPage, w::StateError> {
+                    with(self, |t| t.scan(table, &cursor, limit)).map(|p| w::ScanPage {
+                        counters: p.counters,
+                        entries: p.entries,
+                        cursor: p.cursor,
+                    })
+                }
+
+                fn top_k(&mut self, table: u32, k: u32) -> Result<Vec<(u64, u64)>, w::StateError> {
+                    with(self, |t| t.top_k(table, k))
+                }
+            }
+        };
+    };
 }
 
-fn error_to_wit_v4(e: StateError) -> wit_state_v4::StateError {
-    use wit_state_v4::StateError as W;
-    match e {
-        StateError::UnknownTable(t) => W::UnknownTable(t),
-        StateError::NotNow => W::NotNow,
-        StateError::WrongKind => W::WrongKind,
-        StateError::BadSpec(m) => W::BadSpec(m),
-        StateError::Incompatible(m) => W::Incompatible(m),
-        StateError::BadInput(i) => W::BadInput(i),
-        StateError::Full(i) => W::Full(i),
-        StateError::OverBudget(i) => W::OverBudget(i),
-        StateError::TooLarge(i) => W::TooLarge(i),
-    }
-}
-
-/// 0.4.0's `state`: 0.3.0's calls on the same tables, plus `scan` and
-/// `top-k`.
-impl wit_state_v4::Host for HostState {
-    fn declare(&mut self, spec: wit_state_v4::TableSpec) -> Result<u32, wit_state_v4::StateError> {
-        self.state_v4(|t| t.declare(spec_from_wit_v4(spec)))
-    }
-
-    fn counter_add(&mut self, table: u32, keys: Vec<u64>, deltas: Vec<i64>) -> Result<(), wit_state_v4::StateError> {
-        self.state_v4(|t| t.counter_add(table, &keys, &deltas))
-    }
-
-    fn counter_get(&mut self, table: u32, keys: Vec<u64>) -> Result<Vec<u64>, wit_state_v4::StateError> {
-        self.state_v4(|t| {
-            let mut out = Vec::with_capacity(keys.len());
-            t.counter_get(table, &keys, &mut out).map(|()| out)
-        })
-    }
-
-    fn get_many(&mut self, table: u32, keys: Vec<u8>) -> Result<Vec<u8>, wit_state_v4::StateError> {
-        self.state_v4(|t| {
-            let mut out = Vec::with_capacity(keys.len());
-            t.get_many(table, &keys, &mut out).map(|()| out)
-        })
-    }
-
-    fn put_many(&mut self, table: u32, entries: Vec<u8>) -> Result<(), wit_state_v4::StateError> {
-        self.state_v4(|t| t.put_many(table, &entries))
-    }
-
-    fn acquire(&mut self, table: u32, values: Vec<u8>) -> Result<Vec<u64>, wit_state_v4::StateError> {
-        self.state_v4(|t| {
-            let mut out = Vec::new();
-            t.acquire(table, &values, &mut out).map(|()| out)
-        })
-    }
-
-    fn lookup(&mut self, table: u32, resources: Vec<u64>) -> Result<Vec<u8>, wit_state_v4::StateError> {
-        self.state_v4(|t| {
-            let mut out = Vec::new();
-            t.lookup(table, &resources, &mut out).map(|()| out)
-        })
-    }
-
-    fn release(&mut self, table: u32, resources: Vec<u64>) -> Result<(), wit_state_v4::StateError> {
-        self.state_v4(|t| t.release(table, &resources))
-    }
-
-    fn scan(
-        &mut self,
-        table: u32,
-        cursor: Vec<u8>,
-        limit: u32,
-    ) -> Result<wit_state_v4::ScanPage, wit_state_v4::StateError> {
-        self.state_v4(|t| t.scan(table, &cursor, limit)).map(|p| wit_state_v4::ScanPage {
-            counters: p.counters,
-            entries: p.entries,
-            cursor: p.cursor,
-        })
-    }
-
-    fn top_k(&mut self, table: u32, k: u32) -> Result<Vec<(u64, u64)>, wit_state_v4::StateError> {
-        self.state_v4(|t| t.top_k(table, k))
-    }
-}
+state_of_0_4!(crate::bindings::v0_4::sluice::nf::host_log, crate::bindings::v0_4::sluice::nf::state);
+state_of_0_4!(crate::bindings::v0_5::sluice::nf::host_log, crate::bindings::v0_5::sluice::nf::state);
 
 fn spec_from_wit(s: wit_state::TableSpec) -> TableSpec {
     use sluice_state::{Access, Consistency, Kind, Merge, Scope};
@@ -548,17 +570,6 @@ impl HostState {
             None => Err(wit_state::StateError::NotNow),
         }
     }
-
-    /// [`state`](Self::state) with 0.4.0's errors.
-    fn state_v4<R>(
-        &mut self,
-        f: impl FnOnce(&mut Tables) -> Result<R, StateError>,
-    ) -> Result<R, wit_state_v4::StateError> {
-        match self.tables.as_deref_mut() {
-            Some(t) => f(t).map_err(error_to_wit_v4),
-            None => Err(wit_state_v4::StateError::NotNow),
-        }
-    }
 }
 
 impl wit_state::Host for HostState {
@@ -609,5 +620,103 @@ impl wit_state::Host for HostState {
 
     fn release(&mut self, table: wit_state::Table, resources: Vec<u64>) -> Result<(), wit_state::StateError> {
         self.state(|t| t.release(table, &resources))
+    }
+}
+
+/// 0.5.0's `offload`: requests, revokes and returns of the current call
+/// (see [`crate::offload`]).
+impl wit_offload::Host for HostState {
+    fn offload(&mut self, requests: Vec<wit_offload::OffloadRequest>) -> Vec<Result<(), wit_offload::OffloadError>> {
+        use crate::offload::{Refusal, Request, RewriteOp};
+        use wit_offload::{OffloadError as E, RewriteOp as W};
+        let address = |e: &wit_offload::Endpoint| -> Option<(sluice_wire::IpAddr128, Option<u16>)> {
+            let a = match e.address.len() {
+                4 => sluice_wire::IpAddr128::from_v4(e.address.as_slice().try_into().ok()?),
+                16 => sluice_wire::IpAddr128::from_v6(e.address.as_slice().try_into().ok()?),
+                _ => return None,
+            };
+            Some((a, e.port))
+        };
+        requests
+            .into_iter()
+            .map(|r| {
+                let mut ops = Vec::with_capacity(r.rewrites.len().min(crate::offload::MAX_REWRITES + 1));
+                for (i, op) in r.rewrites.iter().enumerate() {
+                    if i > crate::offload::MAX_REWRITES {
+                        break;
+                    }
+                    ops.push(match op {
+                        W::Source(e) | W::Destination(e) => {
+                            let Some((a, p)) = address(e) else {
+                                return Err(E::BadRewrite(format!(
+                                    "change {i}: an address of {} bytes (4 for IPv4, 16 for IPv6)",
+                                    e.address.len()
+                                )));
+                            };
+                            if matches!(op, W::Source(_)) {
+                                RewriteOp::Source(a, p)
+                            } else {
+                                RewriteOp::Destination(a, p)
+                            }
+                        }
+                        W::DecrementTtl => RewriteOp::DecrementTtl,
+                        W::SetDscp(d) => RewriteOp::SetDscp(*d),
+                    });
+                }
+                self.offload
+                    .offload(Request {
+                        packet: r.packet,
+                        ops,
+                        idle_ns: r.idle_timeout_ns,
+                        max_packets: r.max_packets,
+                        max_bytes: r.max_bytes,
+                        max_age_ns: r.max_age_ns,
+                    })
+                    .map_err(|e| match e {
+                        Refusal::NotNow => E::NotNow,
+                        Refusal::BadPacket => E::BadPacket,
+                        Refusal::NotOffloadable(why) => E::NotOffloadable(why.to_string()),
+                        Refusal::BadRewrite(why) => E::BadRewrite(why),
+                        Refusal::OverBudget => E::OverBudget,
+                    })
+            })
+            .collect()
+    }
+
+    fn revoke(&mut self, flow_hashes: Vec<u64>) {
+        if self.offload.open {
+            // A hash names at most one flow: more than a batch's worth of
+            // flows cannot name more entries than the NF holds.
+            self.offload.revoked.extend(flow_hashes.into_iter().take(sluice_wire::abi::MAX_BATCH * 16));
+        }
+    }
+
+    fn revoke_all(&mut self) {
+        if self.offload.open {
+            self.offload.revoke_all = true;
+        }
+    }
+
+    fn returned(&mut self) -> Vec<wit_offload::OffloadReturn> {
+        use crate::offload::EndReason as R;
+        use wit_offload::EndReason as W;
+        std::mem::take(&mut self.offload.returns)
+            .into_iter()
+            .map(|(r, flow)| wit_offload::OffloadReturn {
+                flow,
+                flow_hash: r.key.hash_normalized(),
+                key: r.key.to_bytes().to_vec(),
+                reverse: r.reverse,
+                packets: r.packets,
+                bytes: r.bytes,
+                reason: match r.reason {
+                    R::Closed => W::Closed,
+                    R::Limit => W::Limit,
+                    R::Idle => W::Idle,
+                    R::Revoked => W::Revoked,
+                    R::Replaced => W::Replaced,
+                },
+            })
+            .collect()
     }
 }

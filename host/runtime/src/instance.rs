@@ -73,6 +73,12 @@ pub struct StageOutput {
     pub verdicts: Vec<Verdict>,
     /// Rewritten packets.
     pub rewrites: Vec<Rewrite>,
+    /// Flows the NF asked to offload (`sluice:nf@0.5.0`).
+    pub offloads: Vec<crate::offload::Request>,
+    /// Flow hashes whose offload entries the NF revoked.
+    pub revoked: Vec<u64>,
+    /// Whether it revoked all of its entries.
+    pub revoke_all: bool,
 }
 
 /// One NF instance with its host-owned state and meters.
@@ -97,6 +103,10 @@ pub struct NfInstance {
     /// The NF's log rate limit, shared by every instance it re-creates
     /// (a trap must not refill it).
     log_limiter: Arc<parking_lot::Mutex<crate::guest_io::LogLimiter>>,
+    /// Offload entries this NF is on (charged to its state budget).
+    offload_entries: u64,
+    /// What passed under its ended offload entries, for its next batch.
+    returns: std::collections::VecDeque<crate::offload::Return>,
     /// Times guest calls for `cpu_ns`. A TSC read where the CPU has a
     /// stable one (a few ns), instead of a clock_gettime call per read:
     /// this is read twice per batch.
@@ -200,6 +210,8 @@ impl NfInstance {
                 crate::guest_io::LogLimiter::new(spec.limits.log_lines_per_second)
             })),
             clock: runtime.clock.clone(),
+            offload_entries: 0,
+            returns: std::collections::VecDeque::new(),
             spec,
         }
     }
@@ -264,6 +276,7 @@ impl NfInstance {
             Pre::V2(pre) => Guest::V2(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V3(pre) => Guest::V3(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V4(pre) => Guest::V4(pre.instantiate(&mut store).map_err(start_err)?),
+            Pre::V5(pre) => Guest::V5(pre.instantiate(&mut store).map_err(start_err)?),
         };
         let mut live = Live { store, guest };
         if let Some(t) = self.tables.as_deref_mut() {
@@ -317,6 +330,66 @@ impl NfInstance {
     /// (for flow state or per-flow tables).
     pub fn needs_flows(&self) -> bool {
         self.info.wants_flow_state || self.tables.as_deref().is_some_and(Tables::has_per_flow)
+    }
+
+    /// Whether the NF may offload flows (built against `sluice:nf@0.5.0`).
+    pub fn offloads(&self) -> bool {
+        matches!(*self.spec.module.pre, Pre::V5(_)) && self.native.is_none()
+    }
+
+    /// Its flow idle timeout (what `init` asked, else the default): the
+    /// idle timeout of an offload entry that names none.
+    pub fn flow_idle_timeout_ns(&self) -> u64 {
+        match self.info.flow_idle_timeout_ns {
+            0 => DEFAULT_FLOW_IDLE_TIMEOUT_NS,
+            t => t,
+        }
+    }
+
+    /// Offload entries this NF is on.
+    pub fn offload_entries(&self) -> u64 {
+        self.offload_entries
+    }
+
+    /// Counts an entry made with this NF on its path.
+    pub(crate) fn offload_installed(&mut self) {
+        self.offload_entries += 1;
+    }
+
+    /// Takes what passed under an ended entry, for the next batch. An NF
+    /// that never takes its returns keeps the newest
+    /// [`MAX_RETURNS_WAITING`](crate::offload::MAX_RETURNS_WAITING).
+    pub(crate) fn offload_ended(&mut self, r: crate::offload::Return) {
+        self.offload_entries = self.offload_entries.saturating_sub(1);
+        if self.offloads() {
+            if self.returns.len() >= crate::offload::MAX_RETURNS_WAITING {
+                self.returns.pop_front();
+                self.meters.offload_returns_dropped += 1;
+            }
+            self.returns.push_back(r);
+        }
+    }
+
+    /// Whether returns wait for the NF's next batch.
+    pub fn offload_returns_waiting(&self) -> bool {
+        !self.returns.is_empty()
+    }
+
+    /// How many returns wait for the NF's next batch.
+    pub fn offload_returns_len(&self) -> usize {
+        self.returns.len()
+    }
+
+    /// Meters a packet that passed under an entry of this NF.
+    #[inline]
+    pub(crate) fn count_offloaded(&mut self, bytes: u64) {
+        self.meters.offloaded_packets += 1;
+        self.meters.offloaded_bytes += bytes;
+    }
+
+    /// State budget bytes the offload entries take.
+    fn offload_bytes(&self) -> usize {
+        usize::try_from(self.offload_entries.saturating_mul(crate::offload::ENTRY_BYTES)).unwrap_or(usize::MAX)
     }
 
     /// Meters so far.
@@ -454,6 +527,9 @@ impl NfInstance {
     pub fn process(&mut self, builder: &mut BatchBuilder, out: &mut StageOutput) -> BatchStatus {
         out.verdicts.clear();
         out.rewrites.clear();
+        out.offloads.clear();
+        out.revoked.clear();
+        out.revoke_all = false;
         let n = builder.len();
         let (batch, flow_keys, now) = builder.parts_mut();
         self.meters.invocations += 1;
@@ -461,7 +537,7 @@ impl NfInstance {
         self.meters.bytes += batch.data.len() as u64;
         let wants_state = self.info.wants_flow_state;
         // Declared tables may use what flow state leaves of the budget.
-        let flow_bytes = self.table.bytes();
+        let flow_bytes = self.table.bytes().saturating_add(self.offload_bytes());
         let budget = self.spec.limits.state_budget_bytes;
         if let Some(t) = self.tables.as_deref_mut() {
             t.set_budget(budget.saturating_sub(flow_bytes));
@@ -508,10 +584,33 @@ impl NfInstance {
             };
             Self::arm(&mut live.store, self.deadline_ticks, fuel);
             live.lend(&mut self.tables);
+            let offloads = live.offloads();
+            if offloads {
+                let used = flow_bytes.saturating_add(self.tables.as_deref().map_or(0, Tables::used_bytes));
+                let room = (budget.saturating_sub(used) as u64) / crate::offload::ENTRY_BYTES;
+                let calls = &mut live.store.data_mut().offload;
+                open_offload_calls(calls, batch, flow_keys, room, &mut self.returns);
+            }
             let t0 = self.clock.raw();
             let result = live.process(batch);
             self.meters.cpu_ns += self.clock.delta_as_nanos(t0, self.clock.raw());
             live.reclaim(&mut self.tables);
+            if offloads {
+                let calls = &mut live.store.data_mut().offload;
+                // Returns the NF did not take wait for its next batch.
+                for (r, _) in calls.returns.drain(..).rev() {
+                    self.returns.push_front(r);
+                }
+                if matches!(result, Ok(Ok(_))) {
+                    std::mem::swap(&mut out.offloads, &mut calls.requests);
+                    std::mem::swap(&mut out.revoked, &mut calls.revoked);
+                    out.revoke_all = calls.revoke_all;
+                }
+                calls.requests.clear();
+                calls.revoked.clear();
+                calls.revoke_all = false;
+                calls.close();
+            }
 
             // Events and log drops are collected even from a batch that failed.
             let data = live.store.data_mut();
@@ -694,8 +793,10 @@ impl NfInstance {
                     self.table.touch(key, now);
                 }
                 StateOp::Set(v) => {
-                    // Flow state and declared tables share the budget.
-                    let tables = self.tables.as_deref().map_or(0, Tables::used_bytes);
+                    // Flow state, declared tables and offload entries
+                    // share the budget.
+                    let tables =
+                        self.tables.as_deref().map_or(0, Tables::used_bytes).saturating_add(self.offload_bytes());
                     let budget = self.spec.limits.state_budget_bytes.saturating_sub(tables);
                     if !self.table.set(*key, v, now, budget) {
                         self.meters.state_rejected += 1;
@@ -727,6 +828,34 @@ impl NfInstance {
         out.rewrites.clear();
         self.meters.policy += n as u64;
     }
+}
+
+/// Opens the offload calls of one `process` call: descriptor word 3 of
+/// each packet (what a request is checked against), the entries the budget
+/// still holds, and up to [`crate::offload::MAX_RETURNS_PER_CALL`] waiting
+/// returns, each with its flow's index in the batch where it has one.
+fn open_offload_calls(
+    calls: &mut crate::offload::Calls,
+    batch: &crate::bindings::Batch,
+    flow_keys: &[sluice_wire::FlowKey],
+    room: u64,
+    waiting: &mut std::collections::VecDeque<crate::offload::Return>,
+) {
+    calls.open = true;
+    calls.room = room;
+    calls.words.clear();
+    calls.words.extend(batch.descriptors.chunks_exact(sluice_wire::abi::DESCRIPTOR_WORDS).filter_map(|d| d.get(3)));
+    calls.returns.clear();
+    if waiting.is_empty() {
+        return;
+    }
+    let take = waiting.len().min(crate::offload::MAX_RETURNS_PER_CALL);
+    let index: std::collections::HashMap<&sluice_wire::FlowKey, u32> =
+        flow_keys.iter().enumerate().map(|(i, k)| (k, i as u32)).collect();
+    calls.returns.extend(waiting.drain(..take).map(|r| {
+        let flow = index.get(&r.key).copied();
+        (r, flow)
+    }));
 }
 
 /// Checks a result against its batch and decodes the verdicts into `out`.

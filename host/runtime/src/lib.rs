@@ -42,6 +42,7 @@ pub mod instance;
 pub mod limits;
 pub mod meters;
 pub mod module;
+pub mod offload;
 pub mod owner;
 mod pre;
 pub mod reassembly;
@@ -58,6 +59,7 @@ pub use instance::{BatchStatus, EmittedEvent, NativeNf, NfInstance, NfSpec, Stag
 pub use limits::{FailurePolicy, NfLimits};
 pub use meters::Meters;
 pub use module::NfModule;
+pub use offload::OffloadCounters;
 pub use owner::NfOwner;
 pub use stages::{StageTimes, StagesPerPacket, Stopwatch};
 pub use trap::TrapCause;

@@ -89,6 +89,69 @@ pub fn set_endpoint(frame: &mut [u8], l: &Layers, which: Endpoint, addr: IpAddr1
     Ok(())
 }
 
+/// Lowers the TTL (IPv4, header checksum updated incrementally) or hop
+/// limit (IPv6) of the IP packet in `frame` by one. `Ok(false)`, and the
+/// frame unchanged, when it is 1 or 0 already: a router answers such a
+/// packet instead of forwarding it.
+pub fn decrement_ttl(frame: &mut [u8], l: &Layers) -> Result<bool> {
+    let l3 = usize::from(l.l3_offset.ok_or(Error::Malformed)?);
+    let ip_bytes = frame.get_mut(l3..).ok_or(Error::Truncated)?;
+    if l.ethertype == crate::ethernet::ethertype::IPV6 {
+        let mut ip = Ipv6Packet::new_checked(ip_bytes)?;
+        let h = ip.hop_limit();
+        if h <= 1 {
+            return Ok(false);
+        }
+        ip.set_hop_limit(h - 1);
+    } else {
+        let mut ip = Ipv4Packet::new_checked(ip_bytes)?;
+        let t = ip.ttl();
+        if t <= 1 {
+            return Ok(false);
+        }
+        ip.set_ttl(t - 1);
+    }
+    Ok(true)
+}
+
+/// Sets the DSCP (the six high bits of the IPv4 TOS or IPv6 traffic class
+/// byte; the two ECN bits are kept) of the IP packet in `frame`, with the
+/// IPv4 header checksum updated incrementally. `dscp` above 63 is refused.
+pub fn set_dscp(frame: &mut [u8], l: &Layers, dscp: u8) -> Result<()> {
+    if dscp > 63 {
+        return Err(Error::Malformed);
+    }
+    let l3 = usize::from(l.l3_offset.ok_or(Error::Malformed)?);
+    let ip_bytes = frame.get_mut(l3..).ok_or(Error::Truncated)?;
+    if l.ethertype == crate::ethernet::ethertype::IPV6 {
+        Ipv6Packet::new_checked(&mut *ip_bytes)?;
+        // Traffic class: the low 4 bits of byte 0 and the high 4 of byte 1.
+        let (Some(&b0), Some(&b1)) = (ip_bytes.first(), ip_bytes.get(1)) else { return Err(Error::Truncated) };
+        let tc = (b0 << 4) | (b1 >> 4);
+        let tc = (dscp << 2) | (tc & 0x3);
+        if let Some(b) = ip_bytes.get_mut(0) {
+            *b = (b0 & 0xf0) | (tc >> 4);
+        }
+        if let Some(b) = ip_bytes.get_mut(1) {
+            *b = (b1 & 0x0f) | (tc << 4);
+        }
+    } else {
+        let ip = Ipv4Packet::new_checked(&mut *ip_bytes)?;
+        let old_checksum = ip.checksum();
+        let (Some(&b0), Some(&tos)) = (ip_bytes.first(), ip_bytes.get(1)) else { return Err(Error::Truncated) };
+        let new_tos = (dscp << 2) | (tos & 0x3);
+        let c =
+            crate::checksum::update_u16(old_checksum, u16::from_be_bytes([b0, tos]), u16::from_be_bytes([b0, new_tos]));
+        if let Some(b) = ip_bytes.get_mut(1) {
+            *b = new_tos;
+        }
+        if let Some(c_bytes) = ip_bytes.get_mut(10..12) {
+            c_bytes.copy_from_slice(&c.to_be_bytes());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +176,47 @@ mod tests {
             protocol::TCP => TcpPacket::new_checked(t).unwrap().verify_checksum(pseudo),
             _ => UdpPacket::new_checked(t).unwrap().verify_checksum(pseudo),
         }
+    }
+
+    #[test]
+    fn ttl_and_dscp_keep_the_ipv4_checksum_valid() {
+        let mut f = FrameSpec::tcp4([10, 0, 0, 1], 1234, [203, 0, 113, 10], 80, 0x10).build();
+        let l = parse(&f);
+        let l3 = usize::from(l.l3_offset.unwrap());
+        let ttl = Ipv4Packet::new_checked(&f[l3..]).unwrap().ttl();
+        assert!(decrement_ttl(&mut f, &l).unwrap());
+        set_dscp(&mut f, &l, 46).unwrap();
+        let ip = Ipv4Packet::new_checked(&f[l3..]).unwrap();
+        assert_eq!((ip.ttl(), ip.tos() >> 2), (ttl - 1, 46));
+        assert!(ip.verify_checksum());
+        assert!(transport_ok(&f));
+        assert!(set_dscp(&mut f, &l, 64).is_err());
+        f[l3 + 8] = 1;
+        let before = f.clone();
+        assert!(!decrement_ttl(&mut f, &l).unwrap());
+        assert_eq!(f, before);
+    }
+
+    #[test]
+    fn hop_limit_and_traffic_class_of_ipv6() {
+        let a = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        let b = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let mut f = FrameSpec {
+            src: a,
+            dst: b,
+            transport: Transport::Tcp { src_port: 1000, dst_port: 443, flags: 0x10 },
+            payload: vec![1, 2, 3],
+            vlan: None,
+        }
+        .build();
+        let l = parse(&f);
+        let l3 = usize::from(l.l3_offset.unwrap());
+        let hop = Ipv6Packet::new_checked(&f[l3..]).unwrap().hop_limit();
+        assert!(decrement_ttl(&mut f, &l).unwrap());
+        set_dscp(&mut f, &l, 0x2e).unwrap();
+        let ip = Ipv6Packet::new_checked(&f[l3..]).unwrap();
+        assert_eq!((ip.hop_limit(), ip.traffic_class() >> 2, ip.version()), (hop - 1, 0x2e, 6));
+        assert!(transport_ok(&f));
     }
 
     #[test]

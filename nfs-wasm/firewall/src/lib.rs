@@ -27,6 +27,7 @@ mod rules;
 
 pub use rules::{Action, Config, DEFAULT_RELATED_CAPACITY, Rule};
 
+use sluice_sdk::offload::Offload;
 use sluice_sdk::state::{Bytes, Counters, Merge, StateError, TableSpec, frames, push_frame};
 use sluice_sdk::wire::tcp::flags;
 use sluice_sdk::{Batch, Event, FlowKey, Level, NetworkFunction, NfInfo, Verdict, emit};
@@ -198,6 +199,8 @@ impl NetworkFunction for Firewall {
         // how many index writes the batch had made before them: decided
         // after one read of the index, as of their place in the batch.
         let mut errors: Vec<(usize, FlowKey, usize)> = Vec::new();
+        // (flow, direction) offloaded in this batch: one request each.
+        let mut offloaded: Vec<(u32, bool)> = Vec::new();
         for i in 0..batch.len() {
             let Some(p) = batch.packet(i) else { continue };
             let Some(key) = p.key() else {
@@ -260,6 +263,17 @@ impl NetworkFunction for Firewall {
                 }
                 if next != st {
                     batch.set_flow_state(f, next.encode());
+                }
+                // An established connection (no SYN, FIN or RST in this
+                // packet): the host passes its later packets this way
+                // until FIN or RST; with the ICMP index on, they come back
+                // once per refresh period to keep it written.
+                let established = next.phase == Phase::Open
+                    && tcp_flags.is_none_or(|fl| fl & (flags::SYN | flags::FIN | flags::RST) == 0);
+                if self.config.offload && established && !offloaded.contains(&(f, from_src)) {
+                    offloaded.push((f, from_src));
+                    let age = self.index.as_ref().map_or(0, |ix| ix.refresh_s.saturating_mul(1_000_000_000));
+                    batch.offload(Offload::packet(i).max_age_ns(age));
                 }
                 continue;
             }

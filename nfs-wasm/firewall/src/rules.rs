@@ -78,6 +78,8 @@ struct RawConfig {
     related_icmp: bool,
     #[serde(default = "default_related_capacity")]
     related_capacity: u32,
+    #[serde(default)]
+    offload: bool,
 }
 
 fn deny() -> Action {
@@ -118,6 +120,10 @@ pub struct Config {
     pub related_icmp: bool,
     /// Most connections indexed for ICMP errors (the `connections` table).
     pub related_capacity: u32,
+    /// Whether established connections are offloaded to the host (each
+    /// direction at its first packet after the connection opened): their
+    /// packets then pass without a call until FIN or RST.
+    pub offload: bool,
     idle_timeout_s: Option<u64>,
 }
 
@@ -163,6 +169,7 @@ impl Config {
             log_denied: raw.log_denied,
             related_icmp: raw.related_icmp,
             related_capacity: raw.related_capacity,
+            offload: raw.offload,
             idle_timeout_s: raw.idle_timeout_s,
         })
     }

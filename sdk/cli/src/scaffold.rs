@@ -134,7 +134,7 @@ pub fn new_project(sdk: &Sdk, parent: &Path, name: &str, lang: Lang, template: T
          `expected.pcap` and `expected.json` (meters, events, tables). \
          `sluice nf test --bless` writes them from a run; review them before you commit.\n",
         template = template.name(),
-        v = crate::sdk::CONTRACT_VERSION,
+        v = crate::sdk::contract_version(lang),
         link = crate::sdk::PROJECT_SDK_LINK,
         lang_dir = lang.name(),
     );

@@ -73,6 +73,7 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
         "bin/sluice-host",
         "bin/sluice-gateway",
         "share/sluice/wit/v0.4.0/nf.wit",
+        "share/sluice/wit/v0.5.0/nf.wit",
         "share/sluice/sdk/rust/Cargo.toml",
         "share/sluice/sdk/c/include/sluice_nf.h",
         "share/sluice/sdk/python/pyproject.toml",
@@ -160,7 +161,8 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
             .output()
             .unwrap();
         let out = ok(o, &format!("nf build ({lang})"));
-        assert!(out.contains("sluice:nf@0.4.0"), "{out}");
+        let contract = if lang == "rust" { "sluice:nf@0.5.0" } else { "sluice:nf@0.4.0" };
+        assert!(out.contains(contract), "{out}");
         let o = user(&sluice, &project)
             .args(["nf", "test", "--cargo-target-dir", cargo_target.to_str().unwrap()])
             .output()

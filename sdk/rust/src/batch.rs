@@ -16,6 +16,14 @@ pub struct Batch {
     rewrites: Vec<Rewrite>,
     states: Vec<Range<usize>>,
     pending: Vec<Option<StateOp>>,
+    offloads: Vec<crate::offload::OffloadRequest>,
+    returns: Option<Vec<crate::offload::OffloadReturn>>,
+}
+
+std::thread_local! {
+    /// Whether this instance ever asked to offload: only then can entries
+    /// end, and only then does a batch collect what they returned.
+    static OFFLOADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl Batch {
@@ -29,6 +37,8 @@ impl Batch {
             pending: (0..states.len()).map(|_| None).collect(),
             states,
             inner,
+            offloads: Vec::new(),
+            returns: None,
         }
     }
 
@@ -120,6 +130,26 @@ impl Batch {
         true
     }
 
+    /// Offloads the flow of a packet of this batch (see
+    /// [`crate::offload`]): its later packets in its direction get its
+    /// verdict and the request's changes without a call. The requests go
+    /// to the host in one call when `process` returns; a refused one (an IP
+    /// fragment, a change that does not fit the packet, a full budget)
+    /// simply makes no entry. Call [`crate::offload::offload`] directly to
+    /// see refusals.
+    pub fn offload(&mut self, request: crate::offload::Offload) {
+        self.offloads.push(request.0);
+    }
+
+    /// What passed under this NF's offload entries that ended since the
+    /// last batch (FIN/RST, limits, idle, revoked, replaced), one per
+    /// entry: its flow (the index in this batch when a packet of it is
+    /// here), direction, packets and bytes. Add them to whatever the NF
+    /// counts per packet.
+    pub fn offload_returns(&mut self) -> &[crate::offload::OffloadReturn] {
+        self.returns.get_or_insert_with(|| if OFFLOADED.get() { crate::offload::returned() } else { Vec::new() })
+    }
+
     /// Turns the decisions into the result the host expects.
     pub fn finish(self) -> BatchResult {
         let flow_updates = self
@@ -128,6 +158,14 @@ impl Batch {
             .enumerate()
             .filter_map(|(i, op)| op.map(|op| FlowUpdate { flow: i as u32, op }))
             .collect();
+        if !self.offloads.is_empty() {
+            OFFLOADED.set(true);
+            let _ = crate::offload::offload(&self.offloads);
+        }
+        if self.returns.is_none() && OFFLOADED.get() {
+            // Not looked at: taken anyway, so the host keeps none for ever.
+            let _ = crate::offload::returned();
+        }
         BatchResult { verdicts: self.verdicts, rewrites: self.rewrites, flow_updates }
     }
 }

@@ -42,6 +42,7 @@
 
 mod batch;
 pub mod matchers;
+pub mod offload;
 mod packet;
 pub mod state;
 
@@ -59,7 +60,7 @@ pub use sluice_wire::{FlowKey, IpAddr128};
 #[allow(unsafe_code, missing_docs, clippy::all)]
 pub mod wit {
     wit_bindgen::generate!({
-        path: "../../wit/v0.4.0",
+        path: "../../wit/v0.5.0",
         world: "network-function",
         pub_export_macro: true,
         export_macro_name: "__export_network_function",

@@ -1,7 +1,7 @@
 //! What an instance calls: a running Wasm guest ([`Live`], by contract
 //! version) or an NF compiled into the host ([`NativeNf`]).
 
-use crate::bindings::{NfInfo, v0_1, v0_2, v0_3, v0_4};
+use crate::bindings::{NfInfo, v0_1, v0_2, v0_3, v0_4, v0_5};
 use crate::host::HostState;
 use sluice_state::Tables;
 use wasmtime::Store;
@@ -12,6 +12,7 @@ pub(super) enum Guest {
     V2(v0_2::NetworkFunction),
     V3(v0_3::NetworkFunction),
     V4(v0_4::NetworkFunction),
+    V5(v0_5::NetworkFunction),
 }
 
 /// A running Wasm guest: its store and its exports.
@@ -27,6 +28,7 @@ impl Live {
             Guest::V2(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
             Guest::V3(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
             Guest::V4(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
+            Guest::V5(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
         }
     }
 
@@ -39,6 +41,7 @@ impl Live {
             Guest::V2(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V3(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V4(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
+            Guest::V5(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
         }
     }
 
@@ -48,7 +51,13 @@ impl Live {
             Guest::V2(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
             Guest::V3(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
             Guest::V4(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
+            Guest::V5(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
         }
+    }
+
+    /// Whether the guest may offload flows (0.5.0 and later).
+    pub(super) fn offloads(&self) -> bool {
+        matches!(self.guest, Guest::V5(_))
     }
 
     /// Moves the tables into the store for a call.

@@ -1,0 +1,540 @@
+//! Flow offload (`sluice:nf@0.5.0`, interface `offload`): entries that give
+//! the later packets of a flow, in one direction from one ingress port, the
+//! fate and header changes its NFs decided, without calling them.
+//!
+//! An NF asks during `process` ([`Calls`], which the host's `offload`
+//! functions fill in the store); its chain makes the entry after the batch
+//! when every NF the packet went through asked ([`Table::install`]), and
+//! looks each later packet up before it builds the NFs' batch
+//! ([`Table::pass`]). When an entry ends, each of its NFs is handed what
+//! passed under it ([`Return`]) with its next batch.
+
+use crate::fate::Fate;
+use sluice_wire::abi::{NO_L3, NO_L4, packet_flags};
+use sluice_wire::{FlowKey, IpAddr128, Layers};
+
+/// Flow keys come off the wire: the map is seeded per process.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// What an entry costs against its NFs' state budget.
+pub const ENTRY_BYTES: u64 = 256;
+/// Most header changes one request may list.
+pub const MAX_REWRITES: usize = 8;
+/// Most returns handed to an NF in one `returned` call; the rest come with
+/// the next batch.
+pub const MAX_RETURNS_PER_CALL: usize = 4096;
+/// Most returns kept for an NF that does not take them; older ones are
+/// dropped and counted (`offload_returns_dropped`).
+pub const MAX_RETURNS_WAITING: usize = 65_536;
+/// Idle entries are looked for at most this often (packet time) ...
+const MIN_SWEEP_NS: u64 = 10_000_000;
+/// ... and at least this often.
+const MAX_SWEEP_NS: u64 = 1_000_000_000;
+
+/// A header change, checked against the packet it was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewriteOp {
+    /// The sender's address and, for TCP and UDP, port.
+    Source(IpAddr128, Option<u16>),
+    /// The receiver's address and port.
+    Destination(IpAddr128, Option<u16>),
+    /// TTL or hop limit minus one.
+    DecrementTtl,
+    /// DSCP (0–63).
+    SetDscp(u8),
+}
+
+impl RewriteOp {
+    fn port(&self) -> Option<u16> {
+        match self {
+            RewriteOp::Source(_, p) | RewriteOp::Destination(_, p) => *p,
+            RewriteOp::DecrementTtl | RewriteOp::SetDscp(_) => None,
+        }
+    }
+}
+
+/// Why an entry ended (the contract's `end-reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// A TCP FIN or RST of its flow and direction.
+    Closed,
+    /// Its packet or byte limit, or a TTL too low to lower.
+    Limit,
+    /// No packet for its idle timeout.
+    Idle,
+    /// The NF revoked it.
+    Revoked,
+    /// The NF was replaced or stopped.
+    Replaced,
+}
+
+/// An NF's request, accepted by the `offload` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Index of the packet in the NF's batch.
+    pub packet: u32,
+    /// Header changes, in order.
+    pub ops: Vec<RewriteOp>,
+    /// Idle timeout (packet time); 0: the NF's flow idle timeout.
+    pub idle_ns: u64,
+    /// Packet limit; 0: none.
+    pub max_packets: u64,
+    /// Byte limit; 0: none.
+    pub max_bytes: u64,
+    /// Age limit (packet time); 0: none.
+    pub max_age_ns: u64,
+}
+
+/// What passed under an entry that ended, for one of its NFs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Return {
+    /// The flow as that NF saw it, normalized.
+    pub key: FlowKey,
+    /// Whether the entry was for packets against the normalized direction.
+    pub reverse: bool,
+    /// Packets that passed under it.
+    pub packets: u64,
+    /// Their bytes on the wire.
+    pub bytes: u64,
+    /// Why it ended.
+    pub reason: EndReason,
+}
+
+/// Why a request was refused at the call (the contract's `offload-error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Outside `process`.
+    NotNow,
+    /// No such packet in the batch.
+    BadPacket,
+    /// The packet cannot be offloaded.
+    NotOffloadable(&'static str),
+    /// A change the packet cannot take.
+    BadRewrite(String),
+    /// The state budget holds no more entries.
+    OverBudget,
+}
+
+/// What an NF's calls of the `offload` import see and leave, kept in its
+/// store for the duration of one `process` call.
+#[derive(Debug, Default)]
+pub struct Calls {
+    /// Inside `process`.
+    pub(crate) open: bool,
+    /// Descriptor word 3 of each packet of the batch (flags, offsets).
+    pub(crate) words: Vec<u64>,
+    /// Entries the NF's budget still holds.
+    pub(crate) room: u64,
+    /// Accepted requests, in call order.
+    pub(crate) requests: Vec<Request>,
+    /// Flow hashes whose entries end after the batch.
+    pub(crate) revoked: Vec<u64>,
+    /// Whether every entry of the NF ends after the batch.
+    pub(crate) revoke_all: bool,
+    /// Returns handed in for `returned`, with the flow's index in the
+    /// batch where it has one.
+    pub(crate) returns: Vec<(Return, Option<u32>)>,
+}
+
+impl Calls {
+    /// Checks one request against the batch and the budget, and keeps it.
+    pub(crate) fn offload(&mut self, r: Request) -> Result<(), Refusal> {
+        if !self.open {
+            return Err(Refusal::NotNow);
+        }
+        let w = *self.words.get(r.packet as usize).ok_or(Refusal::BadPacket)?;
+        let flags = (w >> 56) as u8;
+        let l3 = (w >> 48) as u8;
+        let l4 = (w >> 32) as u16;
+        if l3 == NO_L3 {
+            return Err(Refusal::NotOffloadable("not an IP packet"));
+        }
+        if flags & packet_flags::FRAGMENT != 0 {
+            return Err(Refusal::NotOffloadable("an IP fragment"));
+        }
+        if flags & packet_flags::TRUNCATED != 0 {
+            return Err(Refusal::NotOffloadable("a truncated capture"));
+        }
+        if r.ops.len() > MAX_REWRITES {
+            return Err(Refusal::BadRewrite(format!("{} changes (at most {MAX_REWRITES})", r.ops.len())));
+        }
+        let v6 = flags & packet_flags::IPV6 != 0;
+        for (i, op) in r.ops.iter().enumerate() {
+            match op {
+                RewriteOp::Source(a, _) | RewriteOp::Destination(a, _) if a.to_v4().is_some() == v6 => {
+                    return Err(Refusal::BadRewrite(format!(
+                        "change {i}: an {} address for an {} packet",
+                        if v6 { "IPv4" } else { "IPv6" },
+                        if v6 { "IPv6" } else { "IPv4" }
+                    )));
+                }
+                _ if op.port().is_some() && l4 == NO_L4 => {
+                    return Err(Refusal::BadRewrite(format!("change {i}: a port for a packet without ports")));
+                }
+                RewriteOp::SetDscp(d) if *d > 63 => {
+                    return Err(Refusal::BadRewrite(format!("change {i}: DSCP {d} (0 to 63)")));
+                }
+                _ => {}
+            }
+        }
+        // A later request for the same packet replaces an earlier one and
+        // takes no more room.
+        if let Some(old) = self.requests.iter_mut().find(|o| o.packet == r.packet) {
+            *old = r;
+            return Ok(());
+        }
+        if self.room == 0 {
+            return Err(Refusal::OverBudget);
+        }
+        self.room -= 1;
+        self.requests.push(r);
+        Ok(())
+    }
+
+    /// Ends the call: what it left, and nothing for the next.
+    pub(crate) fn close(&mut self) {
+        self.open = false;
+        self.words.clear();
+        self.returns.clear();
+    }
+}
+
+/// What the NFs of a chain asked for one packet of a batch: a step per NF,
+/// in the order the packet met them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Pending {
+    steps: Vec<Step>,
+    ops: Vec<RewriteOp>,
+    idle_ns: u64,
+    max_packets: u64,
+    max_bytes: u64,
+    max_age_ns: u64,
+}
+
+impl Pending {
+    /// Adds NF `stage`'s request, made for the packet as that NF saw it.
+    pub(crate) fn add(&mut self, stage: usize, seen: &[u8], r: Request, default_idle_ns: u64) {
+        let Some(k) = sluice_wire::parse(seen).key else { return };
+        let (key, reverse) = k.normalize();
+        let nonzero_min = |a: u64, b: u64| match (a, b) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
+        let idle = if r.idle_ns == 0 { default_idle_ns } else { r.idle_ns };
+        self.idle_ns = nonzero_min(self.idle_ns, idle);
+        self.max_packets = nonzero_min(self.max_packets, r.max_packets);
+        self.max_bytes = nonzero_min(self.max_bytes, r.max_bytes);
+        self.max_age_ns = nonzero_min(self.max_age_ns, r.max_age_ns);
+        self.ops.extend(r.ops);
+        self.steps.push(Step { stage, key, reverse, protocol: k.protocol });
+    }
+
+    /// How many NFs asked.
+    pub(crate) fn steps(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// The NFs that asked.
+    pub(crate) fn stages(&self) -> impl Iterator<Item = usize> + '_ {
+        self.steps.iter().map(|s| s.stage)
+    }
+}
+
+/// One NF of an entry's path, and the flow as it saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub(crate) stage: usize,
+    pub(crate) key: FlowKey,
+    reverse: bool,
+    protocol: u8,
+}
+
+/// Which packets an entry takes: a flow, one direction, one ingress port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct EntryKey {
+    key: FlowKey,
+    reverse: bool,
+    port: u16,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    fate: Fate,
+    label: Option<u16>,
+    ops: Vec<RewriteOp>,
+    path: Vec<Step>,
+    idle_ns: u64,
+    max_packets: u64,
+    max_bytes: u64,
+    /// Packet time after which it ends (`u64::MAX`: never).
+    ends_ns: u64,
+    last_ns: u64,
+    packets: u64,
+    bytes: u64,
+    /// The batch it was last used in (its flow state is refreshed once
+    /// per batch).
+    batch: u64,
+}
+
+/// What [`Table::pass`] did with a packet.
+#[derive(Debug)]
+pub(crate) enum Pass {
+    /// No entry: the packet goes to the NFs.
+    Miss,
+    /// Decided by an entry: its fate, label and new bytes (when the entry
+    /// changes headers).
+    Hit { fate: Fate, label: Option<u16>, data: Option<Vec<u8>> },
+}
+
+/// Counts of a chain's offload entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OffloadCounters {
+    /// Entries made.
+    pub installed: u64,
+    /// Requests that made no entry: another NF of the chain did not ask
+    /// for the packet too, the packet's fate was not forward or drop, or a
+    /// change did not fit the packet.
+    pub declined: u64,
+    /// Entries ended, for any reason.
+    pub ended: u64,
+    /// Packets that passed under entries.
+    pub packets: u64,
+}
+
+impl OffloadCounters {
+    /// Adds another worker's counters.
+    pub fn add(&mut self, o: &OffloadCounters) {
+        self.installed += o.installed;
+        self.declined += o.declined;
+        self.ended += o.ended;
+        self.packets += o.packets;
+    }
+}
+
+/// A chain's offload entries on one worker.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    entries: HashMap<EntryKey, Entry>,
+    /// Entries by (NF, hash of the flow as that NF saw it), for `revoke`.
+    by_hash: HashMap<(usize, u64), Vec<EntryKey>>,
+    next_sweep: u64,
+    batch: u64,
+    pub(crate) counters: OffloadCounters,
+}
+
+impl Table {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Starts a batch.
+    pub(crate) fn begin_batch(&mut self) {
+        self.batch = self.batch.wrapping_add(1);
+    }
+
+    /// Looks packet `p` (parsed into `layers`) up. A packet that ends its
+    /// entry (FIN or RST, a limit, a TTL too low) goes to the NFs, and
+    /// `ended` gets what passed under the entry. On a hit, `on_step` is
+    /// called for each NF of the entry's path with the packet's bytes and
+    /// whether this is the entry's first packet of the batch.
+    pub(crate) fn pass(
+        &mut self,
+        p: &crate::batch::RawPacket<'_>,
+        layers: &Layers,
+        ended: &mut Vec<(Step, Return)>,
+        mut on_step: impl FnMut(&Step, u64, bool),
+    ) -> Pass {
+        let (data, port, wire_len, now) = (p.data, p.ingress_port, p.wire_len, p.timestamp_ns);
+        let Some(k) = layers.key else { return Pass::Miss };
+        if layers.fragment {
+            return Pass::Miss;
+        }
+        let (key, reverse) = k.normalize();
+        let ek = EntryKey { key, reverse, port };
+        let Some(e) = self.entries.get_mut(&ek) else { return Pass::Miss };
+        let bytes = u64::from(wire_len.max(u32::try_from(data.len()).unwrap_or(u32::MAX)));
+        let closing =
+            layers.tcp_flags.is_some_and(|f| f & (sluice_wire::tcp::flags::FIN | sluice_wire::tcp::flags::RST) != 0);
+        let over = (e.max_packets != 0 && e.packets + 1 > e.max_packets)
+            || (e.max_bytes != 0 && e.bytes.saturating_add(bytes) > e.max_bytes)
+            || now >= e.ends_ns;
+        let mut out = None;
+        let end = if closing {
+            Some(EndReason::Closed)
+        } else if over {
+            Some(EndReason::Limit)
+        } else if e.ops.is_empty() {
+            None
+        } else {
+            let mut d = data.to_vec();
+            let fits = apply(&mut d, layers, &e.ops);
+            out = Some(d);
+            (!fits).then_some(EndReason::Limit)
+        };
+        if let Some(reason) = end {
+            self.end(ek, reason, ended);
+            return Pass::Miss;
+        }
+        self.counters.packets += 1;
+        e.packets += 1;
+        e.bytes = e.bytes.saturating_add(bytes);
+        e.last_ns = e.last_ns.max(now);
+        let first = e.batch != self.batch;
+        e.batch = self.batch;
+        for s in &e.path {
+            on_step(s, bytes, first);
+        }
+        Pass::Hit { fate: e.fate, label: e.label, data: out }
+    }
+
+    /// Makes the entry for a packet (as it came in) whose NFs all asked,
+    /// with the chain's result for it. `false`
+    /// (and no entry) when it cannot be made.
+    pub(crate) fn install(
+        &mut self,
+        arrived: &crate::batch::RawPacket<'_>,
+        result: &crate::fate::PacketResult,
+        p: Pending,
+        now: u64,
+        ended: &mut Vec<(Step, Return)>,
+    ) -> bool {
+        let (fate, label, port) = (result.fate, result.label, arrived.ingress_port);
+        let layers = sluice_wire::parse(arrived.data);
+        let fits = matches!(fate, Fate::Forward(_) | Fate::Dropped(_))
+            && !layers.fragment
+            && p.steps.iter().all(|s| {
+                let has_ports =
+                    matches!(s.protocol, sluice_wire::parse::protocol::TCP | sluice_wire::parse::protocol::UDP);
+                has_ports || !p.ops.iter().any(|o| o.port().is_some())
+            });
+        let Some(k) = layers.key.filter(|_| fits) else {
+            self.counters.declined += 1;
+            return false;
+        };
+        let (key, reverse) = k.normalize();
+        let ek = EntryKey { key, reverse, port };
+        if self.entries.contains_key(&ek) {
+            self.end(ek, EndReason::Revoked, ended);
+        }
+        for s in &p.steps {
+            self.by_hash.entry((s.stage, s.key.hash_normalized())).or_default().push(ek);
+        }
+        let sweep = (p.idle_ns / 8).clamp(MIN_SWEEP_NS, MAX_SWEEP_NS);
+        if self.entries.is_empty() || now.saturating_add(sweep) < self.next_sweep {
+            self.next_sweep = now.saturating_add(sweep);
+        }
+        self.entries.insert(
+            ek,
+            Entry {
+                fate,
+                label,
+                ops: p.ops,
+                path: p.steps,
+                idle_ns: p.idle_ns,
+                max_packets: p.max_packets,
+                max_bytes: p.max_bytes,
+                ends_ns: if p.max_age_ns == 0 { u64::MAX } else { now.saturating_add(p.max_age_ns) },
+                last_ns: now,
+                packets: 0,
+                bytes: 0,
+                batch: self.batch,
+            },
+        );
+        self.counters.installed += 1;
+        true
+    }
+
+    /// Ends entry `ek`: what passed under it goes to `ended`, one per NF.
+    fn end(&mut self, ek: EntryKey, reason: EndReason, ended: &mut Vec<(Step, Return)>) {
+        let Some(e) = self.entries.remove(&ek) else { return };
+        self.counters.ended += 1;
+        for s in &e.path {
+            let h = (s.stage, s.key.hash_normalized());
+            if let Some(v) = self.by_hash.get_mut(&h) {
+                v.retain(|k| *k != ek);
+                if v.is_empty() {
+                    self.by_hash.remove(&h);
+                }
+            }
+            ended.push((*s, Return { key: s.key, reverse: s.reverse, packets: e.packets, bytes: e.bytes, reason }));
+        }
+    }
+
+    /// Ends NF `stage`'s entries of flows with these hashes (as it saw
+    /// them), or all of its entries.
+    pub(crate) fn revoke(&mut self, stage: usize, hashes: &[u64], all: bool, ended: &mut Vec<(Step, Return)>) {
+        let doomed: Vec<EntryKey> = if all {
+            self.entries.iter().filter(|(_, e)| e.path.iter().any(|s| s.stage == stage)).map(|(k, _)| *k).collect()
+        } else {
+            hashes.iter().filter_map(|h| self.by_hash.get(&(stage, *h))).flatten().copied().collect()
+        };
+        for ek in doomed {
+            self.end(ek, EndReason::Revoked, ended);
+        }
+    }
+
+    /// Ends every entry whose path holds NF `stage` (`None`: every entry).
+    pub(crate) fn end_all(&mut self, stage: Option<usize>, reason: EndReason, ended: &mut Vec<(Step, Return)>) {
+        let doomed: Vec<EntryKey> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| stage.is_none_or(|st| e.path.iter().any(|s| s.stage == st)))
+            .map(|(k, _)| *k)
+            .collect();
+        for ek in doomed {
+            self.end(ek, reason, ended);
+        }
+    }
+
+    /// Ends the entries idle at `now` (at most every eighth of the
+    /// shortest idle timeout, between 10 ms and 1 s of packet time).
+    pub(crate) fn sweep(&mut self, now: u64, ended: &mut Vec<(Step, Return)>) {
+        if self.entries.is_empty() || now < self.next_sweep {
+            return;
+        }
+        let mut shortest = u64::MAX;
+        let doomed: Vec<EntryKey> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                shortest = shortest.min(e.idle_ns);
+                now.saturating_sub(e.last_ns) >= e.idle_ns
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for ek in doomed {
+            self.end(ek, EndReason::Idle, ended);
+        }
+        self.next_sweep = now.saturating_add((shortest / 8).clamp(MIN_SWEEP_NS, MAX_SWEEP_NS));
+    }
+}
+
+/// Applies `ops` to the frame in `d` (parsed into `l` before the first).
+/// `false` when one does not fit it (the TTL is too low, a malformed
+/// header): the caller hands the packet to the NFs.
+fn apply(d: &mut [u8], l: &Layers, ops: &[RewriteOp]) -> bool {
+    use sluice_wire::rewrite::{Endpoint, decrement_ttl, set_dscp, set_endpoint};
+    // Ports move with a rewrite, so each change reads the layers anew when
+    // an earlier one changed the 5-tuple.
+    let mut layers = *l;
+    for op in ops {
+        let ok = match *op {
+            RewriteOp::Source(a, p) => set_endpoint(d, &layers, Endpoint::Source, a, p).is_ok(),
+            RewriteOp::Destination(a, p) => set_endpoint(d, &layers, Endpoint::Destination, a, p).is_ok(),
+            RewriteOp::DecrementTtl => decrement_ttl(d, &layers).unwrap_or(false),
+            RewriteOp::SetDscp(v) => set_dscp(d, &layers, v).is_ok(),
+        };
+        if !ok {
+            return false;
+        }
+        if matches!(op, RewriteOp::Source(..) | RewriteOp::Destination(..)) {
+            layers = sluice_wire::parse(d);
+        }
+    }
+    true
+}

@@ -1,0 +1,192 @@
+//! Flow offload (`sluice:nf@0.5.0`): the host decides offloaded flows'
+//! packets itself, and everything the NF keeps ends as without offload.
+
+use sluice_runtime::{Chain, Fate, NfLimits, NfSpec, RawPacket, Runtime, RuntimeConfig};
+use sluice_tests::{nf, test_nf};
+use sluice_wire::build::FrameSpec;
+use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+/// `conns` TCP connections from 10.0.0.x to 203.0.113.9:80, interleaved:
+/// handshake, `data` segments alternating direction, then FIN, FIN, ACK.
+/// One frame every microsecond.
+fn connections(conns: u16, data: usize) -> Vec<(u64, Vec<u8>)> {
+    let client = |c: u16| [10, 0, (c >> 8) as u8, c as u8];
+    let server = [203, 0, 113, 9];
+    let mut per_conn: Vec<Vec<Vec<u8>>> = Vec::new();
+    for c in 0..conns {
+        let port = 40_000 + c;
+        let out = |f| FrameSpec::tcp4(client(c), port, server, 80, f).with_payload(vec![7; 100]).build();
+        let back = |f| FrameSpec::tcp4(server, 80, client(c), port, f).with_payload(vec![9; 300]).build();
+        let mut v = vec![out(SYN), back(SYN | ACK), out(ACK)];
+        for i in 0..data {
+            v.push(if i % 2 == 0 { out(PSH | ACK) } else { back(PSH | ACK) });
+        }
+        v.extend([out(FIN | ACK), back(FIN | ACK), out(ACK)]);
+        per_conn.push(v);
+    }
+    let longest = per_conn.iter().map(Vec::len).max().unwrap_or(0);
+    let mut frames = Vec::new();
+    for i in 0..longest {
+        for conn in &per_conn {
+            if let Some(f) = conn.get(i) {
+                frames.push(f.clone());
+            }
+        }
+    }
+    frames.into_iter().enumerate().map(|(i, f)| (T0 + i as u64 * 1_000, f)).collect()
+}
+
+fn chain(runtime: &Runtime, module: &str, test: bool, config: &str) -> Chain {
+    let path = if test { test_nf(module) } else { nf(module) };
+    let module = runtime.load_file(&path).unwrap();
+    assert_eq!(module.contract_version(), "0.5.0");
+    let spec = NfSpec { module, config: config.as_bytes().to_vec().into(), limits: NfLimits::default(), owner: None };
+    Chain::new(runtime, &[spec]).unwrap()
+}
+
+/// Runs `frames` through `chain` in batches of `batch`: every packet's
+/// fate and bytes out.
+fn run(chain: &mut Chain, frames: &[(u64, Vec<u8>)], batch: usize) -> Vec<(Fate, Vec<u8>)> {
+    let mut out = Vec::new();
+    for chunk in frames.chunks(batch) {
+        let raw: Vec<RawPacket<'_>> = chunk
+            .iter()
+            .map(|(t, f)| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: *t, ingress_port: 0 })
+            .collect();
+        let results = chain.process(&raw);
+        for (r, (_, f)) in results.iter().zip(chunk) {
+            out.push((r.fate, r.data.clone().unwrap_or_else(|| f.clone())));
+        }
+    }
+    out
+}
+
+const FIREWALL: &str =
+    r#"{"default":"deny","rules":[{"action":"allow","proto":"tcp","src":"10.0.0.0/8","dst-ports":"80"}]"#;
+
+#[test]
+fn an_offloading_firewall_decides_every_packet_as_without_offload_with_few_calls() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let frames = connections(40, 64);
+    let mut plain = chain(&runtime, "firewall", false, &format!("{FIREWALL}}}"));
+    let mut offloading = chain(&runtime, "firewall", false, &format!("{FIREWALL},\"offload\":true}}"));
+    let a = run(&mut plain, &frames, 32);
+    let b = run(&mut offloading, &frames, 32);
+    assert_eq!(a.len(), frames.len());
+    assert!(a.iter().all(|(f, _)| *f == Fate::Forward(0)), "every packet of an allowed connection passes");
+    assert_eq!(a, b, "the same fate and bytes for every packet");
+
+    let (pm, om) = (plain.stages()[0].meters(), offloading.stages()[0].meters());
+    assert_eq!(pm.packets, frames.len() as u64);
+    assert_eq!(pm.offloaded_packets, 0);
+    assert_eq!(om.packets + om.offloaded_packets, frames.len() as u64, "every packet handed over or offloaded");
+    assert!(om.offloaded_packets * 10 > frames.len() as u64 * 8, "most packets offloaded: {om:?}");
+    assert!(om.invocations < pm.invocations, "fewer calls: {} against {}", om.invocations, pm.invocations);
+    let c = offloading.offload_counters();
+    // Each connection: one entry per direction, ended by its FINs.
+    assert_eq!((c.installed, c.declined, c.ended), (80, 0, 80), "{c:?}");
+    assert_eq!(offloading.offload_entries(), 0);
+    assert_eq!(offloading.stages()[0].offload_entries(), 0);
+    // The rule hits the NF counts are the same.
+    let hits = |c: &mut Chain| {
+        let s = &mut c.stages_mut()[0];
+        s.flush_state();
+        s.tables().unwrap().domain().eventual_snapshot("rule-hits").unwrap()
+    };
+    assert_eq!(hits(&mut plain), hits(&mut offloading));
+}
+
+#[test]
+fn offloaded_rewrites_idle_expiry_and_returns_leave_the_output_and_the_counts_of_a_run_without_offload() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    // Connections that never close: their entries end by idling out (1 ms
+    // of packet time: a 40-connection round of packets takes 40 µs, so the
+    // gap below ends them all) or at the end of the run.
+    let mut frames = connections(40, 64);
+    frames.retain(|(_, f)| sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0));
+    let gap = frames.last().unwrap().0 + 50_000_000;
+    let again: Vec<(u64, Vec<u8>)> = connections(40, 64)
+        .into_iter()
+        .filter(|(_, f)| sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0))
+        .map(|(t, f)| (t - T0 + gap, f))
+        .collect();
+    frames.extend(again);
+    for (batch, max_packets) in [(32, 0), (7, 5)] {
+        let config = |offload| format!("offload = {offload}\nidle-ms = 1\nmax-packets = {max_packets}\n");
+        let mut plain = chain(&runtime, "offload-counter", true, &config(0));
+        let mut offloading = chain(&runtime, "offload-counter", true, &config(1));
+        let a = run(&mut plain, &frames, batch);
+        let b = run(&mut offloading, &frames, batch);
+        assert_eq!(a, b, "batch {batch}: the same bytes out (DSCP 46, TTL lowered) for every packet");
+        for (_, f) in &a {
+            let l = sluice_wire::parse(f);
+            let ip = sluice_wire::ipv4::Ipv4Packet::new_checked(&f[usize::from(l.l3_offset.unwrap())..]).unwrap();
+            assert_eq!(ip.tos() >> 2, 46);
+            assert!(ip.verify_checksum());
+        }
+        let c = offloading.offload_counters();
+        assert!(c.installed >= 160, "batch {batch}: both directions of 40 connections, twice: {c:?}");
+        assert!(c.packets * 10 > frames.len() as u64 * 5, "batch {batch}: {c:?}");
+        // What is still offloaded comes back when the chain stops.
+        assert!(offloading.offload_entries() > 0);
+        offloading.end_offloads();
+        assert_eq!(offloading.offload_entries(), 0);
+        assert_eq!(offloading.offload_counters().ended, offloading.offload_counters().installed);
+        let counts = |c: &mut Chain| {
+            let s = &mut c.stages_mut()[0];
+            s.flush_state();
+            let mut v = s.tables().unwrap().domain().eventual_snapshot("packets").unwrap();
+            v.sort_unstable();
+            v
+        };
+        let (pa, pb) = (counts(&mut plain), counts(&mut offloading));
+        assert_eq!(pa.len(), 40);
+        assert_eq!(pa.iter().map(|(_, n)| n).sum::<u64>(), frames.len() as u64);
+        assert_eq!(pa, pb, "batch {batch}: per-flow counts equal with returned packets added");
+        let m = offloading.stages()[0].meters();
+        assert_eq!(m.packets + m.offloaded_packets, frames.len() as u64);
+        assert_eq!(m.offload_returns_dropped, 0);
+    }
+}
+
+#[test]
+fn a_component_built_against_0_4_0_still_loads_beside_0_5_0() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let legacy = runtime.load_file(&test_nf("legacy-v0-4")).unwrap();
+    assert_eq!(legacy.contract_version(), "0.4.0");
+    let spec = NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None };
+    let counter = runtime.load_file(&test_nf("offload-counter")).unwrap();
+    let counter =
+        NfSpec { module: counter, config: b"offload = 1\n".to_vec().into(), limits: NfLimits::default(), owner: None };
+    // A chain of a 0.4.0 NF and an offloading one: the 0.4.0 NF never
+    // offloads, so no packet skips the chain.
+    let mut chain = Chain::new(&runtime, &[spec, counter]).unwrap();
+    let frames = connections(4, 20);
+    let out = run(&mut chain, &frames, 8);
+    assert!(out.iter().all(|(f, _)| *f == Fate::Forward(0)));
+    assert_eq!(chain.stages()[0].meters().errors, 0, "top-k saw every count");
+    assert_eq!(chain.stages()[0].meters().packets, frames.len() as u64);
+    let c = chain.offload_counters();
+    assert_eq!(c.installed, 0);
+    assert!(c.declined > 0, "the offloading NF asked, alone: {c:?}");
+}
+
+#[test]
+fn offload_entries_are_held_by_the_state_budget() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let module = runtime.load_file(&test_nf("offload-counter")).unwrap();
+    // 64 KiB of budget: the table's 40 counters take a few KiB, the
+    // rest holds fewer than 256 entries of 256 bytes.
+    let limits = NfLimits { state_budget_bytes: 64 * 1024, ..NfLimits::default() };
+    let spec = NfSpec { module, config: b"offload = 1\n".to_vec().into(), limits, owner: None };
+    let mut chain = Chain::new(&runtime, &[spec]).unwrap();
+    let frames = connections(400, 4);
+    let out = run(&mut chain, &frames, 64);
+    assert!(out.iter().all(|(f, _)| *f == Fate::Forward(0)), "refused offloads do not stop traffic");
+    let held = chain.offload_entries() as u64;
+    assert!(held > 0 && held * sluice_runtime::offload::ENTRY_BYTES <= 64 * 1024, "{held} entries held");
+    assert!(held < 800, "not every one of the 800 flow directions: {held}");
+    assert_eq!(chain.stages()[0].meters().traps, 0);
+}
