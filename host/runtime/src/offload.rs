@@ -538,3 +538,95 @@ fn apply(d: &mut [u8], l: &Layers, ops: &[RewriteOp]) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::RawPacket;
+    use crate::fate::PacketResult;
+    use sluice_wire::abi::Descriptor;
+    use sluice_wire::build::FrameSpec;
+    use sluice_wire::tcp::flags::{ACK, FIN};
+
+    fn word3(frame: &[u8]) -> u64 {
+        let mut b = crate::batch::BatchBuilder::new(true);
+        b.push(RawPacket { data: frame, wire_len: frame.len() as u32, timestamp_ns: 0, ingress_port: 0 });
+        Descriptor::decode(&b.batch().descriptors, 0).unwrap().encode()[3]
+    }
+
+    fn request(packet: u32, ops: Vec<RewriteOp>) -> Request {
+        Request { packet, ops, idle_ns: 0, max_packets: 0, max_bytes: 0, max_age_ns: 0 }
+    }
+
+    #[test]
+    fn requests_are_checked_against_their_packet_and_the_budget() {
+        let tcp = FrameSpec::tcp4([10, 0, 0, 1], 1000, [10, 0, 0, 2], 80, ACK).build();
+        let mut arp = vec![0xffu8; 42];
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        let mut c = Calls { room: 1, ..Calls::default() };
+        assert_eq!(c.offload(request(0, vec![])), Err(Refusal::NotNow));
+        c.open = true;
+        c.words = vec![word3(&tcp), word3(&arp)];
+        assert_eq!(c.offload(request(2, vec![])), Err(Refusal::BadPacket));
+        assert!(matches!(c.offload(request(1, vec![])), Err(Refusal::NotOffloadable(_))));
+        let v6 = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        assert!(matches!(c.offload(request(0, vec![RewriteOp::Source(v6, None)])), Err(Refusal::BadRewrite(_))));
+        assert!(matches!(c.offload(request(0, vec![RewriteOp::SetDscp(64)])), Err(Refusal::BadRewrite(_))));
+        assert!(matches!(c.offload(request(0, vec![RewriteOp::DecrementTtl; 9])), Err(Refusal::BadRewrite(_))));
+        assert_eq!(c.offload(request(0, vec![RewriteOp::DecrementTtl])), Ok(()));
+        // A second request for the same packet replaces the first; another
+        // packet finds no room.
+        assert_eq!(c.offload(request(0, vec![])), Ok(()));
+        assert_eq!(c.requests.len(), 1);
+        c.words.push(word3(&tcp));
+        assert_eq!(c.offload(request(2, vec![])), Err(Refusal::OverBudget));
+        c.close();
+        assert_eq!(c.offload(request(0, vec![])), Err(Refusal::NotNow));
+    }
+
+    fn entry_for(t: &mut Table, frame: &[u8], now: u64, idle_ns: u64, ended: &mut Vec<(Step, Return)>) {
+        let mut p = Pending::default();
+        p.add(0, frame, Request { idle_ns, ..request(0, vec![]) }, 0);
+        let raw = RawPacket { data: frame, wire_len: frame.len() as u32, timestamp_ns: now, ingress_port: 0 };
+        assert!(t.install(&raw, &PacketResult::of(Fate::Forward(1)), p, now, ended));
+    }
+
+    #[test]
+    fn entries_pass_their_direction_until_fin_idle_or_revoke() {
+        let out = FrameSpec::tcp4([10, 0, 0, 1], 1000, [10, 0, 0, 2], 80, ACK).build();
+        let back = FrameSpec::tcp4([10, 0, 0, 2], 80, [10, 0, 0, 1], 1000, ACK).build();
+        let fin = FrameSpec::tcp4([10, 0, 0, 1], 1000, [10, 0, 0, 2], 80, FIN | ACK).build();
+        let mut t = Table::default();
+        let mut ended = Vec::new();
+        entry_for(&mut t, &out, 0, 1_000_000_000, &mut ended);
+        let pass = |t: &mut Table, f: &[u8], now: u64, ended: &mut Vec<(Step, Return)>| {
+            let raw = RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: now, ingress_port: 0 };
+            matches!(t.pass(&raw, &sluice_wire::parse(f), ended, |_, _, _| {}), Pass::Hit { fate: Fate::Forward(1), .. })
+        };
+        assert!(pass(&mut t, &out, 1, &mut ended));
+        assert!(!pass(&mut t, &back, 2, &mut ended), "only the direction offloaded");
+        assert!(!pass(&mut t, &fin, 3, &mut ended), "FIN goes to the NF");
+        assert_eq!(t.len(), 0);
+        assert_eq!(ended.len(), 1);
+        assert_eq!((ended[0].1.packets, ended[0].1.reason), (1, EndReason::Closed));
+        ended.clear();
+        // Idle expiry, at most every 10 ms of packet time.
+        entry_for(&mut t, &out, 0, 1_000_000, &mut ended);
+        t.sweep(5_000_000, &mut ended);
+        assert_eq!(t.len(), 1, "not yet swept");
+        t.sweep(20_000_000, &mut ended);
+        assert_eq!((t.len(), ended.pop().map(|e| e.1.reason)), (0, Some(EndReason::Idle)));
+        // Revoke by the hash the NF saw, and all.
+        entry_for(&mut t, &out, 0, 0, &mut ended);
+        let hash = sluice_wire::parse(&out).key.unwrap().normalized().hash_normalized();
+        t.revoke(0, &[hash ^ 1], false, &mut ended);
+        assert_eq!(t.len(), 1);
+        t.revoke(0, &[hash], false, &mut ended);
+        assert_eq!((t.len(), ended.pop().map(|e| e.1.reason)), (0, Some(EndReason::Revoked)));
+        entry_for(&mut t, &out, 0, 0, &mut ended);
+        t.revoke(1, &[], true, &mut ended);
+        assert_eq!(t.len(), 1, "another NF's revoke-all");
+        t.end_all(None, EndReason::Replaced, &mut ended);
+        assert_eq!((t.len(), t.by_hash.len()), (0, 0));
+    }
+}
