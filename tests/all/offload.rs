@@ -85,8 +85,11 @@ fn an_offloading_firewall_decides_every_packet_as_without_offload_with_few_calls
     assert!(om.offloaded_packets * 10 > frames.len() as u64 * 8, "most packets offloaded: {om:?}");
     assert!(om.invocations < pm.invocations, "fewer calls: {} against {}", om.invocations, pm.invocations);
     let c = offloading.offload_counters();
-    // Each connection: one entry per direction, ended by its FINs.
-    assert_eq!((c.installed, c.declined, c.ended), (80, 0, 80), "{c:?}");
+    // Each connection: one entry per direction, ended by its FINs. The
+    // firewall's first requests (one batch's) are declined: the chain
+    // tracks packets' paths only once an NF has asked.
+    assert_eq!((c.installed, c.ended), (80, 80), "{c:?}");
+    assert!(c.declined > 0 && c.declined <= 32, "{c:?}");
     assert_eq!(offloading.offload_entries(), 0);
     assert_eq!(offloading.stages()[0].offload_entries(), 0);
     // The rule hits the NF counts are the same.

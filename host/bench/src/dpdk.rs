@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub(crate) const BENCH_CONFIG: &str = "[nf.firewall]\nconfig-file = \"firewall.json\"\n[nf.nat]\nconfig-file = \"nat.json\"\n[nf.monitor]\nconfig-file = \"monitor.json\"\n";
+pub(crate) const BENCH_CONFIG: &str = "[nf.firewall]\nconfig-file = \"firewall.json\"\n[nf.firewall-offload]\nconfig-file = \"firewall-offload.json\"\n[nf.nat]\nconfig-file = \"nat.json\"\n[nf.monitor]\nconfig-file = \"monitor.json\"\n";
 
 /// NF configs of the scaling table, by NF.
 #[derive(Debug, Clone, Copy)]
@@ -345,23 +345,20 @@ pub fn stages_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Conf
     let dir = prepare(frames, configs)?;
     let trace = dir.join("bench64.pcap");
     let cpus = sluice_engine::cores::CoreList::allowed()?.cores().to_vec();
-    let nf_names = ["noop", "firewall", "nat", "monitor"];
+    // The firewall again, offloading its established connections: the
+    // same component under another name, with its own config.
+    std::fs::copy(nfs.join("firewall.wasm"), dir.join("firewall-offload.wasm"))?;
+    let nf_names = ["noop", "firewall", "firewall-offload", "nat", "monitor"];
+    let nf_path = |nf: &str| {
+        if nf == "firewall-offload" { dir.join("firewall-offload.wasm") } else { nfs.join(format!("{nf}.wasm")) }
+    };
     let rounds = 3;
     let mut runs: Vec<Vec<serde_json::Value>> = vec![Vec::new(); nf_names.len()];
     let mut ceilings = Vec::new();
     for _ in 0..rounds {
         ceilings.push(testpmd_mpps(&dir, &trace, &cpus, 1)?);
         for (i, nf) in nf_names.iter().enumerate() {
-            let r = host_report(
-                host,
-                &nfs.join(format!("{nf}.wasm")),
-                &dir,
-                &trace,
-                &cpus,
-                1,
-                8_000_000,
-                &["--stage-times"],
-            )?;
+            let r = host_report(host, &nf_path(nf), &dir, &trace, &cpus, 1, 8_000_000, &["--stage-times"])?;
             if let Some(v) = runs.get_mut(i) {
                 v.push(r);
             }
@@ -376,7 +373,7 @@ pub fn stages_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], configs: Conf
     let ceiling = ceilings.get(ceilings.len() / 2).copied().unwrap_or(0.0);
     let mut s = String::new();
     s.push_str("\n## DPDK: where a packet's time goes, stage by stage\n\n");
-    s.push_str(&format!("`sluice-host dpdk --stage-times` on one worker over the devices of the scaling table below (64-byte TCP frames replayed from memory by `net_pcap`, sent to `net_null`), 8 M packets per run, {rounds} rounds interleaved with `dpdk-testpmd --forward-mode=io` on the same devices; each row is the NF's round with the median total. Stages (docs/run-report.md): **receive** the device's receive burst, **read** lengths and bytes out of the buffers, **build** the batch record (parse, descriptor, flow key and hash), **call** the NF's `process` call (flow state, lowering, guest code, lifting), **verdicts** fates from verdicts, routes and rewrites, **deliver** packets to output queues, **transmit** the device's transmit burst, **between** the worker's loop between batches; ns per packet. testpmd forwards a packet in {:.1} ns ({ceiling:.2} Mpps, median of the rounds): its whole cost is about this table's receive and transmit.\n\n", if ceiling > 0.0 { 1e3 / ceiling } else { 0.0 }));
+    s.push_str(&format!("`sluice-host dpdk --stage-times` on one worker over the devices of the scaling table below (64-byte TCP frames replayed from memory by `net_pcap`, sent to `net_null`), 8 M packets per run, {rounds} rounds interleaved with `dpdk-testpmd --forward-mode=io` on the same devices; each row is the NF's round with the median total. Stages (docs/run-report.md): **receive** the device's receive burst, **read** lengths and bytes out of the buffers, **build** the batch record (parse, descriptor, flow key and hash), **call** the NF's `process` call (flow state, lowering, guest code, lifting), **verdicts** fates from verdicts, routes and rewrites, **deliver** packets to output queues, **transmit** the device's transmit burst, **between** the worker's loop between batches; ns per packet. **firewall-offload** is the firewall with `offload = true`: each direction of a connection is offloaded at its first established packet, and its later packets pass under the host's entry without a call (the entry's lookup and the packet's fate are in **build**). testpmd forwards a packet in {:.1} ns ({ceiling:.2} Mpps, median of the rounds): its whole cost is about this table's receive and transmit.\n\n", if ceiling > 0.0 { 1e3 / ceiling } else { 0.0 }));
     s.push_str("| NF | Mpps | receive | read | build | call | verdicts | deliver | transmit | between | total | host/testpmd |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (nf, v) in nf_names.iter().zip(runs.iter_mut()) {
         v.sort_by(|a, b| total(a).total_cmp(&total(b)));
@@ -400,6 +397,11 @@ fn prepare(frames: &[Vec<u8>], configs: Configs<'_>) -> Result<PathBuf> {
     }
     sink.finish()?;
     std::fs::write(dir.join("firewall.json"), configs.firewall)?;
+    let offload = match configs.firewall.trim_end().strip_suffix('}') {
+        Some(body) => format!("{body},\"offload\":true}}"),
+        None => anyhow::bail!("the firewall config is no JSON object"),
+    };
+    std::fs::write(dir.join("firewall-offload.json"), offload)?;
     std::fs::write(dir.join("nat.json"), configs.nat)?;
     std::fs::write(dir.join("monitor.json"), configs.monitor)?;
     std::fs::write(dir.join("host.toml"), BENCH_CONFIG)?;

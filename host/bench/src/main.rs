@@ -15,6 +15,7 @@ mod fragments;
 mod languages;
 mod live;
 mod native;
+mod offload;
 mod realstack;
 
 use anyhow::{Context, Result};
@@ -105,6 +106,10 @@ struct Args {
     /// nothing).
     #[arg(long)]
     edit_loop_only: bool,
+    /// Only flow offload: the firewall with and without offloading its
+    /// connections (prints, writes nothing).
+    #[arg(long)]
+    offload_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -302,6 +307,14 @@ fn main() -> Result<()> {
         print!("{}", fragments::section(&runtime, &args.nfs, &bench, 32)?);
         return Ok(());
     }
+    let firewall_native = || -> Box<dyn NativeNf> { Box::new(SdkNative::<sluice_nf_firewall::Firewall>::new()) };
+    if args.offload_only {
+        print!(
+            "{}",
+            offload::render(&offload::measure(&runtime, &args.nfs, FIREWALL_CONFIG, firewall_native, &bench)?)
+        );
+        return Ok(());
+    }
     let cases = [
         NfCase {
             name: "noop",
@@ -432,6 +445,8 @@ fn main() -> Result<()> {
 
     let mut md = render(&rows, &cold, &sizes_info);
     md.push_str(&render_scaling(&scaling, &rows));
+    eprintln!("flow offload (about a minute)...");
+    md.push_str(&offload::render(&offload::measure(&runtime, &args.nfs, FIREWALL_CONFIG, firewall_native, &bench)?));
     if !args.no_languages {
         eprintln!(
             "the firewall in each guest language (a few minutes: builds, then Python and JavaScript are slow)..."

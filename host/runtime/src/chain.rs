@@ -213,8 +213,10 @@ pub struct Chain {
     timing: Option<Box<(crate::stages::Stopwatch, crate::stages::StageTimes)>>,
     /// Flow offload entries (see [`crate::offload`]).
     offload: crate::offload::Table,
-    /// What the NFs asked to offload for each packet of the batch.
-    offers: Vec<Option<crate::offload::Pending>>,
+    /// What the NFs asked to offload for packets of the batch (index in
+    /// the batch, requests), and where each packet's is (`u32::MAX`: none).
+    offers: Vec<(usize, crate::offload::Pending)>,
+    offer_at: Vec<u32>,
     /// How many NFs each packet of the batch went through, when an NF
     /// of the chain may offload.
     visits: Vec<u8>,
@@ -335,6 +337,7 @@ impl Chain {
             timing: None,
             offload: crate::offload::Table::default(),
             offers: Vec::new(),
+            offer_at: Vec::new(),
             visits: Vec::new(),
             ended: Vec::new(),
             refresh: Vec::new(),
@@ -406,7 +409,7 @@ impl Chain {
     fn hand_back(&mut self) {
         for (step, r) in self.ended.drain(..) {
             if let Some(s) = self.stages.get_mut(step.stage) {
-                s.offload_ended(r);
+                s.offload_ended(step.wants_counts().then_some(r));
             }
         }
     }
@@ -546,13 +549,16 @@ impl Chain {
         self.laters.clear();
         self.reassembled.clear();
         let reassemble = self.fragment_mode == crate::fragments::FragmentMode::Reassemble;
-        let offloading = self.stages.iter().any(NfInstance::offloads);
+        // Packets' paths are tracked once an NF of the chain has asked to
+        // offload: an NF that never does costs nothing here.
+        let offloading = self.stages.iter().any(NfInstance::offloaded);
         let now = packets.iter().map(|p| p.timestamp_ns).max().unwrap_or(0);
+        self.visits.clear();
         if offloading {
-            self.visits.clear();
             self.visits.resize(packets.len(), 0);
             self.offers.clear();
-            self.offers.resize_with(packets.len(), || None);
+            self.offer_at.clear();
+            self.offer_at.resize(packets.len(), u32::MAX);
         }
         let offloaded = !self.offload.is_empty();
         if offloaded {
@@ -676,8 +682,8 @@ impl Chain {
     /// Makes the offload entries of the batch's packets that every NF
     /// they went through asked to offload, and hands ended entries back.
     fn install_offloads(&mut self, packets: &[RawPacket<'_>], base: usize, now: u64) {
-        for (i, offer) in self.offers.iter_mut().enumerate() {
-            let Some(p) = offer.take() else { continue };
+        let mut offers = std::mem::take(&mut self.offers);
+        for (i, p) in offers.drain(..) {
             let (Some(r), Some(raw), Some(&visits)) = (self.results.get(base + i), packets.get(i), self.visits.get(i))
             else {
                 continue;
@@ -686,7 +692,7 @@ impl Chain {
                 self.offload.counters.declined += 1;
                 continue;
             }
-            let on: Vec<usize> = p.stages().collect();
+            let on: smallvec::SmallVec<[usize; 4]> = p.stages().collect();
             if self.offload.install(raw, r, p, now, &mut self.ended) {
                 for s in on {
                     if let Some(stage) = self.stages.get_mut(s) {
@@ -695,6 +701,7 @@ impl Chain {
                 }
             }
         }
+        self.offers = offers;
         self.hand_back();
     }
 
@@ -784,12 +791,25 @@ impl Chain {
     /// (`mine`: the results index of each of its packets).
     fn take_offloads(&mut self, s: usize, mine: &[usize], base: usize) {
         self.offload.revoke(s, &self.out.revoked, self.out.revoke_all, &mut self.ended);
+        if self.visits.is_empty() {
+            // The chain's first requests: this batch's paths were not
+            // tracked, so they make no entry; the NF asks again with its
+            // flows' next packets.
+            self.offload.counters.declined += self.out.offloads.len() as u64;
+            self.out.offloads.clear();
+            return;
+        }
         let default_idle = self.stages.get(s).map_or(0, NfInstance::flow_idle_timeout_ns);
         for r in self.out.offloads.drain(..) {
             let Some(&orig) = mine.get(r.packet as usize) else { continue };
             let seen = self.builder.packet_bytes(r.packet as usize);
-            if let Some(offer) = self.offers.get_mut(orig - base) {
-                offer.get_or_insert_default().add(s, seen, r, default_idle);
+            let Some(at) = self.offer_at.get_mut(orig - base) else { continue };
+            if *at == u32::MAX {
+                *at = self.offers.len() as u32;
+                self.offers.push((orig - base, crate::offload::Pending::default()));
+            }
+            if let Some((_, offer)) = self.offers.get_mut(*at as usize) {
+                offer.add(s, seen, r, default_idle);
             }
         }
     }

@@ -671,6 +671,7 @@ impl wit_offload::Host for HostState {
                         max_packets: r.max_packets,
                         max_bytes: r.max_bytes,
                         max_age_ns: r.max_age_ns,
+                        return_counts: r.return_counts,
                     })
                     .map_err(|e| match e {
                         Refusal::NotNow => E::NotNow,

@@ -105,6 +105,8 @@ pub struct NfInstance {
     log_limiter: Arc<parking_lot::Mutex<crate::guest_io::LogLimiter>>,
     /// Offload entries this NF is on (charged to its state budget).
     offload_entries: u64,
+    /// Whether it ever asked to offload a flow.
+    asked_offload: bool,
     /// What passed under its ended offload entries, for its next batch.
     returns: std::collections::VecDeque<crate::offload::Return>,
     /// Times guest calls for `cpu_ns`. A TSC read where the CPU has a
@@ -211,6 +213,7 @@ impl NfInstance {
             })),
             clock: runtime.clock.clone(),
             offload_entries: 0,
+            asked_offload: false,
             returns: std::collections::VecDeque::new(),
             spec,
         }
@@ -337,6 +340,12 @@ impl NfInstance {
         matches!(*self.spec.module.pre, Pre::V5(_)) && self.native.is_none()
     }
 
+    /// Whether the NF ever asked to offload a flow (a chain tracks its
+    /// packets' paths from then on).
+    pub fn offloaded(&self) -> bool {
+        self.asked_offload
+    }
+
     /// Its flow idle timeout (what `init` asked, else the default): the
     /// idle timeout of an offload entry that names none.
     pub fn flow_idle_timeout_ns(&self) -> u64 {
@@ -356,12 +365,15 @@ impl NfInstance {
         self.offload_entries += 1;
     }
 
-    /// Takes what passed under an ended entry, for the next batch. An NF
-    /// that never takes its returns keeps the newest
+    /// An entry with this NF on its path ended: what passed under it, for
+    /// the next batch, when the NF asked for it. An NF that never takes its
+    /// returns keeps the newest
     /// [`MAX_RETURNS_WAITING`](crate::offload::MAX_RETURNS_WAITING).
-    pub(crate) fn offload_ended(&mut self, r: crate::offload::Return) {
+    pub(crate) fn offload_ended(&mut self, r: Option<crate::offload::Return>) {
         self.offload_entries = self.offload_entries.saturating_sub(1);
-        if self.offloads() {
+        if let Some(r) = r
+            && self.offloads()
+        {
             if self.returns.len() >= crate::offload::MAX_RETURNS_WAITING {
                 self.returns.pop_front();
                 self.meters.offload_returns_dropped += 1;
@@ -602,6 +614,7 @@ impl NfInstance {
                     self.returns.push_front(r);
                 }
                 if matches!(result, Ok(Ok(_))) {
+                    self.asked_offload |= !calls.requests.is_empty();
                     std::mem::swap(&mut out.offloads, &mut calls.requests);
                     std::mem::swap(&mut out.revoked, &mut calls.revoked);
                     out.revoke_all = calls.revoke_all;

@@ -83,6 +83,8 @@ pub struct Request {
     pub max_bytes: u64,
     /// Age limit (packet time); 0: none.
     pub max_age_ns: u64,
+    /// Whether the NF is handed what passed when the entry ends.
+    pub return_counts: bool,
 }
 
 /// What passed under an entry that ended, for one of its NFs.
@@ -203,7 +205,7 @@ impl Calls {
 /// in the order the packet met them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Pending {
-    steps: Vec<Step>,
+    steps: Path,
     ops: Vec<RewriteOp>,
     idle_ns: u64,
     max_packets: u64,
@@ -227,7 +229,7 @@ impl Pending {
         self.max_bytes = nonzero_min(self.max_bytes, r.max_bytes);
         self.max_age_ns = nonzero_min(self.max_age_ns, r.max_age_ns);
         self.ops.extend(r.ops);
-        self.steps.push(Step { stage, key, reverse, protocol: k.protocol });
+        self.steps.push(Step { stage, key, reverse, protocol: k.protocol, returns: r.return_counts });
     }
 
     /// How many NFs asked.
@@ -248,7 +250,19 @@ pub(crate) struct Step {
     pub(crate) key: FlowKey,
     reverse: bool,
     protocol: u8,
+    /// Whether the NF asked for what passed when the entry ends.
+    returns: bool,
 }
+
+impl Step {
+    /// Whether its NF asked for what passed when the entry ends.
+    pub(crate) fn wants_counts(&self) -> bool {
+        self.returns
+    }
+}
+
+/// An entry's NFs: chains are short, so no allocation per entry.
+type Path = smallvec::SmallVec<[Step; 2]>;
 
 /// Which packets an entry takes: a flow, one direction, one ingress port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -263,7 +277,7 @@ struct Entry {
     fate: Fate,
     label: Option<u16>,
     ops: Vec<RewriteOp>,
-    path: Vec<Step>,
+    path: Path,
     idle_ns: u64,
     max_packets: u64,
     max_bytes: u64,
@@ -316,8 +330,9 @@ impl OffloadCounters {
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     entries: HashMap<EntryKey, Entry>,
-    /// Entries by (NF, hash of the flow as that NF saw it), for `revoke`.
-    by_hash: HashMap<(usize, u64), Vec<EntryKey>>,
+    /// Entries by (NF, hash of the flow as that NF saw it), for `revoke`
+    /// (usually both directions of one flow).
+    by_hash: HashMap<(usize, u64), smallvec::SmallVec<[EntryKey; 2]>>,
     next_sweep: u64,
     batch: u64,
     pub(crate) counters: OffloadCounters,
@@ -555,7 +570,7 @@ mod tests {
     }
 
     fn request(packet: u32, ops: Vec<RewriteOp>) -> Request {
-        Request { packet, ops, idle_ns: 0, max_packets: 0, max_bytes: 0, max_age_ns: 0 }
+        Request { packet, ops, idle_ns: 0, max_packets: 0, max_bytes: 0, max_age_ns: 0, return_counts: true }
     }
 
     #[test]
@@ -601,7 +616,10 @@ mod tests {
         entry_for(&mut t, &out, 0, 1_000_000_000, &mut ended);
         let pass = |t: &mut Table, f: &[u8], now: u64, ended: &mut Vec<(Step, Return)>| {
             let raw = RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: now, ingress_port: 0 };
-            matches!(t.pass(&raw, &sluice_wire::parse(f), ended, |_, _, _| {}), Pass::Hit { fate: Fate::Forward(1), .. })
+            matches!(
+                t.pass(&raw, &sluice_wire::parse(f), ended, |_, _, _| {}),
+                Pass::Hit { fate: Fate::Forward(1), .. }
+            )
         };
         assert!(pass(&mut t, &out, 1, &mut ended));
         assert!(!pass(&mut t, &back, 2, &mut ended), "only the direction offloaded");

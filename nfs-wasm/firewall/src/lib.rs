@@ -273,7 +273,7 @@ impl NetworkFunction for Firewall {
                 if self.config.offload && established && !offloaded.contains(&(f, from_src)) {
                     offloaded.push((f, from_src));
                     let age = self.index.as_ref().map_or(0, |ix| ix.refresh_s.saturating_mul(1_000_000_000));
-                    batch.offload(Offload::packet(i).max_age_ns(age));
+                    batch.offload(Offload::packet(i).max_age_ns(age).without_counts());
                 }
                 continue;
             }

@@ -21,8 +21,9 @@ pub struct Batch {
 }
 
 std::thread_local! {
-    /// Whether this instance ever asked to offload: only then can entries
-    /// end, and only then does a batch collect what they returned.
+    /// Whether this instance ever asked to offload with counts returned:
+    /// only then do ended entries return anything, and only then does a
+    /// batch collect it.
     static OFFLOADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -159,7 +160,9 @@ impl Batch {
             .filter_map(|(i, op)| op.map(|op| FlowUpdate { flow: i as u32, op }))
             .collect();
         if !self.offloads.is_empty() {
-            OFFLOADED.set(true);
+            if self.offloads.iter().any(|r| r.return_counts) {
+                OFFLOADED.set(true);
+            }
             let _ = crate::offload::offload(&self.offloads);
         }
         if self.returns.is_none() && OFFLOADED.get() {

@@ -49,6 +49,7 @@ impl Offload {
             max_packets: 0,
             max_bytes: 0,
             max_age_ns: 0,
+            return_counts: true,
         })
     }
 
@@ -101,6 +102,14 @@ impl Offload {
     /// limit): the next packet comes to the NF, which may offload again.
     pub fn max_age_ns(mut self, ns: u64) -> Self {
         self.0.max_age_ns = ns;
+        self
+    }
+
+    /// Asks for nothing back when the entry ends: for an NF that counts
+    /// nothing per packet (a firewall). The default hands what passed under
+    /// the entry to [`Batch::offload_returns`](crate::Batch::offload_returns).
+    pub fn without_counts(mut self) -> Self {
+        self.0.return_counts = false;
         self
     }
 
