@@ -193,3 +193,34 @@ fn offload_entries_are_held_by_the_state_budget() {
     assert!(held < 800, "not every one of the 800 flow directions: {held}");
     assert_eq!(chain.stages()[0].meters().traps, 0);
 }
+
+#[test]
+fn a_chain_skips_its_nfs_only_where_every_nf_offloaded_and_applies_every_nf_s_changes() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let spec = |config: &str| NfSpec {
+        module: runtime.load_file(&test_nf("offload-counter")).unwrap(),
+        config: config.as_bytes().to_vec().into(),
+        limits: NfLimits::default(),
+        owner: None,
+    };
+    let frames = connections(20, 40);
+    // Both NFs offload: each lowers the TTL, so an offloaded packet leaves
+    // with its TTL lowered twice, as one that ran both NFs.
+    let mut both = Chain::new(&runtime, &[spec("offload = 1\n"), spec("offload = 1\n")]).unwrap();
+    let mut neither = Chain::new(&runtime, &[spec("offload = 0\n"), spec("offload = 0\n")]).unwrap();
+    // Only the second offloads: nothing skips the chain.
+    let mut second = Chain::new(&runtime, &[spec("offload = 0\n"), spec("offload = 1\n")]).unwrap();
+    let (a, b, c) = (run(&mut neither, &frames, 16), run(&mut both, &frames, 16), run(&mut second, &frames, 16));
+    assert_eq!(a, b);
+    assert_eq!(a, c);
+    let ttl = |f: &[u8]| f[14 + 8];
+    assert_eq!(ttl(&a[0].1), ttl(&frames[0].1) - 2);
+    let cb = both.offload_counters();
+    assert!(cb.installed >= 40 && cb.packets * 2 > frames.len() as u64, "{cb:?}");
+    let m = both.stages()[1].meters();
+    assert_eq!(m.packets + m.offloaded_packets, frames.len() as u64, "each NF meters what passed under its entries");
+    let cs = second.offload_counters();
+    assert_eq!((cs.installed, cs.packets), (0, 0), "{cs:?}");
+    assert!(cs.declined > 0);
+    assert_eq!(second.stages()[0].meters().packets, frames.len() as u64);
+}

@@ -843,8 +843,8 @@ impl NfInstance {
     }
 }
 
-/// Opens the offload calls of one `process` call: descriptor word 3 of
-/// each packet (what a request is checked against), the entries the budget
+/// Opens the offload calls of one `process` call: the batch's
+/// descriptors (what a request is checked against), the entries the budget
 /// still holds, and up to [`crate::offload::MAX_RETURNS_PER_CALL`] waiting
 /// returns, each with its flow's index in the batch where it has one.
 fn open_offload_calls(
@@ -857,7 +857,8 @@ fn open_offload_calls(
     calls.open = true;
     calls.room = room;
     calls.words.clear();
-    calls.words.extend(batch.descriptors.chunks_exact(sluice_wire::abi::DESCRIPTOR_WORDS).filter_map(|d| d.get(3)));
+    // One copy of the whole descriptors (vectorized), not a gather.
+    calls.words.clone_from(&batch.descriptors);
     calls.returns.clear();
     if waiting.is_empty() {
         return;

@@ -123,7 +123,8 @@ pub enum Refusal {
 pub struct Calls {
     /// Inside `process`.
     pub(crate) open: bool,
-    /// Descriptor word 3 of each packet of the batch (flags, offsets).
+    /// The batch's descriptors (four words per packet; word 3 holds the
+    /// flags and offsets a request is checked against).
     pub(crate) words: Vec<u64>,
     /// Entries the NF's budget still holds.
     pub(crate) room: u64,
@@ -144,7 +145,8 @@ impl Calls {
         if !self.open {
             return Err(Refusal::NotNow);
         }
-        let w = *self.words.get(r.packet as usize).ok_or(Refusal::BadPacket)?;
+        let at = (r.packet as usize).saturating_mul(sluice_wire::abi::DESCRIPTOR_WORDS).saturating_add(3);
+        let w = *self.words.get(at).ok_or(Refusal::BadPacket)?;
         let flags = (w >> 56) as u8;
         let l3 = (w >> 48) as u8;
         let l4 = (w >> 32) as u16;
@@ -563,10 +565,10 @@ mod tests {
     use sluice_wire::build::FrameSpec;
     use sluice_wire::tcp::flags::{ACK, FIN};
 
-    fn word3(frame: &[u8]) -> u64 {
+    fn words(frame: &[u8]) -> [u64; 4] {
         let mut b = crate::batch::BatchBuilder::new(true);
         b.push(RawPacket { data: frame, wire_len: frame.len() as u32, timestamp_ns: 0, ingress_port: 0 });
-        Descriptor::decode(&b.batch().descriptors, 0).unwrap().encode()[3]
+        Descriptor::decode(&b.batch().descriptors, 0).unwrap().encode()
     }
 
     fn request(packet: u32, ops: Vec<RewriteOp>) -> Request {
@@ -581,7 +583,7 @@ mod tests {
         let mut c = Calls { room: 1, ..Calls::default() };
         assert_eq!(c.offload(request(0, vec![])), Err(Refusal::NotNow));
         c.open = true;
-        c.words = vec![word3(&tcp), word3(&arp)];
+        c.words = [words(&tcp), words(&arp)].concat();
         assert_eq!(c.offload(request(2, vec![])), Err(Refusal::BadPacket));
         assert!(matches!(c.offload(request(1, vec![])), Err(Refusal::NotOffloadable(_))));
         let v6 = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
@@ -593,7 +595,7 @@ mod tests {
         // packet finds no room.
         assert_eq!(c.offload(request(0, vec![])), Ok(()));
         assert_eq!(c.requests.len(), 1);
-        c.words.push(word3(&tcp));
+        c.words.extend(words(&tcp));
         assert_eq!(c.offload(request(2, vec![])), Err(Refusal::OverBudget));
         c.close();
         assert_eq!(c.offload(request(0, vec![])), Err(Refusal::NotNow));
