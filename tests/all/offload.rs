@@ -224,3 +224,39 @@ fn a_chain_skips_its_nfs_only_where_every_nf_offloaded_and_applies_every_nf_s_ch
     assert!(cs.declined > 0);
     assert_eq!(second.stages()[0].meters().packets, frames.len() as u64);
 }
+
+#[test]
+fn a_hot_swap_ends_the_old_version_s_entries_and_hands_their_counts_to_the_new_one() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let frames = connections(30, 64);
+    let (first, second) = frames.split_at(frames.len() / 2);
+    let spec = || NfSpec {
+        module: runtime.load_file(&test_nf("offload-counter")).unwrap(),
+        config: b"offload = 1\n".to_vec().into(),
+        limits: NfLimits::default(),
+        owner: None,
+    };
+    let mut chain = Chain::new(&runtime, &[spec()]).unwrap();
+    let mut plain = chain_of(&runtime, "offload = 0\n");
+    let mut out = run(&mut chain, first, 32);
+    assert!(chain.offload_entries() > 0);
+    let before = chain.offload_counters();
+    chain.swap(&runtime, "offload-counter", spec()).unwrap();
+    assert_eq!(chain.offload_entries(), 0, "the new version decides its flows again");
+    assert_eq!(chain.offload_counters().ended, before.installed);
+    out.extend(run(&mut chain, second, 32));
+    assert_eq!(out, run(&mut plain, &frames, 32));
+    chain.end_offloads();
+    let counts = |c: &mut Chain| {
+        let s = &mut c.stages_mut()[0];
+        s.flush_state();
+        let mut v = s.tables().unwrap().domain().eventual_snapshot("packets").unwrap();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(counts(&mut chain), counts(&mut plain), "what passed under the old version's entries is counted");
+}
+
+fn chain_of(runtime: &Runtime, config: &str) -> Chain {
+    chain(runtime, "offload-counter", true, config)
+}
