@@ -112,7 +112,17 @@ pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
             plan.per_million_packets,
             c,
         ),
-        line("data", "GB", u128::from(total.sums.bytes), inc.gb.value(), GB, plan.per_gb, c),
+        // Bytes the NFs were handed and bytes that passed under their
+        // offload entries: both processed.
+        line(
+            "data",
+            "GB",
+            u128::from(total.sums.bytes) + u128::from(total.sums.offloaded_bytes),
+            inc.gb.value(),
+            GB,
+            plan.per_gb,
+            c,
+        ),
         line(
             "cpu",
             "CPU seconds",
@@ -138,6 +148,15 @@ pub fn lines(plan: &PricePlan, total: &UsageSums) -> Vec<BillLine> {
             inc.state_gb_hours.value(),
             GB_HOUR_BYTE_MS,
             plan.per_gb_hour_state,
+            c,
+        ),
+        line(
+            "offloaded",
+            "million offloaded packets",
+            u128::from(total.sums.offloaded_packets),
+            Decimal::ZERO,
+            MILLION,
+            plan.per_million_offloaded_packets.unwrap_or(plan.per_million_packets),
             c,
         ),
     ]
@@ -184,6 +203,30 @@ pub fn csv_field(s: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
+
+    #[test]
+    fn offloaded_packets_are_billed_at_the_packet_price_unless_priced_and_their_bytes_as_data() {
+        let sums = sluice_control::Meters {
+            packets: 1_000_000,
+            offloaded_packets: 4_000_000,
+            bytes: 400_000_000,
+            offloaded_bytes: 1_600_000_000,
+            ..Default::default()
+        };
+        let usage = UsageSums { sums, ..Default::default() };
+        let plan = PricePlan::default();
+        let l = lines(&plan, &usage);
+        let find = |l: &[BillLine], item: &str| l.iter().find(|x| x.item == item).unwrap().clone();
+        // The allowance (1 M packets) covers the packets handed to NFs,
+        // not the offloaded ones: 4 M at 0.05.
+        assert_eq!((find(&l, "packets").amount_minor, find(&l, "offloaded").amount_minor), (0, 20));
+        assert_eq!(find(&l, "offloaded").unit_price, "0.05");
+        // 2 GB processed, 1 included: 1 GB at 0.02.
+        assert_eq!(find(&l, "data").amount_minor, 2);
+        let plan = PricePlan { per_million_offloaded_packets: Some(Exact::new(1, 2)), ..PricePlan::default() };
+        let l = lines(&plan, &usage);
+        assert_eq!((find(&l, "offloaded").amount_minor, find(&l, "offloaded").unit_price.as_str()), (4, "0.01"));
+    }
 
     #[test]
     fn allowances_are_subtracted_before_pricing() {
@@ -300,6 +343,7 @@ mod tests {
             cpu_ns in 0u64..1 << 44,
             invocations in 0u64..1 << 36,
             state_byte_ms in 0u64..1 << 62,
+            offloaded in 0u64..1 << 40,
             price in 0u32..1_000_000_000,
             price_scale in 0u32..7,
             included in 0u64..1 << 30,
@@ -313,6 +357,7 @@ mod tests {
                 per_cpu_second: p,
                 per_million_invocations: p,
                 per_gb_hour_state: p,
+                per_million_offloaded_packets: Some(p),
                 included: crate::config::Included {
                     packets: included,
                     gb: Exact::new(0, 0),
@@ -321,7 +366,14 @@ mod tests {
                     state_gb_hours: Exact::new(0, 0),
                 },
             };
-            let sums = sluice_control::Meters { packets, bytes, cpu_ns, invocations, ..Default::default() };
+            let sums = sluice_control::Meters {
+                packets,
+                bytes,
+                cpu_ns,
+                invocations,
+                offloaded_packets: offloaded,
+                ..Default::default()
+            };
             let usage = UsageSums { sums, state_byte_ms: u128::from(state_byte_ms), ..Default::default() };
             let l = lines(&plan, &usage);
             let exp = plan.currency.exponent();
@@ -337,6 +389,7 @@ mod tests {
             proptest::prop_assert_eq!(l[2].amount_minor, oracle(u128::from(cpu_ns), 1_000_000_000));
             proptest::prop_assert_eq!(l[3].amount_minor, oracle(u128::from(invocations.saturating_sub(included)), 1_000_000));
             proptest::prop_assert_eq!(l[4].amount_minor, oracle(u128::from(state_byte_ms), 3_600_000_000_000_000));
+            proptest::prop_assert_eq!(l[5].amount_minor, oracle(u128::from(offloaded), 1_000_000));
             let total: i64 = l.iter().map(|l| l.amount_minor).sum();
             proptest::prop_assert_eq!(total_minor(&l), total);
             for line in &l {

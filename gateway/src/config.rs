@@ -127,6 +127,11 @@ pub struct PricePlan {
     pub per_million_invocations: Exact,
     /// Price per GB-hour of NF state (tables and flow state held on hosts).
     pub per_gb_hour_state: Exact,
+    /// Price per million packets an NF offloaded to the host (flow
+    /// offload, `sluice:nf@0.5.0`: decided by the host without a call);
+    /// unset, the packet price. They are not covered by the packet
+    /// allowance.
+    pub per_million_offloaded_packets: Option<Exact>,
     /// Allowances.
     pub included: Included,
 }
@@ -140,6 +145,7 @@ impl Default for PricePlan {
             per_cpu_second: Exact::new(10, 2),
             per_million_invocations: Exact::new(20, 2),
             per_gb_hour_state: Exact::new(1, 2),
+            per_million_offloaded_packets: None,
             included: Included::default(),
         }
     }

@@ -152,6 +152,7 @@ fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
     for m in ["forwarded", "dropped", "rewritten", "policy"] {
         assert_eq!(shown["outcomes"][m], total[m], "usage table column {m}");
     }
+    assert_eq!(shown["outcomes"]["offloaded"], total["offloaded_packets"], "usage table column offloaded");
     for r in usage["rows"].as_array().unwrap().iter().chain([total]) {
         let n = |m: &str| r[m].as_u64().unwrap();
         assert_eq!(n("forwarded") + n("dropped") + n("policy"), n("packets"), "{r}");

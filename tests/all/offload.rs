@@ -260,3 +260,61 @@ fn a_hot_swap_ends_the_old_version_s_entries_and_hands_their_counts_to_the_new_o
 fn chain_of(runtime: &Runtime, config: &str) -> Chain {
     chain(runtime, "offload-counter", true, config)
 }
+
+/// The monitor's five tables, merged.
+fn monitor_tables(c: &mut Chain, stage: usize) -> Vec<Vec<(u64, u64)>> {
+    let s = &mut c.stages_mut()[stage];
+    s.flush_state();
+    let domain = s.tables().unwrap().domain().clone();
+    ["flow-packets", "flow-bytes", "host-packets", "host-bytes", "totals"]
+        .iter()
+        .map(|t| {
+            let mut v = domain.eventual_snapshot(t).unwrap();
+            v.sort_unstable();
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn an_offloading_monitor_ends_with_the_tables_of_a_monitor_that_saw_every_packet() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let mut frames = connections(30, 64);
+    // Connections left open too: their counts come back at the end.
+    frames.extend(
+        connections(10, 20)
+            .into_iter()
+            .filter(|(_, f)| sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0))
+            .map(|(t, f)| (t + 1_000_000_000, f)),
+    );
+    let spec = |name: &str, config: &str| NfSpec {
+        module: runtime.load_file(&nf(name)).unwrap(),
+        config: config.as_bytes().to_vec().into(),
+        limits: NfLimits::default(),
+        owner: None,
+    };
+    let plain_cfg = r#"{"report-interval-s":0}"#;
+    let offload_cfg = r#"{"report-interval-s":0,"offload":true}"#;
+    let mut plain = Chain::new(&runtime, &[spec("monitor", plain_cfg)]).unwrap();
+    let mut offloading = Chain::new(&runtime, &[spec("monitor", offload_cfg)]).unwrap();
+    assert_eq!(run(&mut plain, &frames, 32), run(&mut offloading, &frames, 32));
+    let c = offloading.offload_counters();
+    assert!(c.packets * 10 > frames.len() as u64 * 7, "most packets offloaded: {c:?}");
+    offloading.end_offloads();
+    let expected = monitor_tables(&mut plain, 0);
+    assert_eq!(expected[4], vec![(0, frames.len() as u64), (1, frames.iter().map(|(_, f)| f.len() as u64).sum())]);
+    assert_eq!(monitor_tables(&mut offloading, 0), expected);
+
+    // Behind an offloading firewall: both offload the same packets, so
+    // established connections skip the chain, and the monitor still
+    // counts every packet.
+    let firewall = format!("{FIREWALL},\"offload\":true}}");
+    let mut chain = Chain::new(&runtime, &[spec("firewall", &firewall), spec("monitor", offload_cfg)]).unwrap();
+    let mut both_plain =
+        Chain::new(&runtime, &[spec("firewall", &format!("{FIREWALL}}}")), spec("monitor", plain_cfg)]).unwrap();
+    assert_eq!(run(&mut both_plain, &frames, 32), run(&mut chain, &frames, 32));
+    let c = chain.offload_counters();
+    assert!(c.installed >= 80 && c.packets * 10 > frames.len() as u64 * 7, "{c:?}");
+    chain.end_offloads();
+    assert_eq!(monitor_tables(&mut chain, 1), monitor_tables(&mut both_plain, 1));
+}

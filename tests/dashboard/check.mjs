@@ -60,7 +60,7 @@ try {
       address: location.href,
       signed_in_with: sessionStorage.getItem("sluice-key").slice(0, 3),
       // The usage table's outcome columns, summed over its rows.
-      outcomes: Object.fromEntries(["forwarded", "dropped", "rewritten", "policy"].map((o) => [o,
+      outcomes: Object.fromEntries(["forwarded", "dropped", "rewritten", "policy", "offloaded"].map((o) => [o,
         [...document.querySelectorAll(`#usage-table td[data-outcome="${o}"]`)].reduce((a, td) => a + Number(td.textContent), 0)])),
       events: [...document.querySelectorAll("#events tbody tr.event")].map((r) => r.children[3].textContent),
       logs: [...document.querySelectorAll("#logs tbody tr.log")].map((r) => r.children[5].textContent),

@@ -130,6 +130,8 @@ pub struct Calls {
     pub(crate) room: u64,
     /// Accepted requests, in call order.
     pub(crate) requests: Vec<Request>,
+    /// Where each packet's request is in `requests` (`u32::MAX`: none).
+    slots: Vec<u32>,
     /// Flow hashes whose entries end after the batch.
     pub(crate) revoked: Vec<u64>,
     /// Whether every entry of the NF ends after the batch.
@@ -182,8 +184,13 @@ impl Calls {
             }
         }
         // A later request for the same packet replaces an earlier one and
-        // takes no more room.
-        if let Some(old) = self.requests.iter_mut().find(|o| o.packet == r.packet) {
+        // takes no more room (found in one step: a guest may send any
+        // number of requests in one call).
+        let slot = r.packet as usize;
+        if self.slots.len() <= slot {
+            self.slots.resize(self.words.len() / sluice_wire::abi::DESCRIPTOR_WORDS, u32::MAX);
+        }
+        if let Some(old) = self.slots.get(slot).and_then(|&at| self.requests.get_mut(at as usize)) {
             *old = r;
             return Ok(());
         }
@@ -191,6 +198,9 @@ impl Calls {
             return Err(Refusal::OverBudget);
         }
         self.room -= 1;
+        if let Some(at) = self.slots.get_mut(slot) {
+            *at = self.requests.len() as u32;
+        }
         self.requests.push(r);
         Ok(())
     }
@@ -199,6 +209,7 @@ impl Calls {
     pub(crate) fn close(&mut self) {
         self.open = false;
         self.words.clear();
+        self.slots.clear();
         self.returns.clear();
     }
 }
@@ -291,6 +302,8 @@ struct Entry {
     /// The batch it was last used in (its flow state is refreshed once
     /// per batch).
     batch: u64,
+    /// The batch it was made in.
+    made: u64,
 }
 
 /// What [`Table::pass`] did with a packet.
@@ -410,8 +423,10 @@ impl Table {
     }
 
     /// Makes the entry for a packet (as it came in) whose NFs all asked,
-    /// with the chain's result for it. `false`
-    /// (and no entry) when it cannot be made.
+    /// with the chain's result for it. `false` (and no entry) when it
+    /// cannot be made (counted as declined) or another packet of the batch
+    /// made it already. An entry made in an earlier batch is replaced (what
+    /// passed under it is returned as revoked).
     pub(crate) fn install(
         &mut self,
         arrived: &crate::batch::RawPacket<'_>,
@@ -435,8 +450,12 @@ impl Table {
         };
         let (key, reverse) = k.normalize();
         let ek = EntryKey { key, reverse, port };
-        if self.entries.contains_key(&ek) {
-            self.end(ek, EndReason::Revoked, ended);
+        match self.entries.get(&ek) {
+            // Several packets of the flow asked in this batch: the first
+            // made the entry.
+            Some(e) if e.made == self.batch => return false,
+            Some(_) => self.end(ek, EndReason::Revoked, ended),
+            None => {}
         }
         for s in &p.steps {
             self.by_hash.entry((s.stage, s.key.hash_normalized())).or_default().push(ek);
@@ -460,6 +479,7 @@ impl Table {
                 packets: 0,
                 bytes: 0,
                 batch: self.batch,
+                made: self.batch,
             },
         );
         self.counters.installed += 1;

@@ -7,8 +7,9 @@
 //! merged tables. See README.md.
 
 use serde::Deserialize;
+use sluice_sdk::offload::Offload;
 use sluice_sdk::state::{Counters, Merge, StateError, TableSpec};
-use sluice_sdk::{Batch, Event, IpAddr128, Level, NetworkFunction, NfInfo, emit};
+use sluice_sdk::{Batch, Event, FlowKey, IpAddr128, Level, NetworkFunction, NfInfo, emit};
 use std::collections::HashMap;
 
 #[derive(Debug, Deserialize)]
@@ -26,6 +27,10 @@ struct RawConfig {
     /// owner per key; reports read exact values as of the last sync).
     #[serde(default = "default_consistency")]
     consistency: String,
+    /// Hand every flow to the host (`sluice:nf@0.5.0` offload) and count
+    /// what passed under its entries when they end.
+    #[serde(default)]
+    offload: bool,
 }
 
 fn default_consistency() -> String {
@@ -68,6 +73,8 @@ pub struct Monitor {
     next_report_ns: u64,
     /// Hosts seen since the last report, with their addresses (for names).
     seen: HashMap<u64, IpAddr128>,
+    /// Whether flows are offloaded (see `offload` in README.md).
+    offload: bool,
     // Reused per batch.
     keys: Vec<u64>,
     deltas: Vec<i64>,
@@ -164,6 +171,7 @@ impl NetworkFunction for Monitor {
                 top: raw.top,
                 next_report_ns: 0,
                 seen: HashMap::new(),
+                offload: raw.offload,
                 keys: Vec::new(),
                 deltas: Vec::new(),
             },
@@ -178,7 +186,22 @@ impl NetworkFunction for Monitor {
         let mut hosts_b = Vec::with_capacity(batch.len());
         let (mut packets, mut bytes) = (0i64, 0i64);
         let mut last_ns = 0;
-        for p in batch.packets() {
+        // What passed under ended entries counts as if it had come now:
+        // the packets of a flow in one direction, from one host.
+        for r in batch.offload_returns() {
+            let (n, b) = (i64::try_from(r.packets).unwrap_or(i64::MAX), i64::try_from(r.bytes).unwrap_or(i64::MAX));
+            packets += n;
+            bytes += b;
+            flows_p.push((r.flow_hash, n));
+            flows_b.push((r.flow_hash, b));
+            if let Some(key) = FlowKey::from_bytes(&r.key) {
+                let h = host_key(if r.reverse { key.dst } else { key.src });
+                hosts_p.push((h, n));
+                hosts_b.push((h, b));
+            }
+        }
+        let mut offloads = Vec::new();
+        for (i, p) in batch.packets().enumerate() {
             let len = i64::from(p.wire_len());
             packets += 1;
             bytes += len;
@@ -195,7 +218,16 @@ impl NetworkFunction for Monitor {
                 if self.interval_ns > 0 && self.seen.len() < 65_536 {
                     self.seen.entry(h).or_insert(key.src);
                 }
+                // Every packet of a flow asks (a chain offloads a packet
+                // only where each of its NFs asked for that packet); the
+                // counts come back at least once per report interval.
+                if self.offload && !p.is_fragment() {
+                    offloads.push(Offload::packet(i).max_age_ns(self.interval_ns));
+                }
             }
+        }
+        for o in offloads {
+            batch.offload(o);
         }
         let (k, d) = (&mut self.keys, &mut self.deltas);
         Self::add(self.flow_packets, &mut flows_p, k, d)?;
