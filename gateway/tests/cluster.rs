@@ -137,7 +137,9 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     let csv = api.get(Some(&key), &format!("/v1/bill?period={period}&format=csv")).body;
     let csv = csv.as_str().unwrap();
     assert!(csv.starts_with("tenant,period,item,unit,quantity"), "{csv}");
-    assert_eq!(csv.lines().count(), 7, "{csv}");
+    // The header, a line per priced item (packets, data, CPU, invocations,
+    // state, offloaded packets) and the total.
+    assert_eq!(csv.lines().count(), 8, "{csv}");
 
     // Deleting the deployment frees the modules.
     assert_eq!(api.delete(Some(&key), "/v1/deployments/edge").status, 204);
