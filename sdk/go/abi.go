@@ -1,9 +1,9 @@
 //go:build wasip1
 
 // The canonical-ABI glue between the component model and Go: the exports
-// of sluice:nf/nf@0.4.0, the imports of host-log and state, and the
+// of sluice:nf/nf@0.5.0, the imports of host-log, state and offload, and the
 // realloc functions the host allocates guest memory with. Layouts follow the component model's canonical ABI for
-// the records of wit/v0.4.0/nf.wit (offsets are noted where they are not
+// the records of wit/v0.5.0/nf.wit (offsets are noted where they are not
 // obvious); the build embeds the contract's component type, and
 // wit-component checks every signature here against it.
 
@@ -130,6 +130,10 @@ func get32(b []byte, at int) uint32 {
 	return uint32(b[at]) | uint32(b[at+1])<<8 | uint32(b[at+2])<<16 | uint32(b[at+3])<<24
 }
 
+func get64(b []byte, at int) uint64 {
+	return uint64(get32(b, at)) | uint64(get32(b, at+4))<<32
+}
+
 // errResult writes `err(message)` for the result types whose payload
 // starts at offset `at` (a string: pointer, length).
 func errResult(area []byte, at int, message string) {
@@ -146,7 +150,7 @@ func errResult(area []byte, at int, message string) {
 // Return area (24 bytes): tag @0; ok: wants-flow-state @8, idle ns @16;
 // err: string @8.
 //
-//go:wasmexport sluice:nf/nf@0.4.0#init
+//go:wasmexport sluice:nf/nf@0.5.0#init
 func exportInit(ptr, n uint32) uint32 {
 	defer endCall()
 	lastResult = nil
@@ -168,7 +172,7 @@ func exportInit(ptr, n uint32) uint32 {
 // @0; ok: verdicts @4, rewrites @12, flow-updates @20 (pointer, length
 // each); err: string @4.
 //
-//go:wasmexport sluice:nf/nf@0.4.0#process
+//go:wasmexport sluice:nf/nf@0.5.0#process
 func exportProcess(dataPtr, dataLen, descPtr, descLen, statesPtr, statesLen uint32) uint32 {
 	defer endCall()
 	lastResult = nil
@@ -176,6 +180,9 @@ func exportProcess(dataPtr, dataLen, descPtr, descLen, statesPtr, statesLen uint
 	b := newBatch(bytesAt(dataPtr, dataLen), u64sAt(descPtr, descLen), bytesAt(statesPtr, statesLen))
 	err := callProcess(b)
 	b.flushEvents()
+	if err == nil {
+		b.flushOffloads()
+	}
 	if err != nil {
 		errResult(area, 4, err.Error())
 		return ret
@@ -223,7 +230,7 @@ func exportProcess(dataPtr, dataLen, descPtr, descLen, statesPtr, statesLen uint
 // expired: func(table: table, entries: list<u8>) -> result<_, string>
 // Return area (12 bytes): tag @0, err string @4.
 //
-//go:wasmexport sluice:nf/nf@0.4.0#expired
+//go:wasmexport sluice:nf/nf@0.5.0#expired
 func exportExpired(table, ptr, n uint32) uint32 {
 	defer endCall()
 	lastResult = nil
@@ -249,34 +256,34 @@ func alignedCopy(b []byte) []byte {
 
 // ---- imports ---------------------------------------------------------------
 
-//go:wasmimport sluice:nf/host-log@0.4.0 log
+//go:wasmimport sluice:nf/host-log@0.5.0 log
 func hostLog(level, msgPtr, msgLen uint32)
 
-//go:wasmimport sluice:nf/host-log@0.4.0 emit
+//go:wasmimport sluice:nf/host-log@0.5.0 emit
 func hostEmit(ptr, n uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 declare
+//go:wasmimport sluice:nf/state@0.5.0 declare
 func stateDeclare(namePtr, nameLen, scope, access, kind, consTag uint32, cons1, cons2 uint64, cons3, keySize, maxValue, capacity uint32, idle uint64, notify, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 counter-add
+//go:wasmimport sluice:nf/state@0.5.0 counter-add
 func stateCounterAdd(table, keysPtr, keysLen, deltasPtr, deltasLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 counter-get
+//go:wasmimport sluice:nf/state@0.5.0 counter-get
 func stateCounterGet(table, keysPtr, keysLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 get-many
+//go:wasmimport sluice:nf/state@0.5.0 get-many
 func stateGetMany(table, keysPtr, keysLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 put-many
+//go:wasmimport sluice:nf/state@0.5.0 put-many
 func statePutMany(table, entriesPtr, entriesLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 acquire
+//go:wasmimport sluice:nf/state@0.5.0 acquire
 func stateAcquire(table, valuesPtr, valuesLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 lookup
+//go:wasmimport sluice:nf/state@0.5.0 lookup
 func stateLookup(table, idsPtr, idsLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.4.0 release
+//go:wasmimport sluice:nf/state@0.5.0 release
 func stateRelease(table, idsPtr, idsLen, ret uint32)
 
 // scan: func(table, cursor: list<u8>, limit: u32) -> result<scan-page, state-error>
@@ -284,13 +291,13 @@ func stateRelease(table, idsPtr, idsLen, ret uint32)
 // @20 (pointer, length each; a counter pair is 16 bytes: key @0, value
 // @8); err: state-error tag @4, payload @8.
 //
-//go:wasmimport sluice:nf/state@0.4.0 scan
+//go:wasmimport sluice:nf/state@0.5.0 scan
 func stateScan(table, cursorPtr, cursorLen, limit, ret uint32)
 
 // top-k: func(table, k: u32) -> result<list<tuple<u64, u64>>, state-error>
 // Return area (16 bytes): tag @0; ok: pairs @4 (pointer, length).
 //
-//go:wasmimport sluice:nf/state@0.4.0 top-k
+//go:wasmimport sluice:nf/state@0.5.0 top-k
 func stateTopK(table, k, ret uint32)
 
 // scratch is an 8-byte-aligned return area for an import call.

@@ -54,6 +54,11 @@ type Batch struct {
 	rewrites  []rewrite
 	rewritten map[uint32]int
 	events    []event
+	// offload requests, sent when Process returns, and the returns of
+	// ended entries, taken at most once per batch
+	offloads     []Offload
+	returns      []OffloadReturn
+	returnsTaken bool
 }
 
 func newBatch(data []byte, desc []uint64, flowStates []byte) *Batch {

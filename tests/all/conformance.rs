@@ -53,12 +53,26 @@ fn summary(report: &sluice_host::Report) -> Value {
 fn run(case: &str, component: &Path, scratch: &Path, workers: usize, spread: Spread) -> (Vec<u8>, Value) {
     let dir = workspace().join("tests/conformance").join(case);
     let config = std::fs::read_to_string(dir.join("config.txt")).unwrap_or_default();
+    let (output, report) = run_with(case, component, scratch, workers, spread, &config);
+    (output, summary(&report))
+}
+
+/// Runs the case's NF with `config` instead of the case's own.
+fn run_with(
+    case: &str,
+    component: &Path,
+    scratch: &Path,
+    workers: usize,
+    spread: Spread,
+    config: &str,
+) -> (Vec<u8>, sluice_host::Report) {
+    let dir = workspace().join("tests/conformance").join(case);
     // A generous deadline: this suite compares outputs, and the interpreted
     // languages share two cores with the builds of the other cases, which
     // can stretch a 200 µs batch past the default 10 ms.
     let toml = format!(
         "batch-size = 32\n[nf.{case}]\nfailure-policy = \"fail-closed\"\ndeadline-ms = 5000\nconfig-text = {}\n",
-        toml_string(&config)
+        toml_string(config)
     );
     let mut c = sluice_tests::host_config(scratch, &toml);
     c.workers = workers;
@@ -74,7 +88,7 @@ fn run(case: &str, component: &Path, scratch: &Path, workers: usize, spread: Spr
         progress: false,
     };
     let report = sluice_host::run(&c, &opts).unwrap();
-    (std::fs::read(&output).unwrap(), summary(&report))
+    (std::fs::read(&output).unwrap(), report)
 }
 
 fn toml_string(s: &str) -> String {
@@ -258,4 +272,60 @@ fn rewriter_reference_output_has_valid_checksums() {
     assert!(translated > 100, "only {translated} frames carry 192.0.2.0/24");
     let left = frames.iter().filter(|f| f.windows(3).any(|w| w == [198, 51, 100])).count();
     assert_eq!(left, 0, "{left} frames still carry 198.51.100.0/24");
+}
+
+/// Flow offload (`sluice:nf@0.5.0`): a firewall that offloads established
+/// flows with a DSCP change and adds the returned counts to its table gives,
+/// in every language and on one and two workers, the output bytes, events
+/// and tables of the same NF without offload (the case's expected files),
+/// while most packets pass without a call.
+#[test]
+fn offload_in_every_language_on_one_and_two_workers_matches_a_run_without_offload() {
+    conformance("offload");
+    let case = "offload";
+    let dir = workspace().join("tests/conformance").join(case);
+    let expected_pcap = std::fs::read(dir.join("expected.pcap")).unwrap();
+    let expected: Value = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    // The case means something: packets were dropped, forwarded packets
+    // counted, and every forwarded packet had its DSCP set.
+    assert!(expected["packets_dropped"].as_u64().unwrap() > 0, "{expected:#}");
+    let counted = expected["tables"]["forwarded"]["values"].as_array().unwrap().iter().find(|v| v[0] == 0).unwrap();
+    assert_eq!(counted[1], expected["packets_out"], "{expected:#}");
+    assert_eq!(expected["meters"]["rewritten"], expected["packets_out"], "{expected:#}");
+    let config = std::fs::read_to_string(dir.join("config.txt")).unwrap();
+    assert!(config.contains("offload=false"), "{config}");
+    let config = config.replace("offload=false", "offload=true");
+    for lang in Lang::ALL {
+        let scratch = tempfile::tempdir().unwrap();
+        let Some(component) = build(case, lang, scratch.path()) else { continue };
+        for workers in [1, 2] {
+            let (pcap, report) = run_with(case, &component, scratch.path(), workers, Spread::Flow, &config);
+            let summary = summary(&report);
+            let what = format!("{case}/{lang} with offload on {workers} workers");
+            assert_eq!(summary["meters"]["traps"], 0, "{what} trapped: {summary:#}");
+            assert_eq!(summary["meters"]["errors"], 0, "{what}: failed batches: {summary:#}");
+            assert!(
+                pcap == expected_pcap,
+                "{what}: output differs from the run without offload ({} vs {} bytes)",
+                pcap.len(),
+                expected_pcap.len()
+            );
+            assert_eq!(summary["tables"], expected["tables"], "{what}: tables differ");
+            assert_eq!(summary["events"], expected["events"], "{what}: events differ");
+            assert_eq!(summary["packets_dropped"], expected["packets_dropped"], "{what}");
+            let m = &report.nfs[0].meters;
+            assert_eq!(
+                m.packets + m.offloaded_packets,
+                expected["meters"]["packets"].as_u64().unwrap(),
+                "{what}: every packet either reached the NF or passed under an entry"
+            );
+            assert!(
+                m.offloaded_packets * 4 > m.packets,
+                "{what}: only {} of {} packets offloaded",
+                m.offloaded_packets,
+                m.packets + m.offloaded_packets
+            );
+            println!("{what}: identical, {} of {} packets offloaded", m.offloaded_packets, m.packets + m.offloaded_packets);
+        }
+    }
 }

@@ -3,49 +3,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `sluice:nf/host-log@0.4.0`
+// Imported Functions from `sluice:nf/host-log@0.5.0`
 
-__attribute__((__import_module__("sluice:nf/host-log@0.4.0"), __import_name__("log")))
+__attribute__((__import_module__("sluice:nf/host-log@0.5.0"), __import_name__("log")))
 extern void __wasm_import_sluice_nf_host_log_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("sluice:nf/host-log@0.4.0"), __import_name__("emit")))
+__attribute__((__import_module__("sluice:nf/host-log@0.5.0"), __import_name__("emit")))
 extern void __wasm_import_sluice_nf_host_log_emit(uint8_t *, size_t);
 
-// Imported Functions from `sluice:nf/state@0.4.0`
+// Imported Functions from `sluice:nf/state@0.5.0`
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("declare")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("declare")))
 extern void __wasm_import_sluice_nf_state_declare(uint8_t *, size_t, int32_t, int32_t, int32_t, int32_t, int64_t, int64_t, int32_t, int32_t, int32_t, int32_t, int64_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("counter-add")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("counter-add")))
 extern void __wasm_import_sluice_nf_state_counter_add(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("counter-get")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("counter-get")))
 extern void __wasm_import_sluice_nf_state_counter_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("get-many")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("get-many")))
 extern void __wasm_import_sluice_nf_state_get_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("put-many")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("put-many")))
 extern void __wasm_import_sluice_nf_state_put_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("acquire")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("acquire")))
 extern void __wasm_import_sluice_nf_state_acquire(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("lookup")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("lookup")))
 extern void __wasm_import_sluice_nf_state_lookup(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("release")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("release")))
 extern void __wasm_import_sluice_nf_state_release(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("scan")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("scan")))
 extern void __wasm_import_sluice_nf_state_scan(int32_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.4.0"), __import_name__("top-k")))
+__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("top-k")))
 extern void __wasm_import_sluice_nf_state_top_k(int32_t, int32_t, uint8_t *);
 
-// Exported Functions from `sluice:nf/nf@0.4.0`
+// Imported Functions from `sluice:nf/offload@0.5.0`
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.4.0#init")))
+__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("offload")))
+extern void __wasm_import_sluice_nf_offload_offload(uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("revoke")))
+extern void __wasm_import_sluice_nf_offload_revoke(uint8_t *, size_t);
+
+__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("revoke-all")))
+extern void __wasm_import_sluice_nf_offload_revoke_all(void);
+
+__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("returned")))
+extern void __wasm_import_sluice_nf_offload_returned(uint8_t *);
+
+// Exported Functions from `sluice:nf/nf@0.5.0`
+
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.5.0#init")))
 void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -60,7 +74,7 @@ void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.4.0#process")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.5.0#process")))
 void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -128,7 +142,7 @@ void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.4.0#expired")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.5.0#expired")))
 void __wasm_export_exports_sluice_nf_nf_expired_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -398,6 +412,105 @@ void sluice_nf_state_result_list_tuple2_u64_u64_state_error_free(sluice_nf_state
     network_function_list_tuple2_u64_u64_free(&ptr->val.ok);
   } else {
     sluice_nf_state_state_error_free(&ptr->val.err);
+  }
+}
+
+void network_function_option_u16_free(network_function_option_u16_t *ptr) {
+  if (ptr->is_some) {
+  }
+}
+
+void sluice_nf_offload_endpoint_free(sluice_nf_offload_endpoint_t *ptr) {
+  network_function_list_u8_free(&ptr->address);
+  network_function_option_u16_free(&ptr->port);
+}
+
+void sluice_nf_offload_rewrite_op_free(sluice_nf_offload_rewrite_op_t *ptr) {
+  switch ((int32_t) ptr->tag) {
+    case 0: {
+      sluice_nf_offload_endpoint_free(&ptr->val.source);
+      break;
+    }
+    case 1: {
+      sluice_nf_offload_endpoint_free(&ptr->val.destination);
+      break;
+    }
+    case 3: {
+      break;
+    }
+  }
+}
+
+void sluice_nf_offload_list_rewrite_op_free(sluice_nf_offload_list_rewrite_op_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    sluice_nf_offload_rewrite_op_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      sluice_nf_offload_rewrite_op_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void sluice_nf_offload_offload_request_free(sluice_nf_offload_offload_request_t *ptr) {
+  sluice_nf_offload_list_rewrite_op_free(&ptr->rewrites);
+}
+
+void sluice_nf_offload_offload_error_free(sluice_nf_offload_offload_error_t *ptr) {
+  switch ((int32_t) ptr->tag) {
+    case 2: {
+      network_function_string_free(&ptr->val.not_offloadable);
+      break;
+    }
+    case 3: {
+      network_function_string_free(&ptr->val.bad_rewrite);
+      break;
+    }
+  }
+}
+
+void sluice_nf_offload_offload_return_free(sluice_nf_offload_offload_return_t *ptr) {
+  network_function_option_u32_free(&ptr->flow);
+  network_function_list_u8_free(&ptr->key);
+}
+
+void sluice_nf_offload_list_offload_request_free(sluice_nf_offload_list_offload_request_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    sluice_nf_offload_offload_request_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      sluice_nf_offload_offload_request_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void sluice_nf_offload_result_void_offload_error_free(sluice_nf_offload_result_void_offload_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    sluice_nf_offload_offload_error_free(&ptr->val.err);
+  }
+}
+
+void sluice_nf_offload_list_result_void_offload_error_free(sluice_nf_offload_list_result_void_offload_error_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    sluice_nf_offload_result_void_offload_error_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      sluice_nf_offload_result_void_offload_error_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void sluice_nf_offload_list_offload_return_free(sluice_nf_offload_list_offload_return_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    sluice_nf_offload_offload_return_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      sluice_nf_offload_offload_return_free(&list_ptr[i]);
+    }
+    free(list_ptr);
   }
 }
 
@@ -1161,7 +1274,31 @@ bool sluice_nf_state_top_k(sluice_nf_state_table_t table, uint32_t k, network_fu
   }
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.4.0#init")))
+void sluice_nf_offload_offload(sluice_nf_offload_list_offload_request_t *requests, sluice_nf_offload_list_result_void_offload_error_t *ret) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(2*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_sluice_nf_offload_offload((uint8_t *) (*requests).ptr, (*requests).len, ptr);
+  *ret = (sluice_nf_offload_list_result_void_offload_error_t) { (sluice_nf_offload_result_void_offload_error_t*)(*((uint8_t **) (ptr + 0))), (*((size_t*) (ptr + sizeof(void*)))) };
+}
+
+void sluice_nf_offload_revoke(network_function_list_u64_t *flow_hashes) {
+  __wasm_import_sluice_nf_offload_revoke((uint8_t *) (*flow_hashes).ptr, (*flow_hashes).len);
+}
+
+void sluice_nf_offload_revoke_all(void) {
+  __wasm_import_sluice_nf_offload_revoke_all();
+}
+
+void sluice_nf_offload_returned(sluice_nf_offload_list_offload_return_t *ret) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(2*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_sluice_nf_offload_returned(ptr);
+  *ret = (sluice_nf_offload_list_offload_return_t) { (sluice_nf_offload_offload_return_t*)(*((uint8_t **) (ptr + 0))), (*((size_t*) (ptr + sizeof(void*)))) };
+}
+
+__attribute__((__export_name__("sluice:nf/nf@0.5.0#init")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   network_function_list_u8_t arg1 = (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) };
   exports_sluice_nf_nf_result_nf_info_string_t ret;
@@ -1187,7 +1324,7 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.4.0#process")))
+__attribute__((__export_name__("sluice:nf/nf@0.5.0#process")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4) {
   exports_sluice_nf_nf_batch_t arg5 = (sluice_nf_types_batch_t) {
     (network_function_list_u8_t) (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) },
@@ -1221,7 +1358,7 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0,
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.4.0#expired")))
+__attribute__((__export_name__("sluice:nf/nf@0.5.0#expired")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_expired(int32_t arg, uint8_t * arg0, size_t arg1) {
   network_function_list_u8_t arg2 = (network_function_list_u8_t) { (uint8_t*)(arg0), (arg1) };
   exports_sluice_nf_nf_result_void_string_t ret;

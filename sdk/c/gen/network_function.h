@@ -488,6 +488,162 @@ typedef struct {
   } val;
 } sluice_nf_state_result_list_tuple2_u64_u64_state_error_t;
 
+typedef struct {
+  bool is_some;
+  uint16_t val;
+} network_function_option_u16_t;
+
+// An address and, for TCP and UDP, a port.
+typedef struct sluice_nf_offload_endpoint_t {
+  // 4 bytes for an IPv4 packet, 16 for IPv6: the packet's version.
+  network_function_list_u8_t   address;
+  // The new port; none keeps it. Refused for packets without ports.
+  network_function_option_u16_t   port;
+} sluice_nf_offload_endpoint_t;
+
+// A header change the host makes to every packet of an offloaded
+// flow. The IPv4 header checksum and the TCP and UDP checksums are
+// updated incrementally; a UDP checksum of 0 (none, over IPv4) stays 0.
+typedef struct sluice_nf_offload_rewrite_op_t {
+  uint8_t tag;
+  union {
+    sluice_nf_offload_endpoint_t     source;
+    sluice_nf_offload_endpoint_t     destination;
+    uint8_t     set_dscp;
+  } val;
+} sluice_nf_offload_rewrite_op_t;
+
+// Sets the sender's address (and port).
+#define SLUICE_NF_OFFLOAD_REWRITE_OP_SOURCE 0
+// Sets the receiver's address (and port).
+#define SLUICE_NF_OFFLOAD_REWRITE_OP_DESTINATION 1
+// Lowers the TTL (IPv4) or hop limit (IPv6) by one. A packet that
+// arrives with 1 or 0 ends the entry and goes to the NF.
+#define SLUICE_NF_OFFLOAD_REWRITE_OP_DECREMENT_TTL 2
+// Sets the DSCP (0 to 63; the ECN bits are kept).
+#define SLUICE_NF_OFFLOAD_REWRITE_OP_SET_DSCP 3
+
+typedef struct {
+  sluice_nf_offload_rewrite_op_t *ptr;
+  size_t len;
+} sluice_nf_offload_list_rewrite_op_t;
+
+// One packet's flow to offload.
+typedef struct sluice_nf_offload_offload_request_t {
+  // Index of the packet in the current batch. Its flow, direction,
+  // ingress port and verdict make the entry.
+  uint32_t   packet;
+  // Header changes for the later packets, applied in order. The
+  // packet itself is not changed by them: rewrite it in
+  // `batch-result` as usual.
+  sluice_nf_offload_list_rewrite_op_t   rewrites;
+  // The entry ends when no packet matched it for this long, in
+  // nanoseconds of packet time; 0: the NF's flow idle timeout
+  // (`nf-info`, 120 s when that is 0).
+  uint64_t   idle_timeout_ns;
+  // The entry ends after this many packets; 0: no limit.
+  uint64_t   max_packets;
+  // The entry ends after this many bytes (on the wire); 0: no limit.
+  uint64_t   max_bytes;
+  // The entry ends this long (packet time) after it was made; 0: no
+  // limit. For an NF that must see a live flow now and then (to
+  // refresh what it keeps about it elsewhere).
+  uint64_t   max_age_ns;
+  // Whether `returned` hands this NF what passed under the entry when
+  // it ends. An NF that counts nothing per packet (a firewall) says
+  // no and is spared the returns; the host meters the packets
+  // either way.
+  bool   return_counts;
+} sluice_nf_offload_offload_request_t;
+
+// Why a request was refused. None of these traps.
+typedef struct sluice_nf_offload_offload_error_t {
+  uint8_t tag;
+  union {
+    network_function_string_t     not_offloadable;
+    network_function_string_t     bad_rewrite;
+  } val;
+} sluice_nf_offload_offload_error_t;
+
+// Called outside `process`.
+#define SLUICE_NF_OFFLOAD_OFFLOAD_ERROR_NOT_NOW 0
+// No packet with this index in the batch.
+#define SLUICE_NF_OFFLOAD_OFFLOAD_ERROR_BAD_PACKET 1
+// The packet cannot be offloaded (an IP fragment, not IP): the
+// message says why.
+#define SLUICE_NF_OFFLOAD_OFFLOAD_ERROR_NOT_OFFLOADABLE 2
+// A change the packet cannot take (an address of the other IP
+// version, a port on a packet without a transport header, a DSCP
+// above 63), or more than 8 changes: the message says which. (A
+// port for an ICMP packet is refused when the batch is done: no
+// entry is made, and the host counts it as declined.)
+#define SLUICE_NF_OFFLOAD_OFFLOAD_ERROR_BAD_REWRITE 3
+// The NF's state budget holds no more entries.
+#define SLUICE_NF_OFFLOAD_OFFLOAD_ERROR_OVER_BUDGET 4
+
+// Why an entry ended.
+typedef uint8_t sluice_nf_offload_end_reason_t;
+
+// A TCP FIN or RST of its flow and direction (that packet is in
+// this batch).
+#define SLUICE_NF_OFFLOAD_END_REASON_CLOSED 0
+// `max-packets`, `max-bytes` or `max-age-ns` reached, or a TTL too
+// low to decrement (the packet that would pass it is in this
+// batch).
+#define SLUICE_NF_OFFLOAD_END_REASON_LIMIT 1
+// No packet for `idle-timeout-ns`.
+#define SLUICE_NF_OFFLOAD_END_REASON_IDLE 2
+// `revoke` or `revoke-all`.
+#define SLUICE_NF_OFFLOAD_END_REASON_REVOKED 3
+// The NF was replaced (new version or configuration) or stopped.
+#define SLUICE_NF_OFFLOAD_END_REASON_REPLACED 4
+
+// What passed under an entry that ended.
+typedef struct sluice_nf_offload_offload_return_t {
+  // The index of the flow among this batch's flows when a packet of
+  // it is in the batch (always for `closed` and `limit`); none when
+  // not, or when the NF asked for no flow state.
+  network_function_option_u32_t   flow;
+  // The flow's hash (descriptor word 2).
+  uint64_t   flow_hash;
+  // The flow's normalized 5-tuple, 37 bytes: source address,
+  // destination address (16 bytes each, IPv4 as ::ffff:a.b.c.d),
+  // source port, destination port (big-endian), protocol; as in
+  // `expired`.
+  network_function_list_u8_t   key;
+  // Whether the entry was for packets that travel against the
+  // flow's normalized direction (descriptor flag 1).
+  bool   reverse;
+  // Packets that passed under the entry, none of which the NF saw.
+  uint64_t   packets;
+  // Their bytes on the wire.
+  uint64_t   bytes;
+  // Why it ended.
+  sluice_nf_offload_end_reason_t   reason;
+} sluice_nf_offload_offload_return_t;
+
+typedef struct {
+  sluice_nf_offload_offload_request_t *ptr;
+  size_t len;
+} sluice_nf_offload_list_offload_request_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    sluice_nf_offload_offload_error_t err;
+  } val;
+} sluice_nf_offload_result_void_offload_error_t;
+
+typedef struct {
+  sluice_nf_offload_result_void_offload_error_t *ptr;
+  size_t len;
+} sluice_nf_offload_list_result_void_offload_error_t;
+
+typedef struct {
+  sluice_nf_offload_offload_return_t *ptr;
+  size_t len;
+} sluice_nf_offload_list_offload_return_t;
+
 typedef sluice_nf_types_batch_t exports_sluice_nf_nf_batch_t;
 
 typedef sluice_nf_types_batch_result_t exports_sluice_nf_nf_batch_result_t;
@@ -519,7 +675,7 @@ typedef struct {
   } val;
 } exports_sluice_nf_nf_result_void_string_t;
 
-// Imported Functions from `sluice:nf/host-log@0.4.0`
+// Imported Functions from `sluice:nf/host-log@0.5.0`
 // Writes a line to the host log, tagged with the NF's name. The host
 // rate-limits each instance and counts what it drops.
 extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_function_string_t *message);
@@ -528,7 +684,7 @@ extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_fun
 // cluster mode the event subject). Send the events of a batch in one call.
 extern void sluice_nf_host_log_emit(sluice_nf_host_log_list_event_t *events);
 
-// Imported Functions from `sluice:nf/state@0.4.0`
+// Imported Functions from `sluice:nf/state@0.5.0`
 // Declares a table, or finds the one this NF declared earlier under
 // the same name (after a trap, or in the version this one replaces).
 // Only during `init`.
@@ -641,7 +797,42 @@ extern bool sluice_nf_state_scan(sluice_nf_state_table_t table, network_function
 // table or a per-flow counter table.
 extern bool sluice_nf_state_top_k(sluice_nf_state_table_t table, uint32_t k, network_function_list_tuple2_u64_u64_t *ret, sluice_nf_state_state_error_t *err);
 
-// Exported Functions from `sluice:nf/nf@0.4.0`
+// Imported Functions from `sluice:nf/offload@0.5.0`
+// Asks the host to offload the flows of these packets. One result per
+// request, in order. `ok` means the entry is made when the batch is
+// done, unless the NF's batch fails (error or trap), another NF of a
+// chain did not offload the packet too, or this is the first batch in
+// which an NF of the chain asks (the host follows packets through
+// the chain from then on: ask again with a later packet) — these are
+// counted as declined. Two packets of a batch that ask for the same
+// flow, direction and port make one entry (the first's). A flow
+// offloaded that way in an earlier batch gets the newer entry; what
+// passed under the old one is returned as `revoked`. At most one
+// request per packet counts: the last.
+// 
+// Errors: `not-now`, `bad-packet`, `not-offloadable`, `bad-rewrite`,
+// `over-budget` (per request; the others still count).
+extern void sluice_nf_offload_offload(sluice_nf_offload_list_offload_request_t *requests, sluice_nf_offload_list_result_void_offload_error_t *ret);
+// Ends this worker's entries of the flows with these hashes
+// (descriptor word 2), both directions, when the current batch is
+// done (before the entries it requests are made). What passed under
+// them comes from `returned` with the next batch. Outside `process`:
+// ignored.
+extern void sluice_nf_offload_revoke(network_function_list_u64_t *flow_hashes);
+// Ends every entry of this NF on this worker when the current batch
+// is done (e.g. after a rule change decided in `process`), before the
+// entries it requests are made.
+extern void sluice_nf_offload_revoke_all(void);
+// The entries of this NF on this worker that ended since the last
+// call, and what passed under each, oldest first. Call it once per
+// batch, at the start of `process`: the host keeps what ended for
+// the next call (at most one return per entry). When entries end and
+// no batch follows (the end of a `sluice-host run`, a version swap),
+// the host calls `process` once with an empty batch so they are
+// handed over. Outside `process`: empty.
+extern void sluice_nf_offload_returned(sluice_nf_offload_list_offload_return_t *ret);
+
+// Exported Functions from `sluice:nf/nf@0.5.0`
 bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluice_nf_nf_nf_info_t *ret, network_function_string_t *err);
 bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_sluice_nf_nf_batch_result_t *ret, network_function_string_t *err);
 bool exports_sluice_nf_nf_expired(exports_sluice_nf_nf_table_t table, network_function_list_u8_t *entries, network_function_string_t *err);
@@ -703,6 +894,28 @@ void sluice_nf_state_result_list_u8_state_error_free(sluice_nf_state_result_list
 void sluice_nf_state_result_scan_page_state_error_free(sluice_nf_state_result_scan_page_state_error_t *ptr);
 
 void sluice_nf_state_result_list_tuple2_u64_u64_state_error_free(sluice_nf_state_result_list_tuple2_u64_u64_state_error_t *ptr);
+
+void network_function_option_u16_free(network_function_option_u16_t *ptr);
+
+void sluice_nf_offload_endpoint_free(sluice_nf_offload_endpoint_t *ptr);
+
+void sluice_nf_offload_rewrite_op_free(sluice_nf_offload_rewrite_op_t *ptr);
+
+void sluice_nf_offload_list_rewrite_op_free(sluice_nf_offload_list_rewrite_op_t *ptr);
+
+void sluice_nf_offload_offload_request_free(sluice_nf_offload_offload_request_t *ptr);
+
+void sluice_nf_offload_offload_error_free(sluice_nf_offload_offload_error_t *ptr);
+
+void sluice_nf_offload_offload_return_free(sluice_nf_offload_offload_return_t *ptr);
+
+void sluice_nf_offload_list_offload_request_free(sluice_nf_offload_list_offload_request_t *ptr);
+
+void sluice_nf_offload_result_void_offload_error_free(sluice_nf_offload_result_void_offload_error_t *ptr);
+
+void sluice_nf_offload_list_result_void_offload_error_free(sluice_nf_offload_list_result_void_offload_error_t *ptr);
+
+void sluice_nf_offload_list_offload_return_free(sluice_nf_offload_list_offload_return_t *ptr);
 
 void exports_sluice_nf_nf_batch_free(exports_sluice_nf_nf_batch_t *ptr);
 

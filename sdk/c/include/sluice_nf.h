@@ -18,7 +18,7 @@
  * Everything here is bounds-checked: an accessor on a packet too short for
  * the header returns 0 or false, never reads past the packet.
  *
- * The contract is wit/v0.4.0/nf.wit (sluice:nf@0.4.0); gen/ holds the
+ * The contract is wit/v0.5.0/nf.wit (sluice:nf@0.5.0); gen/ holds the
  * wit-bindgen bindings this header wraps.
  */
 #ifndef SLUICE_NF_H
@@ -245,7 +245,7 @@ bool sluice_emit(const char *kind, uint8_t level, const char *const *fields, siz
 typedef uint32_t sluice_table_t;
 
 /* A table as the NF declares it: the contract's table-spec record (every
- * field is documented in gen/network_function.h and wit/v0.4.0/nf.wit). */
+ * field is documented in gen/network_function.h and wit/v0.5.0/nf.wit). */
 typedef sluice_nf_state_table_spec_t sluice_table_spec_t;
 
 /* How the replicas of an eventual table combine. */
@@ -408,6 +408,96 @@ void sluice_scan_page_free(sluice_scan_page_t *page);
  * them without the NF reading every key. Errors: _WRONG_KIND for byte,
  * pool and per-flow tables. */
 bool sluice_top_k(sluice_table_t table, uint32_t k, sluice_counter_entry_t *out, size_t *n, sluice_error_t *err);
+
+/* ---- flow offload (sluice:nf@0.5.0) ------------------------------------- */
+
+/* Once the NF has decided a flow, the host can give the flow's later
+ * packets the same verdict and header changes itself, without calling the
+ * NF. sluice_offload asks for it with a packet of the batch: its flow, in
+ * its direction and from its ingress port, gets this packet's verdict from
+ * when nf_process returns, plus the changes listed (the packet itself is
+ * changed only by what the batch rewrites, as usual). Offload each
+ * direction with a packet that travels it. An entry ends, and that packet
+ * comes to the NF, on a TCP FIN or RST, at its packet or byte limit, or
+ * when a TTL is too low to lower; it also ends when idle, revoked or when
+ * the NF is replaced. What passed under it comes back with a later batch
+ * (sluice_offload_returns), so counters the NF keeps can end equal to a
+ * run without offload. A chain skips its NFs for a packet only where every
+ * NF it went through offloaded it in the same batch. An NF that must see
+ * every packet (an IDS, a rate limiter) does not offload. Each entry is
+ * charged 256 bytes against the NF's state budget. */
+
+/* A change an offload entry makes to each later packet (build it with the
+ * sluice_op_* functions). */
+typedef sluice_nf_offload_rewrite_op_t sluice_rewrite_op_t;
+/* Later packets get this sender address (4 or 16 bytes, not copied: keep
+ * it valid until nf_process returns) and, with has_port, this port. */
+sluice_rewrite_op_t sluice_op_source(const uint8_t *address, size_t len, bool has_port, uint16_t port);
+/* Later packets get this receiver address and, with has_port, this port. */
+sluice_rewrite_op_t sluice_op_destination(const uint8_t *address, size_t len, bool has_port, uint16_t port);
+/* Later packets have their TTL or hop limit lowered by one. */
+sluice_rewrite_op_t sluice_op_decrement_ttl(void);
+/* Later packets get this DSCP (0 to 63). */
+sluice_rewrite_op_t sluice_op_set_dscp(uint8_t dscp);
+
+/* What an offload entry does besides the verdict; a zeroed struct (or
+ * NULL) asks for no change, the NF's flow idle timeout, no limits and the
+ * counts back. */
+typedef struct {
+    /* At most 8 changes (copied by sluice_offload). */
+    const sluice_rewrite_op_t *rewrites;
+    size_t nrewrites;
+    /* End after this long without a packet (packet time); 0: the NF's
+     * flow idle timeout. */
+    uint64_t idle_timeout_ns;
+    /* End after this many packets, bytes, or this long after it was made
+     * (0: no limit). */
+    uint64_t max_packets, max_bytes, max_age_ns;
+    /* Ask for nothing back when the entry ends (an NF that counts nothing
+     * per packet, e.g. a firewall). */
+    bool without_counts;
+} sluice_offload_t;
+
+/* Offloads the flow of packet i. The requests go to the host in one call
+ * when nf_process returns; a refused one (an IP fragment, a change that
+ * does not fit the packet, a full budget) simply makes no entry (call
+ * sluice_offload_now to see refusals). False: out of memory. */
+bool sluice_offload(sluice_batch_t *b, uint32_t i, const sluice_offload_t *opts);
+
+/* sluice_offload_now's results: the contract's offload-error case plus
+ * one, SLUICE_OFFLOAD_OK (0) where an entry was made. */
+#define SLUICE_OFFLOAD_OK 0u
+/* No entry can be made now (natively, or the chain's first asking batch). */
+#define SLUICE_OFFLOAD_ERR_NOT_NOW 1u
+/* No such packet in the batch. */
+#define SLUICE_OFFLOAD_ERR_BAD_PACKET 2u
+/* An IP fragment, not IP, or a packet without a flow. */
+#define SLUICE_OFFLOAD_ERR_NOT_OFFLOADABLE 3u
+/* A change that does not fit the packet (an address of the other family,
+ * more than 8 changes, a DSCP above 63). */
+#define SLUICE_OFFLOAD_ERR_BAD_REWRITE 4u
+/* The NF's state budget is used up. */
+#define SLUICE_OFFLOAD_ERR_OVER_BUDGET 5u
+/* Sends the requests queued with sluice_offload now: results[k] (room for
+ * as many as were queued, or NULL) is SLUICE_OFFLOAD_OK or the error of
+ * the k-th. Returns how many were sent. */
+size_t sluice_offload_now(sluice_batch_t *b, uint8_t *results);
+
+/* What passed under an entry that ended: flow (is_some: the flow's index
+ * in this batch, when a packet of it is here), flow_hash, key (the flow's
+ * key as the host hashes it), reverse (the reply direction), packets,
+ * bytes, reason (SLUICE_NF_OFFLOAD_END_REASON_CLOSED, _LIMIT, _IDLE,
+ * _REVOKED, _REPLACED). */
+typedef sluice_nf_offload_offload_return_t sluice_offload_return_t;
+/* The entries of this NF that ended since the last batch, one per entry
+ * (*n of them; valid until nf_process returns). Add them to whatever the
+ * NF counts per packet. */
+const sluice_offload_return_t *sluice_offload_returns(sluice_batch_t *b, size_t *n);
+/* Ends this worker's entries of the flows with these hashes
+ * (sluice_packet_t.flow_hash), both directions, when the batch is done. */
+void sluice_revoke(const uint64_t *flow_hashes, size_t n);
+/* Ends every entry of this NF on this worker when the batch is done. */
+void sluice_revoke_all(void);
 
 /* ---- what the NF defines ------------------------------------------------ */
 

@@ -39,6 +39,12 @@ struct sluice_batch {
     struct flow_slot *flows;
     uint32_t nflows;
     struct event_buf events;
+    /* offload requests (their rewrites malloc'd), sent when nf_process
+     * returns, and the returns of ended entries, taken at most once */
+    sluice_nf_offload_offload_request_t *offloads;
+    size_t noffloads, offcap;
+    sluice_nf_offload_list_offload_return_t returns;
+    bool returns_taken;
 };
 
 bool sluice_fail(sluice_error_t *err, const char *fmt, ...) {
@@ -809,7 +815,122 @@ bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluic
     return true;
 }
 
+/* ---- flow offload ------------------------------------------------------------ */
+
+/* Whether this instance ever asked to offload with counts returned: only
+ * then do ended entries return anything, and only then does a batch take
+ * them. */
+static bool offloaded_with_counts;
+
+static sluice_rewrite_op_t endpoint_op(uint8_t tag, const uint8_t *address, size_t len, bool has_port, uint16_t port) {
+    sluice_rewrite_op_t op;
+    memset(&op, 0, sizeof op);
+    op.tag = tag;
+    op.val.source.address.ptr = (uint8_t *)address;
+    op.val.source.address.len = len;
+    op.val.source.port.is_some = has_port;
+    op.val.source.port.val = port;
+    return op;
+}
+
+sluice_rewrite_op_t sluice_op_source(const uint8_t *address, size_t len, bool has_port, uint16_t port) {
+    return endpoint_op(SLUICE_NF_OFFLOAD_REWRITE_OP_SOURCE, address, len, has_port, port);
+}
+
+sluice_rewrite_op_t sluice_op_destination(const uint8_t *address, size_t len, bool has_port, uint16_t port) {
+    return endpoint_op(SLUICE_NF_OFFLOAD_REWRITE_OP_DESTINATION, address, len, has_port, port);
+}
+
+sluice_rewrite_op_t sluice_op_decrement_ttl(void) {
+    sluice_rewrite_op_t op;
+    memset(&op, 0, sizeof op);
+    op.tag = SLUICE_NF_OFFLOAD_REWRITE_OP_DECREMENT_TTL;
+    return op;
+}
+
+sluice_rewrite_op_t sluice_op_set_dscp(uint8_t dscp) {
+    sluice_rewrite_op_t op;
+    memset(&op, 0, sizeof op);
+    op.tag = SLUICE_NF_OFFLOAD_REWRITE_OP_SET_DSCP;
+    op.val.set_dscp = dscp;
+    return op;
+}
+
+bool sluice_offload(sluice_batch_t *b, uint32_t i, const sluice_offload_t *opts) {
+    if (b->noffloads == b->offcap) {
+        size_t cap = b->offcap ? b->offcap * 2 : 8;
+        sluice_nf_offload_offload_request_t *p = realloc(b->offloads, cap * sizeof *p);
+        if (!p) return false;
+        b->offloads = p;
+        b->offcap = cap;
+    }
+    sluice_nf_offload_offload_request_t *r = &b->offloads[b->noffloads];
+    memset(r, 0, sizeof *r);
+    r->packet = i;
+    r->return_counts = true;
+    if (opts) {
+        if (opts->nrewrites) {
+            r->rewrites.ptr = malloc(opts->nrewrites * sizeof *r->rewrites.ptr);
+            if (!r->rewrites.ptr) return false;
+            memcpy(r->rewrites.ptr, opts->rewrites, opts->nrewrites * sizeof *r->rewrites.ptr);
+            r->rewrites.len = opts->nrewrites;
+        }
+        r->idle_timeout_ns = opts->idle_timeout_ns;
+        r->max_packets = opts->max_packets;
+        r->max_bytes = opts->max_bytes;
+        r->max_age_ns = opts->max_age_ns;
+        r->return_counts = !opts->without_counts;
+    }
+    b->noffloads++;
+    return true;
+}
+
+size_t sluice_offload_now(sluice_batch_t *b, uint8_t *results) {
+    size_t n = b->noffloads;
+    if (!n) return 0;
+    for (size_t k = 0; k < n; k++) offloaded_with_counts |= b->offloads[k].return_counts;
+    sluice_nf_offload_list_offload_request_t list = {b->offloads, n};
+    sluice_nf_offload_list_result_void_offload_error_t out = {NULL, 0};
+    sluice_nf_offload_offload(&list, &out);
+    for (size_t k = 0; k < n; k++) {
+        if (results) results[k] = k < out.len && out.ptr[k].is_err ? out.ptr[k].val.err.tag + 1 : SLUICE_OFFLOAD_OK;
+        free(b->offloads[k].rewrites.ptr);
+    }
+    /* An empty list's pointer is not an allocation (free would fail). */
+    if (out.len) sluice_nf_offload_list_result_void_offload_error_free(&out);
+    b->noffloads = 0;
+    return n;
+}
+
+const sluice_offload_return_t *sluice_offload_returns(sluice_batch_t *b, size_t *n) {
+    if (!b->returns_taken) {
+        b->returns_taken = true;
+        if (offloaded_with_counts) sluice_nf_offload_returned(&b->returns);
+    }
+    *n = b->returns.len;
+    return b->returns.ptr;
+}
+
+void sluice_revoke(const uint64_t *flow_hashes, size_t n) {
+    if (!n) return;
+    network_function_list_u64_t list = {(uint64_t *)flow_hashes, n};
+    sluice_nf_offload_revoke(&list);
+}
+
+void sluice_revoke_all(void) { sluice_nf_offload_revoke_all(); }
+
+/* Sends the batch's requests and, when the NF did not look, takes what
+ * ended so the host keeps nothing for ever. */
+static void flush_offloads(sluice_batch_t *b) {
+    sluice_offload_now(b, NULL);
+    size_t n;
+    if (!b->returns_taken && offloaded_with_counts) sluice_offload_returns(b, &n);
+}
+
 static void release_batch(sluice_batch_t *b) {
+    for (size_t k = 0; k < b->noffloads; k++) free(b->offloads[k].rewrites.ptr);
+    free(b->offloads);
+    if (b->returns.len) sluice_nf_offload_list_offload_return_free(&b->returns);
     if (b->rewrites) {
         for (uint32_t i = 0; i < b->n; i++) free(b->rewrites[i]);
         free(b->rewrites);
@@ -840,6 +961,7 @@ bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_s
     no_error(&e);
     bool ok = nf_process(&b, &e);
     flush_events(&b.events);
+    if (ok) flush_offloads(&b);
     if (!ok) {
         release_batch(&b);
         set_string(err, e.message[0] ? e.message : "process failed");

@@ -21,16 +21,13 @@ use std::path::{Path, PathBuf};
 
 /// The contract version new projects and builds target, and the one whose
 /// WIT builds embed (C, Go) or generate bindings from (Python, JS).
-pub const CONTRACT_VERSION: &str = "0.4.0";
+pub const CONTRACT_VERSION: &str = "0.5.0";
 
-/// The contract version an SDK builds against: a language's SDK moves to a
-/// newer version when it exposes what that version adds (Rust's has flow
-/// offload, `sluice:nf@0.5.0`); the host loads every version.
-pub fn contract_version(lang: crate::Lang) -> &'static str {
-    match lang {
-        crate::Lang::Rust => "0.5.0",
-        _ => CONTRACT_VERSION,
-    }
+/// The contract version an SDK builds against: every language's SDK is on
+/// [`CONTRACT_VERSION`] (flow offload, `sluice:nf@0.5.0`); the host loads
+/// every released version.
+pub fn contract_version(_lang: crate::Lang) -> &'static str {
+    CONTRACT_VERSION
 }
 
 /// The version of this tool (and of the SDK it installs).

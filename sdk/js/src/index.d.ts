@@ -86,7 +86,67 @@ export class Batch {
   removeFlowState(flow: number): void;
   rewrite(i: number, data: Uint8Array | ArrayLike<number>): void;
   emit(kind: string, level: Level, packet: number | undefined, fields: Array<[string, string]>): void;
+  /** Offloads packet `i`'s flow (sluice:nf@0.5.0): later packets in its
+   * direction get its verdict and `rewrites` without a call. */
+  offload(i: number, options?: OffloadOptions): void;
+  /** What passed under this NF's entries that ended since the last batch. */
+  offloadReturns(): OffloadReturn[];
 }
+
+/** A change an offload entry makes to each later packet. */
+export type RewriteOp =
+  | { tag: "source"; val: { address: Uint8Array; port: number | undefined } }
+  | { tag: "destination"; val: { address: Uint8Array; port: number | undefined } }
+  | { tag: "decrement-ttl" }
+  | { tag: "set-dscp"; val: number };
+
+export interface OffloadOptions {
+  /** At most 8 changes. */
+  rewrites?: RewriteOp[];
+  /** End after this long without a packet (0: the NF's flow idle timeout). */
+  idleTimeoutNs?: bigint | number;
+  /** End after this many packets, bytes or this long (0: no limit). */
+  maxPackets?: bigint | number;
+  maxBytes?: bigint | number;
+  maxAgeNs?: bigint | number;
+  /** Hand back what passed under the entry when it ends (default true). */
+  counts?: boolean;
+}
+
+export type EndReason = "closed" | "limit" | "idle" | "revoked" | "replaced";
+
+export interface OffloadReturn {
+  /** The flow's index in this batch when a packet of it is here. */
+  flow: number | undefined;
+  flowHash: bigint;
+  key: Uint8Array;
+  reverse: boolean;
+  packets: bigint;
+  bytes: bigint;
+  reason: EndReason;
+}
+
+export function setSource(address: ArrayLike<number>, port?: number): RewriteOp;
+export function setDestination(address: ArrayLike<number>, port?: number): RewriteOp;
+export function decrementTtl(): RewriteOp;
+export function setDscp(dscp: number): RewriteOp;
+
+export type OffloadErrorKind = "not-now" | "bad-packet" | "not-offloadable" | "bad-rewrite" | "over-budget";
+
+/** Why the host made no entry for an offload request. */
+export class OffloadError extends Error {
+  readonly kind: OffloadErrorKind;
+  readonly detail: string | undefined;
+}
+
+/** Sends the batch's offload requests now: undefined where an entry was made. */
+export function offloadNow(batch: Batch): Array<OffloadError | undefined>;
+/** Ends this worker's entries of these flows (both directions) after the batch. */
+export function revoke(flowHashes: ArrayLike<bigint | number>): void;
+/** Ends every entry of this NF on this worker after the batch. */
+export function revokeAll(): void;
+/** The entries that ended since the last call. */
+export function offloadReturned(): OffloadReturn[];
 
 /** The contract's state-error cases. */
 export type StateErrorKind =

@@ -11,10 +11,16 @@
 // fail a batch: the message goes to the host, which applies the NF's
 // failure policy.
 //
-// The contract is wit/v0.4.0/nf.wit (sluice:nf@0.4.0); componentize-js
+// The contract is wit/v0.5.0/nf.wit (sluice:nf@0.5.0); componentize-js
 // provides the `sluice:nf/*` imports when it builds the NF.
 
-import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.4.0";
+import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.5.0";
+import {
+  offload as hostOffload,
+  returned as hostReturned,
+  revoke as hostRevoke,
+  revokeAll as hostRevokeAll,
+} from "sluice:nf/offload@0.5.0";
 import {
   acquire,
   counterAdd,
@@ -26,7 +32,7 @@ import {
   release,
   scan,
   topK,
-} from "sluice:nf/state@0.4.0";
+} from "sluice:nf/state@0.5.0";
 
 /** Drop the packet. */
 export const DROP = 0;
@@ -297,6 +303,8 @@ export class Batch {
     }
     this.pending = new Uint8Array(this.states.length);
     this.newStates = new Array(this.states.length);
+    this.offloads = [];
+    this.returns = undefined;
   }
 
   /** Packet `i` (0 <= i < length). */
@@ -360,8 +368,45 @@ export class Batch {
     this.events = [];
   }
 
+  /** Offloads the flow of packet `i` (flow offload, sluice:nf@0.5.0): its
+   * later packets in its direction get this packet's verdict, plus
+   * `rewrites` (`setSource`, `setDestination`, `decrementTtl`, `setDscp`;
+   * at most 8), without a call to the NF, until a TCP FIN or RST (that
+   * packet comes to the NF), `idleTimeoutNs` without a packet (0: the NF's
+   * flow idle timeout), `maxPackets`, `maxBytes` or `maxAgeNs` (0: no
+   * limit), a revoke, or a new version. With `counts` (the default) what
+   * passed under the entry comes back through `offloadReturns()`; an NF
+   * that counts nothing per packet passes `counts: false`. The requests go
+   * to the host in one call when `process` returns; a refused one simply
+   * makes no entry (call `offloadNow` to see refusals). */
+  offload(i, { rewrites = [], idleTimeoutNs = 0, maxPackets = 0, maxBytes = 0, maxAgeNs = 0, counts = true } = {}) {
+    this.offloads.push({
+      packet: i >>> 0,
+      rewrites: [...rewrites],
+      idleTimeoutNs: BigInt(idleTimeoutNs),
+      maxPackets: BigInt(maxPackets),
+      maxBytes: BigInt(maxBytes),
+      maxAgeNs: BigInt(maxAgeNs),
+      returnCounts: !!counts,
+    });
+  }
+
+  /** What passed under this NF's offload entries that ended since the last
+   * batch, one per entry: `{ flow, flowHash, key, reverse, packets, bytes,
+   * reason }` (`flow`: the flow's index in this batch when a packet of it
+   * is here, else undefined; `packets`, `bytes`, `flowHash`: bigint;
+   * `reason`: "closed", "limit", "idle", "revoked" or "replaced"). Add
+   * them to whatever the NF counts per packet. */
+  offloadReturns() {
+    if (this.returns === undefined) this.returns = offloadState.counts ? offloadReturned() : [];
+    return this.returns;
+  }
+
   finish() {
     this.flushEvents();
+    if (this.offloads.length) offloadNow(this);
+    // Not looked at: taken anyway, so the host keeps none for ever.
+    if (this.returns === undefined && offloadState.counts) offloadReturned();
     const rewrites = [...this.rewrites.entries()].sort((a, b) => a[0] - b[0]).map(([packet, data]) => ({ packet, data }));
     const flowUpdates = [];
     for (let flow = 0; flow < this.pending.length; flow++) {
@@ -370,6 +415,74 @@ export class Batch {
     }
     return { verdicts: this.verdicts, rewrites, flowUpdates };
   }
+}
+
+/** Whether this instance ever asked to offload with counts returned: only
+ * then do ended entries return anything, and only then does a batch take
+ * them. */
+const offloadState = { counts: false };
+
+/** An offload change: later packets get this sender address (4 or 16
+ * bytes) and, for TCP and UDP, `port` (undefined: the port stays). */
+export function setSource(address, port) {
+  return { tag: "source", val: { address: Uint8Array.from(address), port } };
+}
+
+/** An offload change: later packets get this receiver address and port. */
+export function setDestination(address, port) {
+  return { tag: "destination", val: { address: Uint8Array.from(address), port } };
+}
+
+/** An offload change: later packets' TTL or hop limit is lowered by one. */
+export function decrementTtl() {
+  return { tag: "decrement-ttl" };
+}
+
+/** An offload change: later packets get this DSCP (0 to 63). */
+export function setDscp(dscp) {
+  return { tag: "set-dscp", val: dscp };
+}
+
+/** Why the host made no entry for an offload request: `kind` is
+ * "not-now", "bad-packet", "not-offloadable", "bad-rewrite" or
+ * "over-budget"; `detail` says more for the two that carry text. */
+export class OffloadError extends Error {
+  constructor(kind, detail) {
+    super(detail !== undefined ? `offload: ${kind}: ${detail}` : `offload: ${kind}`);
+    this.name = "OffloadError";
+    this.kind = kind;
+    this.detail = detail;
+  }
+}
+
+/** Sends `batch`'s offload requests now instead of when `process`
+ * returns: one result per request, undefined where an entry was made, else
+ * an `OffloadError`. */
+export function offloadNow(batch) {
+  const requests = batch.offloads;
+  batch.offloads = [];
+  if (!requests.length) return [];
+  if (requests.some((r) => r.returnCounts)) offloadState.counts = true;
+  return hostOffload(requests).map((r) =>
+    r && r.tag === "err" ? new OffloadError(r.val.tag, typeof r.val.val === "string" ? r.val.val : undefined) : undefined,
+  );
+}
+
+/** Ends this worker's entries of the flows with these hashes
+ * (`packet.flowHash`, bigint), both directions, when the batch is done. */
+export function revoke(flowHashes) {
+  if (flowHashes.length) hostRevoke(BigUint64Array.from(flowHashes, (h) => BigInt(h)));
+}
+
+/** Ends every entry of this NF on this worker when the batch is done. */
+export function revokeAll() {
+  hostRevokeAll();
+}
+
+/** The entries that ended since the last call and what passed under each
+ * (`batch.offloadReturns()` calls it once per batch). */
+export function offloadReturned() {
+  return hostReturned();
 }
 
 const ITEM_ERRORS = ["bad-input", "full", "over-budget", "too-large"];

@@ -11,7 +11,7 @@ batch) and setters for verdicts, rewrites and state; none of them calls the
 host. Raise an exception to refuse a configuration or fail a batch: its
 message goes to the host, which applies the NF's failure policy.
 
-The contract is ``wit/v0.4.0/nf.wit`` (``sluice:nf@0.4.0``); componentize-py
+The contract is ``wit/v0.5.0/nf.wit`` (``sluice:nf@0.5.0``); componentize-py
 generates the ``wit_world`` bindings this package wraps when it builds the NF.
 """
 
@@ -25,13 +25,16 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import host_log
+from wit_world.imports import offload as _offload
 from wit_world.imports import state as _state
 from wit_world.imports import types
 
 __all__ = [
     "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
-    "Batch", "Bytes", "Counters", "Level", "Merge", "NfInfo", "Packet", "Pool", "ScanPage", "StateError", "frame",
-    "unframe",
+    "Batch", "Bytes", "Counters", "EndReason", "Level", "Merge", "NfInfo", "OffloadError", "Packet", "Pool",
+    "ScanPage", "StateError", "frame", "unframe",
+    "decrement_ttl", "offload_now", "offload_returned", "revoke", "revoke_all", "set_destination", "set_dscp",
+    "set_source",
     "config_bool", "config_float", "config_int", "config_str", "config_value", "csum_update16", "export",
     "forward", "label", "log", "parse_ipv4_cidr", "emit", "stateless", "with_flow_state",
 ]
@@ -303,6 +306,8 @@ class Batch:
             at += 4 + length
         self._states = states
         self._pending = [(_KEEP, b"")] * len(states)
+        self._offloads: list = []
+        self._returns: Optional[list] = None
 
     def __len__(self) -> int:
         return len(self.verdicts)
@@ -359,8 +364,48 @@ class Batch:
             host_log.emit(self._events)
             self._events = []
 
+    def offload(self, i: int, *, rewrites: Sequence = (), idle_timeout_ns: int = 0, max_packets: int = 0,
+                max_bytes: int = 0, max_age_ns: int = 0, counts: bool = True) -> None:
+        """Offloads the flow of packet ``i`` (flow offload, ``sluice:nf@0.5.0``):
+        its later packets in its direction get this packet's verdict, plus
+        ``rewrites`` (:func:`set_source`, :func:`set_destination`,
+        :func:`decrement_ttl`, :func:`set_dscp`; at most 8), without a call
+        to the NF, until a TCP FIN or RST (that packet comes to the NF),
+        ``idle_timeout_ns`` without a packet (0: the NF's flow idle
+        timeout), ``max_packets``, ``max_bytes`` or ``max_age_ns`` (0: no
+        limit), a revoke, or a new version. With ``counts`` (the default)
+        what passed under the entry comes back through
+        :meth:`offload_returns`; an NF that counts nothing per packet passes
+        ``counts=False``. The requests go to the host in one call when
+        ``process`` returns; a refused one simply makes no entry (call
+        :func:`offload_now` to see refusals)."""
+        self._offloads.append(_offload.OffloadRequest(
+            i, list(rewrites), idle_timeout_ns, max_packets, max_bytes, max_age_ns, bool(counts)))
+
+    def offload_returns(self) -> list:
+        """What passed under this NF's offload entries that ended since the
+        last batch, one ``OffloadReturn`` per entry: ``flow`` (the flow's
+        index in this batch when a packet of it is here, else None),
+        ``flow_hash``, ``key``, ``reverse``, ``packets``, ``bytes`` and
+        ``reason`` (an :data:`EndReason`). Add them to whatever the NF counts
+        per packet."""
+        if self._returns is None:
+            self._returns = offload_returned() if _OFFLOAD["counts"] else []
+        return self._returns
+
+    def _flush_offloads(self) -> None:
+        if self._offloads:
+            if any(r.return_counts for r in self._offloads):
+                _OFFLOAD["counts"] = True
+            _offload.offload(self._offloads)
+            self._offloads = []
+        if self._returns is None and _OFFLOAD["counts"]:
+            # Not looked at: taken anyway, so the host keeps none for ever.
+            offload_returned()
+
     def _finish(self) -> types.BatchResult:
         self._flush_events()
+        self._flush_offloads()
         rewrites = [types.Rewrite(i, d) for i, d in sorted(self._rewrites.items())]
         updates = []
         for flow, (op, value) in enumerate(self._pending):
@@ -369,6 +414,97 @@ class Batch:
             elif op == _REMOVE:
                 updates.append(types.FlowUpdate(flow, types.StateOp_Remove()))
         return types.BatchResult(self.verdicts, rewrites, updates)
+
+
+#: Whether this instance ever asked to offload with counts returned: only
+#: then do ended entries return anything, and only then does a batch take
+#: them.
+_OFFLOAD = {"counts": False}
+
+#: Why an offload entry ended: ``CLOSED`` (TCP FIN/RST), ``LIMIT``, ``IDLE``,
+#: ``REVOKED``, ``REPLACED``.
+EndReason = _offload.EndReason
+
+
+def _endpoint(address: bytes, port: Optional[int]):
+    return _offload.Endpoint(bytes(address), port)
+
+
+def set_source(address: bytes, port: Optional[int] = None):
+    """An offload change: later packets get this sender address (4 or 16
+    bytes) and, for TCP and UDP, ``port`` (None: the port stays)."""
+    return _offload.RewriteOp_Source(_endpoint(address, port))
+
+
+def set_destination(address: bytes, port: Optional[int] = None):
+    """An offload change: later packets get this receiver address and port."""
+    return _offload.RewriteOp_Destination(_endpoint(address, port))
+
+
+def decrement_ttl():
+    """An offload change: later packets' TTL or hop limit is lowered by one."""
+    return _offload.RewriteOp_DecrementTtl()
+
+
+def set_dscp(dscp: int):
+    """An offload change: later packets get this DSCP (0 to 63)."""
+    return _offload.RewriteOp_SetDscp(dscp)
+
+
+class OffloadError(Exception):
+    """Why the host made no entry for an offload request: ``kind`` is
+    ``not-now``, ``bad-packet``, ``not-offloadable``, ``bad-rewrite`` or
+    ``over-budget``; ``detail`` says more for the two that carry text."""
+
+    def __init__(self, kind: str, detail: Optional[str] = None):
+        self.kind, self.detail = kind, detail
+        super().__init__(f"offload: {kind}" + (f": {detail}" if detail else ""))
+
+
+_OFFLOAD_ERRORS = {
+    "OffloadError_NotNow": "not-now", "OffloadError_BadPacket": "bad-packet",
+    "OffloadError_NotOffloadable": "not-offloadable", "OffloadError_BadRewrite": "bad-rewrite",
+    "OffloadError_OverBudget": "over-budget",
+}
+
+
+def offload_now(batch: "Batch") -> list:
+    """Sends ``batch``'s offload requests now instead of when ``process``
+    returns: one result per request, None where an entry was made, else an
+    :class:`OffloadError`."""
+    requests, batch._offloads = batch._offloads, []
+    if not requests:
+        return []
+    if any(r.return_counts for r in requests):
+        _OFFLOAD["counts"] = True
+    out = []
+    for r in _offload.offload(requests):
+        e = r.value if isinstance(r, Err) else None
+        if e is None:
+            out.append(None)
+        else:
+            name = type(e).__name__
+            detail = getattr(e, "value", None)
+            out.append(OffloadError(_OFFLOAD_ERRORS.get(name, name), detail if isinstance(detail, str) else None))
+    return out
+
+
+def revoke(flow_hashes: Sequence[int]) -> None:
+    """Ends this worker's entries of the flows with these hashes
+    (``Packet.flow_hash``), both directions, when the batch is done."""
+    if flow_hashes:
+        _offload.revoke(list(flow_hashes))
+
+
+def revoke_all() -> None:
+    """Ends every entry of this NF on this worker when the batch is done."""
+    _offload.revoke_all()
+
+
+def offload_returned() -> list:
+    """The entries that ended since the last call and what passed under
+    each (:meth:`Batch.offload_returns` calls it once per batch)."""
+    return _offload.returned()
 
 
 class StateError(Exception):
