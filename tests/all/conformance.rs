@@ -325,7 +325,11 @@ fn offload_in_every_language_on_one_and_two_workers_matches_a_run_without_offloa
                 m.offloaded_packets,
                 m.packets + m.offloaded_packets
             );
-            println!("{what}: identical, {} of {} packets offloaded", m.offloaded_packets, m.packets + m.offloaded_packets);
+            println!(
+                "{what}: identical, {} of {} packets offloaded",
+                m.offloaded_packets,
+                m.packets + m.offloaded_packets
+            );
         }
     }
 }

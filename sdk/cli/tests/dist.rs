@@ -161,7 +161,7 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
             .output()
             .unwrap();
         let out = ok(o, &format!("nf build ({lang})"));
-        let contract = if lang == "rust" { "sluice:nf@0.5.0" } else { "sluice:nf@0.4.0" };
+        let contract = "sluice:nf@0.5.0";
         assert!(out.contains(contract), "{out}");
         let o = user(&sluice, &project)
             .args(["nf", "test", "--cargo-target-dir", cargo_target.to_str().unwrap()])
