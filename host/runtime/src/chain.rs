@@ -563,7 +563,10 @@ impl Chain {
         let offloaded = !self.offload.is_empty();
         if offloaded {
             self.offload.begin_batch();
-            self.offload.sweep(now, &mut self.ended);
+            // At the batch's earliest packet time: an entry its later
+            // packets find idle ends then, packet by packet.
+            let earliest = packets.iter().map(|p| p.timestamp_ns).min().unwrap_or(0);
+            self.offload.sweep(earliest, &mut self.ended);
         }
         for (i, p) in packets.iter().enumerate() {
             let at = base + i;
@@ -639,9 +642,17 @@ impl Chain {
             self.built.push(at);
         }
         if offloaded {
+            // Per-flow tables are refreshed only in NFs that declared one.
+            let per_flow: smallvec::SmallVec<[bool; 8]> =
+                self.stages.iter().map(|s| s.tables().is_some_and(sluice_state::Tables::has_per_flow)).collect();
             for (s, key) in self.refresh.drain(..) {
                 if let Some(stage) = self.stages.get_mut(s) {
                     stage.flow_table_mut().touch(&key, now);
+                    if per_flow.get(s).copied().unwrap_or(false)
+                        && let Some(t) = stage.tables_mut()
+                    {
+                        t.touch_flow(&key, now);
+                    }
                 }
             }
             self.hand_back();

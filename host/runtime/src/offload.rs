@@ -393,8 +393,14 @@ impl Table {
         let over = (e.max_packets != 0 && e.packets + 1 > e.max_packets)
             || (e.max_bytes != 0 && e.bytes.saturating_add(bytes) > e.max_bytes)
             || now >= e.ends_ns;
+        // Idle past its timeout but not yet swept: the sweep runs only
+        // every eighth of the timeout, and an NF may hold state that idled
+        // out with the flow (a NAT's mapping and its port).
+        let idle = e.idle_ns != 0 && now.saturating_sub(e.last_ns) >= e.idle_ns;
         let mut out = None;
-        let end = if closing {
+        let end = if idle {
+            Some(EndReason::Idle)
+        } else if closing {
             Some(EndReason::Closed)
         } else if over {
             Some(EndReason::Limit)

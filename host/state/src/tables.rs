@@ -171,6 +171,25 @@ impl Tables {
         !self.tables.iter().any(|t| t.declared)
     }
 
+    /// Packets of flow `key` passed without the NF at packet time `now_ns`
+    /// (flow offload): its per-flow entries stay as fresh as if the NF had
+    /// read them, so they idle out when the flow does and not while it
+    /// runs under an entry (a NAT's mapping keeps its port). An entry
+    /// already idle stays idle, as a read would find it.
+    pub fn touch_flow(&mut self, key: &FlowKey, now_ns: u64) {
+        for t in &mut self.tables {
+            let timeout = t.spec.idle_timeout_ns;
+            let last = match &mut t.store {
+                Store::FlowCounters(m) => m.get_mut(key).map(|s| &mut s.last_ns),
+                Store::FlowBytes(m) => m.get_mut(key).map(|s| &mut s.last_ns),
+                _ => None,
+            };
+            if let Some(last) = last.filter(|l| !stale(**l, now_ns, timeout)) {
+                *last = (*last).max(now_ns);
+            }
+        }
+    }
+
     /// Whether a per-flow table is declared (the host then tells the
     /// tables each batch's flows).
     pub fn has_per_flow(&self) -> bool {
