@@ -318,3 +318,113 @@ fn an_offloading_monitor_ends_with_the_tables_of_a_monitor_that_saw_every_packet
     chain.end_offloads();
     assert_eq!(monitor_tables(&mut chain, 1), monitor_tables(&mut both_plain, 1));
 }
+
+/// Source port of a frame (TCP or UDP).
+fn src_port(f: &[u8]) -> u16 {
+    sluice_wire::parse(f).key.unwrap().src_port
+}
+
+#[test]
+fn an_offloading_nat_translates_every_packet_as_without_offload_and_keeps_a_mapping_only_while_its_flow_runs() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    // One public port, so that who holds it shows in the output.
+    let nat = |offload: bool| {
+        format!(
+            r#"{{"public-ip":"198.51.100.1","inside":["10.0.0.0/8"],"port-first":40000,"port-count":1,"idle-timeout-s":1,"offload":{offload}}}"#
+        )
+    };
+    let udp = |src: u8, t: u64| {
+        (t, FrameSpec::udp4([10, 0, 0, src], 5000, [203, 0, 113, 5], 53).with_payload(vec![src; 40]).build())
+    };
+    let ms = 1_000_000;
+    // Host 1 sends every 100 ms for 3 s: under an entry its mapping must
+    // stay (longer than its 1 s timeout), so host 3, starting at 2 s, finds
+    // no port. Then 3 s of silence: host 1's mapping idles out. Host 2
+    // starts and takes the port; host 1's next packets find none (not the
+    // old entry's port). Two phases, so that no batch spans the silence (a
+    // batch's packets share one packet time for the tables).
+    let mut first: Vec<(u64, Vec<u8>)> = (0..30).map(|i| udp(1, T0 + i * 100 * ms)).collect();
+    first.extend((0..5).map(|i| udp(3, T0 + 2_000 * ms + i * ms)));
+    first.sort_by_key(|(t, _)| *t);
+    let mut second: Vec<(u64, Vec<u8>)> = (0..40).map(|i| udp(2, T0 + 6_000 * ms + i * ms)).collect();
+    second.extend((0..10).map(|i| udp(1, T0 + 6_045 * ms + i * ms)));
+    let frames: Vec<(u64, Vec<u8>)> = first.iter().chain(&second).cloned().collect();
+    for batch in [1, 8, 32] {
+        let mut plain = chain(&runtime, "nat", false, &nat(false));
+        let mut offloading = chain(&runtime, "nat", false, &nat(true));
+        let mut x = run(&mut plain, &first, batch);
+        x.extend(run(&mut plain, &second, batch));
+        let mut y = run(&mut offloading, &first, batch);
+        y.extend(run(&mut offloading, &second, batch));
+        let differ = x.iter().zip(&y).position(|(a, b)| a != b);
+        assert!(differ.is_none(), "batch {batch}: packet {differ:?} differs with offload");
+        let forwarded = |host: u8, phase: std::ops::Range<u64>| -> Vec<u16> {
+            frames
+                .iter()
+                .zip(&x)
+                .filter(|((t, f), _)| phase.contains(&(t - T0)) && f[29] == host)
+                .filter(|(_, (fate, _))| *fate == Fate::Forward(0))
+                .map(|(_, (_, out))| src_port(out))
+                .collect()
+        };
+        assert_eq!(forwarded(1, 0..5_000 * ms), vec![40000; 30], "batch {batch}: host 1 kept its port");
+        assert_eq!(forwarded(3, 0..5_000 * ms), Vec::<u16>::new(), "batch {batch}: no port for host 3");
+        // Host 1's mapping is swept at the end of host 2's first batch, so
+        // host 2's packets pass from its second batch on.
+        let second_host = forwarded(2, 5_000 * ms..u64::MAX);
+        assert!(!second_host.is_empty() && second_host.iter().all(|p| *p == 40000), "batch {batch}: {second_host:?}");
+        assert_eq!(forwarded(1, 5_000 * ms..u64::MAX), Vec::<u16>::new(), "batch {batch}: and host 1 has none");
+        let (pm, om) = (plain.stages()[0].meters(), offloading.stages()[0].meters());
+        assert_eq!(pm.offloaded_packets, 0);
+        assert_eq!(om.packets + om.offloaded_packets, frames.len() as u64);
+        // Host 1's packets from the second asking batch on pass under an
+        // entry (the first is declined): in batches of 1, all but two; of
+        // 8, the last two batches' (each a packet every 100 ms); of 32,
+        // none (its 30 packets fill one batch).
+        let least = match batch {
+            1 => 28,
+            8 => 14,
+            _ => 0,
+        };
+        assert!(om.offloaded_packets >= least, "batch {batch}: {om:?}");
+    }
+}
+
+#[test]
+fn an_offloading_load_balancer_rewrites_both_directions_as_without_offload() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let lb = |offload: bool| {
+        format!(r#"{{"vip":"203.0.113.9","port":80,"backends":["10.9.0.1:8080"],"offload":{offload}}}"#)
+    };
+    // Clients to the VIP, replies from the backend.
+    let mut frames = Vec::new();
+    for (t, f) in connections(30, 40) {
+        let k = sluice_wire::parse(&f).key.unwrap();
+        let flags = sluice_wire::parse(&f).tcp_flags.unwrap();
+        let frame = if k.src.to_v4() == Some([203, 0, 113, 9]) {
+            let client = k.dst.to_v4().unwrap();
+            FrameSpec::tcp4([10, 9, 0, 1], 8080, client, k.dst_port, flags).with_payload(vec![9; 300]).build()
+        } else {
+            f
+        };
+        frames.push((t, frame));
+    }
+    let mut plain = chain(&runtime, "lb", false, &lb(false));
+    let mut offloading = chain(&runtime, "lb", false, &lb(true));
+    let x = run(&mut plain, &frames, 32);
+    let y = run(&mut offloading, &frames, 32);
+    let differ = x.iter().zip(&y).position(|(a, b)| a != b);
+    assert!(differ.is_none() && x.len() == y.len(), "packet {differ:?} differs with offload");
+    // Requests went to the backend, replies came from the VIP.
+    for (out, (_, f)) in x.iter().map(|(_, o)| o).zip(&frames) {
+        let (k_in, k_out) = (sluice_wire::parse(f).key.unwrap(), sluice_wire::parse(out).key.unwrap());
+        if k_in.dst.to_v4() == Some([203, 0, 113, 9]) {
+            assert_eq!((k_out.dst.to_v4(), k_out.dst_port), (Some([10, 9, 0, 1]), 8080));
+        } else {
+            assert_eq!((k_out.src.to_v4(), k_out.src_port), (Some([203, 0, 113, 9]), 80));
+        }
+    }
+    let om = offloading.stages()[0].meters();
+    assert_eq!(om.packets + om.offloaded_packets, frames.len() as u64);
+    assert!(om.offloaded_packets * 10 > frames.len() as u64 * 7, "{om:?}");
+}

@@ -10,6 +10,7 @@
 pub mod maglev;
 
 use serde::Deserialize;
+use sluice_sdk::offload::Offload;
 use sluice_sdk::wire::rewrite::{Endpoint, set_endpoint};
 use sluice_sdk::{Batch, FlowKey, IpAddr128, NetworkFunction, NfInfo};
 
@@ -64,6 +65,8 @@ struct RawConfig {
     table_size: usize,
     #[serde(default)]
     idle_timeout_s: Option<u64>,
+    #[serde(default)]
+    offload: bool,
 }
 
 fn default_table() -> usize {
@@ -78,6 +81,9 @@ pub struct LoadBalancer {
     protocol: Option<u8>,
     backends: Vec<Backend>,
     table: maglev::Table,
+    /// Offload each direction of a connection once its backend is known
+    /// (`offload = true`).
+    offload: bool,
 }
 
 impl LoadBalancer {
@@ -124,18 +130,42 @@ impl NetworkFunction for LoadBalancer {
         };
         let table = maglev::Table::build(&raw.backends, raw.table_size).map_err(|e| format!("lb config: {e}"))?;
         let timeout = raw.idle_timeout_s.map(|s| s.saturating_mul(1_000_000_000)).unwrap_or(0);
-        Ok((LoadBalancer { vip, port: raw.port, protocol, backends, table }, NfInfo::with_flow_state(timeout)))
+        Ok((
+            LoadBalancer { vip, port: raw.port, protocol, backends, table, offload: raw.offload },
+            NfInfo::with_flow_state(timeout),
+        ))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
+        // (flow, reply) offloaded in this batch: one request each.
+        let mut offloaded: Vec<(u32, bool)> = Vec::new();
         for i in 0..batch.len() {
             let Some((which, to, mut bytes, remember)) = self.decide(batch, i) else { continue };
             let layers = sluice_sdk::wire::parse(&bytes);
-            if set_endpoint(&mut bytes, &layers, which, to.addr, to.port).is_ok() {
+            let rewritten = set_endpoint(&mut bytes, &layers, which, to.addr, to.port).is_ok();
+            if rewritten {
                 batch.rewrite(i, bytes);
             }
             if let Some((flow, backend)) = remember {
                 batch.set_flow_state(flow, backend.encode());
+            }
+            // The connection's backend is decided (and kept in its flow
+            // state, which its packets under an entry keep fresh): its
+            // later packets this way get the same rewrite without a call.
+            // A new backend list is a new configuration, which ends every
+            // entry.
+            let flow = batch.packet(i).and_then(|p| p.flow());
+            let tcp_or_udp = matches!(layers.key.map(|k| k.protocol), Some(6 | 17));
+            let reply = matches!(which, Endpoint::Source);
+            if let (true, true, true, Some(f)) = (self.offload, rewritten, tcp_or_udp, flow)
+                && !offloaded.contains(&(f, reply))
+            {
+                offloaded.push((f, reply));
+                let request = Offload::packet(i).without_counts();
+                batch.offload(match which {
+                    Endpoint::Destination => request.destination(to.addr, to.port),
+                    Endpoint::Source => request.source(to.addr, to.port),
+                });
             }
         }
         Ok(())

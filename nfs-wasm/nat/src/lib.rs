@@ -28,6 +28,7 @@ mod icmp;
 
 use serde::Deserialize;
 use sluice_sdk::matchers::Cidr;
+use sluice_sdk::offload::Offload;
 use sluice_sdk::state::{Bytes, Pool, TableSpec, frames, push_frame};
 use sluice_sdk::wire::rewrite::{Endpoint, set_endpoint};
 use sluice_sdk::{Batch, Event, FlowKey, IpAddr128, Level, NetworkFunction, NfInfo, Packet, Verdict, emit};
@@ -45,6 +46,8 @@ struct RawConfig {
     port_count: u32,
     #[serde(default = "default_timeout")]
     idle_timeout_s: u64,
+    #[serde(default)]
+    offload: bool,
 }
 
 fn default_first() -> u16 {
@@ -141,6 +144,9 @@ pub struct Nat {
     dirs: Vec<Dir>,
     refused: u64,
     unmatched: u64,
+    /// Offload outbound connections (`offload = true`): entries idle out
+    /// after this (half the mapping's timeout), 0 when off.
+    offload_idle_ns: u64,
 }
 
 fn parse_config(config: &[u8]) -> Result<RawConfig, String> {
@@ -365,6 +371,7 @@ impl NetworkFunction for Nat {
                 dirs: Vec::new(),
                 refused: 0,
                 unmatched: 0,
+                offload_idle_ns: if raw.offload { (timeout / 2).max(1) } else { 0 },
             },
             NfInfo::stateless(),
         ))
@@ -498,6 +505,7 @@ impl NetworkFunction for Nat {
 
         let mut refused = 0u64;
         let mut unmatched = 0u64;
+        let mut offloaded: Vec<u32> = Vec::new();
         for i in 0..batch.len() {
             let Some(d) = self.dirs.get(i).copied() else { continue };
             let found = bound.get(i).copied().flatten();
@@ -508,8 +516,29 @@ impl NetworkFunction for Nat {
                     unmatched += 1;
                     false
                 }
-                Dir::Out { flow, .. } => match port_of.iter().find(|(f, _)| *f == flow).and_then(|(_, p)| *p) {
-                    Some(port) => Self::translate(batch, i, Endpoint::Source, self.public, port),
+                Dir::Out { flow, binding } => match port_of.iter().find(|(f, _)| *f == flow).and_then(|(_, p)| *p) {
+                    Some(port) => {
+                        let ok = Self::translate(batch, i, Endpoint::Source, self.public, port);
+                        // The flow's later packets leave translated without a
+                        // call. Its mapping stays fresh while they pass (the
+                        // host refreshes a flow's per-flow entries under an
+                        // entry), and the entry idles out well before it, so
+                        // it never outlives its port.
+                        if ok
+                            && self.offload_idle_ns != 0
+                            && (binding.protocol == TCP || binding.protocol == UDP)
+                            && !offloaded.contains(&flow)
+                        {
+                            offloaded.push(flow);
+                            batch.offload(
+                                Offload::packet(i)
+                                    .source(IpAddr128::from_v4(self.public), Some(port))
+                                    .idle_timeout_ns(self.offload_idle_ns)
+                                    .without_counts(),
+                            );
+                        }
+                        ok
+                    }
                     None => {
                         refused += 1;
                         false
