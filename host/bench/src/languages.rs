@@ -36,23 +36,10 @@ pub struct LangRow {
 pub fn measure(sdk_root: &Path, scratch: &Path, frames: &[Vec<u8>], bench: &Bench) -> Result<Vec<LangRow>> {
     // Projects reach the SDK through their link to its installed copy.
     let sdk = Sdk::locate(Some(sdk_root))?.for_projects()?;
-    let case = sdk_root.join("tests/conformance/firewall");
-    let opts = BuildOptions { cargo_target_dir: Some(sdk_root.join("target/conformance-rust")), cache_dir: None };
     let packets = raw(frames);
     let mut rows = Vec::new();
     for lang in Lang::ALL {
-        let source = case.join(format!("nf.{}", lang.extension()));
-        let Ok(text) = std::fs::read_to_string(&source) else {
-            eprintln!("  {lang}: no {} — skipped", source.display());
-            continue;
-        };
-        eprintln!("  {lang}: building ...");
-        let dir = scratch.join(lang.name());
-        let _ = std::fs::remove_dir_all(&dir);
-        sluice_cli::scaffold::write_sources(&sdk, &dir, "firewall", lang, &text)?;
-        let built = sluice_cli::build(&Project::open(&dir)?, &sdk, &opts)
-            .with_context(|| format!("building the {lang} firewall (run `make setup`)"))?;
-        let bytes = std::fs::read(&built.path)?;
+        let Some(bytes) = build(&sdk, sdk_root, scratch, "firewall", lang)? else { continue };
         // A fresh runtime without a code cache, so compile time is real.
         let runtime = Runtime::new(RuntimeConfig::default())?;
         let started = Instant::now();
@@ -71,6 +58,25 @@ pub fn measure(sdk_root: &Path, scratch: &Path, frames: &[Vec<u8>], bench: &Benc
         rows.push(LangRow { lang, size: bytes.len(), compile_ms, instantiate_us, ns_per_pkt });
     }
     Ok(rows)
+}
+
+/// Builds the conformance suite's `case` NF in `lang` with `sluice nf
+/// build`'s code path in a fresh project under `scratch`; None when the
+/// case has no source in that language.
+pub fn build(sdk: &Sdk, sdk_root: &Path, scratch: &Path, case: &str, lang: Lang) -> Result<Option<Vec<u8>>> {
+    let source = sdk_root.join("tests/conformance").join(case).join(format!("nf.{}", lang.extension()));
+    let Ok(text) = std::fs::read_to_string(&source) else {
+        eprintln!("  {lang}: no {} — skipped", source.display());
+        return Ok(None);
+    };
+    eprintln!("  {lang}: building {case} ...");
+    let opts = BuildOptions { cargo_target_dir: Some(sdk_root.join("target/conformance-rust")), cache_dir: None };
+    let dir = scratch.join(format!("{case}-{}", lang.name()));
+    let _ = std::fs::remove_dir_all(&dir);
+    sluice_cli::scaffold::write_sources(sdk, &dir, case, lang, &text)?;
+    let built = sluice_cli::build(&Project::open(&dir)?, sdk, &opts)
+        .with_context(|| format!("building the {lang} {case} NF (run `make setup`)"))?;
+    Ok(Some(std::fs::read(&built.path)?))
 }
 
 /// The Markdown section.

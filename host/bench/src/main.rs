@@ -107,7 +107,8 @@ struct Args {
     #[arg(long)]
     edit_loop_only: bool,
     /// Only flow offload: the firewall with and without offloading its
-    /// connections (prints, writes nothing).
+    /// connections, and (unless --no-languages) the conformance suite's
+    /// offloading firewall in each guest language (prints, writes nothing).
     #[arg(long)]
     offload_only: bool,
 }
@@ -307,12 +308,20 @@ fn main() -> Result<()> {
         print!("{}", fragments::section(&runtime, &args.nfs, &bench, 32)?);
         return Ok(());
     }
-    let firewall_native = || -> Box<dyn NativeNf> { Box::new(SdkNative::<sluice_nf_firewall::Firewall>::new()) };
+    let offload_cases = [
+        offload::Case {
+            name: "firewall",
+            config: FIREWALL_CONFIG,
+            native: || Box::new(SdkNative::<sluice_nf_firewall::Firewall>::new()),
+        },
+        offload::Case { name: "nat", config: NAT_CONFIG, native: || Box::new(SdkNative::<sluice_nf_nat::Nat>::new()) },
+    ];
     if args.offload_only {
-        print!(
-            "{}",
-            offload::render(&offload::measure(&runtime, &args.nfs, FIREWALL_CONFIG, firewall_native, &bench)?)
-        );
+        print!("{}", offload::render(&offload::measure(&runtime, &args.nfs, &offload_cases, &bench)?));
+        if !args.no_languages {
+            let scratch = args.sdk_root.join("target/bench-languages");
+            print!("{}", offload::render_languages(&offload::languages(&args.sdk_root, &scratch, &bench)?));
+        }
         return Ok(());
     }
     let cases = [
@@ -446,7 +455,7 @@ fn main() -> Result<()> {
     let mut md = render(&rows, &cold, &sizes_info);
     md.push_str(&render_scaling(&scaling, &rows));
     eprintln!("flow offload (about a minute)...");
-    md.push_str(&offload::render(&offload::measure(&runtime, &args.nfs, FIREWALL_CONFIG, firewall_native, &bench)?));
+    md.push_str(&offload::render(&offload::measure(&runtime, &args.nfs, &offload_cases, &bench)?));
     if !args.no_languages {
         eprintln!(
             "the firewall in each guest language (a few minutes: builds, then Python and JavaScript are slow)..."
@@ -455,6 +464,8 @@ fn main() -> Result<()> {
         let scratch = args.sdk_root.join("target/bench-languages");
         let lang_rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &bench)?;
         md.push_str(&languages::render(&lang_rows, lang_frames.len()));
+        eprintln!("flow offload in each guest language (a few minutes)...");
+        md.push_str(&offload::render_languages(&offload::languages(&args.sdk_root, &scratch, &bench)?));
         eprintln!("the edit loop of Python and JavaScript NFs (a few minutes)...");
         let edits = languages::edit_loop(&args.sdk_root, &scratch)?;
         md.push_str(&languages::render_edit_loop(&edits));
