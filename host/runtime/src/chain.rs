@@ -642,17 +642,9 @@ impl Chain {
             self.built.push(at);
         }
         if offloaded {
-            // Per-flow tables are refreshed only in NFs that declared one.
-            let per_flow: smallvec::SmallVec<[bool; 8]> =
-                self.stages.iter().map(|s| s.tables().is_some_and(sluice_state::Tables::has_per_flow)).collect();
             for (s, key) in self.refresh.drain(..) {
                 if let Some(stage) = self.stages.get_mut(s) {
-                    stage.flow_table_mut().touch(&key, now);
-                    if per_flow.get(s).copied().unwrap_or(false)
-                        && let Some(t) = stage.tables_mut()
-                    {
-                        t.touch_flow(&key, now);
-                    }
+                    stage.offloaded_flow_seen(&key, now);
                 }
             }
             self.hand_back();

@@ -419,6 +419,16 @@ impl NfInstance {
         &mut self.table
     }
 
+    /// Packets of flow `key` passed under an offload entry by packet time
+    /// `now`: its flow state and its entries in the NF's per-flow tables
+    /// are refreshed as the NF's own read would refresh them.
+    pub(crate) fn offloaded_flow_seen(&mut self, key: &sluice_wire::FlowKey, now: u64) {
+        self.table.touch(key, now);
+        if let Some(t) = self.tables.as_deref_mut() {
+            t.touch_flow(key, now);
+        }
+    }
+
     /// Replaces the running NF by another version between two batches (hot
     /// swap). The new version is instantiated and its `init` run first; if
     /// that fails, or the new version asks for no flow state where this one

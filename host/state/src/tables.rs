@@ -80,6 +80,8 @@ pub struct Tables {
     changes: crate::FlowChanges,
     /// Pool resources bound or released here (output commit).
     pool_changes: crate::PoolChanges,
+    /// Whether a declared table is per flow (kept with the declarations).
+    per_flow: bool,
 }
 
 /// A restore point for a swap that may be refused.
@@ -117,6 +119,7 @@ impl Tables {
             synced: false,
             changes: crate::FlowChanges::default(),
             pool_changes: crate::PoolChanges::default(),
+            per_flow: false,
         }
     }
 
@@ -177,6 +180,9 @@ impl Tables {
     /// runs under an entry (a NAT's mapping keeps its port). An entry
     /// already idle stays idle, as a read would find it.
     pub fn touch_flow(&mut self, key: &FlowKey, now_ns: u64) {
+        if !self.per_flow {
+            return;
+        }
         for t in &mut self.tables {
             let timeout = t.spec.idle_timeout_ns;
             let last = match &mut t.store {
@@ -193,7 +199,13 @@ impl Tables {
     /// Whether a per-flow table is declared (the host then tells the
     /// tables each batch's flows).
     pub fn has_per_flow(&self) -> bool {
-        self.tables.iter().any(|t| t.declared && t.spec.scope == Scope::PerFlow)
+        self.per_flow
+    }
+
+    /// Recomputes [`has_per_flow`](Self::has_per_flow) after the
+    /// declarations changed.
+    fn note_declarations(&mut self) {
+        self.per_flow = self.tables.iter().any(|t| t.declared && t.spec.scope == Scope::PerFlow);
     }
 
     /// Starts an `init`: declarations are allowed, and the running
@@ -204,6 +216,7 @@ impl Tables {
         for t in &mut self.tables {
             t.declared = false;
         }
+        self.per_flow = false;
     }
 
     /// Ends an `init`. Fails if the NF declared a table incompatibly (even
@@ -237,6 +250,7 @@ impl Tables {
             t.spec = spec;
             t.declared = declared;
         }
+        self.note_declarations();
         for (i, store) in cp.read_only {
             if let Some(t) = self.tables.get_mut(i) {
                 t.store = store;
@@ -557,6 +571,7 @@ impl Tables {
             t.spec = spec;
             t.declared = true;
             self.recount();
+            self.note_declarations();
             return Ok(idx(i));
         }
         if self.tables.len() >= MAX_TABLES {
@@ -567,6 +582,7 @@ impl Tables {
             s.claim();
         }
         self.tables.push(Table { spec, store, last_sweep_ns: self.now_ns, declared: true });
+        self.note_declarations();
         Ok(idx(self.tables.len() - 1))
     }
 
