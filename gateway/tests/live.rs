@@ -619,6 +619,63 @@ fn an_nf_cannot_retag_packets_into_another_tenants_vlan() {
     assert_eq!(got.get(&Some(100)), None, "{got:?}");
 }
 
+/// An NF that offloads its flows (`sluice:nf@0.5.0`) with a verdict to a
+/// port its deployment's attachments do not name gets the packets that
+/// pass under its entries refused as its own verdicts are: nothing of
+/// alpha's leaves, and bravo's traffic is untouched.
+#[test]
+fn offloaded_packets_meet_the_same_egress_checks_as_the_nf_s_own() {
+    let _turn = beside_others();
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let (a, b) = hostile_beside_a_counter(&api, "out", "offload-out");
+    // Long flows in both tenants' VLANs, so that most of alpha's packets
+    // come after its entries are made.
+    let text = dir.path().join("long.txt");
+    std::fs::write(
+        &text,
+        "0.000 vlan 100 udp 10.0.0.5:5000 > 198.51.100.9:5000 len 200 repeat 300 every 0.0001\n\
+         0.000 vlan 100 tcp 10.0.0.6:40000 > 198.51.100.9:443 flags A len 200 repeat 300 every 0.0001\n\
+         0.000 vlan 200 udp 10.0.1.5:6000 > 198.51.100.9:6000 len 200 repeat 200 every 0.0001\n",
+    )
+    .unwrap();
+    let input = dir.path().join("long.pcap");
+    let o = Command::new(sibling_bin("sluice-host"))
+        .args(["synth", "--from", text.to_str().unwrap(), "--out", input.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected = per_vlan(&input);
+    let total: u64 = expected.values().sum();
+    let (out, report) = (dir.path().join("out.pcap"), dir.path().join("h1.json"));
+    let mut host = start_live(&nats, &gw, dir.path(), "h1", &live_args(dir.path(), "h1", &input, &out, false, &report));
+    api.wait_running(&a, "out", 1);
+    api.wait_running(&b, "count", 1);
+    wait_taken(&report, total, "the host to take the whole capture");
+    host.term();
+    let rep = host_report(&report);
+    assert_eq!(rep["refused_egress"].as_u64(), expected.get(&Some(100)).copied(), "{rep}");
+    // Some of them passed under entries, and were refused all the same.
+    let offloaded: u64 = rep["deployments"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|d| d["name"] == "out")
+        .flat_map(|d| d["nfs"].as_object().unwrap().values())
+        .map(|t| t["offloaded_packets"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(offloaded > 0, "no packet passed under an entry: {rep}");
+    let got = per_vlan(&out);
+    assert_eq!(got.get(&Some(100)), None, "{got:?}");
+    assert_eq!(got.get(&Some(200)), expected.get(&Some(200)), "{got:?}");
+    assert!(
+        !frames(&out).iter().any(|f| f.windows(4).any(|w| w == [192, 0, 2, 66])),
+        "an entry's rewrite left the host"
+    );
+}
+
 /// Tenant alpha's hostile NF (`config`) as deployment `name` on VLAN 100,
 /// tenant bravo's counter as `count` on VLAN 200 of port 0; their keys.
 fn hostile_beside_a_counter(api: &Api, name: &str, config: &str) -> (String, String) {

@@ -31,6 +31,11 @@
 //! - `retag`: rewrites the outer 802.1Q VLAN id of every tagged frame to
 //!   200 and forwards it (the host must refuse moving packets into a VLAN
 //!   that is not the deployment's);
+//! - `offload-out`: sends every packet out of port 1 (verdict port 2: port
+//!   0 is the default output) and offloads every
+//!   flow (`sluice:nf@0.5.0`) with a destination rewrite to 192.0.2.66
+//!   (the host must refuse offloaded packets to a port the deployment's
+//!   attachments do not name, as it refuses the NF's own);
 //! - `init-loop`: spins forever in `init` (the start deadline must stop
 //!   it);
 //! - `scan-flood`: declares the same `keys` table, adds 4,096 new keys
@@ -67,6 +72,7 @@ enum Mode {
     KeyFlood,
     ScanFlood,
     Retag,
+    OffloadOut,
 }
 
 /// The hostile NF.
@@ -117,6 +123,7 @@ impl NetworkFunction for Hostile {
             "key-flood" => Mode::KeyFlood,
             "scan-flood" => Mode::ScanFlood,
             "retag" => Mode::Retag,
+            "offload-out" => Mode::OffloadOut,
             "init-loop" => loop {
                 black_box(());
             },
@@ -285,6 +292,15 @@ impl NetworkFunction for Hostile {
                             d[14..16].copy_from_slice(&tci.to_be_bytes());
                         }
                     });
+                }
+                Ok(())
+            }
+            Mode::OffloadOut => {
+                use sluice_sdk::offload::Offload;
+                let elsewhere = sluice_sdk::IpAddr128::from_v4([192, 0, 2, 66]);
+                for i in 0..batch.len() {
+                    batch.set_verdict(i, sluice_sdk::Verdict::Forward(2));
+                    batch.offload(Offload::packet(i).destination(elsewhere, None).without_counts());
                 }
                 Ok(())
             }
