@@ -4,7 +4,8 @@
 //! and ICMP errors about translated packets are translated both ways
 //! (RFC 5508, see `icmp`). See README.md.
 //!
-//! State (all host-owned, `sluice:nf@0.4.0`):
+//! State (all host-owned, `sluice:nf@0.5.0` `state`; the NAT also offloads
+//! outbound connections with `offload = true`, see README.md):
 //! - `ports`: the public port pool, a *release* table: every worker owns a
 //!   share of the ports and hands them out without asking the others; a
 //!   port is bound to the connection's inside and remote endpoints, which
