@@ -642,11 +642,7 @@ impl Chain {
             self.built.push(at);
         }
         if offloaded {
-            for (s, key) in self.refresh.drain(..) {
-                if let Some(stage) = self.stages.get_mut(s) {
-                    stage.offloaded_flow_seen(&key, now);
-                }
-            }
+            self.refresh_offloaded(now);
             self.hand_back();
         }
         if let Some(h) = hook.as_mut() {
@@ -680,6 +676,18 @@ impl Chain {
             }
         }
         self.lap(Stage::Verdicts);
+    }
+
+    /// Refreshes the state of the flows whose packets passed under entries
+    /// in this batch (kept out of the batch loop's body: it runs once per
+    /// entry and batch).
+    #[inline(never)]
+    fn refresh_offloaded(&mut self, now: u64) {
+        for (s, key) in self.refresh.drain(..) {
+            if let Some(stage) = self.stages.get_mut(s) {
+                stage.offloaded_flow_seen(&key, now);
+            }
+        }
     }
 
     /// Makes the offload entries of the batch's packets that every NF
