@@ -122,7 +122,8 @@ type OffloadReturn struct {
 }
 
 // offloaded: whether this instance ever asked to offload with counts
-// returned; only then do ended entries return anything.
+// returned; a batch the NF did not look at then takes what ended anyway,
+// so the host keeps nothing for ever.
 var offloaded bool
 
 // Offload asks the host to offload the flow of a packet of this batch:
@@ -141,9 +142,9 @@ func (b *Batch) Offload(o Offload) {
 func (b *Batch) OffloadReturns() []OffloadReturn {
 	if !b.returnsTaken {
 		b.returnsTaken = true
-		if offloaded {
-			b.returns = Returned()
-		}
+		// Asked whenever the NF looks: entries carried here from another
+		// host with their flows return to an instance that never asked.
+		b.returns = Returned()
 	}
 	return b.returns
 }

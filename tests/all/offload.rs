@@ -428,3 +428,168 @@ fn an_offloading_load_balancer_rewrites_both_directions_as_without_offload() {
     assert_eq!(om.packets + om.offloaded_packets, frames.len() as u64);
     assert!(om.offloaded_packets * 10 > frames.len() as u64 * 7, "{om:?}");
 }
+
+/// The offload-counter's per-flow counts, merged.
+fn counter_table(c: &mut Chain) -> Vec<(u64, u64)> {
+    let s = &mut c.stages_mut()[0];
+    s.flush_state();
+    let mut v = s.tables().unwrap().domain().eventual_snapshot("packets").unwrap();
+    v.sort_unstable();
+    v
+}
+
+/// Per-key sums of two hosts' counts.
+fn merged(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut m = std::collections::BTreeMap::new();
+    for (k, n) in a.iter().chain(b) {
+        *m.entry(*k).or_insert(0) += n;
+    }
+    m.into_iter().collect()
+}
+
+#[test]
+fn offload_entries_travel_with_their_flows_to_another_host_and_no_packet_is_counted_twice_or_lost() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    // Long connections that stay open: mid-way, their flows move to a
+    // second host, their entries carrying what passed under them.
+    let mut frames = connections(30, 64);
+    frames.retain(|(_, f)| sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0));
+    let half = frames.len() / 2;
+    let config = |offload| format!("offload = {offload}\n");
+    let mut plain = chain(&runtime, "offload-counter", true, &config(0));
+    let expected = run(&mut plain, &frames, 32);
+    let total = counter_table(&mut plain);
+    let keys = |c: &Chain| -> Vec<sluice_wire::FlowKey> {
+        let mut v: Vec<_> = c.offloaded_flows().copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+
+    // A kill: the last copies the first host sent its flows' next owner
+    // are all that is left of its entries.
+    for batch in [32, 5] {
+        let mut a = chain(&runtime, "offload-counter", true, &config(1));
+        let mut b = chain(&runtime, "offload-counter", true, &config(1));
+        let mut out = run(&mut a, &frames[..half], batch);
+        let flows = keys(&a);
+        assert_eq!(flows.len(), 30);
+        let copies: Vec<_> = flows.iter().map(|k| (*k, a.carry_offloads(k))).collect();
+        assert!(copies.iter().all(|(_, c)| c.len() == 2 && c.iter().all(|e| e.packets > 0)), "both directions passed");
+        let now = frames[half].0;
+        for (k, c) in copies {
+            assert_eq!(b.import_offloads(k, c, now), 0);
+        }
+        assert_eq!(b.offload_entries(), 60);
+        out.extend(run(&mut b, &frames[half..], batch));
+        assert_eq!(out, expected, "batch {batch}: the same bytes out on the second host");
+        let calls = b.stages()[0].meters().packets;
+        assert_eq!(calls, 0, "batch {batch}: the second host decided every packet by the carried entries");
+
+        b.end_offloads();
+
+        // The killed host's counts stop where it died (its returns never
+        // came); the second host adds what passed under the entries there.
+        let at_kill = counter_table(&mut a);
+        assert_eq!(merged(&at_kill, &counter_table(&mut b)), total, "batch {batch}: every packet counted once");
+        // Without the copies the second host would miss what passed under
+        // the first host's entries.
+        let mut c = chain(&runtime, "offload-counter", true, &config(1));
+        run(&mut c, &frames[half..], batch);
+        c.end_offloads();
+        assert_ne!(merged(&at_kill, &counter_table(&mut c)), total);
+    }
+
+    // A move to a live host: a copy, then the hand-over when its owner
+    // changes; the host it left ends its entries without counting them,
+    // and the second copy adds only what passed since the first.
+    let mut a = chain(&runtime, "offload-counter", true, &config(1));
+    let mut b = chain(&runtime, "offload-counter", true, &config(1));
+    let third = frames.len() / 3;
+    let mut out = run(&mut a, &frames[..third], 32);
+    let flows = keys(&a);
+    let first: Vec<_> = flows.iter().map(|k| (*k, a.carry_offloads(k))).collect();
+    out.extend(run(&mut a, &frames[third..half], 32));
+    // The replica store keeps the newest copy; the flow's first packets
+    // at the second host took the first one in before the second came.
+    for (k, c) in first {
+        b.import_offloads(k, c, frames[half].0);
+    }
+    for k in &flows {
+        let last = a.hand_over_offloads(k);
+        assert_eq!(last.len(), 2);
+        b.import_offloads(*k, last, frames[half].0);
+    }
+    assert_eq!(a.offload_entries(), 0);
+    a.end_offloads();
+    out.extend(run(&mut b, &frames[half..], 32));
+    assert_eq!(out, expected);
+    b.end_offloads();
+    assert_eq!(merged(&counter_table(&mut a), &counter_table(&mut b)), total, "every packet counted once");
+    assert_eq!(a.stages()[0].offload_entries() + b.stages()[0].offload_entries(), 0, "budgets given back");
+}
+
+/// The same through the peer layer of two hosts of a group: the first
+/// host's lane replicates its flows (stateless here, so the entries are
+/// all there is of them) to their next owner, is killed, and the second
+/// host takes the replicas in with the flows' next packets.
+#[test]
+fn a_killed_host_s_offload_entries_reach_its_flows_next_owner_with_their_counts() {
+    use sluice_group::{Member, OwnershipTable};
+    use sluice_peer::{Peer, PeerOut, PeerStore};
+    use std::time::{Duration, Instant};
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let members: Vec<Member> = ["h1", "h2"].iter().map(|h| Member { host: h.to_string(), weight: 1 }).collect();
+    let table = OwnershipTable::build("edge", 1, 0, &members, 1021, 2).unwrap();
+    let host = |me: &str| {
+        let (tx, rx) = crossbeam_channel::bounded(1024);
+        let store = PeerStore::new(100_000, 1 << 26, Duration::from_secs(60));
+        let p = Peer::new(me, Duration::from_millis(1), Duration::from_millis(5), store, PeerOut::new(tx, None));
+        p.set_table(table.clone());
+        (p, rx)
+    };
+    let ((p1, out1), (p2, _out2)) = (host("h1"), host("h2"));
+    // h1's connections that stay open.
+    let owner = |f: &[u8]| table.owner(sluice_wire::parse(f).key.unwrap().normalized().hash_normalized());
+    let mut frames = connections(60, 40);
+    frames.retain(|(_, f)| owner(f) == Some("h1") && sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0));
+    let half = frames.len() / 2;
+    let config = "offload = 1\n";
+    let mut plain = chain(&runtime, "offload-counter", true, "offload = 0\n");
+    run(&mut plain, &frames, 32);
+    let total = counter_table(&mut plain);
+    assert!(total.len() >= 10, "{} of h1's connections", total.len());
+
+    let hooked = |c: &mut Chain, lane: &mut sluice_peer::LanePeer, frames: &[(u64, Vec<u8>)]| {
+        for chunk in frames.chunks(32) {
+            let raw: Vec<RawPacket<'_>> = chunk
+                .iter()
+                .map(|(t, f)| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: *t, ingress_port: 0 })
+                .collect();
+            c.process_hooked(&raw, Some(lane));
+        }
+    };
+    let mut a = chain(&runtime, "offload-counter", true, config);
+    let mut lane1 = p1.lane("d", false);
+    hooked(&mut a, &mut lane1, &frames[..half]);
+    assert!(a.offload_counters().packets > 0);
+    lane1.export(&mut a, Instant::now());
+    let mut sent = 0;
+    while let Ok(o) = out1.try_recv() {
+        assert_eq!(o.to, "h2");
+        sent += o.flows;
+        p2.receive("h1", &o.body, Instant::now(), 0).unwrap();
+    }
+    assert_eq!(sent, total.len(), "every flow with entries replicated, none with NF state");
+    // kill -9 of h1: its counts stop at what its NF was handed.
+    let at_kill = counter_table(&mut a);
+    drop((a, lane1));
+
+    let mut b = chain(&runtime, "offload-counter", true, config);
+    let mut lane2 = p2.lane("d", false);
+    hooked(&mut b, &mut lane2, &frames[half..]);
+    assert_eq!(p2.counters().flows_imported, total.len() as u64);
+    assert!(b.offload_counters().installed >= 2 * total.len() as u64);
+    b.end_offloads();
+    assert_eq!(merged(&at_kill, &counter_table(&mut b)), total, "every packet counted once");
+}

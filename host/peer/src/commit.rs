@@ -442,7 +442,10 @@ mod tests {
         PeerBatch {
             deployment: "d".into(),
             table_version: 1,
-            flows: keys.iter().map(|k| PeerFlow { key: k.to_bytes().to_vec(), nfs: Vec::new() }).collect(),
+            flows: keys
+                .iter()
+                .map(|k| PeerFlow { key: k.to_bytes().to_vec(), nfs: Vec::new(), offload: Vec::new() })
+                .collect(),
         }
     }
 
@@ -659,6 +662,7 @@ mod tests {
                 state: Some(crate::wire::StatePart { value: vec![1], clock: 1, last_seen_ns: 0 }),
                 tables: Vec::new(),
             }],
+            offload: Vec::new(),
         };
         let b = PeerBatch { deployment: "d".into(), table_version: 1, flows: vec![flow] };
         let m = PeerMessage::Commit(CommitBatch { lane: 7, seq: 4, batch: b });

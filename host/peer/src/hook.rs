@@ -9,7 +9,9 @@ use crate::host::{Peer, host_by_hash, next_live_owner, next_owner};
 use crate::out::Outgoing;
 use crate::pull::{self, Outcome, Wait};
 use crate::store::Replica;
-use crate::wire::{self, BindingsKind, FlowRequest, NfPart, PeerBatch, PeerFlow, PeerMessage, PoolBindings};
+use crate::wire::{
+    self, BindingsKind, FlowRequest, NfPart, OffloadPart, PeerBatch, PeerFlow, PeerMessage, PoolBindings,
+};
 use crate::{HashMap, HashSet};
 use sluice_group::{OwnershipTable, block_of};
 use sluice_runtime::{Chain, Defer, FlowHook, Hold, NfInstance, RawPacket};
@@ -72,6 +74,7 @@ impl Peer {
             moved: Vec::new(),
             next_export: Instant::now() + self.interval,
             table: None,
+            carried: Vec::new(),
         }
     }
 }
@@ -137,6 +140,8 @@ pub struct LanePeer {
     /// The flows of a batch's changes already looked at (kept between
     /// batches for its capacity).
     seen: HashSet<FlowKey>,
+    /// Offload entries that came with imported replicas, for the chain.
+    carried: Vec<(FlowKey, Vec<sluice_runtime::offload::Carried>)>,
 }
 
 /// How output commit picked next owners (see [`LanePeer::reroute`]).
@@ -332,16 +337,13 @@ impl LanePeer {
                 }
                 let mut flows = Vec::new();
                 for k in &a.keys {
-                    let Some(sum) = chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add)
-                    else {
-                        continue;
-                    };
+                    let Some(sum) = flow_sum(chain, k) else { continue };
                     a.found.insert(*k);
                     // The asking host now holds it: it is sent again only
                     // when it changes.
                     self.sent.insert(*k, (sum, now));
-                    let nfs = chain.stages().iter().filter_map(|s| s.export_flow(k).map(|e| NfPart::of(s.name(), &e)));
-                    flows.push(PeerFlow { key: k.to_bytes().to_vec(), nfs: nfs.collect() });
+                    // Without its offload entries: they return here.
+                    flows.push(flow_out(chain, k, Vec::new()));
                 }
                 a.remaining = a.remaining.saturating_sub(1);
                 if a.remaining == 0 {
@@ -387,7 +389,7 @@ impl LanePeer {
         self.next_export = now + self.peer.interval;
         // What changed since the last export, as the state noted it.
         self.changed.clear();
-        let mut complete = true;
+        let mut complete = chain.take_offload_changes(&mut self.changed);
         for stage in chain.stages_mut() {
             complete &= stage.take_flow_changes(&mut self.changed);
         }
@@ -395,20 +397,24 @@ impl LanePeer {
             self.dirty.clear();
             return;
         };
-        let chain: &Chain = chain;
         let me = self.peer.me.as_str();
         let mut candidates: Vec<(FlowKey, bool)> = Vec::new();
+        // Flows this host owned until this table: their offload entries
+        // leave with them.
+        let mut leaving: HashSet<FlowKey> = HashSet::default();
         if self.table.as_ref().is_none_or(|t| t.version() != table.version()) {
             let before = self.table.clone();
             let mut handed = 0u64;
-            for stage in chain.stages() {
-                for k in stage.flow_table().keys() {
-                    let old = before.as_deref().and_then(|t| next_owner(t, me, k));
-                    if old != next_owner(&table, me, k) {
-                        // Sent again whatever it was sent before.
-                        self.sent.remove(k);
-                        candidates.push((*k, false));
-                        handed += 1;
+            let held = chain.stages().iter().flat_map(|s| s.flow_table().keys()).chain(chain.offloaded_flows());
+            for k in held {
+                let old = before.as_deref().and_then(|t| next_owner(t, me, k));
+                if old != next_owner(&table, me, k) {
+                    // Sent again whatever it was sent before.
+                    self.sent.remove(k);
+                    candidates.push((*k, false));
+                    handed += 1;
+                    if before.as_deref().is_some_and(|t| owns(t, me, k)) && !owns(&table, me, k) {
+                        leaving.insert(*k);
                     }
                 }
             }
@@ -420,6 +426,7 @@ impl LanePeer {
             for stage in chain.stages() {
                 candidates.extend(stage.flow_table().keys().map(|k| (*k, true)));
             }
+            candidates.extend(chain.offloaded_flows().map(|k| (*k, true)));
         }
         if now.saturating_duration_since(self.last_sweep) >= REFRESH {
             self.last_sweep = now;
@@ -460,14 +467,13 @@ impl LanePeer {
             let Some(to) = next_owner(&table, me, &k) else { continue };
             // Every write counts a clock up: an equal sum is the same
             // state (noted, but written back unchanged), not sent again.
-            let clocks = chain.stages().iter().filter_map(|s| s.flow_clock(&k)).reduce(u64::wrapping_add);
-            let nfs: Vec<NfPart> = match clocks {
+            let flow = match flow_sum(chain, &k) {
                 None => {
                     // The flow ended here: a replica sent before is forgotten.
                     if self.sent.remove(&k).is_none() {
                         continue;
                     }
-                    Vec::new()
+                    PeerFlow { key: k.to_bytes().to_vec(), nfs: Vec::new(), offload: Vec::new() }
                 }
                 Some(sum) => {
                     if self.sent.get(&k).is_some_and(|&(s, at)| s == sum && now.saturating_duration_since(at) < REFRESH)
@@ -482,10 +488,19 @@ impl LanePeer {
                         continue;
                     }
                     self.sent.insert(k, (sum, now));
-                    chain.stages().iter().filter_map(|s| s.export_flow(&k).map(|e| NfPart::of(s.name(), &e))).collect()
+                    // Its owner sends its offload entries (a replica's
+                    // copies); a host it leaves hands them over.
+                    let entries = if leaving.contains(&k) {
+                        chain.hand_over_offloads(&k)
+                    } else if owns(&table, me, &k) {
+                        chain.carry_offloads(&k)
+                    } else {
+                        Vec::new()
+                    };
+                    flow_out(chain, &k, entries)
                 }
             };
-            per_host.entry(to).or_default().push(PeerFlow { key: k.to_bytes().to_vec(), nfs });
+            per_host.entry(to).or_default().push(flow);
         }
         self.peer.counts.flows_unchanged.fetch_add(unchanged, Ordering::Relaxed);
         self.peer.counts.flows_deferred.fetch_add(deferred, Ordering::Relaxed);
@@ -547,7 +562,7 @@ impl LanePeer {
     ) {
         let Some(commit) = self.commit.as_mut() else { return };
         self.changed.clear();
-        let mut complete = true;
+        let mut complete = chain.take_offload_changes(&mut self.changed);
         for stage in chain.stages_mut() {
             complete &= stage.take_flow_changes(&mut self.changed);
         }
@@ -599,8 +614,7 @@ impl LanePeer {
                     commit.add_open(&self.peer, to, k);
                     continue;
                 }
-                let Some(nfs) = commit_part(chain, &mut self.sent, &k, now) else { continue };
-                let flow = PeerFlow { key: k.to_bytes().to_vec(), nfs };
+                let Some(flow) = commit_part(chain, &mut self.sent, &k, now, owns(table, me, &k)) else { continue };
                 match per_host.iter_mut().find(|(h, _)| *h == to) {
                     Some((_, v)) => v.push(flow),
                     None => per_host.push((to, vec![flow])),
@@ -770,8 +784,8 @@ impl LanePeer {
                     Some(to.as_str())
                 };
                 let Some(dest) = dest else { continue };
-                let Some(nfs) = commit_part(chain, &mut self.sent, k, now) else { continue };
-                let flow = PeerFlow { key: k.to_bytes().to_vec(), nfs };
+                let owner = table.as_deref().is_some_and(|t| owns(t, me, k));
+                let Some(flow) = commit_part(chain, &mut self.sent, k, now, owner) else { continue };
                 match per_host.iter_mut().find(|(h, _)| *h == dest) {
                     Some((_, v)) => v.push(flow),
                     None => per_host.push((dest, vec![flow])),
@@ -823,33 +837,68 @@ enum Gate {
 /// Whether flow `k`'s state is not what was last sent of it (sent
 /// neither; ended after it was sent; written since).
 fn changed_since_sent(chain: &Chain, sent: &HashMap<FlowKey, (u64, Instant)>, k: &FlowKey) -> bool {
-    match chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add) {
+    match flow_sum(chain, k) {
         None => sent.contains_key(k),
         // Every write counts a clock up: an equal sum is the same state.
         Some(sum) => sent.get(k).is_none_or(|&(s, _)| s != sum),
     }
 }
 
-/// Flow `k`'s parts to send as its state is now, noted as sent: empty when
-/// it ended after it was sent (the replica is forgotten); `None` when
-/// there is nothing to send.
+/// Flow `k` to send as its state is now (with copies of its offload
+/// entries where `owner`), noted as sent: without parts when it ended
+/// after it was sent (the replica is forgotten); `None` when there is
+/// nothing to send.
 fn commit_part(
     chain: &Chain,
     sent: &mut HashMap<FlowKey, (u64, Instant)>,
     k: &FlowKey,
     now: Instant,
-) -> Option<Vec<NfPart>> {
-    match chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add) {
-        None => sent.remove(k).map(|_| Vec::new()),
+    owner: bool,
+) -> Option<PeerFlow> {
+    match flow_sum(chain, k) {
+        None => sent.remove(k).map(|_| PeerFlow { key: k.to_bytes().to_vec(), nfs: Vec::new(), offload: Vec::new() }),
         Some(sum) if sent.get(k).is_some_and(|&(s, _)| s == sum) => None,
         Some(sum) => {
             sent.insert(*k, (sum, now));
-            Some(chain.stages().iter().filter_map(|s| s.export_flow(k).map(|e| NfPart::of(s.name(), &e))).collect())
+            let entries = if owner { chain.carry_offloads(k) } else { Vec::new() };
+            Some(flow_out(chain, k, entries))
         }
     }
 }
 
+/// What this host holds of flow `k`, summed: its NFs' logical clocks and
+/// its offload entries' [`Chain::offload_sum`]. Every change changes it;
+/// `None` when nothing of the flow is held here.
+fn flow_sum(chain: &Chain, k: &FlowKey) -> Option<u64> {
+    let nfs = chain.stages().iter().filter_map(|s| s.flow_clock(k)).reduce(u64::wrapping_add);
+    match (nfs, chain.offload_sum(k)) {
+        (None, 0) => None,
+        (nfs, entries) => Some(nfs.unwrap_or(0).wrapping_add(entries)),
+    }
+}
+
+/// Flow `k` as it leaves this host: each NF's state of it, and `entries`.
+fn flow_out(chain: &Chain, k: &FlowKey, entries: Vec<sluice_runtime::offload::Carried>) -> PeerFlow {
+    PeerFlow {
+        key: k.to_bytes().to_vec(),
+        nfs: chain.stages().iter().filter_map(|s| s.export_flow(k).map(|e| NfPart::of(s.name(), &e))).collect(),
+        offload: entries.iter().map(OffloadPart::of).collect(),
+    }
+}
+
+/// Whether `me` owns flow `k` by `table`.
+fn owns(table: &OwnershipTable, me: &str, k: &FlowKey) -> bool {
+    table.owner(k.hash_normalized()) == Some(me)
+}
+
 impl FlowHook for LanePeer {
+    /// The offload entries that came with the replicas [`before`] took in.
+    ///
+    /// [`before`]: FlowHook::before
+    fn carried(&mut self, out: &mut Vec<(FlowKey, Vec<sluice_runtime::offload::Carried>)>) {
+        out.append(&mut self.carried);
+    }
+
     /// Marks the batch's flows for the next export, imports the replicas
     /// held for flows new since the last one, and counts the moved
     /// flowlets by whether their state is here.
@@ -893,6 +942,10 @@ impl FlowHook for LanePeer {
                 counts.flows_imported.fetch_add(1, Ordering::Relaxed);
                 if late > 0 && self.late.remove(&key).is_some() {
                     counts.late_state_imported.fetch_add(1, Ordering::Relaxed);
+                }
+                if !replica.offload.is_empty() {
+                    let entries = replica.offload.iter().filter_map(OffloadPart::to_carried).collect();
+                    self.carried.push((key, entries));
                 }
                 for part in &replica.nfs {
                     let Some(stage) = stages.iter_mut().find(|s| s.name() == part.nf) else { continue };

@@ -29,6 +29,8 @@ pub struct Replica {
     pub at: Instant,
     /// Its state per NF.
     pub nfs: Vec<NfPart>,
+    /// Its offload entries on its owner, as last sent.
+    pub offload: Vec<crate::wire::OffloadPart>,
     bytes: usize,
 }
 
@@ -113,8 +115,9 @@ impl PeerStore {
     }
 
     /// Keeps the flows of a message from host `from`. A flow without NF
-    /// parts ended on its owner: its replica is forgotten. Per NF, a part
-    /// older (by logical clock) than the one held is ignored. Returns how
+    /// parts or offload entries ended on its owner: its replica is
+    /// forgotten. Per NF, a part older (by logical clock) than the one held
+    /// is ignored; offload entries are those of the newest message. Returns how
     /// many flows it refused (the store full).
     pub fn insert(&self, from: &str, batch: PeerBatch, now: Instant) -> usize {
         let mut refused = 0;
@@ -127,7 +130,7 @@ impl PeerStore {
         let map = inner.deployments.entry(batch.deployment).or_default();
         for f in batch.flows {
             let Some(key) = FlowKey::from_bytes(&f.key) else { continue };
-            if f.nfs.is_empty() {
+            if f.nfs.is_empty() && f.offload.is_empty() {
                 if let Some(old) = map.remove(&key) {
                     inner.bytes = inner.bytes.saturating_sub(old.bytes);
                     inner.counters.flows_ended += 1;
@@ -148,7 +151,10 @@ impl PeerStore {
                     }
                 }
             }
-            let bytes = REPLICA_OVERHEAD + nfs.iter().map(NfPart::bytes).sum::<usize>();
+            let offload = f.offload;
+            let bytes = REPLICA_OVERHEAD
+                + nfs.iter().map(NfPart::bytes).sum::<usize>()
+                + offload.iter().map(crate::wire::OffloadPart::bytes).sum::<usize>();
             let count = self.held.load(Ordering::Relaxed).saturating_sub(usize::from(old.is_some()));
             if count >= self.max_flows || inner.bytes + bytes > self.max_bytes {
                 inner.counters.flows_refused_full += 1;
@@ -162,7 +168,7 @@ impl PeerStore {
                 self.held.fetch_add(1, Ordering::Relaxed);
             }
             inner.bytes += bytes;
-            map.insert(key, Replica { from: from.to_string(), at: now, nfs, bytes });
+            map.insert(key, Replica { from: from.to_string(), at: now, nfs, offload, bytes });
         }
         refused
     }
@@ -250,6 +256,7 @@ mod tests {
                 state: Some(StatePart { value: vec![clock as u8; len], clock, last_seen_ns: 0 }),
                 tables: vec![],
             }],
+            offload: vec![],
         }
     }
 
@@ -280,7 +287,7 @@ mod tests {
         let now = Instant::now();
         s.insert("h1", batch(vec![flow(1, 1, 1), flow(2, 1, 1), flow(3, 1, 1)]), now);
         assert_eq!((s.held(), s.counters().flows_refused_full), (2, 1));
-        s.insert("h1", batch(vec![PeerFlow { key: key(1).to_bytes().to_vec(), nfs: vec![] }]), now);
+        s.insert("h1", batch(vec![PeerFlow { key: key(1).to_bytes().to_vec(), nfs: vec![], offload: vec![] }]), now);
         assert_eq!((s.held(), s.counters().flows_ended), (1, 1));
         let b = PeerStore::new(100, 2 * REPLICA_OVERHEAD + 100, Duration::from_secs(60));
         b.insert("h1", batch(vec![flow(1, 1, 60), flow(2, 1, 60)]), now);

@@ -6,6 +6,7 @@
 //! receiver holds none of ([`FlowRequest`]); or bindings of a release pool
 //! split between the hosts, handed over or replicated with their blocks
 //! ([`PoolBindings`]), and releases for a block's owner ([`PoolRelease`]).
+//! A flow's state carries its offload entries too ([`OffloadPart`]).
 //!
 //! Encoded with `postcard` behind a version byte. A message comes from
 //! another host of the group (the subject names the sender and NATS
@@ -19,8 +20,9 @@ use sluice_runtime::instance::FlowExport;
 use sluice_state::FlowTableEntry;
 use sluice_wire::FlowKey;
 
-/// The format version this host writes and reads.
-pub const VERSION: u8 = 1;
+/// The format version this host writes and reads (2: flows carry their
+/// offload entries).
+pub const VERSION: u8 = 2;
 /// Flows in one message at most.
 pub const MAX_FLOWS: usize = 65_536;
 /// NFs of one flow at most (a chain's stages).
@@ -43,6 +45,8 @@ pub const MAX_BINDINGS: usize = 16_384;
 pub const MAX_BLOCKS: usize = 65_536;
 /// Bytes of one binding at most.
 pub const MAX_BINDING: usize = 4096;
+/// Offload entries of one flow at most (a direction per ingress port).
+pub const MAX_OFFLOADS: usize = 16;
 
 /// Why a message was refused.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +102,175 @@ pub struct PeerFlow {
     pub key: Vec<u8>,
     /// Its state in each NF that holds some.
     pub nfs: Vec<NfPart>,
+    /// Its offload entries on the sender (sent by the flow's owner).
+    pub offload: Vec<OffloadPart>,
+}
+
+/// A header change of an offload entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpPart {
+    /// New source address (128 bits, IPv4 mapped) and port.
+    Source(u128, Option<u16>),
+    /// New destination address and port.
+    Destination(u128, Option<u16>),
+    /// TTL or hop limit minus one.
+    DecrementTtl,
+    /// New DSCP.
+    SetDscp(u8),
+}
+
+/// One NF of an offload entry's path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepPart {
+    /// The NF's name in its deployment's chain.
+    pub nf: String,
+    /// The flow as that NF saw it ([`FlowKey::to_bytes`], normalized).
+    pub key: Vec<u8>,
+    /// Whether the entry's packets run against that key's direction.
+    pub reverse: bool,
+    /// Whether the NF asked for what passed when the entry ends.
+    pub returns: bool,
+}
+
+/// An offload entry of a flow, as its owner holds it
+/// ([`sluice_runtime::offload::Carried`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffloadPart {
+    /// Which entry (the same in every copy of it).
+    pub origin: u64,
+    /// Whether it takes packets against the flow's normalized direction.
+    pub reverse: bool,
+    /// Ingress port.
+    pub port: u16,
+    /// Egress port; `None`: dropped by the path's last NF.
+    pub forward: Option<u16>,
+    /// Label.
+    pub label: Option<u16>,
+    /// Header changes, in order.
+    pub ops: Vec<OpPart>,
+    /// Its NFs, in the order its packets meet them.
+    pub path: Vec<StepPart>,
+    /// Idle timeout, ns.
+    pub idle_ns: u64,
+    /// Packet limit (0: none).
+    pub max_packets: u64,
+    /// Byte limit (0: none).
+    pub max_bytes: u64,
+    /// Age left after its last packet, ns (`u64::MAX`: no limit).
+    pub age_left_ns: u64,
+    /// Packets that passed under it, not yet handed to its NFs.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+impl OffloadPart {
+    /// The part for an entry carried by the runtime.
+    pub fn of(c: &sluice_runtime::offload::Carried) -> Self {
+        use sluice_runtime::offload::RewriteOp;
+        OffloadPart {
+            origin: c.origin,
+            reverse: c.reverse,
+            port: c.port,
+            forward: c.forward,
+            label: c.label,
+            ops: c
+                .ops
+                .iter()
+                .map(|op| match *op {
+                    RewriteOp::Source(a, p) => OpPart::Source(a.0, p),
+                    RewriteOp::Destination(a, p) => OpPart::Destination(a.0, p),
+                    RewriteOp::DecrementTtl => OpPart::DecrementTtl,
+                    RewriteOp::SetDscp(d) => OpPart::SetDscp(d),
+                })
+                .collect(),
+            path: c
+                .path
+                .iter()
+                .map(|s| StepPart {
+                    nf: s.nf.clone(),
+                    key: s.key.to_bytes().to_vec(),
+                    reverse: s.reverse,
+                    returns: s.returns,
+                })
+                .collect(),
+            idle_ns: c.idle_ns,
+            max_packets: c.max_packets,
+            max_bytes: c.max_bytes,
+            age_left_ns: c.age_left_ns,
+            packets: c.packets,
+            bytes: c.bytes,
+        }
+    }
+
+    /// The entry to hand the runtime (its keys were checked at decoding;
+    /// `None` if one is not a key).
+    pub fn to_carried(&self) -> Option<sluice_runtime::offload::Carried> {
+        use sluice_runtime::offload::{Carried, CarriedStep, RewriteOp};
+        use sluice_wire::IpAddr128;
+        let path = self
+            .path
+            .iter()
+            .map(|s| {
+                Some(CarriedStep {
+                    nf: s.nf.clone(),
+                    key: FlowKey::from_bytes(&s.key)?,
+                    reverse: s.reverse,
+                    returns: s.returns,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Carried {
+            origin: self.origin,
+            reverse: self.reverse,
+            port: self.port,
+            forward: self.forward,
+            label: self.label,
+            ops: self
+                .ops
+                .iter()
+                .map(|op| match *op {
+                    OpPart::Source(a, p) => RewriteOp::Source(IpAddr128(a), p),
+                    OpPart::Destination(a, p) => RewriteOp::Destination(IpAddr128(a), p),
+                    OpPart::DecrementTtl => RewriteOp::DecrementTtl,
+                    OpPart::SetDscp(d) => RewriteOp::SetDscp(d),
+                })
+                .collect(),
+            path,
+            idle_ns: self.idle_ns,
+            max_packets: self.max_packets,
+            max_bytes: self.max_bytes,
+            age_left_ns: self.age_left_ns,
+            packets: self.packets,
+            bytes: self.bytes,
+        })
+    }
+
+    /// What holding it costs, roughly.
+    pub fn bytes(&self) -> usize {
+        96 + self.ops.len() * 24 + self.path.iter().map(|s| 48 + s.nf.len()).sum::<usize>()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.ops.len() > sluice_runtime::offload::MAX_REWRITES {
+            return Err(format!("an offload entry with {} header changes", self.ops.len()));
+        }
+        if self.path.is_empty() || self.path.len() > MAX_NFS {
+            return Err(format!("an offload entry with {} NFs (1-{MAX_NFS})", self.path.len()));
+        }
+        for s in &self.path {
+            if s.nf.is_empty() || s.nf.len() > MAX_NAME {
+                return Err(format!("an offload entry's NF name of {} bytes (1-{MAX_NAME})", s.nf.len()));
+            }
+            if FlowKey::from_bytes(&s.key).is_none() {
+                return Err(format!("an offload entry's flow key of {} bytes", s.key.len()));
+            }
+        }
+        if self.ops.iter().any(|o| matches!(o, OpPart::SetDscp(d) if *d > 63)) {
+            return Err("an offload entry's DSCP over 63".into());
+        }
+        Ok(())
+    }
 }
 
 /// One message: flows of one deployment.
@@ -436,6 +609,12 @@ impl PeerBatch {
             if f.nfs.len() > MAX_NFS {
                 return bound(format!("a flow with {} NFs (at most {MAX_NFS})", f.nfs.len()));
             }
+            if f.offload.len() > MAX_OFFLOADS {
+                return bound(format!("a flow with {} offload entries (at most {MAX_OFFLOADS})", f.offload.len()));
+            }
+            for o in &f.offload {
+                o.check().map_err(WireError::Bound)?;
+            }
             for n in &f.nfs {
                 if n.nf.is_empty() || n.nf.len() > MAX_NAME {
                     return bound(format!("NF name of {} bytes (1-{MAX_NAME})", n.nf.len()));
@@ -478,8 +657,58 @@ mod tests {
                     state: Some(StatePart { value: vec![1], clock: 3, last_seen_ns: 9 }),
                     tables: vec![TablePart { table: "bytes".into(), value: 5u64.to_le_bytes().to_vec(), clock: 2 }],
                 }],
+                offload: vec![entry()],
             }],
         }
+    }
+
+    fn entry() -> OffloadPart {
+        OffloadPart {
+            origin: 77,
+            reverse: true,
+            port: 0,
+            forward: Some(1),
+            label: None,
+            ops: vec![OpPart::Source(0xffff_0a00_0001, Some(4000)), OpPart::DecrementTtl, OpPart::SetDscp(10)],
+            path: vec![StepPart {
+                nf: "firewall".into(),
+                key: key(1).to_bytes().to_vec(),
+                reverse: true,
+                returns: true,
+            }],
+            idle_ns: 1_000_000_000,
+            max_packets: 0,
+            max_bytes: 0,
+            age_left_ns: u64::MAX,
+            packets: 12,
+            bytes: 768,
+        }
+    }
+
+    #[test]
+    fn offload_entries_round_trip_through_the_runtime_s_form_and_are_bounded() {
+        let e = entry();
+        let c = e.to_carried().unwrap();
+        assert_eq!(c.path[0].key, key(1));
+        assert_eq!(OffloadPart::of(&c), e);
+        let refused = |f: &dyn Fn(&mut OffloadPart)| {
+            let mut b = batch();
+            f(&mut b.flows[0].offload[0]);
+            matches!(PeerMessage::decode(&flows(b)), Err(WireError::Bound(_)))
+        };
+        assert!(!refused(&|_| {}));
+        assert!(refused(&|e| e.ops = vec![OpPart::DecrementTtl; 9]));
+        assert!(refused(&|e| e.path.clear()));
+        assert!(refused(&|e| e.path[0].key = vec![1, 2, 3]));
+        assert!(refused(&|e| e.path[0].nf = "n".repeat(MAX_NAME + 1)));
+        assert!(refused(&|e| e.ops = vec![OpPart::SetDscp(64)]));
+        let mut many = batch();
+        many.flows[0].offload = vec![entry(); MAX_OFFLOADS + 1];
+        assert!(matches!(PeerMessage::decode(&flows(many)), Err(WireError::Bound(_))));
+        // A host of the previous format is refused with the reason.
+        let mut old = flows(batch());
+        old[0] = 1;
+        assert!(matches!(PeerMessage::decode(&old), Err(WireError::Version(Some(1)))));
     }
 
     fn flows(b: PeerBatch) -> Vec<u8> {
@@ -541,7 +770,7 @@ mod tests {
     #[test]
     fn bad_messages_say_why() {
         assert!(matches!(PeerMessage::decode(&[]), Err(WireError::Version(None))));
-        assert!(matches!(PeerMessage::decode(&[2, 0]), Err(WireError::Version(Some(2)))));
+        assert!(matches!(PeerMessage::decode(&[VERSION + 1, 0]), Err(WireError::Version(Some(v))) if v == VERSION + 1));
         assert!(matches!(PeerMessage::decode(&[VERSION, 200]), Err(WireError::Malformed(_))));
         let mut b = batch();
         b.flows[0].key = vec![1, 2, 3];

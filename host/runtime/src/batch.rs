@@ -56,6 +56,11 @@ impl BatchBuilder {
         }
     }
 
+    /// Whether it collects the batch's distinct flows.
+    pub fn collects_flows(&self) -> bool {
+        self.with_flows
+    }
+
     /// Starts a new batch.
     pub fn clear(&mut self) {
         self.batch.data.clear();
@@ -146,6 +151,22 @@ impl BatchBuilder {
     /// Normalized keys of the batch's distinct flows.
     pub fn flow_keys(&self) -> &[FlowKey] {
         &self.flow_keys
+    }
+
+    /// Packet `i`'s flow, normalized, and whether the packet runs against
+    /// the normalized direction: from the descriptor where the builder
+    /// collected flows, else parsed from its bytes.
+    pub fn packet_flow(&self, i: usize) -> Option<(FlowKey, bool)> {
+        let d = Descriptor::decode(&self.batch.descriptors, i)?;
+        if d.flow != NO_FLOW
+            && let Some(k) = self.flow_keys.get(usize::from(d.flow))
+        {
+            return Some((*k, d.flags & packet_flags::REVERSE != 0));
+        }
+        if d.flow_hash == 0 {
+            return None;
+        }
+        sluice_wire::parse(self.packet_bytes(i)).key.map(|k| k.normalize())
     }
 
     /// Bytes of packet `i` in the batch buffer.

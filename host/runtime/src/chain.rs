@@ -175,6 +175,11 @@ pub trait FlowHook {
     /// `keys`: the batch's distinct flows (normalized; empty when no NF of
     /// the chain keeps flows).
     fn before(&mut self, stages: &mut [NfInstance], keys: &[sluice_wire::FlowKey]);
+
+    /// Called after [`before`](Self::before): offload entries another host
+    /// carried with the state of flows of the batch, for the chain to take
+    /// in (see [`Chain::import_offloads`]).
+    fn carried(&mut self, _out: &mut Vec<(sluice_wire::FlowKey, Vec<crate::offload::Carried>)>) {}
 }
 
 /// NF instances of one worker, called in chain order on every batch.
@@ -225,6 +230,8 @@ pub struct Chain {
     /// Flows whose state is refreshed after the batch: their packets
     /// passed under entries (NF, flow as it saw it).
     refresh: Vec<(usize, sluice_wire::FlowKey)>,
+    /// Entries carried from another host, for the chain to take in.
+    carried: Vec<(sluice_wire::FlowKey, Vec<crate::offload::Carried>)>,
 }
 
 /// The chain's own stages (see [`crate::stages`]).
@@ -341,6 +348,7 @@ impl Chain {
             visits: Vec::new(),
             ended: Vec::new(),
             refresh: Vec::new(),
+            carried: Vec::new(),
             inbox: vec![Vec::new(); stages.len()],
             stages,
             routes,
@@ -382,6 +390,96 @@ impl Chain {
     /// Offload entries held now.
     pub fn offload_entries(&self) -> usize {
         self.offload.len()
+    }
+
+    /// A number that changes whenever an offload entry of flow `key`
+    /// (normalized, as it comes in) is made, passes a packet or ends; 0
+    /// when it has none. With the NFs' [`NfInstance::flow_clock`]s it
+    /// tells whether a flow's state changed since it was last sent.
+    pub fn offload_sum(&self, key: &sluice_wire::FlowKey) -> u64 {
+        self.offload.flow_sum(key)
+    }
+
+    /// Copies of flow `key`'s offload entries (normalized, as it comes
+    /// in), to go with its NFs' state to another host.
+    pub fn carry_offloads(&self, key: &sluice_wire::FlowKey) -> Vec<crate::offload::Carried> {
+        self.offload.carry(key, |i| self.stages.get(i).map(|s| s.name().to_string()))
+    }
+
+    /// [`carry_offloads`](Self::carry_offloads) for a flow that leaves this
+    /// host (its owner changed): its entries also end here, and what passed
+    /// under them goes only with the copies, so that no NF is handed the
+    /// same packets twice.
+    pub fn hand_over_offloads(&mut self, key: &sluice_wire::FlowKey) -> Vec<crate::offload::Carried> {
+        let out = self.carry_offloads(key);
+        let mut ended_on = Vec::new();
+        self.offload.hand_over(key, &mut ended_on);
+        for i in ended_on {
+            if let Some(s) = self.stages.get_mut(i) {
+                s.offload_ended(None);
+            }
+        }
+        out
+    }
+
+    /// Takes in the offload entries of flow `key` (normalized, as it comes
+    /// in here) that another host carried with its state (see
+    /// [`carry_offloads`](Self::carry_offloads)); each is checked against
+    /// this chain's NFs and their state budgets; `now` is packet time.
+    /// Returns how many were refused, each logged with why.
+    pub fn import_offloads(
+        &mut self,
+        key: sluice_wire::FlowKey,
+        carried: Vec<crate::offload::Carried>,
+        now: u64,
+    ) -> usize {
+        let mut refused = 0;
+        for c in carried {
+            let stages = &self.stages;
+            let find = |nf: &str| {
+                let at = stages
+                    .iter()
+                    .position(|s| s.name() == nf && s.offloads())
+                    .ok_or_else(|| crate::offload::CarryRefusal::UnknownNf(nf.to_string()))?;
+                match stages.get(at) {
+                    Some(s) if s.offload_room() > 0 => Ok(at),
+                    _ => Err(crate::offload::CarryRefusal::OverBudget(nf.to_string())),
+                }
+            };
+            match self.offload.import(key, c, now, find) {
+                Ok(Some(path)) => {
+                    for step in &path {
+                        if let Some(s) = self.stages.get_mut(step.stage) {
+                            s.offload_installed();
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    refused += 1;
+                    tracing::debug!(?why, "an offload entry carried from another host was not taken in");
+                }
+            }
+        }
+        refused
+    }
+
+    /// Starts noting the flows whose offload entries change, for
+    /// [`take_offload_changes`](Self::take_offload_changes).
+    pub fn track_offload_changes(&mut self) {
+        self.offload.track_changes();
+    }
+
+    /// Appends the flows (normalized, as they come in) whose offload
+    /// entries changed since the last call; `false` if more changed than
+    /// were noted (any may have).
+    pub fn take_offload_changes(&mut self, out: &mut Vec<sluice_wire::FlowKey>) -> bool {
+        self.offload.take_changes(out)
+    }
+
+    /// The flows (normalized, as they come in) with offload entries.
+    pub fn offloaded_flows(&self) -> impl Iterator<Item = &sluice_wire::FlowKey> {
+        self.offload.flows()
     }
 
     /// Ends every offload entry (the chain stops, or its packets go
@@ -523,6 +621,12 @@ impl Chain {
         if let Some(t) = self.timing.as_deref_mut() {
             t.0.restart();
         }
+        if hook.is_some() && !self.builder.collects_flows() && self.stages.iter().any(NfInstance::offloads) {
+            // A hook looks the batch's flows up (replicas from other hosts,
+            // which carry offload entries also for NFs without flow state).
+            self.builder = BatchBuilder::new(true);
+            self.built.clear();
+        }
         self.results.clear();
         self.results.resize(packets.len(), PacketResult::of(Fate::Forward(0)));
         for (n, chunk) in packets.chunks(MAX_BATCH).enumerate() {
@@ -646,7 +750,12 @@ impl Chain {
             self.hand_back();
         }
         if let Some(h) = hook.as_mut() {
+            self.offload.track_changes();
             h.before(&mut self.stages, self.builder.flow_keys());
+            h.carried(&mut self.carried);
+            if !self.carried.is_empty() {
+                self.take_carried(now);
+            }
         }
         self.lap(Stage::Build);
         for s in 0..self.stages.len() {
@@ -678,6 +787,17 @@ impl Chain {
         self.lap(Stage::Verdicts);
     }
 
+    /// Takes in the entries a hook handed over (kept out of the batch's
+    /// body: it runs only when flows arrive with state from another host).
+    #[inline(never)]
+    fn take_carried(&mut self, now: u64) {
+        let mut carried = std::mem::take(&mut self.carried);
+        for (key, entries) in carried.drain(..) {
+            self.import_offloads(key, entries, now);
+        }
+        self.carried = carried;
+    }
+
     /// Refreshes the state of the flows whose packets passed under entries
     /// in this batch (kept out of the batch loop's body: it runs once per
     /// entry and batch).
@@ -699,12 +819,14 @@ impl Chain {
             else {
                 continue;
             };
-            if p.steps() != usize::from(visits) {
+            // An entry takes packets as they come in: not a datagram the
+            // chain reassembled from fragments.
+            if p.steps() != usize::from(visits) || self.reassembled.iter().any(|&(at, _)| at == base + i) {
                 self.offload.counters.declined += 1;
                 continue;
             }
             let on: smallvec::SmallVec<[usize; 4]> = p.stages().collect();
-            if self.offload.install(raw, r, p, now, &mut self.ended) {
+            if self.offload.install(raw.ingress_port, r, p, now, &mut self.ended) {
                 for s in on {
                     if let Some(stage) = self.stages.get_mut(s) {
                         stage.offload_installed();
@@ -813,14 +935,15 @@ impl Chain {
         let default_idle = self.stages.get(s).map_or(0, NfInstance::flow_idle_timeout_ns);
         for r in self.out.offloads.drain(..) {
             let Some(&orig) = mine.get(r.packet as usize) else { continue };
-            let seen = self.builder.packet_bytes(r.packet as usize);
+            // The request was checked against an IP packet: it has a flow.
+            let Some(flow) = self.builder.packet_flow(r.packet as usize) else { continue };
             let Some(at) = self.offer_at.get_mut(orig - base) else { continue };
             if *at == u32::MAX {
                 *at = self.offers.len() as u32;
                 self.offers.push((orig - base, crate::offload::Pending::default()));
             }
             if let Some((_, offer)) = self.offers.get_mut(*at as usize) {
-                offer.add(s, seen, r, default_idle);
+                offer.add(s, flow, r, default_idle);
             }
         }
     }

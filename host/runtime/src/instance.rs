@@ -399,6 +399,16 @@ impl NfInstance {
         self.meters.offloaded_bytes += bytes;
     }
 
+    /// Offload entries its state budget still holds.
+    pub(crate) fn offload_room(&self) -> u64 {
+        let used = self
+            .table
+            .bytes()
+            .saturating_add(self.offload_bytes())
+            .saturating_add(self.tables.as_deref().map_or(0, Tables::used_bytes));
+        (self.spec.limits.state_budget_bytes.saturating_sub(used) as u64) / crate::offload::ENTRY_BYTES
+    }
+
     /// State budget bytes the offload entries take.
     fn offload_bytes(&self) -> usize {
         usize::try_from(self.offload_entries.saturating_mul(crate::offload::ENTRY_BYTES)).unwrap_or(usize::MAX)

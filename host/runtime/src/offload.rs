@@ -227,10 +227,10 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Adds NF `stage`'s request, made for the packet as that NF saw it.
-    pub(crate) fn add(&mut self, stage: usize, seen: &[u8], r: Request, default_idle_ns: u64) {
-        let Some(k) = sluice_wire::parse(seen).key else { return };
-        let (key, reverse) = k.normalize();
+    /// Adds NF `stage`'s request, made for the packet whose flow that NF
+    /// saw as `flow` (normalized, and whether the packet runs against it).
+    pub(crate) fn add(&mut self, stage: usize, flow: (FlowKey, bool), r: Request, default_idle_ns: u64) {
+        let (key, reverse) = flow;
         let nonzero_min = |a: u64, b: u64| match (a, b) {
             (0, b) => b,
             (a, 0) => a,
@@ -242,7 +242,7 @@ impl Pending {
         self.max_bytes = nonzero_min(self.max_bytes, r.max_bytes);
         self.max_age_ns = nonzero_min(self.max_age_ns, r.max_age_ns);
         self.ops.extend(r.ops);
-        self.steps.push(Step { stage, key, reverse, protocol: k.protocol, returns: r.return_counts });
+        self.steps.push(Step { stage, key, reverse, protocol: key.protocol, returns: r.return_counts });
     }
 
     /// How many NFs asked.
@@ -304,6 +304,71 @@ struct Entry {
     batch: u64,
     /// The batch it was made in.
     made: u64,
+    /// Which entry this is among every entry of this host run (carried
+    /// entries keep their first host's).
+    origin: u64,
+    /// The last carried entry whose counts this one took in (its origin,
+    /// packets, bytes): a later copy of the same entry adds only what
+    /// passed since.
+    took: Option<(u64, u64, u64)>,
+}
+
+/// An entry as it leaves its host with its flow's state, for the flow's
+/// next owner ([`crate::Chain::carry_offloads`]): the decision, the limits
+/// left, and what passed under it that its NFs were not yet handed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carried {
+    /// Which entry this is (the same for every copy of one entry).
+    pub origin: u64,
+    /// Whether it takes packets against the flow's normalized direction.
+    pub reverse: bool,
+    /// The ingress port it takes packets from.
+    pub port: u16,
+    /// The port its packets leave by; `None`: dropped by its last NF.
+    pub forward: Option<u16>,
+    /// The label its packets leave with.
+    pub label: Option<u16>,
+    /// Header changes, in order.
+    pub ops: Vec<RewriteOp>,
+    /// Its NFs, in the order its packets meet them.
+    pub path: Vec<CarriedStep>,
+    /// Idle timeout (packet time).
+    pub idle_ns: u64,
+    /// Packet limit (0: none), counting `packets`.
+    pub max_packets: u64,
+    /// Byte limit (0: none), counting `bytes`.
+    pub max_bytes: u64,
+    /// Packet time left of its age limit after its last packet
+    /// (`u64::MAX`: none).
+    pub age_left_ns: u64,
+    /// Packets that passed under it, not yet handed to its NFs.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// One NF of a [`Carried`] entry's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedStep {
+    /// The NF's name in its chain.
+    pub nf: String,
+    /// The flow as that NF saw it, normalized.
+    pub key: FlowKey,
+    /// Whether the entry's packets run against that key's direction.
+    pub reverse: bool,
+    /// Whether the NF asked for what passed when the entry ends.
+    pub returns: bool,
+}
+
+/// Why a carried entry was not taken in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CarryRefusal {
+    /// An NF of its path is not in this chain, or cannot offload here.
+    UnknownNf(String),
+    /// Its path or changes do not fit an entry.
+    Malformed(&'static str),
+    /// An NF of its path has no room in its state budget.
+    OverBudget(String),
 }
 
 /// What [`Table::pass`] did with a packet.
@@ -351,7 +416,22 @@ pub(crate) struct Table {
     next_sweep: u64,
     batch: u64,
     pub(crate) counters: OffloadCounters,
+    /// Ingress ports entries were made for (an entry's flow is found by
+    /// looking it up on each).
+    ports: smallvec::SmallVec<[u16; 4]>,
+    /// Entries made so far (with `seed`, their origins).
+    made: u64,
+    seed: u64,
+    /// Flows whose entries changed (made, used, ended) since the last
+    /// [`take_changes`](Self::take_changes), when noted; `None`: not noted.
+    changes: Option<Vec<FlowKey>>,
+    /// Whether more changed than `changes` holds.
+    changes_overflow: bool,
 }
+
+/// Most flows noted as changed between two takes; past it every flow
+/// counts as changed.
+const MAX_CHANGES: usize = 65_536;
 
 impl Table {
     pub(crate) fn is_empty(&self) -> bool {
@@ -425,6 +505,9 @@ impl Table {
         for s in &e.path {
             on_step(s, bytes, first);
         }
+        if first {
+            note(&mut self.changes, &mut self.changes_overflow, key);
+        }
         Pass::Hit { fate: e.fate, label: e.label, data: out }
     }
 
@@ -433,36 +516,47 @@ impl Table {
     /// cannot be made (counted as declined) or another packet of the batch
     /// made it already. An entry made in an earlier batch is replaced (what
     /// passed under it is returned as revoked).
+    /// `port` is its ingress port; its flow as it came in is the flow
+    /// the first NF of `p` saw (the first NF it met saw it as it came in).
     pub(crate) fn install(
         &mut self,
-        arrived: &crate::batch::RawPacket<'_>,
+        port: u16,
         result: &crate::fate::PacketResult,
         p: Pending,
         now: u64,
         ended: &mut Vec<(Step, Return)>,
     ) -> bool {
-        let (fate, label, port) = (result.fate, result.label, arrived.ingress_port);
-        let layers = sluice_wire::parse(arrived.data);
+        let (fate, label) = (result.fate, result.label);
         let fits = matches!(fate, Fate::Forward(_) | Fate::Dropped(_))
-            && !layers.fragment
             && p.steps.iter().all(|s| {
                 let has_ports =
                     matches!(s.protocol, sluice_wire::parse::protocol::TCP | sluice_wire::parse::protocol::UDP);
                 has_ports || !p.ops.iter().any(|o| o.port().is_some())
             });
-        let Some(k) = layers.key.filter(|_| fits) else {
+        let Some((key, reverse)) = p.steps.first().map(|s| (s.key, s.reverse)).filter(|_| fits) else {
             self.counters.declined += 1;
             return false;
         };
-        let (key, reverse) = k.normalize();
         let ek = EntryKey { key, reverse, port };
-        match self.entries.get(&ek) {
+        // What the entry it replaces took in from carried copies, it
+        // keeps: a later copy then adds only what is new.
+        let took = match self.entries.get(&ek) {
             // Several packets of the flow asked in this batch: the first
             // made the entry.
             Some(e) if e.made == self.batch => return false,
-            Some(_) => self.end(ek, EndReason::Revoked, ended),
-            None => {}
+            Some(e) => {
+                let took = e.took;
+                self.end(ek, EndReason::Revoked, ended);
+                took
+            }
+            None => None,
+        };
+        if !self.ports.contains(&port) {
+            self.ports.push(port);
         }
+        note(&mut self.changes, &mut self.changes_overflow, key);
+        self.made += 1;
+        let origin = self.origin();
         for s in &p.steps {
             self.by_hash.entry((s.stage, s.key.hash_normalized())).or_default().push(ek);
         }
@@ -486,16 +580,210 @@ impl Table {
                 bytes: 0,
                 batch: self.batch,
                 made: self.batch,
+                origin,
+                took,
             },
         );
         self.counters.installed += 1;
         true
     }
 
+    /// A new entry's origin: unique within this run (and, seeded at
+    /// random, among hosts).
+    fn origin(&mut self) -> u64 {
+        if self.seed == 0 {
+            use std::hash::BuildHasher;
+            self.seed = foldhash::fast::RandomState::default().hash_one(0x5eed_u64) | 1;
+        }
+        self.seed.wrapping_add(self.made.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// The entries of flow `key` (normalized, as it came in).
+    fn of_flow(&self, key: &FlowKey) -> smallvec::SmallVec<[EntryKey; 2]> {
+        let mut v = smallvec::SmallVec::new();
+        for &port in &self.ports {
+            for reverse in [false, true] {
+                let ek = EntryKey { key: *key, reverse, port };
+                if self.entries.contains_key(&ek) {
+                    v.push(ek);
+                }
+            }
+        }
+        v
+    }
+
+    /// A number that changes whenever an entry of flow `key` is made,
+    /// passes a packet or ends (0: none and none ever).
+    pub(crate) fn flow_sum(&self, key: &FlowKey) -> u64 {
+        if self.entries.is_empty() {
+            return 0;
+        }
+        self.of_flow(key)
+            .iter()
+            .filter_map(|ek| self.entries.get(ek))
+            .fold(0u64, |a, e| a.wrapping_add(e.origin).wrapping_add(e.packets))
+    }
+
+    /// Copies of flow `key`'s entries, to go with its state; `name` gives
+    /// each NF's name by its place in the chain.
+    pub(crate) fn carry(&self, key: &FlowKey, name: impl Fn(usize) -> Option<String>) -> Vec<Carried> {
+        let mut out = Vec::new();
+        for ek in self.of_flow(key) {
+            let Some(e) = self.entries.get(&ek) else { continue };
+            let path: Option<Vec<CarriedStep>> = e
+                .path
+                .iter()
+                .map(|s| name(s.stage).map(|nf| CarriedStep { nf, key: s.key, reverse: s.reverse, returns: s.returns }))
+                .collect();
+            let Some(path) = path else { continue };
+            out.push(Carried {
+                origin: e.origin,
+                reverse: ek.reverse,
+                port: ek.port,
+                forward: match e.fate {
+                    Fate::Forward(p) => Some(p),
+                    _ => None,
+                },
+                label: e.label,
+                ops: e.ops.clone(),
+                path,
+                idle_ns: e.idle_ns,
+                max_packets: e.max_packets,
+                max_bytes: e.max_bytes,
+                age_left_ns: if e.ends_ns == u64::MAX { u64::MAX } else { e.ends_ns.saturating_sub(e.last_ns) },
+                packets: e.packets,
+                bytes: e.bytes,
+            });
+        }
+        out
+    }
+
+    /// Ends flow `key`'s entries without handing their NFs what passed
+    /// (it went with copies of them); the NFs of the ended entries go to
+    /// `ended_on`.
+    pub(crate) fn hand_over(&mut self, key: &FlowKey, ended_on: &mut Vec<usize>) {
+        for ek in self.of_flow(key) {
+            let mut gone = Vec::new();
+            self.end(ek, EndReason::Replaced, &mut gone);
+            ended_on.extend(gone.into_iter().map(|(s, _)| s.stage));
+        }
+    }
+
+    /// Takes in a carried copy of an entry of flow `key` (normalized, as it
+    /// comes in here). `stage` finds an NF by name and says whether it has
+    /// room for an entry. Where this host has an entry of the same flow,
+    /// direction and port, the copy adds to its counts what it holds beyond
+    /// what an earlier copy of the same entry added; otherwise it becomes
+    /// an entry of this host (which an NF's new request for the flow
+    /// replaces, handing it the counts). Returns the NFs it was made for.
+    pub(crate) fn import(
+        &mut self,
+        key: FlowKey,
+        c: Carried,
+        now: u64,
+        stage: impl Fn(&str) -> Result<usize, CarryRefusal>,
+    ) -> Result<Option<Path>, CarryRefusal> {
+        if c.path.is_empty() || c.path.len() > 16 {
+            return Err(CarryRefusal::Malformed("a path of no NF or more than 16"));
+        }
+        if c.ops.len() > MAX_REWRITES {
+            return Err(CarryRefusal::Malformed("more header changes than an entry holds"));
+        }
+        let ek = EntryKey { key, reverse: c.reverse, port: c.port };
+        if let Some(e) = self.entries.get_mut(&ek) {
+            let (p0, b0) = match e.took {
+                Some((o, p, b)) if o == c.origin => (p, b),
+                _ => (0, 0),
+            };
+            e.packets = e.packets.saturating_add(c.packets.saturating_sub(p0));
+            e.bytes = e.bytes.saturating_add(c.bytes.saturating_sub(b0));
+            e.took = Some((c.origin, c.packets.max(p0), c.bytes.max(b0)));
+            note(&mut self.changes, &mut self.changes_overflow, key);
+            return Ok(None);
+        }
+        let mut path = Path::new();
+        for s in &c.path {
+            let at = stage(&s.nf)?;
+            if path.iter().any(|p: &Step| p.stage == at) {
+                return Err(CarryRefusal::Malformed("an NF twice on one path"));
+            }
+            path.push(Step { stage: at, key: s.key, reverse: s.reverse, protocol: s.key.protocol, returns: s.returns });
+        }
+        let has_ports = path
+            .iter()
+            .all(|s| matches!(s.protocol, sluice_wire::parse::protocol::TCP | sluice_wire::parse::protocol::UDP));
+        if !has_ports && c.ops.iter().any(|o| o.port().is_some()) {
+            return Err(CarryRefusal::Malformed("a port change for a flow without ports"));
+        }
+        let fate = match (c.forward, path.last()) {
+            (Some(p), _) => Fate::Forward(p),
+            (None, Some(last)) => Fate::Dropped(last.stage),
+            (None, None) => return Err(CarryRefusal::Malformed("no NF dropped it")),
+        };
+        for s in &path {
+            self.by_hash.entry((s.stage, s.key.hash_normalized())).or_default().push(ek);
+        }
+        if !self.ports.contains(&c.port) {
+            self.ports.push(c.port);
+        }
+        let sweep = (c.idle_ns / 8).clamp(MIN_SWEEP_NS, MAX_SWEEP_NS);
+        if self.entries.is_empty() || now.saturating_add(sweep) < self.next_sweep {
+            self.next_sweep = now.saturating_add(sweep);
+        }
+        note(&mut self.changes, &mut self.changes_overflow, key);
+        self.entries.insert(
+            ek,
+            Entry {
+                fate,
+                label: c.label,
+                ops: c.ops,
+                path: path.clone(),
+                idle_ns: c.idle_ns,
+                max_packets: c.max_packets,
+                max_bytes: c.max_bytes,
+                ends_ns: if c.age_left_ns == u64::MAX { u64::MAX } else { now.saturating_add(c.age_left_ns) },
+                last_ns: now,
+                packets: c.packets,
+                bytes: c.bytes,
+                batch: self.batch.wrapping_sub(1),
+                // Made "before" this batch: an NF's request for the flow
+                // in this batch replaces it.
+                made: self.batch.wrapping_sub(1),
+                origin: c.origin,
+                took: Some((c.origin, c.packets, c.bytes)),
+            },
+        );
+        self.counters.installed += 1;
+        Ok(Some(path))
+    }
+
+    /// Starts noting the flows whose entries change.
+    pub(crate) fn track_changes(&mut self) {
+        if self.changes.is_none() {
+            self.changes = Some(Vec::new());
+        }
+    }
+
+    /// Appends the flows (normalized, as they come in) whose entries
+    /// changed since the last call; `false` if more changed than were
+    /// noted (any may have).
+    pub(crate) fn take_changes(&mut self, out: &mut Vec<FlowKey>) -> bool {
+        if let Some(c) = self.changes.as_mut() {
+            out.append(c);
+        }
+        !std::mem::take(&mut self.changes_overflow)
+    }
+
+    /// The flows (normalized, as they come in) that have entries.
+    pub(crate) fn flows(&self) -> impl Iterator<Item = &FlowKey> {
+        self.entries.keys().map(|ek| &ek.key)
+    }
+
     /// Ends entry `ek`: what passed under it goes to `ended`, one per NF.
     fn end(&mut self, ek: EntryKey, reason: EndReason, ended: &mut Vec<(Step, Return)>) {
         let Some(e) = self.entries.remove(&ek) else { return };
         self.counters.ended += 1;
+        note(&mut self.changes, &mut self.changes_overflow, ek.key);
         for s in &e.path {
             let h = (s.stage, s.key.hash_normalized());
             if let Some(v) = self.by_hash.get_mut(&h) {
@@ -554,6 +842,18 @@ impl Table {
             self.end(ek, EndReason::Idle, ended);
         }
         self.next_sweep = now.saturating_add((shortest / 8).clamp(MIN_SWEEP_NS, MAX_SWEEP_NS));
+    }
+}
+
+/// Notes flow `key` as changed, where changes are noted.
+#[inline]
+fn note(changes: &mut Option<Vec<FlowKey>>, overflow: &mut bool, key: FlowKey) {
+    if let Some(c) = changes {
+        if c.len() < MAX_CHANGES {
+            c.push(key);
+        } else {
+            *overflow = true;
+        }
     }
 }
 
@@ -629,9 +929,8 @@ mod tests {
 
     fn entry_for(t: &mut Table, frame: &[u8], now: u64, idle_ns: u64, ended: &mut Vec<(Step, Return)>) {
         let mut p = Pending::default();
-        p.add(0, frame, Request { idle_ns, ..request(0, vec![]) }, 0);
-        let raw = RawPacket { data: frame, wire_len: frame.len() as u32, timestamp_ns: now, ingress_port: 0 };
-        assert!(t.install(&raw, &PacketResult::of(Fate::Forward(1)), p, now, ended));
+        p.add(0, sluice_wire::parse(frame).key.unwrap().normalize(), Request { idle_ns, ..request(0, vec![]) }, 0);
+        assert!(t.install(0, &PacketResult::of(Fate::Forward(1)), p, now, ended));
     }
 
     #[test]
@@ -674,5 +973,49 @@ mod tests {
         assert_eq!(t.len(), 1, "another NF's revoke-all");
         t.end_all(None, EndReason::Replaced, &mut ended);
         assert_eq!((t.len(), t.by_hash.len()), (0, 0));
+    }
+
+    #[test]
+    fn carried_copies_of_one_entry_add_only_what_passed_since_the_last_copy() {
+        let out = FrameSpec::tcp4([10, 0, 0, 1], 1000, [10, 0, 0, 2], 80, ACK).build();
+        let key = sluice_wire::parse(&out).key.unwrap().normalized();
+        let mut a = Table::default();
+        let mut ended = Vec::new();
+        entry_for(&mut a, &out, 0, 1_000_000_000, &mut ended);
+        let raw = RawPacket { data: &out, wire_len: out.len() as u32, timestamp_ns: 1, ingress_port: 0 };
+        for _ in 0..5 {
+            a.begin_batch();
+            assert!(matches!(a.pass(&raw, &sluice_wire::parse(&out), &mut ended, |_, _, _| {}), Pass::Hit { .. }));
+        }
+        let name = |i: usize| (i == 0).then(|| "nf".to_string());
+        let first = a.carry(&key, name);
+        assert_eq!((first.len(), first[0].packets, first[0].path[0].nf.as_str()), (1, 5, "nf"));
+        assert_eq!(a.len(), 1, "a copy leaves the entry in place");
+        // Another host takes the copy in: an entry with the counts so far.
+        let mut b = Table::default();
+        let stage = |nf: &str| if nf == "nf" { Ok(0) } else { Err(CarryRefusal::UnknownNf(nf.into())) };
+        assert!(b.import(key, first[0].clone(), 10, stage).unwrap().is_some());
+        // Three more packets pass at the first host; it hands the flow over.
+        for _ in 0..3 {
+            a.begin_batch();
+            a.pass(&raw, &sluice_wire::parse(&out), &mut ended, |_, _, _| {});
+        }
+        let last = a.carry(&key, name);
+        let mut on = Vec::new();
+        a.hand_over(&key, &mut on);
+        assert_eq!((a.len(), on, ended.len()), (0, vec![0], 0), "handed over: nothing returned here");
+        // The later copy of the same entry adds the 3, not 8.
+        assert!(b.import(key, last[0].clone(), 11, stage).unwrap().is_none());
+        b.end_all(None, EndReason::Replaced, &mut ended);
+        assert_eq!(ended.pop().map(|(_, r)| r.packets), Some(8));
+        // Copies naming an NF this chain lacks, or malformed, are refused.
+        let mut c = Table::default();
+        let mut bad = last[0].clone();
+        bad.path[0].nf = "other".into();
+        assert_eq!(c.import(key, bad, 0, stage), Err(CarryRefusal::UnknownNf("other".into())));
+        let mut bad = last[0].clone();
+        bad.ops = vec![RewriteOp::DecrementTtl; MAX_REWRITES + 1];
+        assert!(matches!(c.import(key, bad, 0, stage), Err(CarryRefusal::Malformed(_))));
+        assert_eq!(c.len(), 0);
     }
 }

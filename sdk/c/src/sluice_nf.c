@@ -817,9 +817,9 @@ bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluic
 
 /* ---- flow offload ------------------------------------------------------------ */
 
-/* Whether this instance ever asked to offload with counts returned: only
- * then do ended entries return anything, and only then does a batch take
- * them. */
+/* Whether this instance ever asked to offload with counts returned: a
+ * batch the NF did not look at then takes what ended anyway, so the host
+ * keeps nothing for ever. */
 static bool offloaded_with_counts;
 
 static sluice_rewrite_op_t endpoint_op(uint8_t tag, const uint8_t *address, size_t len, bool has_port, uint16_t port) {
@@ -905,7 +905,9 @@ size_t sluice_offload_now(sluice_batch_t *b, uint8_t *results) {
 const sluice_offload_return_t *sluice_offload_returns(sluice_batch_t *b, size_t *n) {
     if (!b->returns_taken) {
         b->returns_taken = true;
-        if (offloaded_with_counts) sluice_nf_offload_returned(&b->returns);
+        /* Asked whenever the NF looks: entries carried here from another
+         * host with their flows return to an instance that never asked. */
+        sluice_nf_offload_returned(&b->returns);
     }
     *n = b->returns.len;
     return b->returns.ptr;

@@ -398,7 +398,9 @@ export class Batch {
    * `reason`: "closed", "limit", "idle", "revoked" or "replaced"). Add
    * them to whatever the NF counts per packet. */
   offloadReturns() {
-    if (this.returns === undefined) this.returns = offloadState.counts ? offloadReturned() : [];
+    // Asked whenever the NF looks: entries carried here from another host
+    // with their flows return to an instance that never asked for any.
+    if (this.returns === undefined) this.returns = offloadReturned();
     return this.returns;
   }
 
@@ -417,9 +419,9 @@ export class Batch {
   }
 }
 
-/** Whether this instance ever asked to offload with counts returned: only
- * then do ended entries return anything, and only then does a batch take
- * them. */
+/** Whether this instance ever asked to offload with counts returned: a
+ * batch the NF did not look at then takes what ended anyway, so the host
+ * keeps nothing for ever. */
 const offloadState = { counts: false };
 
 /** An offload change: later packets get this sender address (4 or 16

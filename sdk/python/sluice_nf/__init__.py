@@ -390,7 +390,10 @@ class Batch:
         ``reason`` (an :data:`EndReason`). Add them to whatever the NF counts
         per packet."""
         if self._returns is None:
-            self._returns = offload_returned() if _OFFLOAD["counts"] else []
+            # Asked whenever the NF looks: entries carried here from
+            # another host with their flows return to an instance that
+            # never asked for any.
+            self._returns = offload_returned()
         return self._returns
 
     def _flush_offloads(self) -> None:
@@ -416,9 +419,9 @@ class Batch:
         return types.BatchResult(self.verdicts, rewrites, updates)
 
 
-#: Whether this instance ever asked to offload with counts returned: only
-#: then do ended entries return anything, and only then does a batch take
-#: them.
+#: Whether this instance ever asked to offload with counts returned: a
+#: batch the NF did not look at then takes what ended anyway, so the host
+#: keeps nothing for ever.
 _OFFLOAD = {"counts": False}
 
 #: Why an offload entry ended: ``CLOSED`` (TCP FIN/RST), ``LIMIT``, ``IDLE``,

@@ -22,8 +22,8 @@ pub struct Batch {
 
 std::thread_local! {
     /// Whether this instance ever asked to offload with counts returned:
-    /// only then do ended entries return anything, and only then does a
-    /// batch collect it.
+    /// a batch the NF did not look at then takes what ended anyway, so the
+    /// host keeps nothing for ever.
     static OFFLOADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -148,7 +148,10 @@ impl Batch {
     /// here), direction, packets and bytes. Add them to whatever the NF
     /// counts per packet.
     pub fn offload_returns(&mut self) -> &[crate::offload::OffloadReturn] {
-        self.returns.get_or_insert_with(|| if OFFLOADED.get() { crate::offload::returned() } else { Vec::new() })
+        // Asked of the host whenever the NF looks: entries of another host
+        // carried here with their flows return to an instance that never
+        // asked for any.
+        self.returns.get_or_insert_with(crate::offload::returned)
     }
 
     /// Turns the decisions into the result the host expects.
