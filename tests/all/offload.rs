@@ -529,30 +529,67 @@ fn offload_entries_travel_with_their_flows_to_another_host_and_no_packet_is_coun
     assert_eq!(a.stages()[0].offload_entries() + b.stages()[0].offload_entries(), 0, "budgets given back");
 }
 
+/// Two hosts of group `edge` in one process: each a [`sluice_peer::Peer`]
+/// with table `table` and a channel for its outbox.
+fn group_of_two(
+    table: &sluice_group::OwnershipTable,
+) -> [(std::sync::Arc<sluice_peer::Peer>, crossbeam_channel::Receiver<sluice_peer::Outgoing>); 2] {
+    use sluice_peer::{Peer, PeerOut, PeerStore};
+    use std::time::Duration;
+    ["h1", "h2"].map(|me| {
+        let (tx, rx) = crossbeam_channel::bounded(1024);
+        let store = PeerStore::new(100_000, 1 << 26, Duration::from_secs(60));
+        let p = Peer::new(me, Duration::from_millis(1), Duration::from_millis(5), store, PeerOut::new(tx, None));
+        p.set_table(table.clone());
+        (p, rx)
+    })
+}
+
+/// Runs `frames` through `c` in batches of 32 with `lane` as its hook.
+fn hooked(c: &mut Chain, lane: &mut sluice_peer::LanePeer, frames: &[(u64, Vec<u8>)]) {
+    for chunk in frames.chunks(32) {
+        let raw: Vec<RawPacket<'_>> = chunk
+            .iter()
+            .map(|(t, f)| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: *t, ingress_port: 0 })
+            .collect();
+        c.process_hooked(&raw, Some(lane));
+    }
+}
+
+/// Hands every message in `out` to `to` as from `from`: the flows in them.
+fn deliver(out: &crossbeam_channel::Receiver<sluice_peer::Outgoing>, from: &str, to: &sluice_peer::Peer) -> usize {
+    let mut flows = 0;
+    while let Ok(o) = out.try_recv() {
+        flows += o.flows;
+        to.receive(from, &o.body, std::time::Instant::now(), 0).unwrap();
+    }
+    flows
+}
+
+/// h1's connections of `table` that stay open (no FIN).
+fn h1_connections(table: &sluice_group::OwnershipTable) -> Vec<(u64, Vec<u8>)> {
+    let owner = |f: &[u8]| table.owner(sluice_wire::parse(f).key.unwrap().normalized().hash_normalized());
+    let mut frames = connections(60, 40);
+    frames.retain(|(_, f)| owner(f) == Some("h1") && sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0));
+    frames
+}
+
+fn edge_table(version: u64, hosts: &[&str]) -> sluice_group::OwnershipTable {
+    let members: Vec<sluice_group::Member> =
+        hosts.iter().map(|h| sluice_group::Member { host: h.to_string(), weight: 1 }).collect();
+    sluice_group::OwnershipTable::build("edge", version, 0, &members, 1021, 2).unwrap()
+}
+
 /// The same through the peer layer of two hosts of a group: the first
 /// host's lane replicates its flows (stateless here, so the entries are
 /// all there is of them) to their next owner, is killed, and the second
 /// host takes the replicas in with the flows' next packets.
 #[test]
 fn a_killed_host_s_offload_entries_reach_its_flows_next_owner_with_their_counts() {
-    use sluice_group::{Member, OwnershipTable};
-    use sluice_peer::{Peer, PeerOut, PeerStore};
-    use std::time::{Duration, Instant};
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-    let members: Vec<Member> = ["h1", "h2"].iter().map(|h| Member { host: h.to_string(), weight: 1 }).collect();
-    let table = OwnershipTable::build("edge", 1, 0, &members, 1021, 2).unwrap();
-    let host = |me: &str| {
-        let (tx, rx) = crossbeam_channel::bounded(1024);
-        let store = PeerStore::new(100_000, 1 << 26, Duration::from_secs(60));
-        let p = Peer::new(me, Duration::from_millis(1), Duration::from_millis(5), store, PeerOut::new(tx, None));
-        p.set_table(table.clone());
-        (p, rx)
-    };
-    let ((p1, out1), (p2, _out2)) = (host("h1"), host("h2"));
-    // h1's connections that stay open.
-    let owner = |f: &[u8]| table.owner(sluice_wire::parse(f).key.unwrap().normalized().hash_normalized());
-    let mut frames = connections(60, 40);
-    frames.retain(|(_, f)| owner(f) == Some("h1") && sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0));
+    let table = edge_table(1, &["h1", "h2"]);
+    let [(p1, out1), (p2, _)] = group_of_two(&table);
+    let frames = h1_connections(&table);
     let half = frames.len() / 2;
     let config = "offload = 1\n";
     let mut plain = chain(&runtime, "offload-counter", true, "offload = 0\n");
@@ -560,27 +597,12 @@ fn a_killed_host_s_offload_entries_reach_its_flows_next_owner_with_their_counts(
     let total = counter_table(&mut plain);
     assert!(total.len() >= 10, "{} of h1's connections", total.len());
 
-    let hooked = |c: &mut Chain, lane: &mut sluice_peer::LanePeer, frames: &[(u64, Vec<u8>)]| {
-        for chunk in frames.chunks(32) {
-            let raw: Vec<RawPacket<'_>> = chunk
-                .iter()
-                .map(|(t, f)| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: *t, ingress_port: 0 })
-                .collect();
-            c.process_hooked(&raw, Some(lane));
-        }
-    };
     let mut a = chain(&runtime, "offload-counter", true, config);
     let mut lane1 = p1.lane("d", false);
     hooked(&mut a, &mut lane1, &frames[..half]);
     assert!(a.offload_counters().packets > 0);
-    lane1.export(&mut a, Instant::now());
-    let mut sent = 0;
-    while let Ok(o) = out1.try_recv() {
-        assert_eq!(o.to, "h2");
-        sent += o.flows;
-        p2.receive("h1", &o.body, Instant::now(), 0).unwrap();
-    }
-    assert_eq!(sent, total.len(), "every flow with entries replicated, none with NF state");
+    lane1.export(&mut a, std::time::Instant::now());
+    assert_eq!(deliver(&out1, "h1", &p2), total.len(), "every flow with entries replicated, none with NF state");
     // kill -9 of h1: its counts stop at what its NF was handed.
     let at_kill = counter_table(&mut a);
     drop((a, lane1));
@@ -592,4 +614,47 @@ fn a_killed_host_s_offload_entries_reach_its_flows_next_owner_with_their_counts(
     assert!(b.offload_counters().installed >= 2 * total.len() as u64);
     b.end_offloads();
     assert_eq!(merged(&at_kill, &counter_table(&mut b)), total, "every packet counted once");
+}
+
+/// A drain through the peer layer: h1 replicates, then a table without it
+/// takes its flows; its next export hands the entries over (they end on
+/// h1 without a return) and h2 takes them in: every packet counted once.
+#[test]
+fn a_drained_host_hands_its_offload_entries_over_and_counts_none_twice() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let table = edge_table(1, &["h1", "h2"]);
+    let [(p1, out1), (p2, _)] = group_of_two(&table);
+    let frames = h1_connections(&table);
+    let (third, half) = (frames.len() / 3, frames.len() / 2);
+    let mut plain = chain(&runtime, "offload-counter", true, "offload = 0\n");
+    run(&mut plain, &frames, 32);
+    let total = counter_table(&mut plain);
+
+    let mut a = chain(&runtime, "offload-counter", true, "offload = 1\n");
+    let mut lane1 = p1.lane("d", false);
+    hooked(&mut a, &mut lane1, &frames[..third]);
+    lane1.export(&mut a, std::time::Instant::now());
+    deliver(&out1, "h1", &p2);
+    hooked(&mut a, &mut lane1, &frames[third..half]);
+    let entries = a.offload_entries();
+    assert_eq!(entries, 2 * total.len());
+    // h1 leaves the table: its flows go to h2 with their entries.
+    let drained = edge_table(2, &["h2"]);
+    p1.set_table(drained.clone());
+    p2.set_table(drained);
+    lane1.export(&mut a, std::time::Instant::now());
+    assert_eq!(a.offload_entries(), 0, "handed over");
+    assert_eq!(a.stages()[0].offload_entries(), 0, "their budget given back");
+    assert_eq!(deliver(&out1, "h1", &p2), total.len());
+    a.end_offloads();
+
+    let mut b = chain(&runtime, "offload-counter", true, "offload = 1\n");
+    let mut lane2 = p2.lane("d", false);
+    hooked(&mut b, &mut lane2, &frames[half..]);
+    // The batch that takes a flow's replica in runs through the NF (the
+    // entries take the flow from the next batch on).
+    let called = b.stages()[0].meters().packets;
+    assert!(called <= 32, "{called} packets reached the NF");
+    b.end_offloads();
+    assert_eq!(merged(&counter_table(&mut a), &counter_table(&mut b)), total, "every packet counted once");
 }

@@ -408,12 +408,13 @@ impl LanePeer {
             let held = chain.stages().iter().flat_map(|s| s.flow_table().keys()).chain(chain.offloaded_flows());
             for k in held {
                 let old = before.as_deref().and_then(|t| next_owner(t, me, k));
-                if old != next_owner(&table, me, k) {
+                let leaves = before.as_deref().is_some_and(|t| owns(t, me, k)) && !owns(&table, me, k);
+                if leaves || old != next_owner(&table, me, k) {
                     // Sent again whatever it was sent before.
                     self.sent.remove(k);
                     candidates.push((*k, false));
                     handed += 1;
-                    if before.as_deref().is_some_and(|t| owns(t, me, k)) && !owns(&table, me, k) {
+                    if leaves {
                         leaving.insert(*k);
                     }
                 }
