@@ -50,6 +50,7 @@ fn schemathesis(dir: &std::path::Path, url: &str, token: &str, filters: &[&str],
 
 #[test]
 fn the_api_keeps_its_openapi_contract() {
+    let _turn = beside_others();
     let dir = test_dir();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");

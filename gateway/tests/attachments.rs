@@ -33,6 +33,7 @@ fn refused(r: &Resp, status: u16, code: &str) -> String {
 
 #[test]
 fn attachments_are_checked_at_the_api() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let config = dir.path().join("gateway.toml");

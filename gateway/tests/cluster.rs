@@ -14,6 +14,7 @@ fn fw_config() -> serde_json::Value {
 
 #[test]
 fn upload_deploy_traffic_usage_equals_the_host_report() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -163,6 +164,7 @@ fn time_period() -> String {
 
 #[test]
 fn bad_uploads_get_a_4xx_that_says_why() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[("SLUICE_MAX_MODULE_MB", "1")]);
@@ -228,6 +230,7 @@ fn bad_uploads_get_a_4xx_that_says_why() {
 
 #[test]
 fn tenants_see_and_change_only_their_own_objects() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -314,6 +317,7 @@ fn tenants_see_and_change_only_their_own_objects() {
 
 #[test]
 fn killing_the_gateway_mid_stream_loses_and_double_counts_nothing() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let mut gw = Gateway::start(&nats, dir.path(), &[]);
@@ -353,6 +357,7 @@ fn killing_the_gateway_mid_stream_loses_and_double_counts_nothing() {
 
 #[test]
 fn a_restarted_host_resumes_and_billing_stays_exact() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -401,6 +406,7 @@ fn a_restarted_host_resumes_and_billing_stays_exact() {
 
 #[test]
 fn an_update_the_host_refuses_is_failed_with_the_reason_and_the_old_revision_runs_on() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -447,6 +453,7 @@ fn an_update_the_host_refuses_is_failed_with_the_reason_and_the_old_revision_run
 /// keeps its revision.
 #[test]
 fn errors_are_json_created_objects_say_where_and_a_no_op_update_keeps_the_revision() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);

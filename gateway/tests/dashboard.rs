@@ -28,6 +28,7 @@ fn sluice(url: &str, key: Option<&str>, args: &[&str]) -> String {
 
 #[test]
 fn dev_mode_cli_flow_and_the_dashboard_in_chromium() {
+    let _turn = beside_others();
     let dir = test_dir();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");

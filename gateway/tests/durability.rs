@@ -27,6 +27,7 @@ fn spool_left(spool: &Path) -> usize {
 
 #[test]
 fn ten_kills_of_a_host_bill_exactly_what_its_output_holds() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);

@@ -26,6 +26,7 @@ fn replicas(cluster: &NatsCluster) -> Vec<(String, usize)> {
 
 #[test]
 fn a_server_killed_while_meters_flow_loses_and_double_counts_nothing() {
+    let _turn = beside_others();
     let dir = test_dir();
     let mut cluster = NatsCluster::start(dir.path());
     let view = cluster.view();

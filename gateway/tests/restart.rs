@@ -190,6 +190,7 @@ fn usage_of(usage: &Value, deployment: &str) -> (u64, u64) {
 
 #[test]
 fn python_and_js_deployments_come_back_running_after_every_restart() {
+    let _turn = beside_others();
     let dir = test_dir();
     let components: Vec<(String, PathBuf)> =
         ["python", "js"].iter().map(|l| (format!("fw-{l}"), build_firewall(dir.path(), l))).collect();
@@ -294,6 +295,7 @@ fn python_and_js_deployments_come_back_running_after_every_restart() {
 /// `/healthz` (liveness) answers throughout.
 #[test]
 fn readiness_follows_nats_and_the_database() {
+    let _turn = beside_others();
     let dir = crate::support::test_dir();
     let mut nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);

@@ -72,6 +72,7 @@ fn forged_record(id: &str, host: &str, tenant: &str, deployment: &str) -> MeterR
 
 #[test]
 fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -317,6 +318,7 @@ fn forged_messages_are_refused_and_the_victims_usage_stays_exact() {
 
 #[test]
 fn keys_are_listed_rotated_and_revoked_and_groups_are_granted() {
+    let _turn = beside_others();
     let dir = test_dir();
     let nats = Nats::start(dir.path());
     let gw = Gateway::start(&nats, dir.path(), &[]);
@@ -391,6 +393,7 @@ fn keys_are_listed_rotated_and_revoked_and_groups_are_granted() {
 /// carrying another gateway key is refused.
 #[test]
 fn a_servers_authorization_follows_the_registry_through_nats_auth_sync() {
+    let _turn = beside_others();
     let dir = test_dir();
     let pid_file = dir.path().join("nats.pid");
     let nats = Nats::start_with(dir.path(), |conf| format!("{conf}\npid_file: \"{}\"\n", pid_file.display()));

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 pub const ADMIN: &str = "test-admin-token";
 
-/// The tests of one file run in parallel, except those that measure a
-/// throughput: they take this lock for writing, the others for reading, so
-/// they measure with no other test's processes beside them.
+/// The gateway's tests run in parallel, except those that measure a
+/// throughput or pace packets: they take this lock for writing, every
+/// other test for reading, so they run with no other test's processes
+/// beside them.
 static MEASURING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// A test's turn beside the file's other tests (see [`MEASURING`]).
