@@ -71,7 +71,8 @@ fn an_offloading_firewall_decides_every_packet_as_without_offload_with_few_calls
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let frames = connections(40, 64);
     let mut plain = chain(&runtime, "firewall", false, &format!("{FIREWALL}}}"));
-    let mut offloading = chain(&runtime, "firewall", false, &format!("{FIREWALL},\"offload\":true}}"));
+    let mut offloading =
+        chain(&runtime, "firewall", false, &format!("{FIREWALL},\"offload\":true,\"offload-after\":1}}"));
     let a = run(&mut plain, &frames, 32);
     let b = run(&mut offloading, &frames, 32);
     assert_eq!(a.len(), frames.len());
@@ -99,6 +100,38 @@ fn an_offloading_firewall_decides_every_packet_as_without_offload_with_few_calls
         s.tables().unwrap().domain().eventual_snapshot("rule-hits").unwrap()
     };
     assert_eq!(hits(&mut plain), hits(&mut offloading));
+}
+
+#[test]
+fn the_firewall_offloads_a_direction_at_its_fourth_established_packet_so_short_connections_make_no_entries() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let offload = format!("{FIREWALL},\"offload\":true}}");
+    // Short connections (two segments each way): no direction reaches its
+    // fourth established packet, so no entry is made.
+    let frames = connections(40, 4);
+    let mut plain = chain(&runtime, "firewall", false, &format!("{FIREWALL}}}"));
+    let mut offloading = chain(&runtime, "firewall", false, &offload);
+    assert_eq!(run(&mut plain, &frames, 32), run(&mut offloading, &frames, 32));
+    let c = offloading.offload_counters();
+    assert_eq!((c.installed, c.declined), (0, 0), "{c:?}");
+    assert_eq!(offloading.stages()[0].meters().offloaded_packets, 0);
+
+    // Long ones: each connection's SYN, SYN-ACK, the ACK and segments 0-5
+    // and 7 (the first four established packets each way: ACK, 0, 2, 4
+    // out; 1, 3, 5, 7 back) and its FIN, FIN, ACK reach the NF; the other
+    // 57 pass under the two entries. The first batch's requests are
+    // declined (the chain tracks paths once an NF has asked) and asked
+    // again with each direction's next packet.
+    let frames = connections(40, 64);
+    let mut plain = chain(&runtime, "firewall", false, &format!("{FIREWALL}}}"));
+    let mut offloading = chain(&runtime, "firewall", false, &offload);
+    assert_eq!(run(&mut plain, &frames, 32), run(&mut offloading, &frames, 32));
+    let c = offloading.offload_counters();
+    assert_eq!((c.installed, c.ended), (80, 80), "{c:?}");
+    assert!(c.declined > 0 && c.declined <= 32, "{c:?}");
+    let m = offloading.stages()[0].meters();
+    assert_eq!(m.packets, 40 * 13 + c.declined, "{m:?}");
+    assert_eq!(m.offloaded_packets, 40 * 57 - c.declined, "{m:?}");
 }
 
 #[test]

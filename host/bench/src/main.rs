@@ -311,10 +311,25 @@ fn main() -> Result<()> {
     let offload_cases = [
         offload::Case {
             name: "firewall",
+            label: "firewall",
             config: FIREWALL_CONFIG,
+            offload: r#""offload":true"#,
             native: || Box::new(SdkNative::<sluice_nf_firewall::Firewall>::new()),
         },
-        offload::Case { name: "nat", config: NAT_CONFIG, native: || Box::new(SdkNative::<sluice_nf_nat::Nat>::new()) },
+        offload::Case {
+            name: "firewall",
+            label: "firewall, offload-after 1",
+            config: FIREWALL_CONFIG,
+            offload: r#""offload":true,"offload-after":1"#,
+            native: || Box::new(SdkNative::<sluice_nf_firewall::Firewall>::new()),
+        },
+        offload::Case {
+            name: "nat",
+            label: "nat",
+            config: NAT_CONFIG,
+            offload: r#""offload":true"#,
+            native: || Box::new(SdkNative::<sluice_nf_nat::Nat>::new()),
+        },
     ];
     if args.offload_only {
         print!("{}", offload::render(&offload::measure(&runtime, &args.nfs, &offload_cases, &bench)?));

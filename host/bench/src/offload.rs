@@ -44,12 +44,16 @@ pub struct Row {
 }
 
 /// An NF of the library measured with and without offload: its module, its
-/// configuration (a JSON object, to which `"offload":true` is added) and
-/// its native build.
+/// configuration (a JSON object, to which `offload`'s members are added to
+/// offload) and its native build.
 pub struct Case {
     /// The module's name (`<nfs>/<name>.wasm`).
     pub name: &'static str,
+    /// The case's name in the table.
+    pub label: &'static str,
     pub config: &'static str,
+    /// JSON members that turn offload on (`"offload":true`, ...).
+    pub offload: &'static str,
     pub native: fn() -> Box<dyn NativeNf>,
 }
 
@@ -105,7 +109,7 @@ pub fn measure(runtime: &Runtime, nfs: &Path, cases: &[Case], bench: &Bench) -> 
             owner: None,
         };
         let offload_config = match case.config.trim_end().strip_suffix('}') {
-            Some(body) => format!("{body},\"offload\":true}}"),
+            Some(body) => format!("{body},{}}}", case.offload),
             None => anyhow::bail!("the {} config is no JSON object", case.name),
         };
         for (flows, data) in [("long", 64), ("short", 4)] {
@@ -143,7 +147,7 @@ pub fn measure(runtime: &Runtime, nfs: &Path, cases: &[Case], bench: &Bench) -> 
             let m = o.stages().first().map(|s| s.meters().clone()).unwrap_or_default();
             let offloaded = m.offloaded_packets as f64 / (m.packets + m.offloaded_packets).max(1) as f64;
             rows.push(Row {
-                nf: case.name,
+                nf: case.label,
                 flows,
                 packets_per_flow: frames.len() / CONNECTIONS,
                 native: median(&mut native_ns),
@@ -169,7 +173,7 @@ pub fn render(rows: &[Row]) -> String {
     let mut s = String::new();
     s.push_str("\n## Flow offload: established connections without a call\n\n");
     s.push_str(&format!(
-        "The NF library's firewall (the stateful firewall of the tables above) and NAT (`{}`) with `offload = true`. The firewall offloads each direction of an accepted connection at its first packet after the handshake; the NAT offloads each outbound connection with its translation at its first packet, and translates the replies itself (see `nfs-wasm/nat/README.md`). Later packets pass under the host's entry until the FIN, which the NF sees. {CONNECTIONS} TCP connections, interleaved, each a handshake, a number of 64-byte segments alternating direction and FIN, FIN, ACK (for the NAT, servers outside and replies to its public address); replayed in batches of 32 (a replay opens every connection again). **native** is the NF compiled into the host (it cannot offload), **wasm** the same component without offload, **offload** with it; three rounds alternated, median. **offloaded** is the share of packets that passed under entries.\n\n",
+        "The NF library's firewall (the stateful firewall of the tables above) and NAT (`{}`) with `offload = true`. The firewall offloads each direction of an accepted connection at its fourth established packet (`offload-after`, default 4: the counts are kept in the instance's memory, `sluice_sdk::offload::Admission`), or at its first with `offload-after = 1`; the NAT offloads each outbound connection with its translation at its first packet, and translates the replies itself (see `nfs-wasm/nat/README.md`). Later packets pass under the host's entry until the FIN, which the NF sees. {CONNECTIONS} TCP connections, interleaved, each a handshake, a number of 64-byte segments alternating direction and FIN, FIN, ACK (for the NAT, servers outside and replies to its public address); replayed in batches of 32 (a replay opens every connection again). **native** is the NF compiled into the host (it cannot offload), **wasm** the same component without offload, **offload** with it; three rounds alternated, median. **offloaded** is the share of packets that passed under entries.\n\n",
         crate::NAT_CONFIG
     ));
     s.push_str("| NF | connections | packets each | native ns/pkt | wasm ns/pkt | offload ns/pkt | offload/wasm speed | offload/native speed | offloaded |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -195,10 +199,14 @@ pub fn render(rows: &[Row]) -> String {
 /// ns per packet on long and short connections.
 pub struct LangRow {
     lang: sluice_cli::Lang,
-    /// (without offload, with offload, share offloaded) per trace of
-    /// [`TRACES`].
-    traces: Vec<(f64, f64, f64)>,
+    /// Per trace of [`TRACES`]: ns/packet without offload, and per
+    /// setting of [`AFTER`] ns/packet with it and the share offloaded.
+    traces: Vec<(f64, Vec<(f64, f64)>)>,
 }
+
+/// The `offload-after` settings measured: each direction offloaded at its
+/// first eligible packet, and at its fourth (the SDKs' admission counts).
+const AFTER: [u32; 2] = [1, 4];
 
 /// The traces of [`languages`]: data segments per connection after the
 /// handshake.
@@ -231,21 +239,44 @@ pub fn languages(sdk_root: &Path, scratch: &Path, bench: &Bench) -> Result<Vec<L
             eprintln!("  {lang}: {name} connections ...");
             let packets = crate::raw(frames);
             let mut w = Chain::new(&runtime, &[spec(LANG_CONFIG)])?;
-            let mut o = Chain::new(&runtime, &[spec(&format!("{LANG_CONFIG}offload=true\n"))])?;
-            let (forwarded, offloaded_pass) = (passes(&mut w, &packets), passes(&mut o, &packets));
+            let mut with: Vec<Chain> = AFTER
+                .iter()
+                .map(|after| {
+                    Chain::new(&runtime, &[spec(&format!("{LANG_CONFIG}offload=true\noffload-after={after}\n"))])
+                })
+                .collect::<Result<_, _>>()?;
+            let forwarded = passes(&mut w, &packets);
             anyhow::ensure!(
-                forwarded == packets.len() && offloaded_pass == packets.len(),
-                "the {lang} firewall dropped its own connections' packets ({forwarded} and {offloaded_pass} of {} passed)",
+                forwarded == packets.len(),
+                "the {lang} firewall dropped its own connections' packets ({forwarded} of {} passed)",
                 packets.len()
             );
-            let (mut wasm_ns, mut offload_ns) = (Vec::new(), Vec::new());
+            for (o, after) in with.iter_mut().zip(AFTER) {
+                let passed = passes(o, &packets);
+                anyhow::ensure!(
+                    passed == packets.len(),
+                    "the {lang} firewall with offload-after {after} dropped its own connections' packets ({passed} of {} passed)",
+                    packets.len()
+                );
+            }
+            let mut wasm_ns = Vec::new();
+            let mut offload_ns: Vec<Vec<f64>> = vec![Vec::new(); AFTER.len()];
             for _ in 0..3 {
                 wasm_ns.push(bench.per_packet(&mut w, &packets, 32));
-                offload_ns.push(bench.per_packet(&mut o, &packets, 32));
+                for (o, ns) in with.iter_mut().zip(&mut offload_ns) {
+                    ns.push(bench.per_packet(o, &packets, 32));
+                }
             }
-            let m = o.stages().first().map(|s| s.meters().clone()).unwrap_or_default();
-            let share = m.offloaded_packets as f64 / (m.packets + m.offloaded_packets).max(1) as f64;
-            row.traces.push((median(&mut wasm_ns), median(&mut offload_ns), share));
+            let settings = with
+                .iter()
+                .zip(&mut offload_ns)
+                .map(|(o, ns)| {
+                    let m = o.stages().first().map(|s| s.meters().clone()).unwrap_or_default();
+                    let share = m.offloaded_packets as f64 / (m.packets + m.offloaded_packets).max(1) as f64;
+                    (median(ns), share)
+                })
+                .collect();
+            row.traces.push((median(&mut wasm_ns), settings));
         }
         rows.push(row);
     }
@@ -256,19 +287,30 @@ pub fn languages(sdk_root: &Path, scratch: &Path, bench: &Bench) -> Result<Vec<L
 pub fn render_languages(rows: &[LangRow]) -> String {
     let mut s = String::from("\n## Flow offload in each guest language\n\n");
     s.push_str(&format!(
-        "The conformance suite's offloading firewall (`tests/conformance/offload/nf.*`: the conformance firewall plus one `counter-add` per batch; with `offload=true` it offloads each direction of an established connection at its first packet without SYN, FIN or RST, and adds the counts of ended entries to its table), built by `sluice nf build`'s code path, config `{}`, over the connections of the table above ({CONNECTIONS}, interleaved, 64-byte frames; long: 64 segments after the handshake, short: 4), batch 32. **without** and **with** are ns/packet without and with `offload=true` (three rounds alternated, median); **vs Rust without** is the Rust build without offload ÷ this row's ns/packet with it; **offloaded** the share of packets that passed under entries.\n\n",
+        "The conformance suite's offloading firewall (`tests/conformance/offload/nf.*`: the conformance firewall plus one `counter-add` per batch; with `offload=true` it offloads each direction of an established connection at its `offload-after`th packet without SYN, FIN or RST before the connection's first FIN, counted by the SDK's `Admission`, and adds the counts of ended entries to its table), built by `sluice nf build`'s code path, config `{}`, over the connections of the table above ({CONNECTIONS}, interleaved, 64-byte frames; long: 64 segments after the handshake, short: 4), batch 32. **without** is ns/packet without offload, **offload-after 1** and **4** with `offload=true` and each direction offloaded at its first or its fourth eligible packet (three rounds alternated, median); **speed** is without ÷ with; **vs Rust without** is the Rust build without offload ÷ this row's ns/packet with it; **offloaded** the share of packets that passed under entries.\n\n",
         LANG_CONFIG.trim()
     ));
-    s.push_str("| language | long: without | long: with | long: with/without speed | long: vs Rust without | short: without | short: with | short: with/without speed | short: vs Rust without | offloaded (long, short) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    s.push_str("| language | connections | without | offload-after 1 | offload-after 4 | speed, after 1 | speed, after 4 | after 1 vs Rust without | after 4 vs Rust without | offloaded (after 1, 4) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     let rust = rows.iter().find(|r| r.lang == sluice_cli::Lang::Rust);
     for r in rows {
-        let mut cells = Vec::new();
-        for (t, (without, with, _)) in r.traces.iter().enumerate() {
+        for (t, (without, settings)) in r.traces.iter().enumerate() {
             let base = rust.and_then(|b| b.traces.get(t)).map(|b| b.0).unwrap_or(f64::NAN);
-            cells.push(format!("{:.0} | {:.0} | {:.2}× | {:.2}× ", without, with, without / with, base / with));
+            let ns = |k: usize| settings.get(k).map_or(f64::NAN, |s| s.0);
+            let shares: Vec<String> = settings.iter().map(|(_, share)| format!("{:.0} %", share * 100.0)).collect();
+            s.push_str(&format!(
+                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.2}× | {:.2}× | {:.2}× | {} |\n",
+                r.lang,
+                TRACES.get(t).map_or("", |(name, _)| name),
+                without,
+                ns(0),
+                ns(1),
+                without / ns(0),
+                without / ns(1),
+                base / ns(0),
+                base / ns(1),
+                shares.join(", ")
+            ));
         }
-        let shares: Vec<String> = r.traces.iter().map(|(_, _, share)| format!("{:.0} %", share * 100.0)).collect();
-        s.push_str(&format!("| {} | {}| {} |\n", r.lang, cells.join("| "), shares.join(", ")));
     }
     s
 }

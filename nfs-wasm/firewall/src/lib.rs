@@ -27,7 +27,7 @@ mod rules;
 
 pub use rules::{Action, Config, DEFAULT_RELATED_CAPACITY, Rule};
 
-use sluice_sdk::offload::Offload;
+use sluice_sdk::offload::{Admission, Offload};
 use sluice_sdk::state::{Bytes, Counters, Merge, StateError, TableSpec, frames, push_frame};
 use sluice_sdk::wire::tcp::flags;
 use sluice_sdk::{Batch, Event, FlowKey, Level, NetworkFunction, NfInfo, Verdict, emit};
@@ -161,6 +161,9 @@ pub struct Firewall {
     batch_hits: Vec<(u64, i64)>,
     /// Open connections by 5-tuple, for ICMP errors (`related-icmp`).
     index: Option<Index>,
+    /// Established packets per connection direction, until offloaded
+    /// (`offload-after`).
+    admission: Option<Admission>,
 }
 
 /// Key of `rule-hits` for connections decided by the default action.
@@ -190,7 +193,8 @@ impl NetworkFunction for Firewall {
         } else {
             None
         };
-        Ok((Firewall { config, hits, batch_hits: Vec::new(), index }, NfInfo::with_flow_state(timeout)))
+        let admission = config.offload.then(|| Admission::new(config.offload_after));
+        Ok((Firewall { config, hits, batch_hits: Vec::new(), index, admission }, NfInfo::with_flow_state(timeout)))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -215,6 +219,7 @@ impl NetworkFunction for Firewall {
             let state = flow.and_then(|f| batch.flow_state(f)).and_then(ConnState::decode);
             let from_src = key.is_normalized();
             let ts_ns = p.timestamp_ns();
+            let hash = p.flow_hash();
 
             if let (Some(st), Some(f)) = (state, flow) {
                 // A known, allowed connection: pass (with its label), and
@@ -270,7 +275,11 @@ impl NetworkFunction for Firewall {
                 // once per refresh period to keep it written.
                 let established = next.phase == Phase::Open
                     && tcp_flags.is_none_or(|fl| fl & (flags::SYN | flags::FIN | flags::RST) == 0);
-                if self.config.offload && established && !offloaded.contains(&(f, from_src)) {
+                if established
+                    && let Some(gate) = &mut self.admission
+                    && gate.admit(hash, !from_src)
+                    && !offloaded.contains(&(f, from_src))
+                {
                     offloaded.push((f, from_src));
                     let age = self.index.as_ref().map_or(0, |ix| ix.refresh_s.saturating_mul(1_000_000_000));
                     batch.offload(Offload::packet(i).max_age_ns(age).without_counts());
@@ -320,6 +329,7 @@ impl Firewall {
         let tcp_flags = p.tcp().map(|t| t.flags());
         let flow = p.flow();
         let ts_ns = p.timestamp_ns();
+        let hash = p.flow_hash();
         let rule = self.config.matching_rule(&key);
         let hit = rule.map(|(n, _)| n as u64).unwrap_or(DEFAULT_RULE_KEY);
         let action = rule.map(|(_, r)| r.action).unwrap_or(self.config.default);
@@ -344,6 +354,9 @@ impl Firewall {
                         ix.epoch(ts_ns)
                     });
                     batch.set_flow_state(f, ConnState { phase: Phase::Open, label, indexed }.encode());
+                    if let Some(gate) = &mut self.admission {
+                        gate.forget(hash);
+                    }
                 }
             }
             Action::Deny => {

@@ -80,6 +80,12 @@ struct RawConfig {
     related_capacity: u32,
     #[serde(default)]
     offload: bool,
+    #[serde(default = "default_offload_after")]
+    offload_after: u32,
+}
+
+fn default_offload_after() -> u32 {
+    DEFAULT_OFFLOAD_AFTER
 }
 
 fn deny() -> Action {
@@ -93,6 +99,12 @@ fn yes() -> bool {
 fn default_related_capacity() -> u32 {
     DEFAULT_RELATED_CAPACITY
 }
+
+/// The established packets a connection's direction carries before it is
+/// offloaded, by default: a short exchange (a request and its answer) ends
+/// before its entries would have paid for themselves (docs/benchmarks.md,
+/// "Flow offload").
+pub const DEFAULT_OFFLOAD_AFTER: u32 = 4;
 
 /// Open connections the `connections` table indexes for ICMP errors by
 /// default: 262,144 entries of about 88 bytes (a 37-byte key, up to 3
@@ -120,10 +132,12 @@ pub struct Config {
     pub related_icmp: bool,
     /// Most connections indexed for ICMP errors (the `connections` table).
     pub related_capacity: u32,
-    /// Whether established connections are offloaded to the host (each
-    /// direction at its first packet after the connection opened): their
+    /// Whether established connections are offloaded to the host: their
     /// packets then pass without a call until FIN or RST.
     pub offload: bool,
+    /// Each direction is offloaded at its `offload_after`th established
+    /// packet (0 and 1: its first).
+    pub offload_after: u32,
     idle_timeout_s: Option<u64>,
 }
 
@@ -170,6 +184,7 @@ impl Config {
             related_icmp: raw.related_icmp,
             related_capacity: raw.related_capacity,
             offload: raw.offload,
+            offload_after: raw.offload_after,
             idle_timeout_s: raw.idle_timeout_s,
         })
     }

@@ -499,6 +499,27 @@ void sluice_revoke(const uint64_t *flow_hashes, size_t n);
 /* Ends every entry of this NF on this worker when the batch is done. */
 void sluice_revoke_all(void);
 
+/* Which flow directions have proved long enough to offload: a count of
+ * each direction's packets in the instance's own memory. An entry costs the
+ * host a request, an install and an end, which a flow that ends a few
+ * packets later does not repay; an NF whose call is cheap offloads a
+ * direction once it has carried `after` packets it would have offloaded,
+ * as flow caches admit only flows that have proved long. The counts live in
+ * a table of `slots` flows (a power of two, at least 4, at most 2^20),
+ * four ways per hash (a new flow takes the place of the one with the fewest
+ * packets there): a count lost to another flow, another worker or a restart
+ * only delays the entry. Nothing here changes a verdict. */
+typedef struct sluice_admission sluice_admission_t;
+/* A table admitting a direction at its `after`th packet (0 and 1: at once,
+ * with no table). NULL: out of memory. */
+sluice_admission_t *sluice_admission_new(uint32_t after, size_t slots);
+/* Counts one packet of p's flow in p's direction (SLUICE_FLAG_REVERSE);
+ * true once that direction has carried `after` counted packets. */
+bool sluice_admit(sluice_admission_t *a, const sluice_packet_t *p);
+/* Forgets the counts of p's flow (a new connection on its 5-tuple). */
+void sluice_admission_forget(sluice_admission_t *a, const sluice_packet_t *p);
+void sluice_admission_free(sluice_admission_t *a);
+
 /* ---- what the NF defines ------------------------------------------------ */
 
 bool nf_init(const uint8_t *config, size_t len, sluice_info_t *info, sluice_error_t *err);

@@ -921,6 +921,75 @@ void sluice_revoke(const uint64_t *flow_hashes, size_t n) {
 
 void sluice_revoke_all(void) { sluice_nf_offload_revoke_all(); }
 
+/* ---- admission -------------------------------------------------------- */
+
+#define ADMISSION_WAYS 4
+
+typedef struct {
+    uint64_t hash;
+    uint32_t counts[2];
+} admission_slot_t;
+
+struct sluice_admission {
+    uint32_t after;
+    size_t sets; /* a power of two; 0 when every direction is admitted at once */
+    admission_slot_t *slots;
+};
+
+sluice_admission_t *sluice_admission_new(uint32_t after, size_t slots) {
+    sluice_admission_t *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->after = after;
+    if (after <= 1) return a;
+    if (slots < ADMISSION_WAYS) slots = ADMISSION_WAYS;
+    if (slots > ((size_t)1 << 20)) slots = (size_t)1 << 20;
+    size_t n = ADMISSION_WAYS;
+    while (n < slots) n <<= 1;
+    a->slots = calloc(n, sizeof *a->slots);
+    if (!a->slots) {
+        free(a);
+        return NULL;
+    }
+    a->sets = n / ADMISSION_WAYS;
+    return a;
+}
+
+static admission_slot_t *admission_set(sluice_admission_t *a, uint64_t hash) {
+    return a->slots + (size_t)(hash & (a->sets - 1)) * ADMISSION_WAYS;
+}
+
+bool sluice_admit(sluice_admission_t *a, const sluice_packet_t *p) {
+    if (!a || a->sets == 0) return true;
+    admission_slot_t *set = admission_set(a, p->flow_hash), *slot = NULL;
+    for (size_t k = 0; k < ADMISSION_WAYS && !slot; k++)
+        if (set[k].hash == p->flow_hash) slot = &set[k];
+    if (!slot) {
+        /* The place of the flow with the fewest packets. */
+        slot = &set[0];
+        for (size_t k = 1; k < ADMISSION_WAYS; k++)
+            if ((uint64_t)set[k].counts[0] + set[k].counts[1] < (uint64_t)slot->counts[0] + slot->counts[1])
+                slot = &set[k];
+        slot->hash = p->flow_hash;
+        slot->counts[0] = slot->counts[1] = 0;
+    }
+    uint32_t *n = &slot->counts[(p->flags & SLUICE_FLAG_REVERSE) ? 1 : 0];
+    if (*n < UINT32_MAX) (*n)++;
+    return *n >= a->after;
+}
+
+void sluice_admission_forget(sluice_admission_t *a, const sluice_packet_t *p) {
+    if (!a || a->sets == 0) return;
+    admission_slot_t *set = admission_set(a, p->flow_hash);
+    for (size_t k = 0; k < ADMISSION_WAYS; k++)
+        if (set[k].hash == p->flow_hash) set[k].counts[0] = set[k].counts[1] = 0;
+}
+
+void sluice_admission_free(sluice_admission_t *a) {
+    if (!a) return;
+    free(a->slots);
+    free(a);
+}
+
 /* Sends the batch's requests and, when the NF did not look, takes what
  * ended so the host keeps nothing for ever. */
 static void flush_offloads(sluice_batch_t *b) {

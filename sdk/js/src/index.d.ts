@@ -141,6 +141,19 @@ export class OffloadError extends Error {
 
 /** Sends the batch's offload requests now: undefined where an entry was made. */
 export function offloadNow(batch: Batch): Array<OffloadError | undefined>;
+
+/** Which flow directions have proved long enough to offload: counts of
+ * each direction's packets in the instance's memory (at most `slots` flows,
+ * the oldest forgotten first). `admit(p)` is true once p's direction has
+ * carried `after` counted packets (0 and 1: at once). */
+export class Admission {
+  constructor(after: number, slots?: number);
+  readonly after: number;
+  admit(p: Packet): boolean;
+  /** Forgets the counts of p's flow (a new connection on its 5-tuple). */
+  forget(p: Packet): void;
+}
+
 /** Ends this worker's entries of these flows (both directions) after the batch. */
 export function revoke(flowHashes: ArrayLike<bigint | number>): void;
 /** Ends every entry of this NF on this worker after the batch. */

@@ -470,6 +470,50 @@ export function offloadNow(batch) {
   );
 }
 
+/** Which flow directions have proved long enough to offload: a count of
+ * each direction's packets in the instance's own memory. An entry costs the
+ * host a request, an install and an end, which a flow that ends a few
+ * packets later does not repay where a call is cheap; `admit(p)` is true
+ * once p's direction has carried `after` packets the NF would have
+ * offloaded (0 and 1: at once), as flow caches admit only flows that have
+ * proved long. In an interpreted NF a call costs microseconds, so
+ * `after = 1` usually pays. At most `slots` flows are counted (the oldest
+ * is forgotten first): a lost count only delays the entry. Nothing here
+ * changes a verdict. */
+export class Admission {
+  constructor(after, slots = 4096) {
+    this.after = after;
+    this.slots = Math.max(1, slots);
+    this.counts = new Map();
+  }
+
+  /** The flow of `p` as a number (52 bits of its hash, doubled: the
+   * direction is the low bit), read without BigInt arithmetic. */
+  static flowKey(p) {
+    const w = p.batch.words, at = 8 * p.index + 4;
+    return ((w[at + 1] & 0xfffff) * 4294967296 + w[at]) * 2;
+  }
+
+  /** Counts `p` in its flow's direction; true once that direction has
+   * carried `after` counted packets. */
+  admit(p) {
+    if (this.after <= 1) return true;
+    const key = Admission.flowKey(p) + (p.flags & FLAG_REVERSE);
+    const n = (this.counts.get(key) ?? 0) + 1;
+    if (n === 1 && this.counts.size >= this.slots) this.counts.delete(this.counts.keys().next().value);
+    this.counts.set(key, n);
+    return n >= this.after;
+  }
+
+  /** Forgets the counts of `p`'s flow (a new connection on its 5-tuple). */
+  forget(p) {
+    if (this.counts.size === 0) return;
+    const key = Admission.flowKey(p);
+    this.counts.delete(key);
+    this.counts.delete(key + 1);
+  }
+}
+
 /** Ends this worker's entries of the flows with these hashes
  * (`packet.flowHash`, bigint), both directions, when the batch is done. */
 export function revoke(flowHashes) {

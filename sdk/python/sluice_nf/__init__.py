@@ -31,7 +31,7 @@ from wit_world.imports import types
 
 __all__ = [
     "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
-    "Batch", "Bytes", "Counters", "EndReason", "Level", "Merge", "NfInfo", "OffloadError", "Packet", "Pool",
+    "Admission", "Batch", "Bytes", "Counters", "EndReason", "Level", "Merge", "NfInfo", "OffloadError", "Packet", "Pool",
     "ScanPage", "StateError", "frame", "unframe",
     "decrement_ttl", "offload_now", "offload_returned", "revoke", "revoke_all", "set_destination", "set_dscp",
     "set_source",
@@ -490,6 +490,46 @@ def offload_now(batch: "Batch") -> list:
             detail = getattr(e, "value", None)
             out.append(OffloadError(_OFFLOAD_ERRORS.get(name, name), detail if isinstance(detail, str) else None))
     return out
+
+
+class Admission:
+    """Which flow directions have proved long enough to offload: a count of
+    each direction's packets in the instance's own memory.
+
+    An entry costs the host a request, an install and an end, which a flow
+    that ends a few packets later does not repay where a call is cheap;
+    ``admit`` is true once a direction has carried ``after`` packets the NF
+    would have offloaded (0 and 1: at once), as flow caches admit only
+    flows that have proved long. In an interpreted NF a call costs
+    microseconds, so ``after=1`` usually pays. At most ``slots`` flows are
+    counted (the oldest is forgotten first): a lost count only delays the
+    entry. Nothing here changes a verdict."""
+
+    __slots__ = ("after", "slots", "_counts")
+
+    def __init__(self, after: int, slots: int = 4096):
+        self.after = after
+        self.slots = max(1, slots)
+        self._counts: dict = {}
+
+    def admit(self, p: Packet) -> bool:
+        """Counts ``p`` in its flow's direction; True once that direction
+        has carried ``after`` counted packets."""
+        if self.after <= 1:
+            return True
+        key = (p.flow_hash << 1) | (p.flags & FLAG_REVERSE)
+        n = self._counts.get(key, 0) + 1
+        if n == 1 and len(self._counts) >= self.slots:
+            del self._counts[next(iter(self._counts))]
+        self._counts[key] = n
+        return n >= self.after
+
+    def forget(self, p: Packet) -> None:
+        """Forgets the counts of ``p``'s flow (a new connection on its
+        5-tuple)."""
+        if self._counts:
+            self._counts.pop(p.flow_hash << 1, None)
+            self._counts.pop((p.flow_hash << 1) | 1, None)
 
 
 def revoke(flow_hashes: Sequence[int]) -> None:

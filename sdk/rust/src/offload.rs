@@ -119,6 +119,99 @@ impl Offload {
     }
 }
 
+/// Which flow directions have proved long enough to offload: a count of
+/// each direction's packets, kept in the instance's own memory.
+///
+/// An entry costs the host a request, an install and an end; a flow that
+/// carries only a few more packets saves less than that, so an NF whose
+/// call is cheap (Rust, C) offloads a direction once it has carried
+/// `after` packets the NF would have offloaded, as flow caches admit only
+/// flows that have proved long. The counts live in a table of `slots`
+/// flows, four ways per hash (a new flow takes the place of the one with
+/// the fewest packets there): a count lost to another flow, another worker
+/// or a restart only makes the flow wait longer. Nothing here changes a
+/// verdict.
+///
+/// ```
+/// use sluice_sdk::offload::Admission;
+/// let mut gate = Admission::new(3);
+/// assert!(!gate.admit(0xfeed, false));
+/// assert!(!gate.admit(0xfeed, false));
+/// assert!(!gate.admit(0xfeed, true)); // the other direction counts apart
+/// assert!(gate.admit(0xfeed, false)); // the third packet this way
+/// ```
+#[derive(Debug, Clone)]
+pub struct Admission {
+    after: u32,
+    /// Per slot: the flow's hash and its two directions' counts; `WAYS`
+    /// slots in a row per set.
+    slots: Vec<(u64, [u32; 2])>,
+}
+
+/// Slots a flow's hash may take.
+const WAYS: usize = 4;
+
+impl Admission {
+    /// Flows a table holds by default (48 KiB of the instance's memory).
+    pub const DEFAULT_SLOTS: usize = 4096;
+
+    /// Admits a direction at its `after`th packet (0 and 1: at once).
+    pub fn new(after: u32) -> Self {
+        Self::with_slots(after, Self::DEFAULT_SLOTS)
+    }
+
+    /// [`new`](Self::new) with room for `slots` flows (rounded up to a
+    /// power of two, at least 4, at most 2^20).
+    pub fn with_slots(after: u32, slots: usize) -> Self {
+        let slots = if after > 1 { slots.clamp(WAYS, 1 << 20).next_power_of_two() } else { 0 };
+        Admission { after, slots: vec![(0, [0, 0]); slots] }
+    }
+
+    /// The packets a direction carries before it is admitted.
+    pub fn after(&self) -> u32 {
+        self.after
+    }
+
+    /// The set of slots `flow_hash` may take.
+    fn set(&mut self, flow_hash: u64) -> &mut [(u64, [u32; 2])] {
+        let sets = self.slots.len() / WAYS;
+        let at = (flow_hash as usize & sets.saturating_sub(1)) * WAYS;
+        self.slots.get_mut(at..at + WAYS).unwrap_or(&mut [])
+    }
+
+    /// Counts one packet of the flow with this hash
+    /// ([`Packet::flow_hash`](crate::Packet::flow_hash)) in this direction
+    /// ([`Packet::is_reverse`](crate::Packet::is_reverse)); true once the
+    /// direction has carried `after` counted packets.
+    pub fn admit(&mut self, flow_hash: u64, reverse: bool) -> bool {
+        if self.after <= 1 {
+            return true;
+        }
+        let after = self.after;
+        let set = self.set(flow_hash);
+        let slot = match set.iter().position(|(h, _)| *h == flow_hash) {
+            Some(at) => set.get_mut(at),
+            None => {
+                let fewest = set.iter_mut().min_by_key(|(_, [a, b])| a.saturating_add(*b));
+                fewest.map(|slot| {
+                    *slot = (flow_hash, [0, 0]);
+                    slot
+                })
+            }
+        };
+        let Some(n) = slot.and_then(|(_, counts)| counts.get_mut(usize::from(reverse))) else { return true };
+        *n = n.saturating_add(1);
+        *n >= after
+    }
+
+    /// Forgets the flow's counts (a new connection on its 5-tuple).
+    pub fn forget(&mut self, flow_hash: u64) {
+        if let Some(slot) = self.set(flow_hash).iter_mut().find(|(h, _)| *h == flow_hash) {
+            slot.1 = [0, 0];
+        }
+    }
+}
+
 fn endpoint(address: IpAddr128, port: Option<u16>) -> Endpoint {
     let address = match address.to_v4() {
         Some(v4) => v4.to_vec(),
@@ -185,5 +278,55 @@ mod imp {
     pub fn revoke_all() {}
     pub fn returned() -> Vec<OffloadReturn> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Admission;
+
+    #[test]
+    fn a_direction_is_admitted_at_its_nth_packet_and_each_direction_counts_apart() {
+        let mut gate = Admission::new(4);
+        let admitted: Vec<bool> = (0..5).map(|_| gate.admit(7, false)).collect();
+        assert_eq!(admitted, [false, false, false, true, true]);
+        assert!(!gate.admit(7, true));
+        gate.forget(7);
+        assert!(!gate.admit(7, false));
+    }
+
+    #[test]
+    fn a_full_set_gives_the_place_of_its_flow_with_the_fewest_packets() {
+        // One set of four: flows 1..=4 fill it, 1 has the most packets.
+        let mut gate = Admission::with_slots(3, 4);
+        for flow in 1..=4 {
+            assert!(!gate.admit(flow, false));
+        }
+        assert!(!gate.admit(1, false));
+        assert!(!gate.admit(5, true)); // takes 2's place (fewest, first)
+        assert!(gate.admit(1, false)); // 1 kept its count
+        assert!(!gate.admit(2, false)); // 2 starts again
+        // Forgetting a flow that holds no slot leaves the others alone.
+        gate.forget(9);
+        assert!(gate.admit(1, false));
+    }
+
+    #[test]
+    fn interleaved_flows_of_a_table_s_size_are_all_admitted() {
+        let mut gate = Admission::new(4);
+        let flows: Vec<u64> = (0..256u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        for round in 1..=4 {
+            let admitted = flows.iter().filter(|&&f| gate.admit(f, false)).count();
+            assert_eq!(admitted, if round == 4 { 256 } else { 0 });
+        }
+    }
+
+    #[test]
+    fn admitting_at_once_keeps_no_table() {
+        for after in [0, 1] {
+            let mut gate = Admission::with_slots(after, 1 << 30);
+            assert!(gate.admit(3, true));
+            assert!(gate.slots.is_empty());
+        }
     }
 }

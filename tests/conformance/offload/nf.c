@@ -10,7 +10,11 @@
  * state before it, carrying none of SYN, FIN, RST, has its flow offloaded
  * in its direction (the same DSCP change, counts returned), and the
  * packets and bytes of every ended entry are added to `forwarded`: the
- * output and the table are the same with offload and without. */
+ * output and the table are the same with offload and without. With
+ * `offload-after=<n>` a direction is offloaded at its nth such packet
+ * (default 1: at its first), counted with sluice_admit.
+ * A FIN marks the flow closing (state byte 2): nothing of it is
+ * offloaded after that; a SYN on it opens it again. */
 #include <sluice_nf.h>
 
 static uint32_t inside_net, inside_mask;
@@ -18,6 +22,7 @@ static int64_t dscp;
 static bool offload;
 static sluice_table_t forwarded;
 static sluice_rewrite_op_t set_dscp;
+static sluice_admission_t *gate;
 
 bool nf_init(const uint8_t *config, size_t len, sluice_info_t *info, sluice_error_t *err) {
     size_t vlen;
@@ -29,13 +34,22 @@ bool nf_init(const uint8_t *config, size_t len, sluice_info_t *info, sluice_erro
     if (!sluice_config_int(config, len, "dscp", -1, &dscp, err)) return false;
     if (dscp < -1 || dscp > 63) return sluice_fail(err, "config: dscp = %lld: not 0 to 63", (long long)dscp);
     if (!sluice_config_bool(config, len, "offload", false, &offload, err)) return false;
+    int64_t after;
+    if (!sluice_config_int(config, len, "offload-after", 1, &after, err)) return false;
+    if (after < 0 || after > 1000000)
+        return sluice_fail(err, "config: offload-after = %lld: not 0 to 1000000", (long long)after);
+    sluice_admission_free(gate);
+    gate = sluice_admission_new((uint32_t)after, 4096);
+    if (!gate) return sluice_fail(err, "out of memory");
     if (dscp >= 0) set_dscp = sluice_op_set_dscp((uint8_t)dscp);
     info->wants_flow_state = true;
     return sluice_declare_sum_counter("forwarded", 0, &forwarded, err);
 }
 
 bool nf_process(sluice_batch_t *batch, sluice_error_t *err) {
-    static const uint8_t allowed = 1;
+    /* A flow's state: allowed, and allowed with a FIN seen (no offload
+     * from then on: what is left of the connection is a few packets). */
+    static const uint8_t allowed = 1, closing_state = 2;
     int64_t packets = 0, bytes = 0;
     size_t nret;
     const sluice_offload_return_t *ret = sluice_offload_returns(batch, &nret);
@@ -53,11 +67,22 @@ bool nf_process(sluice_batch_t *batch, sluice_error_t *err) {
         }
         uint8_t flags = sluice_tcp_flags(&p);
         uint32_t state_len;
-        bool known = sluice_flow_state(batch, p.flow, &state_len) != NULL;
+        const uint8_t *state = sluice_flow_state(batch, p.flow, &state_len);
+        bool known = state != NULL, closing = known && state_len > 0 && state[0] == closing_state;
         if (known) {
             if (flags & SLUICE_TCP_RST) sluice_remove_flow_state(batch, p.flow);
+            if (flags & SLUICE_TCP_SYN) {
+                /* A new connection on the flow's 5-tuple. */
+                if (closing && !sluice_set_flow_state(batch, p.flow, &allowed, 1))
+                    return sluice_fail(err, "out of memory");
+                sluice_admission_forget(gate, &p);
+            } else if ((flags & SLUICE_TCP_FIN) && !closing &&
+                       !sluice_set_flow_state(batch, p.flow, &closing_state, 1)) {
+                return sluice_fail(err, "out of memory");
+            }
         } else if (sluice_is_ipv4(&p) && (sluice_ipv4_src(&p) & inside_mask) == inside_net) {
             if (!sluice_set_flow_state(batch, p.flow, &allowed, 1)) return sluice_fail(err, "out of memory");
+            sluice_admission_forget(gate, &p);
             if (flags & SLUICE_TCP_RST) sluice_remove_flow_state(batch, p.flow);
         } else {
             sluice_set_verdict(batch, i, SLUICE_DROP);
@@ -75,7 +100,8 @@ bool nf_process(sluice_batch_t *batch, sluice_error_t *err) {
             sluice_put_be16(d, p.len, l3 + 10, sum);
         }
         bool plain_tcp = sluice_is_tcp(&p) && !(flags & (SLUICE_TCP_SYN | SLUICE_TCP_FIN | SLUICE_TCP_RST));
-        if (offload && known && (sluice_is_udp(&p) || plain_tcp) && !sluice_offload(batch, i, &entry))
+        if (offload && known && !closing && (sluice_is_udp(&p) || plain_tcp) && sluice_admit(gate, &p) &&
+            !sluice_offload(batch, i, &entry))
             return sluice_fail(err, "out of memory");
     }
     uint64_t keys[2] = {0, 1};

@@ -10,7 +10,11 @@
 // state before it, carrying none of SYN, FIN, RST, has its flow offloaded
 // in its direction (the same DSCP change, counts returned), and the
 // packets and bytes of every ended entry are added to `forwarded`: the
-// output and the table are the same with offload and without.
+// output and the table are the same with offload and without. With
+// `offload-after=<n>` a direction is offloaded at its nth such packet
+// (default 1: at its first), counted with nf.
+// A FIN marks the flow closing (state byte 2): nothing of it is
+// offloaded after that; a SYN on it opens it again.Admission.
 package main
 
 import (
@@ -26,6 +30,7 @@ type firewall struct {
 	offload   bool
 	rewrites  []nf.RewriteOp
 	forwarded nf.Counters
+	gate      *nf.Admission
 }
 
 func (f *firewall) Init(config []byte) (nf.Info, error) {
@@ -46,6 +51,14 @@ func (f *firewall) Init(config []byte) (nf.Info, error) {
 	if f.offload, err = nf.ConfigBool(config, "offload", false); err != nil {
 		return nf.Info{}, err
 	}
+	after, err := nf.ConfigInt(config, "offload-after", 1)
+	if err != nil {
+		return nf.Info{}, err
+	}
+	if after < 0 || after > 1000000 {
+		return nf.Info{}, fmt.Errorf("config: offload-after = %d: not 0 to 1000000", after)
+	}
+	f.gate = nf.NewAdmission(uint32(after), 4096)
 	if f.dscp >= 0 {
 		f.rewrites = []nf.RewriteOp{nf.SetDSCP(uint8(f.dscp))}
 	}
@@ -55,7 +68,9 @@ func (f *firewall) Init(config []byte) (nf.Info, error) {
 	return nf.WithFlowState(0), nil
 }
 
-var allowed = []byte{1}
+// A flow's state: allowed, and allowed with a FIN seen (no offload from
+// then on: what is left of the connection is a few packets).
+var allowed, closingState = []byte{1}, []byte{2}
 
 func (f *firewall) Process(b *nf.Batch) error {
 	var packets, bytes int64
@@ -70,14 +85,26 @@ func (f *firewall) Process(b *nf.Batch) error {
 			continue
 		}
 		flags := p.TCPFlags()
-		known := b.FlowState(p.Flow) != nil
+		state := b.FlowState(p.Flow)
+		known := state != nil
+		closing := len(state) > 0 && state[0] == closingState[0]
 		switch {
 		case known:
 			if flags&nf.TCPRst != 0 {
 				b.RemoveFlowState(p.Flow)
 			}
+			if flags&nf.TCPSyn != 0 {
+				// A new connection on the flow's 5-tuple.
+				if closing {
+					b.SetFlowState(p.Flow, allowed)
+				}
+				f.gate.Forget(&p)
+			} else if flags&nf.TCPFin != 0 && !closing {
+				b.SetFlowState(p.Flow, closingState)
+			}
 		case p.IsIPv4() && p.IPv4Src()&f.mask == f.net:
 			b.SetFlowState(p.Flow, allowed)
+			f.gate.Forget(&p)
 			if flags&nf.TCPRst != 0 {
 				b.RemoveFlowState(p.Flow)
 			}
@@ -96,7 +123,8 @@ func (f *firewall) Process(b *nf.Batch) error {
 			d[l3+10], d[l3+11] = byte(s>>8), byte(s)
 			b.Rewrite(i, d)
 		}
-		if f.offload && known && (p.IsUDP() || (p.IsTCP() && flags&(nf.TCPSyn|nf.TCPFin|nf.TCPRst) == 0)) {
+		eligible := p.IsUDP() || (p.IsTCP() && flags&(nf.TCPSyn|nf.TCPFin|nf.TCPRst) == 0)
+		if f.offload && known && !closing && eligible && f.gate.Admit(&p) {
 			b.Offload(nf.Offload{Packet: i, Rewrites: f.rewrites})
 		}
 	}

@@ -10,8 +10,13 @@
 // state before it, carrying none of SYN, FIN, RST, has its flow offloaded
 // in its direction (the same DSCP change, counts returned), and the
 // packets and bytes of every ended entry are added to `forwarded`: the
-// output and the table are the same with offload and without.
+// output and the table are the same with offload and without. With
+// `offload-after=<n>` a direction is offloaded at its nth such packet
+// (default 1: at its first), counted with `Admission`.
+// A FIN marks the flow closing (state byte 2): nothing of it is
+// offloaded after that; a SYN on it opens it again.
 import {
+  Admission,
   Counters,
   DROP,
   NO_FLOW,
@@ -28,7 +33,10 @@ import {
   withFlowState,
 } from "@sluice/nf";
 
+// A flow's state: allowed, and allowed with a FIN seen (no offload from
+// then on: what is left of the connection is a few packets).
 const ALLOWED = Uint8Array.of(1);
+const CLOSING = Uint8Array.of(2);
 
 class Firewall {
   init(config) {
@@ -38,6 +46,9 @@ class Firewall {
     this.dscp = Number(configInt(config, "dscp", -1));
     if (this.dscp < -1 || this.dscp > 63) throw new Error(`config: dscp = ${this.dscp}: not 0 to 63`);
     this.offload = configBool(config, "offload", false);
+    const after = Number(configInt(config, "offload-after", 1));
+    if (after < 0 || after > 1000000) throw new Error(`config: offload-after = ${after}: not 0 to 1000000`);
+    this.gate = new Admission(after);
     this.rewrites = this.dscp >= 0 ? [setDscp(this.dscp)] : [];
     this.forwarded = Counters.sum("forwarded");
     return withFlowState();
@@ -57,11 +68,21 @@ class Firewall {
         continue;
       }
       const flags = p.tcpFlags();
-      const known = batch.flowState(flow) !== undefined;
+      const state = batch.flowState(flow);
+      const known = state !== undefined;
+      const closing = known && state[0] === 2;
       if (known) {
         if (flags & TCP_RST) batch.removeFlowState(flow);
+        if (flags & TCP_SYN) {
+          // A new connection on the flow's 5-tuple.
+          if (closing) batch.setFlowState(flow, ALLOWED);
+          this.gate.forget(p);
+        } else if (flags & TCP_FIN && !closing) {
+          batch.setFlowState(flow, CLOSING);
+        }
       } else if (p.isIpv4() && ((p.ipv4Src() & this.mask) >>> 0) === this.net) {
         batch.setFlowState(flow, ALLOWED);
+        this.gate.forget(p);
         if (flags & TCP_RST) batch.removeFlowState(flow);
       } else {
         batch.setVerdict(i, DROP);
@@ -78,7 +99,8 @@ class Firewall {
         d[l3 + 11] = s & 0xff;
         batch.rewrite(i, d);
       }
-      if (this.offload && known && (p.isUdp() || (p.isTcp() && !(flags & (TCP_SYN | TCP_FIN | TCP_RST))))) {
+      const eligible = p.isUdp() || (p.isTcp() && !(flags & (TCP_SYN | TCP_FIN | TCP_RST)));
+      if (this.offload && known && !closing && eligible && this.gate.admit(p)) {
         batch.offload(i, { rewrites: this.rewrites });
       }
     }

@@ -10,19 +10,29 @@
 //! state before it, carrying none of SYN, FIN, RST, has its flow offloaded
 //! in its direction (the same DSCP change, counts returned), and the
 //! packets and bytes of every ended entry are added to `forwarded`: the
-//! output and the table are the same with offload and without.
+//! output and the table are the same with offload and without. With
+//! `offload-after=<n>` a direction is offloaded at its nth such packet
+//! (default 1: at its first), counted with `offload::Admission`.
+//! A FIN marks the flow closing (state byte 2): nothing of it is
+//! offloaded after that; a SYN on it opens it again.
 
 use sluice_sdk::matchers::Cidr;
-use sluice_sdk::offload::Offload;
+use sluice_sdk::offload::{Admission, Offload};
 use sluice_sdk::state::{Counters, Merge, TableSpec};
 use sluice_sdk::wire::abi::NO_FLOW;
 use sluice_sdk::wire::checksum::update_u16;
 use sluice_sdk::{Batch, IpAddr128, NetworkFunction, NfInfo, Verdict, config_bool, config_int, config_value};
 
+/// A flow's state: allowed, and allowed with a FIN seen (no offload from
+/// then on: what is left of the connection is a few packets).
+const OPEN: u8 = 1;
+const CLOSING: u8 = 2;
+
 struct Firewall {
     inside: Cidr,
     dscp: Option<u8>,
     offload: bool,
+    gate: Admission,
     forwarded: Counters,
 }
 
@@ -37,9 +47,13 @@ impl NetworkFunction for Firewall {
             d => return Err(format!("config: dscp = {d}: not 0 to 63")),
         };
         let offload = config_bool(text, "offload", false)?;
+        let gate = match config_int(text, "offload-after", 1)? {
+            n @ 0..=1_000_000 => Admission::new(n as u32),
+            n => return Err(format!("config: offload-after = {n}: not 0 to 1000000")),
+        };
         let forwarded = Counters::declare(TableSpec::eventual_counter("forwarded", Merge::Sum, 0))
             .map_err(|e| format!("declaring forwarded: {e:?}"))?;
-        Ok((Firewall { inside, dscp, offload, forwarded }, NfInfo::with_flow_state(0)))
+        Ok((Firewall { inside, dscp, offload, gate, forwarded }, NfInfo::with_flow_state(0)))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -54,8 +68,10 @@ impl NetworkFunction for Firewall {
             let from_inside = p.ipv4().is_some_and(|ip| self.inside.contains(IpAddr128::from_v4(ip.src())));
             let flags = p.tcp().map(|t| (t.syn(), t.fin(), t.rst()));
             let rst = flags.is_some_and(|f| f.2);
-            let (wire_len, known) = (p.wire_len(), flow != u32::from(NO_FLOW) && batch.flow_state(flow).is_some());
+            let state = if flow != u32::from(NO_FLOW) { batch.flow_state(flow).map(|s| s.first().copied()) } else { None };
+            let (wire_len, known, closing) = (p.wire_len(), state.is_some(), state == Some(Some(CLOSING)));
             let udp = p.udp().is_some();
+            let (hash, reverse) = (p.flow_hash(), p.is_reverse());
             if flow == u32::from(NO_FLOW) {
                 batch.set_verdict(i, Verdict::Drop);
                 continue;
@@ -63,8 +79,18 @@ impl NetworkFunction for Firewall {
                 if rst {
                     batch.remove_flow_state(flow);
                 }
+                if flags.is_some_and(|(syn, _, _)| syn) {
+                    // A new connection on the flow's 5-tuple.
+                    if closing {
+                        batch.set_flow_state(flow, vec![OPEN]);
+                    }
+                    self.gate.forget(hash);
+                } else if flags.is_some_and(|(_, fin, _)| fin) && !closing {
+                    batch.set_flow_state(flow, vec![CLOSING]);
+                }
             } else if from_inside {
-                batch.set_flow_state(flow, vec![1]);
+                batch.set_flow_state(flow, vec![OPEN]);
+                self.gate.forget(hash);
                 if rst {
                     batch.remove_flow_state(flow);
                 }
@@ -77,7 +103,8 @@ impl NetworkFunction for Firewall {
             if let Some(dscp) = self.dscp {
                 set_dscp(batch, i, dscp);
             }
-            if self.offload && known && (udp || flags.is_some_and(|(syn, fin, rst)| !syn && !fin && !rst)) {
+            let eligible = udp || flags.is_some_and(|(syn, fin, rst)| !syn && !fin && !rst);
+            if self.offload && known && !closing && eligible && self.gate.admit(hash, reverse) {
                 let request = Offload::packet(i);
                 batch.offload(match self.dscp {
                     Some(d) => request.dscp(d),
