@@ -111,6 +111,10 @@ struct Args {
     /// offloading firewall in each guest language (prints, writes nothing).
     #[arg(long)]
     offload_only: bool,
+    /// Only the conformance firewall in each guest language (prints,
+    /// writes nothing).
+    #[arg(long)]
+    languages_only: bool,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -331,6 +335,13 @@ fn main() -> Result<()> {
             native: || Box::new(SdkNative::<sluice_nf_nat::Nat>::new()),
         },
     ];
+    if args.languages_only {
+        let lang_frames = traffic(64, 256, 2048);
+        let scratch = args.sdk_root.join("target/bench-languages");
+        let rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &bench)?;
+        print!("{}", languages::render(&rows, lang_frames.len()));
+        return Ok(());
+    }
     if args.offload_only {
         print!("{}", offload::render(&offload::measure(&runtime, &args.nfs, &offload_cases, &bench)?));
         if !args.no_languages {

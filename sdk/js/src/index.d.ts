@@ -143,9 +143,9 @@ export class OffloadError extends Error {
 export function offloadNow(batch: Batch): Array<OffloadError | undefined>;
 
 /** Which flow directions have proved long enough to offload: counts of
- * each direction's packets in the instance's memory (at most `slots` flows,
- * the oldest forgotten first). `admit(p)` is true once p's direction has
- * carried `after` counted packets (0 and 1: at once). */
+ * each direction's packets in the instance's memory (`slots` flows, four
+ * ways per hash). `admit(p)` is true once p's direction has carried `after`
+ * counted packets (0 and 1: at once). */
 export class Admission {
   constructor(after: number, slots?: number);
   readonly after: number;

@@ -91,7 +91,7 @@ class Firewall {
       packets += 1;
       bytes += p.wireLen;
       if (this.dscp >= 0 && p.isIpv4()) {
-        const d = Uint8Array.from(p.data), l3 = p.l3Offset;
+        const d = new Uint8Array(p.data), l3 = p.l3Offset;
         const old = (d[l3] << 8) | d[l3 + 1];
         d[l3 + 1] = (this.dscp << 2) | (d[l3 + 1] & 3);
         const s = csumUpdate16((d[l3 + 10] << 8) | d[l3 + 11], old, (d[l3] << 8) | d[l3 + 1]);

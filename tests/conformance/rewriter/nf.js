@@ -48,7 +48,7 @@ class Rewriter {
         if (proto === 6 && l4 + 18 <= n) l4Sum = l4 + 16;
         if (proto === 17 && l4 + 8 <= n && be16(p.data, l4 + 6) !== 0) l4Sum = l4 + 6;
       }
-      const d = Uint8Array.from(p.data);
+      const d = new Uint8Array(p.data);
       this.translate(d, l3 + 12, l3 + 10, l4Sum);
       this.translate(d, l3 + 16, l3 + 10, l4Sum);
       if (proto === 17 && l4Sum && be16(d, l4Sum) === 0) put16(d, l4Sum, 0xffff);
