@@ -102,16 +102,23 @@ fn an_offloading_firewall_decides_every_packet_as_without_offload_with_few_calls
     assert_eq!(hits(&mut plain), hits(&mut offloading));
 }
 
+/// The library firewall configured `offloading`, after `frames` in batches
+/// of 32 gave the same fate and bytes for every packet as the firewall
+/// without offload.
+fn firewall_as_without_offload(runtime: &Runtime, offloading: &str, frames: &[(u64, Vec<u8>)]) -> Chain {
+    let mut plain = chain(runtime, "firewall", false, &format!("{FIREWALL}}}"));
+    let mut offloading = chain(runtime, "firewall", false, offloading);
+    assert_eq!(run(&mut plain, frames, 32), run(&mut offloading, frames, 32));
+    offloading
+}
+
 #[test]
 fn the_firewall_offloads_a_direction_at_its_fourth_established_packet_so_short_connections_make_no_entries() {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let offload = format!("{FIREWALL},\"offload\":true}}");
     // Short connections (two segments each way): no direction reaches its
     // fourth established packet, so no entry is made.
-    let frames = connections(40, 4);
-    let mut plain = chain(&runtime, "firewall", false, &format!("{FIREWALL}}}"));
-    let mut offloading = chain(&runtime, "firewall", false, &offload);
-    assert_eq!(run(&mut plain, &frames, 32), run(&mut offloading, &frames, 32));
+    let offloading = firewall_as_without_offload(&runtime, &offload, &connections(40, 4));
     let c = offloading.offload_counters();
     assert_eq!((c.installed, c.declined), (0, 0), "{c:?}");
     assert_eq!(offloading.stages()[0].meters().offloaded_packets, 0);
@@ -122,10 +129,7 @@ fn the_firewall_offloads_a_direction_at_its_fourth_established_packet_so_short_c
     // 57 pass under the two entries. The first batch's requests are
     // declined (the chain tracks paths once an NF has asked) and asked
     // again with each direction's next packet.
-    let frames = connections(40, 64);
-    let mut plain = chain(&runtime, "firewall", false, &format!("{FIREWALL}}}"));
-    let mut offloading = chain(&runtime, "firewall", false, &offload);
-    assert_eq!(run(&mut plain, &frames, 32), run(&mut offloading, &frames, 32));
+    let offloading = firewall_as_without_offload(&runtime, &offload, &connections(40, 64));
     let c = offloading.offload_counters();
     assert_eq!((c.installed, c.ended), (80, 80), "{c:?}");
     assert!(c.declined > 0 && c.declined <= 32, "{c:?}");
