@@ -18,9 +18,8 @@ rm -rf "$D"
 mkdir -p "$D/nats"
 nats=${SLUICE_NATS_SERVER:-$(command -v nats-server || echo "$HOME/go/bin/nats-server")}
 [ -x "$nats" ] || { echo "demo-group.sh: nats-server not found: run make setup" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-nats_port=$(free_port)
-http_port=$(free_port)
+. "$(dirname "$0")/ports.sh"
+read -r nats_port http_port <<<"$(free_ports 2)"
 pids=()
 stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap stop EXIT

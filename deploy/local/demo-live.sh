@@ -15,11 +15,10 @@ rm -rf "$D"
 mkdir -p "$D/nats"
 nats=${SLUICE_NATS_SERVER:-$(command -v nats-server || echo "$HOME/go/bin/nats-server")}
 [ -x "$nats" ] || { echo "demo-live.sh: nats-server not found: run make setup" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-nats_port=$(free_port)
-http_port=$(free_port)
-metrics_gw=127.0.0.1:$(free_port)
-metrics_host=127.0.0.1:$(free_port)
+. "$(dirname "$0")/ports.sh"
+read -r nats_port http_port metrics_gw_port metrics_host_port otlp_port <<<"$(free_ports 5)"
+metrics_gw=127.0.0.1:$metrics_gw_port
+metrics_host=127.0.0.1:$metrics_host_port
 pids=()
 stop() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -33,7 +32,6 @@ trap 'stop; stop_collector' EXIT
 # The collector: OTLP over HTTP in, one JSON-lines file per signal out.
 otelcol="$(go env GOPATH 2>/dev/null)/bin/otelcol-sluice"
 if [ -x "$otelcol" ]; then
-  otlp_port=$(free_port)
   mkdir -p "$D/otel"
   cat >"$D/collector.yaml" <<YAML
 receivers:

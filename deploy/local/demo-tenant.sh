@@ -9,7 +9,8 @@ S=./target/release/sluice
 D=target/demo/dev
 rm -rf "$D"
 mkdir -p "$D"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$(dirname "$0")/ports.sh"
+port=$(free_ports 1)
 export SLUICE_URL="http://127.0.0.1:$port"
 export SLUICE_ADMIN_TOKEN="demo-admin-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 unset SLUICE_API_KEY
