@@ -34,8 +34,17 @@ impl Drop for Kill {
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A free TCP port on 127.0.0.1 that no earlier call in this process
+/// returned (two binds in a row may get the same free port).
+pub(crate) fn free_port() -> Result<u16> {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if GIVEN.lock().map_err(|_| anyhow::anyhow!("the port registry lock is poisoned"))?.insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 fn nats_server() -> Result<PathBuf> {

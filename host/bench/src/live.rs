@@ -548,7 +548,7 @@ pub fn telemetry_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_c
     // The collector `make setup` builds (deploy/otel/builder.yaml).
     let gopath = Command::new("go").args(["env", "GOPATH"]).output().context("go env GOPATH")?;
     let otelcol = PathBuf::from(String::from_utf8_lossy(&gopath.stdout).trim()).join("bin/otelcol-sluice");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = crate::control::free_port()?;
     let out = dir.join("otel");
     std::fs::create_dir_all(&out)?;
     let config = format!(
@@ -570,7 +570,7 @@ pub fn telemetry_section(host: &Path, nfs: &Path, frames: &[Vec<u8>], firewall_c
             .spawn()
             .with_context(|| format!("starting {} (make setup builds it)", otelcol.display()))?,
     );
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port().to_string();
+    let metrics_port = crate::control::free_port()?.to_string();
     let listen = format!("127.0.0.1:{metrics_port}");
     let otlp = vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{port}")),

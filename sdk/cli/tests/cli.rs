@@ -279,10 +279,23 @@ impl Drop for Killed {
     }
 }
 
+/// A free TCP port on 127.0.0.1 that no earlier call in this process
+/// returned (two binds in a row may get the same free port).
+fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
+}
+
 /// A `sluice dev` on a free port with a tenant: the process, its URL and
 /// the tenant's API key.
 fn dev_with_tenant(dir: &Path) -> (Killed, String, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data"])
@@ -311,8 +324,8 @@ fn dev_with_tenant(dir: &Path) -> (Killed, String, String) {
 #[test]
 fn dev_serves_metrics_and_keeps_its_data_in_the_data_directory() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
+    let metrics = free_port();
     let data_dir = tmp.path().join("data");
     let dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", &format!("127.0.0.1:{metrics}")])
@@ -509,7 +522,7 @@ fn nf_watch_redeploys_on_save_and_reports_build_errors() {
 fn dev_watch_runs_the_cluster_and_deploys_the_project() {
     let tmp = tempfile::tempdir().unwrap();
     assert!(sluice(tmp.path(), &["nf", "new", "dw", "--lang", "c"]).status.success());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let out = tmp.path().join("dev.out");
     let err = tmp.path().join("dev.err");
     let _dev = Command::new(env!("CARGO_BIN_EXE_sluice"))
