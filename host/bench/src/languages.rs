@@ -33,12 +33,18 @@ pub struct LangRow {
 
 /// Builds the firewall in each language present and measures it over
 /// `frames`.
-pub fn measure(sdk_root: &Path, scratch: &Path, frames: &[Vec<u8>], bench: &Bench) -> Result<Vec<LangRow>> {
+pub fn measure(
+    sdk_root: &Path,
+    scratch: &Path,
+    frames: &[Vec<u8>],
+    langs: &[Lang],
+    bench: &Bench,
+) -> Result<Vec<LangRow>> {
     // Projects reach the SDK through their link to its installed copy.
     let sdk = Sdk::locate(Some(sdk_root))?.for_projects()?;
     let packets = raw(frames);
     let mut rows = Vec::new();
-    for lang in Lang::ALL {
+    for &lang in langs {
         let Some(bytes) = build(&sdk, sdk_root, scratch, "firewall", lang)? else { continue };
         // A fresh runtime without a code cache, so compile time is real.
         let runtime = Runtime::new(RuntimeConfig::default())?;

@@ -115,6 +115,10 @@ struct Args {
     /// writes nothing).
     #[arg(long)]
     languages_only: bool,
+    /// The guest languages the language tables measure (comma-separated:
+    /// rust, c, python, js, go; default all).
+    #[arg(long, value_delimiter = ',')]
+    lang: Vec<sluice_cli::Lang>,
 }
 
 /// Firewall rules for the benchmark: the matching rule is last of ten, as
@@ -335,10 +339,12 @@ fn main() -> Result<()> {
             native: || Box::new(SdkNative::<sluice_nf_nat::Nat>::new()),
         },
     ];
+    let langs: Vec<sluice_cli::Lang> =
+        if args.lang.is_empty() { sluice_cli::Lang::ALL.to_vec() } else { args.lang.clone() };
     if args.languages_only {
         let lang_frames = traffic(64, 256, 2048);
         let scratch = args.sdk_root.join("target/bench-languages");
-        let rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &bench)?;
+        let rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &langs, &bench)?;
         print!("{}", languages::render(&rows, lang_frames.len()));
         return Ok(());
     }
@@ -346,7 +352,7 @@ fn main() -> Result<()> {
         print!("{}", offload::render(&offload::measure(&runtime, &args.nfs, &offload_cases, &bench)?));
         if !args.no_languages {
             let scratch = args.sdk_root.join("target/bench-languages");
-            print!("{}", offload::render_languages(&offload::languages(&args.sdk_root, &scratch, &bench)?));
+            print!("{}", offload::render_languages(&offload::languages(&args.sdk_root, &scratch, &langs, &bench)?));
         }
         return Ok(());
     }
@@ -488,10 +494,10 @@ fn main() -> Result<()> {
         );
         let lang_frames = traffic(64, 256, 2048);
         let scratch = args.sdk_root.join("target/bench-languages");
-        let lang_rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &bench)?;
+        let lang_rows = languages::measure(&args.sdk_root, &scratch, &lang_frames, &langs, &bench)?;
         md.push_str(&languages::render(&lang_rows, lang_frames.len()));
         eprintln!("flow offload in each guest language (a few minutes)...");
-        md.push_str(&offload::render_languages(&offload::languages(&args.sdk_root, &scratch, &bench)?));
+        md.push_str(&offload::render_languages(&offload::languages(&args.sdk_root, &scratch, &langs, &bench)?));
         eprintln!("the edit loop of Python and JavaScript NFs (a few minutes)...");
         let edits = languages::edit_loop(&args.sdk_root, &scratch)?;
         md.push_str(&languages::render_edit_loop(&edits));

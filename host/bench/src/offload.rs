@@ -220,12 +220,12 @@ const LANG_CONFIG: &str = "inside=10.0.0.0/8\n";
 /// Builds the conformance suite's offloading firewall in every language
 /// and measures each build without and with `offload=true` over long and
 /// short connections, batch 32, three rounds alternated, median.
-pub fn languages(sdk_root: &Path, scratch: &Path, bench: &Bench) -> Result<Vec<LangRow>> {
+pub fn languages(sdk_root: &Path, scratch: &Path, langs: &[sluice_cli::Lang], bench: &Bench) -> Result<Vec<LangRow>> {
     let sdk = sluice_cli::Sdk::locate(Some(sdk_root))?.for_projects()?;
     let runtime = Runtime::new(sluice_runtime::RuntimeConfig::default())?;
     let traces: Vec<Vec<Vec<u8>>> = TRACES.iter().map(|(_, data)| connections(*data)).collect();
     let mut rows = Vec::new();
-    for lang in sluice_cli::Lang::ALL {
+    for &lang in langs {
         let Some(bytes) = crate::languages::build(&sdk, sdk_root, scratch, "offload", lang)? else { continue };
         let module = runtime.load("offload", &bytes)?;
         let spec = |config: &str| NfSpec {
