@@ -36,6 +36,7 @@ pub use entry::ENTRY_OVERHEAD;
 pub use error::StateError;
 pub use pool::PoolStats;
 pub use scan::{MAX_SCAN, ScanPage};
+pub use single::shard_of;
 pub use spec::{
     Access, Consistency, DEFAULT_CAPACITY, Kind, MAX_KEY_SIZE, MAX_POOL, MAX_TABLES, MAX_VALUE_SIZE, Merge, Scope,
     TableSpec,

@@ -56,6 +56,16 @@ pub(crate) use side::SingleStore;
 /// keys that all land on one owner only loads that worker more.
 const OWNER_SEED: u64 = 0x51u64 << 56 | 0x0123_4567_89ab;
 
+/// The shard, of `shards`, that owns the key whose bytes (as the contract
+/// carries them: a counter key as 8 bytes little-endian) are `key`: the
+/// high bits of a fixed-seed hash of the bytes pick it (a multiply, not a
+/// division: this runs for every key of every write). The worker of the
+/// same index holds the shard while it runs.
+pub fn shard_of(key: &[u8], shards: usize) -> usize {
+    let h = foldhash::fast::FixedState::with_seed(OWNER_SEED).hash_one(key);
+    ((u128::from(h) * shards as u128) >> 64) as usize
+}
+
 /// A byte key: up to 24 bytes (addresses, tuples) inline, longer ones on
 /// the heap.
 pub(crate) type ByteKey = smallvec::SmallVec<[u8; 24]>;
@@ -321,8 +331,7 @@ impl<K: SwKey> SingleShared<K> {
         if n <= 1 {
             return 0;
         }
-        let h = key.with_bytes(|b| foldhash::fast::FixedState::with_seed(OWNER_SEED).hash_one(b));
-        (h % n as u64) as usize
+        key.with_bytes(|b| shard_of(b, n))
     }
 
     /// Reserves a new entry of `bytes` bytes.

@@ -85,6 +85,31 @@ fn guard<'g, 'v, K>(
     guards.get(shard)?.as_ref()
 }
 
+/// The index in `owned` of the shard holding `key`, if the worker holds
+/// it; else the owner shard.
+fn route<K: SwKey>(shared: &SingleShared<K>, owned: &[(usize, Owned<K>)], key: &K) -> Result<usize, usize> {
+    let shard = shared.owner(key);
+    owned.iter().position(|(s, _)| *s == shard).ok_or(shard)
+}
+
+/// Calls `f` with the live entry of `key` that owner shard `shard` has
+/// published and the take it includes (read through `guards`: one lock per
+/// shard per call, never per key).
+fn published<'g, K: SwKey, R>(
+    shared: &'g SingleShared<K>,
+    guards: &mut Vec<Option<Guard<'g, K>>>,
+    key: &K,
+    shard: usize,
+    now: u64,
+    f: impl FnOnce(Option<&Entry>, u64) -> R,
+) -> R {
+    let timeout = shared.idle_timeout_ns.load(Ordering::Relaxed);
+    match guard(shared, guards, shard) {
+        Some(g) => f(g.map.get(key).filter(|e| !stale(e.last_ns, now, timeout)), g.take),
+        None => f(None, 0),
+    }
+}
+
 impl<K: SwKey> Side<K> {
     fn new(shared: Arc<SingleShared<K>>, worker: usize) -> Self {
         let n = shared.shards.len();
@@ -126,8 +151,7 @@ impl<K: SwKey> Side<K> {
     /// The index in `owned` of the shard holding `key`, if this worker
     /// holds it; else the owner shard.
     fn route(&self, key: &K) -> Result<usize, usize> {
-        let shard = self.shared.owner(key);
-        self.owned.iter().position(|(s, _)| *s == shard).ok_or(shard)
+        route(&self.shared, &self.owned, key)
     }
 
     /// Calls `f` with the live entry of `key` and the take it includes:
@@ -143,14 +167,15 @@ impl<K: SwKey> Side<K> {
         now: u64,
         f: impl FnOnce(Option<&Entry>, u64) -> R,
     ) -> R {
-        let timeout = shared.idle_timeout_ns.load(Ordering::Relaxed);
-        let live = |e: &&Entry| !stale(e.last_ns, now, timeout);
         match route {
-            Ok(o) => f(self.owned.get(o).and_then(|(_, own)| own.map.get(key)).filter(live), 0),
-            Err(shard) => match guard(shared, guards, shard) {
-                Some(g) => f(g.map.get(key).filter(live), g.take),
-                None => f(None, 0),
-            },
+            Ok(o) => {
+                let timeout = shared.idle_timeout_ns.load(Ordering::Relaxed);
+                f(
+                    self.owned.get(o).and_then(|(_, own)| own.map.get(key)).filter(|e| !stale(e.last_ns, now, timeout)),
+                    0,
+                )
+            }
+            Err(shard) => published(shared, guards, key, shard, now, f),
         }
     }
 
@@ -369,13 +394,12 @@ impl<K: SwKey> Side<K> {
 impl Side<u64> {
     /// `counter-get`: appends one value per key (0: absent or idle).
     pub(crate) fn counter_get(&self, keys: &[u64], now: u64, out: &mut Vec<u64>) {
-        let shared = self.shared.clone();
+        let shared: &SingleShared<u64> = &self.shared;
         let mut guards = Vec::new();
         for key in keys {
             let route = self.route(key);
-            let (base, published) = self.with_entry(&shared, &mut guards, key, route, now, |e, take| {
-                (e.map_or(0, |e| e.value.counter()), take)
-            });
+            let (base, published) = self
+                .with_entry(shared, &mut guards, key, route, now, |e, take| (e.map_or(0, |e| e.value.counter()), take));
             out.push(match (route, self.overlay.get(key)) {
                 (Err(_), Some(p)) => p.writes.sum(base, published),
                 _ => base,
@@ -386,14 +410,18 @@ impl Side<u64> {
     /// `counter-add`: applies to owned keys, forwards the rest. Stops at
     /// the first refused item (earlier items stay written).
     pub(crate) fn counter_add(&mut self, keys: &[u64], deltas: &[i64], now: u64) -> Result<(), Refusal> {
-        let timeout = self.shared.idle_timeout_ns.load(Ordering::Relaxed);
+        // Borrowed field by field, not through a clone of the `Arc`: a clone
+        // per call is an atomic write to a line every worker of the table
+        // writes, which bounces between their cores.
+        let Side { shared, owned, overlay, round, .. } = self;
+        let shared: &SingleShared<u64> = shared;
+        let timeout = shared.idle_timeout_ns.load(Ordering::Relaxed);
         let entry_cost = cost(&0u64, 8);
-        let shared = self.shared.clone();
         let mut guards = Vec::new();
         for (i, (key, d)) in keys.iter().zip(deltas).enumerate() {
-            match self.route(key) {
+            match route(shared, owned, key) {
                 Ok(o) => {
-                    let Some((_, own)) = self.owned.get_mut(o) else { continue };
+                    let Some((_, own)) = owned.get_mut(o) else { continue };
                     match own.map.get_mut(key) {
                         Some(e) => {
                             let base = if stale(e.last_ns, now, timeout) { 0 } else { e.value.counter() };
@@ -415,18 +443,28 @@ impl Side<u64> {
                     }
                 }
                 Err(shard) => {
-                    // Known: this worker reserved the key with an earlier
-                    // add or has seen it published, or the owner has
-                    // published it.
-                    let known = self.overlay.contains_key(key)
-                        || self.with_entry(&shared, &mut guards, key, Err(shard), now, |e, _| e.is_some());
+                    // The common case, one lookup: a key this worker wrote
+                    // or saw published in the last interval (it reserved
+                    // the key then, or the owner holds it).
+                    let known = match overlay.get_mut(key) {
+                        Some(p) => {
+                            if !p.writes.unsent()
+                                && let Some(r) = round.get_mut(shard)
+                            {
+                                r.push(*key);
+                            }
+                            p.touched = true;
+                            p.writes.add(*d);
+                            continue;
+                        }
+                        // Known: the owner has published it.
+                        None => published(shared, &mut guards, key, shard, now, |e, _| e.is_some()),
+                    };
                     if !known {
                         shared.reserve(entry_cost, true, i)?;
                     }
-                    let p = self.overlay.entry(*key).or_default();
-                    if !p.writes.unsent()
-                        && let Some(r) = self.round.get_mut(shard)
-                    {
+                    let p = overlay.entry(*key).or_default();
+                    if let Some(r) = round.get_mut(shard) {
                         r.push(*key);
                     }
                     if !known {
@@ -467,13 +505,13 @@ impl Side<u64> {
 impl Side<ByteKey> {
     /// `get-many`: appends one framed value per key (empty: absent).
     pub(crate) fn get_many(&self, keys: &[&[u8]], now: u64, out: &mut Vec<u8>) {
-        let shared = self.shared.clone();
+        let shared: &SingleShared<ByteKey> = &self.shared;
         let mut guards = Vec::new();
         for key in keys {
             let key = ByteKey::from_slice(key);
             let route = self.route(&key);
             let write = route.is_err().then(|| self.overlay.get(&key)).flatten().map(|p| &p.writes);
-            self.with_entry(&shared, &mut guards, &key, route, now, |e, published| {
+            self.with_entry(shared, &mut guards, &key, route, now, |e, published| {
                 let seen = match write {
                     Some(w) => w.seen(e.map(|e| &e.value), published),
                     None => e.map(|e| Seen::of(&e.value)),
@@ -489,14 +527,16 @@ impl Side<ByteKey> {
     /// `put-many` of checked `(key, value)` items: applies to owned keys,
     /// forwards the rest. Stops at the first refused item.
     pub(crate) fn put_many(&mut self, items: &[(&[u8], &[u8])], now: u64) -> Result<(), Refusal> {
-        let shared = self.shared.clone();
+        // Field by field, as in `counter_add` (no clone of the `Arc`).
+        let Side { shared, owned, overlay, round, .. } = self;
+        let shared: &SingleShared<ByteKey> = shared;
         let mut guards = Vec::new();
         let mut result = Ok(());
         for (i, (key, value)) in items.iter().enumerate() {
             let key = ByteKey::from_slice(key);
-            match self.route(&key) {
+            match route(shared, owned, &key) {
                 Ok(o) => {
-                    let Some((_, own)) = self.owned.get_mut(o) else { continue };
+                    let Some((_, own)) = owned.get_mut(o) else { continue };
                     let old = own.map.get(&key).map(|e| e.value.len());
                     if value.is_empty() {
                         if let Some(len) = own.remove(&key) {
@@ -522,21 +562,21 @@ impl Side<ByteKey> {
                 Err(shard) => {
                     // Known: this worker's last write kept a value, or (none
                     // pending) the owner has published the key.
-                    let known = match self.overlay.get(&key).map(|p| &p.writes) {
+                    let known = match overlay.get(&key).map(|p| &p.writes) {
                         Some(w) if w.take != 0 => w.value.is_some(),
-                        _ => self.with_entry(&shared, &mut guards, &key, Err(shard), now, |e, _| e.is_some()),
+                        _ => published(shared, &mut guards, &key, shard, now, |e, _| e.is_some()),
                     };
                     let (bytes, entry) = if value.is_empty() { (0, false) } else { (cost(&key, value.len()), !known) };
                     if let Err(r) = shared.reserve(bytes, entry, i) {
                         result = Err(r);
                         break;
                     }
-                    let p = self.overlay.entry(key.clone()).or_default();
+                    let p = overlay.entry(key.clone()).or_default();
                     if p.writes.unsent() {
                         // The round's earlier value is never handed over: what
                         // it reserved goes back (an entry is kept once).
                         shared.unreserve(std::mem::take(&mut p.reserved_bytes) as usize, entry && p.reserved_entry);
-                    } else if let Some(r) = self.round.get_mut(shard) {
+                    } else if let Some(r) = round.get_mut(shard) {
                         r.push(key);
                     }
                     p.reserved_bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
