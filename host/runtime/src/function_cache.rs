@@ -11,16 +11,27 @@
 //! Entries are files `<dir>/<2 hex>/<62 hex>`, written aside and renamed
 //! into place, so a reader never sees half of one and processes sharing
 //! the directory never corrupt it. [`MAX_BYTES`] bounds the directory:
-//! when a runtime starts over it, the least recently written entries go
-//! until half of it is left.
+//! the least recently written entries go until half of it is left. Sizing
+//! the directory means a `stat` of every entry (tens of thousands: about
+//! a second of system calls), so a runtime starting over it does it at
+//! most every [`PRUNE_EVERY`] (a marker file's age says when it was last
+//! done, by any process) and on a thread of its own: a host or a `run`
+//! never waits for it.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Most bytes the function cache keeps: a few interpreters' worth of
 /// compiled functions (CPython's are about 60 MiB).
 pub const MAX_BYTES: u64 = 1 << 30;
+
+/// How often the directory is sized and pruned, at most.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// The file whose modification time is the last prune's.
+const PRUNED: &str = ".pruned";
 
 /// A directory of compiled functions; see the module documentation.
 #[derive(Debug)]
@@ -30,10 +41,21 @@ pub struct FunctionCache {
 }
 
 impl FunctionCache {
-    /// The cache in `dir` (created if missing), pruned to [`MAX_BYTES`].
+    /// The cache in `dir` (created if missing); pruned to [`MAX_BYTES`] on
+    /// a thread of its own when no process did it in the last
+    /// [`PRUNE_EVERY`].
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        prune(dir, MAX_BYTES);
+        if prune_due(dir) {
+            // Marked first: runtimes starting meanwhile leave it to this one.
+            std::fs::write(dir.join(PRUNED), b"")?;
+            let owned = dir.to_path_buf();
+            let pruning =
+                std::thread::Builder::new().name("function-cache-prune".into()).spawn(move || prune(&owned, MAX_BYTES));
+            if let Err(e) = pruning {
+                tracing::warn!(dir = %dir.display(), "the function cache is not pruned this time: {e}");
+            }
+        }
         Ok(FunctionCache { dir: dir.to_path_buf(), next_tmp: AtomicU64::new(0) })
     }
 
@@ -62,6 +84,12 @@ impl wasmtime::CacheStore for FunctionCache {
         }
         written.is_ok()
     }
+}
+
+/// Whether no prune of `dir` was marked in the last [`PRUNE_EVERY`].
+fn prune_due(dir: &Path) -> bool {
+    let last = std::fs::metadata(dir.join(PRUNED)).and_then(|m| m.modified());
+    last.map_or(true, |t| t.elapsed().map_or(true, |age| age >= PRUNE_EVERY))
 }
 
 /// Removes the oldest entries under `dir` until at most half of `max` is
@@ -118,5 +146,16 @@ mod tests {
         prune(dir.path(), 600);
         let kept: Vec<u8> = (0..10u8).filter(|i| cache.get(&[*i; 32]).is_some()).collect();
         assert_eq!(kept, vec![7, 8, 9]);
+    }
+
+    #[test]
+    fn a_runtime_prunes_only_when_no_process_did_within_the_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(prune_due(dir.path()));
+        FunctionCache::open(dir.path()).unwrap();
+        assert!(!prune_due(dir.path()), "the first open marks the prune");
+        let stale = std::time::SystemTime::now() - PRUNE_EVERY - Duration::from_secs(1);
+        std::fs::File::options().write(true).open(dir.path().join(PRUNED)).unwrap().set_modified(stale).unwrap();
+        assert!(prune_due(dir.path()));
     }
 }
