@@ -366,6 +366,11 @@ pub(crate) fn open_ports(
     let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
     let data_room = data_room(config.mbuf_size, eal_args);
     let pool = Arc::new(eal.mempool(pool_name, mbufs, data_room, socket)?);
+    if !pool.is_lifo() {
+        tracing::info!(
+            "the mbuf pool uses the EAL's default driver, not DPDK's LIFO stack (the librte_mempool_stack driver is not loaded, or --mbuf-pool-ops-name chose another): a worker receiving large bursts gets colder mbufs"
+        );
+    }
     let mut started = Vec::new();
     for &p in &port_ids {
         let ip_only = config.spread == sluice_traffic::Spread::Addresses;

@@ -191,11 +191,15 @@ impl Eal {
                 "mbuf data room of {data_room} bytes: at most {MAX_DATA_ROOM}"
             )));
         }
+        let mut lifo: c_int = 0;
         // SAFETY: EAL is initialized; the name is a valid C string; a
         // cache of 256 is within RTE_MEMPOOL_CACHE_MAX_SIZE; the data room
-        // plus the headroom fits the u16 the pool takes (checked above).
-        let p = unsafe { sys::sl_pktmbuf_pool_create(cname.as_ptr(), mbufs, 256.min(mbufs / 4), data_room, socket) };
-        NonNull::new(p).map(|ptr| Mempool { ptr }).ok_or_else(|| DpdkError::Mempool {
+        // plus the headroom fits the u16 the pool takes (checked above);
+        // `lifo` is a valid place for the shim to say which driver it used.
+        let p = unsafe {
+            sys::sl_pktmbuf_pool_create(cname.as_ptr(), mbufs, 256.min(mbufs / 4), data_room, socket, &mut lifo)
+        };
+        NonNull::new(p).map(|ptr| Mempool { ptr, lifo: lifo != 0 }).ok_or_else(|| DpdkError::Mempool {
             mbufs,
             reason: "rte_pktmbuf_pool_create failed (not enough EAL memory?)".into(),
         })
@@ -278,9 +282,17 @@ pub const MAX_DATA_ROOM: u16 = u16::MAX - 128;
 #[derive(Debug)]
 pub struct Mempool {
     ptr: NonNull<sys::RteMempool>,
+    lifo: bool,
 }
 
 impl Mempool {
+    /// Whether the pool is a LIFO stack (DPDK's `stack` driver), which
+    /// hands out the mbufs freed last first; else the EAL's default driver
+    /// (a FIFO ring unless `--mbuf-pool-ops-name` says otherwise).
+    pub fn is_lifo(&self) -> bool {
+        self.lifo
+    }
+
     /// A new, empty mbuf from the pool; `None` when the pool is empty.
     /// Call only on a thread registered with EAL (a worker).
     pub fn alloc(&self) -> Option<Mbuf> {

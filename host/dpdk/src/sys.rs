@@ -59,6 +59,7 @@ unsafe extern "C" {
         cache: c_uint,
         data_room: u16,
         socket: c_int,
+        lifo: *mut c_int,
     ) -> *mut RteMempool;
     pub fn sl_mbuf_alloc(mp: *mut RteMempool) -> *mut RteMbuf;
     pub fn sl_port_mtu(port: u16) -> c_int;
