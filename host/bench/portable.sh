@@ -17,7 +17,7 @@
 #       flags to every section's command (e.g. "--dpdk-workers 1,16").
 set -euo pipefail
 
-PMDS="bus_vdev mempool_ring net_pcap net_null"
+PMDS="bus_vdev mempool_ring mempool_stack net_pcap net_null"
 PLUGINS=/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0
 
 pack() {

@@ -170,7 +170,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let specs = load_specs(&runtime, config, &chain)?;
 
     let Opened { eal, cores, port_ids, pool, ports } =
-        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_mbufs")?;
+        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_mbufs", lifo_for(batch))?;
     let egress = egress_of(&ports, &pool);
 
     // Every worker's chain is instantiated before traffic starts, so a
@@ -324,8 +324,19 @@ pub(crate) struct Opened {
     pub(crate) eal: Eal,
 }
 
+/// Whether a worker taking bursts of `batch` packets from each of its
+/// ports wants a LIFO mbuf pool ([`sluice_dpdk::Eal::mempool`]): when its
+/// bursts are more than half what an lcore's cache holds. Measured on the
+/// 2-core VM (docs/benchmarks.md): the empty NF at batch 256 1.5–1.7×
+/// faster from a LIFO pool than from DPDK's FIFO ring, at batch 32 the ring
+/// as fast or a few percent faster.
+pub(crate) fn lifo_for(batch: usize) -> bool {
+    batch > (sluice_dpdk::POOL_CACHE / 2) as usize
+}
+
 /// Initializes EAL with `eal_args` and starts `ports` (empty: every port
-/// DPDK found) with one queue pair per configured worker.
+/// DPDK found) with one queue pair per configured worker, their mbufs from
+/// one pool (a LIFO one with `lifo`, see [`sluice_dpdk::Eal::mempool`]).
 pub(crate) fn open_ports(
     config: &HostConfig,
     eal_args: &[String],
@@ -333,6 +344,7 @@ pub(crate) fn open_ports(
     mbufs: u32,
     descriptors: u16,
     pool_name: &str,
+    lifo: bool,
 ) -> Result<Opened, RunError> {
     let workers = config.workers.clamp(1, 64);
     let allowed = CoreList::allowed().ok();
@@ -365,10 +377,10 @@ pub(crate) fn open_ports(
     }
     let socket = port_ids.first().map(|p| eal.socket_of(*p)).unwrap_or(-1);
     let data_room = data_room(config.mbuf_size, eal_args);
-    let pool = Arc::new(eal.mempool(pool_name, mbufs, data_room, socket)?);
-    if !pool.is_lifo() {
+    let pool = Arc::new(eal.mempool(pool_name, mbufs, data_room, socket, lifo)?);
+    if lifo && !pool.is_lifo() {
         tracing::info!(
-            "the mbuf pool uses the EAL's default driver, not DPDK's LIFO stack (the librte_mempool_stack driver is not loaded, or --mbuf-pool-ops-name chose another): a worker receiving large bursts gets colder mbufs"
+            "the mbuf pool uses the EAL's default driver, not DPDK's LIFO stack (the librte_mempool_stack driver is not loaded, or --mbuf-pool-ops-name chose another): workers receiving large bursts get colder mbufs"
         );
     }
     let mut started = Vec::new();
@@ -475,7 +487,9 @@ pub fn open_live(config: &HostConfig, opts: &LiveOptions) -> Result<(sluice_agen
     let workers = config.workers.clamp(1, 64);
     let batch = config.batch_size.clamp(1, 256);
     let Opened { eal, cores, port_ids, pool, ports } =
-        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_live")?;
+        // A live worker receives a batch for each of its lanes at once: its
+        // bursts grow with the tenants on the port.
+        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_live", true)?;
     let beacon_port = match &opts.beacon {
         Some(b) => Some(port_ids.iter().position(|&p| p == b.target.port).ok_or_else(|| {
             RunError::Usage(format!(

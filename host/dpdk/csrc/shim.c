@@ -83,20 +83,21 @@ int sl_eth_dev_name(uint16_t port, char *buf, size_t cap) {
 /*
  * A pool of `n` mbufs holding `data_room` bytes each after the headroom.
  *
- * Unless the EAL was told which mempool driver to use
+ * With `want_lifo`, unless the EAL was told which mempool driver to use
  * (--mbuf-pool-ops-name), the pool is a LIFO stack ("stack" driver) where
  * that driver is loaded: the mbufs freed last are handed out first, still
  * in the CPU's caches. DPDK's default, a FIFO ring, hands out the mbufs
- * freed longest ago; whenever a burst is larger than what an lcore's cache
- * holds (a worker receiving a batch for each of 16 lanes at once: 512
- * packets), every mbuf comes cold from a large pool. Without the driver
- * the default is used. `*lifo` says which.
+ * freed longest ago, so whenever a worker holds more mbufs at once than
+ * its lcore's cache (a burst for each of 16 lanes: 512 packets) they come
+ * cold from the whole pool; for bursts the cache holds, the ring is as
+ * fast or faster. Without the driver the default is used. `*lifo` says
+ * which.
  */
 struct rte_mempool *sl_pktmbuf_pool_create(const char *name, unsigned n, unsigned cache, uint16_t data_room,
-                                           int socket, int *lifo) {
+                                           int socket, int want_lifo, int *lifo) {
     uint16_t room = (uint16_t)(data_room + RTE_PKTMBUF_HEADROOM);
     *lifo = 0;
-    if (rte_mbuf_user_mempool_ops() == NULL) {
+    if (want_lifo && rte_mbuf_user_mempool_ops() == NULL) {
         struct rte_mempool *mp = rte_pktmbuf_pool_create_by_ops(name, n, cache, 0, room, socket, "stack");
         if (mp != NULL) {
             *lifo = 1;

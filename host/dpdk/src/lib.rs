@@ -183,23 +183,42 @@ impl Eal {
 
     /// Creates a packet-mbuf pool of `mbufs` buffers of `data_room` bytes
     /// each (after the headroom; [`DEFAULT_DATA_ROOM`] holds a standard
-    /// Ethernet frame, a port with larger frames needs more).
-    pub fn mempool(&self, name: &str, mbufs: u32, data_room: u16, socket: i32) -> Result<Mempool, DpdkError> {
+    /// Ethernet frame, a port with larger frames needs more). With `lifo`
+    /// the pool is a LIFO stack where DPDK's `stack` driver is loaded and
+    /// the EAL names no other ([`Mempool::is_lifo`]): for workers that hold
+    /// more mbufs at once than an lcore's cache of [`POOL_CACHE`].
+    pub fn mempool(
+        &self,
+        name: &str,
+        mbufs: u32,
+        data_room: u16,
+        socket: i32,
+        lifo: bool,
+    ) -> Result<Mempool, DpdkError> {
         let cname = CString::new(name).map_err(|_| DpdkError::BadArgument(name.into()))?;
         if data_room > MAX_DATA_ROOM {
             return Err(DpdkError::BadArgument(format!(
                 "mbuf data room of {data_room} bytes: at most {MAX_DATA_ROOM}"
             )));
         }
-        let mut lifo: c_int = 0;
+        let mut used_lifo: c_int = 0;
         // SAFETY: EAL is initialized; the name is a valid C string; a
-        // cache of 256 is within RTE_MEMPOOL_CACHE_MAX_SIZE; the data room
+        // cache of POOL_CACHE is within RTE_MEMPOOL_CACHE_MAX_SIZE; the data room
         // plus the headroom fits the u16 the pool takes (checked above);
-        // `lifo` is a valid place for the shim to say which driver it used.
+        // `used_lifo` is a valid place for the shim to say which driver it
+        // used.
         let p = unsafe {
-            sys::sl_pktmbuf_pool_create(cname.as_ptr(), mbufs, 256.min(mbufs / 4), data_room, socket, &mut lifo)
+            sys::sl_pktmbuf_pool_create(
+                cname.as_ptr(),
+                mbufs,
+                POOL_CACHE.min(mbufs / 4),
+                data_room,
+                socket,
+                c_int::from(lifo),
+                &mut used_lifo,
+            )
         };
-        NonNull::new(p).map(|ptr| Mempool { ptr, lifo: lifo != 0 }).ok_or_else(|| DpdkError::Mempool {
+        NonNull::new(p).map(|ptr| Mempool { ptr, lifo: used_lifo != 0 }).ok_or_else(|| DpdkError::Mempool {
             mbufs,
             reason: "rte_pktmbuf_pool_create failed (not enough EAL memory?)".into(),
         })
@@ -274,6 +293,9 @@ impl Drop for ThreadGuard {
 /// Bytes an mbuf holds by default (after its headroom): DPDK's default,
 /// a 1,518-byte Ethernet frame and then some.
 pub const DEFAULT_DATA_ROOM: u16 = 2048;
+
+/// Mbufs each lcore keeps in its own cache of a pool.
+pub const POOL_CACHE: u32 = 256;
 /// The largest data room: with DPDK's 128-byte headroom, what a 16-bit
 /// buffer length holds.
 pub const MAX_DATA_ROOM: u16 = u16::MAX - 128;

@@ -59,6 +59,7 @@ unsafe extern "C" {
         cache: c_uint,
         data_room: u16,
         socket: c_int,
+        want_lifo: c_int,
         lifo: *mut c_int,
     ) -> *mut RteMempool;
     pub fn sl_mbuf_alloc(mp: *mut RteMempool) -> *mut RteMbuf;

@@ -25,7 +25,7 @@ pub use follow::follow_table;
 pub use report::{HostCount, SteerReport};
 
 use crate::config::HostConfig;
-use crate::dpdk::{open_ports, port_report};
+use crate::dpdk::{lifo_for, open_ports, port_report};
 use crate::run::RunError;
 use feed::BUCKETS;
 use parking_lot::Mutex;
@@ -155,7 +155,15 @@ pub fn run_steer(
             ports.push(t.port);
         }
     }
-    let opened = open_ports(config, &opts.eal_args, &ports, opts.mbufs, opts.descriptors, "sluice_steer")?;
+    let opened = open_ports(
+        config,
+        &opts.eal_args,
+        &ports,
+        opts.mbufs,
+        opts.descriptors,
+        "sluice_steer",
+        lifo_for(config.batch_size.clamp(1, 256)),
+    )?;
     // Traffic is taken once the links towards the hosts are up (a memif
     // peer connects a moment after both sides started), or after
     // `link_wait`: a host whose link stays down counts as TX drops.
