@@ -487,9 +487,13 @@ pub fn open_live(config: &HostConfig, opts: &LiveOptions) -> Result<(sluice_agen
     let workers = config.workers.clamp(1, 64);
     let batch = config.batch_size.clamp(1, 256);
     let Opened { eal, cores, port_ids, pool, ports } =
-        // A live worker receives a batch for each of its lanes at once: its
-        // bursts grow with the tenants on the port.
-        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_live", true)?;
+        // A live worker receives a batch for each of its lanes at once, so
+        // its bursts grow with the tenants on the port; a LIFO pool helps
+        // 16 tenants and costs 1 to 4 (docs/benchmarks.md, live host), so
+        // the choice follows the batch alone, as for `dpdk`, and an
+        // operator with many tenants a port passes the EAL
+        // `--mbuf-pool-ops-name=stack`.
+        open_ports(config, &opts.eal_args, &opts.ports, opts.mbufs, opts.descriptors, "sluice_live", lifo_for(batch))?;
     let beacon_port = match &opts.beacon {
         Some(b) => Some(port_ids.iter().position(|&p| p == b.target.port).ok_or_else(|| {
             RunError::Usage(format!(
