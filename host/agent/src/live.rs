@@ -415,13 +415,12 @@ impl WorkerCtx {
         let mut last_report = Instant::now();
         let mut last_tick = Instant::now();
         let mut last_peer = Instant::now();
-        if let Some(p) = &self.shared.peer {
-            p.wake_me_on_arrivals();
-        }
+        let raised = self.shared.peer.as_ref().map(|p| p.wake_me_on_arrivals());
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
             // Read before the commands: once open, every command sent before
             // opening is in the channel.
             let open = self.open.load(std::sync::atomic::Ordering::Acquire);
+            let was_raised = raised.as_ref().is_some_and(|r| r.take());
             let mut changed = false;
             loop {
                 match rx.try_recv() {
@@ -445,6 +444,9 @@ impl WorkerCtx {
                 );
             }
             if !open {
+                if let Some(r) = raised.as_ref().filter(|_| was_raised) {
+                    r.lower();
+                }
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
@@ -458,6 +460,10 @@ impl WorkerCtx {
                         p.serve(l.active.worker.chain(), now);
                     }
                 }
+            }
+            // A pull raised this worker for the pass that looked at it.
+            if let Some(r) = raised.as_ref().filter(|_| was_raised) {
+                r.lower();
             }
             // Peer state goes out on its interval, with traffic or without.
             if self.shared.peer.is_some() && now.saturating_duration_since(last_peer) >= TICK_EVERY {

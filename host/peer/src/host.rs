@@ -61,7 +61,10 @@ pub struct Peer {
     pools_counts: pools::PoolCounts,
     /// Live workers to wake when a request or an answer arrives (an idle
     /// worker parks between polls).
-    workers: parking_lot::Mutex<Vec<std::thread::Thread>>,
+    workers: parking_lot::Mutex<Vec<Woken>>,
+    /// Whether workers may be raised to real-time priority for a pull
+    /// (false once the host could not: no `CAP_SYS_NICE`).
+    may_raise: std::sync::atomic::AtomicBool,
     /// Lanes with output commit, by id: the answers (sender, message
     /// number) that arrived for each (see [`crate::commit`]).
     commit_acks: parking_lot::Mutex<HashMap<u64, Vec<(String, u64)>>>,
@@ -79,6 +82,49 @@ pub struct Peer {
     /// When this host last offered its link to every peer, and the peers
     /// it has offered it to since it started.
     offered: parking_lot::Mutex<(Option<Instant>, crate::HashSet<String>)>,
+}
+
+/// A live worker woken on arrivals.
+#[derive(Debug)]
+struct Woken {
+    thread: std::thread::Thread,
+    native: thread_priority::ThreadId,
+    raised: Raised,
+}
+
+/// Set when a pull raised a live worker to real-time priority (see
+/// [`Peer::wake_me_on_arrivals`]).
+#[derive(Debug, Clone)]
+pub struct Raised(Arc<std::sync::atomic::AtomicBool>);
+
+impl Raised {
+    /// Whether a pull raised the calling worker since the last call
+    /// (clears it): call at the start of a pass of the worker's loop, and
+    /// [`lower`](Self::lower) at its end, after the pass looked at its
+    /// peers' requests and answers.
+    pub fn take(&self) -> bool {
+        self.0.swap(false, Ordering::AcqRel)
+    }
+
+    /// Back to normal scheduling (the calling thread).
+    pub fn lower(&self) {
+        set_fifo(thread_priority::thread_native_id(), false);
+    }
+}
+
+/// Sets thread `native` to `SCHED_FIFO` 1 or back to normal scheduling;
+/// false when it could not.
+fn set_fifo(native: thread_priority::ThreadId, realtime: bool) -> bool {
+    use thread_priority::{
+        NormalThreadSchedulePolicy, RealtimeThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+        set_thread_priority_and_policy,
+    };
+    let policy = if realtime {
+        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo)
+    } else {
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other)
+    };
+    set_thread_priority_and_policy(native, ThreadPriority::Min, policy).is_ok()
 }
 
 /// How often a host offers its peer link again to every peer (a peer that
@@ -115,6 +161,7 @@ impl Peer {
             pools: pools::Pools::default(),
             pools_counts: pools::PoolCounts::default(),
             workers: parking_lot::Mutex::new(Vec::new()),
+            may_raise: std::sync::atomic::AtomicBool::new(true),
             commit_acks: parking_lot::Mutex::new(HashMap::default()),
             next_lane: AtomicU64::new(1),
             suspects: parking_lot::Mutex::new(Vec::new()),
@@ -313,19 +360,53 @@ impl Peer {
 
     /// Wakes the calling live worker's thread ([`std::thread::unpark`]) when
     /// another host's request or answer arrives, so that an idle worker
-    /// parked between polls looks at it at once.
-    pub fn wake_me_on_arrivals(&self) {
+    /// parked between polls looks at it at once. A pull's request (on the
+    /// host asked) and its answer (on the host whose flows wait for it)
+    /// also raise the worker to the lowest real-time priority
+    /// (`SCHED_FIFO` 1, where the host may, as its peer link thread runs):
+    /// on cores shared with other busy threads a woken worker would wait
+    /// for a time slice, milliseconds, and the pull with it. The worker
+    /// lowers itself after the pass of its loop that began raised (see
+    /// [`Raised`]).
+    pub fn wake_me_on_arrivals(&self) -> Raised {
         let me = std::thread::current();
+        let raised = Raised(Arc::new(std::sync::atomic::AtomicBool::new(false)));
         let mut w = self.workers.lock();
-        if w.len() < MAX_WORKERS && !w.iter().any(|t| t.id() == me.id()) {
-            w.push(me);
+        if w.len() < MAX_WORKERS && !w.iter().any(|t| t.thread.id() == me.id()) {
+            w.push(Woken { thread: me, native: thread_priority::thread_native_id(), raised: raised.clone() });
         }
+        raised
     }
 
     fn wake_workers(&self) {
         for t in self.workers.lock().iter() {
-            t.unpark();
+            t.thread.unpark();
         }
+    }
+
+    /// [`wake_workers`](Self::wake_workers), each worker raised first (see
+    /// [`wake_me_on_arrivals`](Self::wake_me_on_arrivals)).
+    fn wake_workers_for_pull(&self) {
+        let may = self.may_raise.load(Ordering::Relaxed);
+        for t in self.workers.lock().iter() {
+            if may && !t.raised.0.load(Ordering::Relaxed) {
+                if set_fifo(t.native, true) {
+                    t.raised.0.store(true, Ordering::Release);
+                } else {
+                    self.may_raise.store(false, Ordering::Relaxed);
+                }
+            }
+            t.thread.unpark();
+        }
+    }
+
+    /// Whether flows of this host wait for pulled state.
+    fn pulls_waiting(&self) -> bool {
+        let c = &self.counts;
+        let ended = c.waits_with_state.load(Ordering::Relaxed)
+            + c.waits_not_held.load(Ordering::Relaxed)
+            + c.waits_timed_out.load(Ordering::Relaxed);
+        c.moved_waited.load(Ordering::Relaxed) > ended
     }
 
     /// Counts a moved flowlet against the host it came from (`previous`:
@@ -364,16 +445,16 @@ impl Peer {
         match m {
             PeerMessage::Flows(b) => {
                 self.store.insert(from, b, now);
-                self.wake_workers();
+                if self.pulls_waiting() { self.wake_workers_for_pull() } else { self.wake_workers() }
             }
             PeerMessage::Global(g) => self.take_global(from, g, now_ns),
             PeerMessage::Pull(r) => {
                 self.ask(from, r, now);
-                self.wake_workers();
+                self.wake_workers_for_pull();
             }
             PeerMessage::NotHeld(r) => {
                 self.answers.insert(&r.deployment, r.flow_keys(), now);
-                self.wake_workers();
+                self.wake_workers_for_pull();
             }
             PeerMessage::Bindings(b) => {
                 self.take_bindings(b, now);
