@@ -201,16 +201,7 @@ impl LinkPriority {
 /// Sets the calling thread to `SCHED_FIFO` 1 (`realtime`) or back to
 /// normal scheduling; false when it could not.
 fn set_policy(realtime: bool) -> bool {
-    use thread_priority::{
-        NormalThreadSchedulePolicy, RealtimeThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
-        set_thread_priority_and_policy, thread_native_id,
-    };
-    let policy = if realtime {
-        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo)
-    } else {
-        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other)
-    };
-    set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, policy).is_ok()
+    sluice_peer::set_fifo(thread_priority::thread_native_id(), realtime)
 }
 
 /// Reads the group's ownership table into the host's peer state.

@@ -112,9 +112,10 @@ impl Raised {
     }
 }
 
-/// Sets thread `native` to `SCHED_FIFO` 1 or back to normal scheduling;
-/// false when it could not.
-fn set_fifo(native: thread_priority::ThreadId, realtime: bool) -> bool {
+/// Sets thread `native` (a thread of this process) to `SCHED_FIFO` 1 or
+/// back to normal scheduling; false when it could not (no
+/// `CAP_SYS_NICE`). The peer link's thread and raised live workers run so.
+pub fn set_fifo(native: thread_priority::ThreadId, realtime: bool) -> bool {
     use thread_priority::{
         NormalThreadSchedulePolicy, RealtimeThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
         set_thread_priority_and_policy,

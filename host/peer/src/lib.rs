@@ -40,7 +40,7 @@ pub mod wire;
 
 pub use counters::{GlobalTable, MovedFrom, PeerCounters, PoolCounters, wait_bucket_floor, wait_quantile};
 pub use hook::{BUSY_EVERY, LATE, LanePeer, REFRESH};
-pub use host::{GLOBAL_EVERY, MAX_MESSAGE, Peer, host_by_hash, next_owner, pools};
+pub use host::{GLOBAL_EVERY, MAX_MESSAGE, Peer, Raised, host_by_hash, next_owner, pools, set_fifo};
 pub use link::{LinkError, LinkOffer, PeerLink};
 pub use out::{Direct, Outgoing, PeerOut};
 pub use store::{PeerStore, Replica, StoreCounters};
