@@ -502,6 +502,9 @@ impl WorkerCtx {
                 self.report(&mut lanes, &dispatch, io.as_ref());
             }
         }
+        if let Some(p) = &self.shared.peer {
+            p.stop_waking_me();
+        }
         for l in &mut lanes {
             deployment::flush(&self.shared, &mut l.active);
         }

@@ -379,6 +379,13 @@ impl Peer {
         raised
     }
 
+    /// Stops waking and raising the calling worker: call before its thread
+    /// ends (a thread that has ended must not be raised).
+    pub fn stop_waking_me(&self) {
+        let me = std::thread::current().id();
+        self.workers.lock().retain(|t| t.thread.id() != me);
+    }
+
     fn wake_workers(&self) {
         for t in self.workers.lock().iter() {
             t.thread.unpark();
