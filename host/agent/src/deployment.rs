@@ -11,7 +11,8 @@ use crate::outbox;
 use crate::prepare::{Prepared, apply_sides, chain_of, new_chain};
 use crate::shared::Shared;
 use sluice_control::{DeploymentSpec, EventBatch, HostState, NfEvent, now_ms};
-use sluice_engine::{CaptureIo, Order, Receive, Worker};
+use sluice_engine::idle::Backoff;
+use sluice_engine::{CaptureIo, Dispatch, Driver, Order, Pass, Receive, Unmatched, Worker};
 use sluice_pcap::{PcapAppender, Trace};
 use sluice_runtime::{Chain, Fate, Meters, PacketResult, RawPacket};
 use sluice_telemetry::metrics;
@@ -497,82 +498,26 @@ fn process(
         );
     }
     a.position = Some(Position { input: input.name.clone(), pass: input.pass, packet: start_at });
-    let started = Instant::now();
-    let mut done: u64 = 0;
-    let (mut packets_in, mut packets_out) = (0u64, 0u64);
-    let mut paused = Duration::ZERO;
-    let mut outcome = Flow::Continue;
     let total = trace.packets().len();
-    let mut next = usize::try_from(start_at).unwrap_or(usize::MAX).min(total);
-    let mut completed = true;
-    loop {
-        while let Ok(msg) = rx.try_recv() {
-            match msg {
-                Control::Trace(t) => queue.push_back(t),
-                Control::Update(p) => *slot = update(shared, slot.take(), *p),
-                Control::Stop => outcome = Flow::Stop,
-            }
-        }
-        let Some(a) = slot.as_mut() else {
-            completed = false;
-            break;
-        };
-        if matches!(outcome, Flow::Stop) {
-            completed = false;
-            break;
-        }
-        // Over its tenant's share of a core others use: leave it to them.
-        if let Some(pause) = share.as_mut().and_then(sluice_engine::Share::pause) {
-            paused += pause;
-            std::thread::sleep(pause);
-            continue;
-        }
-        // One batch: forwarded packets go to the output, if the host keeps one.
-        let (output, id) = (&mut a.output, &a.spec.id);
-        let mut forwarded = 0u64;
-        let order = match input.packets.as_deref() {
-            // Its share of the capture, from where it is.
-            Some(mine) => Order::List(mine.get(mine.partition_point(|&i| i < next)..).unwrap_or(&[])),
-            None => Order::Range(next..total),
-        };
-        let mut io = CaptureIo::new(trace, order, |_, p: RawPacket<'_>, r: &PacketResult| {
-            if !matches!(r.fate, Fate::Forward(_)) {
-                return;
-            }
-            for frame in r.frames(p.data) {
-                forwarded += 1;
-                let Some(out) = output.as_mut() else { continue };
-                // Unchanged bytes keep their capture's wire length.
-                let wire_len = if std::ptr::eq(frame, p.data) {
-                    p.wire_len
-                } else {
-                    u32::try_from(frame.len()).unwrap_or(u32::MAX)
-                };
-                if let Err(e) = out.push(p.timestamp_ns, wire_len, frame) {
-                    tracing::warn!(deployment = %id, "a packet was not written to the output: {e}");
-                }
-            }
-        });
-        let Receive::Packets(n) = a.worker.step(&mut io, shared.batch_size.max(1)) else { break };
-        next = io.next_index();
-        packets_out += forwarded;
-        packets_in += n as u64;
-        if let Some(p) = a.position.as_mut() {
-            p.packet = next as u64;
-        }
-        done += n as u64;
-        a.observe_batch();
-        a.tick(shared);
-        if let Some(s) = share.as_mut() {
-            s.charge();
-        }
-        if let Some(pps) = shared.pps.filter(|p| *p > 0) {
-            let due = Duration::from_secs_f64(done as f64 / pps as f64);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
-    }
+    let mut pass = Replay {
+        shared,
+        slot: &mut *slot,
+        input,
+        rx,
+        queue,
+        share,
+        dispatch: Dispatch::new(Vec::new(), Unmatched::Drop),
+        next: usize::try_from(start_at).unwrap_or(usize::MAX).min(total),
+        started: Instant::now(),
+        done: 0,
+        packets_in: 0,
+        packets_out: 0,
+        paused: Duration::ZERO,
+        outcome: Flow::Continue,
+        completed: true,
+    };
+    Driver::new(Backoff::polling()).run(&mut pass);
+    let Replay { completed, packets_in, packets_out, paused, outcome, .. } = pass;
     if let Some(a) = slot.as_mut() {
         if completed {
             // A replay goes on with its next pass; a spool capture is done.
@@ -599,6 +544,103 @@ fn process(
         }
     }
     outcome
+}
+
+/// One capture's replay through a deployment's chain (see [`process`]).
+struct Replay<'a> {
+    shared: &'a Shared,
+    slot: &'a mut Option<Active>,
+    input: &'a Capture,
+    rx: &'a crossbeam_channel::Receiver<Control>,
+    queue: &'a mut VecDeque<Capture>,
+    share: &'a mut Option<sluice_engine::Share>,
+    dispatch: Dispatch,
+    /// The capture index of the next packet.
+    next: usize,
+    started: Instant,
+    done: u64,
+    packets_in: u64,
+    packets_out: u64,
+    paused: Duration,
+    outcome: Flow,
+    /// Whether the capture ran to its end (not stopped, not removed).
+    completed: bool,
+}
+
+impl Pass for Replay<'_> {
+    /// Commands first, then, unless stopped or over its tenant's share, a
+    /// batch: forwarded packets go to the output, if the host keeps one.
+    fn pass(&mut self) -> Receive {
+        let shared = self.shared;
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Control::Trace(t) => self.queue.push_back(t),
+                Control::Update(p) => *self.slot = update(shared, self.slot.take(), *p),
+                Control::Stop => self.outcome = Flow::Stop,
+            }
+        }
+        let Some(a) = self.slot.as_mut() else {
+            self.completed = false;
+            return Receive::Done;
+        };
+        if matches!(self.outcome, Flow::Stop) {
+            self.completed = false;
+            return Receive::Done;
+        }
+        // Over its tenant's share of a core others use: leave it to them.
+        if let Some(pause) = self.share.as_mut().and_then(sluice_engine::Share::pause) {
+            self.paused += pause;
+            std::thread::sleep(pause);
+            return Receive::Idle;
+        }
+        let (trace, total) = (&self.input.trace, self.input.trace.packets().len());
+        let (output, id) = (&mut a.output, &a.spec.id);
+        let mut forwarded = 0u64;
+        let order = match self.input.packets.as_deref() {
+            // Its share of the capture, from where it is.
+            Some(mine) => Order::List(mine.get(mine.partition_point(|&i| i < self.next)..).unwrap_or(&[])),
+            None => Order::Range(self.next..total),
+        };
+        let mut io = CaptureIo::new(trace, order, |_, p: RawPacket<'_>, r: &PacketResult| {
+            if !matches!(r.fate, Fate::Forward(_)) {
+                return;
+            }
+            for frame in r.frames(p.data) {
+                forwarded += 1;
+                let Some(out) = output.as_mut() else { continue };
+                // Unchanged bytes keep their capture's wire length.
+                let wire_len = if std::ptr::eq(frame, p.data) {
+                    p.wire_len
+                } else {
+                    u32::try_from(frame.len()).unwrap_or(u32::MAX)
+                };
+                if let Err(e) = out.push(p.timestamp_ns, wire_len, frame) {
+                    tracing::warn!(deployment = %id, "a packet was not written to the output: {e}");
+                }
+            }
+        });
+        let got = self.dispatch.step_one(&mut io, shared.batch_size.max(1), &mut a.worker);
+        let Receive::Packets(n) = got else { return Receive::Done };
+        self.next = io.next_index();
+        self.packets_out += forwarded;
+        self.packets_in += n as u64;
+        if let Some(p) = a.position.as_mut() {
+            p.packet = self.next as u64;
+        }
+        self.done += n as u64;
+        a.observe_batch();
+        a.tick(shared);
+        if let Some(s) = self.share.as_mut() {
+            s.charge();
+        }
+        if let Some(pps) = shared.pps.filter(|p| *p > 0) {
+            let due = Duration::from_secs_f64(self.done as f64 / pps as f64);
+            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        got
+    }
 }
 
 impl Active {

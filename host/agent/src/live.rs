@@ -20,8 +20,8 @@ use sluice_engine::SteerMark;
 use sluice_engine::cores::CoreList;
 use sluice_engine::idle::Backoff;
 use sluice_engine::{
-    Attachment, Classifier, Dispatch, FairShare, Lane, PacketIo, PortReport, QueueCounters, Receive, Share, Unmatched,
-    Worker,
+    Attachment, Classifier, Dispatch, Driver, FairShare, Lane, PacketIo, Pass, PortReport, QueueCounters, Receive,
+    Share, Unmatched, Worker,
 };
 use sluice_runtime::{Chain, PacketResult};
 use std::collections::HashMap;
@@ -162,6 +162,114 @@ impl Lane for LiveLane {
                 self.active.worker.run_hooked(packets, Some(p))
             }
             None => self.active.worker.run(packets),
+        }
+    }
+}
+
+/// One live worker's loop (see [`WorkerCtx::run`]).
+struct LivePass<'a> {
+    ctx: &'a WorkerCtx,
+    rx: crossbeam_channel::Receiver<WorkerCommand>,
+    io: Box<dyn PacketIo + Send>,
+    lanes: Vec<LiveLane>,
+    /// Deployments handed to this worker that are not running on it
+    /// (their start failed): their attachments still claim their
+    /// traffic, which is dropped rather than given the unmatched policy.
+    claims: Vec<(String, Vec<Attachment>)>,
+    classifier: Classifier,
+    dispatch: Dispatch,
+    fair: FairShare,
+    /// Raised to run a pull's pass promptly (see `Peer::wake_me_on_arrivals`).
+    raised: Option<sluice_peer::Raised>,
+    /// Whether packets came since the last tick.
+    busy: bool,
+    last_report: Instant,
+}
+
+impl Pass for LivePass<'_> {
+    /// Commands, then (once the host is open) a batch, then other hosts'
+    /// requests for flows moved away from here.
+    fn pass(&mut self) -> Receive {
+        let ctx = self.ctx;
+        // Read before the commands: once open, every command sent before
+        // opening is in the channel.
+        let open = ctx.open.load(std::sync::atomic::Ordering::Acquire);
+        let was_raised = self.raised.as_ref().is_some_and(|r| r.take());
+        let mut changed = false;
+        loop {
+            match self.rx.try_recv() {
+                Ok(command) => {
+                    ctx.obey(command, &mut self.lanes, &mut self.claims, &self.fair);
+                    changed = true;
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    ctx.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+        if changed {
+            // Claims come after the lanes: their indices have no lane.
+            let running = self.lanes.iter().map(|l| &l.attachments);
+            let waiting = self.claims.iter().map(|(_, a)| a);
+            self.classifier =
+                Classifier::new(running.chain(waiting).enumerate().flat_map(|(i, at)| at.iter().map(move |a| (i, *a))));
+        }
+        if !open {
+            if let Some(r) = self.raised.as_ref().filter(|_| was_raised) {
+                r.lower();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            return Receive::Idle;
+        }
+        let got = self.dispatch.step(self.io.as_mut(), ctx.batch, &self.classifier, &mut self.lanes);
+        self.busy |= matches!(got, Receive::Packets(_));
+        // Other hosts' requests for flows moved away from here.
+        if ctx.shared.peer.is_some() {
+            let now = Instant::now();
+            for l in &mut self.lanes {
+                if let Some(p) = l.peer.as_mut() {
+                    p.serve(l.active.worker.chain(), now);
+                }
+            }
+        }
+        // A pull raised this worker for the pass that looked at it.
+        if let Some(r) = self.raised.as_ref().filter(|_| was_raised) {
+            r.lower();
+        }
+        got
+    }
+
+    /// Peer state, then (with traffic) events, windows and checkpoints,
+    /// then (every [`REPORT_EVERY`]) reports.
+    fn tick(&mut self, now: Instant) {
+        let ctx = self.ctx;
+        // Peer state goes out on its interval, with traffic or without.
+        if ctx.shared.peer.is_some() {
+            for l in &mut self.lanes {
+                if let Some(p) = l.peer.as_mut().filter(|p| p.due(now)) {
+                    p.export(l.active.worker.chain_mut(), now);
+                }
+            }
+        }
+        if std::mem::take(&mut self.busy) {
+            for l in self.lanes.iter_mut().filter(|l| l.packets_in > 0) {
+                l.active.tick(&ctx.shared);
+            }
+        }
+        if now.saturating_duration_since(self.last_report) >= REPORT_EVERY {
+            self.last_report = now;
+            // Windows close on time also without traffic, and the
+            // workers' eventual updates reach the host's view (and the
+            // group's) though no packet comes to merge them.
+            for l in &mut self.lanes {
+                l.active.tick(&ctx.shared);
+                for stage in l.active.worker.chain_mut().stages_mut() {
+                    stage.flush_state();
+                }
+            }
+            ctx.report(&mut self.lanes, &self.dispatch, self.io.as_ref());
         }
     }
 }
@@ -398,110 +506,29 @@ impl WorkerCtx {
             }
         };
         tracing::info!(worker = w, cores = %on, "live worker running");
-        let mut lanes: Vec<LiveLane> = Vec::new();
-        // Deployments handed to this worker that are not running on it
-        // (their start failed): their attachments still claim their
-        // traffic, which is dropped rather than given the unmatched policy.
-        let mut claims: Vec<(String, Vec<Attachment>)> = Vec::new();
-        let mut classifier = Classifier::default();
         let mut dispatch = Dispatch::new(self.ports.clone(), self.unmatched);
         if self.stage_times {
             dispatch.time_stages(io.as_mut());
         }
-        // The worker's time, shared equally by the tenants whose packets
-        // wait for it.
-        let fair = FairShare::new();
-        let mut backoff = Backoff::sleeping(IDLE_SLEEP);
-        let mut last_report = Instant::now();
-        let mut last_tick = Instant::now();
-        let mut last_peer = Instant::now();
         let raised = self.shared.peer.as_ref().map(|p| p.wake_me_on_arrivals());
-        while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
-            // Read before the commands: once open, every command sent before
-            // opening is in the channel.
-            let open = self.open.load(std::sync::atomic::Ordering::Acquire);
-            let was_raised = raised.as_ref().is_some_and(|r| r.take());
-            let mut changed = false;
-            loop {
-                match rx.try_recv() {
-                    Ok(command) => {
-                        self.obey(command, &mut lanes, &mut claims, &fair);
-                        changed = true;
-                    }
-                    Err(crossbeam_channel::TryRecvError::Empty) => break,
-                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                        break;
-                    }
-                }
-            }
-            if changed {
-                // Claims come after the lanes: their indices have no lane.
-                let running = lanes.iter().map(|l| &l.attachments);
-                let waiting = claims.iter().map(|(_, a)| a);
-                classifier = Classifier::new(
-                    running.chain(waiting).enumerate().flat_map(|(i, at)| at.iter().map(move |a| (i, *a))),
-                );
-            }
-            if !open {
-                if let Some(r) = raised.as_ref().filter(|_| was_raised) {
-                    r.lower();
-                }
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
-            }
-            let got = dispatch.step(io.as_mut(), self.batch, &classifier, &mut lanes);
-            // One clock read for the loop's timers.
-            let now = Instant::now();
-            // Other hosts' requests for flows moved away from here.
-            if self.shared.peer.is_some() {
-                for l in &mut lanes {
-                    if let Some(p) = l.peer.as_mut() {
-                        p.serve(l.active.worker.chain(), now);
-                    }
-                }
-            }
-            // A pull raised this worker for the pass that looked at it.
-            if let Some(r) = raised.as_ref().filter(|_| was_raised) {
-                r.lower();
-            }
-            // Peer state goes out on its interval, with traffic or without.
-            if self.shared.peer.is_some() && now.saturating_duration_since(last_peer) >= TICK_EVERY {
-                last_peer = now;
-                for l in &mut lanes {
-                    if let Some(p) = l.peer.as_mut().filter(|p| p.due(now)) {
-                        p.export(l.active.worker.chain_mut(), now);
-                    }
-                }
-            }
-            match got {
-                Receive::Packets(_) => {
-                    backoff.busy();
-                    // Events, windows and checkpoints at most every
-                    // millisecond, not per batch.
-                    if now.saturating_duration_since(last_tick) >= TICK_EVERY {
-                        last_tick = now;
-                        for l in lanes.iter_mut().filter(|l| l.packets_in > 0) {
-                            l.active.tick(&self.shared);
-                        }
-                    }
-                }
-                Receive::Idle | Receive::Done => backoff.idle(),
-            }
-            if now.saturating_duration_since(last_report) >= REPORT_EVERY {
-                last_report = now;
-                // Windows close on time also without traffic, and the
-                // workers' eventual updates reach the host's view (and the
-                // group's) though no packet comes to merge them.
-                for l in &mut lanes {
-                    l.active.tick(&self.shared);
-                    for stage in l.active.worker.chain_mut().stages_mut() {
-                        stage.flush_state();
-                    }
-                }
-                self.report(&mut lanes, &dispatch, io.as_ref());
-            }
-        }
+        let now = Instant::now();
+        let mut pass = LivePass {
+            ctx: &self,
+            rx,
+            io,
+            lanes: Vec::new(),
+            claims: Vec::new(),
+            classifier: Classifier::default(),
+            dispatch,
+            // The worker's time, shared equally by the tenants whose
+            // packets wait for it.
+            fair: FairShare::new(),
+            raised,
+            busy: false,
+            last_report: now,
+        };
+        Driver::new(Backoff::sleeping(IDLE_SLEEP)).stop_on(&self.stop).tick_every(TICK_EVERY).run(&mut pass);
+        let LivePass { mut lanes, dispatch, io, .. } = pass;
         if let Some(p) = &self.shared.peer {
             p.stop_waking_me();
         }

@@ -21,12 +21,12 @@ use sluice_dpdk::{DpdkError, Eal, Queue};
 use sluice_engine::cores::CoreList;
 use sluice_engine::dpdk::{DpdkIo, Egress};
 use sluice_engine::idle::Backoff;
-use sluice_engine::{PacketIo, Receive, Worker};
+use sluice_engine::{Dispatch, Driver, PacketIo, Pass, Receive, Unmatched, Worker};
 pub use sluice_engine::{PortReport, QueueCounters};
 use sluice_runtime::{Chain, Meters, Runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 impl From<DpdkError> for RunError {
@@ -265,51 +265,54 @@ fn worker_loop(
     stop: &AtomicBool,
     received: &AtomicU64,
 ) -> WorkerResult {
-    let mut worker = Worker::new(chain);
+    let mut dispatch = Dispatch::new(Vec::new(), Unmatched::Drop);
     if opts.stage_times {
-        worker.time_stages(&mut io);
+        dispatch.time_stages(&mut io);
     }
-    let mut events = 0u64;
-    let mut last_rx = Instant::now();
-    let mut backoff = Backoff::polling();
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(max) = opts.max_packets
-            && received.load(Ordering::Relaxed) >= max
-        {
-            break;
-        }
-        match worker.step(&mut io, batch) {
-            Receive::Packets(n) => {
-                backoff.busy();
-                last_rx = Instant::now();
-                received.fetch_add(n as u64, Ordering::Relaxed);
-                // Events are counted (and logged at debug level), never kept.
-                for e in worker.drain_events() {
-                    events += 1;
-                    tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
-                }
-            }
-            Receive::Idle | Receive::Done => {
-                if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
-                    break;
-                }
-                backoff.idle();
-            }
-        }
-    }
+    let mut pass = Forward { worker: Worker::new(chain), dispatch, io, batch, events: 0 };
+    Driver::new(Backoff::polling())
+        .stop_on(stop)
+        .count(received, opts.max_packets)
+        .idle_exit(opts.idle_exit)
+        .run(&mut pass);
+    let Forward { worker, dispatch, io, events, .. } = pass;
     // Offloaded flows' counts go back to their NFs before the meters are read.
-    worker.chain_mut().end_offloads();
-    let meters = worker.chain().stages().iter().map(|s| s.meters().clone()).collect();
     let batches = worker.batches();
-    let stages = worker.stage_times(&io);
+    let mut chain = worker.into_chain();
+    chain.end_offloads();
+    let meters = chain.stages().iter().map(|s| s.meters().clone()).collect();
     WorkerResult {
-        stages,
+        stages: dispatch.stage_times(&io),
         counters: io.queue_counters().to_vec(),
-        chain: worker.into_chain(),
+        chain,
         meters,
         batches,
         events,
         cores: String::new(),
+    }
+}
+
+/// One pass of a `sluice-host dpdk` worker: a batch of its queues through
+/// its chain; its NFs' events are counted (and logged at debug level),
+/// never kept.
+struct Forward {
+    worker: Worker,
+    dispatch: Dispatch,
+    io: DpdkIo,
+    batch: usize,
+    events: u64,
+}
+
+impl Pass for Forward {
+    fn pass(&mut self) -> Receive {
+        let got = self.dispatch.step_one(&mut self.io, self.batch, &mut self.worker);
+        if matches!(got, Receive::Packets(_)) {
+            for e in self.worker.drain_events() {
+                self.events += 1;
+                tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
+            }
+        }
+        got
     }
 }
 

@@ -4,7 +4,7 @@
 //! chunk's packets are spread over workers by the symmetric flow hash, so
 //! both directions of a connection meet the same worker and its flow
 //! state. Every worker runs its own instance of every NF, on the shared
-//! data path ([`sluice_engine::Worker`] over a [`sluice_engine::CaptureIo`]).
+//! data path ([`sluice_engine::Dispatch::step_one`] over a [`sluice_engine::CaptureIo`]).
 //! Results are put back in input order before writing, so the output is
 //! the same for any number of workers.
 
@@ -15,7 +15,8 @@ use crate::report::{
     TableReport,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use sluice_engine::{CaptureIo, Order, Receive, Worker};
+use sluice_engine::idle::Backoff;
+use sluice_engine::{CaptureIo, Dispatch, Driver, Order, PacketIo, Pass, Receive, Unmatched, Worker};
 use sluice_pcap::{PcapError, PcapSink, Trace};
 use sluice_runtime::{Chain, EmittedEvent, Fate, NfSpec, PacketResult, Runtime, RuntimeError};
 use std::collections::BTreeMap;
@@ -132,15 +133,38 @@ struct WorkerOutput {
 
 /// Runs the packets with `indices` (in this order) through `w`, batch by
 /// batch.
-fn run_indices(w: &mut Worker, trace: &Trace, indices: &[usize], batch_size: usize) -> WorkerOutput {
+fn run_indices(
+    w: &mut Worker,
+    dispatch: &mut Dispatch,
+    trace: &Trace,
+    indices: &[usize],
+    batch_size: usize,
+) -> WorkerOutput {
     let before = w.batches();
     let mut results = Vec::with_capacity(indices.len());
     let mut events = Vec::new();
-    let mut io = CaptureIo::new(trace, Order::List(indices), |i, _, r: &PacketResult| results.push((i, r.clone())));
-    while let Receive::Packets(_) = w.step(&mut io, batch_size.max(1)) {
-        events.extend(w.drain_events());
-    }
+    let io = CaptureIo::new(trace, Order::List(indices), |i, _, r: &PacketResult| results.push((i, r.clone())));
+    let mut pass = Replay { worker: &mut *w, dispatch, io, batch: batch_size.max(1), events: &mut events };
+    Driver::new(Backoff::polling()).run(&mut pass);
     WorkerOutput { results, events, batches: w.batches() - before }
+}
+
+/// One pass of a run's worker: a batch of its packets, and the events its
+/// NFs emitted.
+struct Replay<'w, I> {
+    worker: &'w mut Worker,
+    dispatch: &'w mut Dispatch,
+    io: I,
+    batch: usize,
+    events: &'w mut Vec<EmittedEvent>,
+}
+
+impl<I: PacketIo> Pass for Replay<'_, I> {
+    fn pass(&mut self) -> Receive {
+        let got = self.dispatch.step_one(&mut self.io, self.batch, self.worker);
+        self.events.extend(self.worker.drain_events());
+        got
+    }
 }
 
 /// Where a chunk `start..end` of a run with single-writer tables ends: at
@@ -333,9 +357,12 @@ pub fn run_observed(
             let trace = trace.clone();
             handles.push(scope.spawn(move || {
                 let on = sluice_engine::cores::pin_worker(&format!("run worker {wi}"), cores.for_worker(wi));
+                let mut dispatch = Dispatch::new(Vec::new(), Unmatched::Drop);
                 while let Ok(job) = rx.recv() {
                     let reply = match job {
-                        Job::Packets(indices) => Reply::Done(run_indices(&mut w, &trace, &indices, batch_size)),
+                        Job::Packets(indices) => {
+                            Reply::Done(run_indices(&mut w, &mut dispatch, &trace, &indices, batch_size))
+                        }
                         Job::Swap(name, spec) => {
                             Reply::Swapped(w.swap(runtime, &name, *spec).map_err(|e| e.to_string()))
                         }

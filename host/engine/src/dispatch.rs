@@ -39,6 +39,10 @@ pub trait Lane {
         let _ = contended;
         true
     }
+    /// Whether it is told what it ran ([`ran`](Self::ran)): a lane that
+    /// is not (a worker alone on its I/O) costs no clock read and no count
+    /// of its forwarded packets.
+    const ACCOUNTED: bool = true;
     /// Told after each batch how many of its packets it ran, how many of
     /// them leave forwarded, and how long its chain took.
     fn ran(&mut self, packets: u64, forwarded: u64, took: std::time::Duration) {
@@ -98,6 +102,20 @@ pub trait Lane {
     }
 }
 
+/// A worker alone on its I/O owns every port: its verdicts leave as its
+/// chain gave them.
+impl Lane for Worker {
+    const ACCOUNTED: bool = false;
+
+    fn worker(&mut self) -> &mut Worker {
+        self
+    }
+
+    fn may_send(&self, _port: u16) -> bool {
+        true
+    }
+}
+
 /// Counts of a dispatcher's own decisions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct DispatchCounters {
@@ -125,6 +143,15 @@ struct Owner {
     lane: usize,
     /// The verdict port of the attachment's `out`, if it names one.
     out: Option<u16>,
+    /// The lane owns the worker's every port (see [`Dispatch::step_one`]):
+    /// its verdicts go out as its chain gave them, with no egress or VLAN
+    /// check.
+    whole: bool,
+}
+
+impl Owner {
+    /// The owner of every packet of a worker with one lane.
+    const WHOLE: Owner = Owner { lane: 0, out: None, whole: true };
 }
 
 /// A host worker's classification and the buffers its batches reuse.
@@ -249,7 +276,16 @@ impl Dispatch {
             // An `out` naming no port of this host cannot be honoured: the
             // packet is refused rather than sent somewhere else.
             out: a.out.map(|o| self.verdict_port(o).unwrap_or(u16::MAX)),
+            whole: false,
         })
+    }
+
+    /// [`step`](Self::step) for a worker with one lane that owns every
+    /// packet of `io` (`sluice-host run` and `dpdk`, a `serve` capture
+    /// replay): nothing is classified, and the lane's verdicts leave as its
+    /// chain gave them (the ports are all its own).
+    pub fn step_one<L: Lane, I: PacketIo + ?Sized>(&mut self, io: &mut I, max: usize, lane: &mut L) -> Receive {
+        self.step_by(io, max, None, std::slice::from_mut(lane))
     }
 
     /// Runs one batch of at most `max` packets (per queue of `io`): each
@@ -261,6 +297,18 @@ impl Dispatch {
         io: &mut I,
         max: usize,
         classifier: &Classifier,
+        lanes: &mut [L],
+    ) -> Receive {
+        self.step_by(io, max, Some(classifier), lanes)
+    }
+
+    /// A step whose packets `classifier` gives to `lanes`, or, without
+    /// one, all to the first lane.
+    fn step_by<L: Lane, I: PacketIo + ?Sized>(
+        &mut self,
+        io: &mut I,
+        max: usize,
+        classifier: Option<&Classifier>,
         lanes: &mut [L],
     ) -> Receive {
         // The time since the last batch was the caller's loop.
@@ -298,28 +346,19 @@ impl Dispatch {
         let mut raw = recycle(std::mem::take(&mut self.raw));
         io.packets(&mut raw);
         self.lap(|t| &mut t.read_ns);
+        // One lane owns every packet: nothing to classify or check.
+        if classifier.is_none()
+            && let Some(lane) = lanes.first_mut()
+            && let Some(run) = self.sole_run(lane, &raw, room, defer_room, true)
+        {
+            self.raw = recycle(raw);
+            self.sole_deliver(io, lane, run, n);
+            return got;
+        }
         self.owners.clear();
-        // Where owners follow port and VLAN alone, the batch's few pairs
-        // are classified once each (remembered for this batch only: the
-        // classifier may change before the next).
-        let mut memo: [Option<Remembered>; MEMO] = [None; MEMO];
-        for p in &raw {
-            let o = match classifier.l2_key(p) {
-                Some(key) => {
-                    let slot = memo.get_mut(memo_slot(key));
-                    match slot {
-                        Some(Some((k, o))) if *k == key => *o,
-                        Some(slot) => {
-                            let o = self.owner(classifier, p);
-                            *slot = Some((key, o));
-                            o
-                        }
-                        None => self.owner(classifier, p),
-                    }
-                }
-                None => self.owner(classifier, p),
-            };
-            self.owners.push(o);
+        match classifier {
+            Some(classifier) => self.classify(classifier, &raw),
+            None => self.owners.resize(raw.len(), Some(Owner::WHOLE)),
         }
         let unmatched = match self.unmatched {
             Unmatched::Drop => Fate::Refused,
@@ -336,9 +375,10 @@ impl Dispatch {
         }
         // The common case: one lane owns the whole batch. It runs on the
         // batch as received and its results are delivered where they are.
-        if let Some(li) = self.per_lane.iter().position(|&n| n == raw.len())
+        if classifier.is_some()
+            && let Some(li) = self.per_lane.iter().position(|&n| n == raw.len())
             && let Some(lane) = lanes.get_mut(li)
-            && let Some(run) = self.sole_run(lane, &raw, room, defer_room)
+            && let Some(run) = self.sole_run(lane, &raw, room, defer_room, false)
         {
             self.raw = recycle(raw);
             self.sole_deliver(io, lane, run, n);
@@ -435,6 +475,7 @@ impl Dispatch {
                     // below: it may not move a packet into a VLAN that is
                     // not its deployment's (another tenant's traffic).
                     if matches!(fate, Fate::Forward(_))
+                        && !owner.whole
                         && let Some(vlan) = r.data.as_deref().map(outer_vlan)
                         && vlan != outer_vlan(original.data)
                     {
@@ -482,6 +523,32 @@ impl Dispatch {
         got
     }
 
+    /// Sets the owner of each packet of `raw` by `classifier`.
+    fn classify(&mut self, classifier: &Classifier, raw: &[RawPacket<'_>]) {
+        // Where owners follow port and VLAN alone, the batch's few pairs
+        // are classified once each (remembered for this batch only: the
+        // classifier may change before the next).
+        let mut memo: [Option<Remembered>; MEMO] = [None; MEMO];
+        for p in raw {
+            let o = match classifier.l2_key(p) {
+                Some(key) => {
+                    let slot = memo.get_mut(memo_slot(key));
+                    match slot {
+                        Some(Some((k, o))) if *k == key => *o,
+                        Some(slot) => {
+                            let o = self.owner(classifier, p);
+                            *slot = Some((key, o));
+                            o
+                        }
+                        None => self.owner(classifier, p),
+                    }
+                }
+                None => self.owner(classifier, p),
+            };
+            self.owners.push(o);
+        }
+    }
+
     /// Asks `lane` (output commit) which of its packets of the batch
     /// (`sub`, at `positions`) wait, after their fates are set: notes the
     /// kept ones in `to_defer` (taking from `room`) and refuses the ones
@@ -525,6 +592,7 @@ impl Dispatch {
         raw: &[RawPacket<'_>],
         room: usize,
         defer_room: usize,
+        whole: bool,
     ) -> Option<SoleRun> {
         if !lane.admit(false) {
             return None;
@@ -541,15 +609,29 @@ impl Dispatch {
             }
             t.1.classify_ns += t.0.lap();
         }
+        let started = L::ACCOUNTED.then(std::time::Instant::now);
+        if whole {
+            // Its verdicts leave as its chain gave them (`Owner::WHOLE`).
+            let results = lane.run(raw, &self.moved);
+            let forwarded = if L::ACCOUNTED {
+                results.iter().filter(|r| matches!(r.fate, Fate::Forward(_))).count() as u64
+            } else {
+                0
+            };
+            let forwarded =
+                forwarded.saturating_sub(if lane.commits() { self.defer_sole(lane, raw, defer_room) } else { 0 });
+            let ns = self.timing.as_deref_mut().map_or(0, |t| t.0.lap());
+            return Some(SoleRun { started, forwarded, ns });
+        }
         self.allowed.clear();
         self.allowed.extend(self.ports.iter().map(|&p| lane.may_send(p)));
-        let started = std::time::Instant::now();
         let results = lane.run(raw, &self.moved);
         let mut forwarded = 0u64;
         for (i, (r, (owner, original))) in results.iter_mut().zip(self.owners.iter().zip(raw)).enumerate() {
             let Some(owner) = owner else { continue };
             r.fate = fate_of(r.fate, owner, &self.allowed, &mut self.counters);
             if matches!(r.fate, Fate::Forward(_))
+                && !owner.whole
                 && let Some(vlan) = r.data.as_deref().map(outer_vlan)
                 && vlan != outer_vlan(original.data)
             {
@@ -611,14 +693,15 @@ impl Dispatch {
             forwarded -= self.refuse_retagged(lane);
             io.deliver(&self.results);
         }
-        let took = started.elapsed();
         if let Some(t) = self.timing.as_deref_mut() {
             t.1.deliver_ns += t.0.lap();
             add_lane_times(&mut t.1, lane.worker().chain_mut().take_stage_times(), ns);
             t.1.batches += 1;
             t.1.packets += n as u64;
         }
-        lane.ran(n as u64, forwarded, took);
+        if let Some(started) = started {
+            lane.ran(n as u64, forwarded, started.elapsed());
+        }
     }
 
     /// Refuses the results in `retagged` (position in the batch's results,
@@ -692,7 +775,8 @@ type Remembered = ((u16, Option<u16>), Option<Owner>);
 
 /// What [`Dispatch::sole_run`] leaves for its delivery.
 struct SoleRun {
-    started: std::time::Instant,
+    /// When the lane's run started, if it is told what it ran.
+    started: Option<std::time::Instant>,
     forwarded: u64,
     /// Ns of the run and the fates, when timed.
     ns: u64,
@@ -714,6 +798,9 @@ fn add_lane_times(t: &mut StageTimes, chain: StageTimes, ns: u64) {
 /// verdict port - 1), or an `out` this host does not have, is refused
 /// and counted.
 fn fate_of(fate: Fate, owner: &Owner, allowed: &[bool], counters: &mut DispatchCounters) -> Fate {
+    if owner.whole {
+        return fate;
+    }
     match fate {
         // An `out` port this host does not have.
         Fate::Forward(0) if owner.out == Some(u16::MAX) => {
@@ -926,6 +1013,13 @@ mod tests {
     /// at them; packets over the I/O's room are dropped.
     #[test]
     fn held_packets_wait_then_run_first_and_in_order() {
+        // On a tenant's lane, and in the one-lane case.
+        for one in [false, true] {
+            held_packets_wait_then_run_first_and_in_order_on(one);
+        }
+    }
+
+    fn held_packets_wait_then_run_first_and_in_order_on(one: bool) {
         let mark = SteerMark { previous: 9, table_version: 2 };
         let c = Classifier::new([(0, "port=0,vlan=100".parse().unwrap())]);
         let f = |flow: u8, n: u8| {
@@ -949,7 +1043,10 @@ mod tests {
         let mut d = Dispatch::new(vec![0], Unmatched::Drop);
         let mut lanes =
             vec![WaitingLane { waiting: true, release: false, ran: vec![], marks: vec![], results: vec![] }];
-        assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(7));
+        let mut step = |d: &mut Dispatch, io: &mut HoldIo, lanes: &mut Vec<WaitingLane>| {
+            if one { d.step_one(io, 32, &mut lanes[0]) } else { d.step(io, 32, &c, lanes) }
+        };
+        assert_eq!(step(&mut d, &mut io, &mut lanes), Receive::Packets(7));
         // The held first packet's mark went with it; f(2, 2)'s follows it.
         assert_eq!(lanes[0].marks, vec![1]);
         // Four held (the I/O's room), the fifth dropped; flow 2 ran.
@@ -957,12 +1054,55 @@ mod tests {
         assert_eq!(lanes[0].ran, vec![f(2, 1), f(2, 2)]);
         assert_eq!(io.delivered.iter().filter(|(_, fate)| *fate == Fate::Refused).count(), 1);
         lanes[0].release = true;
-        assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(6));
+        assert_eq!(step(&mut d, &mut io, &mut lanes), Receive::Packets(6));
         assert_eq!(lanes[0].ran[2..], [f(1, 1), f(1, 2), f(1, 3), f(1, 4), f(1, 6), f(2, 3)]);
         // The mark of f(2, 3), after the four released packets and f(1, 6).
         assert_eq!(lanes[0].marks, vec![1, 5]);
         assert!(io.held.is_empty());
         assert_eq!(io.delivered.iter().filter(|(_, fate)| *fate == Fate::Forward(0)).count(), 8);
+    }
+
+    /// A lane whose chain sends every packet out of one verdict port.
+    struct PortLane {
+        port: u16,
+        results: Vec<PacketResult>,
+    }
+
+    impl Lane for PortLane {
+        fn worker(&mut self) -> &mut Worker {
+            unreachable!("run is its own")
+        }
+        fn may_send(&self, _: u16) -> bool {
+            false
+        }
+        fn run(&mut self, packets: &[RawPacket<'_>], _: &[(usize, SteerMark)]) -> &mut [PacketResult] {
+            self.results = packets.iter().map(|_| PacketResult::of(Fate::Forward(self.port))).collect();
+            &mut self.results
+        }
+        fn last_results(&mut self) -> &mut [PacketResult] {
+            &mut self.results
+        }
+    }
+
+    /// A worker alone on its I/O owns every port: its verdicts leave as
+    /// its chain gave them; the same lane attached as a tenant may not
+    /// name a port its attachments do not.
+    #[test]
+    fn the_one_lane_case_checks_no_port_and_a_tenant_s_lane_does() {
+        let io = || ListIo { frames: vec![(tagged(100), 0), (tagged(7), 1)], taken: false, delivered: vec![] };
+        let mut lane = PortLane { port: 2, results: vec![] };
+        let mut d = Dispatch::new(Vec::new(), Unmatched::Drop);
+        let mut alone = io();
+        assert_eq!(d.step_one(&mut alone, 32, &mut lane), Receive::Packets(2));
+        assert_eq!(alone.delivered, vec![Fate::Forward(2), Fate::Forward(2)]);
+        assert_eq!(d.step_one(&mut alone, 32, &mut lane), Receive::Done);
+        assert_eq!(d.counters(), DispatchCounters::default());
+        let c = Classifier::new([(0, "port=0".parse().unwrap()), (0, "port=1".parse().unwrap())]);
+        let mut d = Dispatch::new(vec![0, 1], Unmatched::Drop);
+        let mut shared = io();
+        assert_eq!(d.step(&mut shared, 32, &c, std::slice::from_mut(&mut lane)), Receive::Packets(2));
+        assert_eq!(shared.delivered, vec![Fate::Refused, Fate::Refused]);
+        assert_eq!(d.counters().refused_egress, 2);
     }
 
     /// An I/O for output commit: what it sent, in order, and the outputs

@@ -1,10 +1,13 @@
 //! The Sluice data path, one for every way packets reach a host.
 //!
 //! A [`Worker`] owns one chain of NF instances (see
-//! [`sluice_runtime::Chain`]) and moves packets through it a batch at a
-//! time: its [`step`](Worker::step) takes a batch from a [`PacketIo`],
-//! runs the chain once over it, and hands every packet's result back to
-//! the same I/O, which sends, writes or records it. Everything between
+//! [`sluice_runtime::Chain`]); a [`Dispatch`] moves packets through
+//! workers a batch at a time: its step takes a batch from a [`PacketIo`],
+//! runs each worker's chain once over its part, and hands every packet's
+//! result back to the same I/O, which sends, writes or records it. A
+//! worker alone on its I/O is the one-lane case
+//! ([`Dispatch::step_one`]), and every packet thread runs the same loop
+//! around its step ([`Driver`]). Everything between
 //! receiving and delivering happens here, once: the views of the batch,
 //! frames too long for any NF (refused alone), the chain's verdicts,
 //! rewrites, meters (with trap causes) and events, and hot swaps between
@@ -33,6 +36,7 @@ pub mod cores;
 pub mod dispatch;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod driver;
 pub mod fair;
 pub mod idle;
 pub mod io;
@@ -41,6 +45,7 @@ pub mod worker;
 pub use capture::{CaptureIo, Order};
 pub use classify::{Attachment, AttachmentError, Classifier, Side, Unmatched, outside_ports};
 pub use dispatch::{Dispatch, DispatchCounters, Lane};
+pub use driver::{Driver, End, Pass};
 pub use fair::{FairShare, Share};
 pub use io::{PacketIo, PortReport, QueueCounters, Receive};
 pub use sluice_runtime::fragments::FragmentMode;

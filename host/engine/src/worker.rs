@@ -1,79 +1,24 @@
-//! One worker: a chain and the per-batch step every data path shares.
+//! One worker: a chain of NF instances, the lane of a [`Dispatch`](crate::Dispatch).
+//!
+//! A worker that owns every packet of its I/O (`sluice-host run` and
+//! `dpdk`, a `serve` capture replay) is the one-lane case of the
+//! dispatch a host shared by tenants runs ([`Dispatch::step_one`](crate::Dispatch::step_one)): one
+//! step for every data path.
 
-use crate::io::{PacketIo, Receive};
-use sluice_runtime::{
-    Chain, EmittedEvent, FlowHook, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError, StageTimes, Stopwatch,
-};
+use sluice_runtime::{Chain, EmittedEvent, FlowHook, NfSpec, PacketResult, RawPacket, Runtime, RuntimeError};
 
-/// A chain of NF instances and the buffers its batches reuse.
+/// A chain of NF instances and its counts of batches and packets.
 #[derive(Debug)]
 pub struct Worker {
     chain: Chain,
-    /// The packet views of the last batch, emptied, kept for the next.
-    spare: Vec<RawPacket<'static>>,
     batches: u64,
     packets: u64,
-    /// Stage times, when asked for ([`Worker::time_stages`]).
-    timing: Option<Box<(Stopwatch, StageTimes)>>,
 }
 
 impl Worker {
     /// A worker running `chain`.
     pub fn new(chain: Chain) -> Self {
-        Worker { chain, spare: Vec::new(), batches: 0, packets: 0, timing: None }
-    }
-
-    /// Runs one batch of at most `max` packets from `io` through the
-    /// chain and delivers the results to `io`. Returns what `io` had.
-    pub fn step(&mut self, io: &mut impl PacketIo, max: usize) -> Receive {
-        // Timed stages (when asked for): one read of the clock at each
-        // stage's end; the chain times its own. The time since the last
-        // batch was the caller's loop.
-        let mut timing = self.timing.take();
-        lap(&mut timing, |t| &mut t.between_ns);
-        let got = io.receive(max);
-        if let Receive::Packets(n) = got {
-            lap(&mut timing, |t| &mut t.receive_ns);
-            let mut raw = recycle(std::mem::take(&mut self.spare));
-            io.packets(&mut raw);
-            lap(&mut timing, |t| &mut t.read_ns);
-            self.run(&raw);
-            self.spare = recycle(raw);
-            debug_assert_eq!(self.chain.last_results().len(), n);
-            if let Some(t) = timing.as_deref_mut() {
-                t.0.restart();
-            }
-            io.deliver(self.chain.last_results());
-            lap(&mut timing, |t| &mut t.deliver_ns);
-            if let Some(t) = timing.as_deref_mut() {
-                t.1.batches += 1;
-                t.1.packets += n as u64;
-            }
-        }
-        self.timing = timing;
-        got
-    }
-
-    /// Times each stage of a batch from now on (see
-    /// [`sluice_runtime::stages`]): the worker's receive, read and
-    /// deliver, the chain's build, call and verdicts, and `io`'s transmit.
-    pub fn time_stages(&mut self, io: &mut impl PacketIo) {
-        self.timing = Some(Box::default());
-        self.chain.time_stages(true);
-        io.time_transmit();
-    }
-
-    /// The stage times so far (zero when not timed); `io` is the one the
-    /// worker steps, whose transmit time is taken out of delivery.
-    pub fn stage_times(&self, io: &impl PacketIo) -> StageTimes {
-        let mut t = self.timing.as_deref().map(|t| t.1).unwrap_or_default();
-        let chain = self.chain.stage_times();
-        t.build_ns = chain.build_ns;
-        t.call_ns = chain.call_ns;
-        t.verdicts_ns = chain.verdicts_ns;
-        t.transmit_ns = io.transmit_ns();
-        t.deliver_ns = t.deliver_ns.saturating_sub(t.transmit_ns);
-        t
+        Worker { chain, batches: 0, packets: 0 }
     }
 
     /// Runs one batch of packets (already received) through the chain and
@@ -132,15 +77,6 @@ impl Worker {
     /// The chain, when the worker is done.
     pub fn into_chain(self) -> Chain {
         self.chain
-    }
-}
-
-/// Adds the time since the last lap to the stage `slot` picks, when
-/// timed.
-#[inline]
-fn lap(timing: &mut Option<Box<(Stopwatch, StageTimes)>>, slot: impl FnOnce(&mut StageTimes) -> &mut u64) {
-    if let Some(t) = timing.as_deref_mut() {
-        *slot(&mut t.1) += t.0.lap();
     }
 }
 

@@ -320,7 +320,7 @@ fn write_report(path: &std::path::Path, r: &SteerReport) {
 #[allow(clippy::too_many_arguments)]
 fn steer_loop(
     w: usize,
-    mut queues: Vec<Queue>,
+    queues: Vec<Queue>,
     opts: &SteerOptions,
     burst: usize,
     feed: &RouteFeed,
@@ -331,75 +331,135 @@ fn steer_loop(
     let targets = &opts.to;
     let gap_ns = u64::try_from(opts.gap.as_nanos()).unwrap_or(u64::MAX);
     let remember_ns = u64::try_from(opts.remember.as_nanos()).unwrap_or(u64::MAX);
-    let mut flowlets: Flowlets<FlowKey> = Flowlets::new(gap_ns, remember_ns, opts.max_flows);
-    let mut route = feed.current();
-    let (mut down, mut link_epoch) = (Vec::new(), u64::MAX);
-    // Per host, packets sent per ms over the last BUCKETS ms: (ms, count).
-    let mut recent: Vec<[(u64, u64); BUCKETS]> = vec![[(0, 0); BUCKETS]; targets.len()];
-    let mut rx: Vec<Mbuf> = Vec::with_capacity(burst);
-    let mut out: Vec<Vec<Mbuf>> = targets.iter().map(|_| Vec::with_capacity(burst)).collect();
-    let mut stats = WorkerStats {
-        per_host: vec![0; targets.len()],
-        per_host_dropped: vec![0; targets.len()],
-        per_host_moved_in: vec![0; targets.len()],
-        per_host_moved_away: vec![0; targets.len()],
-        ..Default::default()
+    let mut steering = Steering {
+        w,
+        queues,
+        opts,
+        burst,
+        feed,
+        shared,
+        flowlets: Flowlets::new(gap_ns, remember_ns, opts.max_flows),
+        route: feed.current(),
+        down: Vec::new(),
+        link_epoch: u64::MAX,
+        recent: vec![[(0, 0); BUCKETS]; targets.len()],
+        rx: Vec::with_capacity(burst),
+        out: targets.iter().map(|_| Vec::with_capacity(burst)).collect(),
+        stats: WorkerStats {
+            per_host: vec![0; targets.len()],
+            per_host_dropped: vec![0; targets.len()],
+            per_host_moved_in: vec![0; targets.len()],
+            per_host_moved_away: vec![0; targets.len()],
+            ..Default::default()
+        },
+        scratch: Vec::new(),
+        marked: Vec::new(),
+        hashes: targets.iter().map(|t| sluice_wire::steer::host_hash(&t.host)).collect(),
+        clock: Instant::now(),
     };
-    let mut scratch = Vec::new();
-    let mut marked = Vec::new();
-    let hashes: Vec<u32> = targets.iter().map(|t| sluice_wire::steer::host_hash(&t.host)).collect();
-    let clock = Instant::now();
-    let mut last_rx = Instant::now();
-    let mut last_publish = Instant::now();
     // Never sleeps: a frame waits for no more than a poll.
-    let mut backoff = sluice_engine::idle::Backoff::polling();
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(max) = opts.max_packets
-            && received.load(Ordering::Relaxed) >= max
-        {
-            break;
+    sluice_engine::Driver::new(sluice_engine::idle::Backoff::polling())
+        .stop_on(stop)
+        .count(received, opts.max_packets)
+        .idle_exit(opts.idle_exit)
+        .tick_every(PUBLISH_EVERY)
+        .run(&mut steering);
+    steering.publish();
+}
+
+/// How often a dispatcher worker publishes its counts.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// One dispatcher worker: its queues, flowlets and counts.
+struct Steering<'a> {
+    w: usize,
+    queues: Vec<Queue>,
+    opts: &'a SteerOptions,
+    burst: usize,
+    feed: &'a RouteFeed,
+    shared: &'a Mutex<Vec<WorkerStats>>,
+    flowlets: Flowlets<FlowKey>,
+    route: Arc<sluice_group::Route>,
+    down: Vec<bool>,
+    link_epoch: u64,
+    /// Per host, packets sent per ms over the last BUCKETS ms: (ms, count).
+    recent: Vec<[(u64, u64); BUCKETS]>,
+    rx: Vec<Mbuf>,
+    out: Vec<Vec<Mbuf>>,
+    stats: WorkerStats,
+    scratch: Vec<u8>,
+    marked: Vec<u8>,
+    hashes: Vec<u32>,
+    clock: Instant,
+}
+
+impl Steering<'_> {
+    fn publish(&mut self) {
+        self.stats.flowlets = self.flowlets.counters();
+        self.stats.flows = self.flowlets.len();
+        if let Some(slot) = self.shared.lock().get_mut(self.w) {
+            slot.clone_from(&self.stats);
         }
-        if feed.version() != route.version {
-            route = feed.current();
+    }
+
+    /// Takes the feed's newest table and links.
+    fn follow_feed(&mut self) {
+        let feed = self.feed;
+        if feed.version() != self.route.version {
+            self.route = feed.current();
         }
-        if feed.link_epoch() != link_epoch {
-            let was: Vec<bool> = down.clone();
-            link_epoch = feed.link_epoch();
-            feed.copy_down(&mut down);
+        if feed.link_epoch() != self.link_epoch {
+            let was: Vec<bool> = self.down.clone();
+            self.link_epoch = feed.link_epoch();
+            feed.copy_down(&mut self.down);
             // A link that went down: what this worker sent there just before.
-            let now_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
-            for (i, (&d, r)) in down.iter().zip(&recent).enumerate() {
+            let now_ms = u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+            for (i, (&d, r)) in self.down.iter().zip(&self.recent).enumerate() {
                 if d && !was.get(i).copied().unwrap_or(false) {
                     let n = r.iter().filter(|(ms, _)| now_ms.saturating_sub(*ms) < RECENT_MS).map(|(_, n)| n).sum();
                     feed.add_sent_before_down(i, n);
                 }
             }
         }
+    }
+}
+
+impl sluice_engine::Pass for Steering<'_> {
+    fn pass(&mut self) -> sluice_engine::Receive {
+        self.follow_feed();
         let mut got = 0;
-        for q in queues.iter_mut() {
-            got += q.rx_burst(&mut rx, burst as u16);
+        for q in self.queues.iter_mut() {
+            got += q.rx_burst(&mut self.rx, self.burst as u16);
         }
         if got == 0 {
-            if opts.idle_exit.is_some_and(|d| last_rx.elapsed() >= d) {
-                break;
-            }
-            if last_publish.elapsed() >= Duration::from_millis(100) {
-                publish(shared, w, &mut stats, &flowlets, &mut last_publish);
-            }
-            backoff.idle();
-            continue;
+            return sluice_engine::Receive::Idle;
         }
-        backoff.busy();
-        last_rx = Instant::now();
-        received.fetch_add(got as u64, Ordering::Relaxed);
+        let Steering {
+            opts,
+            feed,
+            route,
+            down,
+            recent,
+            rx,
+            out,
+            stats,
+            scratch,
+            marked,
+            hashes,
+            clock,
+            flowlets,
+            queues,
+            ..
+        } = self;
+        let targets = &opts.to;
         stats.received += got as u64;
         let now_ns = u64::try_from(clock.elapsed().as_nanos()).unwrap_or(u64::MAX);
         for mut m in rx.drain(..) {
             let key = match m.data() {
                 Some(d) => sluice_wire::parse(d).key,
                 None => {
-                    m.read_into(&mut scratch);
-                    sluice_wire::parse(&scratch).key
+                    m.read_into(scratch);
+                    sluice_wire::parse(scratch).key
                 }
             };
             let Some(key) = key else {
@@ -412,13 +472,13 @@ fn steer_loop(
             let pooled = matches!(key.protocol, 6 | 17) && opts.pool_addresses.contains(&key.dst);
             let s = if pooled {
                 let block = sluice_group::block_of(u64::from(key.dst_port));
-                route.owner_avoiding(sluice_group::block_hash(block), &down).map(|host| {
+                route.owner_avoiding(sluice_group::block_hash(block), down).map(|host| {
                     stats.to_pool_owner += 1;
                     sluice_group::Steer { host, new_flowlet: false, moved_from: None }
                 })
             } else {
                 let key = key.normalized();
-                flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, &route, &down)
+                flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, route, down)
             };
             let Some(s) = s else {
                 stats.no_route += 1;
@@ -436,9 +496,9 @@ fn steer_loop(
             }
             // The new owner learns which host had the flow.
             if let Some(prev) = s.moved_from.and_then(|p| hashes.get(usize::from(p))) {
-                m.read_into(&mut scratch);
+                m.read_into(scratch);
                 let mark = sluice_wire::steer::SteerMark { previous: *prev, table_version: route.version };
-                if sluice_wire::steer::encap(&scratch, mark, &mut marked) && m.set_data(&marked).is_ok() {
+                if sluice_wire::steer::encap(scratch, mark, marked) && m.set_data(marked).is_ok() {
                     stats.marked += 1;
                 }
             }
@@ -451,11 +511,11 @@ fn steer_loop(
                     }
                     _ => {
                         // A shared buffer: rewrite a copy.
-                        m.read_into(&mut scratch);
+                        m.read_into(scratch);
                         if let Some(dst) = scratch.get_mut(..6) {
                             dst.copy_from_slice(&mac);
                         }
-                        if m.set_data(&scratch).is_err() {
+                        if m.set_data(scratch).is_err() {
                             stats.dropped_tx_full += 1;
                             continue;
                         }
@@ -495,26 +555,12 @@ fn steer_loop(
                 v.clear();
             }
         }
-        if last_publish.elapsed() >= Duration::from_millis(100) {
-            publish(shared, w, &mut stats, &flowlets, &mut last_publish);
-        }
+        sluice_engine::Receive::Packets(got)
     }
-    publish(shared, w, &mut stats, &flowlets, &mut last_publish);
-}
 
-fn publish(
-    shared: &Mutex<Vec<WorkerStats>>,
-    w: usize,
-    stats: &mut WorkerStats,
-    flowlets: &Flowlets<FlowKey>,
-    at: &mut Instant,
-) {
-    stats.flowlets = flowlets.counters();
-    stats.flows = flowlets.len();
-    if let Some(slot) = shared.lock().get_mut(w) {
-        slot.clone_from(stats);
+    fn tick(&mut self, _now: Instant) {
+        self.publish();
     }
-    *at = Instant::now();
 }
 
 #[cfg(test)]
