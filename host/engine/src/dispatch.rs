@@ -1043,7 +1043,7 @@ mod tests {
         let mut d = Dispatch::new(vec![0], Unmatched::Drop);
         let mut lanes =
             vec![WaitingLane { waiting: true, release: false, ran: vec![], marks: vec![], results: vec![] }];
-        let mut step = |d: &mut Dispatch, io: &mut HoldIo, lanes: &mut Vec<WaitingLane>| {
+        let step = |d: &mut Dispatch, io: &mut HoldIo, lanes: &mut Vec<WaitingLane>| {
             if one { d.step_one(io, 32, &mut lanes[0]) } else { d.step(io, 32, &c, lanes) }
         };
         assert_eq!(step(&mut d, &mut io, &mut lanes), Receive::Packets(7));
