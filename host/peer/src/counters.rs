@@ -7,7 +7,8 @@ use crate::store::StoreCounters;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Buckets of the commit wait histogram ([`PeerCounters::commit_wait_us`]):
+/// Buckets of the wait histograms ([`PeerCounters::commit_wait_us`],
+/// [`PeerCounters::wait_us`]):
 /// four per power of two of microseconds (a bucket's bounds are within
 /// 25 % of each other); the last counts waits of about a second and more.
 pub(crate) const WAIT_BUCKETS: usize = 80;
@@ -121,6 +122,10 @@ pub struct PeerCounters {
     /// Microseconds waited, over all waits, and the longest wait.
     pub wait_us_total: u64,
     pub wait_us_max: u64,
+    /// Those waits in the buckets of [`commit_wait_us`](Self::commit_wait_us)
+    /// ([`wait_quantile`] reads it).
+    #[serde(default)]
+    pub wait_us: Vec<u64>,
     /// Packets held while their flow waited.
     pub packets_held: u64,
     /// Packets of waiting flows dropped: over [`PER_FLOW`](crate::pull::PER_FLOW) a flow,
@@ -256,6 +261,7 @@ pub(crate) struct Counts {
     pub(crate) late_state_imported: AtomicU64,
     pub(crate) wait_us_total: AtomicU64,
     pub(crate) wait_us_max: AtomicU64,
+    pub(crate) wait_us: WaitHistogram,
     pub(crate) packets_held: AtomicU64,
     pub(crate) packets_held_dropped: AtomicU64,
     pub(crate) pulls_received: AtomicU64,

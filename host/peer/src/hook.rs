@@ -306,6 +306,7 @@ impl LanePeer {
             let us = u64::try_from(now.saturating_duration_since(w.since).as_micros()).unwrap_or(u64::MAX);
             c.wait_us_total.fetch_add(us, Ordering::Relaxed);
             c.wait_us_max.fetch_max(us, Ordering::Relaxed);
+            c.wait_us.count(us);
             released.push(*k);
             out.push(w.ticket);
             false

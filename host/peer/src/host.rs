@@ -701,6 +701,7 @@ impl Peer {
             late_state_imported: c.late_state_imported.load(Ordering::Relaxed),
             wait_us_total: c.wait_us_total.load(Ordering::Relaxed),
             wait_us_max: c.wait_us_max.load(Ordering::Relaxed),
+            wait_us: c.wait_us.snapshot(),
             packets_held: c.packets_held.load(Ordering::Relaxed),
             packets_held_dropped: c.packets_held_dropped.load(Ordering::Relaxed),
             pulls_received: c.pulls_received.load(Ordering::Relaxed),
