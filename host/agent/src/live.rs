@@ -183,6 +183,8 @@ struct LivePass<'a> {
     raised: Option<sluice_peer::Raised>,
     /// Whether packets came since the last tick.
     busy: bool,
+    /// Whether the host was open at the last pass (nothing ticks before).
+    open: bool,
     last_report: Instant,
 }
 
@@ -194,6 +196,7 @@ impl Pass for LivePass<'_> {
         // Read before the commands: once open, every command sent before
         // opening is in the channel.
         let open = ctx.open.load(std::sync::atomic::Ordering::Acquire);
+        self.open = open;
         let was_raised = self.raised.as_ref().is_some_and(|r| r.take());
         let mut changed = false;
         loop {
@@ -244,6 +247,9 @@ impl Pass for LivePass<'_> {
     /// Peer state, then (with traffic) events, windows and checkpoints,
     /// then (every [`REPORT_EVERY`]) reports.
     fn tick(&mut self, now: Instant) {
+        if !self.open {
+            return;
+        }
         let ctx = self.ctx;
         // Peer state goes out on its interval, with traffic or without.
         if ctx.shared.peer.is_some() {
@@ -525,6 +531,7 @@ impl WorkerCtx {
             fair: FairShare::new(),
             raised,
             busy: false,
+            open: false,
             last_report: now,
         };
         Driver::new(Backoff::sleeping(IDLE_SLEEP)).stop_on(&self.stop).tick_every(TICK_EVERY).run(&mut pass);

@@ -8,7 +8,7 @@
 //! owns everything else, once: when the loop stops (a stop flag, a
 //! shared packet limit, an idle bound, or the pass's own end), what an
 //! empty poll does ([`Backoff`]), and when ticks are due — one clock read
-//! a pass.
+//! a pass (none when it has neither ticks nor an idle bound).
 
 use crate::idle::Backoff;
 use crate::io::Receive;
@@ -88,6 +88,8 @@ impl<'a> Driver<'a> {
     pub fn run(mut self, pass: &mut impl Pass) -> End {
         let start = Instant::now();
         let (mut last_rx, mut last_tick) = (start, start);
+        // A loop with neither ticks nor an idle bound reads no clock.
+        let clocked = self.tick.is_some() || self.idle_exit.is_some();
         loop {
             if self.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
                 return End::Stopped;
@@ -98,7 +100,7 @@ impl<'a> Driver<'a> {
                 return End::Limit;
             }
             let got = pass.pass();
-            let now = Instant::now();
+            let now = if clocked { Instant::now() } else { start };
             match got {
                 Receive::Packets(n) => {
                     self.backoff.busy();
