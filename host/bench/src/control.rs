@@ -378,6 +378,9 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
 
     // Meter records: hosts' burst through JetStream into SQLite, against
     // inserting them straight into a gateway database.
+    // Windows of the last minute: the gateway refuses windows that started
+    // more than its max-age ago or end after its clock.
+    let base_ms = sluice_control::now_ms().saturating_sub(60_000);
     let records: Vec<MeterRecord> = (0..RECORDS)
         .map(|n| MeterRecord {
             id: format!("bench-{n}"),
@@ -389,8 +392,8 @@ pub fn section(host: &Path, nfs: &Path, firewall_config: &str) -> Result<String>
             module: "firewall".into(),
             version: "1".into(),
             digest: "0".into(),
-            window_start_ms: 1_000 + n as u64,
-            window_end_ms: 2_000 + n as u64,
+            window_start_ms: base_ms + (n % 1000) as u64,
+            window_end_ms: base_ms + 1_000 + (n % 1000) as u64,
             meters: Meters {
                 invocations: 3,
                 packets: 96,

@@ -693,14 +693,15 @@ impl Dispatch {
             forwarded -= self.refuse_retagged(lane);
             io.deliver(&self.results);
         }
+        let took = started.map(|s| s.elapsed());
         if let Some(t) = self.timing.as_deref_mut() {
             t.1.deliver_ns += t.0.lap();
             add_lane_times(&mut t.1, lane.worker().chain_mut().take_stage_times(), ns);
             t.1.batches += 1;
             t.1.packets += n as u64;
         }
-        if let Some(started) = started {
-            lane.ran(n as u64, forwarded, started.elapsed());
+        if let Some(took) = took {
+            lane.ran(n as u64, forwarded, took);
         }
     }
 
