@@ -698,3 +698,80 @@ fn reassembled_datagrams_leave_as_fragments_alike_through_dpdk_and_the_pcap_back
     assert_eq!(r["chain"]["datagrams_reassembled"], 20, "{r}");
     assert_eq!(r["chain"]["fragments_held"], 40, "{r}");
 }
+
+/// A memif peer killed in the middle of traffic takes only its link down.
+/// DPDK's memif PMD unmaps the shared rings on its interrupt thread when
+/// the peer goes away, while a worker may be inside a burst on them; the
+/// shim's interrupt-thread gate keeps the two apart (without it the first
+/// kill or so ends the host in SIGSEGV). Traffic runs both ways: the host
+/// sends its `net_null` input into the link, the peer sends its own back.
+#[test]
+fn a_memif_peer_killed_in_the_middle_of_traffic_takes_down_only_its_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let socket = dir.path().join("link.sock");
+    let host = bin()
+        .args(["dpdk", "--pairs", "--nf"])
+        .arg(nf("noop"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(eal(
+            "memif-host",
+            &["--vdev=net_null0".to_string(), format!("--vdev=net_memif0,role=server,socket={}", socket.display())],
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Killed if an assertion fails first.
+    struct Reaped(Option<std::process::Child>);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut guard = Reaped(Some(host));
+    let host = guard.0.as_mut().unwrap();
+    // The PMD's socket is abstract (not a file): a peer started before it
+    // listens fails to start, which the rounds count.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut killed_running = 0;
+    for round in 0..8u64 {
+        let mut peer = bin()
+            .args(["dpdk", "--pairs", "--nf"])
+            .arg(nf("noop"))
+            .arg("--")
+            .args(eal(
+                &format!("memif-peer{round}"),
+                &[format!("--vdev=net_memif0,role=client,socket={}", socket.display()), "--vdev=net_null0".to_string()],
+            ))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Killed at a different moment of its traffic each round.
+        std::thread::sleep(std::time::Duration::from_millis(700 + 90 * round));
+        if peer.try_wait().unwrap().is_none() {
+            killed_running += 1;
+        }
+        peer.kill().unwrap();
+        peer.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(host.try_wait().unwrap().is_none(), "the host died when its memif peer was killed (round {round})");
+    }
+    assert!(killed_running >= 6, "only {killed_running} of 8 peers were running when killed");
+    let status = Command::new("kill").args(["-INT", &host.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let o = guard.0.take().unwrap().wait_with_output().unwrap();
+    let (stdout, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let memif = r["ports"].as_array().unwrap().iter().find(|p| p["name"] == "net_memif0").expect("the memif port");
+    let q = &memif["queues"][0];
+    // The link was up in some rounds: packets went both ways over it.
+    assert!(q["rx"].as_u64().unwrap() > 0 && q["tx"].as_u64().unwrap() > 0, "{r:#}");
+}

@@ -6,8 +6,16 @@
  * never touches them directly: it calls these functions, which take and
  * return only plain integers, pointers and the small structs defined here.
  */
+/* The interrupt-thread gate below registers its own interrupt handle,
+ * which DPDK 22.11 still marks experimental. */
+#define ALLOW_EXPERIMENTAL_API
+
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <net/if_arp.h>
@@ -22,12 +30,14 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_interrupts.h>
 #include <rte_ether.h>
 #include <rte_kvargs.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mbuf_pool_ops.h>
 #include <rte_mempool.h>
+#include <rte_pause.h>
 
 /* A symmetric Toeplitz key (0x6d5a repeated): both directions of a flow
  * hash to the same RSS queue, so a connection meets one worker. */
@@ -43,7 +53,12 @@ int sl_eal_init(int argc, char **argv) {
     return r < 0 ? -rte_errno : r;
 }
 
-int sl_eal_cleanup(void) { return rte_eal_cleanup(); }
+static void sl_gate_stop(void);
+
+int sl_eal_cleanup(void) {
+    sl_gate_stop();
+    return rte_eal_cleanup();
+}
 
 const char *sl_strerror(int err) { return rte_strerror(err); }
 
@@ -110,6 +125,142 @@ struct rte_mempool *sl_pktmbuf_pool_create(const char *name, unsigned n, unsigne
 void sl_mempool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
 
 int sl_socket_id(uint16_t port) { return rte_eth_dev_socket_id(port); }
+
+/*
+ * The interrupt-thread gate: a memif peer that dies cannot take the
+ * process with it.
+ *
+ * DPDK's memif PMD tears a link down on the EAL interrupt thread when the
+ * peer's control socket closes (memif_disconnect): it clears the link's
+ * connected flag and then unmaps the rings and packet buffers the two
+ * processes shared. Nothing keeps a thread that is inside a burst on that
+ * port off them: one that checked the flag just before, and is preempted
+ * in the middle of its copy (on a loaded machine, or on the core the
+ * interrupt thread woke on), resumes on unmapped memory and the process
+ * dies of SIGSEGV. A `kill -9` of one host would take the dispatcher, and
+ * with it every host's traffic, down.
+ *
+ * So on a process with memif ports the interrupt thread runs DPDK's
+ * callbacks only while no burst on such a port is in flight, as VPP stops
+ * its workers at a barrier before it unmaps a memif region. The thread
+ * spends its time parked in a callback of ours, with bursts allowed; every
+ * SL_GATE_PERIOD_US it closes the gate to new bursts, waits for those in
+ * flight, and returns to run whatever came meanwhile (a peer's disconnect
+ * among them). The callback hangs on an eventfd it makes readable again
+ * before it returns, so the thread comes back to it as soon as the other
+ * events of that wakeup are handled, and reopens the gate. A burst on a
+ * memif port that finds the gate closed waits for it (a few microseconds;
+ * the events are short). Costs: two atomic operations on the thread's own
+ * cache line per burst on a memif port (none on other ports), and up to
+ * SL_GATE_PERIOD_US before DPDK acts on an interrupt (a memif link seen
+ * down, a connect message, a NIC's link change).
+ */
+
+#define SL_GATE_PERIOD_US 1000
+/* One slot per lcore, and one shared by threads without an lcore id. */
+#define SL_GATE_SLOTS (RTE_MAX_LCORE + 1)
+
+struct sl_gate_slot {
+    uint32_t busy; /* bursts in flight on this slot's thread(s) */
+} __rte_cache_aligned;
+
+static struct sl_gate_slot sl_gate_slots[SL_GATE_SLOTS];
+/* 1 while the interrupt thread may run DPDK's callbacks: no new burst on
+ * a guarded port starts. */
+static uint32_t sl_gate_closed = 1;
+static uint32_t sl_gate_stopping;
+static int sl_gate_fd = -1;
+static struct rte_intr_handle *sl_gate_ih;
+/* Ports whose bursts pass the gate (memif). */
+static uint8_t sl_guarded[RTE_MAX_ETHPORTS];
+
+static void sl_gate_cb(void *arg) {
+    (void)arg;
+    uint64_t v;
+    if (read(sl_gate_fd, &v, sizeof(v)) < 0) { /* nothing to drain */ }
+    if (__atomic_load_n(&sl_gate_stopping, __ATOMIC_ACQUIRE)) return;
+    /* Parked: bursts may run. */
+    __atomic_store_n(&sl_gate_closed, 0, __ATOMIC_RELEASE);
+    struct timespec t = {0, SL_GATE_PERIOD_US * 1000L};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+    /* Leaving: no new burst starts (the store is ordered before the loads
+     * of the slots, as a burst's increment is before its load of the
+     * flag: one of the two sees the other). */
+    __atomic_store_n(&sl_gate_closed, 1, __ATOMIC_SEQ_CST);
+    for (unsigned i = 0; i < SL_GATE_SLOTS; i++) {
+        for (unsigned spins = 0; __atomic_load_n(&sl_gate_slots[i].busy, __ATOMIC_SEQ_CST) != 0; spins++) {
+            if (spins < 64)
+                rte_pause();
+            else
+                sched_yield();
+        }
+    }
+    /* Back here once the other events of this wakeup are handled. */
+    uint64_t one = 1;
+    if (write(sl_gate_fd, &one, sizeof(one)) < 0) {
+        /* An eventfd write fails only at its counter's limit, when it is
+         * readable anyway. */
+    }
+}
+
+/* Puts port `port` behind the gate, starting the gate on first use.
+ * Returns 0 or -errno; without the gate the port is not guarded. */
+static int sl_gate_guard(uint16_t port) {
+    if (sl_gate_ih == NULL) {
+        int fd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (fd < 0) return -errno;
+        struct rte_intr_handle *ih = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+        if (ih == NULL) {
+            close(fd);
+            return -ENOMEM;
+        }
+        int r = rte_intr_fd_set(ih, fd);
+        if (r == 0) r = rte_intr_type_set(ih, RTE_INTR_HANDLE_EXT);
+        sl_gate_fd = fd;
+        if (r == 0) r = rte_intr_callback_register(ih, sl_gate_cb, NULL);
+        if (r != 0) {
+            rte_intr_instance_free(ih);
+            close(fd);
+            sl_gate_fd = -1;
+            return r < 0 ? r : -r;
+        }
+        sl_gate_ih = ih;
+    }
+    __atomic_store_n(&sl_guarded[port], 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Stops the gate (before EAL cleanup, after the last burst). */
+static void sl_gate_stop(void) {
+    if (sl_gate_ih == NULL) return;
+    __atomic_store_n(&sl_gate_stopping, 1, __ATOMIC_RELEASE);
+    /* Waits for a parked callback to return (within SL_GATE_PERIOD_US). */
+    (void)rte_intr_callback_unregister_sync(sl_gate_ih, sl_gate_cb, NULL);
+    rte_intr_instance_free(sl_gate_ih);
+    sl_gate_ih = NULL;
+    close(sl_gate_fd);
+    sl_gate_fd = -1;
+    memset(sl_guarded, 0, sizeof(sl_guarded));
+}
+
+static inline struct sl_gate_slot *sl_gate_enter(void) {
+    unsigned id = rte_lcore_id();
+    struct sl_gate_slot *s = &sl_gate_slots[id < RTE_MAX_LCORE ? id : RTE_MAX_LCORE];
+    for (;;) {
+        __atomic_fetch_add(&s->busy, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(&sl_gate_closed, __ATOMIC_SEQ_CST)) return s;
+        __atomic_fetch_sub(&s->busy, 1, __ATOMIC_RELEASE);
+        for (unsigned spins = 0; __atomic_load_n(&sl_gate_closed, __ATOMIC_ACQUIRE); spins++) {
+            if (spins < 256)
+                rte_pause();
+            else
+                sched_yield();
+        }
+    }
+}
+
+static inline void sl_gate_leave(struct sl_gate_slot *s) { __atomic_fetch_sub(&s->busy, 1, __ATOMIC_RELEASE); }
 
 /*
  * What net_af_packet leaves uncounted.
@@ -311,6 +462,11 @@ int sl_port_start(uint16_t port, uint16_t queues, uint16_t nb_desc, struct rte_m
         r = rte_eth_tx_queue_setup(port, q, txd, socket, NULL);
         if (r != 0) return r;
     }
+    /* Before the link can come up: its bursts pass the gate from the first. */
+    if (info.driver_name != NULL && strcmp(info.driver_name, "net_memif") == 0) {
+        r = sl_gate_guard(port);
+        if (r != 0) return r;
+    }
     r = rte_eth_dev_start(port);
     if (r != 0) return r;
     /* Not every virtual device supports promiscuous mode; that is fine. */
@@ -370,11 +526,29 @@ int sl_port_stats(uint16_t port, struct sl_port_stats *out) {
     return 0;
 }
 
-uint16_t sl_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
-    return rte_eth_rx_burst(port, queue, pkts, n);
+static inline int sl_is_guarded(uint16_t port) {
+    return port < RTE_MAX_ETHPORTS && __atomic_load_n(&sl_guarded[port], __ATOMIC_RELAXED);
 }
 
+uint16_t sl_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
+    if (likely(!sl_is_guarded(port))) return rte_eth_rx_burst(port, queue, pkts, n);
+    struct sl_gate_slot *s = sl_gate_enter();
+    uint16_t got = rte_eth_rx_burst(port, queue, pkts, n);
+    sl_gate_leave(s);
+    return got;
+}
+
+static uint16_t sl_tx_burst_unguarded(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+
 uint16_t sl_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
+    if (likely(!sl_is_guarded(port))) return sl_tx_burst_unguarded(port, queue, pkts, n);
+    struct sl_gate_slot *s = sl_gate_enter();
+    uint16_t sent = sl_tx_burst_unguarded(port, queue, pkts, n);
+    sl_gate_leave(s);
+    return sent;
+}
+
+static uint16_t sl_tx_burst_unguarded(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
     struct sl_kernel_port *k = port < RTE_MAX_ETHPORTS ? &sl_kports[port] : NULL;
     uint32_t max_len = k != NULL ? __atomic_load_n(&k->max_len, __ATOMIC_RELAXED) : 0;
     if (max_len == 0) return rte_eth_tx_burst(port, queue, pkts, n);

@@ -461,7 +461,9 @@ impl Drop for Port {
 
 /// One RX/TX queue pair of a port. DPDK queues are not thread-safe: each
 /// is used by exactly one worker, which `Queue` being `Send` but not `Clone`
-/// and taking `&mut self` enforces.
+/// and taking `&mut self` enforces. Bursts on a `net_memif` port pass the
+/// shim's interrupt-thread gate, so that a peer's disconnect never unmaps
+/// the link's memory under a burst (`csrc/shim.c`).
 #[derive(Debug)]
 pub struct Queue {
     port: u16,
