@@ -704,8 +704,8 @@ fn reassembled_datagrams_leave_as_fragments_alike_through_dpdk_and_the_pcap_back
 /// the peer goes away, while a worker may be inside a burst on them; the
 /// shim's interrupt-thread gate keeps the two apart. Without it a kill
 /// ends the host in SIGSEGV only when the disconnect catches a worker
-/// inside a burst (a preemption there, twice in some four hundred kills
-/// on a loaded 2-core machine), so this test guards the path rather than
+/// inside a burst (a preemption there: once in some three hundred kills
+/// on a 2-core machine, once in a CI run), so this test guards the path rather than
 /// reproducing the race every time. Traffic runs both ways: the host sends
 /// its `net_null` input into the link, the peer sends its own back.
 #[test]
