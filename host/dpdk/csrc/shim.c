@@ -53,13 +53,6 @@ int sl_eal_init(int argc, char **argv) {
     return r < 0 ? -rte_errno : r;
 }
 
-static void sl_gate_stop(void);
-
-int sl_eal_cleanup(void) {
-    sl_gate_stop();
-    return rte_eal_cleanup();
-}
-
 const char *sl_strerror(int err) { return rte_strerror(err); }
 
 int sl_thread_register(void) {
@@ -242,6 +235,11 @@ static void sl_gate_stop(void) {
     close(sl_gate_fd);
     sl_gate_fd = -1;
     memset(sl_guarded, 0, sizeof(sl_guarded));
+}
+
+int sl_eal_cleanup(void) {
+    sl_gate_stop();
+    return rte_eal_cleanup();
 }
 
 static inline struct sl_gate_slot *sl_gate_enter(void) {
@@ -538,16 +536,6 @@ uint16_t sl_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint
     return got;
 }
 
-static uint16_t sl_tx_burst_unguarded(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
-
-uint16_t sl_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
-    if (likely(!sl_is_guarded(port))) return sl_tx_burst_unguarded(port, queue, pkts, n);
-    struct sl_gate_slot *s = sl_gate_enter();
-    uint16_t sent = sl_tx_burst_unguarded(port, queue, pkts, n);
-    sl_gate_leave(s);
-    return sent;
-}
-
 static uint16_t sl_tx_burst_unguarded(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
     struct sl_kernel_port *k = port < RTE_MAX_ETHPORTS ? &sl_kports[port] : NULL;
     uint32_t max_len = k != NULL ? __atomic_load_n(&k->max_len, __ATOMIC_RELAXED) : 0;
@@ -557,6 +545,14 @@ static uint16_t sl_tx_burst_unguarded(uint16_t port, uint16_t queue, struct rte_
     /* Only what the PMD took counts; the rest is still the caller's. */
     if (refused > 0) refused -= sl_kernel_refusals(pkts, sent, n, max_len, k->frame_data_size);
     if (refused > 0) __atomic_fetch_add(&k->tx_refused, (uint64_t)refused, __ATOMIC_RELAXED);
+    return sent;
+}
+
+uint16_t sl_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
+    if (likely(!sl_is_guarded(port))) return sl_tx_burst_unguarded(port, queue, pkts, n);
+    struct sl_gate_slot *s = sl_gate_enter();
+    uint16_t sent = sl_tx_burst_unguarded(port, queue, pkts, n);
+    sl_gate_leave(s);
     return sent;
 }
 
