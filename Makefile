@@ -42,8 +42,8 @@ nfs: setup
 	done
 
 # Test-only modules: the hostile NF, a component of the wrong world, and
-# NFs built against the released sluice:nf@0.1.0, @0.2.0, @0.3.0 and @0.4.0
-# contracts, and a flow offload test NF.
+# NFs built against the released sluice:nf@0.1.0, @0.2.0, @0.3.0, @0.4.0 and
+# @0.5.0 contracts, and a flow offload test NF.
 test-nfs: setup
 	$(CARGO) build --locked --profile $(NF_PROFILE) --target $(NF_TARGET) -p sluice-nf-hostile
 	@mkdir -p $(TEST_NF_OUT)
@@ -53,6 +53,7 @@ test-nfs: setup
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-2.wasm $(TEST_NF_OUT)/legacy-v0-2.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-3.wasm $(TEST_NF_OUT)/legacy-v0-3.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-4.wasm $(TEST_NF_OUT)/legacy-v0-4.wasm
+	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-5.wasm $(TEST_NF_OUT)/legacy-v0-5.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/offload-counter.wasm $(TEST_NF_OUT)/offload-counter.wasm
 
 demo: build test-nfs

@@ -32,7 +32,7 @@ fn upload_deploy_traffic_usage_equals_the_host_report() {
     let fw = std::fs::read(nf("firewall")).unwrap();
     let up = api.upload(Some(&key), "firewall", "1.0.0", &fw);
     assert_eq!(up.status, 201, "{}", up.body);
-    assert_eq!(up.body["contract"], "0.5.0");
+    assert_eq!(up.body["contract"], "0.6.0");
     let up = api.upload(Some(&key), "counter", "1.0.0", &std::fs::read(nf("counter")).unwrap());
     assert_eq!(up.status, 201, "{}", up.body);
 

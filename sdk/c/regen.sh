@@ -5,4 +5,4 @@
 # the version the Rust SDK uses).
 set -euo pipefail
 cd "$(dirname "$0")"
-wit-bindgen c ../../wit/v0.5.0 --world network-function --out-dir gen
+wit-bindgen c ../../wit/v0.6.0 --world network-function --out-dir gen

@@ -1,9 +1,9 @@
 //go:build wasip1
 
 // The canonical-ABI glue between the component model and Go: the exports
-// of sluice:nf/nf@0.5.0, the imports of host-log, state and offload, and the
+// of sluice:nf/nf@0.6.0, the imports of host-log, state and offload, and the
 // realloc functions the host allocates guest memory with. Layouts follow the component model's canonical ABI for
-// the records of wit/v0.5.0/nf.wit (offsets are noted where they are not
+// the records of wit/v0.6.0/nf.wit (offsets are noted where they are not
 // obvious); the build embeds the contract's component type, and
 // wit-component checks every signature here against it.
 
@@ -150,7 +150,7 @@ func errResult(area []byte, at int, message string) {
 // Return area (24 bytes): tag @0; ok: wants-flow-state @8, idle ns @16;
 // err: string @8.
 //
-//go:wasmexport sluice:nf/nf@0.5.0#init
+//go:wasmexport sluice:nf/nf@0.6.0#init
 func exportInit(ptr, n uint32) uint32 {
 	defer endCall()
 	lastResult = nil
@@ -167,17 +167,27 @@ func exportInit(ptr, n uint32) uint32 {
 	return ret
 }
 
-// process: func(batch: batch) -> result<batch-result, string>
-// The batch's three lists arrive flattened. Return area (28 bytes): tag
+// process: func(batch: list<u8>) -> result<batch-result, string>
+// The batch is one frame (packet bytes, padding to 8, descriptors, flow
+// states, a 16-byte trailer; see splitFrame). Return area (28 bytes): tag
 // @0; ok: verdicts @4, rewrites @12, flow-updates @20 (pointer, length
 // each); err: string @4.
 //
-//go:wasmexport sluice:nf/nf@0.5.0#process
-func exportProcess(dataPtr, dataLen, descPtr, descLen, statesPtr, statesLen uint32) uint32 {
+//go:wasmexport sluice:nf/nf@0.6.0#process
+func exportProcess(ptr, n uint32) uint32 {
 	defer endCall()
 	lastResult = nil
 	area, ret := retArea(28)
-	b := newBatch(bytesAt(dataPtr, dataLen), u64sAt(descPtr, descLen), bytesAt(statesPtr, statesLen))
+	frame := bytesAt(ptr, n)
+	parts, ferr := splitFrame(frame)
+	if ferr != nil {
+		errResult(area, 4, ferr.Error())
+		return ret
+	}
+	// The descriptors start at a multiple of 8 of an allocation of
+	// cabi_realloc's (8-aligned): read in place.
+	desc := u64sAt(ptr+uint32(parts.descAt), uint32(4*parts.packets))
+	b := newBatch(frame[:parts.data], desc, frame[parts.statesAt:parts.statesEnd])
 	err := callProcess(b)
 	b.flushEvents()
 	if err == nil {
@@ -230,7 +240,7 @@ func exportProcess(dataPtr, dataLen, descPtr, descLen, statesPtr, statesLen uint
 // expired: func(table: table, entries: list<u8>) -> result<_, string>
 // Return area (12 bytes): tag @0, err string @4.
 //
-//go:wasmexport sluice:nf/nf@0.5.0#expired
+//go:wasmexport sluice:nf/nf@0.6.0#expired
 func exportExpired(table, ptr, n uint32) uint32 {
 	defer endCall()
 	lastResult = nil
@@ -256,34 +266,34 @@ func alignedCopy(b []byte) []byte {
 
 // ---- imports ---------------------------------------------------------------
 
-//go:wasmimport sluice:nf/host-log@0.5.0 log
+//go:wasmimport sluice:nf/host-log@0.6.0 log
 func hostLog(level, msgPtr, msgLen uint32)
 
-//go:wasmimport sluice:nf/host-log@0.5.0 emit
+//go:wasmimport sluice:nf/host-log@0.6.0 emit
 func hostEmit(ptr, n uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 declare
+//go:wasmimport sluice:nf/state@0.6.0 declare
 func stateDeclare(namePtr, nameLen, scope, access, kind, consTag uint32, cons1, cons2 uint64, cons3, keySize, maxValue, capacity uint32, idle uint64, notify, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 counter-add
+//go:wasmimport sluice:nf/state@0.6.0 counter-add
 func stateCounterAdd(table, keysPtr, keysLen, deltasPtr, deltasLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 counter-get
+//go:wasmimport sluice:nf/state@0.6.0 counter-get
 func stateCounterGet(table, keysPtr, keysLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 get-many
+//go:wasmimport sluice:nf/state@0.6.0 get-many
 func stateGetMany(table, keysPtr, keysLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 put-many
+//go:wasmimport sluice:nf/state@0.6.0 put-many
 func statePutMany(table, entriesPtr, entriesLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 acquire
+//go:wasmimport sluice:nf/state@0.6.0 acquire
 func stateAcquire(table, valuesPtr, valuesLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 lookup
+//go:wasmimport sluice:nf/state@0.6.0 lookup
 func stateLookup(table, idsPtr, idsLen, ret uint32)
 
-//go:wasmimport sluice:nf/state@0.5.0 release
+//go:wasmimport sluice:nf/state@0.6.0 release
 func stateRelease(table, idsPtr, idsLen, ret uint32)
 
 // scan: func(table, cursor: list<u8>, limit: u32) -> result<scan-page, state-error>
@@ -291,13 +301,13 @@ func stateRelease(table, idsPtr, idsLen, ret uint32)
 // @20 (pointer, length each; a counter pair is 16 bytes: key @0, value
 // @8); err: state-error tag @4, payload @8.
 //
-//go:wasmimport sluice:nf/state@0.5.0 scan
+//go:wasmimport sluice:nf/state@0.6.0 scan
 func stateScan(table, cursorPtr, cursorLen, limit, ret uint32)
 
 // top-k: func(table, k: u32) -> result<list<tuple<u64, u64>>, state-error>
 // Return area (16 bytes): tag @0; ok: pairs @4 (pointer, length).
 //
-//go:wasmimport sluice:nf/state@0.5.0 top-k
+//go:wasmimport sluice:nf/state@0.6.0 top-k
 func stateTopK(table, k, ret uint32)
 
 // scratch is an 8-byte-aligned return area for an import call.

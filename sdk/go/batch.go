@@ -3,7 +3,9 @@
 package nf
 
 import (
+	"errors"
 	"runtime"
+	"strconv"
 	"unsafe"
 )
 
@@ -59,6 +61,32 @@ type Batch struct {
 	offloads     []Offload
 	returns      []OffloadReturn
 	returnsTaken bool
+}
+
+// frameParts says where the parts of a batch frame (sluice:nf@0.6.0
+// process) are: bytes 0..data the packets, descAt.. 32 bytes a packet the
+// descriptors, statesAt..statesEnd the flow states.
+type frameParts struct {
+	data, descAt, packets, statesAt, statesEnd int
+}
+
+// splitFrame reads a batch frame's 16-byte trailer (packets, data bytes,
+// flow-state bytes, reserved; little-endian u32s) and checks it against
+// the frame's length.
+func splitFrame(frame []byte) (frameParts, error) {
+	size := len(frame)
+	if size < 16 {
+		return frameParts{}, errors.New("batch frame of " + strconv.Itoa(size) + " bytes: shorter than its 16-byte trailer")
+	}
+	n, data, states := uint64(get32(frame, size-16)), uint64(get32(frame, size-12)), uint64(get32(frame, size-8))
+	descAt := (data + 7) &^ 7
+	statesAt := descAt + 32*n
+	if statesAt+states+16 != uint64(size) {
+		return frameParts{}, errors.New("batch frame of " + strconv.Itoa(size) + " bytes: its trailer says " +
+			strconv.FormatUint(n, 10) + " packets, " + strconv.FormatUint(data, 10) + " data bytes, " +
+			strconv.FormatUint(states, 10) + " flow-state bytes")
+	}
+	return frameParts{int(data), int(descAt), int(n), int(statesAt), int(statesAt + states)}, nil
 }
 
 func newBatch(data []byte, desc []uint64, flowStates []byte) *Batch {

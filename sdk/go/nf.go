@@ -12,7 +12,7 @@
 // host, which applies the NF's failure policy.
 //
 // Built by `sluice nf build` with Go's wasip1 port (GOOS=wasip1,
-// -buildmode=c-shared) and wrapped into a sluice:nf@0.5.0 component.
+// -buildmode=c-shared) and wrapped into a sluice:nf@0.6.0 component.
 package nf
 
 import (

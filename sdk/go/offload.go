@@ -279,17 +279,17 @@ func Returned() []OffloadReturn {
 // offload: func(requests: list<offload-request>) -> list<result<_, offload-error>>
 // Return area (8 bytes): the list (pointer, length).
 //
-//go:wasmimport sluice:nf/offload@0.5.0 offload
+//go:wasmimport sluice:nf/offload@0.6.0 offload
 func offloadOffload(ptr, n, ret uint32)
 
-//go:wasmimport sluice:nf/offload@0.5.0 revoke
+//go:wasmimport sluice:nf/offload@0.6.0 revoke
 func offloadRevoke(ptr, n uint32)
 
-//go:wasmimport sluice:nf/offload@0.5.0 revoke-all
+//go:wasmimport sluice:nf/offload@0.6.0 revoke-all
 func offloadRevokeAll()
 
 // returned: func() -> list<offload-return>
 // Return area (8 bytes): the list (pointer, length).
 //
-//go:wasmimport sluice:nf/offload@0.5.0 returned
+//go:wasmimport sluice:nf/offload@0.6.0 returned
 func offloadReturned(ret uint32)

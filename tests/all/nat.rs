@@ -32,7 +32,7 @@ impl TwoWorkers {
     fn new(config: &str) -> Self {
         let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
         let module = runtime.load_file(&nf("nat")).unwrap();
-        assert_eq!(module.contract_version(), "0.5.0");
+        assert_eq!(module.contract_version(), "0.6.0");
         let spec = NfSpec { module, config: config.as_bytes().into(), limits: NfLimits::default(), owner: None };
         let domain = Domain::new();
         let chains = (0..2)

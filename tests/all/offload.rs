@@ -41,7 +41,7 @@ fn connections(conns: u16, data: usize) -> Vec<(u64, Vec<u8>)> {
 fn chain(runtime: &Runtime, module: &str, test: bool, config: &str) -> Chain {
     let path = if test { test_nf(module) } else { nf(module) };
     let module = runtime.load_file(&path).unwrap();
-    assert_eq!(module.contract_version(), "0.5.0");
+    assert_eq!(module.contract_version(), "0.6.0");
     let spec = NfSpec { module, config: config.as_bytes().to_vec().into(), limits: NfLimits::default(), owner: None };
     Chain::new(runtime, &[spec]).unwrap()
 }
@@ -192,7 +192,7 @@ fn offloaded_rewrites_idle_expiry_and_returns_leave_the_output_and_the_counts_of
 }
 
 #[test]
-fn a_component_built_against_0_4_0_still_loads_beside_0_5_0() {
+fn a_component_built_against_0_4_0_still_loads_beside_newer_ones() {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let legacy = runtime.load_file(&test_nf("legacy-v0-4")).unwrap();
     assert_eq!(legacy.contract_version(), "0.4.0");
@@ -211,6 +211,34 @@ fn a_component_built_against_0_4_0_still_loads_beside_0_5_0() {
     let c = chain.offload_counters();
     assert_eq!(c.installed, 0);
     assert!(c.declined > 0, "the offloading NF asked, alone: {c:?}");
+}
+
+#[test]
+fn a_component_built_against_0_5_0_still_loads_and_offloads_beside_0_6_0() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let legacy = runtime.load_file(&test_nf("legacy-v0-5")).unwrap();
+    assert_eq!(legacy.contract_version(), "0.5.0");
+    let legacy = NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None };
+    let counter = |offload: &str| NfSpec {
+        module: runtime.load_file(&test_nf("offload-counter")).unwrap(),
+        config: format!("offload = {offload}\n").into_bytes().into(),
+        limits: NfLimits::default(),
+        owner: None,
+    };
+    // The 0.5.0 NF takes the batch as three lists, the 0.6.0 one as a
+    // frame; both offload, so established packets skip the chain, and the
+    // output is the 0.6.0 NF's alone (the 0.5.0 one changes nothing).
+    let mut chain = Chain::new(&runtime, &[legacy, counter("1")]).unwrap();
+    let mut alone = Chain::new(&runtime, &[counter("0")]).unwrap();
+    let frames = connections(10, 30);
+    for batch in [1, 7, 32] {
+        assert_eq!(run(&mut chain, &frames, batch), run(&mut alone, &frames, batch), "batch {batch}");
+    }
+    let m = chain.stages()[0].meters();
+    assert_eq!(m.errors, 0, "the 0.5.0 NF read every batch and had its requests taken");
+    assert_eq!(m.packets + m.offloaded_packets, 3 * frames.len() as u64);
+    let c = chain.offload_counters();
+    assert!(c.installed > 0 && c.packets > 0, "{c:?}");
 }
 
 #[test]

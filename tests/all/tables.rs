@@ -31,7 +31,7 @@ fn a_component_built_against_0_1_0_still_loads_and_chains_with_0_2_0() {
     let legacy = runtime.load_file(&test_nf("legacy-v0-1")).unwrap();
     assert_eq!(legacy.contract_version(), "0.1.0");
     let monitor = runtime.load_file(&nf("monitor")).unwrap();
-    assert_eq!(monitor.contract_version(), "0.5.0");
+    assert_eq!(monitor.contract_version(), "0.6.0");
     let specs = [
         NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None },
         NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default(), owner: None },
@@ -89,7 +89,7 @@ fn a_component_built_against_0_3_0_still_loads_with_its_single_writer_table() {
     let legacy = runtime.load_file(&test_nf("legacy-v0-3")).unwrap();
     assert_eq!(legacy.contract_version(), "0.3.0");
     let monitor = runtime.load_file(&nf("monitor")).unwrap();
-    assert_eq!(monitor.contract_version(), "0.5.0");
+    assert_eq!(monitor.contract_version(), "0.6.0");
     let specs = [
         NfSpec { module: legacy, config: Vec::new().into(), limits: NfLimits::default(), owner: None },
         NfSpec { module: monitor, config: b"{}".to_vec().into(), limits: NfLimits::default(), owner: None },

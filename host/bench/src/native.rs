@@ -28,8 +28,14 @@ impl<T> Default for SdkNative<T> {
     }
 }
 
-fn to_guest(b: &h::Batch) -> g::Batch {
-    g::Batch { data: b.data.clone(), descriptors: b.descriptors.clone(), flow_states: b.flow_states.clone() }
+/// The batch frame a 0.6.0 guest gets: one allocation, the same copies.
+fn to_guest(b: &h::Batch) -> Result<Batch, String> {
+    let mut frame = Vec::with_capacity(
+        b.data.len() + 8 + b.descriptors.len() * 8 + b.flow_states.len() + sluice_wire::abi::FRAME_TRAILER,
+    );
+    frame.extend_from_slice(&b.data);
+    sluice_wire::abi::seal_frame(&mut frame, &b.descriptors, &b.flow_states);
+    Batch::from_frame(frame)
 }
 
 fn from_guest(r: g::BatchResult) -> h::BatchResult {
@@ -59,7 +65,7 @@ impl<T: NetworkFunction + Send> NativeNf for SdkNative<T> {
 
     fn process(&mut self, batch: &h::Batch) -> Result<h::BatchResult, String> {
         let nf = self.0.as_mut().ok_or("process before init")?;
-        let mut b = Batch::new(to_guest(batch));
+        let mut b = to_guest(batch)?;
         nf.process(&mut b)?;
         Ok(from_guest(b.finish()))
     }

@@ -62,6 +62,21 @@ pub mod v0_5 {
     });
 }
 
+/// `sluice:nf@0.6.0`: 0.5.0 with the batch handed to `process` as one
+/// byte list (a batch frame, `sluice_wire::abi::seal_frame`). Its
+/// `host-log`, `state` and `offload` are 0.5.0's field for field,
+/// generated anew as 0.5.0's are; `host.rs` serves them with the same
+/// bodies.
+pub mod v0_6 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.6.0",
+        world: "network-function",
+        with: {
+            "sluice:nf/types@0.6.0": super::v0_1::sluice::nf::types,
+        },
+    });
+}
+
 pub use v0_1::sluice::nf::types::{Batch, BatchResult, Event, FlowUpdate, Level, NfInfo, Rewrite, StateOp};
 
 /// The name of an event level as reports and the gateway write it.

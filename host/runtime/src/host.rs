@@ -3,7 +3,6 @@
 use crate::bindings::v0_1::sluice::nf::{host_log, types};
 use crate::bindings::v0_2::sluice::nf::{host_log as host_log_v2, state as wit_state};
 use crate::bindings::v0_3::sluice::nf::{host_log as host_log_v3, state as wit_state_v3};
-use crate::bindings::v0_5::sluice::nf::offload as wit_offload;
 use crate::bindings::{Event, Level};
 use crate::guest_io::{GuestOutput, LogLimiter, Stream};
 use parking_lot::Mutex;
@@ -506,6 +505,7 @@ macro_rules! state_of_0_4 {
 
 state_of_0_4!(crate::bindings::v0_4::sluice::nf::host_log, crate::bindings::v0_4::sluice::nf::state);
 state_of_0_4!(crate::bindings::v0_5::sluice::nf::host_log, crate::bindings::v0_5::sluice::nf::state);
+state_of_0_4!(crate::bindings::v0_6::sluice::nf::host_log, crate::bindings::v0_6::sluice::nf::state);
 
 fn spec_from_wit(s: wit_state::TableSpec) -> TableSpec {
     use sluice_state::{Access, Consistency, Kind, Merge, Scope};
@@ -623,101 +623,113 @@ impl wit_state::Host for HostState {
     }
 }
 
-/// 0.5.0's `offload`: requests, revokes and returns of the current call
-/// (see [`crate::offload`]).
-impl wit_offload::Host for HostState {
-    fn offload(&mut self, requests: Vec<wit_offload::OffloadRequest>) -> Vec<Result<(), wit_offload::OffloadError>> {
-        use crate::offload::{Refusal, Request, RewriteOp};
-        use wit_offload::{OffloadError as E, RewriteOp as W};
-        let address = |e: &wit_offload::Endpoint| -> Option<(sluice_wire::IpAddr128, Option<u16>)> {
-            let a = match e.address.len() {
-                4 => sluice_wire::IpAddr128::from_v4(e.address.as_slice().try_into().ok()?),
-                16 => sluice_wire::IpAddr128::from_v6(e.address.as_slice().try_into().ok()?),
-                _ => return None,
-            };
-            Some((a, e.port))
-        };
-        requests
-            .into_iter()
-            .map(|r| {
-                let mut ops = Vec::with_capacity(r.rewrites.len().min(crate::offload::MAX_REWRITES + 1));
-                for (i, op) in r.rewrites.iter().enumerate() {
-                    if i > crate::offload::MAX_REWRITES {
-                        break;
-                    }
-                    ops.push(match op {
-                        W::Source(e) | W::Destination(e) => {
-                            let Some((a, p)) = address(e) else {
-                                return Err(E::BadRewrite(format!(
-                                    "change {i}: an address of {} bytes (4 for IPv4, 16 for IPv6)",
-                                    e.address.len()
-                                )));
-                            };
-                            if matches!(op, W::Source(_)) {
-                                RewriteOp::Source(a, p)
-                            } else {
-                                RewriteOp::Destination(a, p)
+/// `offload` of 0.5.0 and later (the same interface, field for field, in
+/// each version's bindings): requests, revokes and returns of the current
+/// call (see [`crate::offload`]).
+macro_rules! offload_of_0_5 {
+    ($($o:ident)::+) => {
+        const _: () = {
+            use $($o)::+ as wit_offload;
+
+        impl wit_offload::Host for HostState {
+            fn offload(&mut self, requests: Vec<wit_offload::OffloadRequest>) -> Vec<Result<(), wit_offload::OffloadError>> {
+                use crate::offload::{Refusal, Request, RewriteOp};
+                use wit_offload::{OffloadError as E, RewriteOp as W};
+                let address = |e: &wit_offload::Endpoint| -> Option<(sluice_wire::IpAddr128, Option<u16>)> {
+                    let a = match e.address.len() {
+                        4 => sluice_wire::IpAddr128::from_v4(e.address.as_slice().try_into().ok()?),
+                        16 => sluice_wire::IpAddr128::from_v6(e.address.as_slice().try_into().ok()?),
+                        _ => return None,
+                    };
+                    Some((a, e.port))
+                };
+                requests
+                    .into_iter()
+                    .map(|r| {
+                        let mut ops = Vec::with_capacity(r.rewrites.len().min(crate::offload::MAX_REWRITES + 1));
+                        for (i, op) in r.rewrites.iter().enumerate() {
+                            if i > crate::offload::MAX_REWRITES {
+                                break;
                             }
+                            ops.push(match op {
+                                W::Source(e) | W::Destination(e) => {
+                                    let Some((a, p)) = address(e) else {
+                                        return Err(E::BadRewrite(format!(
+                                            "change {i}: an address of {} bytes (4 for IPv4, 16 for IPv6)",
+                                            e.address.len()
+                                        )));
+                                    };
+                                    if matches!(op, W::Source(_)) {
+                                        RewriteOp::Source(a, p)
+                                    } else {
+                                        RewriteOp::Destination(a, p)
+                                    }
+                                }
+                                W::DecrementTtl => RewriteOp::DecrementTtl,
+                                W::SetDscp(d) => RewriteOp::SetDscp(*d),
+                            });
                         }
-                        W::DecrementTtl => RewriteOp::DecrementTtl,
-                        W::SetDscp(d) => RewriteOp::SetDscp(*d),
-                    });
+                        self.offload
+                            .offload(Request {
+                                packet: r.packet,
+                                ops,
+                                idle_ns: r.idle_timeout_ns,
+                                max_packets: r.max_packets,
+                                max_bytes: r.max_bytes,
+                                max_age_ns: r.max_age_ns,
+                                return_counts: r.return_counts,
+                            })
+                            .map_err(|e| match e {
+                                Refusal::NotNow => E::NotNow,
+                                Refusal::BadPacket => E::BadPacket,
+                                Refusal::NotOffloadable(why) => E::NotOffloadable(why.to_string()),
+                                Refusal::BadRewrite(why) => E::BadRewrite(why),
+                                Refusal::OverBudget => E::OverBudget,
+                            })
+                    })
+                    .collect()
+            }
+
+            fn revoke(&mut self, flow_hashes: Vec<u64>) {
+                if self.offload.open {
+                    // A hash names at most one flow: more than a batch's worth of
+                    // flows cannot name more entries than the NF holds.
+                    self.offload.revoked.extend(flow_hashes.into_iter().take(sluice_wire::abi::MAX_BATCH * 16));
                 }
-                self.offload
-                    .offload(Request {
-                        packet: r.packet,
-                        ops,
-                        idle_ns: r.idle_timeout_ns,
-                        max_packets: r.max_packets,
-                        max_bytes: r.max_bytes,
-                        max_age_ns: r.max_age_ns,
-                        return_counts: r.return_counts,
+            }
+
+            fn revoke_all(&mut self) {
+                if self.offload.open {
+                    self.offload.revoke_all = true;
+                }
+            }
+
+            fn returned(&mut self) -> Vec<wit_offload::OffloadReturn> {
+                use crate::offload::EndReason as R;
+                use wit_offload::EndReason as W;
+                std::mem::take(&mut self.offload.returns)
+                    .into_iter()
+                    .map(|(r, flow)| wit_offload::OffloadReturn {
+                        flow,
+                        flow_hash: r.key.hash_normalized(),
+                        key: r.key.to_bytes().to_vec(),
+                        reverse: r.reverse,
+                        packets: r.packets,
+                        bytes: r.bytes,
+                        reason: match r.reason {
+                            R::Closed => W::Closed,
+                            R::Limit => W::Limit,
+                            R::Idle => W::Idle,
+                            R::Revoked => W::Revoked,
+                            R::Replaced => W::Replaced,
+                        },
                     })
-                    .map_err(|e| match e {
-                        Refusal::NotNow => E::NotNow,
-                        Refusal::BadPacket => E::BadPacket,
-                        Refusal::NotOffloadable(why) => E::NotOffloadable(why.to_string()),
-                        Refusal::BadRewrite(why) => E::BadRewrite(why),
-                        Refusal::OverBudget => E::OverBudget,
-                    })
-            })
-            .collect()
-    }
-
-    fn revoke(&mut self, flow_hashes: Vec<u64>) {
-        if self.offload.open {
-            // A hash names at most one flow: more than a batch's worth of
-            // flows cannot name more entries than the NF holds.
-            self.offload.revoked.extend(flow_hashes.into_iter().take(sluice_wire::abi::MAX_BATCH * 16));
+                    .collect()
+            }
         }
-    }
-
-    fn revoke_all(&mut self) {
-        if self.offload.open {
-            self.offload.revoke_all = true;
-        }
-    }
-
-    fn returned(&mut self) -> Vec<wit_offload::OffloadReturn> {
-        use crate::offload::EndReason as R;
-        use wit_offload::EndReason as W;
-        std::mem::take(&mut self.offload.returns)
-            .into_iter()
-            .map(|(r, flow)| wit_offload::OffloadReturn {
-                flow,
-                flow_hash: r.key.hash_normalized(),
-                key: r.key.to_bytes().to_vec(),
-                reverse: r.reverse,
-                packets: r.packets,
-                bytes: r.bytes,
-                reason: match r.reason {
-                    R::Closed => W::Closed,
-                    R::Limit => W::Limit,
-                    R::Idle => W::Idle,
-                    R::Revoked => W::Revoked,
-                    R::Replaced => W::Replaced,
-                },
-            })
-            .collect()
-    }
+        };
+    };
 }
+
+offload_of_0_5!(crate::bindings::v0_5::sluice::nf::offload);
+offload_of_0_5!(crate::bindings::v0_6::sluice::nf::offload);

@@ -1,7 +1,9 @@
 //! Encodings of the `sluice:nf` batch that host and guests share: packet
 //! descriptors, framed flow states and verdicts. Kept here, next to the
 //! parser both sides use, so the two ends cannot drift apart. The layout is
-//! specified in `wit/v0.2.0/nf.wit` (and identically in `wit/v0.1.0/nf.wit`) (`record batch`).
+//! specified in `wit/v0.2.0/nf.wit` (and identically in `wit/v0.1.0/nf.wit`) (`record batch`);
+//! the batch frame of `sluice:nf@0.6.0` (the same three parts in one byte
+//! list) in `wit/v0.6.0/nf.wit` (`nf.process`).
 
 /// u64 words per packet descriptor.
 pub const DESCRIPTOR_WORDS: usize = 4;
@@ -75,6 +77,113 @@ impl Descriptor {
             l3_offset: (w3 >> 48) as u8,
             flags: (w3 >> 56) as u8,
         })
+    }
+}
+
+/// Bytes of a batch frame's trailer: packets, data bytes, flow-state
+/// bytes and a reserved word, each a little-endian u32.
+pub const FRAME_TRAILER: usize = 16;
+
+/// Bytes of one descriptor in a batch frame.
+pub const DESCRIPTOR_BYTES: usize = DESCRIPTOR_WORDS * 8;
+
+/// Why a byte list is not a batch frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// Shorter than its trailer.
+    #[error("batch frame of {0} bytes: shorter than its 16-byte trailer")]
+    NoTrailer(usize),
+    /// The trailer's lengths do not add up to the frame's.
+    #[error(
+        "batch frame of {len} bytes: its trailer says {packets} packets, {data} data bytes, {states} flow-state bytes"
+    )]
+    Lengths {
+        /// The frame's length.
+        len: usize,
+        /// Packets, per the trailer.
+        packets: u32,
+        /// Data bytes, per the trailer.
+        data: u32,
+        /// Flow-state bytes, per the trailer.
+        states: u32,
+    },
+}
+
+/// Appends the rest of a batch frame (`sluice:nf@0.6.0`) to `frame`, which
+/// holds the batch's packet bytes: padding to a multiple of 8, the
+/// descriptors, the flow states and the trailer. `frame.truncate(n)` with
+/// the returned length gives the packet bytes back.
+pub fn seal_frame(frame: &mut Vec<u8>, descriptors: &[u64], flow_states: &[u8]) -> usize {
+    let data = frame.len();
+    let padded = data.next_multiple_of(8);
+    let packets = descriptors.len() / DESCRIPTOR_WORDS;
+    frame.reserve(padded - data + descriptors.len() * 8 + flow_states.len() + FRAME_TRAILER);
+    frame.resize(padded, 0);
+    for w in descriptors {
+        frame.extend_from_slice(&w.to_le_bytes());
+    }
+    frame.extend_from_slice(flow_states);
+    for v in [packets, data, flow_states.len(), 0] {
+        frame.extend_from_slice(&u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes());
+    }
+    data
+}
+
+/// A batch frame (`sluice:nf@0.6.0` `process`), split into its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchFrame<'a> {
+    /// The packets' bytes, back to back.
+    pub data: &'a [u8],
+    /// [`DESCRIPTOR_BYTES`] per packet, little-endian words.
+    pub descriptors: &'a [u8],
+    /// Framed flow states (see [`push_flow_state`]).
+    pub flow_states: &'a [u8],
+}
+
+impl<'a> BatchFrame<'a> {
+    /// Splits `frame` by its trailer.
+    ///
+    /// Errors: a frame shorter than its trailer, or whose trailer's lengths
+    /// do not add up to its own.
+    pub fn parse(frame: &'a [u8]) -> Result<Self, FrameError> {
+        let len = frame.len();
+        let (body, trailer) = frame.split_last_chunk::<FRAME_TRAILER>().ok_or(FrameError::NoTrailer(len))?;
+        let word = |i: usize| {
+            trailer.get(i * 4..i * 4 + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, u32::from_le_bytes)
+        };
+        let (packets, data, states) = (word(0), word(1), word(2));
+        let bad = FrameError::Lengths { len, packets, data, states };
+        let padded = (data as usize).next_multiple_of(8);
+        let descriptors = (packets as usize).checked_mul(DESCRIPTOR_BYTES).ok_or(bad)?;
+        let end = padded.checked_add(descriptors).and_then(|e| e.checked_add(states as usize)).ok_or(bad)?;
+        if end != body.len() {
+            return Err(bad);
+        }
+        Ok(BatchFrame {
+            data: body.get(..data as usize).ok_or(bad)?,
+            descriptors: body.get(padded..padded + descriptors).ok_or(bad)?,
+            flow_states: body.get(padded + descriptors..).ok_or(bad)?,
+        })
+    }
+
+    /// Number of packets.
+    pub fn len(&self) -> usize {
+        self.descriptors.len() / DESCRIPTOR_BYTES
+    }
+
+    /// Whether it holds no packet.
+    pub fn is_empty(&self) -> bool {
+        self.descriptors.is_empty()
+    }
+
+    /// Descriptor `i`; `None` past the end.
+    pub fn descriptor(&self, i: usize) -> Option<Descriptor> {
+        let b = self.descriptors.get(i * DESCRIPTOR_BYTES..(i + 1) * DESCRIPTOR_BYTES)?;
+        let mut words = [0u64; DESCRIPTOR_WORDS];
+        for (w, c) in words.iter_mut().zip(b.chunks_exact(8)) {
+            *w = u64::from_le_bytes(<[u8; 8]>::try_from(c).ok()?);
+        }
+        Descriptor::decode(&words, 0)
     }
 }
 
@@ -248,6 +357,61 @@ mod tests {
         // A frame claiming more bytes than remain ends the list.
         v.extend_from_slice(&100u32.to_le_bytes());
         assert_eq!(split_flow_states(&v).len(), 3);
+    }
+
+    #[test]
+    fn a_sealed_frame_parses_into_its_parts_and_gives_its_data_back() {
+        let d = |end: u32| Descriptor { end, wire_len: end, timestamp_ns: 9, flow: 0, ..Default::default() }.encode();
+        let descriptors: Vec<u64> = [d(60), d(125)].concat();
+        let mut states = Vec::new();
+        push_flow_state(&mut states, b"xy");
+        let mut frame: Vec<u8> = (0..125u8).collect();
+        let data = seal_frame(&mut frame, &descriptors, &states);
+        assert_eq!(data, 125);
+        assert_eq!(frame.len(), 128 + 64 + 6 + FRAME_TRAILER);
+        let f = BatchFrame::parse(&frame).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f.data.len(), 125);
+        assert_eq!(f.flow_states, &states[..]);
+        assert_eq!(f.descriptor(1).map(|d| d.end), Some(125));
+        assert_eq!(f.descriptor(2), None);
+        frame.truncate(data);
+        assert_eq!(frame, (0..125u8).collect::<Vec<_>>());
+        let empty = {
+            let mut e = Vec::new();
+            seal_frame(&mut e, &[], &[]);
+            e
+        };
+        assert!(BatchFrame::parse(&empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn frames_whose_lengths_disagree_are_refused() {
+        let mut frame = vec![1u8; 8];
+        seal_frame(&mut frame, &Descriptor::default().encode(), &[]);
+        assert!(BatchFrame::parse(&frame).is_ok());
+        assert_eq!(BatchFrame::parse(&frame[..15]), Err(FrameError::NoTrailer(15)));
+        assert!(BatchFrame::parse(&frame[1..]).is_err());
+        let mut more = frame.clone();
+        more.insert(0, 0);
+        assert!(BatchFrame::parse(&more).is_err());
+        // Lengths that overflow when added up.
+        let mut huge = vec![0u8; 16];
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(BatchFrame::parse(&huge).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_parse_or_are_refused_without_panicking(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            if let Ok(f) = BatchFrame::parse(&bytes) {
+                proptest::prop_assert_eq!(f.data.len().next_multiple_of(8) + f.descriptors.len() + f.flow_states.len() + FRAME_TRAILER, bytes.len());
+                for i in 0..=f.len() {
+                    let _ = f.descriptor(i);
+                }
+            }
+        }
     }
 
     #[test]

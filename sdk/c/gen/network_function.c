@@ -3,63 +3,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `sluice:nf/host-log@0.5.0`
+// Imported Functions from `sluice:nf/host-log@0.6.0`
 
-__attribute__((__import_module__("sluice:nf/host-log@0.5.0"), __import_name__("log")))
+__attribute__((__import_module__("sluice:nf/host-log@0.6.0"), __import_name__("log")))
 extern void __wasm_import_sluice_nf_host_log_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("sluice:nf/host-log@0.5.0"), __import_name__("emit")))
+__attribute__((__import_module__("sluice:nf/host-log@0.6.0"), __import_name__("emit")))
 extern void __wasm_import_sluice_nf_host_log_emit(uint8_t *, size_t);
 
-// Imported Functions from `sluice:nf/state@0.5.0`
+// Imported Functions from `sluice:nf/state@0.6.0`
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("declare")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("declare")))
 extern void __wasm_import_sluice_nf_state_declare(uint8_t *, size_t, int32_t, int32_t, int32_t, int32_t, int64_t, int64_t, int32_t, int32_t, int32_t, int32_t, int64_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("counter-add")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("counter-add")))
 extern void __wasm_import_sluice_nf_state_counter_add(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("counter-get")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("counter-get")))
 extern void __wasm_import_sluice_nf_state_counter_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("get-many")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("get-many")))
 extern void __wasm_import_sluice_nf_state_get_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("put-many")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("put-many")))
 extern void __wasm_import_sluice_nf_state_put_many(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("acquire")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("acquire")))
 extern void __wasm_import_sluice_nf_state_acquire(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("lookup")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("lookup")))
 extern void __wasm_import_sluice_nf_state_lookup(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("release")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("release")))
 extern void __wasm_import_sluice_nf_state_release(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("scan")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("scan")))
 extern void __wasm_import_sluice_nf_state_scan(int32_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/state@0.5.0"), __import_name__("top-k")))
+__attribute__((__import_module__("sluice:nf/state@0.6.0"), __import_name__("top-k")))
 extern void __wasm_import_sluice_nf_state_top_k(int32_t, int32_t, uint8_t *);
 
-// Imported Functions from `sluice:nf/offload@0.5.0`
+// Imported Functions from `sluice:nf/offload@0.6.0`
 
-__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("offload")))
+__attribute__((__import_module__("sluice:nf/offload@0.6.0"), __import_name__("offload")))
 extern void __wasm_import_sluice_nf_offload_offload(uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("revoke")))
+__attribute__((__import_module__("sluice:nf/offload@0.6.0"), __import_name__("revoke")))
 extern void __wasm_import_sluice_nf_offload_revoke(uint8_t *, size_t);
 
-__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("revoke-all")))
+__attribute__((__import_module__("sluice:nf/offload@0.6.0"), __import_name__("revoke-all")))
 extern void __wasm_import_sluice_nf_offload_revoke_all(void);
 
-__attribute__((__import_module__("sluice:nf/offload@0.5.0"), __import_name__("returned")))
+__attribute__((__import_module__("sluice:nf/offload@0.6.0"), __import_name__("returned")))
 extern void __wasm_import_sluice_nf_offload_returned(uint8_t *);
 
-// Exported Functions from `sluice:nf/nf@0.5.0`
+// Exported Functions from `sluice:nf/nf@0.6.0`
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.5.0#init")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.6.0#init")))
 void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -74,7 +74,7 @@ void __wasm_export_exports_sluice_nf_nf_init_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.5.0#process")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.6.0#process")))
 void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -142,7 +142,7 @@ void __wasm_export_exports_sluice_nf_nf_process_post_return(uint8_t * arg0) {
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.5.0#expired")))
+__attribute__((__weak__, __export_name__("cabi_post_sluice:nf/nf@0.6.0#expired")))
 void __wasm_export_exports_sluice_nf_nf_expired_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -512,10 +512,6 @@ void sluice_nf_offload_list_offload_return_free(sluice_nf_offload_list_offload_r
     }
     free(list_ptr);
   }
-}
-
-void exports_sluice_nf_nf_batch_free(exports_sluice_nf_nf_batch_t *ptr) {
-  sluice_nf_types_batch_free(ptr);
 }
 
 void exports_sluice_nf_nf_batch_result_free(exports_sluice_nf_nf_batch_result_t *ptr) {
@@ -1298,7 +1294,7 @@ void sluice_nf_offload_returned(sluice_nf_offload_list_offload_return_t *ret) {
   *ret = (sluice_nf_offload_list_offload_return_t) { (sluice_nf_offload_offload_return_t*)(*((uint8_t **) (ptr + 0))), (*((size_t*) (ptr + sizeof(void*)))) };
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.5.0#init")))
+__attribute__((__export_name__("sluice:nf/nf@0.6.0#init")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   network_function_list_u8_t arg1 = (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) };
   exports_sluice_nf_nf_result_nf_info_string_t ret;
@@ -1324,17 +1320,13 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_init(uint8_t * arg, size_t arg0) {
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.5.0#process")))
-uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4) {
-  exports_sluice_nf_nf_batch_t arg5 = (sluice_nf_types_batch_t) {
-    (network_function_list_u8_t) (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) },
-    (network_function_list_u64_t) (network_function_list_u64_t) { (uint64_t*)(arg1), (arg2) },
-    (network_function_list_u8_t) (network_function_list_u8_t) { (uint8_t*)(arg3), (arg4) },
-  };
+__attribute__((__export_name__("sluice:nf/nf@0.6.0#process")))
+uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0) {
+  network_function_list_u8_t arg1 = (network_function_list_u8_t) { (uint8_t*)(arg), (arg0) };
   exports_sluice_nf_nf_result_batch_result_string_t ret;
   exports_sluice_nf_nf_batch_result_t ok;
   network_function_string_t err;
-  ret.is_err = !exports_sluice_nf_nf_process(&arg5, &ok, &err);
+  ret.is_err = !exports_sluice_nf_nf_process(&arg1, &ok, &err);
   if (ret.is_err) {
     ret.val.err = err;
   }
@@ -1343,9 +1335,9 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0,
   }
   uint8_t *ptr = (uint8_t *) &RET_AREA;
   if ((ret).is_err) {
-    const network_function_string_t *payload8 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
-    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload8).len;
-    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload8).ptr;
+    const network_function_string_t *payload4 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload4).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload4).ptr;
   } else {
     const exports_sluice_nf_nf_batch_result_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
     *((size_t*)(ptr + (2*sizeof(void*)))) = ((*payload).verdicts).len;
@@ -1358,7 +1350,7 @@ uint8_t * __wasm_export_exports_sluice_nf_nf_process(uint8_t * arg, size_t arg0,
   return ptr;
 }
 
-__attribute__((__export_name__("sluice:nf/nf@0.5.0#expired")))
+__attribute__((__export_name__("sluice:nf/nf@0.6.0#expired")))
 uint8_t * __wasm_export_exports_sluice_nf_nf_expired(int32_t arg, uint8_t * arg0, size_t arg1) {
   network_function_list_u8_t arg2 = (network_function_list_u8_t) { (uint8_t*)(arg0), (arg1) };
   exports_sluice_nf_nf_result_void_string_t ret;

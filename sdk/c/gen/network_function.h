@@ -644,8 +644,6 @@ typedef struct {
   size_t len;
 } sluice_nf_offload_list_offload_return_t;
 
-typedef sluice_nf_types_batch_t exports_sluice_nf_nf_batch_t;
-
 typedef sluice_nf_types_batch_result_t exports_sluice_nf_nf_batch_result_t;
 
 typedef sluice_nf_types_nf_info_t exports_sluice_nf_nf_nf_info_t;
@@ -675,7 +673,7 @@ typedef struct {
   } val;
 } exports_sluice_nf_nf_result_void_string_t;
 
-// Imported Functions from `sluice:nf/host-log@0.5.0`
+// Imported Functions from `sluice:nf/host-log@0.6.0`
 // Writes a line to the host log, tagged with the NF's name. The host
 // rate-limits each instance and counts what it drops.
 extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_function_string_t *message);
@@ -684,7 +682,7 @@ extern void sluice_nf_host_log_log(sluice_nf_host_log_level_t level, network_fun
 // cluster mode the event subject). Send the events of a batch in one call.
 extern void sluice_nf_host_log_emit(sluice_nf_host_log_list_event_t *events);
 
-// Imported Functions from `sluice:nf/state@0.5.0`
+// Imported Functions from `sluice:nf/state@0.6.0`
 // Declares a table, or finds the one this NF declared earlier under
 // the same name (after a trap, or in the version this one replaces).
 // Only during `init`.
@@ -797,7 +795,7 @@ extern bool sluice_nf_state_scan(sluice_nf_state_table_t table, network_function
 // table or a per-flow counter table.
 extern bool sluice_nf_state_top_k(sluice_nf_state_table_t table, uint32_t k, network_function_list_tuple2_u64_u64_t *ret, sluice_nf_state_state_error_t *err);
 
-// Imported Functions from `sluice:nf/offload@0.5.0`
+// Imported Functions from `sluice:nf/offload@0.6.0`
 // Asks the host to offload the flows of these packets. One result per
 // request, in order. `ok` means the entry is made when the batch is
 // done, unless the NF's batch fails (error or trap), another NF of a
@@ -832,9 +830,9 @@ extern void sluice_nf_offload_revoke_all(void);
 // handed over. Outside `process`: empty.
 extern void sluice_nf_offload_returned(sluice_nf_offload_list_offload_return_t *ret);
 
-// Exported Functions from `sluice:nf/nf@0.5.0`
+// Exported Functions from `sluice:nf/nf@0.6.0`
 bool exports_sluice_nf_nf_init(network_function_list_u8_t *config, exports_sluice_nf_nf_nf_info_t *ret, network_function_string_t *err);
-bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_sluice_nf_nf_batch_result_t *ret, network_function_string_t *err);
+bool exports_sluice_nf_nf_process(network_function_list_u8_t *batch, exports_sluice_nf_nf_batch_result_t *ret, network_function_string_t *err);
 bool exports_sluice_nf_nf_expired(exports_sluice_nf_nf_table_t table, network_function_list_u8_t *entries, network_function_string_t *err);
 
 // Helper Functions
@@ -916,8 +914,6 @@ void sluice_nf_offload_result_void_offload_error_free(sluice_nf_offload_result_v
 void sluice_nf_offload_list_result_void_offload_error_free(sluice_nf_offload_list_result_void_offload_error_t *ptr);
 
 void sluice_nf_offload_list_offload_return_free(sluice_nf_offload_list_offload_return_t *ptr);
-
-void exports_sluice_nf_nf_batch_free(exports_sluice_nf_nf_batch_t *ptr);
 
 void exports_sluice_nf_nf_batch_result_free(exports_sluice_nf_nf_batch_result_t *ptr);
 

@@ -18,7 +18,7 @@
  * Everything here is bounds-checked: an accessor on a packet too short for
  * the header returns 0 or false, never reads past the packet.
  *
- * The contract is wit/v0.5.0/nf.wit (sluice:nf@0.5.0); gen/ holds the
+ * The contract is wit/v0.6.0/nf.wit (sluice:nf@0.6.0); gen/ holds the
  * wit-bindgen bindings this header wraps.
  */
 #ifndef SLUICE_NF_H
@@ -245,7 +245,7 @@ bool sluice_emit(const char *kind, uint8_t level, const char *const *fields, siz
 typedef uint32_t sluice_table_t;
 
 /* A table as the NF declares it: the contract's table-spec record (every
- * field is documented in gen/network_function.h and wit/v0.5.0/nf.wit). */
+ * field is documented in gen/network_function.h and wit/v0.6.0/nf.wit). */
 typedef sluice_nf_state_table_spec_t sluice_table_spec_t;
 
 /* How the replicas of an eventual table combine. */

@@ -32,7 +32,13 @@ struct event_buf {
 };
 
 struct sluice_batch {
-    sluice_nf_types_batch_t *in;
+    /* the batch frame (sluice:nf@0.6.0) and its parts */
+    network_function_list_u8_t *frame;
+    const uint8_t *data;
+    size_t data_len;
+    const uint8_t *desc; /* WORDS little-endian u64s a packet */
+    const uint8_t *states;
+    size_t states_len;
     uint32_t n;
     uint32_t *verdicts;
     uint8_t **rewrites; /* per packet, NULL unless rewritten */
@@ -240,11 +246,17 @@ sluice_packet_t sluice_batch_packet(const sluice_batch_t *b, uint32_t i) {
     p.l4_offset = 0xffff;
     p.l3_offset = 0xff;
     if (i >= b->n) return p;
-    const uint64_t *d = b->in->descriptors.ptr + (size_t)i * WORDS;
+    uint64_t d[WORDS];
+    memcpy(d, b->desc + (size_t)i * WORDS * 8, sizeof d);
     uint32_t end = (uint32_t)d[0];
-    uint32_t start = i == 0 ? 0 : (uint32_t)d[-(int)WORDS];
-    if (end > b->in->data.len || start > end) return p;
-    p.data = b->in->data.ptr + start;
+    uint32_t start = 0;
+    if (i) {
+        uint64_t prev;
+        memcpy(&prev, b->desc + (size_t)(i - 1) * WORDS * 8, sizeof prev);
+        start = (uint32_t)prev;
+    }
+    if (end > b->data_len || start > end) return p;
+    p.data = b->data + start;
     p.len = end - start;
     p.wire_len = (uint32_t)(d[0] >> 32);
     p.timestamp_ns = d[1];
@@ -377,8 +389,8 @@ uint8_t *sluice_rewrite(sluice_batch_t *b, uint32_t i) {
 /* ---- flow state ------------------------------------------------------------ */
 
 static bool index_flow_states(sluice_batch_t *b) {
-    const uint8_t *s = b->in->flow_states.ptr;
-    size_t len = b->in->flow_states.len, at = 0, n = 0;
+    const uint8_t *s = b->states;
+    size_t len = b->states_len, at = 0, n = 0;
     while (at + 4 <= len) {
         uint32_t l = (uint32_t)s[at] | (uint32_t)s[at + 1] << 8 | (uint32_t)s[at + 2] << 16 | (uint32_t)s[at + 3] << 24;
         if (l > len - at - 4) break;
@@ -1011,15 +1023,50 @@ static void release_batch(sluice_batch_t *b) {
         free(b->flows);
     }
     free(b->verdicts);
-    sluice_nf_types_batch_free(b->in);
+    network_function_list_u8_free(b->frame);
 }
 
-bool exports_sluice_nf_nf_process(exports_sluice_nf_nf_batch_t *batch, exports_sluice_nf_nf_batch_result_t *ret,
+static uint32_t load32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Finds the parts of a batch frame by its 16-byte trailer (packets, data
+ * bytes, flow-state bytes, reserved: little-endian u32s). */
+static bool split_frame(sluice_batch_t *b, char *why, size_t why_len) {
+    const uint8_t *f = b->frame->ptr;
+    size_t size = b->frame->len;
+    if (size < 16) {
+        snprintf(why, why_len, "batch frame of %zu bytes: shorter than its 16-byte trailer", size);
+        return false;
+    }
+    uint64_t n = load32(f + size - 16), data = load32(f + size - 12), states = load32(f + size - 8);
+    uint64_t desc_at = (data + 7) & ~(uint64_t)7, states_at = desc_at + 32 * n;
+    if (states_at + states + 16 != size) {
+        snprintf(why, why_len,
+                 "batch frame of %zu bytes: its trailer says %llu packets, %llu data bytes, %llu flow-state bytes", size,
+                 (unsigned long long)n, (unsigned long long)data, (unsigned long long)states);
+        return false;
+    }
+    b->data = f;
+    b->data_len = (size_t)data;
+    b->desc = f + desc_at;
+    b->states = f + states_at;
+    b->states_len = (size_t)states;
+    b->n = (uint32_t)n;
+    return true;
+}
+
+bool exports_sluice_nf_nf_process(network_function_list_u8_t *batch, exports_sluice_nf_nf_batch_result_t *ret,
                                   network_function_string_t *err) {
     sluice_batch_t b;
     memset(&b, 0, sizeof b);
-    b.in = batch;
-    b.n = (uint32_t)(batch->descriptors.len / WORDS);
+    b.frame = batch;
+    char why[160];
+    if (!split_frame(&b, why, sizeof why)) {
+        release_batch(&b);
+        set_string(err, why);
+        return false;
+    }
     b.verdicts = malloc((b.n ? b.n : 1) * sizeof *b.verdicts);
     if (!b.verdicts || !index_flow_states(&b)) {
         release_batch(&b);

@@ -21,10 +21,10 @@ use std::path::{Path, PathBuf};
 
 /// The contract version new projects and builds target, and the one whose
 /// WIT builds embed (C, Go) or generate bindings from (Python, JS).
-pub const CONTRACT_VERSION: &str = "0.5.0";
+pub const CONTRACT_VERSION: &str = "0.6.0";
 
 /// The contract version an SDK builds against: every language's SDK is on
-/// [`CONTRACT_VERSION`] (flow offload, `sluice:nf@0.5.0`); the host loads
+/// [`CONTRACT_VERSION`] (the batch as one frame, `sluice:nf@0.6.0`); the host loads
 /// every released version.
 pub fn contract_version(_lang: crate::Lang) -> &'static str {
     CONTRACT_VERSION

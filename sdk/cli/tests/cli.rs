@@ -42,7 +42,7 @@ fn new_then_build_in_every_language() {
         assert!(!project.join("host.toml").exists());
         let o = sluice(&project, &["nf", "build", "--cargo-target-dir", target.to_str().unwrap()]);
         assert!(o.status.success(), "{lang}: {}", text(&o));
-        assert!(text(&o).contains("sluice:nf@0.5.0"), "{}", text(&o));
+        assert!(text(&o).contains("sluice:nf@0.6.0"), "{}", text(&o));
         // The template's own test case holds in every language.
         let o = sluice(&project, &["nf", "test", "--cargo-target-dir", target.to_str().unwrap()]);
         assert!(o.status.success() && text(&o).contains("case basic ... ok (7 packets)"), "{lang}: {}", text(&o));

@@ -11,16 +11,16 @@
 // fail a batch: the message goes to the host, which applies the NF's
 // failure policy.
 //
-// The contract is wit/v0.5.0/nf.wit (sluice:nf@0.5.0); componentize-js
+// The contract is wit/v0.6.0/nf.wit (sluice:nf@0.6.0); componentize-js
 // provides the `sluice:nf/*` imports when it builds the NF.
 
-import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.5.0";
+import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.6.0";
 import {
   offload as hostOffload,
   returned as hostReturned,
   revoke as hostRevoke,
   revokeAll as hostRevokeAll,
-} from "sluice:nf/offload@0.5.0";
+} from "sluice:nf/offload@0.6.0";
 import {
   acquire,
   counterAdd,
@@ -32,7 +32,7 @@ import {
   release,
   scan,
   topK,
-} from "sluice:nf/state@0.5.0";
+} from "sluice:nf/state@0.6.0";
 
 /** Drop the packet. */
 export const DROP = 0;
@@ -314,22 +314,42 @@ const KEEP = 0, SET = 1, REMOVE = 2;
 /** A batch of packets with their flow state, plus the NF's decisions.
  * Every packet starts with the verdict `forward(0)`. */
 export class Batch {
-  constructor(raw) {
-    this.data = raw.data;
-    this.descriptors = raw.descriptors;
-    // The descriptors as 32-bit halves (little-endian), so the hot fields
-    // are read without BigInt arithmetic.
-    this.words = new Uint32Array(raw.descriptors.buffer, raw.descriptors.byteOffset, raw.descriptors.length * 2);
-    this.length = raw.descriptors.length >>> 2;
+  /** The batch frame (sluice:nf@0.6.0): packet bytes, padding to 8,
+   * 32-byte descriptors, flow states, and a 16-byte trailer that says how
+   * long each part is. */
+  constructor(frame) {
+    const size = frame.length;
+    if (size < 16) throw new Error(`batch frame of ${size} bytes: shorter than its 16-byte trailer`);
+    const u32 = (at) => (frame[at] | (frame[at + 1] << 8) | (frame[at + 2] << 16) | (frame[at + 3] << 24)) >>> 0;
+    const n = u32(size - 16), dataLen = u32(size - 12), statesLen = u32(size - 8);
+    const first = Math.ceil(dataLen / 8) * 8;
+    const statesAt = first + 32 * n;
+    if (statesAt + statesLen + 16 !== size) {
+      throw new Error(
+        `batch frame of ${size} bytes: its trailer says ${n} packets, ${dataLen} data bytes, ${statesLen} flow-state bytes`,
+      );
+    }
+    this.data = view(frame, 0, dataLen);
+    // The descriptors in place where the frame is 8-aligned (a copy of
+    // them otherwise), as 64-bit words and as 32-bit halves (little-endian),
+    // so the hot fields are read without BigInt arithmetic.
+    let buf = frame.buffer, off = frame.byteOffset + first;
+    if (off % 8 !== 0) {
+      buf = frame.slice(first, statesAt).buffer;
+      off = 0;
+    }
+    this.descriptors = new BigUint64Array(buf, off, 4 * n);
+    this.words = new Uint32Array(buf, off, 8 * n);
+    this.length = n;
     this.verdicts = new Uint32Array(this.length).fill(forward(0));
     this.rewrites = new Map();
     this.events = [];
-    const s = raw.flowStates;
+    const end = statesAt + statesLen;
     this.states = [];
-    for (let at = 0; at + 4 <= s.length; ) {
-      const len = (s[at] | (s[at + 1] << 8) | (s[at + 2] << 16) | (s[at + 3] << 24)) >>> 0;
-      if (len > s.length - at - 4) break;
-      this.states.push(view(s, at + 4, at + 4 + len));
+    for (let at = statesAt; at + 4 <= end; ) {
+      const len = u32(at);
+      if (len > end - at - 4) break;
+      this.states.push(view(frame, at + 4, at + 4 + len));
       at += 4 + len;
     }
     this.pending = new Uint8Array(this.states.length);
@@ -970,9 +990,14 @@ export function exportNf(NfClass) {
       }
       return info ?? stateless();
     },
-    process(raw) {
+    process(frame) {
       if (!nf) throw "process called before a successful init";
-      const batch = new Batch(raw);
+      let batch;
+      try {
+        batch = new Batch(frame);
+      } catch (e) {
+        throw message(e);
+      }
       try {
         nf.process(batch);
       } catch (e) {

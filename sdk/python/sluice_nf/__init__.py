@@ -11,7 +11,7 @@ batch) and setters for verdicts, rewrites and state; none of them calls the
 host. Raise an exception to refuse a configuration or fail a batch: its
 message goes to the host, which applies the NF's failure policy.
 
-The contract is ``wit/v0.5.0/nf.wit`` (``sluice:nf@0.5.0``); componentize-py
+The contract is ``wit/v0.6.0/nf.wit`` (``sluice:nf@0.6.0``); componentize-py
 generates the ``wit_world`` bindings this package wraps when it builds the NF.
 """
 
@@ -191,6 +191,7 @@ def csum_update16(checksum: int, old: int, new: int) -> int:
 
 _U32 = struct.Struct("!I")
 _U16 = struct.Struct("!H")
+_TRAILER = struct.Struct("<III")  # a batch frame's packets, data bytes, flow-state bytes
 
 
 class Packet:
@@ -306,19 +307,31 @@ class Batch:
     """A batch of packets with their flow state, plus the NF's decisions.
     Every packet starts with the verdict ``forward(0)``."""
 
-    def __init__(self, raw: types.Batch):
-        self._data = raw.data
-        self._desc = raw.descriptors
-        n = len(raw.descriptors) // 4
+    def __init__(self, frame: bytes):
+        # The batch frame (sluice:nf@0.6.0): packet bytes, padding to 8,
+        # 32-byte descriptors, flow states, and a 16-byte trailer that
+        # says how long each part is.
+        size = len(frame)
+        if size < 16:
+            raise ValueError(f"batch frame of {size} bytes: shorter than its 16-byte trailer")
+        n, data_len, states_len = _TRAILER.unpack_from(frame, size - 16)
+        first = (data_len + 7) & ~7
+        at = first + 32 * n
+        if at + states_len + 16 != size:
+            raise ValueError(f"batch frame of {size} bytes: its trailer says {n} packets, "
+                             f"{data_len} data bytes, {states_len} flow-state bytes")
+        self._data = frame
+        # The descriptors' words, read as integers only when a packet is.
+        self._desc = memoryview(frame)[first:at].cast("Q")
         self.verdicts = [forward(0)] * n
         self._rewrites: dict = {}
         self._events: list = []
-        states, s, at = [], raw.flow_states, 0
-        while at + 4 <= len(s):
-            length = int.from_bytes(s[at:at + 4], "little")
-            if length > len(s) - at - 4:
+        states, end = [], at + states_len
+        while at + 4 <= end:
+            length = int.from_bytes(frame[at:at + 4], "little")
+            if length > end - at - 4:
                 break
-            states.append(s[at + 4:at + 4 + length])
+            states.append(frame[at + 4:at + 4 + length])
             at += 4 + length
         self._states = states
         self._pending = [(_KEEP, b"")] * len(states)
@@ -919,10 +932,13 @@ def export(cls):
             Nf._nf = nf
             return info if info is not None else stateless()
 
-        def process(self, batch: types.Batch) -> types.BatchResult:
+        def process(self, batch: bytes) -> types.BatchResult:
             if Nf._nf is None:
                 raise Err("process called before a successful init")
-            b = Batch(batch)
+            try:
+                b = Batch(batch)
+            except ValueError as e:
+                raise Err(str(e))
             try:
                 Nf._nf.process(b)
             except Exception as e:

@@ -1,8 +1,7 @@
 //! The batch an NF sees in one `process` call, and what it decides.
 
-use crate::wit::sluice::nf::types as t;
 use crate::{BatchResult, FlowUpdate, Packet, Rewrite, StateOp};
-use sluice_wire::abi::{DESCRIPTOR_WORDS, Descriptor, NO_FLOW, Verdict, split_flow_states};
+use sluice_wire::abi::{BatchFrame, DESCRIPTOR_BYTES, Descriptor, NO_FLOW, Verdict, seal_frame, split_flow_states};
 use std::ops::Range;
 
 /// One batch of packets with their flow state, plus the NF's decisions.
@@ -11,10 +10,15 @@ use std::ops::Range;
 /// [`flow_state`](Self::flow_state) reflects changes made earlier in the same
 /// batch, so two packets of one flow in one batch see each other's updates.
 pub struct Batch {
-    inner: t::Batch,
+    /// The batch frame as the host handed it in (`sluice:nf@0.6.0`).
+    frame: Vec<u8>,
+    /// Where its parts are.
+    data: Range<usize>,
+    descriptors: Range<usize>,
+    /// Each flow's state bytes, in `frame`.
+    states: Vec<Range<usize>>,
     verdicts: Vec<u32>,
     rewrites: Vec<Rewrite>,
-    states: Vec<Range<usize>>,
     pending: Vec<Option<StateOp>>,
     offloads: Vec<crate::offload::OffloadRequest>,
     returns: Option<Vec<crate::offload::OffloadReturn>>,
@@ -28,19 +32,59 @@ std::thread_local! {
 }
 
 impl Batch {
-    /// Wraps a batch as the host delivers it.
-    pub fn new(inner: t::Batch) -> Self {
-        let n = inner.descriptors.len() / DESCRIPTOR_WORDS;
-        let states = split_flow_states(&inner.flow_states);
+    /// A batch of the three parts of a frame: packet bytes, descriptor
+    /// words and framed flow states (tests and native builds of an NF make
+    /// batches this way).
+    pub fn new(data: Vec<u8>, descriptors: &[u64], flow_states: &[u8]) -> Self {
+        let mut frame = data;
+        seal_frame(&mut frame, descriptors, flow_states);
+        // A frame sealed here always parses.
+        Self::from_frame(frame).unwrap_or_else(|_| Self::from_parts(Vec::new(), 0..0, 0..0, 0..0))
+    }
+
+    /// Wraps a batch frame as the host hands it to `process`
+    /// (`sluice:nf@0.6.0`).
+    ///
+    /// Errors: a frame whose trailer disagrees with its length (the host
+    /// never sends one), as a message for `process` to return.
+    pub fn from_frame(frame: Vec<u8>) -> Result<Self, String> {
+        let f = BatchFrame::parse(&frame).map_err(|e| e.to_string())?;
+        let data = 0..f.data.len();
+        let first = data.end.next_multiple_of(8);
+        let descriptors = first..first + f.descriptors.len();
+        let states = descriptors.end..descriptors.end + f.flow_states.len();
+        Ok(Self::from_parts(frame, data, descriptors, states))
+    }
+
+    fn from_parts(frame: Vec<u8>, data: Range<usize>, descriptors: Range<usize>, states: Range<usize>) -> Self {
+        let n = descriptors.len() / DESCRIPTOR_BYTES;
+        let base = states.start;
+        let states: Vec<Range<usize>> = split_flow_states(frame.get(states).unwrap_or(&[]))
+            .into_iter()
+            .map(|r| r.start + base..r.end + base)
+            .collect();
         Batch {
             verdicts: vec![Verdict::Forward(0).encode(); n],
             rewrites: Vec::new(),
             pending: (0..states.len()).map(|_| None).collect(),
             states,
-            inner,
+            frame,
+            data,
+            descriptors,
             offloads: Vec::new(),
             returns: None,
         }
+    }
+
+    /// Descriptor `i`.
+    fn descriptor(&self, i: usize) -> Option<Descriptor> {
+        let at = self.descriptors.start + i * DESCRIPTOR_BYTES;
+        if i >= self.len() {
+            return None;
+        }
+        let b = self.frame.get(at..at + DESCRIPTOR_BYTES)?;
+        let word = |w: usize| b.get(w * 8..w * 8 + 8).and_then(|c| <[u8; 8]>::try_from(c).ok()).map(u64::from_le_bytes);
+        Descriptor::decode(&[word(0)?, word(1)?, word(2)?, word(3)?], 0)
     }
 
     /// Number of packets.
@@ -55,9 +99,10 @@ impl Batch {
 
     /// The `i`-th packet, or `None` past the end.
     pub fn packet(&self, i: usize) -> Option<Packet<'_>> {
-        let d = Descriptor::decode(&self.inner.descriptors, i)?;
-        let start = if i == 0 { 0 } else { Descriptor::decode(&self.inner.descriptors, i - 1)?.end as usize };
-        let bytes = self.inner.data.get(start..d.end as usize).unwrap_or(&[]);
+        let d = self.descriptor(i)?;
+        let start = if i == 0 { 0 } else { self.descriptor(i - 1)?.end as usize };
+        let data = self.frame.get(self.data.clone()).unwrap_or(&[]);
+        let bytes = data.get(start..d.end as usize).unwrap_or(&[]);
         Some(Packet::new(bytes, d))
     }
 
@@ -82,7 +127,7 @@ impl Batch {
             Some(Some(StateOp::Set(v))) => Some(v.as_slice()),
             Some(Some(StateOp::Remove)) => None,
             _ => {
-                let s = self.inner.flow_states.get(self.states.get(flow as usize)?.clone())?;
+                let s = self.frame.get(self.states.get(flow as usize)?.clone())?;
                 (!s.is_empty()).then_some(s)
             }
         }

@@ -36,7 +36,7 @@
 //!
 //! The same type also runs natively (the host's benchmarks call NFs this way
 //! to measure what the sandbox costs): build a [`Batch`] with
-//! [`Batch::new`] and call `process` directly.
+//! [`Batch::new`] (or [`Batch::from_frame`]) and call `process` directly.
 
 #![deny(missing_docs)]
 
@@ -60,7 +60,7 @@ pub use sluice_wire::{FlowKey, IpAddr128};
 #[allow(unsafe_code, missing_docs, clippy::all)]
 pub mod wit {
     wit_bindgen::generate!({
-        path: "../../wit/v0.5.0",
+        path: "../../wit/v0.6.0",
         world: "network-function",
         pub_export_macro: true,
         export_macro_name: "__export_network_function",
@@ -263,10 +263,10 @@ pub mod __private {
         }
 
         /// `process` export.
-        pub fn process(&self, batch: crate::wit::sluice::nf::types::Batch) -> Result<BatchResult, String> {
+        pub fn process(&self, frame: Vec<u8>) -> Result<BatchResult, String> {
             let mut guard = self.0.borrow_mut();
             let nf = guard.as_mut().ok_or_else(|| "process called before a successful init".to_string())?;
-            let mut b = Batch::new(batch);
+            let mut b = Batch::from_frame(frame)?;
             nf.process(&mut b)?;
             Ok(b.finish())
         }
@@ -289,7 +289,7 @@ macro_rules! export_nf {
                     __SLUICE_NF.with(|s| s.init(config))
                 }
                 fn process(
-                    batch: $crate::wit::sluice::nf::types::Batch,
+                    batch: ::std::vec::Vec<u8>,
                 ) -> ::std::result::Result<$crate::BatchResult, ::std::string::String> {
                     __SLUICE_NF.with(|s| s.process(batch))
                 }

@@ -1,7 +1,7 @@
 //! What an instance calls: a running Wasm guest ([`Live`], by contract
 //! version) or an NF compiled into the host ([`NativeNf`]).
 
-use crate::bindings::{NfInfo, v0_1, v0_2, v0_3, v0_4, v0_5};
+use crate::bindings::{NfInfo, v0_1, v0_2, v0_3, v0_4, v0_5, v0_6};
 use crate::host::HostState;
 use sluice_state::Tables;
 use wasmtime::Store;
@@ -13,6 +13,7 @@ pub(super) enum Guest {
     V3(v0_3::NetworkFunction),
     V4(v0_4::NetworkFunction),
     V5(v0_5::NetworkFunction),
+    V6(v0_6::NetworkFunction),
 }
 
 /// A running Wasm guest: its store and its exports.
@@ -29,12 +30,16 @@ impl Live {
             Guest::V3(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
             Guest::V4(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
             Guest::V5(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
+            Guest::V6(g) => g.sluice_nf_nf().call_init(&mut self.store, config),
         }
     }
 
+    /// Calls `process`. A 0.6.0 guest gets the batch as one frame: its
+    /// descriptors, flow states and trailer are appended to `batch.data`
+    /// for the call and cut off again after it.
     pub(super) fn process(
         &mut self,
-        batch: &crate::bindings::Batch,
+        batch: &mut crate::bindings::Batch,
     ) -> wasmtime::Result<Result<crate::bindings::BatchResult, String>> {
         match &self.guest {
             Guest::V1(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
@@ -42,6 +47,12 @@ impl Live {
             Guest::V3(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V4(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
             Guest::V5(g) => g.sluice_nf_nf().call_process(&mut self.store, batch),
+            Guest::V6(g) => {
+                let data = sluice_wire::abi::seal_frame(&mut batch.data, &batch.descriptors, &batch.flow_states);
+                let r = g.sluice_nf_nf().call_process(&mut self.store, &batch.data);
+                batch.data.truncate(data);
+                r
+            }
         }
     }
 
@@ -52,12 +63,13 @@ impl Live {
             Guest::V3(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
             Guest::V4(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
             Guest::V5(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
+            Guest::V6(g) => g.sluice_nf_nf().call_expired(&mut self.store, table, entries),
         }
     }
 
     /// Whether the guest may offload flows (0.5.0 and later).
     pub(super) fn offloads(&self) -> bool {
-        matches!(self.guest, Guest::V5(_))
+        matches!(self.guest, Guest::V5(_) | Guest::V6(_))
     }
 
     /// Moves the tables into the store for a call.

@@ -210,7 +210,7 @@ impl NetworkFunction for Hostile {
                 // Swapping in an empty batch makes `finish` return zero
                 // verdicts for a non-empty batch: a malformed result the
                 // host must notice.
-                *batch = Batch::new(empty_batch());
+                *batch = Batch::new(Vec::new(), &[], &[]);
                 Ok(())
             }
             Mode::Print => {
@@ -312,10 +312,6 @@ impl NetworkFunction for Hostile {
             }
         }
     }
-}
-
-fn empty_batch() -> sluice_sdk::wit::sluice::nf::types::Batch {
-    sluice_sdk::wit::sluice::nf::types::Batch { data: Vec::new(), descriptors: Vec::new(), flow_states: Vec::new() }
 }
 
 sluice_sdk::export_nf!(Hostile);
