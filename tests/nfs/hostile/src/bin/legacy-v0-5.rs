@@ -30,11 +30,12 @@ impl Guest for Legacy {
         let n = batch.descriptors.len() / 4;
         let mut requests = Vec::new();
         for (i, d) in batch.descriptors.chunks_exact(4).enumerate() {
-            let end = (d[0] & 0xffff_ffff) as usize;
+            let [w0, _, _, w3] = *d else { continue };
+            let end = (w0 & 0xffff_ffff) as usize;
             if end > batch.data.len() {
                 return Err(format!("packet {i} ends at {end}, past the batch's {} bytes", batch.data.len()));
             }
-            let (l4, flags) = ((d[3] >> 32) as u16, (d[3] >> 56) as u8);
+            let (l4, flags) = ((w3 >> 32) as u16, (w3 >> 56) as u8);
             if l4 != u16::MAX && flags & 2 == 0 {
                 requests.push(OffloadRequest {
                     packet: i as u32,
