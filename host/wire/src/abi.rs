@@ -59,6 +59,18 @@ impl Descriptor {
         ]
     }
 
+    /// Reads descriptor `i` from descriptors as little-endian bytes
+    /// ([`DESCRIPTOR_BYTES`] each, as a batch frame holds them); `None`
+    /// past the end.
+    pub fn decode_le(bytes: &[u8], i: usize) -> Option<Descriptor> {
+        let b = bytes.get(i * DESCRIPTOR_BYTES..(i + 1) * DESCRIPTOR_BYTES)?;
+        let mut words = [0u64; DESCRIPTOR_WORDS];
+        for (w, c) in words.iter_mut().zip(b.chunks_exact(8)) {
+            *w = u64::from_le_bytes(<[u8; 8]>::try_from(c).ok()?);
+        }
+        Descriptor::decode(&words, 0)
+    }
+
     /// Reads descriptor `i` from a descriptor list; `None` past the end.
     pub fn decode(words: &[u64], i: usize) -> Option<Descriptor> {
         let w = words.get(i * DESCRIPTOR_WORDS..(i + 1) * DESCRIPTOR_WORDS)?;
@@ -178,12 +190,7 @@ impl<'a> BatchFrame<'a> {
 
     /// Descriptor `i`; `None` past the end.
     pub fn descriptor(&self, i: usize) -> Option<Descriptor> {
-        let b = self.descriptors.get(i * DESCRIPTOR_BYTES..(i + 1) * DESCRIPTOR_BYTES)?;
-        let mut words = [0u64; DESCRIPTOR_WORDS];
-        for (w, c) in words.iter_mut().zip(b.chunks_exact(8)) {
-            *w = u64::from_le_bytes(<[u8; 8]>::try_from(c).ok()?);
-        }
-        Descriptor::decode(&words, 0)
+        Descriptor::decode_le(self.descriptors, i)
     }
 }
 

@@ -78,13 +78,7 @@ impl Batch {
 
     /// Descriptor `i`.
     fn descriptor(&self, i: usize) -> Option<Descriptor> {
-        let at = self.descriptors.start + i * DESCRIPTOR_BYTES;
-        if i >= self.len() {
-            return None;
-        }
-        let b = self.frame.get(at..at + DESCRIPTOR_BYTES)?;
-        let word = |w: usize| b.get(w * 8..w * 8 + 8).and_then(|c| <[u8; 8]>::try_from(c).ok()).map(u64::from_le_bytes);
-        Descriptor::decode(&[word(0)?, word(1)?, word(2)?, word(3)?], 0)
+        Descriptor::decode_le(self.frame.get(self.descriptors.clone())?, i)
     }
 
     /// Number of packets.
