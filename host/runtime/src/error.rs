@@ -39,7 +39,7 @@ pub enum RuntimeError {
         reason: String,
     },
     /// The component's imports or exports do not fit `sluice:nf`.
-    #[error("NF '{nf}' does not fit the sluice:nf@0.1.0 network-function world: {reason}")]
+    #[error("NF '{nf}' does not fit the sluice:nf network-function world: {reason}")]
     WrongWorld {
         /// NF name.
         nf: String,
