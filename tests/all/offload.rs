@@ -525,7 +525,7 @@ fn offload_entries_travel_with_their_flows_to_another_host_and_no_packet_is_coun
     let expected = run(&mut plain, &frames, 32);
     let total = counter_table(&mut plain);
     let keys = |c: &Chain| -> Vec<sluice_wire::FlowKey> {
-        let mut v: Vec<_> = c.offloaded_flows().copied().collect();
+        let mut v: Vec<_> = c.offloaded_flows().collect();
         v.sort_unstable();
         v.dedup();
         v

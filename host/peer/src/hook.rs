@@ -406,8 +406,10 @@ impl LanePeer {
         if self.table.as_ref().is_none_or(|t| t.version() != table.version()) {
             let before = self.table.clone();
             let mut handed = 0u64;
-            let held = chain.stages().iter().flat_map(|s| s.flow_table().keys()).chain(chain.offloaded_flows());
-            for k in held {
+            let held =
+                chain.stages().iter().flat_map(|s| s.flow_table().keys()).copied().chain(chain.offloaded_flows());
+            for key in held {
+                let k = &key;
                 let old = before.as_deref().and_then(|t| next_owner(t, me, k));
                 let leaves = before.as_deref().is_some_and(|t| owns(t, me, k)) && !owns(&table, me, k);
                 if leaves || old != next_owner(&table, me, k) {
@@ -428,7 +430,7 @@ impl LanePeer {
             for stage in chain.stages() {
                 candidates.extend(stage.flow_table().keys().map(|k| (*k, true)));
             }
-            candidates.extend(chain.offloaded_flows().map(|k| (*k, true)));
+            candidates.extend(chain.offloaded_flows().map(|k| (k, true)));
         }
         if now.saturating_duration_since(self.last_sweep) >= REFRESH {
             self.last_sweep = now;

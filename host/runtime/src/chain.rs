@@ -478,7 +478,7 @@ impl Chain {
     }
 
     /// The flows (normalized, as they come in) with offload entries.
-    pub fn offloaded_flows(&self) -> impl Iterator<Item = &sluice_wire::FlowKey> {
+    pub fn offloaded_flows(&self) -> impl Iterator<Item = sluice_wire::FlowKey> + '_ {
         self.offload.flows()
     }
 
@@ -712,14 +712,11 @@ impl Chain {
                     }
                 }
             }
-            if offloaded {
-                let (stages, refresh) = (&mut self.stages, &mut self.refresh);
-                let pass = self.offload.pass(p, &layers, &mut self.ended, |step, bytes, first| {
-                    if let Some(s) = stages.get_mut(step.stage) {
+            if offloaded && let Some(probe) = self.offload.probe(p, &layers) {
+                let stages = &mut self.stages;
+                let pass = self.offload.pass(&probe, p, &layers, &mut self.ended, &mut self.refresh, |stage, bytes| {
+                    if let Some(s) = stages.get_mut(stage) {
                         s.count_offloaded(bytes);
-                    }
-                    if first {
-                        refresh.push((step.stage, step.key));
                     }
                 });
                 if let crate::offload::Pass::Hit { fate, label, data } = pass {

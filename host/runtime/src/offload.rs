@@ -13,6 +13,10 @@ use crate::fate::Fate;
 use sluice_wire::abi::{NO_L3, NO_L4, packet_flags};
 use sluice_wire::{FlowKey, IpAddr128, Layers};
 
+mod entries;
+
+use entries::{Cold, Entries, EntryKey, Hot, Out};
+
 /// Flow keys come off the wire: the map is seeded per process.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -277,42 +281,6 @@ impl Step {
 /// An entry's NFs: chains are short, so no allocation per entry.
 type Path = smallvec::SmallVec<[Step; 2]>;
 
-/// Which packets an entry takes: a flow, one direction, one ingress port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct EntryKey {
-    key: FlowKey,
-    reverse: bool,
-    port: u16,
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    fate: Fate,
-    label: Option<u16>,
-    ops: Vec<RewriteOp>,
-    path: Path,
-    idle_ns: u64,
-    max_packets: u64,
-    max_bytes: u64,
-    /// Packet time after which it ends (`u64::MAX`: never).
-    ends_ns: u64,
-    last_ns: u64,
-    packets: u64,
-    bytes: u64,
-    /// The batch it was last used in (its flow state is refreshed once
-    /// per batch).
-    batch: u64,
-    /// The batch it was made in.
-    made: u64,
-    /// Which entry this is among every entry of this host run (carried
-    /// entries keep their first host's).
-    origin: u64,
-    /// The last carried entry whose counts this one took in (its origin,
-    /// packets, bytes): a later copy of the same entry adds only what
-    /// passed since.
-    took: Option<(u64, u64, u64)>,
-}
-
 /// An entry as it leaves its host with its flow's state, for the flow's
 /// next owner ([`crate::Chain::carry_offloads`]): the decision, the limits
 /// left, and what passed under it that its NFs were not yet handed.
@@ -371,6 +339,13 @@ pub enum CarryRefusal {
     OverBudget(String),
 }
 
+/// The key a packet finds its entry by, and its hash ([`Table::probe`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Probe {
+    key: EntryKey,
+    hash: u64,
+}
+
 /// What [`Table::pass`] did with a packet.
 #[derive(Debug)]
 pub(crate) enum Pass {
@@ -409,7 +384,7 @@ impl OffloadCounters {
 /// A chain's offload entries on one worker.
 #[derive(Debug, Default)]
 pub(crate) struct Table {
-    entries: HashMap<EntryKey, Entry>,
+    entries: Entries,
     /// Entries by (NF, hash of the flow as that NF saw it), for `revoke`
     /// (usually both directions of one flow).
     by_hash: HashMap<(usize, u64), smallvec::SmallVec<[EntryKey; 2]>>,
@@ -447,26 +422,38 @@ impl Table {
         self.batch = self.batch.wrapping_add(1);
     }
 
-    /// Looks packet `p` (parsed into `layers`) up. A packet that ends its
-    /// entry (FIN or RST, a limit, a TTL too low) goes to the NFs, and
-    /// `ended` gets what passed under the entry. On a hit, `on_step` is
-    /// called for each NF of the entry's path with the packet's bytes and
-    /// whether this is the entry's first packet of the batch.
+    /// The key packet `p` (parsed into `layers`) would find its entry by,
+    /// and its hash (see [`pass`](Self::pass)); `None` for a packet no
+    /// entry takes.
+    #[inline]
+    pub(crate) fn probe(&self, p: &crate::batch::RawPacket<'_>, layers: &Layers) -> Option<Probe> {
+        let k = layers.key.filter(|_| !layers.fragment)?;
+        let (key, reverse) = k.normalize();
+        let key = EntryKey::new(key, reverse, p.ingress_port);
+        Some(Probe { key, hash: self.entries.hash(&key) })
+    }
+
+    /// Passes packet `p` (parsed into `layers`, probed as `probe`) under
+    /// its entry, if it has one. A packet that ends its entry (FIN or RST,
+    /// a limit, a TTL too low) goes to the NFs, and `ended` gets what
+    /// passed under the entry. On a hit, `on_step` is
+    /// called for each NF of the entry's path with its place in the chain
+    /// and the packet's bytes, and at the entry's first packet of the
+    /// batch each NF's place and the flow as it saw it go to `seen`.
     pub(crate) fn pass(
         &mut self,
+        probe: &Probe,
         p: &crate::batch::RawPacket<'_>,
         layers: &Layers,
         ended: &mut Vec<(Step, Return)>,
-        mut on_step: impl FnMut(&Step, u64, bool),
+        seen: &mut Vec<(usize, FlowKey)>,
+        mut on_step: impl FnMut(usize, u64),
     ) -> Pass {
-        let (data, port, wire_len, now) = (p.data, p.ingress_port, p.wire_len, p.timestamp_ns);
-        let Some(k) = layers.key else { return Pass::Miss };
-        if layers.fragment {
-            return Pass::Miss;
-        }
-        let (key, reverse) = k.normalize();
-        let ek = EntryKey { key, reverse, port };
-        let Some(e) = self.entries.get_mut(&ek) else { return Pass::Miss };
+        let (data, wire_len, now) = (p.data, p.wire_len, p.timestamp_ns);
+        let ek = probe.key;
+        let key = ek.flow();
+        let Some(slot) = self.entries.find_hashed(probe.hash, &ek) else { return Pass::Miss };
+        let Some(e) = self.entries.hot_mut(slot) else { return Pass::Miss };
         let bytes = u64::from(wire_len.max(u32::try_from(data.len()).unwrap_or(u32::MAX)));
         let closing =
             layers.tcp_flags.is_some_and(|f| f & (sluice_wire::tcp::flags::FIN | sluice_wire::tcp::flags::RST) != 0);
@@ -484,11 +471,11 @@ impl Table {
             Some(EndReason::Closed)
         } else if over {
             Some(EndReason::Limit)
-        } else if e.ops.is_empty() {
+        } else if e.flags & Hot::REWRITES == 0 {
             None
         } else {
             let mut d = data.to_vec();
-            let fits = apply(&mut d, layers, &e.ops);
+            let fits = self.entries.cold(slot).is_some_and(|c| apply(&mut d, layers, &c.ops));
             out = Some(d);
             (!fits).then_some(EndReason::Limit)
         };
@@ -496,19 +483,33 @@ impl Table {
             self.end(ek, reason, ended);
             return Pass::Miss;
         }
+        let Some(e) = self.entries.hot_mut(slot) else { return Pass::Miss };
         self.counters.packets += 1;
         e.packets += 1;
         e.bytes = e.bytes.saturating_add(bytes);
         e.last_ns = e.last_ns.max(now);
         let first = e.batch != self.batch;
         e.batch = self.batch;
-        for s in &e.path {
-            on_step(s, bytes, first);
+        let (fate, label, stages, wide) = (e.out.fate(), e.label, e.stages, e.flags & Hot::WIDE != 0);
+        let mut bits = stages;
+        while bits != 0 {
+            on_step(bits.trailing_zeros() as usize, bytes);
+            bits &= bits - 1;
+        }
+        if wide || first {
+            for s in self.entries.cold(slot).map(|c| c.path.as_slice()).unwrap_or_default() {
+                if wide && s.stage >= 32 {
+                    on_step(s.stage, bytes);
+                }
+                if first {
+                    seen.push((s.stage, s.key));
+                }
+            }
         }
         if first {
             note(&mut self.changes, &mut self.changes_overflow, key);
         }
-        Pass::Hit { fate: e.fate, label: e.label, data: out }
+        Pass::Hit { fate, label, data: out }
     }
 
     /// Makes the entry for a packet (as it came in) whose NFs all asked,
@@ -526,25 +527,24 @@ impl Table {
         now: u64,
         ended: &mut Vec<(Step, Return)>,
     ) -> bool {
-        let (fate, label) = (result.fate, result.label);
-        let fits = matches!(fate, Fate::Forward(_) | Fate::Dropped(_))
-            && p.steps.iter().all(|s| {
-                let has_ports =
-                    matches!(s.protocol, sluice_wire::parse::protocol::TCP | sluice_wire::parse::protocol::UDP);
-                has_ports || !p.ops.iter().any(|o| o.port().is_some())
-            });
-        let Some((key, reverse)) = p.steps.first().map(|s| (s.key, s.reverse)).filter(|_| fits) else {
+        let label = result.label;
+        let fits = p.steps.iter().all(|s| {
+            let has_ports = matches!(s.protocol, sluice_wire::parse::protocol::TCP | sluice_wire::parse::protocol::UDP);
+            has_ports || !p.ops.iter().any(|o| o.port().is_some())
+        });
+        let first = p.steps.first().map(|s| (s.key, s.reverse)).filter(|_| fits);
+        let Some(((key, reverse), out)) = first.zip(Out::of(result.fate)) else {
             self.counters.declined += 1;
             return false;
         };
-        let ek = EntryKey { key, reverse, port };
+        let ek = EntryKey::new(key, reverse, port);
         // What the entry it replaces took in from carried copies, it
         // keeps: a later copy then adds only what is new.
         let took = match self.entries.get(&ek) {
             // Several packets of the flow asked in this batch: the first
             // made the entry.
-            Some(e) if e.made == self.batch => return false,
-            Some(e) => {
+            Some((_, e)) if e.made == self.batch => return false,
+            Some((_, e)) => {
                 let took = e.took;
                 self.end(ek, EndReason::Revoked, ended);
                 took
@@ -564,25 +564,24 @@ impl Table {
         if self.entries.is_empty() || now.saturating_add(sweep) < self.next_sweep {
             self.next_sweep = now.saturating_add(sweep);
         }
+        let (stages, flags) = Hot::shape(&p.steps, &p.ops);
         self.entries.insert(
-            ek,
-            Entry {
-                fate,
-                label,
-                ops: p.ops,
-                path: p.steps,
+            Hot {
+                key: ek,
+                packets: 0,
+                bytes: 0,
+                last_ns: now,
                 idle_ns: p.idle_ns,
                 max_packets: p.max_packets,
                 max_bytes: p.max_bytes,
                 ends_ns: if p.max_age_ns == 0 { u64::MAX } else { now.saturating_add(p.max_age_ns) },
-                last_ns: now,
-                packets: 0,
-                bytes: 0,
                 batch: self.batch,
-                made: self.batch,
-                origin,
-                took,
+                out,
+                label,
+                stages,
+                flags,
             },
+            Cold { ops: p.ops, path: p.steps, made: self.batch, origin, took },
         );
         self.counters.installed += 1;
         true
@@ -603,8 +602,8 @@ impl Table {
         let mut v = smallvec::SmallVec::new();
         for &port in &self.ports {
             for reverse in [false, true] {
-                let ek = EntryKey { key: *key, reverse, port };
-                if self.entries.contains_key(&ek) {
+                let ek = EntryKey::new(*key, reverse, port);
+                if self.entries.contains(&ek) {
                     v.push(ek);
                 }
             }
@@ -621,7 +620,7 @@ impl Table {
         self.of_flow(key)
             .iter()
             .filter_map(|ek| self.entries.get(ek))
-            .fold(0u64, |a, e| a.wrapping_add(e.origin).wrapping_add(e.packets))
+            .fold(0u64, |a, (h, c)| a.wrapping_add(c.origin).wrapping_add(h.packets))
     }
 
     /// Copies of flow `key`'s entries, to go with its state; `name` gives
@@ -629,23 +628,23 @@ impl Table {
     pub(crate) fn carry(&self, key: &FlowKey, name: impl Fn(usize) -> Option<String>) -> Vec<Carried> {
         let mut out = Vec::new();
         for ek in self.of_flow(key) {
-            let Some(e) = self.entries.get(&ek) else { continue };
-            let path: Option<Vec<CarriedStep>> = e
+            let Some((e, c)) = self.entries.get(&ek) else { continue };
+            let path: Option<Vec<CarriedStep>> = c
                 .path
                 .iter()
                 .map(|s| name(s.stage).map(|nf| CarriedStep { nf, key: s.key, reverse: s.reverse, returns: s.returns }))
                 .collect();
             let Some(path) = path else { continue };
             out.push(Carried {
-                origin: e.origin,
-                reverse: ek.reverse,
-                port: ek.port,
-                forward: match e.fate {
+                origin: c.origin,
+                reverse: ek.reverse(),
+                port: ek.port(),
+                forward: match e.out.fate() {
                     Fate::Forward(p) => Some(p),
                     _ => None,
                 },
                 label: e.label,
-                ops: e.ops.clone(),
+                ops: c.ops.clone(),
                 path,
                 idle_ns: e.idle_ns,
                 max_packets: e.max_packets,
@@ -689,15 +688,15 @@ impl Table {
         if c.ops.len() > MAX_REWRITES {
             return Err(CarryRefusal::Malformed("more header changes than an entry holds"));
         }
-        let ek = EntryKey { key, reverse: c.reverse, port: c.port };
-        if let Some(e) = self.entries.get_mut(&ek) {
-            let (p0, b0) = match e.took {
+        let ek = EntryKey::new(key, c.reverse, c.port);
+        if let Some((e, cold)) = self.entries.get_mut(&ek) {
+            let (p0, b0) = match cold.took {
                 Some((o, p, b)) if o == c.origin => (p, b),
                 _ => (0, 0),
             };
             e.packets = e.packets.saturating_add(c.packets.saturating_sub(p0));
             e.bytes = e.bytes.saturating_add(c.bytes.saturating_sub(b0));
-            e.took = Some((c.origin, c.packets.max(p0), c.bytes.max(b0)));
+            cold.took = Some((c.origin, c.packets.max(p0), c.bytes.max(b0)));
             note(&mut self.changes, &mut self.changes_overflow, key);
             return Ok(None);
         }
@@ -720,6 +719,7 @@ impl Table {
             (None, Some(last)) => Fate::Dropped(last.stage),
             (None, None) => return Err(CarryRefusal::Malformed("no NF dropped it")),
         };
+        let out = Out::of(fate).ok_or(CarryRefusal::Malformed("a fate an entry cannot have"))?;
         for s in &path {
             self.by_hash.entry((s.stage, s.key.hash_normalized())).or_default().push(ek);
         }
@@ -731,21 +731,26 @@ impl Table {
             self.next_sweep = now.saturating_add(sweep);
         }
         note(&mut self.changes, &mut self.changes_overflow, key);
+        let (stages, flags) = Hot::shape(&path, &c.ops);
         self.entries.insert(
-            ek,
-            Entry {
-                fate,
-                label: c.label,
-                ops: c.ops,
-                path: path.clone(),
+            Hot {
+                key: ek,
+                packets: c.packets,
+                bytes: c.bytes,
+                last_ns: now,
                 idle_ns: c.idle_ns,
                 max_packets: c.max_packets,
                 max_bytes: c.max_bytes,
                 ends_ns: if c.age_left_ns == u64::MAX { u64::MAX } else { now.saturating_add(c.age_left_ns) },
-                last_ns: now,
-                packets: c.packets,
-                bytes: c.bytes,
                 batch: self.batch.wrapping_sub(1),
+                out,
+                label: c.label,
+                stages,
+                flags,
+            },
+            Cold {
+                ops: c.ops,
+                path: path.clone(),
                 // Made "before" this batch: an NF's request for the flow
                 // in this batch replaces it.
                 made: self.batch.wrapping_sub(1),
@@ -775,16 +780,16 @@ impl Table {
     }
 
     /// The flows (normalized, as they come in) that have entries.
-    pub(crate) fn flows(&self) -> impl Iterator<Item = &FlowKey> {
-        self.entries.keys().map(|ek| &ek.key)
+    pub(crate) fn flows(&self) -> impl Iterator<Item = FlowKey> + '_ {
+        self.entries.iter().map(|(h, _)| h.key.flow())
     }
 
     /// Ends entry `ek`: what passed under it goes to `ended`, one per NF.
     fn end(&mut self, ek: EntryKey, reason: EndReason, ended: &mut Vec<(Step, Return)>) {
-        let Some(e) = self.entries.remove(&ek) else { return };
+        let Some((e, c)) = self.entries.remove(&ek) else { return };
         self.counters.ended += 1;
-        note(&mut self.changes, &mut self.changes_overflow, ek.key);
-        for s in &e.path {
+        note(&mut self.changes, &mut self.changes_overflow, ek.flow());
+        for s in &c.path {
             let h = (s.stage, s.key.hash_normalized());
             if let Some(v) = self.by_hash.get_mut(&h) {
                 v.retain(|k| *k != ek);
@@ -800,7 +805,7 @@ impl Table {
     /// them), or all of its entries.
     pub(crate) fn revoke(&mut self, stage: usize, hashes: &[u64], all: bool, ended: &mut Vec<(Step, Return)>) {
         let doomed: Vec<EntryKey> = if all {
-            self.entries.iter().filter(|(_, e)| e.path.iter().any(|s| s.stage == stage)).map(|(k, _)| *k).collect()
+            self.entries.iter().filter(|(_, c)| c.path.iter().any(|s| s.stage == stage)).map(|(h, _)| h.key).collect()
         } else {
             hashes.iter().filter_map(|h| self.by_hash.get(&(stage, *h))).flatten().copied().collect()
         };
@@ -814,8 +819,8 @@ impl Table {
         let doomed: Vec<EntryKey> = self
             .entries
             .iter()
-            .filter(|(_, e)| stage.is_none_or(|st| e.path.iter().any(|s| s.stage == st)))
-            .map(|(k, _)| *k)
+            .filter(|(_, c)| stage.is_none_or(|st| c.path.iter().any(|s| s.stage == st)))
+            .map(|(h, _)| h.key)
             .collect();
         for ek in doomed {
             self.end(ek, reason, ended);
@@ -832,11 +837,11 @@ impl Table {
         let doomed: Vec<EntryKey> = self
             .entries
             .iter()
-            .filter(|(_, e)| {
+            .filter(|(e, _)| {
                 shortest = shortest.min(e.idle_ns);
                 now.saturating_sub(e.last_ns) >= e.idle_ns
             })
-            .map(|(k, _)| *k)
+            .map(|(e, _)| e.key)
             .collect();
         for ek in doomed {
             self.end(ek, EndReason::Idle, ended);
@@ -943,8 +948,10 @@ mod tests {
         entry_for(&mut t, &out, 0, 1_000_000_000, &mut ended);
         let pass = |t: &mut Table, f: &[u8], now: u64, ended: &mut Vec<(Step, Return)>| {
             let raw = RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: now, ingress_port: 0 };
+            let layers = sluice_wire::parse(f);
+            let probe = t.probe(&raw, &layers).unwrap();
             matches!(
-                t.pass(&raw, &sluice_wire::parse(f), ended, |_, _, _| {}),
+                t.pass(&probe, &raw, &layers, ended, &mut Vec::new(), |_, _| {}),
                 Pass::Hit { fate: Fate::Forward(1), .. }
             )
         };
@@ -983,9 +990,13 @@ mod tests {
         let mut ended = Vec::new();
         entry_for(&mut a, &out, 0, 1_000_000_000, &mut ended);
         let raw = RawPacket { data: &out, wire_len: out.len() as u32, timestamp_ns: 1, ingress_port: 0 };
+        let layers = sluice_wire::parse(&out);
         for _ in 0..5 {
             a.begin_batch();
-            assert!(matches!(a.pass(&raw, &sluice_wire::parse(&out), &mut ended, |_, _, _| {}), Pass::Hit { .. }));
+            assert!(matches!(
+                a.pass(&a.probe(&raw, &layers).unwrap(), &raw, &layers, &mut ended, &mut Vec::new(), |_, _| {}),
+                Pass::Hit { .. }
+            ));
         }
         let name = |i: usize| (i == 0).then(|| "nf".to_string());
         let first = a.carry(&key, name);
@@ -998,7 +1009,7 @@ mod tests {
         // Three more packets pass at the first host; it hands the flow over.
         for _ in 0..3 {
             a.begin_batch();
-            a.pass(&raw, &sluice_wire::parse(&out), &mut ended, |_, _, _| {});
+            a.pass(&a.probe(&raw, &layers).unwrap(), &raw, &layers, &mut ended, &mut Vec::new(), |_, _| {});
         }
         let last = a.carry(&key, name);
         let mut on = Vec::new();
