@@ -867,24 +867,14 @@ fn note(changes: &mut Option<Vec<FlowKey>>, overflow: &mut bool, key: FlowKey) {
 /// header): the caller hands the packet to the NFs.
 fn apply(d: &mut [u8], l: &Layers, ops: &[RewriteOp]) -> bool {
     use sluice_wire::rewrite::{Endpoint, decrement_ttl, set_dscp, set_endpoint};
-    // Ports move with a rewrite, so each change reads the layers anew when
-    // an earlier one changed the 5-tuple.
-    let mut layers = *l;
-    for op in ops {
-        let ok = match *op {
-            RewriteOp::Source(a, p) => set_endpoint(d, &layers, Endpoint::Source, a, p).is_ok(),
-            RewriteOp::Destination(a, p) => set_endpoint(d, &layers, Endpoint::Destination, a, p).is_ok(),
-            RewriteOp::DecrementTtl => decrement_ttl(d, &layers).unwrap_or(false),
-            RewriteOp::SetDscp(v) => set_dscp(d, &layers, v).is_ok(),
-        };
-        if !ok {
-            return false;
-        }
-        if matches!(op, RewriteOp::Source(..) | RewriteOp::Destination(..)) {
-            layers = sluice_wire::parse(d);
-        }
-    }
-    true
+    // A change moves no header and keeps the protocol, so the layers
+    // parsed before the first hold for every one.
+    ops.iter().all(|op| match *op {
+        RewriteOp::Source(a, p) => set_endpoint(d, l, Endpoint::Source, a, p).is_ok(),
+        RewriteOp::Destination(a, p) => set_endpoint(d, l, Endpoint::Destination, a, p).is_ok(),
+        RewriteOp::DecrementTtl => decrement_ttl(d, l).unwrap_or(false),
+        RewriteOp::SetDscp(v) => set_dscp(d, l, v).is_ok(),
+    })
 }
 
 #[cfg(test)]

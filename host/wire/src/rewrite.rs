@@ -30,39 +30,41 @@ pub fn set_endpoint(frame: &mut [u8], l: &Layers, which: Endpoint, addr: IpAddr1
     let l3 = usize::from(l.l3_offset.ok_or(Error::Malformed)?);
     let key = l.key.ok_or(Error::Malformed)?;
     let ip_bytes = frame.get_mut(l3..).ok_or(Error::Truncated)?;
-    let (old, new): (Vec<u8>, Vec<u8>) = if let Some(v4) = addr.to_v4() {
+    // The old and new address, in the first 4 or 16 bytes (no allocation
+    // per rewritten packet).
+    let (old, new, len) = if let Some(v4) = addr.to_v4() {
         let mut ip = Ipv4Packet::new_checked(&mut *ip_bytes)?;
-        match which {
+        let old = match which {
             Endpoint::Source => {
                 let old = ip.src();
                 ip.set_src(v4);
-                (old.to_vec(), v4.to_vec())
+                old
             }
             Endpoint::Destination => {
                 let old = ip.dst();
                 ip.set_dst(v4);
-                (old.to_vec(), v4.to_vec())
+                old
             }
-        }
+        };
+        (widen(&old), widen(&v4), 4)
     } else {
         let mut ip = Ipv6Packet::new_checked(&mut *ip_bytes)?;
         let v6 = addr.to_v6();
-        match which {
+        let old = match which {
             Endpoint::Source => {
                 let old = ip.src();
                 ip.set_src(v6);
-                (old.to_vec(), v6.to_vec())
+                old
             }
             Endpoint::Destination => {
                 let old = ip.dst();
                 ip.set_dst(v6);
-                (old.to_vec(), v6.to_vec())
+                old
             }
-        }
+        };
+        (old, v6, 16)
     };
-    if old.len() != new.len() {
-        return Err(Error::Malformed);
-    }
+    let (Some(old), Some(new)) = (old.get(..len), new.get(..len)) else { return Err(Error::Malformed) };
     let Some(l4) = l.l4_offset.map(usize::from) else { return Ok(()) };
     let t = frame.get_mut(l4..).ok_or(Error::Truncated)?;
     match key.protocol {
@@ -87,6 +89,15 @@ pub fn set_endpoint(frame: &mut [u8], l: &Layers, which: Endpoint, addr: IpAddr1
         _ => {}
     }
     Ok(())
+}
+
+/// An IPv4 address in the first four of 16 bytes.
+fn widen(a: &[u8; 4]) -> [u8; 16] {
+    let mut w = [0u8; 16];
+    for (d, s) in w.iter_mut().zip(a) {
+        *d = *s;
+    }
+    w
 }
 
 /// Lowers the TTL (IPv4, header checksum updated incrementally) or hop
