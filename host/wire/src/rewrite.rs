@@ -70,7 +70,7 @@ pub fn set_endpoint(frame: &mut [u8], l: &Layers, which: Endpoint, addr: IpAddr1
     match key.protocol {
         protocol::TCP => {
             let mut tcp = TcpPacket::new_checked(t)?;
-            tcp.update_checksum_for_address(&old, &new);
+            tcp.update_checksum_for_address(old, new);
             match (which, port) {
                 (Endpoint::Source, Some(p)) => tcp.set_src_port(p),
                 (Endpoint::Destination, Some(p)) => tcp.set_dst_port(p),
@@ -79,7 +79,7 @@ pub fn set_endpoint(frame: &mut [u8], l: &Layers, which: Endpoint, addr: IpAddr1
         }
         protocol::UDP => {
             let mut udp = UdpPacket::new_checked(t)?;
-            udp.update_checksum_for_address(&old, &new);
+            udp.update_checksum_for_address(old, new);
             match (which, port) {
                 (Endpoint::Source, Some(p)) => udp.set_src_port(p),
                 (Endpoint::Destination, Some(p)) => udp.set_dst_port(p),
