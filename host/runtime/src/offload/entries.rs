@@ -338,6 +338,34 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any sequence of inserts and removes leaves the store holding
+        /// what a map would: every key found in its own slot, none twice.
+        #[test]
+        fn the_store_holds_what_a_map_would(ops in proptest::collection::vec((0u16..40, proptest::bool::ANY, proptest::bool::ANY), 0..400)) {
+            let mut e = Entries::default();
+            let mut model = std::collections::BTreeMap::new();
+            for (n, (port, reverse, add)) in ops.into_iter().enumerate() {
+                let k = key(port, reverse);
+                let packets = n as u64;
+                if add && !model.contains_key(&(port, reverse)) {
+                    e.insert(hot(k, packets), Cold { origin: packets, ..Cold::default() });
+                    model.insert((port, reverse), packets);
+                } else if !add {
+                    let got = e.remove(&k).map(|(h, c)| (h.packets, c.origin));
+                    proptest::prop_assert_eq!(got, model.remove(&(port, reverse)).map(|p| (p, p)));
+                }
+                proptest::prop_assert_eq!(e.len(), model.len());
+            }
+            for (&(port, reverse), &packets) in &model {
+                let found = e.get(&key(port, reverse)).map(|(h, c)| (h.packets, c.origin));
+                proptest::prop_assert_eq!(found, Some((packets, packets)));
+            }
+            proptest::prop_assert_eq!(e.iter().count(), model.len());
+            proptest::prop_assert!(e.hot.len() <= 80, "slots are reused");
+        }
+    }
+
     #[test]
     fn fates_round_trip_and_others_are_refused() {
         for f in [Fate::Forward(0), Fate::Forward(u16::MAX), Fate::Dropped(0), Fate::Dropped(31)] {
