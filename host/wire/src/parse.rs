@@ -85,22 +85,30 @@ fn parse_general(frame: &[u8]) -> Layers {
     out
 }
 
-/// The frame nearly every packet is, read in straight-line code: untagged
-/// Ethernet, IPv4 that is not a fragment, a whole TCP or UDP header.
+/// The frame nearly every packet is, read in straight-line code: Ethernet,
+/// untagged or with one 802.1Q tag (a live port's tenants are told apart
+/// by VLAN), IPv4 that is not a fragment, a whole TCP or UDP header.
 /// `None` for anything else (or anything [`parse_general`] would find an
 /// error in), which then takes the general path; when `Some`, the result
 /// is exactly the general path's (a property test holds the two equal).
 #[inline]
 fn parse_common(frame: &[u8]) -> Option<Layers> {
-    const L3: usize = crate::ethernet::HEADER_LEN;
-    // The views' accessors read fixed offsets; with the Ethernet header and
-    // a minimal IPv4 header present they never fall back to zero.
-    if frame.len() < L3 + crate::ipv4::MIN_HEADER_LEN
-        || EthernetFrame::new_unchecked(frame).ethertype() != ethertype::IPV4
-    {
+    const UNTAGGED: usize = crate::ethernet::HEADER_LEN;
+    const TAG: usize = 4;
+    let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
+    let (l3, vlan) = match u16_at(UNTAGGED - 2)? {
+        ethertype::IPV4 => (UNTAGGED, None),
+        ethertype::VLAN if u16_at(UNTAGGED + TAG - 2)? == ethertype::IPV4 => {
+            (UNTAGGED + TAG, Some(u16_at(UNTAGGED)? & 0x0fff))
+        }
+        _ => return None,
+    };
+    // The views' accessors read fixed offsets; with the link header and a
+    // minimal IPv4 header present they never fall back to zero.
+    if frame.len() < l3 + crate::ipv4::MIN_HEADER_LEN {
         return None;
     }
-    let ip = Ipv4Packet::new_unchecked(frame.get(L3..)?);
+    let ip = Ipv4Packet::new_unchecked(frame.get(l3..)?);
     let header_len = ip.header_len();
     if ip.version() != 4
         || header_len < crate::ipv4::MIN_HEADER_LEN
@@ -109,7 +117,7 @@ fn parse_common(frame: &[u8]) -> Option<Layers> {
     {
         return None;
     }
-    let l4 = L3 + header_len;
+    let l4 = l3 + header_len;
     let t = frame.get(l4..)?;
     let (src_port, dst_port, tcp_flags) = match ip.protocol() {
         protocol::TCP => {
@@ -133,14 +141,14 @@ fn parse_common(frame: &[u8]) -> Option<Layers> {
     };
     let (src, dst) = (IpAddr128::from_v4(ip.src()), IpAddr128::from_v4(ip.dst()));
     Some(Layers {
-        vlan: None,
+        vlan,
         ethertype: ethertype::IPV4,
-        l3_offset: Some(L3 as u16),
+        l3_offset: Some(l3 as u16),
         l4_offset: u16::try_from(l4).ok(),
         key: Some(FlowKey { src, dst, src_port, dst_port, protocol: ip.protocol() }),
         fragment: false,
         tcp_flags,
-        ip: Some(IpFacts { l3: L3, end: L3 + usize::from(ip.total_len()), v6: false, fragment: None }),
+        ip: Some(IpFacts { l3, end: l3 + usize::from(ip.total_len()), v6: false, fragment: None }),
         error: None,
     })
 }
@@ -360,19 +368,24 @@ mod tests {
     }
 
     #[test]
-    fn tcp_and_udp_over_untagged_ipv4_take_the_common_path() {
+    fn tcp_and_udp_over_ipv4_untagged_or_with_one_tag_take_the_common_path() {
         let tcp = FrameSpec::tcp4([10, 0, 0, 1], 1234, [10, 0, 0, 2], 80, flags::SYN).build();
         let udp = FrameSpec::udp4([10, 0, 0, 1], 53, [10, 0, 0, 2], 5353).build();
-        for f in [&tcp, &udp] {
-            assert_eq!(parse_common(f), Some(parse_general(f)));
-        }
-        let mut icmp = FrameSpec::udp4([10, 0, 0, 1], 0, [10, 0, 0, 2], 0);
-        icmp.transport = Transport::IcmpEcho { ident: 77 };
         let mut tagged = FrameSpec::udp4([10, 0, 0, 1], 53, [10, 0, 0, 2], 5353);
         tagged.vlan = Some(7);
+        let tagged = tagged.build();
+        for f in [&tcp, &udp, &tagged] {
+            assert_eq!(parse_common(f), Some(parse_general(f)));
+        }
+        assert_eq!(parse_common(&tagged).and_then(|l| l.vlan), Some(7));
+        let mut icmp = FrameSpec::udp4([10, 0, 0, 1], 0, [10, 0, 0, 2], 0);
+        icmp.transport = Transport::IcmpEcho { ident: 77 };
         let mut fragment = udp.clone();
         fragment[14 + 6] |= 0x20;
-        for f in [icmp.build(), tagged.build(), fragment, tcp[..40].to_vec()] {
+        // Two tags (the inner one where IPv4's EtherType would be).
+        let mut double = tagged.clone();
+        double.splice(16..16, [0x81, 0x00, 0x00, 0x09]);
+        for f in [icmp.build(), fragment, tcp[..40].to_vec(), double, tagged[..17].to_vec()] {
             assert_eq!(parse_common(&f), None);
         }
     }
@@ -463,6 +476,21 @@ mod tests {
                 data[12] = 0x08;
                 data[13] = 0;
                 data[14] = 0x45 + (data[14] & 1);
+            }
+            if let Some(fast) = parse_common(&data) {
+                prop_assert_eq!(fast, parse_general(&data));
+            }
+        }
+
+        #[test]
+        fn the_common_path_agrees_on_random_tagged_bytes(mut data in proptest::collection::vec(any::<u8>(), 0..128)) {
+            // Mostly IPv4 behind one 802.1Q tag.
+            if data.len() > 18 {
+                data[12] = 0x81;
+                data[13] = 0;
+                data[16] = 0x08;
+                data[17] = 0;
+                data[18] = 0x45 + (data[18] & 1);
             }
             if let Some(fast) = parse_common(&data) {
                 prop_assert_eq!(fast, parse_general(&data));
