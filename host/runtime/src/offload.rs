@@ -436,10 +436,10 @@ impl Table {
     /// Passes packet `p` (parsed into `layers`, probed as `probe`) under
     /// its entry, if it has one. A packet that ends its entry (FIN or RST,
     /// a limit, a TTL too low) goes to the NFs, and `ended` gets what
-    /// passed under the entry. On a hit, `on_step` is
-    /// called for each NF of the entry's path with its place in the chain
-    /// and the packet's bytes, and at the entry's first packet of the
-    /// batch each NF's place and the flow as it saw it go to `seen`.
+    /// passed under the entry. On a hit, `on_step` is called for each NF
+    /// of the entry's path with its place in the chain and the packet's
+    /// bytes, and at the entry's first packet of the batch each NF's place
+    /// and the flow as it saw it go to `seen`.
     pub(crate) fn pass(
         &mut self,
         probe: &Probe,
@@ -451,7 +451,6 @@ impl Table {
     ) -> Pass {
         let (data, wire_len, now) = (p.data, p.wire_len, p.timestamp_ns);
         let ek = probe.key;
-        let key = ek.flow();
         let Some(slot) = self.entries.find_hashed(probe.hash, &ek) else { return Pass::Miss };
         let Some(e) = self.entries.hot_mut(slot) else { return Pass::Miss };
         let bytes = u64::from(wire_len.max(u32::try_from(data.len()).unwrap_or(u32::MAX)));
@@ -507,7 +506,7 @@ impl Table {
             }
         }
         if first {
-            note(&mut self.changes, &mut self.changes_overflow, key);
+            note(&mut self.changes, &mut self.changes_overflow, ek.flow());
         }
         Pass::Hit { fate, label, data: out }
     }
