@@ -92,7 +92,11 @@ impl<'t, F: FnMut(usize, RawPacket<'t>, &PacketResult)> PacketIo for CaptureIo<'
         Receive::Packets(end - self.taken.start)
     }
 
-    fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+    fn packets<'a>(
+        &'a mut self,
+        out: &mut Vec<RawPacket<'a>>,
+        _moved: &mut Vec<(usize, sluice_wire::steer::SteerMark)>,
+    ) {
         for pos in self.taken.clone() {
             if let Some(p) = self.order.at(pos).and_then(|i| self.view(i)) {
                 out.push(p);

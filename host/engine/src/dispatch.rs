@@ -342,9 +342,8 @@ impl Dispatch {
         self.to_hold.clear();
         self.to_defer.clear();
         self.moved.clear();
-        self.moved.extend_from_slice(io.moved());
         let mut raw = recycle(std::mem::take(&mut self.raw));
-        io.packets(&mut raw);
+        io.packets(&mut raw, &mut self.moved);
         self.lap(|t| &mut t.read_ns);
         // One lane owns every packet: nothing to classify or check.
         if classifier.is_none()
@@ -845,7 +844,7 @@ mod tests {
             self.taken = true;
             Receive::Packets(self.frames.len())
         }
-        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>, _moved: &mut Vec<(usize, SteerMark)>) {
             for (f, port) in &self.frames {
                 out.push(RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 0, ingress_port: *port });
             }
@@ -927,10 +926,11 @@ mod tests {
             self.frames.extend(frames);
             if self.frames.is_empty() { Receive::Done } else { Receive::Packets(self.frames.len()) }
         }
-        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>, moved: &mut Vec<(usize, SteerMark)>) {
             for f in &self.frames {
                 out.push(RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 0, ingress_port: 0 });
             }
+            moved.extend_from_slice(&self.marks);
         }
         fn deliver(&mut self, results: &[PacketResult]) {
             for (i, (f, r)) in self.frames.iter().zip(results).enumerate() {
@@ -940,9 +940,6 @@ mod tests {
                 }
             }
             self.holding.clear();
-        }
-        fn moved(&self) -> &[(usize, SteerMark)] {
-            &self.marks
         }
         fn hold_room(&self) -> usize {
             4 - self.held.len() - self.holding.len()
@@ -1131,7 +1128,7 @@ mod tests {
                 None => Receive::Idle,
             }
         }
-        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
+        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>, _moved: &mut Vec<(usize, SteerMark)>) {
             out.extend(self.frames.iter().map(|f| RawPacket {
                 data: f,
                 wire_len: f.len() as u32,

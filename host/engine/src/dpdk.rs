@@ -5,8 +5,15 @@
 //! output port's queue `w` (rewritten in place when an NF changed them),
 //! dropped ones are freed.
 //!
-//! Output ports: verdict port 0 is the default output (the port the packet
-//! came in on, or its pair with `pairs`); port k ≥ 1 is the k-th port.
+//! Outputs: verdict port 0 is the default output (the port the packet
+//! came in on, or its pair with `pairs`); port k ≥ 1 is the k-th output,
+//! by default the k-th port. A worker may be given other outputs
+//! ([`DpdkIo::with_outputs`]): several on one port, each writing its own
+//! destination MAC into the frames it sends (a group's dispatcher reaches
+//! each host through one), and may receive on only some of its ports
+//! ([`DpdkIo::receive_on`]). A full TX queue drops what it refuses, or,
+//! with [`DpdkIo::with_tx_retry`], is retried for a bounded time unless
+//! its output is marked down.
 //!
 //! A forwarded IPv4 datagram longer than its output port's MTU (a
 //! reassembled one, or one an NF grew) is cut into fragments that fit
@@ -24,10 +31,12 @@
 //! most [`MAX_DEFERRED`] a worker) until its ticket is let go (sent, in
 //! the order kept) or dropped; one kept past [`DEFER_LIMIT`] is dropped.
 
-use crate::io::{PacketIo, QueueCounters, Receive};
+use crate::io::{OutputCount, PacketIo, QueueCounters, Receive};
 use sluice_dpdk::{Mbuf, Mempool, Queue};
 use sluice_runtime::{Fate, PacketResult, RawPacket};
 use sluice_wire::steer::{self, SteerMark};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Packets one worker holds at most.
@@ -46,8 +55,8 @@ pub const DEFER_LIMIT: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 struct Kept {
     ticket: u64,
-    /// Output port index.
-    port: usize,
+    /// Output index.
+    output: usize,
     /// The frames it left as (one, or its fragments).
     frames: Vec<Mbuf>,
     at: Instant,
@@ -72,6 +81,15 @@ pub struct Egress {
     pub pool: std::sync::Arc<Mempool>,
 }
 
+/// Where verdict port k ≥ 1 sends a packet (see [`DpdkIo::with_outputs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Output {
+    /// Index of the worker's port (queue) it leaves by.
+    pub port: usize,
+    /// Destination MAC written into each frame it sends, if any.
+    pub mac: Option<[u8; 6]>,
+}
+
 /// One worker's queues, and the buffers its batches reuse.
 #[derive(Debug)]
 pub struct DpdkIo {
@@ -79,20 +97,36 @@ pub struct DpdkIo {
     port_ids: Vec<u16>,
     pairs: bool,
     counters: Vec<QueueCounters>,
+    /// Where each verdict port k ≥ 1 sends (output k − 1).
+    outputs: Vec<Output>,
+    /// Per port index: the output of verdict port 0 for packets that come
+    /// in there (its default port's output without a MAC), if any.
+    default_outputs: Vec<Option<usize>>,
+    output_counts: Vec<OutputCount>,
+    /// Ports (from the first) whose queues are polled.
+    receive_ports: usize,
+    /// How long a burst refused by a full TX queue is retried, and per
+    /// output whether it is down (not retried).
+    tx_retry: Option<(Duration, Arc<[AtomicBool]>)>,
     mbufs: Vec<Mbuf>,
     /// Port index each packet came in on.
     ingress: Vec<usize>,
     /// Each packet's length, as `packets` read it.
     lens: Vec<u32>,
-    /// Multi-segment packets, copied into one buffer each (in order).
+    /// Multi-segment packets copied into one buffer each, and marked
+    /// packets without their mark, in the order of the batch.
     scratch: Vec<Vec<u8>>,
+    /// Packets of the batch read from `scratch`: (index, buffer).
+    copied: Vec<(usize, usize)>,
+    /// Of those, the packets a dispatcher marked: (index, buffer holding
+    /// the frame without its mark, which leaves in its place).
+    stripped: Vec<(usize, usize)>,
+    /// Packets at the front of the batch that were held and released
+    /// (their marks were stripped when they first came in).
+    back: usize,
+    /// Per output: the frames to send at the end of `deliver`.
     out: Vec<Vec<Mbuf>>,
     ts: u64,
-    /// Packets of the batch a dispatcher marked (see [`sluice_wire::steer`]).
-    moved: Vec<(usize, SteerMark)>,
-    /// Packets of the batch that carry a dispatcher's mark.
-    marked: Vec<usize>,
-    unmark: Vec<u8>,
     /// The views of the last batch's mbufs, emptied, kept for the next.
     views: Vec<sluice_dpdk::MbufView<'static>>,
     /// Packets held, in the order held.
@@ -121,20 +155,26 @@ impl DpdkIo {
     /// The worker's `queues` (one per port, in the order of `port_ids`).
     pub fn new(queues: Vec<Queue>, port_ids: Vec<u16>, pairs: bool, batch: usize) -> Self {
         let n = queues.len();
+        let outputs: Vec<Output> = (0..n).map(|port| Output { port, mac: None }).collect();
         DpdkIo {
             counters: vec![QueueCounters::default(); n],
+            default_outputs: default_outputs(&outputs, n, pairs),
+            output_counts: vec![OutputCount::default(); n],
+            outputs,
+            receive_ports: n,
+            tx_retry: None,
             mbufs: Vec::with_capacity(batch * n),
             ingress: Vec::with_capacity(batch * n),
             lens: Vec::with_capacity(batch * n),
             scratch: Vec::new(),
+            copied: Vec::new(),
+            stripped: Vec::new(),
+            back: 0,
             out: (0..n).map(|_| Vec::with_capacity(batch)).collect(),
             queues,
             port_ids,
             pairs,
             ts: 0,
-            moved: Vec::new(),
-            marked: Vec::new(),
-            unmark: Vec::new(),
             views: Vec::new(),
             held: Vec::new(),
             holding: Vec::new(),
@@ -156,6 +196,35 @@ impl DpdkIo {
         self
     }
 
+    /// Sends verdict port k ≥ 1 through `outputs[k − 1]` instead of the
+    /// k-th port (outputs naming no port of the worker send nothing: their
+    /// packets are counted in `dropped_other`). Verdict port 0 keeps the
+    /// default port, through the first output there without a MAC.
+    pub fn with_outputs(mut self, outputs: Vec<Output>) -> Self {
+        let n = self.queues.len();
+        self.default_outputs = default_outputs(&outputs, n, self.pairs);
+        self.output_counts = vec![OutputCount::default(); outputs.len()];
+        self.out = outputs.iter().map(|_| Vec::with_capacity(self.mbufs.capacity() / n.max(1))).collect();
+        self.outputs = outputs;
+        self
+    }
+
+    /// Polls only the first `ports` of the worker's ports (the others are
+    /// only sent to).
+    pub fn receive_on(mut self, ports: usize) -> Self {
+        self.receive_ports = ports.min(self.queues.len());
+        self
+    }
+
+    /// Retries a burst a full TX queue refused for up to `retry` (spinning)
+    /// before what is left is dropped, except towards an output whose flag
+    /// in `down` (by output index) is set: waiting there would hold every
+    /// other output's packets too.
+    pub fn with_tx_retry(mut self, retry: Duration, down: Arc<[AtomicBool]>) -> Self {
+        self.tx_retry = Some((retry, down));
+        self
+    }
+
     /// Cuts forwarded IPv4 datagrams longer than their output port's MTU
     /// into fragments from `egress.pool` (see the module's documentation).
     pub fn with_egress(mut self, egress: Egress) -> Self {
@@ -164,11 +233,12 @@ impl DpdkIo {
     }
 
     /// Queues `m` (with bytes `data` if an NF rewrote it) on output `t`,
-    /// cut to the port's MTU when it is longer; counts what happened
-    /// against ingress port index `pi`.
+    /// cut to the output port's MTU when it is longer; counts what
+    /// happened against ingress port index `pi`.
     /// `len` is the mbuf's length (read when the batch was built).
     fn enqueue(&mut self, m: Mbuf, data: Option<&[u8]>, len: usize, t: usize, pi: usize) {
-        let mtu = self.egress.as_ref().and_then(|e| e.mtus.get(t).copied()).unwrap_or(0);
+        let port = self.outputs.get(t).map_or(usize::MAX, |o| o.port);
+        let mtu = self.egress.as_ref().and_then(|e| e.mtus.get(port).copied()).unwrap_or(0);
         if mtu == 0 {
             return self.queue(m, data, t, pi);
         }
@@ -201,11 +271,10 @@ impl DpdkIo {
         }
         let mut first = Some(m);
         for piece in &pieces {
-            let buf = first.take().or_else(|| pool.alloc()).and_then(|mut b| b.set_data(piece).is_ok().then_some(b));
-            match (buf, self.out.get_mut(t)) {
-                (Some(b), Some(o)) => o.push(b),
-                // No mbuf left in the pool, or no such port.
-                _ => {
+            match first.take().or_else(|| pool.alloc()) {
+                Some(b) => self.queue(b, Some(piece), t, pi),
+                // No mbuf left in the pool.
+                None => {
                     if let Some(c) = self.counters.get_mut(pi) {
                         c.dropped_other += 1;
                     }
@@ -236,7 +305,10 @@ impl DpdkIo {
 
     fn queue(&mut self, mut m: Mbuf, data: Option<&[u8]>, t: usize, pi: usize) {
         // Only packets an NF rewrote are written back.
-        let fits = data.is_none_or(|d| m.set_data(d).is_ok());
+        let mut fits = data.is_none_or(|d| m.set_data(d).is_ok());
+        if fits && let Some(mac) = self.outputs.get(t).and_then(|o| o.mac) {
+            fits = set_dst_mac(&mut m, mac, &mut self.frame);
+        }
         match (self.out.get_mut(t), fits) {
             (Some(o), true) => o.push(m),
             _ => {
@@ -261,12 +333,6 @@ impl DpdkIo {
         self.held = keep;
     }
 
-    /// The default output of a packet that came in on port index `pi`.
-    fn default_out(&self, pi: usize) -> usize {
-        let n = self.queues.len();
-        if self.pairs && n > 1 { (pi ^ 1).min(n - 1) } else { pi }
-    }
-
     /// Sends or frees the kept outputs of these tickets, and frees those
     /// kept past [`DEFER_LIMIT`]; sends what it moved out.
     fn settle_kept(&mut self, send: &[u64], drop: &[u64]) {
@@ -280,13 +346,14 @@ impl DpdkIo {
                 continue;
             }
             self.kept_frames = self.kept_frames.saturating_sub(k.frames.len());
-            match (go, self.out.get_mut(k.port)) {
+            match (go, self.out.get_mut(k.output)) {
                 (true, Some(o)) => {
                     o.extend(k.frames);
                     sent = true;
                 }
                 _ => {
-                    if let Some(c) = self.counters.get_mut(k.port) {
+                    let port = self.outputs.get(k.output).map_or(usize::MAX, |o| o.port);
+                    if let Some(c) = self.counters.get_mut(port) {
                         c.dropped_uncommitted += k.frames.len() as u64;
                     }
                 }
@@ -302,18 +369,42 @@ impl DpdkIo {
         if let Some((w, _)) = &mut self.tx_watch {
             w.restart();
         }
-        for (t, pkts) in self.out.iter_mut().enumerate() {
+        for (o, pkts) in self.out.iter_mut().enumerate() {
             if pkts.is_empty() {
                 continue;
             }
-            let Some(&port) = self.port_ids.get(t) else { continue };
+            let t = self.outputs.get(o).map_or(usize::MAX, |o| o.port);
+            let (Some(&port), Some(q)) = (self.port_ids.get(t), self.queues.get_mut(t)) else {
+                // An output on no port of this worker.
+                if let Some(c) = self.output_counts.get_mut(o) {
+                    c.dropped += pkts.len() as u64;
+                }
+                pkts.clear();
+                continue;
+            };
             let queued = pkts.len() as u64;
             let _shared = self.shared_tx.as_ref().filter(|(i, _)| *i == t).map(|(_, lock)| lock.lock());
-            let sent = self.queues.get_mut(t).map(|q| q.tx_burst(port, pkts)).unwrap_or(0) as u64;
+            let mut sent = q.tx_burst(port, pkts) as u64;
+            if let Some((retry, down)) = &self.tx_retry
+                && !pkts.is_empty()
+            {
+                let since = Instant::now();
+                while !pkts.is_empty()
+                    && since.elapsed() < *retry
+                    && !down.get(o).is_some_and(|d| d.load(Ordering::Acquire))
+                {
+                    std::hint::spin_loop();
+                    sent += q.tx_burst(port, pkts) as u64;
+                }
+            }
             // Counted against the egress port's queue of this worker.
             if let Some(c) = self.counters.get_mut(t) {
                 c.tx += sent;
                 c.dropped_tx_full += queued - sent;
+            }
+            if let Some(c) = self.output_counts.get_mut(o) {
+                c.sent += sent;
+                c.dropped += queued - sent;
             }
             pkts.clear(); // frees what the device did not take
         }
@@ -321,6 +412,38 @@ impl DpdkIo {
             *sum += w.lap();
         }
     }
+}
+
+/// Per port index, the output of verdict port 0 for packets that come in
+/// there: the first of `outputs` on the default port without a MAC.
+fn default_outputs(outputs: &[Output], ports: usize, pairs: bool) -> Vec<Option<usize>> {
+    (0..ports)
+        .map(|pi| {
+            let port = if pairs && ports > 1 { (pi ^ 1).min(ports - 1) } else { pi };
+            outputs.iter().position(|o| o.port == port && o.mac.is_none())
+        })
+        .collect()
+}
+
+/// Writes `mac` as the frame's destination, in place, or in a copy of a
+/// buffer others share; false if the frame is shorter than an address or
+/// the copy does not fit.
+fn set_dst_mac(m: &mut Mbuf, mac: [u8; 6], scratch: &mut Vec<u8>) -> bool {
+    if let Some(frame) = m.first_segment_mut() {
+        return match frame.get_mut(..6) {
+            Some(dst) => {
+                dst.copy_from_slice(&mac);
+                true
+            }
+            None => false,
+        };
+    }
+    m.read_into(scratch);
+    match scratch.get_mut(..6) {
+        Some(dst) => dst.copy_from_slice(&mac),
+        None => return false,
+    }
+    m.set_data(scratch).is_ok()
 }
 
 fn now_ns() -> u64 {
@@ -341,8 +464,8 @@ impl PacketIo for DpdkIo {
         self.tx_watch.as_ref().map_or(0, |(_, sum)| *sum)
     }
 
-    fn moved(&self) -> &[(usize, SteerMark)] {
-        &self.moved
+    fn output_counts(&self) -> &[OutputCount] {
+        &self.output_counts
     }
 
     fn hold_room(&self) -> usize {
@@ -393,9 +516,9 @@ impl PacketIo for DpdkIo {
             self.mbufs.push(m);
             self.ingress.push(pi);
         }
-        let back = self.mbufs.len();
+        self.back = self.mbufs.len();
         let per_port = u16::try_from(max).unwrap_or(u16::MAX);
-        for (pi, q) in self.queues.iter_mut().enumerate() {
+        for (pi, q) in self.queues.iter_mut().enumerate().take(self.receive_ports) {
             if !self.released.is_empty() {
                 break;
             }
@@ -409,81 +532,69 @@ impl PacketIo for DpdkIo {
             return Receive::Idle;
         }
         self.ts = now_ns();
-        // One read of every mbuf (one call into DPDK per 64 packets), for
-        // the marks and the segments here.
-        let mut views = crate::worker::recycle(std::mem::take(&mut self.views));
-        sluice_dpdk::views(&self.mbufs, &mut views);
-        // A dispatcher's mark is stripped before anything reads the packet
-        // (released packets were stripped when they first came in).
-        self.moved.clear();
-        self.marked.clear();
-        let mut segmented = false;
-        for (i, v) in views.iter().enumerate() {
-            match v.data {
-                Some(d) => {
-                    if i >= back && d.get(12..14) == Some(&steer::ETHERTYPE.to_be_bytes()) {
-                        self.marked.push(i);
-                    }
-                }
-                None => segmented = true,
-            }
-        }
-        self.views = crate::worker::recycle(views);
-        for &i in &self.marked {
-            let Some(m) = self.mbufs.get_mut(i) else { continue };
-            if let Some(mark) = m.data().and_then(|d| steer::decap(d, &mut self.unmark))
-                && m.set_data(&self.unmark).is_ok()
-            {
-                self.moved.push((i, mark));
-            }
-        }
-        // Multi-segment packets are copied into one buffer each; the rest
-        // are read in place.
-        if segmented || !self.marked.is_empty() {
-            let mut used = 0;
-            for m in &self.mbufs {
-                if m.view().data.is_none() {
-                    if self.scratch.len() <= used {
-                        self.scratch.push(Vec::new());
-                    }
-                    if let Some(buf) = self.scratch.get_mut(used) {
-                        m.read_into(buf);
-                    }
-                    used += 1;
-                }
-            }
-        }
         Receive::Packets(self.mbufs.len())
     }
 
-    fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>) {
-        let mut views = crate::worker::recycle(std::mem::take(&mut self.views));
-        sluice_dpdk::views(&self.mbufs, &mut views);
-        let mut next_scratch = 0;
-        self.lens.clear();
-        for (v, &pi) in views.iter().zip(&self.ingress) {
-            let data = match v.data {
-                Some(d) => d,
-                None => {
-                    let d = self.scratch.get(next_scratch).map(Vec::as_slice).unwrap_or(&[]);
-                    next_scratch += 1;
-                    d
+    /// One read of every mbuf (one call into DPDK per 64 packets). A
+    /// dispatcher's mark is taken off before anything reads the packet
+    /// (released packets lost theirs when they first came in): the packet
+    /// is read from a copy without it, which also leaves in its place;
+    /// multi-segment packets are read from a copy in one buffer.
+    fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>, moved: &mut Vec<(usize, SteerMark)>) {
+        let DpdkIo { mbufs, views: kept, scratch, copied, stripped, back, lens, ingress, port_ids, ts, .. } = self;
+        let mbufs: &'a Vec<Mbuf> = mbufs;
+        let mut views = crate::worker::recycle(std::mem::take(kept));
+        sluice_dpdk::views(mbufs, &mut views);
+        copied.clear();
+        stripped.clear();
+        for (i, (v, m)) in views.iter().zip(mbufs).enumerate() {
+            let marked = v.data.filter(|d| i >= *back && d.get(12..14) == Some(&steer::ETHERTYPE.to_be_bytes()));
+            if v.data.is_some() && marked.is_none() {
+                continue;
+            }
+            let slot = copied.len();
+            if scratch.len() <= slot {
+                scratch.push(Vec::new());
+            }
+            let Some(buf) = scratch.get_mut(slot) else { continue };
+            match marked {
+                Some(d) => match steer::decap(d, buf) {
+                    Some(mark) => {
+                        moved.push((i, mark));
+                        stripped.push((i, slot));
+                    }
+                    // Not a mark after all: read as it is.
+                    None => continue,
+                },
+                None => m.read_into(buf),
+            }
+            copied.push((i, slot));
+        }
+        let scratch: &'a Vec<Vec<u8>> = scratch;
+        let mut copies = copied.iter().peekable();
+        lens.clear();
+        for (i, (v, &pi)) in views.iter().zip(ingress.iter()).enumerate() {
+            let (data, len) = match copies.next_if(|&&(at, _)| at == i) {
+                Some(&(_, slot)) => {
+                    let d = scratch.get(slot).map(Vec::as_slice).unwrap_or(&[]);
+                    (d, if v.data.is_some() { d.len() } else { v.len })
                 }
+                None => (v.data.unwrap_or(&[]), v.len),
             };
-            let len = u32::try_from(v.len).unwrap_or(u32::MAX);
-            self.lens.push(len);
+            let len = u32::try_from(len).unwrap_or(u32::MAX);
+            lens.push(len);
             out.push(RawPacket {
                 data,
                 wire_len: len,
-                timestamp_ns: self.ts,
-                ingress_port: self.port_ids.get(pi).copied().unwrap_or(0),
+                timestamp_ns: *ts,
+                ingress_port: port_ids.get(pi).copied().unwrap_or(0),
             });
         }
-        self.views = crate::worker::recycle(views);
+        *kept = crate::worker::recycle(views);
     }
 
     fn deliver(&mut self, results: &[PacketResult]) {
-        let n_ports = self.queues.len();
+        let n_outputs = self.outputs.len();
         let mut mbufs = std::mem::take(&mut self.mbufs);
         self.holding.sort_unstable_by_key(|&(i, _)| i);
         let holding_now = std::mem::take(&mut self.holding);
@@ -495,8 +606,21 @@ impl PacketIo for DpdkIo {
         let now = (!holding_now.is_empty() || !deferring_now.is_empty()).then(Instant::now);
         let ingress = std::mem::take(&mut self.ingress);
         let lens = std::mem::take(&mut self.lens);
-        for (i, ((m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results).enumerate() {
+        // Marked packets leave (or wait) as read: without their marks.
+        let scratch = std::mem::take(&mut self.scratch);
+        let stripped_now = std::mem::take(&mut self.stripped);
+        let mut stripped = stripped_now.iter().peekable();
+        for (i, ((mut m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results).enumerate() {
+            let unmarked = stripped.next_if(|&&(at, _)| at == i).and_then(|&(_, slot)| scratch.get(slot));
             if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
+                if let Some(frame) = unmarked
+                    && m.set_data(frame).is_err()
+                {
+                    if let Some(c) = self.counters.get_mut(pi) {
+                        c.dropped_other += 1;
+                    }
+                    continue;
+                }
                 self.held.push(Held { ticket, mbuf: m, ingress: pi, at: now.unwrap_or_else(Instant::now) });
                 continue;
             }
@@ -515,8 +639,8 @@ impl PacketIo for DpdkIo {
                     continue;
                 }
                 Fate::Refused => None,
-                Fate::Forward(0) => Some(self.default_out(pi)),
-                Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_ports),
+                Fate::Forward(0) => self.default_outputs.get(pi).copied().flatten(),
+                Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_outputs),
             };
             // Entries of packets that left no output (dropped) are passed.
             while deferring.next_if(|&&(at, _)| at < i).is_some() {}
@@ -526,7 +650,8 @@ impl PacketIo for DpdkIo {
                 Some(t) if !r.fragments.is_empty() => self.enqueue_fragments(m, &r.fragments, t, pi),
                 Some(t) => {
                     let len = lens.get(i).map_or_else(|| m.len(), |&l| l as usize);
-                    self.enqueue(m, r.data.as_deref(), len, t, pi)
+                    let data = r.data.as_deref().or(unmarked.map(Vec::as_slice));
+                    self.enqueue(m, data, len, t, pi)
                 }
                 None => {
                     if let Some(c) = self.counters.get_mut(pi) {
@@ -541,14 +666,19 @@ impl PacketIo for DpdkIo {
             {
                 let frames = o.split_off(queued);
                 self.kept_frames += frames.len();
-                if let Some(c) = self.counters.get_mut(t) {
+                let port = self.outputs.get(t).map_or(usize::MAX, |o| o.port);
+                if let Some(c) = self.counters.get_mut(port) {
                     c.deferred += frames.len() as u64;
                 }
-                self.kept.push_back(Kept { ticket, port: t, frames, at: now.unwrap_or_else(Instant::now) });
+                self.kept.push_back(Kept { ticket, output: t, frames, at: now.unwrap_or_else(Instant::now) });
             }
         }
         drop(holding);
         drop(deferring);
+        drop(stripped);
+        self.scratch = scratch;
+        self.stripped = stripped_now;
+        self.stripped.clear();
         self.deferring = deferring_now;
         self.deferring.clear();
         self.ingress = ingress;

@@ -24,14 +24,15 @@ pub trait PacketIo {
     fn receive(&mut self, max: usize) -> Receive;
 
     /// Appends views of the packets of the last `receive` to `out`, in
-    /// order.
-    fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>);
+    /// order, and to `moved` the packets a group's dispatcher marked as
+    /// the first of a flowlet moved here from another host (index in the
+    /// batch, and the mark, which the view no longer has).
+    fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>, moved: &mut Vec<(usize, sluice_wire::steer::SteerMark)>);
 
     /// Takes the result of each packet of the last `receive`, in order:
     /// sends, writes or records it, and lets the packets go.
     fn deliver(&mut self, results: &[PacketResult]);
 
-    /// Counters of each of its queues, per port in order (live ports).
     /// Times the device's transmit bursts from now on (see
     /// [`sluice_runtime::stages`]); I/O without a device does nothing.
     fn time_transmit(&mut self) {}
@@ -41,14 +42,15 @@ pub trait PacketIo {
         0
     }
 
+    /// Counters of each of its queues, per port in order (live ports).
     fn queue_counters(&self) -> &[QueueCounters] {
         &[]
     }
 
-    /// The packets of the last `receive` that a group's dispatcher marked
-    /// as the first of a flowlet moved here from another host (index in
-    /// the batch, and the mark, already stripped from the packet).
-    fn moved(&self) -> &[(usize, sluice_wire::steer::SteerMark)] {
+    /// Packets sent and dropped through each output (verdict port k ≥ 1
+    /// is output k − 1), since the start; empty where outputs are not
+    /// counted apart from their ports.
+    fn output_counts(&self) -> &[OutputCount] {
         &[]
     }
 
@@ -90,6 +92,16 @@ pub trait PacketIo {
     fn settle(&mut self, send: &[u64], drop: &[u64]) {
         let _ = (send, drop);
     }
+}
+
+/// Packets that left through one output, and those its port's queue
+/// refused (full).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCount {
+    /// Taken by the device.
+    pub sent: u64,
+    /// Refused by a full TX queue (after any retries), and freed.
+    pub dropped: u64,
 }
 
 /// Counters of one queue pair (one worker on one port).

@@ -85,7 +85,7 @@ impl Worker {
 /// type with another lifetime) happens in place. This is how a worker
 /// keeps one buffer of views across batches without borrowing one batch's
 /// packets into the next.
-pub(crate) fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+pub fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
     v.into_iter().filter_map(|_| None).collect()
 }

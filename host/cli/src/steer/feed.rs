@@ -20,7 +20,7 @@ pub struct RouteFeed {
     pending: Mutex<Option<(OwnershipTable, Instant)>>,
     events: Mutex<Vec<TableEvent>>,
     /// Per host (in `--to` order): whether its link is down.
-    down: Vec<AtomicBool>,
+    down: Arc<[AtomicBool]>,
     /// Counts link changes, so workers copy `down` only after one.
     link_epoch: AtomicU64,
     links: Mutex<Vec<LinkEvent>>,
@@ -104,7 +104,7 @@ impl RouteFeed {
             started: Instant::now(),
             pending: Mutex::new(None),
             events: Mutex::new(Vec::new()),
-            down: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
+            down: hosts.iter().map(|_| AtomicBool::new(false)).collect::<Vec<_>>().into(),
             link_epoch: AtomicU64::new(0),
             links: Mutex::new(Vec::new()),
             since_down: hosts.iter().map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
@@ -112,6 +112,12 @@ impl RouteFeed {
             stray: AtomicU64::new(0),
             hosts,
         }
+    }
+
+    /// Per host (in `--to` order), whether its link is down (as last
+    /// noted): shared with the workers' TX retries.
+    pub(super) fn down_flags(&self) -> Arc<[AtomicBool]> {
+        self.down.clone()
     }
 
     /// Whether the link towards host `i` is down (as last noted).

@@ -30,8 +30,11 @@ use crate::run::RunError;
 use feed::BUCKETS;
 use parking_lot::Mutex;
 use report::WorkerStats;
-use sluice_dpdk::{Mbuf, Queue};
+use sluice_dpdk::Queue;
+use sluice_engine::dpdk::{DpdkIo, Output};
+use sluice_engine::{OutputCount, PacketIo, Receive};
 use sluice_group::Flowlets;
+use sluice_runtime::{Fate, PacketResult, RawPacket};
 use sluice_wire::FlowKey;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -212,18 +215,13 @@ pub fn run_steer(
     let results: Vec<Result<(), RunError>> = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for w in 0..workers {
-            let queues: Vec<Queue> = opened
-                .ports
-                .iter()
-                .filter(|p| opts.ingress.contains(&p.id()))
-                .filter_map(|p| p.queue(w as u16))
-                .collect();
+            let io = steer_io(&opened.ports, opts, w as u16, burst, &feed);
             let (stop, feed, stats, received, eal) = (&stop, &feed, &stats, &received, &opened.eal);
             let core = opened.cores.for_worker(w);
             handles.push(scope.spawn(move || -> Result<(), RunError> {
                 sluice_engine::cores::pin_worker(&format!("steer worker {w}"), core);
                 let _guard = eal.register_thread()?;
-                steer_loop(w, queues, opts, burst, feed, stop, received, stats);
+                steer_loop(w, io, opts, burst, feed, stop, received, stats);
                 Ok(())
             }));
         }
@@ -317,10 +315,40 @@ fn write_report(path: &std::path::Path, r: &SteerReport) {
     }
 }
 
+/// Worker `w`'s queue of each port: the ingress ports first, which it
+/// polls, then the hosts' ports, which it only sends to; verdict port
+/// i + 1 is host i (`--to` order), with its MAC when it has one.
+fn steer_io(ports: &[sluice_dpdk::Port], opts: &SteerOptions, w: u16, burst: usize, feed: &RouteFeed) -> DpdkIo {
+    let mut order: Vec<u16> = opts.ingress.clone();
+    order.extend(opts.to.iter().map(|t| t.port).filter(|p| !opts.ingress.contains(p)));
+    order.dedup();
+    let mut ids = Vec::new();
+    let mut queues: Vec<Queue> = Vec::new();
+    for id in order {
+        if ids.contains(&id) {
+            continue;
+        }
+        if let Some(q) = ports.iter().find(|p| p.id() == id).and_then(|p| p.queue(w)) {
+            ids.push(id);
+            queues.push(q);
+        }
+    }
+    let receiving = ids.iter().filter(|id| opts.ingress.contains(id)).count();
+    let outputs = opts
+        .to
+        .iter()
+        .map(|t| Output { port: ids.iter().position(|&id| id == t.port).unwrap_or(usize::MAX), mac: t.mac })
+        .collect();
+    DpdkIo::new(queues, ids, false, burst)
+        .receive_on(receiving)
+        .with_outputs(outputs)
+        .with_tx_retry(opts.tx_retry, feed.down_flags())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn steer_loop(
     w: usize,
-    queues: Vec<Queue>,
+    io: DpdkIo,
     opts: &SteerOptions,
     burst: usize,
     feed: &RouteFeed,
@@ -331,11 +359,9 @@ fn steer_loop(
     let targets = &opts.to;
     let gap_ns = u64::try_from(opts.gap.as_nanos()).unwrap_or(u64::MAX);
     let remember_ns = u64::try_from(opts.remember.as_nanos()).unwrap_or(u64::MAX);
-    let mut steering = Steering {
+    let router = Router {
         w,
-        queues,
         opts,
-        burst,
         feed,
         shared,
         flowlets: Flowlets::new(gap_ns, remember_ns, opts.max_flows),
@@ -343,8 +369,7 @@ fn steer_loop(
         down: Vec::new(),
         link_epoch: u64::MAX,
         recent: vec![[(0, 0); BUCKETS]; targets.len()],
-        rx: Vec::with_capacity(burst),
-        out: targets.iter().map(|_| Vec::with_capacity(burst)).collect(),
+        counted: vec![OutputCount::default(); targets.len()],
         stats: WorkerStats {
             per_host: vec![0; targets.len()],
             per_host_dropped: vec![0; targets.len()],
@@ -352,10 +377,17 @@ fn steer_loop(
             per_host_moved_away: vec![0; targets.len()],
             ..Default::default()
         },
-        scratch: Vec::new(),
         marked: Vec::new(),
         hashes: targets.iter().map(|t| sluice_wire::steer::host_hash(&t.host)).collect(),
         clock: Instant::now(),
+    };
+    let mut steering = Steering {
+        io,
+        burst,
+        views: Vec::with_capacity(burst),
+        results: Vec::with_capacity(burst),
+        moved: Vec::new(),
+        router,
     };
     // Never sleeps: a frame waits for no more than a poll.
     sluice_engine::Driver::new(sluice_engine::idle::Backoff::polling())
@@ -364,18 +396,32 @@ fn steer_loop(
         .idle_exit(opts.idle_exit)
         .tick_every(PUBLISH_EVERY)
         .run(&mut steering);
-    steering.publish();
+    steering.router.publish();
 }
 
 /// How often a dispatcher worker publishes its counts.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
-/// One dispatcher worker: its queues, flowlets and counts.
-struct Steering<'a> {
-    w: usize,
-    queues: Vec<Queue>,
-    opts: &'a SteerOptions,
+/// One dispatcher worker. Each pass receives a batch, picks each packet's
+/// host (its result: forward to that host's output, with the mark of a
+/// moved flowlet as new bytes, or drop) and delivers the batch; the I/O
+/// writes each host's MAC, sends, retries a full queue towards a live host
+/// and counts per host.
+struct Steering<'a, Io> {
+    io: Io,
     burst: usize,
+    /// The batch's packets (emptied between batches).
+    views: Vec<RawPacket<'static>>,
+    results: Vec<PacketResult>,
+    /// Marks found on received packets (ignored).
+    moved: Vec<(usize, sluice_wire::steer::SteerMark)>,
+    router: Router<'a>,
+}
+
+/// A dispatcher worker's flowlets, table, links and counts.
+struct Router<'a> {
+    w: usize,
+    opts: &'a SteerOptions,
     feed: &'a RouteFeed,
     shared: &'a Mutex<Vec<WorkerStats>>,
     flowlets: Flowlets<FlowKey>,
@@ -384,16 +430,15 @@ struct Steering<'a> {
     link_epoch: u64,
     /// Per host, packets sent per ms over the last BUCKETS ms: (ms, count).
     recent: Vec<[(u64, u64); BUCKETS]>,
-    rx: Vec<Mbuf>,
-    out: Vec<Vec<Mbuf>>,
+    /// Per host, the I/O's output counts already added to `stats`.
+    counted: Vec<OutputCount>,
     stats: WorkerStats,
-    scratch: Vec<u8>,
     marked: Vec<u8>,
     hashes: Vec<u32>,
     clock: Instant,
 }
 
-impl Steering<'_> {
+impl Router<'_> {
     fn publish(&mut self) {
         self.stats.flowlets = self.flowlets.counters();
         self.stats.flows = self.flowlets.len();
@@ -422,144 +467,123 @@ impl Steering<'_> {
             }
         }
     }
-}
 
-impl sluice_engine::Pass for Steering<'_> {
-    fn pass(&mut self) -> sluice_engine::Receive {
-        self.follow_feed();
-        let mut got = 0;
-        for q in self.queues.iter_mut() {
-            got += q.rx_burst(&mut self.rx, self.burst as u16);
+    /// The result of each packet of `batch`, in order, into `results`.
+    fn steer_batch(&mut self, batch: &[RawPacket<'_>], results: &mut Vec<PacketResult>) {
+        let now_ns = u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // The results are kept between batches and only their fates and
+        // bytes set: a result built per packet and moved into place costs
+        // more than the steering itself.
+        results.resize_with(batch.len(), || PacketResult::of(Fate::Dropped(0)));
+        results.truncate(batch.len());
+        for (p, r) in batch.iter().zip(results.iter_mut()) {
+            let (fate, marked) = self.steer(p.data, now_ns);
+            r.fate = fate;
+            if marked {
+                r.data = Some(self.marked.clone());
+            } else if r.data.is_some() {
+                r.data = None;
+            }
         }
-        if got == 0 {
-            return sluice_engine::Receive::Idle;
-        }
-        let Steering {
-            opts,
-            feed,
-            route,
-            down,
-            recent,
-            rx,
-            out,
-            stats,
-            scratch,
-            marked,
-            hashes,
-            clock,
-            flowlets,
-            queues,
-            ..
-        } = self;
-        let targets = &opts.to;
-        stats.received += got as u64;
-        let now_ns = u64::try_from(clock.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        for mut m in rx.drain(..) {
-            let key = match m.data() {
-                Some(d) => sluice_wire::parse(d).key,
-                None => {
-                    m.read_into(scratch);
-                    sluice_wire::parse(scratch).key
-                }
-            };
-            let Some(key) = key else {
-                stats.not_ip += 1;
-                continue;
-            };
-            // A reply to a pooled resource (a NAT's public port) goes to the
-            // host that owns the port's block; it is another flow than the
-            // connection the host translated, so flowlets do not apply.
-            let pooled = matches!(key.protocol, 6 | 17) && opts.pool_addresses.contains(&key.dst);
-            let s = if pooled {
-                let block = sluice_group::block_of(u64::from(key.dst_port));
-                route.owner_avoiding(sluice_group::block_hash(block), down).map(|host| {
-                    stats.to_pool_owner += 1;
-                    sluice_group::Steer { host, new_flowlet: false, moved_from: None }
-                })
-            } else {
-                let key = key.normalized();
-                flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, route, down)
-            };
-            let Some(s) = s else {
-                stats.no_route += 1;
-                continue;
-            };
-            let i = usize::from(s.host);
-            if let Some(p) = s.moved_from {
-                if let Some(n) = stats.per_host_moved_away.get_mut(usize::from(p)) {
-                    *n += 1;
-                }
-                feed.moved_from_down(usize::from(p));
-                if let Some(n) = stats.per_host_moved_in.get_mut(i) {
-                    *n += 1;
-                }
+    }
+
+    /// The fate of one packet: its host's output, or a drop (counted);
+    /// true when it starts a moved flowlet and `marked` holds it with its
+    /// mark.
+    #[inline(always)]
+    fn steer(&mut self, data: &[u8], now_ns: u64) -> (Fate, bool) {
+        let Router { opts, feed, route, down, stats, marked, hashes, flowlets, .. } = self;
+        let Some(key) = sluice_wire::parse(data).key else {
+            stats.not_ip += 1;
+            return (Fate::Dropped(0), false);
+        };
+        // A reply to a pooled resource (a NAT's public port) goes to the
+        // host that owns the port's block; it is another flow than the
+        // connection the host translated, so flowlets do not apply.
+        let pooled = matches!(key.protocol, 6 | 17) && opts.pool_addresses.contains(&key.dst);
+        let s = if pooled {
+            let block = sluice_group::block_of(u64::from(key.dst_port));
+            route.owner_avoiding(sluice_group::block_hash(block), down).map(|host| {
+                stats.to_pool_owner += 1;
+                sluice_group::Steer { host, new_flowlet: false, moved_from: None }
+            })
+        } else {
+            let key = key.normalized();
+            flowlets.steer_avoiding(key, key.hash_normalized(), now_ns, route, down)
+        };
+        let Some(s) = s else {
+            stats.no_route += 1;
+            return (Fate::Dropped(0), false);
+        };
+        let i = usize::from(s.host);
+        let fate = Fate::Forward(s.host.saturating_add(1));
+        if let Some(p) = s.moved_from {
+            if let Some(n) = stats.per_host_moved_away.get_mut(usize::from(p)) {
+                *n += 1;
+            }
+            feed.moved_from_down(usize::from(p));
+            if let Some(n) = stats.per_host_moved_in.get_mut(i) {
+                *n += 1;
             }
             // The new owner learns which host had the flow.
-            if let Some(prev) = s.moved_from.and_then(|p| hashes.get(usize::from(p))) {
-                m.read_into(scratch);
+            if let Some(prev) = hashes.get(usize::from(p)) {
                 let mark = sluice_wire::steer::SteerMark { previous: *prev, table_version: route.version };
-                if sluice_wire::steer::encap(scratch, mark, marked) && m.set_data(marked).is_ok() {
+                if sluice_wire::steer::encap(data, mark, marked) {
                     stats.marked += 1;
+                    return (fate, true);
                 }
-            }
-            if let Some(mac) = targets.get(i).and_then(|t| t.mac) {
-                match m.first_segment_mut() {
-                    Some(frame) if frame.len() >= 6 => {
-                        if let Some(dst) = frame.get_mut(..6) {
-                            dst.copy_from_slice(&mac);
-                        }
-                    }
-                    _ => {
-                        // A shared buffer: rewrite a copy.
-                        m.read_into(scratch);
-                        if let Some(dst) = scratch.get_mut(..6) {
-                            dst.copy_from_slice(&mac);
-                        }
-                        if m.set_data(scratch).is_err() {
-                            stats.dropped_tx_full += 1;
-                            continue;
-                        }
-                    }
-                }
-            }
-            if let Some(v) = out.get_mut(i) {
-                v.push(m);
             }
         }
-        if let Some(q) = queues.first_mut() {
-            let counts = stats.per_host.iter_mut().zip(stats.per_host_dropped.iter_mut());
-            for (hi, ((v, t), (count, dropped))) in out.iter_mut().zip(targets).zip(counts).enumerate() {
-                if v.is_empty() {
-                    continue;
-                }
-                let mut sent = q.tx_burst(t.port, v);
-                let since = Instant::now();
-                // A full queue towards a live host is waited on (up to
-                // --tx-retry-us); one towards a host whose link is down
-                // is not: its packets are lost with it, and waiting would
-                // hold every other host's packets too.
-                while !v.is_empty() && since.elapsed() < opts.tx_retry && !feed.link_down(hi) {
-                    std::hint::spin_loop();
-                    sent += q.tx_burst(t.port, v);
-                }
-                *count += sent as u64;
-                if let Some(r) = recent.get_mut(hi) {
-                    let ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    if let Some(b) = r.get_mut((ms % BUCKETS as u64) as usize) {
-                        *b = if b.0 == ms { (ms, b.1 + sent as u64) } else { (ms, sent as u64) };
-                    }
-                }
-                stats.dropped_tx_full += v.len() as u64;
-                *dropped += v.len() as u64;
-                // What the port did not take is freed here.
-                v.clear();
+        (fate, false)
+    }
+
+    /// Adds what the I/O sent and dropped per host (`outputs`, since its
+    /// start) since the last batch.
+    fn count_sent(&mut self, outputs: &[OutputCount]) {
+        let ms = u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let stats = &mut self.stats;
+        let counts = stats.per_host.iter_mut().zip(stats.per_host_dropped.iter_mut());
+        for (((now, was), (count, dropped)), r) in
+            outputs.iter().zip(self.counted.iter_mut()).zip(counts).zip(self.recent.iter_mut())
+        {
+            let (sent, lost) = (now.sent - was.sent, now.dropped - was.dropped);
+            if sent == 0 && lost == 0 {
+                continue;
+            }
+            *was = *now;
+            *count += sent;
+            *dropped += lost;
+            stats.dropped_tx_full += lost;
+            if let Some(b) = r.get_mut((ms % BUCKETS as u64) as usize) {
+                *b = if b.0 == ms { (ms, b.1 + sent) } else { (ms, sent) };
             }
         }
-        sluice_engine::Receive::Packets(got)
+    }
+}
+
+impl<Io: PacketIo> sluice_engine::Pass for Steering<'_, Io> {
+    fn pass(&mut self) -> Receive {
+        let Steering { io, burst, views, results, moved, router } = self;
+        router.follow_feed();
+        let got = match io.receive(*burst) {
+            Receive::Packets(n) => n,
+            other => return other,
+        };
+        router.stats.received += got as u64;
+        let mut batch = sluice_engine::recycle(std::mem::take(views));
+        // A mark coming in from outside the group is taken off and not
+        // acted on: the dispatcher makes its own.
+        moved.clear();
+        io.packets(&mut batch, moved);
+        router.steer_batch(&batch, results);
+        *views = sluice_engine::recycle(batch);
+        io.deliver(results);
+        router.count_sent(io.output_counts());
+        Receive::Packets(got)
     }
 
     fn tick(&mut self, _now: Instant) {
-        self.publish();
+        self.router.publish();
     }
 }
 
