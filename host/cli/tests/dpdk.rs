@@ -304,6 +304,49 @@ fn rewritten_packets_go_out_with_their_new_bytes() {
     assert!(got == expected, "DPDK output differs from the pcap backend's");
 }
 
+/// A group's dispatcher marks the first packet of a flowlet it moved to
+/// this host; the host takes the mark off before anything reads the frame
+/// (a copy without it is what the batch reads), so the NF sees, and the
+/// wire gets, the frame as it was sent, whether the NF leaves it alone or
+/// rewrites it.
+#[test]
+fn dispatcher_marks_are_taken_off_before_the_nf_and_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.pcap");
+    let marked = dir.path().join("marked.pcap");
+    let mut plain_sink = sluice_pcap::PcapSink::create(&plain).unwrap();
+    let mut marked_sink = sluice_pcap::PcapSink::create(&marked).unwrap();
+    let mut buf = Vec::new();
+    for i in 0..120u16 {
+        let f = sluice_wire::build::FrameSpec::tcp4([198, 51, 100, 7], 20_000 + i, [203, 0, 113, 10], 80, 0x02)
+            .with_frame_len(60 + usize::from(i) * 11)
+            .build();
+        plain_sink.write(1_000 + u64::from(i), f.len() as u32, &f).unwrap();
+        let mark = sluice_wire::steer::SteerMark { previous: u32::from(i), table_version: 7 };
+        let out = if i % 3 == 0 && sluice_wire::steer::encap(&f, mark, &mut buf) { &buf } else { &f };
+        marked_sink.write(1_000 + u64::from(i), out.len() as u32, out).unwrap();
+    }
+    plain_sink.finish().unwrap();
+    marked_sink.finish().unwrap();
+    assert_ne!(frames(&plain), frames(&marked));
+    let lb = "[nf.lb]\nconfig-text = '{\"vip\":\"203.0.113.10\",\"port\":80,\"table-size\":251,\"backends\":[\"10.1.0.1:8080\",\"10.1.0.2:8080\"]}'\n";
+    for (name, config) in [("noop", ""), ("lb", lb)] {
+        let run = dir.path().join(name);
+        std::fs::create_dir_all(&run).unwrap();
+        let cfg = run.join("host.toml");
+        std::fs::write(&cfg, config).unwrap();
+        // What the pcap backend makes of the unmarked frames ...
+        let (expected, _) = pcap_and_dpdk(&run, &cfg, &nf(name), &plain, &run.join("plain.json"));
+        // ... is what DPDK makes of the marked ones.
+        let (_, got) = pcap_and_dpdk(&run, &cfg, &nf(name), &marked, &run.join("marked.json"));
+        assert_eq!(expected.len(), 120, "{name}");
+        assert!(got == expected, "{name}: the marks reached the NF or the wire");
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("marked.json")).unwrap()).unwrap();
+        assert_eq!(r["rx"], 120, "{name}");
+        assert_eq!(r["tx"], 120, "{name}");
+    }
+}
+
 /// EAL pins its main thread to the main lcore, and threads inherit that:
 /// unpinned, every worker ran on that one core. Each worker now takes an
 /// lcore of its own (worker lcores first, then the main lcore's), sharing
