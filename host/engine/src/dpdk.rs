@@ -197,8 +197,8 @@ impl DpdkIo {
     }
 
     /// Sends verdict port k ≥ 1 through `outputs[k − 1]` instead of the
-    /// k-th port (outputs naming no port of the worker send nothing: their
-    /// packets are counted in `dropped_other`). Verdict port 0 keeps the
+    /// k-th port (an output naming no port of the worker sends nothing: its
+    /// packets count as its `dropped`). Verdict port 0 keeps the
     /// default port, through the first output there without a MAC.
     pub fn with_outputs(mut self, outputs: Vec<Output>) -> Self {
         let n = self.queues.len();

@@ -319,17 +319,12 @@ fn write_report(path: &std::path::Path, r: &SteerReport) {
 /// polls, then the hosts' ports, which it only sends to; verdict port
 /// i + 1 is host i (`--to` order), with its MAC when it has one.
 fn steer_io(ports: &[sluice_dpdk::Port], opts: &SteerOptions, w: u16, burst: usize, feed: &RouteFeed) -> DpdkIo {
-    let mut order: Vec<u16> = opts.ingress.clone();
-    order.extend(opts.to.iter().map(|t| t.port).filter(|p| !opts.ingress.contains(p)));
-    order.dedup();
-    let mut ids = Vec::new();
-    let mut queues: Vec<Queue> = Vec::new();
-    for id in order {
-        if ids.contains(&id) {
-            continue;
-        }
-        if let Some(q) = ports.iter().find(|p| p.id() == id).and_then(|p| p.queue(w)) {
-            ids.push(id);
+    let (mut ids, mut queues): (Vec<u16>, Vec<Queue>) = (Vec::new(), Vec::new());
+    for id in opts.ingress.iter().chain(opts.to.iter().map(|t| &t.port)) {
+        if !ids.contains(id)
+            && let Some(q) = ports.iter().find(|p| p.id() == *id).and_then(|p| p.queue(w))
+        {
+            ids.push(*id);
             queues.push(q);
         }
     }
