@@ -821,3 +821,81 @@ fn a_memif_peer_killed_in_the_middle_of_traffic_takes_down_only_its_link() {
     // The link was up in some rounds: packets went both ways over it.
     assert!(q["rx"].as_u64().unwrap() > 0 && q["tx"].as_u64().unwrap() > 0, "{r:#}");
 }
+
+/// `steer --table`: two of three hosts share port 1 and are told apart by
+/// the destination MAC each one's output writes; the third is on port 2
+/// and gets frames as they came. Every flow goes whole, in order, to one
+/// host, and the per-host counts are what each port carried.
+#[test]
+fn the_dispatcher_sends_each_flow_whole_to_one_host_and_hosts_sharing_a_port_by_their_macs() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let o = bin().args(["synth", "--sessions", "300", "--out"]).arg(&input).output().unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let members: Vec<sluice_group::Member> =
+        (0..3).map(|i| sluice_group::Member { host: format!("h{i}"), weight: 1_000_000 }).collect();
+    let table = sluice_group::OwnershipTable::build("t", 1, 0, &members, sluice_group::DEFAULT_SLOTS, 3).unwrap();
+    let table_path = dir.path().join("table.json");
+    std::fs::write(&table_path, serde_json::to_vec(&table).unwrap()).unwrap();
+    let (out1, out2, report) = (dir.path().join("out1.pcap"), dir.path().join("out2.pcap"), dir.path().join("r.json"));
+    let vdevs = [
+        format!("--vdev=net_pcap0,rx_pcap={}", input.display()),
+        format!("--vdev=net_pcap1,tx_pcap={}", out1.display()),
+        format!("--vdev=net_pcap2,tx_pcap={}", out2.display()),
+    ];
+    let macs = [[2, 0, 0, 0, 0, 0x0a], [2, 0, 0, 0, 0, 0x0b]];
+    let o = bin()
+        .args(["steer", "--table"])
+        .arg(&table_path)
+        .args(["--ingress", "0", "--to", "h0=1@02:00:00:00:00:0a", "--to", "h1=1@02:00:00:00:00:0b", "--to", "h2=2"])
+        .args(["--idle-exit-ms", "300", "--report"])
+        .arg(&report)
+        .arg("--")
+        .args(eal("steer-macs", &vdevs))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let sent = frames(&input);
+    let (on1, on2) = (frames(&out1), frames(&out2));
+    // Each host's frames: port 1 split by MAC, port 2 as it is.
+    let mut got: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
+    for f in &on1 {
+        let h = macs.iter().position(|m| f.get(..6) == Some(&m[..])).expect("a frame on port 1 with neither MAC");
+        got[h].push(f.clone());
+    }
+    got[2].extend(on2.iter().cloned());
+    assert_eq!(on1.len() + on2.len(), sent.len(), "every frame leaves once");
+    // Which host each flow went to: one host a flow.
+    let key = |f: &[u8]| sluice_wire::parse(f).key.expect("an IP frame").normalized();
+    let mut owner = std::collections::HashMap::new();
+    for (h, fs) in got.iter().enumerate() {
+        for f in fs {
+            assert_eq!(*owner.entry(key(f)).or_insert(h), h, "a flow went to two hosts");
+        }
+    }
+    for (h, fs) in got.iter().enumerate() {
+        assert!(!fs.is_empty(), "host h{h} got no flow");
+        // What the host got is its flows' frames in the order sent, with
+        // its MAC written where it has one.
+        let expected: Vec<Vec<u8>> = sent
+            .iter()
+            .filter(|f| owner.get(&key(f)) == Some(&h))
+            .map(|f| {
+                let mut f = f.clone();
+                if let Some(mac) = macs.get(h) {
+                    f[..6].copy_from_slice(mac);
+                }
+                f
+            })
+            .collect();
+        assert!(*fs == expected, "host h{h}'s frames differ from its flows' frames as sent");
+    }
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["received"], sent.len() as u64);
+    assert_eq!(r["forwarded"], sent.len() as u64, "{r}");
+    for (h, fs) in got.iter().enumerate() {
+        assert_eq!(r["hosts"][h]["host"], format!("h{h}"));
+        assert_eq!(r["hosts"][h]["packets"], fs.len() as u64, "{r}");
+        assert_eq!(r["hosts"][h]["dropped"], 0);
+    }
+}
