@@ -507,6 +507,9 @@ impl PacketIo for DpdkIo {
     fn receive(&mut self, max: usize) -> Receive {
         self.mbufs.clear();
         self.ingress.clear();
+        // What `packets` found belongs to its batch only.
+        self.copied.clear();
+        self.stripped.clear();
         if self.held.first().is_some_and(|h| h.at.elapsed() >= HOLD_LIMIT) {
             let now = Instant::now();
             self.release_where(|h| now.saturating_duration_since(h.at) >= HOLD_LIMIT);
