@@ -1465,12 +1465,21 @@ fn a_host_that_stops_beaconing_loses_its_flows_to_their_next_owners_within_milli
         if owner(f).as_deref() == Some("h2") && when >= detected + 0.05 && when < resumed {
             due += 1;
             if n == 0 {
-                lost.push(format!("{t:.3}"));
+                let to = sluice_wire::parse(f).key.is_some_and(|k| k.dst_port == 80);
+                lost.push(format!("{t:.3} {}", if to { "client" } else { "server" }));
             }
         }
     }
     eprintln!("frames of h2's flows due while it was taken for dead: {due}, lost {}", lost.len());
     assert!(due > 500, "{due}");
+    if !lost.is_empty() {
+        // What the next owners saw: moved flowlets with and without their
+        // state, waits, held and dropped packets, and what each forwarded.
+        for h in hosts {
+            let r = host_report(d, h);
+            eprintln!("{h}: peer {}; deployments {}", r["peer"], r["deployments"]);
+        }
+    }
     assert!(lost.is_empty(), "frames of h2's flows lost after the dispatcher noticed: {lost:?}");
     assert_eq!(twice, 0, "no frame is processed twice");
     for p in &mut procs {
