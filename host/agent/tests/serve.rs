@@ -158,9 +158,8 @@ async fn eventually(what: &str, cond: impl Fn() -> bool) {
 }
 
 /// A deployment's checkpoint.
-fn journal(state_dir: &Path, id: &str) -> Option<serde_json::Value> {
-    let bytes = std::fs::read(state_dir.join("journal").join(format!("{id}.json"))).ok()?;
-    Some(serde_json::from_slice(&bytes).unwrap())
+fn journal(state_dir: &Path, id: &str) -> Option<sluice_agent::journal::Checkpoint> {
+    sluice_agent::journal::read(&sluice_agent::journal::dir(state_dir), id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,7 +196,7 @@ async fn converging_starts_new_deployments_stops_removed_ones_and_replaces_chang
     let b3 = deployment("b", 3, &[("fw", &firewall, "{}"), ("nf", &noop, "")]);
     desire(&bus, &[&b3, &c]).await;
     heartbeat(&mut beats, "b at revision 3", |hb| runs(hb, &b3) && runs(hb, &c)).await;
-    let nfs = || journal(&state, "b").map_or(0, |j| j["nfs"].as_array().map_or(0, Vec::len));
+    let nfs = || journal(&state, "b").map_or(0, |j| j.nfs.len());
     eventually("b's checkpoint names its two NFs", || nfs() == 2).await;
 
     let report = agent.stop().await;

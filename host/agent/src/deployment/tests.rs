@@ -124,7 +124,8 @@ async fn a_killed_deployments_open_window_is_billed_once_under_the_same_ids() {
     // Recovery at the next start. Killed again before the checkpoint was
     // rewritten, it recovers the same records under the same ids.
     let (journal_dir, outbox_dir) = (journal::dir(&state), state.join("outbox"));
-    let checkpoint = journal_dir.join("d1.json");
+    shared.journal.flush();
+    let checkpoint = journal_dir.join("checkpoints.log");
     let before = std::fs::read(&checkpoint).unwrap();
     let recovered = journal::recover(&journal_dir, &outbox_dir, "h1").unwrap();
     std::fs::write(&checkpoint, &before).unwrap();
