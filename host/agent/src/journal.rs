@@ -166,24 +166,21 @@ enum Line {
 /// The newest checkpoint of each name, and when it was written.
 type Newest = HashMap<String, (u64, Checkpoint)>;
 
-/// A [`Line::Put`] to write, borrowing its checkpoint.
+/// A [`Line`] to write, borrowing what it holds.
 #[derive(Serialize)]
 #[serde(rename_all = "snake_case")]
-enum PutRef<'a> {
+enum LineRef<'a> {
     Put { at_ms: u64, checkpoint: &'a Checkpoint },
+    Gone { deployment: &'a str },
 }
 
-fn put_line(buf: &mut Vec<u8>, at_ms: u64, c: &Checkpoint) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *buf, &PutRef::Put { at_ms, checkpoint: c }).map_err(std::io::Error::other)?;
-    buf.push(b'\n');
-    Ok(())
-}
-
-fn gone_line(buf: &mut Vec<u8>, deployment: &str) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *buf, &Line::Gone { deployment: deployment.to_string() })
-        .map_err(std::io::Error::other)?;
-    buf.push(b'\n');
-    Ok(())
+impl LineRef<'_> {
+    /// Appends the line, newline included, to `buf`.
+    fn encode(&self, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        serde_json::to_writer(&mut *buf, self).map_err(std::io::Error::other)?;
+        buf.push(b'\n');
+        Ok(())
+    }
 }
 
 /// Replays the log in `dir` (none: empty); a line that does not parse (a
@@ -222,7 +219,7 @@ fn rewrite(dir: &Path, newest: &Newest) -> std::io::Result<u64> {
     names.sort();
     for name in names {
         if let Some((at_ms, c)) = newest.get(name) {
-            put_line(&mut buf, *at_ms, c)?;
+            LineRef::Put { at_ms: *at_ms, checkpoint: c }.encode(&mut buf)?;
         }
     }
     let path = dir.join(LOG);
@@ -288,11 +285,6 @@ impl Journal {
         Ok(j)
     }
 
-    /// The directory the log is in.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Hands a checkpoint over: written soon, replacing any older one of
     /// its name not written yet.
     pub fn write(&self, c: Checkpoint) {
@@ -307,7 +299,7 @@ impl Journal {
         self.pending.lock().remove(&c.name());
         let at_ms = sluice_control::now_ms();
         let mut buf = Vec::new();
-        put_line(&mut buf, at_ms, c)?;
+        LineRef::Put { at_ms, checkpoint: c }.encode(&mut buf)?;
         self.append(&mut log, &buf)?;
         log.newest.insert(c.name(), (at_ms, c.clone()));
         Ok(())
@@ -323,7 +315,7 @@ impl Journal {
         let at_ms = sluice_control::now_ms();
         let mut buf = Vec::new();
         for c in batch.values() {
-            if let Err(e) = put_line(&mut buf, at_ms, c) {
+            if let Err(e) = (LineRef::Put { at_ms, checkpoint: c }).encode(&mut buf) {
                 tracing::error!(deployment = %c.deployment, "cannot encode the checkpoint: {e}");
             }
         }
@@ -368,7 +360,7 @@ impl Journal {
         }
         let mut buf = Vec::new();
         for d in &deployments {
-            if let Err(e) = gone_line(&mut buf, d) {
+            if let Err(e) = (LineRef::Gone { deployment: d }).encode(&mut buf) {
                 tracing::error!(deployment = %d, "cannot encode the removal: {e}");
             }
         }
