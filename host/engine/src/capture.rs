@@ -1,7 +1,7 @@
 //! Packets from a capture file (already in memory), delivered to a
 //! closure: `sluice-host run`'s workers and `serve`'s deployments.
 
-use crate::io::{PacketIo, Receive};
+use crate::io::{PacketIo, Receive, Results};
 use sluice_pcap::Trace;
 use sluice_runtime::{PacketResult, RawPacket};
 use std::ops::Range;
@@ -104,8 +104,8 @@ impl<'t, F: FnMut(usize, RawPacket<'t>, &PacketResult)> PacketIo for CaptureIo<'
         }
     }
 
-    fn deliver(&mut self, results: &[PacketResult]) {
-        for (pos, r) in self.taken.clone().zip(results) {
+    fn deliver(&mut self, results: Results<'_>) {
+        for (pos, r) in self.taken.clone().zip(results.iter()) {
             if let Some(i) = self.order.at(pos)
                 && let Some(p) = self.view(i)
             {

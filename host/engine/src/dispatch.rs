@@ -11,7 +11,7 @@
 //! traffic into another's port.
 
 use crate::classify::{Attachment, Classifier, Unmatched, outer_vlan};
-use crate::io::{PacketIo, Receive};
+use crate::io::{PacketIo, Receive, Results};
 use crate::worker::{Worker, recycle};
 use serde::Serialize;
 use sluice_runtime::{Defer, Fate, Hold, PacketResult, RawPacket, StageTimes, Stopwatch};
@@ -169,9 +169,14 @@ pub struct Dispatch {
     /// Packets of the batch per lane.
     per_lane: Vec<usize>,
     /// Results of the lane being run whose rewrite changed the outer VLAN:
-    /// (position in the batch, new VLAN).
+    /// (index in its results, new VLAN).
     retagged: Vec<(usize, Option<u16>)>,
-    results: Vec<PacketResult>,
+    /// Where each packet of the batch has its result: (lane, index in the
+    /// lane's results), or a place in [`FIXED`] (lane: the number of
+    /// lanes).
+    at: Vec<(u32, u32)>,
+    /// The lanes' results and [`FIXED`], for delivery.
+    parts: Vec<&'static [PacketResult]>,
     /// The batch's marked packets, and those of the lane being run.
     moved: Vec<(usize, SteerMark)>,
     lane_moved: Vec<(usize, SteerMark)>,
@@ -214,7 +219,8 @@ impl Dispatch {
             allowed: Vec::new(),
             per_lane: Vec::new(),
             retagged: Vec::new(),
-            results: Vec::new(),
+            at: Vec::new(),
+            parts: Vec::new(),
             moved: Vec::new(),
             lane_moved: Vec::new(),
             positions: Vec::new(),
@@ -359,10 +365,6 @@ impl Dispatch {
             Some(classifier) => self.classify(classifier, &raw),
             None => self.owners.resize(raw.len(), Some(Owner::WHOLE)),
         }
-        let unmatched = match self.unmatched {
-            Unmatched::Drop => Fate::Refused,
-            Unmatched::Forward => Fate::Forward(0),
-        };
         self.counters.unmatched += self.owners.iter().filter(|o| o.is_none()).count() as u64;
         self.per_lane.clear();
         self.per_lane.resize(lanes.len(), 0);
@@ -383,10 +385,12 @@ impl Dispatch {
             self.sole_deliver(io, lane, run, n);
             return got;
         }
-        self.results.clear();
-        // A claimed packet that no lane runs is dropped.
-        self.results
-            .extend(self.owners.iter().map(|o| PacketResult::of(if o.is_some() { Fate::Refused } else { unmatched })));
+        // A claimed packet that no lane runs is dropped; each lane that runs
+        // points its packets at its own results.
+        let fixed = u32::try_from(lanes.len()).unwrap_or(u32::MAX);
+        let unmatched = (fixed, u32::from(matches!(self.unmatched, Unmatched::Forward)));
+        self.at.clear();
+        self.at.extend(self.owners.iter().map(|o| if o.is_some() { (fixed, REFUSED) } else { unmatched }));
         let contended = self.per_lane.iter().filter(|&&n| n > 0).count() > 1;
         // The batch's packets grouped by lane, in order within each: lane
         // `l`'s are `order[starts[l]..starts[l] + per_lane[l]]`.
@@ -416,11 +420,7 @@ impl Dispatch {
                 continue;
             }
             if !lane.admit(contended) {
-                for (slot, owner) in self.results.iter_mut().zip(&self.owners) {
-                    if owner.is_some_and(|o| o.lane == li) {
-                        slot.fate = Fate::Refused;
-                    }
-                }
+                // Its packets' places stay refused.
                 self.counters.over_share += mine as u64;
                 lane.refused(mine as u64);
                 continue;
@@ -461,11 +461,12 @@ impl Dispatch {
                 self.allowed.extend(self.ports.iter().map(|&p| lane.may_send(p)));
                 let results = lane.run(&sub, &self.lane_moved);
                 let mut forwarded = 0u64;
+                let part = u32::try_from(li).unwrap_or(u32::MAX);
                 // The lane's results in order, with the position in the
                 // batch of each (held packets are in neither).
-                for (r, &i) in results.iter_mut().zip(&self.positions) {
-                    let (Some(slot), Some(Some(owner)), Some(original)) =
-                        (self.results.get_mut(i), self.owners.get(i), raw.get(i))
+                for ((k, r), &i) in results.iter_mut().enumerate().zip(&self.positions) {
+                    let (Some(place), Some(Some(owner)), Some(original)) =
+                        (self.at.get_mut(i), self.owners.get(i), raw.get(i))
                     else {
                         continue;
                     };
@@ -478,22 +479,19 @@ impl Dispatch {
                         && let Some(vlan) = r.data.as_deref().map(outer_vlan)
                         && vlan != outer_vlan(original.data)
                     {
-                        self.retagged.push((i, vlan));
+                        self.retagged.push((k, vlan));
                     }
                     forwarded += u64::from(matches!(fate, Fate::Forward(_)));
                     r.fate = fate;
-                    // Swapped, not taken: the batch's slot gets the result
-                    // and the lane's gets the refused result the slot held,
-                    // with no result built and none dropped per packet.
-                    std::mem::swap(slot, r);
+                    *place = (part, u32::try_from(k).unwrap_or(u32::MAX));
                 }
                 let now = std::time::Instant::now();
                 let took = now.saturating_duration_since(started);
                 started = now;
-                forwarded -= self.refuse_retagged(lane);
+                forwarded = forwarded.saturating_sub(self.refuse_retagged(lane));
                 // Output commit: the packets whose output waits.
                 if lane.commits() {
-                    forwarded = forwarded.saturating_sub(self.defer_lane(lane, &sub, &mut defer_room));
+                    forwarded = forwarded.saturating_sub(self.defer_lane(lane, &sub, &mut defer_room, true));
                 }
                 lane.ran(sub.len() as u64, forwarded, took);
             }
@@ -513,7 +511,14 @@ impl Dispatch {
         for &(at, ticket) in &self.to_defer {
             io.defer(at, ticket);
         }
-        io.deliver(&self.results);
+        // Each lane's results where its chain left them: none is copied.
+        let mut parts = recycle(std::mem::take(&mut self.parts));
+        for lane in lanes.iter_mut() {
+            parts.push(&*lane.last_results());
+        }
+        parts.push(&FIXED);
+        io.deliver(Results::gathered(&parts, &self.at));
+        self.parts = recycle(parts);
         if let Some(t) = self.timing.as_deref_mut() {
             t.1.deliver_ns += t.0.lap();
             t.1.batches += 1;
@@ -549,26 +554,32 @@ impl Dispatch {
     }
 
     /// Asks `lane` (output commit) which of its packets of the batch
-    /// (`sub`, at `positions`) wait, after their fates are set: notes the
-    /// kept ones in `to_defer` (taking from `room`) and refuses the ones
-    /// that may not leave. Returns how many forwarded packets it refused.
-    fn defer_lane<L: Lane>(&mut self, lane: &mut L, sub: &[RawPacket<'_>], room: &mut usize) -> u64 {
+    /// (`sub`) wait, after their fates are set in its results: notes the
+    /// kept ones in `to_defer` at their place in the batch (`positions`
+    /// where `gathered`, else the same index), taking from `room`, and
+    /// refuses the ones that may not leave. Returns how many forwarded
+    /// packets it refused.
+    fn defer_lane<L: Lane>(&mut self, lane: &mut L, sub: &[RawPacket<'_>], room: &mut usize, gathered: bool) -> u64 {
         self.leaves.clear();
-        self.leaves.extend(
-            self.positions.iter().map(|&i| self.results.get(i).is_some_and(|r| matches!(r.fate, Fate::Forward(_)))),
-        );
+        self.leaves.extend(lane.last_results().iter().map(|r| matches!(r.fate, Fate::Forward(_))));
         self.defers.clear();
         lane.defer(sub, &self.leaves, *room, &mut self.defers);
+        if self.defers.is_empty() {
+            return 0;
+        }
+        let results = lane.last_results();
         let mut refused = 0;
         for &(k, d) in &self.defers {
-            let Some(&i) = self.positions.get(k) else { continue };
             match d {
                 Defer::Keep(ticket) => {
-                    self.to_defer.push((i, ticket));
-                    *room = room.saturating_sub(1);
+                    let at = if gathered { self.positions.get(k).copied() } else { Some(k) };
+                    if let Some(at) = at {
+                        self.to_defer.push((at, ticket));
+                        *room = room.saturating_sub(1);
+                    }
                 }
                 Defer::Drop => {
-                    if let Some(r) = self.results.get_mut(i) {
+                    if let Some(r) = results.get_mut(k) {
                         r.fate = Fate::Refused;
                         self.counters.uncommitted += 1;
                         refused += 1;
@@ -621,8 +632,9 @@ impl Dispatch {
             } else {
                 0
             };
+            let mut room = defer_room;
             let forwarded =
-                forwarded.saturating_sub(if lane.commits() { self.defer_sole(lane, raw, defer_room) } else { 0 });
+                forwarded.saturating_sub(if lane.commits() { self.defer_lane(lane, raw, &mut room, false) } else { 0 });
             let ns = self.timing.as_deref_mut().map_or(0, |t| t.0.lap());
             return Some(SoleRun { started, forwarded, ns });
         }
@@ -646,38 +658,13 @@ impl Dispatch {
         // moves a packet into another VLAN is refused later, and its kept
         // entry left without output).
         if lane.commits() {
-            forwarded = forwarded.saturating_sub(self.defer_sole(lane, raw, defer_room));
+            let mut room = defer_room;
+            forwarded = forwarded.saturating_sub(self.defer_lane(lane, raw, &mut room, false));
         }
         // The run and the fates: the chain's stages as it timed them, the
         // rest verdicts.
         let ns = self.timing.as_deref_mut().map_or(0, |t| t.0.lap());
         Some(SoleRun { started, forwarded, ns })
-    }
-
-    /// [`defer_lane`](Self::defer_lane) for a lane that owns the whole
-    /// batch (`raw`), its results in place.
-    fn defer_sole<L: Lane>(&mut self, lane: &mut L, raw: &[RawPacket<'_>], room: usize) -> u64 {
-        self.leaves.clear();
-        self.leaves.extend(lane.last_results().iter().map(|r| matches!(r.fate, Fate::Forward(_))));
-        self.defers.clear();
-        lane.defer(raw, &self.leaves, room, &mut self.defers);
-        let mut refused = 0;
-        if !self.defers.is_empty() {
-            let results = lane.last_results();
-            for &(i, d) in &self.defers {
-                match d {
-                    Defer::Keep(ticket) => self.to_defer.push((i, ticket)),
-                    Defer::Drop => {
-                        if let Some(r) = results.get_mut(i) {
-                            r.fate = Fate::Refused;
-                            self.counters.uncommitted += 1;
-                            refused += 1;
-                        }
-                    }
-                }
-            }
-        }
-        refused
     }
 
     /// Delivers the results [`sole_run`](Self::sole_run) set (`n` packets).
@@ -686,16 +673,10 @@ impl Dispatch {
         for &(at, ticket) in &self.to_defer {
             io.defer(at, ticket);
         }
-        if self.retagged.is_empty() {
-            io.deliver(lane.last_results());
-        } else {
-            // A rewrite changed a packet's VLAN: checked against the lane's
-            // attachments, on a copy.
-            self.results.clear();
-            self.results.extend(lane.last_results().iter_mut().map(PacketResult::take));
-            forwarded -= self.refuse_retagged(lane);
-            io.deliver(&self.results);
-        }
+        // A rewrite that changed a packet's VLAN is checked against the
+        // lane's attachments.
+        forwarded = forwarded.saturating_sub(self.refuse_retagged(lane));
+        io.deliver(lane.last_results().into());
         let took = started.map(|s| s.elapsed());
         if let Some(t) = self.timing.as_deref_mut() {
             t.1.deliver_ns += t.0.lap();
@@ -708,17 +689,20 @@ impl Dispatch {
         }
     }
 
-    /// Refuses the results in `retagged` (position in the batch's results,
-    /// new outer VLAN) whose VLAN `lane` may not send: a rewrite may not
-    /// move a packet into another tenant's VLAN. Returns how many it
-    /// refused (they had been forwarded).
-    fn refuse_retagged<L: Lane>(&mut self, lane: &L) -> u64 {
+    /// Refuses the results of `lane` in `retagged` (index in its results,
+    /// new outer VLAN) whose VLAN it may not send: a rewrite may not move
+    /// a packet into another tenant's VLAN. Returns how many it refused
+    /// (they had been forwarded).
+    fn refuse_retagged<L: Lane>(&mut self, lane: &mut L) -> u64 {
+        if self.retagged.is_empty() {
+            return 0;
+        }
+        self.retagged.retain(|&(_, vlan)| !lane.may_tag(vlan));
+        let results = lane.last_results();
         let mut refused = 0;
-        for (i, vlan) in self.retagged.drain(..) {
-            if !lane.may_tag(vlan)
-                && let Some(slot) = self.results.get_mut(i)
-            {
-                slot.fate = Fate::Refused;
+        for (k, _) in self.retagged.drain(..) {
+            if let Some(r) = results.get_mut(k) {
+                r.fate = Fate::Refused;
                 self.counters.refused_egress += 1;
                 refused += 1;
             }
@@ -762,6 +746,11 @@ impl Dispatch {
         });
     }
 }
+
+/// The results of packets no lane ran: refused (at [`REFUSED`]) and
+/// forwarded by the host's [`Unmatched`] policy (at 1).
+static FIXED: [PacketResult; 2] = [PacketResult::of(Fate::Refused), PacketResult::of(Fate::Forward(0))];
+const REFUSED: u32 = 0;
 
 /// Port and VLAN pairs a batch remembers the owners of (direct-mapped: a
 /// batch of 16 tenants' VLANs in turn thrashed 8 slots, and classified
@@ -849,7 +838,7 @@ mod tests {
                 out.push(RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 0, ingress_port: *port });
             }
         }
-        fn deliver(&mut self, results: &[PacketResult]) {
+        fn deliver(&mut self, results: Results<'_>) {
             self.delivered = results.iter().map(|r| r.fate).collect();
         }
     }
@@ -932,8 +921,8 @@ mod tests {
             }
             moved.extend_from_slice(&self.marks);
         }
-        fn deliver(&mut self, results: &[PacketResult]) {
-            for (i, (f, r)) in self.frames.iter().zip(results).enumerate() {
+        fn deliver(&mut self, results: Results<'_>) {
+            for (i, (f, r)) in self.frames.iter().zip(results.iter()).enumerate() {
                 match self.holding.iter().find(|h| h.0 == i) {
                     Some(&(_, t)) => self.held.push((t, f.clone())),
                     None => self.delivered.push((f.clone(), r.fate)),
@@ -1136,8 +1125,8 @@ mod tests {
                 ingress_port: 0,
             }));
         }
-        fn deliver(&mut self, results: &[PacketResult]) {
-            for (i, (f, r)) in self.frames.iter().zip(results).enumerate() {
+        fn deliver(&mut self, results: Results<'_>) {
+            for (i, (f, r)) in self.frames.iter().zip(results.iter()).enumerate() {
                 if !matches!(r.fate, Fate::Forward(_)) {
                     self.dropped += 1;
                 } else if let Some(&(_, t)) = self.deferring.iter().find(|(at, _)| *at == i) {

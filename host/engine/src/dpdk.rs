@@ -31,9 +31,9 @@
 //! most [`MAX_DEFERRED`] a worker) until its ticket is let go (sent, in
 //! the order kept) or dropped; one kept past [`DEFER_LIMIT`] is dropped.
 
-use crate::io::{OutputCount, PacketIo, QueueCounters, Receive};
+use crate::io::{OutputCount, PacketIo, QueueCounters, Receive, Results};
 use sluice_dpdk::{Mbuf, Mempool, Queue};
-use sluice_runtime::{Fate, PacketResult, RawPacket};
+use sluice_runtime::{Fate, RawPacket};
 use sluice_wire::steer::{self, SteerMark};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -596,7 +596,7 @@ impl PacketIo for DpdkIo {
         *kept = crate::worker::recycle(views);
     }
 
-    fn deliver(&mut self, results: &[PacketResult]) {
+    fn deliver(&mut self, results: Results<'_>) {
         let n_outputs = self.outputs.len();
         let mut mbufs = std::mem::take(&mut self.mbufs);
         self.holding.sort_unstable_by_key(|&(i, _)| i);
@@ -613,7 +613,7 @@ impl PacketIo for DpdkIo {
         let scratch = std::mem::take(&mut self.scratch);
         let stripped_now = std::mem::take(&mut self.stripped);
         let mut stripped = stripped_now.iter().peekable();
-        for (i, ((mut m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results).enumerate() {
+        for (i, ((mut m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results.iter()).enumerate() {
             let unmarked = stripped.next_if(|&&(at, _)| at == i).and_then(|&(_, slot)| scratch.get(slot));
             if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
                 if let Some(frame) = unmarked

@@ -1,7 +1,7 @@
 //! Where a worker's packets come from and where their results go.
 
 use serde::{Deserialize, Serialize};
-use sluice_runtime::{PacketResult, RawPacket};
+use sluice_runtime::{Fate, PacketResult, RawPacket};
 
 /// What a [`PacketIo::receive`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub trait PacketIo {
 
     /// Takes the result of each packet of the last `receive`, in order:
     /// sends, writes or records it, and lets the packets go.
-    fn deliver(&mut self, results: &[PacketResult]);
+    fn deliver(&mut self, results: Results<'_>);
 
     /// Times the device's transmit bursts from now on (see
     /// [`sluice_runtime::stages`]); I/O without a device does nothing.
@@ -91,6 +91,116 @@ pub trait PacketIo {
     /// they were kept, and frees those under the tickets of `drop`.
     fn settle(&mut self, send: &[u64], drop: &[u64]) {
         let _ = (send, drop);
+    }
+}
+
+/// The results of a batch, one per packet in the order received: one
+/// slice, or gathered from the slices of the lanes that ran parts of it
+/// (each packet names its lane's slice and its place there), so that no
+/// result is copied into a batch-wide array.
+#[derive(Debug, Clone, Copy)]
+pub struct Results<'a>(Source<'a>);
+
+#[derive(Debug, Clone, Copy)]
+enum Source<'a> {
+    Slice(&'a [PacketResult]),
+    Gathered { parts: &'a [&'a [PacketResult]], at: &'a [(u32, u32)] },
+}
+
+impl<'a> Results<'a> {
+    /// The results of a batch whose packet `i` has the result
+    /// `parts[at[i].0][at[i].1]`; a place that names none reads as
+    /// refused.
+    pub fn gathered(parts: &'a [&'a [PacketResult]], at: &'a [(u32, u32)]) -> Self {
+        Results(Source::Gathered { parts, at })
+    }
+
+    /// How many packets.
+    pub fn len(&self) -> usize {
+        match self.0 {
+            Source::Slice(s) => s.len(),
+            Source::Gathered { at, .. } => at.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The result of packet `i`.
+    pub fn get(&self, i: usize) -> Option<&'a PacketResult> {
+        match self.0 {
+            Source::Slice(s) => s.get(i),
+            Source::Gathered { parts, at } => at.get(i).map(|&place| Self::find(parts, place)),
+        }
+    }
+
+    /// Each packet's result, in order.
+    pub fn iter(&self) -> ResultsIter<'a> {
+        match self.0 {
+            Source::Slice(s) => ResultsIter::Slice(s.iter()),
+            Source::Gathered { parts, at } => ResultsIter::Gathered { parts, at: at.iter() },
+        }
+    }
+
+    #[inline]
+    fn find(parts: &'a [&'a [PacketResult]], (part, i): (u32, u32)) -> &'a PacketResult {
+        parts.get(part as usize).and_then(|p| p.get(i as usize)).unwrap_or(&REFUSED)
+    }
+}
+
+/// The iterator of [`Results::iter`].
+#[derive(Debug, Clone)]
+pub enum ResultsIter<'a> {
+    /// Over one slice.
+    Slice(std::slice::Iter<'a, PacketResult>),
+    /// Over places in parts.
+    Gathered {
+        /// The parts.
+        parts: &'a [&'a [PacketResult]],
+        /// The places still to read.
+        at: std::slice::Iter<'a, (u32, u32)>,
+    },
+}
+
+impl<'a> Iterator for ResultsIter<'a> {
+    type Item = &'a PacketResult;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a PacketResult> {
+        match self {
+            ResultsIter::Slice(s) => s.next(),
+            ResultsIter::Gathered { parts, at } => at.next().map(|&place| Results::find(parts, place)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            ResultsIter::Slice(s) => s.size_hint(),
+            ResultsIter::Gathered { at, .. } => at.size_hint(),
+        }
+    }
+}
+
+/// What a place that names no result reads as.
+static REFUSED: PacketResult = PacketResult::of(Fate::Refused);
+
+impl<'a> From<&'a [PacketResult]> for Results<'a> {
+    fn from(s: &'a [PacketResult]) -> Self {
+        Results(Source::Slice(s))
+    }
+}
+
+impl<'a> From<&'a mut [PacketResult]> for Results<'a> {
+    fn from(s: &'a mut [PacketResult]) -> Self {
+        Results(Source::Slice(s))
+    }
+}
+
+impl<'a> From<&'a Vec<PacketResult>> for Results<'a> {
+    fn from(s: &'a Vec<PacketResult>) -> Self {
+        Results(Source::Slice(s))
     }
 }
 
@@ -185,4 +295,25 @@ pub struct PortReport {
     pub oerrors: u64,
     /// Per-queue counters (received on this port), one per worker.
     pub queues: Vec<QueueCounters>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gathered_results_read_each_packet_from_its_part_and_a_bad_place_as_refused() {
+        let a = [PacketResult::of(Fate::Forward(1)), PacketResult::of(Fate::Dropped(0))];
+        let b = [PacketResult::of(Fate::Forward(2))];
+        let parts: [&[PacketResult]; 2] = [&a, &b];
+        let at = [(1, 0), (0, 1), (0, 0), (2, 0), (0, 7)];
+        let r = Results::gathered(&parts, &at);
+        let fates: Vec<Fate> = r.iter().map(|r| r.fate).collect();
+        assert_eq!(fates, [Fate::Forward(2), Fate::Dropped(0), Fate::Forward(1), Fate::Refused, Fate::Refused]);
+        assert_eq!(r.len(), 5);
+        assert_eq!(r.get(2).map(|r| r.fate), Some(Fate::Forward(1)));
+        assert_eq!(r.get(5), None);
+        let one = Results::from(&a[..]);
+        assert_eq!(one.iter().map(|r| r.fate).collect::<Vec<_>>(), [Fate::Forward(1), Fate::Dropped(0)]);
+    }
 }

@@ -47,7 +47,7 @@ pub use classify::{Attachment, AttachmentError, Classifier, Side, Unmatched, out
 pub use dispatch::{Dispatch, DispatchCounters, Lane};
 pub use driver::{Driver, End, Pass};
 pub use fair::{FairShare, Share};
-pub use io::{OutputCount, PacketIo, PortReport, QueueCounters, Receive};
+pub use io::{OutputCount, PacketIo, PortReport, QueueCounters, Receive, Results, ResultsIter};
 pub use sluice_runtime::fragments::FragmentMode;
 pub use sluice_wire::steer::SteerMark;
 pub use worker::{Worker, recycle};

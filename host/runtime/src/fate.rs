@@ -36,19 +36,8 @@ pub struct PacketResult {
 
 impl PacketResult {
     /// A result with no new bytes.
-    pub fn of(fate: Fate) -> Self {
+    pub const fn of(fate: Fate) -> Self {
         PacketResult { fate, data: None, label: None, fragments: Vec::new() }
-    }
-
-    /// This result, its bytes moved out (this one keeps its fate and
-    /// label, and no bytes).
-    pub fn take(&mut self) -> Self {
-        PacketResult {
-            fate: self.fate,
-            data: self.data.take(),
-            label: self.label,
-            fragments: std::mem::take(&mut self.fragments),
-        }
     }
 
     /// The frames that leave for this packet when it is forwarded, given

@@ -572,7 +572,7 @@ impl<Io: PacketIo> sluice_engine::Pass for Steering<'_, Io> {
         io.packets(&mut batch, moved);
         router.steer_batch(&batch, results);
         *views = sluice_engine::recycle(batch);
-        io.deliver(results);
+        io.deliver(results.as_slice().into());
         router.count_sent(io.output_counts());
         Receive::Packets(got)
     }
