@@ -650,7 +650,9 @@ impl PacketIo for DpdkIo {
             let keep = deferring.next_if(|&&(at, _)| at == i).map(|&(_, ticket)| ticket);
             let queued = target.and_then(|t| self.out.get(t)).map_or(0, Vec::len);
             match target {
-                Some(t) if !r.fragments.is_empty() => self.enqueue_fragments(m, &r.fragments, t, pi),
+                Some(t) if r.fragments.as_deref().is_some_and(|c| !c.is_empty()) => {
+                    self.enqueue_fragments(m, r.fragments.as_deref().unwrap_or(&[]), t, pi)
+                }
                 Some(t) => {
                     let len = lens.get(i).map_or_else(|| m.len(), |&l| l as usize);
                     let data = r.data.as_deref().or(unmarked.map(Vec::as_slice));

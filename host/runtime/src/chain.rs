@@ -778,7 +778,8 @@ impl Chain {
             if let Some(r) = self.results.get_mut(at)
                 && let (Fate::Forward(_), Some(d)) = (&r.fate, &r.data)
             {
-                r.fragments = sluice_wire::reassembly::split(d, &cut);
+                let cut = sluice_wire::reassembly::split(d, &cut);
+                r.fragments = (!cut.is_empty()).then(|| cut.into_boxed_slice());
             }
         }
         self.lap(Stage::Verdicts);
@@ -990,7 +991,7 @@ impl Chain {
             let Some(r) = self.results.get_mut(orig) else { continue };
             let label = match self.out.verdicts.get(j).copied().unwrap_or(Verdict::Drop) {
                 Verdict::Drop => {
-                    r.fate = Fate::Dropped(s);
+                    r.fate = Fate::Dropped(u16::try_from(s).unwrap_or(u16::MAX));
                     continue;
                 }
                 Verdict::Forward(port) => {

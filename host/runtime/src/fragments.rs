@@ -81,7 +81,7 @@ impl Followers {
             },
             _ => None,
         };
-        Some(PacketResult { fate: d.fate, data, label: d.label, fragments: Vec::new() })
+        Some(PacketResult { fate: d.fate, data, label: d.label, fragments: None })
     }
 
     /// Datagrams remembered.

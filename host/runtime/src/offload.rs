@@ -715,7 +715,9 @@ impl Table {
         }
         let fate = match (c.forward, path.last()) {
             (Some(p), _) => Fate::Forward(p),
-            (None, Some(last)) => Fate::Dropped(last.stage),
+            (None, Some(last)) => {
+                Fate::Dropped(u16::try_from(last.stage).map_err(|_| CarryRefusal::Malformed("a stage past any chain"))?)
+            }
             (None, None) => return Err(CarryRefusal::Malformed("no NF dropped it")),
         };
         let out = Out::of(fate).ok_or(CarryRefusal::Malformed("a fate an entry cannot have"))?;
