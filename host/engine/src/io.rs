@@ -139,8 +139,8 @@ impl<'a> Results<'a> {
     /// Each packet's result, in order.
     pub fn iter(&self) -> ResultsIter<'a> {
         match self.0 {
-            Source::Slice(s) => ResultsIter::Slice(s.iter()),
-            Source::Gathered { parts, at } => ResultsIter::Gathered { parts, at: at.iter() },
+            Source::Slice(s) => ResultsIter(Walk::Slice(s.iter())),
+            Source::Gathered { parts, at } => ResultsIter(Walk::Gathered { parts, at: at.iter() }),
         }
     }
 
@@ -152,16 +152,12 @@ impl<'a> Results<'a> {
 
 /// The iterator of [`Results::iter`].
 #[derive(Debug, Clone)]
-pub enum ResultsIter<'a> {
-    /// Over one slice.
+pub struct ResultsIter<'a>(Walk<'a>);
+
+#[derive(Debug, Clone)]
+enum Walk<'a> {
     Slice(std::slice::Iter<'a, PacketResult>),
-    /// Over places in parts.
-    Gathered {
-        /// The parts.
-        parts: &'a [&'a [PacketResult]],
-        /// The places still to read.
-        at: std::slice::Iter<'a, (u32, u32)>,
-    },
+    Gathered { parts: &'a [&'a [PacketResult]], at: std::slice::Iter<'a, (u32, u32)> },
 }
 
 impl<'a> Iterator for ResultsIter<'a> {
@@ -169,16 +165,16 @@ impl<'a> Iterator for ResultsIter<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<&'a PacketResult> {
-        match self {
-            ResultsIter::Slice(s) => s.next(),
-            ResultsIter::Gathered { parts, at } => at.next().map(|&place| Results::find(parts, place)),
+        match &mut self.0 {
+            Walk::Slice(s) => s.next(),
+            Walk::Gathered { parts, at } => at.next().map(|&place| Results::find(parts, place)),
         }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            ResultsIter::Slice(s) => s.size_hint(),
-            ResultsIter::Gathered { at, .. } => at.size_hint(),
+        match &self.0 {
+            Walk::Slice(s) => s.size_hint(),
+            Walk::Gathered { at, .. } => at.size_hint(),
         }
     }
 }
@@ -194,12 +190,6 @@ impl<'a> From<&'a [PacketResult]> for Results<'a> {
 
 impl<'a> From<&'a mut [PacketResult]> for Results<'a> {
     fn from(s: &'a mut [PacketResult]) -> Self {
-        Results(Source::Slice(s))
-    }
-}
-
-impl<'a> From<&'a Vec<PacketResult>> for Results<'a> {
-    fn from(s: &'a Vec<PacketResult>) -> Self {
         Results(Source::Slice(s))
     }
 }
