@@ -271,6 +271,88 @@ fn related_icmp_can_be_turned_off() {
     assert_eq!(out, vec![dns]);
 }
 
+/// An ARP packet for IPv4 over Ethernet: operation `op` (1 request, 2
+/// reply), from 10.0.0.5 about 10.0.0.7, behind VLAN tag `vlan` if any.
+fn arp(op: u16, vlan: Option<u16>) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 5]);
+    if let Some(v) = vlan {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&v.to_be_bytes());
+    }
+    f.extend_from_slice(&0x0806u16.to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4]);
+    f.extend_from_slice(&op.to_be_bytes());
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 5, 10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 10, 0, 0, 7]);
+    f
+}
+
+/// An ICMPv6 message of type `kind` (code 0) from `src` to `dst` with hop
+/// limit `hops`, its checksum right.
+fn icmpv6(src: [u8; 16], dst: [u8; 16], kind: u8, hops: u8) -> Vec<u8> {
+    let (src, dst) = (IpAddr128::from_v6(src), IpAddr128::from_v6(dst));
+    // Built as an echo request, then retyped with its checksum updated.
+    let transport = Transport::IcmpEcho { ident: 0 };
+    let mut f = FrameSpec { src, dst, transport, payload: vec![0; 20], vlan: None }.build();
+    let parsed = sluice_wire::parse(&f);
+    let (l3, l4) = (usize::from(parsed.l3_offset.unwrap()), usize::from(parsed.l4_offset.unwrap()));
+    f[l3 + 7] = hops;
+    let old = u16::from_be_bytes([f[l4], f[l4 + 1]]);
+    let c = sluice_wire::checksum::update_u16(u16::from_be_bytes([f[l4 + 2], f[l4 + 3]]), old, u16::from(kind) << 8);
+    f[l4] = kind;
+    f[l4 + 1] = 0;
+    f[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+#[test]
+fn link_protocols_pass_without_a_rule_unless_turned_off() {
+    let link_local = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+    let global = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+    let solicited = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 7];
+    let (all_nodes, all_routers, mld_routers) = (
+        [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x16],
+    );
+    let mut bad_arp = arp(1, None);
+    bad_arp[15] = 0x06; // a protocol type other than IPv4
+    let cases: Vec<(Vec<u8>, bool, &str)> = vec![
+        (arp(1, None), true, "an arp request"),
+        (arp(2, Some(42)), true, "an arp reply behind a vlan tag"),
+        (bad_arp, false, "arp for another protocol is other non-ip"),
+        (icmpv6(global, solicited, 135, 255), true, "a neighbour solicitation"),
+        (icmpv6([0; 16], solicited, 135, 255), true, "a duplicate address detection probe"),
+        (icmpv6(global, link_local, 136, 255), true, "a neighbour advertisement"),
+        (icmpv6(link_local, all_routers, 133, 255), true, "a router solicitation"),
+        (icmpv6(link_local, all_nodes, 134, 255), true, "a router advertisement"),
+        (icmpv6(global, solicited, 135, 64), false, "a solicitation from beyond the link"),
+        (icmpv6(link_local, global, 137, 255), false, "a redirect is decided by the rules"),
+        (icmpv6([0; 16], mld_routers, 143, 1), true, "a multicast listener report"),
+        (icmpv6(link_local, all_nodes, 130, 1), true, "a multicast listener query"),
+        (icmpv6(global, mld_routers, 143, 1), false, "a listener report from a global address"),
+        (icmpv6(link_local, mld_routers, 143, 2), false, "a listener report with hop limit 2"),
+    ];
+    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.0.clone()).collect();
+    let (report, out) = run_host(RULES, vec![nf("firewall")], &stamped(&frames), |_, _| {});
+    let expected: Vec<Vec<u8>> = cases.iter().filter(|c| c.1).map(|c| c.0.clone()).collect();
+    for (frame, pass, why) in &cases {
+        assert_eq!(out.contains(frame), *pass, "'{why}' should {}pass", if *pass { "" } else { "not " });
+    }
+    assert_eq!(out, expected);
+    // Counted under their own key of `rule-hits`, and they open nothing.
+    let table = |name: &str| report.nfs[0].tables.iter().find(|t| t.spec.name == name).unwrap();
+    let link_hits = table("rule-hits").values.iter().find(|v| v.0 == u64::from(u32::MAX) - 2).map(|v| v.1);
+    assert_eq!(link_hits, Some(expected.len() as u64));
+    assert_eq!(table("connections").entries, 0);
+
+    // Turned off, ARP is non-IP (dropped by default) and the ICMPv6
+    // messages are decided by the rules (none allows them).
+    let config = RULES.replace("default = \"deny\"", "default = \"deny\"\nallow-link-protocols = false");
+    let (_, out) = run_host(&config, vec![nf("firewall")], &stamped(&frames), |_, _| {});
+    assert!(out.is_empty(), "{} passed", out.len());
+}
+
 #[test]
 fn first_fragments_and_long_datagrams_are_decided_by_the_rules_like_whole_packets() {
     use crate::nat::{datagram, ipv4_frame};

@@ -361,6 +361,74 @@ fn udp_datagrams_small_and_fragmented_are_echoed_through_the_nat() {
     assert_eq!(n(&r["nfs"][0]["rewritten"]), n(&r["nfs"][0]["packets"]), "{r:#}");
 }
 
+/// Hosts that find each other as hosts on a link do — ARP, and IPv6 with
+/// link-local addresses, duplicate address detection, multicast listener
+/// reports and neighbour discovery, no static neighbour entry — reach each
+/// other through a firewall whose rules name only the inside's addresses:
+/// the link protocols pass without a rule, and nothing the kernels sent is
+/// dropped.
+#[test]
+fn through_the_firewall_hosts_resolve_each_other_by_arp_and_neighbour_discovery() {
+    let _turn = turn();
+    let w = Wire::new().resolving();
+    let d = Dirs::new();
+    let down = random_file(&d.path("srv"), "blob", 1 << 20, 9);
+    let _srv = w.http_server(&w.server, "::", SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+    let config = r#"
+[nf.firewall.config]
+default = "deny"
+rules = [{ action = "allow", src = "10.0.0.0/24" }, { action = "allow", src = "2001:db8:1::/64" }]
+"#;
+    let mut host = Host::start(&w, d.tmp.path(), &["firewall"], config, &[], RING);
+    probe(&w, "tcp", SERVER_IP, SERVER_HTTP, &mut host);
+    probe(&w, "tcp", SERVER_IP6, SERVER_HTTP, &mut host);
+    for url in [format!("http://{SERVER_IP}:{SERVER_HTTP}/blob"), format!("http://[{SERVER_IP6}]:{SERVER_HTTP}/blob")] {
+        assert_eq!(fetch(&w, &w.client, &url, &d.path("got/down")), sha256(&down), "{url}");
+    }
+    w.settle();
+    let r = host.stop();
+    // Each learned the other's MAC through the host.
+    let (c0, s0) = (w.mac(&w.client, "c0"), w.mac(&w.server, "s0"));
+    let (client_knows, server_knows) =
+        (must(w.client("ip", &["neigh", "show", "dev", "c0"])), must(w.server("ip", &["neigh", "show", "dev", "s0"])));
+    for to in [SERVER_IP, SERVER_IP6] {
+        assert!(client_knows.contains(&format!("{to} lladdr {s0}")), "client: {client_knows}");
+    }
+    for to in [CLIENT_IP, CLIENT_IP6] {
+        assert!(server_knows.contains(&format!("{to} lladdr {c0}")), "server: {server_knows}");
+    }
+    assert_eq!(n(&r["dropped_by_nf"]), 0, "{r:#}");
+}
+
+/// The same on a firewall and NAT chain, as a small site would run it: the
+/// client resolves the server by ARP through the host, and the server the
+/// NAT's public address, which the client (the site's router) answers for
+/// by proxy ARP; the server sees only the public address.
+#[test]
+fn behind_a_firewall_and_nat_the_public_address_is_resolved_by_the_sites_proxy_arp() {
+    let _turn = turn();
+    let w = Wire::new().resolving();
+    let d = Dirs::new();
+    let down = random_file(&d.path("srv"), "blob", 1 << 20, 10);
+    let _srv = w.http_server(&w.server, SERVER_IP, SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+    // nfs-wasm/nat/README.md, "On a link".
+    must(w.client("sysctl", &["-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.c0.proxy_arp=1"]));
+    ip(&["-n", &w.client, "route", "add", &format!("{PUBLIC_IP}/32"), "dev", "lo"]);
+    let config = format!("{FIREWALL}{NAT}");
+    let mut host = Host::start(&w, d.tmp.path(), &["firewall", "nat"], &config, &["--outside-ports", "1"], RING);
+    probe(&w, "tcp", SERVER_IP, SERVER_HTTP, &mut host);
+    let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/blob");
+    assert_eq!(fetch(&w, &w.client, &url, &d.path("got/down")), sha256(&down));
+    w.settle();
+    let r = host.stop();
+    let (lines, all) = requests_from(&d.path("srv.log"), PUBLIC_IP);
+    assert!(all && lines.len() == 1, "one request, from {PUBLIC_IP}: {lines:?}");
+    let c0 = w.mac(&w.client, "c0");
+    let server_knows = must(w.server("ip", &["neigh", "show", "dev", "s0"]));
+    assert!(server_knows.contains(&format!("{PUBLIC_IP} lladdr {c0}")), "server: {server_knows}");
+    assert_eq!(n(&r["dropped_by_nf"]), 0, "{r:#}");
+}
+
 /// Scenario 5b: IPv6 fragments, which the PMD's socket does not
 /// reassemble, through the firewall with `--fragments reassemble`: the
 /// client's and the server's kernels send each 3,000-byte datagram as
@@ -394,8 +462,6 @@ rules = [{ action = "allow", src = "2001:db8:1::/64" }]
     assert_eq!((n(&c["datagrams_reassembled"]), n(&c["fragments_held"])), (4, 8), "{r:#}");
     assert_eq!(n(&r["reassembling"]), 8, "{r:#}");
     assert_eq!(n(&r["fragmented"]), 8, "cut again as they came: {r:#}");
-    // (The firewall's own drops are the kernels' multicast listener
-    // reports, sent from `::`, which no rule allows.)
     assert_eq!(n(&c["fragments_refused"]) + n(&c["fragments_discarded"]), 0, "{r:#}");
 }
 

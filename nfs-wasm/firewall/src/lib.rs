@@ -22,6 +22,7 @@
 //! `put-many` if it opens, refreshes or closes connections and one
 //! `get-many` if it holds ICMP errors without state of their own.
 
+mod link;
 mod related;
 mod rules;
 
@@ -29,6 +30,7 @@ pub use rules::{Action, Config, DEFAULT_RELATED_CAPACITY, Rule};
 
 use sluice_sdk::offload::{Admission, Offload};
 use sluice_sdk::state::{Bytes, Counters, Merge, StateError, TableSpec, frames, push_frame};
+use sluice_sdk::wire::parse::protocol;
 use sluice_sdk::wire::tcp::flags;
 use sluice_sdk::{Batch, Event, FlowKey, Level, NetworkFunction, NfInfo, Verdict, emit};
 use std::collections::HashMap;
@@ -173,6 +175,11 @@ pub const DEFAULT_RULE_KEY: u64 = u32::MAX as u64;
 /// known (decided by no rule).
 pub const RELATED_RULE_KEY: u64 = u32::MAX as u64 - 1;
 
+/// Key of `rule-hits` for link protocols (ARP, neighbour and multicast
+/// listener discovery) passed by `allow-link-protocols` (decided by no
+/// rule).
+pub const LINK_RULE_KEY: u64 = u32::MAX as u64 - 2;
+
 impl NetworkFunction for Firewall {
     fn init(config: &[u8]) -> Result<(Self, NfInfo), String> {
         let config = Config::parse(config)?;
@@ -205,15 +212,24 @@ impl NetworkFunction for Firewall {
         let mut errors: Vec<(usize, FlowKey, usize)> = Vec::new();
         // (flow, direction) offloaded in this batch: one request each.
         let mut offloaded: Vec<(u32, bool)> = Vec::new();
+        // Link protocols pass and open nothing: without them the hosts on
+        // either side of the link cannot reach each other at all.
+        let link = self.config.allow_link_protocols;
         for i in 0..batch.len() {
             let Some(p) = batch.packet(i) else { continue };
             let Some(key) = p.key() else {
-                // Non-IP traffic (ARP, LLDP, ...) is decided by config.
-                if !self.config.allow_non_ip {
+                if link && link::is_arp(&p) {
+                    self.count_hit(LINK_RULE_KEY);
+                } else if !self.config.allow_non_ip {
+                    // Other non-IP traffic (LLDP, ...) is decided by config.
                     batch.set_verdict(i, Verdict::Drop);
                 }
                 continue;
             };
+            if link && key.protocol == protocol::ICMPV6 && link::is_icmpv6_link(&p) {
+                self.count_hit(LINK_RULE_KEY);
+                continue;
+            }
             let tcp_flags = p.tcp().map(|t| t.flags());
             let flow = p.flow();
             let state = flow.and_then(|f| batch.flow_state(f)).and_then(ConnState::decode);

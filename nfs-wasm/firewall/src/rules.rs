@@ -70,6 +70,8 @@ struct RawConfig {
     rules: Vec<RawRule>,
     #[serde(default)]
     allow_non_ip: bool,
+    #[serde(default = "yes")]
+    allow_link_protocols: bool,
     #[serde(default)]
     log_denied: bool,
     #[serde(default)]
@@ -123,8 +125,12 @@ pub struct Config {
     pub default: Action,
     /// Rules, first match wins.
     pub rules: Vec<Rule>,
-    /// Whether non-IP frames (ARP, ...) pass.
+    /// Whether non-IP frames pass (ARP too, when it does not pass as a
+    /// link protocol).
     pub allow_non_ip: bool,
+    /// Whether link protocols (ARP, ICMPv6 router, neighbour and multicast
+    /// listener discovery on the link) pass without a rule.
+    pub allow_link_protocols: bool,
     /// Whether a denied new connection emits a `firewall.deny` event.
     pub log_denied: bool,
     /// Whether ICMP errors about a known connection pass whatever the
@@ -180,6 +186,7 @@ impl Config {
             default: raw.default,
             rules,
             allow_non_ip: raw.allow_non_ip,
+            allow_link_protocols: raw.allow_link_protocols,
             log_denied: raw.log_denied,
             related_icmp: raw.related_icmp,
             related_capacity: raw.related_capacity,

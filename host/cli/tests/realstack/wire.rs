@@ -10,8 +10,11 @@
 //!
 //! The host is a bump in the wire: it answers no ARP, so both sides reach
 //! each other through static routes and static neighbour entries that
-//! name the far side's MAC; the server reaches the NAT's public address
-//! 203.0.113.1 the same way, with the client's MAC. Checksum and
+//! name the far side's MAC (the wire then carries only the tests' own
+//! frames); the server reaches the NAT's public address 203.0.113.1 the
+//! same way, with the client's MAC. [`Wire::resolving`] removes the
+//! neighbour entries: the kernels then resolve each other through the
+//! host, by ARP and IPv6 neighbour discovery. Checksum and
 //! segmentation offloads are off on all four veth ends, so every frame
 //! carries real checksums and no frame is longer than the MTU.
 //!
@@ -240,6 +243,34 @@ impl Wire {
             ip(&["-n", ns, "-6", "route", "add", other, "dev", end]);
             ip(&["-n", ns, "-6", "neigh", "add", to, "lladdr", mac, "dev", end]);
         }
+        self
+    }
+
+    /// Lets the client and the server find each other as hosts on a link
+    /// do: the static neighbour entries removed (the kernels resolve each
+    /// other's MAC by ARP), and IPv6 addresses ([`CLIENT_IP6`],
+    /// [`SERVER_IP6`]) with the kernels' defaults — link-local addresses,
+    /// duplicate address detection, router solicitations, multicast
+    /// listener reports and neighbour discovery. The wire then also
+    /// carries that chatter: its counters are not only the test's.
+    pub fn resolving(self) -> Wire {
+        ip(&["-n", &self.client, "neigh", "del", SERVER_IP, "dev", "c0"]);
+        for to in [CLIENT_IP, PUBLIC_IP] {
+            ip(&["-n", &self.server, "neigh", "del", to, "dev", "s0"]);
+        }
+        let ends =
+            [(&self.client, "c0", CLIENT_IP6, "2001:db8:2::/64"), (&self.server, "s0", SERVER_IP6, "2001:db8:1::/64")];
+        for (ns, end, addr, other) in ends {
+            must(self.exec(ns, "sysctl", &["-qw", &format!("net.ipv6.conf.{end}.disable_ipv6=0")]));
+            ip(&["-n", ns, "-6", "addr", "add", &format!("{addr}/64"), "dev", end]);
+            ip(&["-n", ns, "-6", "route", "add", other, "dev", end]);
+        }
+        // Until duplicate address detection ends, an address is tentative.
+        wait_until("IPv6 duplicate address detection", 10, || {
+            ends.iter().all(|(ns, end, _, _)| {
+                !must(self.exec(ns, "ip", &["-6", "addr", "show", "dev", end])).contains("tentative")
+            })
+        });
         self
     }
 
