@@ -429,6 +429,31 @@ fn behind_a_firewall_and_nat_the_public_address_is_resolved_by_the_sites_proxy_a
     assert_eq!(n(&r["dropped_by_nf"]), 0, "{r:#}");
 }
 
+/// With checksum offload left on at the client's end of the wire (the
+/// default of a veth), the kernel hands the host TCP segments whose
+/// checksums a device was to finish; forwarded as they are, the server
+/// drops them and TCP stalls. The host does not finish them (with
+/// segmentation offload, also on by default, the frames are cut
+/// super-frames that nothing can mend), but it says why, naming the fix.
+#[test]
+fn a_port_fed_by_an_interface_with_checksum_offload_on_is_named_with_the_fix() {
+    let _turn = turn();
+    let w = Wire::new();
+    let d = Dirs::new();
+    let _srv = w.http_server(&w.server, SERVER_IP, SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+    must(w.client("ethtool", &["-K", "c0", "tx", "on"]));
+    let mut host = Host::start(&w, d.tmp.path(), &["noop"], "", &[], RING);
+    let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/");
+    let o = run(w.client("curl", &["-sS", "--connect-timeout", "2", "-o", "/dev/null", &url]));
+    assert!(!o.status.success(), "a connection went through: {}", text(&o));
+    wait_until("the host's warning", 10, || {
+        host.assert_running();
+        host.output().contains("port 0 received a TCP or UDP checksum left for a device to finish")
+    });
+    assert!(host.output().contains("ethtool -K <interface> tx off"), "{}", host.output());
+    host.stop();
+}
+
 /// Scenario 5b: IPv6 fragments, which the PMD's socket does not
 /// reassemble, through the firewall with `--fragments reassemble`: the
 /// client's and the server's kernels send each 3,000-byte datagram as

@@ -149,7 +149,15 @@ pub struct DpdkIo {
     /// A port index whose TX queue this worker shares with another thread
     /// (a host's beacon sender), and the lock both take around a burst.
     shared_tx: Option<(usize, std::sync::Arc<parking_lot::Mutex<()>>)>,
+    /// Per port index: how many more frames to look at for the marks of a
+    /// kernel's offloads ([`unfinished_by_offload`]).
+    offload_checks: Vec<u16>,
 }
+
+/// Frames of each port a worker looks at for a kernel's offloads: enough
+/// to see the first connections' segments, and then no cost per packet
+/// but a test.
+const OFFLOAD_CHECKS: u16 = 1024;
 
 impl DpdkIo {
     /// The worker's `queues` (one per port, in the order of `port_ids`).
@@ -186,6 +194,7 @@ impl DpdkIo {
             frame: Vec::new(),
             tx_watch: None,
             shared_tx: None,
+            offload_checks: vec![OFFLOAD_CHECKS; n],
         }
     }
 
@@ -446,6 +455,38 @@ fn set_dst_mac(m: &mut Mbuf, mac: [u8; 6], scratch: &mut Vec<u8>) -> bool {
     m.set_data(scratch).is_ok()
 }
 
+/// Looks at one of port `port`'s first frames (`left` more to look at)
+/// for what a kernel interface with checksum or segmentation offload on
+/// hands a packet socket (`net_af_packet`, or a TAP device): a TCP or UDP
+/// checksum left for a device to finish, or a TCP segment longer than the
+/// frame that carried it (a super-frame cut to the ring's frame). No
+/// receiver accepts either, so TCP through the port stalls; the host says
+/// so once, and stops looking.
+#[cold]
+#[inline(never)]
+fn unfinished_by_offload(frame: &[u8], port: u16, left: &mut u16) {
+    let l = sluice_wire::parse(frame);
+    let tcp = l.key.is_some_and(|k| k.protocol == sluice_wire::parse::protocol::TCP);
+    let cut = tcp && l.ip.is_some_and(|ip| ip.cut_short(frame.len()));
+    let partial = sluice_wire::checksum::left_for_offload(frame, &l);
+    if cut || partial == Some(true) {
+        *left = 0;
+        let what = if cut {
+            "a TCP segment longer than the frame that carried it (a segmentation offload's super-frame, cut)"
+        } else {
+            "a TCP or UDP checksum left for a device to finish (checksum offload)"
+        };
+        tracing::warn!(
+            port,
+            "port {port} received {what}: the kernel interface sending into it has offloads on, and no receiver \
+             accepts such frames, so TCP through this port stalls; turn them off on that interface: \
+             ethtool -K <interface> tx off tso off gso off gro off (README, \"No DPDK NIC?\")"
+        );
+    } else {
+        *left = left.saturating_sub(1);
+    }
+}
+
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_nanos()).unwrap_or(0)).unwrap_or(0)
 }
@@ -544,7 +585,20 @@ impl PacketIo for DpdkIo {
     /// is read from a copy without it, which also leaves in its place;
     /// multi-segment packets are read from a copy in one buffer.
     fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>, moved: &mut Vec<(usize, SteerMark)>) {
-        let DpdkIo { mbufs, views: kept, scratch, copied, stripped, back, lens, ingress, port_ids, ts, .. } = self;
+        let DpdkIo {
+            mbufs,
+            views: kept,
+            scratch,
+            copied,
+            stripped,
+            back,
+            lens,
+            ingress,
+            port_ids,
+            ts,
+            offload_checks,
+            ..
+        } = self;
         let mbufs: &'a Vec<Mbuf> = mbufs;
         let mut views = crate::worker::recycle(std::mem::take(kept));
         sluice_dpdk::views(mbufs, &mut views);
@@ -586,12 +640,13 @@ impl PacketIo for DpdkIo {
             };
             let len = u32::try_from(len).unwrap_or(u32::MAX);
             lens.push(len);
-            out.push(RawPacket {
-                data,
-                wire_len: len,
-                timestamp_ns: *ts,
-                ingress_port: port_ids.get(pi).copied().unwrap_or(0),
-            });
+            let port = port_ids.get(pi).copied().unwrap_or(0);
+            if let Some(left) = offload_checks.get_mut(pi)
+                && *left > 0
+            {
+                unfinished_by_offload(data, port, left);
+            }
+            out.push(RawPacket { data, wire_len: len, timestamp_ns: *ts, ingress_port: port });
         }
         *kept = crate::worker::recycle(views);
     }
