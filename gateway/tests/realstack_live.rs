@@ -179,3 +179,84 @@ fn a_tenants_firewall_nat_deployment_carries_real_tcp_both_ways_only_with_its_ou
     assert!(packets_in - packets_out >= after.h1_rx - before.h1_rx, "the dropped replies: {dep}");
     assert_eq!(host_report(&report)["refused_egress"].as_u64(), Some(0), "{dep}");
 }
+
+/// Gives `end` in namespace `ns` the address `addr` (a /24) too.
+fn add_address(ns: &str, end: &str, addr: &str) {
+    ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", end]);
+}
+
+/// Two tenants share the wire's two ports, each claiming its own prefix
+/// on both: each has a client and a server in its prefix (a second
+/// address on each end of the wire) and a firewall of its own, attached
+/// by destination prefix on the way out (port 0) and on the way back
+/// (port 1, outside). Both downloads arrive intact; each server sees only
+/// its own tenant's client, and each deployment counts its own tenant's
+/// connection and drops nothing.
+#[test]
+fn two_tenants_sharing_both_ports_each_carry_real_tcp_through_their_own_firewall() {
+    let _turn = turn();
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let tenants = [("alpha", "10.100.0"), ("beta", "10.200.0")];
+    let mut keys = Vec::new();
+    for (name, net) in tenants {
+        let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": name, "groups": ["edge"] }));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let key = r.body["api_key"].as_str().unwrap().to_string();
+        let up = api.upload(Some(&key), "firewall", "1", &std::fs::read(nf("firewall")).unwrap());
+        assert_eq!(up.status, 201, "{}", up.body);
+        let config = json!({ "default": "deny", "rules": [{ "action": "allow", "src": format!("{net}.5/32") }] });
+        let attach = [format!("port=0,dst={net}.0/24,out=1"), format!("port=1,dst={net}.0/24,out=0,side=outside")];
+        let nfs = json!([{ "module": "firewall@1", "config": config }]);
+        let body = json!({ "name": format!("fw-{name}"), "group": "edge", "nfs": nfs, "attach": attach });
+        let r = api.post(Some(&key), "/v1/deployments", &body);
+        assert_eq!(r.status, 201, "{}", r.body);
+        keys.push(key);
+    }
+
+    let w = Wire::new();
+    let d = Dirs::new();
+    let (c0, s0) = (w.mac(&w.client, "c0"), w.mac(&w.server, "s0"));
+    let mut servers = Vec::new();
+    for (i, (_, net)) in tenants.iter().enumerate() {
+        let (client, server) = (format!("{net}.5"), format!("{net}.7"));
+        add_address(&w.client, "c0", &client);
+        add_address(&w.server, "s0", &server);
+        ip(&["-n", &w.client, "neigh", "add", &server, "lladdr", &s0, "dev", "c0"]);
+        ip(&["-n", &w.server, "neigh", "add", &client, "lladdr", &c0, "dev", "s0"]);
+        let root = d.path("srv").join(i.to_string());
+        std::fs::create_dir(&root).unwrap();
+        random_file(&root, "blob", 2 << 20, 20 + i as u64);
+        servers.push(w.http_server(&w.server, &server, SERVER_HTTP, &root, &d.path(&format!("srv{i}.log"))));
+    }
+    let report = dir.path().join("h1.json");
+    let mut host = LiveHost::start(&nats, &gw, dir.path(), &w, &report);
+    for ((name, _), key) in tenants.iter().zip(&keys) {
+        api.wait_running(key, &format!("fw-{name}"), 1);
+    }
+    wait_until("the host's packet sockets", 60, || {
+        host.assert_running();
+        w.bound()
+    });
+    for (i, (_, net)) in tenants.iter().enumerate() {
+        let server = format!("{net}.7");
+        probe(&w, "tcp", &server, SERVER_HTTP, &mut host);
+        let url = format!("http://{server}:{SERVER_HTTP}/blob");
+        let want = sha256(&d.path("srv").join(i.to_string()).join("blob"));
+        assert_eq!(fetch(&w, &w.client, &url, &d.path(&format!("got/{i}"))), want, "{url}");
+        let client = format!("{net}.5");
+        let (lines, all) = requests_from(&d.path(&format!("srv{i}.log")), &client);
+        assert!(all && lines.len() == 1, "one request, from {client}: {lines:?}");
+    }
+    w.settle();
+    host.proc.term();
+    for (name, _) in tenants {
+        let dep = deployment(&report, &format!("fw-{name}"));
+        // 2 MiB is at least 1,400 full-sized segments.
+        assert!(dep["packets_in"].as_u64().unwrap() > 1_400, "{dep}");
+        assert_eq!(dep["packets_in"], dep["packets_out"], "nothing of {name}'s was dropped: {dep}");
+    }
+    assert_eq!(host_report(&report)["refused_egress"].as_u64(), Some(0));
+}
