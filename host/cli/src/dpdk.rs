@@ -14,7 +14,7 @@
 
 use crate::beacon::{BeaconOptions, BeaconPort, Beacons};
 use crate::config::HostConfig;
-use crate::report::NfReport;
+use crate::report::{EventLog, NfReport};
 use crate::run::{RunError, load_specs};
 use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Queue};
@@ -72,8 +72,13 @@ pub struct DpdkReport {
     pub batches: u64,
     /// Traps over all NFs.
     pub traps: u64,
-    /// Events the NFs emitted (counted; logged at debug level).
+    /// Events the NFs emitted.
     pub events_total: u64,
+    /// Events by `<nf>/<kind>`, all of them.
+    pub events_by_kind: std::collections::BTreeMap<String, u64>,
+    /// The first [`crate::report::MAX_REPORTED_EVENTS`] events, in packet
+    /// time.
+    pub events: Vec<crate::report::EventRecord>,
     /// Workers.
     pub workers: usize,
     /// The cores workers were given (`cores`, else the EAL's lcores).
@@ -141,6 +146,7 @@ impl DpdkReport {
         for nf in &self.nfs {
             s.push_str(&nf.summary());
         }
+        s.push_str(&crate::report::events_summary(&self.events_by_kind));
         s
     }
 }
@@ -153,7 +159,7 @@ struct WorkerResult {
     meters: Vec<Meters>,
     batches: u64,
     /// Events the NFs emitted.
-    events: u64,
+    events: EventLog,
     /// The cores the worker ran on.
     cores: String,
     /// Stage times (zero unless timed).
@@ -210,7 +216,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let mut nfs = NfReport::for_chain(&specs);
     let mut totals = QueueCounters::default();
     let mut batches = 0;
-    let mut events_total = 0;
+    let mut events = EventLog::default();
     let mut worker_cores = Vec::new();
     let mut worker_chains = Vec::new();
     let mut stages = sluice_runtime::StageTimes::default();
@@ -219,7 +225,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         stages.add(&r.stages);
         worker_chains.push(r.chain);
         batches += r.batches;
-        events_total += r.events;
+        events.merge(r.events);
         worker_cores.push(r.cores);
         for (pi, c) in r.counters.iter().enumerate() {
             totals.add(c);
@@ -244,7 +250,9 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         totals,
         batches,
         traps: nfs.iter().map(|n| n.meters.traps).sum(),
-        events_total,
+        events_total: events.total,
+        events_by_kind: events.by_kind,
+        events: events.kept,
         workers,
         cores: cores.to_string(),
         worker_cores,
@@ -269,7 +277,7 @@ fn worker_loop(
     if opts.stage_times {
         dispatch.time_stages(&mut io);
     }
-    let mut pass = Forward { worker: Worker::new(chain), dispatch, io, batch, events: 0 };
+    let mut pass = Forward { worker: Worker::new(chain), dispatch, io, batch, events: EventLog::default() };
     Driver::new(Backoff::polling())
         .stop_on(stop)
         .count(received, opts.max_packets)
@@ -293,24 +301,20 @@ fn worker_loop(
 }
 
 /// One pass of a `sluice-host dpdk` worker: a batch of its queues through
-/// its chain; its NFs' events are counted (and logged at debug level),
-/// never kept.
+/// its chain; its NFs' events go to its [`EventLog`].
 struct Forward {
     worker: Worker,
     dispatch: Dispatch,
     io: DpdkIo,
     batch: usize,
-    events: u64,
+    events: EventLog,
 }
 
 impl Pass for Forward {
     fn pass(&mut self) -> Receive {
         let got = self.dispatch.step_one(&mut self.io, self.batch, &mut self.worker);
         if matches!(got, Receive::Packets(_)) {
-            for e in self.worker.drain_events() {
-                self.events += 1;
-                tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
-            }
+            self.events.take(self.worker.drain_events());
         }
         got
     }

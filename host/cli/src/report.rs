@@ -110,6 +110,68 @@ pub struct EventRecord {
     pub fields: BTreeMap<String, String>,
 }
 
+/// A run's events as its report keeps them: every one counted, in all and
+/// by `<nf>/<kind>`, and logged at debug level (`sluice::event`); the
+/// first [`MAX_REPORTED_EVENTS`] in packet-time order kept whole.
+#[derive(Debug, Default)]
+pub struct EventLog {
+    /// Events in all.
+    pub total: u64,
+    /// Events by NF and kind.
+    pub by_kind: BTreeMap<String, u64>,
+    /// The events kept.
+    pub kept: Vec<EventRecord>,
+}
+
+impl EventLog {
+    /// Counts, logs and keeps `events`.
+    pub fn take(&mut self, events: impl IntoIterator<Item = sluice_runtime::EmittedEvent>) {
+        for e in events {
+            self.total += 1;
+            *self.by_kind.entry(format!("{}/{}", e.nf, e.event.kind)).or_default() += 1;
+            tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
+            if self.kept.len() < MAX_REPORTED_EVENTS {
+                self.kept.push(EventRecord::of(e));
+            }
+        }
+    }
+
+    /// Adds another worker's log: the counts summed, the events kept in
+    /// packet-time order (the first [`MAX_REPORTED_EVENTS`] of both).
+    pub fn merge(&mut self, other: EventLog) {
+        self.total += other.total;
+        for (kind, n) in other.by_kind {
+            *self.by_kind.entry(kind).or_default() += n;
+        }
+        self.kept.extend(other.kept);
+        self.kept.sort_by_key(|e| e.timestamp_ns);
+        self.kept.truncate(MAX_REPORTED_EVENTS);
+    }
+}
+
+/// The summary's line of events by kind (empty without events).
+pub fn events_summary(by_kind: &BTreeMap<String, u64>) -> String {
+    if by_kind.is_empty() {
+        return String::new();
+    }
+    let kinds: Vec<String> = by_kind.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    format!("  events: {}\n", kinds.join(", "))
+}
+
+impl EventRecord {
+    /// An emitted event as the report writes it.
+    pub fn of(e: sluice_runtime::EmittedEvent) -> EventRecord {
+        EventRecord {
+            nf: e.nf.to_string(),
+            kind: e.event.kind,
+            level: sluice_runtime::bindings::level_name(e.event.level).into(),
+            timestamp_ns: e.timestamp_ns,
+            flow: e.flow.map(|k| k.to_string()),
+            fields: e.event.fields.into_iter().collect(),
+        }
+    }
+}
+
 /// A hot swap performed during a run.
 #[derive(Debug, Clone, Serialize)]
 pub struct SwapRecord {
@@ -296,10 +358,7 @@ impl Report {
                 sw.result
             ));
         }
-        if !self.events_by_kind.is_empty() {
-            let kinds: Vec<String> = self.events_by_kind.iter().map(|(k, v)| format!("{v} {k}")).collect();
-            s.push_str(&format!("  events: {}\n", kinds.join(", ")));
-        }
+        s.push_str(&events_summary(&self.events_by_kind));
         if let Some(at) = self.input.truncated_at {
             s.push_str(&format!(
                 "  input cut off at byte {at} ({}); packets before it were processed\n",

@@ -11,15 +11,13 @@
 use crate::chain::ChainDef;
 use crate::config::{ConfigError, HostConfig};
 use crate::report::{
-    BytesEntry, EventRecord, InputReport, MAX_REPORTED_ENTRIES, MAX_REPORTED_EVENTS, NfReport, Report, SwapRecord,
-    TableReport,
+    BytesEntry, EventLog, InputReport, MAX_REPORTED_ENTRIES, NfReport, Report, SwapRecord, TableReport,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_engine::idle::Backoff;
 use sluice_engine::{CaptureIo, Dispatch, Driver, Order, PacketIo, Pass, Receive, Unmatched, Worker};
 use sluice_pcap::{PcapError, PcapSink, Trace};
 use sluice_runtime::{Chain, EmittedEvent, Fate, NfSpec, PacketResult, Runtime, RuntimeError};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -297,8 +295,7 @@ pub fn run_observed(
     };
 
     let start = Instant::now();
-    let mut out =
-        Collector { sink, packets_out: 0, events: Vec::new(), events_total: 0, events_by_kind: BTreeMap::new() };
+    let mut out = Collector { sink, packets_out: 0, events: EventLog::default() };
     let mut batches = 0u64;
     let chunk_len = config.batch_size * workers * 64;
     // With single-writer tables, chunks end at their sync points.
@@ -442,7 +439,7 @@ pub fn run_observed(
                         *slot = Some(r);
                     }
                 }
-                collector.take_events(done.events);
+                collector.events.take(done.events);
             }
             if sync_interval.is_some() {
                 // Two phases, each on every worker before the next starts:
@@ -510,11 +507,11 @@ pub fn run_observed(
         },
         nfs,
         chain: crate::report::ChainReport::of(finished.iter().map(|(c, _)| c)),
-        events_total: out.events_total,
-        events_by_kind: out.events_by_kind,
+        events_total: out.events.total,
+        events_by_kind: out.events.by_kind,
         peak_rss_bytes: crate::report::peak_rss_bytes(),
         swaps: swap_records,
-        events: out.events,
+        events: out.events.kept,
     })
 }
 
@@ -593,13 +590,11 @@ pub fn table_reports<'a>(
 }
 
 /// Where a run's results go: forwarded packets to the output file, events
-/// to the report (the first [`MAX_REPORTED_EVENTS`]) and the debug log.
+/// to the report and the debug log ([`EventLog`]).
 struct Collector {
     sink: Option<PcapSink>,
     packets_out: u64,
-    events: Vec<EventRecord>,
-    events_total: u64,
-    events_by_kind: BTreeMap<String, u64>,
+    events: EventLog,
 }
 
 impl Collector {
@@ -627,28 +622,6 @@ impl Collector {
             }
         }
         Ok(())
-    }
-
-    fn take_events(&mut self, evs: Vec<EmittedEvent>) {
-        for e in evs {
-            self.events_total += 1;
-            *self.events_by_kind.entry(format!("{}/{}", e.nf, e.event.kind)).or_default() += 1;
-            tracing::debug!(target: "sluice::event", nf = %e.nf, kind = %e.event.kind, flow = ?e.flow, fields = ?e.event.fields, "event");
-            if self.events.len() < MAX_REPORTED_EVENTS {
-                self.events.push(event_record(e));
-            }
-        }
-    }
-}
-
-fn event_record(e: EmittedEvent) -> EventRecord {
-    EventRecord {
-        nf: e.nf.to_string(),
-        kind: e.event.kind,
-        level: sluice_runtime::bindings::level_name(e.event.level).into(),
-        timestamp_ns: e.timestamp_ns,
-        flow: e.flow.map(|k| k.to_string()),
-        fields: e.event.fields.into_iter().collect(),
     }
 }
 

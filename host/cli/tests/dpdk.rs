@@ -107,7 +107,7 @@ fn firewall_output_through_dpdk_equals_the_pcap_backend() {
     let o = bin().args(["synth", "--sessions", "400", "--out"]).arg(&input).output().unwrap();
     assert!(o.status.success());
     let cfg = dir.path().join("host.toml");
-    std::fs::write(&cfg, FIREWALL).unwrap();
+    std::fs::write(&cfg, FIREWALL.replace("default = \"deny\"", "default = \"deny\"\nlog-denied = true")).unwrap();
 
     let report = dir.path().join("dpdk.json");
     let (expected, got) = pcap_and_dpdk(dir.path(), &cfg, &nf("firewall"), &input, &report);
@@ -118,6 +118,13 @@ fn firewall_output_through_dpdk_equals_the_pcap_backend() {
     assert_eq!(r["rx"], frames(&input).len() as u64);
     assert_eq!(r["tx"], expected.len() as u64);
     assert_eq!(r["nfs"][0]["name"], "firewall");
+    // The denied connections' events, as `run` reports them.
+    let total = r["events_total"].as_u64().unwrap();
+    assert!(total > 0, "{r:#}");
+    assert_eq!(r["events_by_kind"]["firewall/firewall.deny"].as_u64(), Some(total), "{r:#}");
+    let events = r["events"].as_array().unwrap();
+    assert_eq!(events.len() as u64, total);
+    assert!(events.iter().all(|e| e["kind"] == "firewall.deny" && e["fields"]["rule"].is_string()), "{r:#}");
 }
 
 #[test]
