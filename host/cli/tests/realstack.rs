@@ -361,6 +361,12 @@ fn udp_datagrams_small_and_fragmented_are_echoed_through_the_nat() {
     assert_eq!(n(&r["nfs"][0]["rewritten"]), n(&r["nfs"][0]["packets"]), "{r:#}");
 }
 
+/// That `ns` resolved `to` on its interface `dev` to `mac`.
+fn assert_resolved(w: &Wire, ns: &str, dev: &str, to: &str, mac: &str) {
+    let known = must(w.exec(ns, "ip", &["neigh", "show", "dev", dev]));
+    assert!(known.contains(&format!("{to} lladdr {mac}")), "{ns} knows: {known}");
+}
+
 /// Hosts that find each other as hosts on a link do — ARP, and IPv6 with
 /// link-local addresses, duplicate address detection, multicast listener
 /// reports and neighbour discovery, no static neighbour entry — reach each
@@ -388,14 +394,11 @@ rules = [{ action = "allow", src = "10.0.0.0/24" }, { action = "allow", src = "2
     w.settle();
     let r = host.stop();
     // Each learned the other's MAC through the host.
-    let (c0, s0) = (w.mac(&w.client, "c0"), w.mac(&w.server, "s0"));
-    let (client_knows, server_knows) =
-        (must(w.client("ip", &["neigh", "show", "dev", "c0"])), must(w.server("ip", &["neigh", "show", "dev", "s0"])));
     for to in [SERVER_IP, SERVER_IP6] {
-        assert!(client_knows.contains(&format!("{to} lladdr {s0}")), "client: {client_knows}");
+        assert_resolved(&w, &w.client, "c0", to, &w.mac(&w.server, "s0"));
     }
     for to in [CLIENT_IP, CLIENT_IP6] {
-        assert!(server_knows.contains(&format!("{to} lladdr {c0}")), "server: {server_knows}");
+        assert_resolved(&w, &w.server, "s0", to, &w.mac(&w.client, "c0"));
     }
     assert_eq!(n(&r["dropped_by_nf"]), 0, "{r:#}");
 }
@@ -423,9 +426,7 @@ fn behind_a_firewall_and_nat_the_public_address_is_resolved_by_the_sites_proxy_a
     let r = host.stop();
     let (lines, all) = requests_from(&d.path("srv.log"), PUBLIC_IP);
     assert!(all && lines.len() == 1, "one request, from {PUBLIC_IP}: {lines:?}");
-    let c0 = w.mac(&w.client, "c0");
-    let server_knows = must(w.server("ip", &["neigh", "show", "dev", "s0"]));
-    assert!(server_knows.contains(&format!("{PUBLIC_IP} lladdr {c0}")), "server: {server_knows}");
+    assert_resolved(&w, &w.server, "s0", PUBLIC_IP, &w.mac(&w.client, "c0"));
     assert_eq!(n(&r["dropped_by_nf"]), 0, "{r:#}");
 }
 
