@@ -297,6 +297,65 @@ fn behind_the_nat_the_server_sees_the_public_address() {
     assert_eq!(n(&nat["rewritten"]), n(&nat["packets"]), "every packet translated, both ways: {r:#}");
 }
 
+/// The load balancer between real stacks: the server namespace holds two
+/// backends (two addresses on its end), the client reaches the VIP (a
+/// static neighbour entry, as the lb's README says to deploy it). Eight
+/// connections from eight ports download the same file intact, the
+/// backends' kernels accepted the rewritten segments (both backends got
+/// connections, from the client's own address), and with `offload` the
+/// same holds while the host rewrites the established packets itself.
+#[test]
+fn the_load_balancer_spreads_real_connections_over_its_backends_with_and_without_offload() {
+    const VIP: &str = "198.51.100.100";
+    const BACKENDS: [&str; 2] = ["198.51.100.21", "198.51.100.22"];
+    for offload in [false, true] {
+        let _turn = turn();
+        let w = Wire::new();
+        let d = Dirs::new();
+        let down = random_file(&d.path("srv"), "blob", 1 << 20, 12);
+        let s0 = w.mac(&w.server, "s0");
+        ip(&["-n", &w.client, "neigh", "add", VIP, "lladdr", &s0, "dev", "c0"]);
+        for b in BACKENDS {
+            ip(&["-n", &w.server, "addr", "add", &format!("{b}/24"), "dev", "s0"]);
+        }
+        let _srv = w.http_server(&w.server, "0.0.0.0", SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+        let config = format!(
+            "[nf.lb.config]\nvip = \"{VIP}\"\nport = {SERVER_HTTP}\nprotocol = \"tcp\"\n\
+             backends = [\"{}\", \"{}\"]\noffload = {offload}\n",
+            BACKENDS[0], BACKENDS[1]
+        );
+        let mut host = Host::start(&w, d.tmp.path(), &["lb"], &config, &[], RING);
+        probe(&w, "tcp", VIP, SERVER_HTTP, &mut host);
+        let url = format!("http://{VIP}:{SERVER_HTTP}/blob");
+        for port in 40_001..40_009 {
+            let to = d.path(&format!("got/{port}"));
+            let o = run(w.client(
+                "curl",
+                &["-sS", "--fail", "--local-port", &port.to_string(), "-o", to.to_str().unwrap(), &url],
+            ));
+            assert!(o.status.success(), "offload {offload}, port {port}: {}", text(&o));
+            assert_eq!(sha256(&to), sha256(&down), "offload {offload}, port {port}");
+        }
+        w.settle();
+        let r = host.stop();
+        let (lines, all) = requests_from(&d.path("srv.log"), CLIENT_IP);
+        assert!(all && lines.len() == 8, "eight requests, from {CLIENT_IP}: {lines:?}");
+        // Which backend each connection reached: the server's sockets.
+        let sockets = must(w.server("ss", &["-tn", "state", "time-wait"]));
+        for b in BACKENDS {
+            assert!(sockets.contains(&format!("{b}:{SERVER_HTTP}")), "no connection reached {b}:\n{sockets}");
+        }
+        assert_eq!(n(&r["dropped_by_nf"]), 0, "{r:#}");
+        let offloaded = r["chain"]["offload"]["packets"].as_u64().unwrap_or(0);
+        if offload {
+            // 1 MiB each way over eight connections is at least 5,000 segments.
+            assert!(offloaded > 5_000, "{r:#}");
+        } else {
+            assert_eq!(offloaded, 0, "{r:#}");
+        }
+    }
+}
+
 /// Scenario 4: firewall, NAT and monitor; replies from port 1 run the
 /// chain last NF first, so the firewall sees the inside address both
 /// ways, and the download passes with nothing dropped.
