@@ -468,7 +468,7 @@ fn unfinished_by_offload(frame: &[u8], port: u16, left: &mut u16) {
     let l = sluice_wire::parse(frame);
     let tcp = l.key.is_some_and(|k| k.protocol == sluice_wire::parse::protocol::TCP);
     let cut = tcp && l.ip.is_some_and(|ip| ip.cut_short(frame.len()));
-    let partial = sluice_wire::checksum::left_for_offload(frame, &l);
+    let partial = sluice_wire::parse::checksum_left_for_offload(frame, &l);
     if cut || partial == Some(true) {
         *left = 0;
         let what = if cut {

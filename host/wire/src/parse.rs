@@ -7,6 +7,7 @@
 //! account for damaged traffic.
 
 use crate::bytes::{u16_at, u32_at};
+use crate::checksum;
 use crate::ethernet::{EthernetFrame, ethertype};
 use crate::flow::{FlowKey, IpAddr128};
 use crate::icmp::IcmpPacket;
@@ -310,9 +311,100 @@ fn ipv6_fragment(ip: &[u8], at: Option<usize>, src: IpAddr128, dst: IpAddr128) -
     (f.offset != 0 || f.more).then_some(f)
 }
 
+/// Whether the TCP or UDP segment of `frame` (parsed into `l`) carries a
+/// checksum left for a device to finish: its checksum field holds the
+/// folded sum of the pseudo-header alone and the segment does not verify.
+/// That is what a Linux interface with transmit checksum offload hands a
+/// packet socket (`CHECKSUM_PARTIAL`), and what no receiver accepts.
+/// `None` when the frame holds no whole, unfragmented TCP or UDP segment
+/// (or a UDP datagram over IPv4 without a checksum).
+pub fn checksum_left_for_offload(frame: &[u8], l: &Layers) -> Option<bool> {
+    let (ip, at) = (l.ip?, usize::from(l.l4_offset?));
+    let protocol = l.key?.protocol;
+    let field = match protocol {
+        protocol::TCP => 16,
+        protocol::UDP => 6,
+        _ => return None,
+    };
+    if ip.fragment.is_some() || ip.cut_short(frame.len()) {
+        return None;
+    }
+    let segment = frame.get(at..ip.end)?;
+    let stored = u16::from_be_bytes([*segment.get(field)?, *segment.get(field + 1)?]);
+    if protocol == protocol::UDP && stored == 0 && !ip.v6 {
+        return None;
+    }
+    let len = segment.len();
+    let pseudo = if ip.v6 {
+        let src = frame.get(ip.l3 + 8..ip.l3 + 24)?.try_into().ok()?;
+        let dst = frame.get(ip.l3 + 24..ip.l3 + 40)?.try_into().ok()?;
+        checksum::pseudo_header_v6(src, dst, protocol, u32::try_from(len).ok()?)
+    } else {
+        let src = frame.get(ip.l3 + 12..ip.l3 + 16)?.try_into().ok()?;
+        let dst = frame.get(ip.l3 + 16..ip.l3 + 20)?.try_into().ok()?;
+        checksum::pseudo_header_v4(src, dst, protocol, u16::try_from(len).ok()?)
+    };
+    Some(stored == checksum::fold(pseudo) && checksum::fold(checksum::sum(pseudo, segment)) != 0xffff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TCP segment as a kernel with checksum offload leaves it, and as
+    /// it leaves the wire once finished.
+    #[test]
+    fn a_checksum_left_for_offload_is_told_from_a_finished_one() {
+        for v6 in [false, true] {
+            let mut spec = if v6 {
+                crate::build::FrameSpec {
+                    src: crate::IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]),
+                    dst: crate::IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]),
+                    transport: crate::build::Transport::Tcp { src_port: 40000, dst_port: 80, flags: 0x18 },
+                    payload: vec![],
+                    vlan: None,
+                }
+            } else {
+                crate::build::FrameSpec::tcp4([10, 0, 0, 5], 40000, [10, 0, 0, 7], 80, 0x18)
+            };
+            spec.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+            let finished = spec.build();
+            let l = parse(&finished);
+            assert_eq!(checksum_left_for_offload(&finished, &l), Some(false), "v6 {v6}");
+            // What the kernel leaves: the pseudo-header's folded sum.
+            let at = usize::from(l.l4_offset.unwrap()) + 16;
+            let segment_len = finished.len() - usize::from(l.l4_offset.unwrap());
+            let ip = l.ip.unwrap();
+            let pseudo = if v6 {
+                crate::checksum::pseudo_header_v6(
+                    finished[ip.l3 + 8..ip.l3 + 24].try_into().unwrap(),
+                    finished[ip.l3 + 24..ip.l3 + 40].try_into().unwrap(),
+                    6,
+                    segment_len as u32,
+                )
+            } else {
+                crate::checksum::pseudo_header_v4(
+                    finished[ip.l3 + 12..ip.l3 + 16].try_into().unwrap(),
+                    finished[ip.l3 + 16..ip.l3 + 20].try_into().unwrap(),
+                    6,
+                    segment_len as u16,
+                )
+            };
+            let mut partial = finished.clone();
+            partial[at..at + 2].copy_from_slice(&crate::checksum::fold(pseudo).to_be_bytes());
+            assert_eq!(checksum_left_for_offload(&partial, &parse(&partial)), Some(true), "v6 {v6}");
+            // Cut short, or not TCP/UDP: nothing to say.
+            let cut = &partial[..partial.len() - 4];
+            assert_eq!(checksum_left_for_offload(cut, &parse(cut)), None);
+        }
+        let ping = crate::build::FrameSpec {
+            transport: crate::build::Transport::IcmpEcho { ident: 1 },
+            ..crate::build::FrameSpec::udp4([10, 0, 0, 5], 1, [10, 0, 0, 7], 2)
+        }
+        .build();
+        assert_eq!(checksum_left_for_offload(&ping, &parse(&ping)), None);
+    }
+
     use crate::build::{FrameSpec, Transport};
     use crate::tcp::flags;
     use proptest::prelude::*;
