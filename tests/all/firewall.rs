@@ -76,7 +76,7 @@ pub fn cases() -> Vec<(Vec<u8>, bool, &'static str)> {
         (t(IN, 40020, OUT, 8080, ACK), false, "mid-stream ack of unknown connection is outside the rule port range"),
         (t(IN, 40021, OUT, 80, ACK), true, "mid-stream ack matching an allow rule passes on the rule"),
         (t(OUT, 80, IN, 40021, ACK), false, "but opens no state for replies"),
-        (arp, false, "non-ip is dropped by default"),
+        (arp, false, "non-ip (not even valid arp) is dropped by default"),
         (truncated, false, "truncated ip header has no flow: dropped"),
         (t6(v6a, v6b, 50000, 443, SYN), true, "ipv6 behind a vlan tag"),
         (t6(v6b, v6a, 443, 50000, SYN | ACK), true, "ipv6 reply by state"),
@@ -232,7 +232,7 @@ fn icmp_errors_about_known_connections_pass_and_the_rest_are_decided_by_the_rule
             // `run` syncs the workers' view of the index between chunks of
             // `batch` packets, as a live host does between batches; an
             // error comes a round trip after its connection's packets, so
-            // on two workers a chunk of ARP frames (dropped) lies between
+            // on two workers a chunk of broken ARP frames (dropped) lies between
             // each case and the next.
             let gap = if workers == 1 { 0 } else { batch };
             let mut trace: Vec<(&[u8], bool, &str)> = Vec::new();
@@ -271,22 +271,6 @@ fn related_icmp_can_be_turned_off() {
     assert_eq!(out, vec![dns]);
 }
 
-/// An ARP packet for IPv4 over Ethernet: operation `op` (1 request, 2
-/// reply), from 10.0.0.5 about 10.0.0.7, behind VLAN tag `vlan` if any.
-fn arp(op: u16, vlan: Option<u16>) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&[2, 0, 0, 0, 0, 5]);
-    if let Some(v) = vlan {
-        f.extend_from_slice(&0x8100u16.to_be_bytes());
-        f.extend_from_slice(&v.to_be_bytes());
-    }
-    f.extend_from_slice(&0x0806u16.to_be_bytes());
-    f.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4]);
-    f.extend_from_slice(&op.to_be_bytes());
-    f.extend_from_slice(&[2, 0, 0, 0, 0, 5, 10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 10, 0, 0, 7]);
-    f
-}
-
 /// An ICMPv6 message of type `kind` (code 0) from `src` to `dst` with hop
 /// limit `hops`, its checksum right.
 fn icmpv6(src: [u8; 16], dst: [u8; 16], kind: u8, hops: u8) -> Vec<u8> {
@@ -315,11 +299,12 @@ fn link_protocols_pass_without_a_rule_unless_turned_off() {
         [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
         [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x16],
     );
-    let mut bad_arp = arp(1, None);
-    bad_arp[15] = 0x06; // a protocol type other than IPv4
+    let arp = |reply, vlan| sluice_wire::build::arp4([10, 0, 0, 5], [10, 0, 0, 7], reply, vlan);
+    let mut bad_arp = arp(false, None);
+    bad_arp[16..18].copy_from_slice(&0x86ddu16.to_be_bytes()); // for IPv6
     let cases: Vec<(Vec<u8>, bool, &str)> = vec![
-        (arp(1, None), true, "an arp request"),
-        (arp(2, Some(42)), true, "an arp reply behind a vlan tag"),
+        (arp(false, None), true, "an arp request"),
+        (arp(true, Some(42)), true, "an arp reply behind a vlan tag"),
         (bad_arp, false, "arp for another protocol is other non-ip"),
         (icmpv6(global, solicited, 135, 255), true, "a neighbour solicitation"),
         (icmpv6([0; 16], solicited, 135, 255), true, "a duplicate address detection probe"),

@@ -13,7 +13,9 @@
 //! ```
 //!
 //! - time: seconds (a decimal), or `+S` after the previous line's packet.
-//! - proto: `tcp`, `udp`, `icmp` (echo request) or `icmp-reply`.
+//! - proto: `tcp`, `udp`, `icmp` (echo request), `icmp-reply`, `arp`
+//!   (`arp 10.0.0.5 > 10.0.0.1`: 10.0.0.5 asks who has 10.0.0.1) or
+//!   `arp-reply` (`arp-reply 10.0.0.1 > 10.0.0.5`: the answer).
 //! - addresses: IPv4, or IPv6 in brackets; ports after `:` (TCP and UDP).
 //! - options: `flags` (TCP: S, A, F, R, P, U, E, C; default none), `ttl N`
 //!   (hop limit in IPv6; default 64), `payload "text"` (with `\"`, `\\`,
@@ -193,6 +195,8 @@ enum Proto {
     Udp,
     Icmp,
     IcmpReply,
+    Arp,
+    ArpReply,
 }
 
 /// One line, parsed.
@@ -276,7 +280,9 @@ impl Line {
             "udp" => Proto::Udp,
             "icmp" => Proto::Icmp,
             "icmp-reply" => Proto::IcmpReply,
-            other => return Err(format!("protocol '{other}' is not tcp, udp, icmp or icmp-reply")),
+            "arp" => Proto::Arp,
+            "arp-reply" => Proto::ArpReply,
+            other => return Err(format!("protocol '{other}' is not tcp, udp, icmp, icmp-reply, arp or arp-reply")),
         };
         let src = Endpoint::parse(next("the source")?.0)?;
         let (arrow, _) = next("'>'")?;
@@ -292,8 +298,11 @@ impl Line {
             return Err(if ports {
                 "TCP and UDP need ports on both addresses (10.0.0.1:80)".into()
             } else {
-                "ICMP has no ports".into()
+                "ICMP and ARP have no ports".into()
             });
+        }
+        if matches!(proto, Proto::Arp | Proto::ArpReply) && !src.addr.is_ipv4() {
+            return Err("ARP is for IPv4 addresses".into());
         }
         let mut line = Line {
             time_ns,
@@ -346,6 +355,16 @@ impl Line {
     /// The k-th repetition's frame.
     fn frame(&self, k: u64) -> Vec<u8> {
         let transport = match self.proto {
+            Proto::Arp | Proto::ArpReply => {
+                let (sender, target) = (self.src.addr_at(k).to_v4(), self.dst.addr_at(k).to_v4());
+                let reply = self.proto == Proto::ArpReply;
+                let mut frame =
+                    sluice_wire::build::arp4(sender.unwrap_or([0; 4]), target.unwrap_or([0; 4]), reply, self.vlan);
+                if let Some(len) = self.frame_len {
+                    frame.resize(len.max(frame.len()), 0);
+                }
+                return frame;
+            }
             Proto::Tcp => {
                 Transport::Tcp { src_port: self.src.port_at(k), dst_port: self.dst.port_at(k), flags: self.flags }
             }
@@ -404,6 +423,17 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
     use sluice_wire::parse::parse as parse_frame;
+
+    #[test]
+    fn arp_lines_are_arp_frames_for_ipv4_only() {
+        let frames = parse("0 arp 10.0.0.5 > 10.0.0.1\n+0.001 vlan 7 arp-reply 10.0.0.1 > 10.0.0.5\n").unwrap();
+        let parsed: Vec<_> = frames.iter().map(|f| parse_frame(&f.data)).collect();
+        assert!(parsed.iter().all(|l| l.ethertype == sluice_wire::ethernet::ethertype::ARP && l.key.is_none()));
+        assert_eq!((parsed[0].vlan, parsed[1].vlan), (None, Some(7)));
+        assert_eq!(frames[0].data[..6], [0xff; 6], "a request is a broadcast");
+        assert!(parse("0 arp [2001:db8::1] > [2001:db8::2]\n").unwrap_err().to_string().contains("IPv4"));
+        assert!(parse("0 arp 10.0.0.5:1 > 10.0.0.1:2\n").unwrap_err().to_string().contains("no ports"));
+    }
 
     #[test]
     fn a_handshake_a_query_and_a_low_ttl_ping() {

@@ -174,7 +174,7 @@ impl FrameSpec {
         };
         ip.extend_from_slice(&l4);
         let ethertype: u16 = if v4.is_some() { 0x0800 } else { 0x86dd };
-        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
+        let mut f = [DST_MAC, SRC_MAC].concat();
         if let Some(id) = self.vlan {
             f.extend_from_slice(&0x8100u16.to_be_bytes());
             f.extend_from_slice(&(id & 0x0fff).to_be_bytes());
@@ -182,5 +182,55 @@ impl FrameSpec {
         f.extend_from_slice(&ethertype.to_be_bytes());
         f.extend_from_slice(&ip);
         f
+    }
+}
+
+/// The MAC addresses of built frames: frames go from `SRC_MAC` to
+/// `DST_MAC`.
+const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+
+/// An ARP frame for IPv4 over Ethernet, padded to Ethernet's 60-byte
+/// minimum: `sender` asks who has `target` (a broadcast request), or with
+/// `reply` tells `target` that `sender` is at the built frames' source MAC.
+/// Behind an 802.1Q tag `vlan` if given.
+pub fn arp4(sender: [u8; 4], target: [u8; 4], reply: bool, vlan: Option<u16>) -> Vec<u8> {
+    let (dst, operation, target_mac) = if reply { (DST_MAC, 2u16, DST_MAC) } else { ([0xff; 6], 1, [0; 6]) };
+    let mut f = Vec::with_capacity(64);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&SRC_MAC);
+    if let Some(id) = vlan {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&(id & 0x0fff).to_be_bytes());
+    }
+    f.extend_from_slice(&crate::ethernet::ethertype::ARP.to_be_bytes());
+    // Hardware type Ethernet, protocol IPv4, their address lengths.
+    f.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4]);
+    f.extend_from_slice(&operation.to_be_bytes());
+    f.extend_from_slice(&SRC_MAC);
+    f.extend_from_slice(&sender);
+    f.extend_from_slice(&target_mac);
+    f.extend_from_slice(&target);
+    f.resize(f.len().max(60), 0);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    #[test]
+    fn arp_frames_parse_as_arp_without_a_flow() {
+        for (reply, vlan) in [(false, None), (true, Some(42))] {
+            let f = arp4([10, 0, 0, 5], [10, 0, 0, 1], reply, vlan);
+            assert_eq!(f.len(), 60);
+            let l = crate::parse(&f);
+            assert_eq!((l.ethertype, l.vlan, l.key), (crate::ethernet::ethertype::ARP, vlan, None));
+            let at = if vlan.is_some() { 18 } else { 14 };
+            assert_eq!(&f[at + 6..at + 8], if reply { &[0, 2] } else { &[0, 1] });
+            assert_eq!((&f[at + 14..at + 18], &f[at + 24..at + 28]), (&[10, 0, 0, 5][..], &[10, 0, 0, 1][..]));
+            assert_eq!(&f[..6], if reply { &DST_MAC } else { &[0xff; 6] });
+        }
     }
 }

@@ -80,8 +80,10 @@ impl Template {
                  # Nobody inside asked for this one.\n\
                  0.003 tcp 198.51.100.7:5555 > 10.0.0.5:22 flags S\n\
                  # A scan from outside, three ports.\n\
-                 0.004 tcp 198.51.100.7:50000 > 10.0.0.9:* flags S repeat 3\n",
-                "1 forward 0\n2 forward 0\n3 forward 0\n4 drop\n5 drop\n6 drop\n7 drop\n",
+                 0.004 tcp 198.51.100.7:50000 > 10.0.0.9:* flags S repeat 3\n\
+                 # Hosts on the link find each other: ARP passes.\n\
+                 0.005 arp 10.0.0.5 > 10.0.0.1\n",
+                "1 forward 0\n2 forward 0\n3 forward 0\n4 drop\n5 drop\n6 drop\n7 drop\n8 forward 0\n",
             ),
         }
     }

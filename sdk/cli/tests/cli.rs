@@ -45,7 +45,7 @@ fn new_then_build_in_every_language() {
         assert!(text(&o).contains("sluice:nf@0.6.0"), "{}", text(&o));
         // The template's own test case holds in every language.
         let o = sluice(&project, &["nf", "test", "--cargo-target-dir", target.to_str().unwrap()]);
-        assert!(o.status.success() && text(&o).contains("case basic ... ok (7 packets)"), "{lang}: {}", text(&o));
+        assert!(o.status.success() && text(&o).contains("case basic ... ok (8 packets)"), "{lang}: {}", text(&o));
         let component = project.join("build").join(format!("{name}.wasm"));
         let o = sluice(tmp.path(), &["nf", "check", component.to_str().unwrap()]);
         assert!(o.status.success() && text(&o).contains(": ok"), "{}", text(&o));

@@ -1,7 +1,8 @@
 /* A stateful firewall: connections from inside (`inside=<IPv4 CIDR>` in
- * the config) may go out, and their replies come back; anything else is
- * dropped. Each allowed flow keeps one byte of per-flow state; a TCP RST
- * forgets it. */
+ * the config) may go out, and their replies come back; ARP passes (the
+ * hosts on a link must find each other's addresses to talk at all);
+ * anything else is dropped. Each allowed flow keeps one byte of per-flow
+ * state; a TCP RST forgets it. */
 #include <sluice_nf.h>
 
 static uint32_t inside_net, inside_mask;
@@ -25,7 +26,9 @@ bool nf_process(sluice_batch_t *batch, sluice_error_t *err) {
         bool rst = sluice_tcp_flags(&p) & SLUICE_TCP_RST;
         uint32_t state_len;
         if (p.flow == SLUICE_NO_FLOW) {
-            sluice_set_verdict(batch, i, SLUICE_DROP);
+            /* Not IP: ARP (EtherType 0x0806) passes, the rest drops. */
+            bool arp = p.len >= 14 && p.data[12] == 0x08 && p.data[13] == 0x06;
+            if (!arp) sluice_set_verdict(batch, i, SLUICE_DROP);
         } else if (sluice_flow_state(batch, p.flow, &state_len)) {
             if (rst) sluice_remove_flow_state(batch, p.flow);
         } else if (from_inside) {

@@ -1,7 +1,8 @@
 // A stateful firewall: connections from inside (`inside=<IPv4 CIDR>` in
-// the config) may go out, and their replies come back; anything else is
-// dropped. Each allowed flow keeps one byte of per-flow state; a TCP RST
-// forgets it.
+// the config) may go out, and their replies come back; ARP passes (the
+// hosts on a link must find each other's addresses to talk at all);
+// anything else is dropped. Each allowed flow keeps one byte of per-flow
+// state; a TCP RST forgets it.
 package main
 
 import (
@@ -33,7 +34,10 @@ func (f *firewall) Process(b *nf.Batch) error {
 		rst := p.TCPFlags()&nf.TCPRst != 0
 		switch {
 		case p.Flow == nf.NoFlow:
-			b.SetVerdict(i, nf.Drop)
+			// Not IP: ARP (EtherType 0x0806) passes, the rest drops.
+			if !(len(p.Data) >= 14 && p.Data[12] == 0x08 && p.Data[13] == 0x06) {
+				b.SetVerdict(i, nf.Drop)
+			}
 		case b.FlowState(p.Flow) != nil:
 			if rst {
 				b.RemoveFlowState(p.Flow)

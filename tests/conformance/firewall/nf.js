@@ -1,7 +1,8 @@
 // A stateful firewall: connections from inside (`inside=<IPv4 CIDR>` in
-// the config) may go out, and their replies come back; anything else is
-// dropped. Each allowed flow keeps one byte of per-flow state; a TCP RST
-// forgets it.
+// the config) may go out, and their replies come back; ARP passes (the
+// hosts on a link must find each other's addresses to talk at all);
+// anything else is dropped. Each allowed flow keeps one byte of per-flow
+// state; a TCP RST forgets it.
 import { DROP, NO_FLOW, TCP_RST, configValue, exportNf, parseIpv4Cidr, withFlowState } from "@sluice/nf";
 
 const ALLOWED = Uint8Array.of(1);
@@ -20,7 +21,9 @@ class Firewall {
       const fromInside = p.isIpv4() && ((p.ipv4Src() & this.mask) >>> 0) === this.net;
       const rst = p.tcpFlags() & TCP_RST;
       if (p.flow === NO_FLOW) {
-        batch.setVerdict(i, DROP);
+        // Not IP: ARP (EtherType 0x0806) passes, the rest drops.
+        const d = p.data;
+        if (!(d.length >= 14 && d[12] === 0x08 && d[13] === 0x06)) batch.setVerdict(i, DROP);
       } else if (batch.flowState(p.flow) !== undefined) {
         if (rst) batch.removeFlowState(p.flow);
       } else if (fromInside) {

@@ -1,7 +1,8 @@
 """A stateful firewall: connections from inside (`inside=<IPv4 CIDR>` in
-the config) may go out, and their replies come back; anything else is
-dropped. Each allowed flow keeps one byte of per-flow state; a TCP RST
-forgets it."""
+the config) may go out, and their replies come back; ARP passes (the
+hosts on a link must find each other's addresses to talk at all);
+anything else is dropped. Each allowed flow keeps one byte of per-flow
+state; a TCP RST forgets it."""
 
 from sluice_nf import DROP, NO_FLOW, TCP_RST, Batch, config_value, export, parse_ipv4_cidr, with_flow_state
 
@@ -19,7 +20,9 @@ class Firewall:
             from_inside = p.is_ipv4() and (p.ipv4_src() & self.mask) == self.net
             rst = p.tcp_flags() & TCP_RST
             if p.flow == NO_FLOW:
-                batch.set_verdict(i, DROP)
+                # Not IP: ARP (EtherType 0x0806) passes, the rest drops.
+                if bytes(p.data[12:14]) != b"\x08\x06":
+                    batch.set_verdict(i, DROP)
             elif batch.flow_state(p.flow) is not None:
                 if rst:
                     batch.remove_flow_state(p.flow)

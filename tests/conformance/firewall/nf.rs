@@ -1,7 +1,8 @@
 //! A stateful firewall: connections from inside (`inside=<IPv4 CIDR>` in
-//! the config) may go out, and their replies come back; anything else is
-//! dropped. Each allowed flow keeps one byte of per-flow state; a TCP RST
-//! forgets it.
+//! the config) may go out, and their replies come back; ARP passes (the
+//! hosts on a link must find each other's addresses to talk at all);
+//! anything else is dropped. Each allowed flow keeps one byte of per-flow
+//! state; a TCP RST forgets it.
 
 use sluice_sdk::matchers::Cidr;
 use sluice_sdk::wire::abi::NO_FLOW;
@@ -26,7 +27,10 @@ impl NetworkFunction for Firewall {
             let from_inside = p.ipv4().is_some_and(|ip| self.inside.contains(IpAddr128::from_v4(ip.src())));
             let rst = p.tcp().is_some_and(|t| t.rst());
             if flow == u32::from(NO_FLOW) {
-                batch.set_verdict(i, Verdict::Drop);
+                // Not IP: ARP (EtherType 0x0806) passes, the rest drops.
+                if p.bytes().get(12..14) != Some(&[0x08, 0x06][..]) {
+                    batch.set_verdict(i, Verdict::Drop);
+                }
             } else if batch.flow_state(flow).is_some() {
                 if rst {
                     batch.remove_flow_state(flow);
