@@ -92,7 +92,7 @@ demo: build test-nfs
 	@echo
 	@echo "== one firewall, four more languages: 'sluice nf new --template firewall' in C, Python, JavaScript and Go,"
 	@echo "   'sluice nf test' (each built, checked against the contract, and run through its tests/basic case:"
-	@echo "   seven packets written as text, one verdict each), then the office trace through each"
+	@echo "   eight packets written as text, one verdict each), then the office trace through each"
 	@rm -rf $(DEMO_DIR)/langs && mkdir -p $(DEMO_DIR)/langs
 	@for l in c python js go; do \
 		$(CURDIR)/target/release/sluice nf new fw-$$l --lang $$l --template firewall --dir $(DEMO_DIR)/langs >/dev/null && \

@@ -472,15 +472,17 @@ fn unfinished_by_offload(frame: &[u8], port: u16, left: &mut u16) {
     if cut || partial == Some(true) {
         *left = 0;
         let what = if cut {
-            "a TCP segment longer than the frame that carried it (a segmentation offload's super-frame, cut)"
+            "a TCP segment longer than the frame that carried it (a segmentation offload's super-frame cut to the \
+             frame, or a capture cut short)"
         } else {
             "a TCP or UDP checksum left for a device to finish (checksum offload)"
         };
         tracing::warn!(
             port,
-            "port {port} received {what}: the kernel interface sending into it has offloads on, and no receiver \
-             accepts such frames, so TCP through this port stalls; turn them off on that interface: \
-             ethtool -K <interface> tx off tso off gso off gro off (README, \"No DPDK NIC?\")"
+            "port {port} received {what}: a kernel interface with checksum or segmentation offload on hands a \
+             packet socket such frames, no receiver accepts them, and TCP through this port stalls; if one sends \
+             into this port, turn them off on it: ethtool -K <interface> tx off tso off gso off gro off \
+             (README, \"No DPDK NIC?\")"
         );
     } else {
         *left = left.saturating_sub(1);

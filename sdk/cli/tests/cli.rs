@@ -248,7 +248,7 @@ fn nf_test_diffs_blesses_and_explains() {
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["failed"], 0);
-    assert_eq!(v["cases"][0]["packets"], 7);
+    assert_eq!(v["cases"][0]["packets"], 8);
     // A case with no expected files, and one whose input does not parse.
     std::fs::create_dir_all(project.join("tests/empty")).unwrap();
     std::fs::write(project.join("tests/empty/config.txt"), "inside=10.0.0.0/8").unwrap();
