@@ -150,13 +150,14 @@ pub struct DpdkIo {
     /// (a host's beacon sender), and the lock both take around a burst.
     shared_tx: Option<(usize, std::sync::Arc<parking_lot::Mutex<()>>)>,
     /// Per port index: how many more frames to look at for the marks of a
-    /// kernel's offloads ([`unfinished_by_offload`]).
+    /// kernel's offloads ([`unfinished_by_offload`]), and whether any port
+    /// has some left (tested once per batch).
     offload_checks: Vec<u16>,
+    checking_offloads: bool,
 }
 
 /// Frames of each port a worker looks at for a kernel's offloads: enough
-/// to see the first connections' segments, and then no cost per packet
-/// but a test.
+/// to see the first connections' segments, and then no cost per packet.
 const OFFLOAD_CHECKS: u16 = 1024;
 
 impl DpdkIo {
@@ -195,6 +196,7 @@ impl DpdkIo {
             tx_watch: None,
             shared_tx: None,
             offload_checks: vec![OFFLOAD_CHECKS; n],
+            checking_offloads: n > 0,
         }
     }
 
@@ -455,6 +457,21 @@ fn set_dst_mac(m: &mut Mbuf, mac: [u8; 6], scratch: &mut Vec<u8>) -> bool {
     m.set_data(scratch).is_ok()
 }
 
+/// Looks at a batch's packets (from port indexes `ingress`) whose ports
+/// have frames `left` to look at; whether any port still has.
+#[cold]
+#[inline(never)]
+fn look_for_offloads(packets: &[RawPacket<'_>], ingress: &[usize], left: &mut [u16]) -> bool {
+    for (p, &pi) in packets.iter().zip(ingress) {
+        if let Some(l) = left.get_mut(pi)
+            && *l > 0
+        {
+            unfinished_by_offload(p.data, p.ingress_port, l);
+        }
+    }
+    left.iter().any(|&l| l > 0)
+}
+
 /// Looks at one of port `port`'s first frames (`left` more to look at)
 /// for what a kernel interface with checksum or segmentation offload on
 /// hands a packet socket (`net_af_packet`, or a TAP device): a TCP or UDP
@@ -599,9 +616,11 @@ impl PacketIo for DpdkIo {
             port_ids,
             ts,
             offload_checks,
+            checking_offloads,
             ..
         } = self;
         let mbufs: &'a Vec<Mbuf> = mbufs;
+        let first = out.len();
         let mut views = crate::worker::recycle(std::mem::take(kept));
         sluice_dpdk::views(mbufs, &mut views);
         copied.clear();
@@ -643,12 +662,11 @@ impl PacketIo for DpdkIo {
             let len = u32::try_from(len).unwrap_or(u32::MAX);
             lens.push(len);
             let port = port_ids.get(pi).copied().unwrap_or(0);
-            if let Some(left) = offload_checks.get_mut(pi)
-                && *left > 0
-            {
-                unfinished_by_offload(data, port, left);
-            }
             out.push(RawPacket { data, wire_len: len, timestamp_ns: *ts, ingress_port: port });
+        }
+        if *checking_offloads {
+            let batch = out.get(first..).unwrap_or_default();
+            *checking_offloads = look_for_offloads(batch, ingress, offload_checks);
         }
         *kept = crate::worker::recycle(views);
     }
