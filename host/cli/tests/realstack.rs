@@ -420,6 +420,86 @@ fn udp_datagrams_small_and_fragmented_are_echoed_through_the_nat() {
     assert_eq!(n(&r["nfs"][0]["rewritten"]), n(&r["nfs"][0]["packets"]), "{r:#}");
 }
 
+/// A DNS server on `[::]:53` (IPv4 and IPv6): answers each query with one
+/// A record (192.0.2.1) and prints the name; echoes anything too short
+/// to be a query (the probe).
+const DNS_SERVER: &str = r#"
+import socket, struct
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.bind(("::", 53))
+while True:
+    d, peer = s.recvfrom(2048)
+    if len(d) < 17:
+        s.sendto(d, peer)
+        continue
+    labels, i = [], 12
+    while d[i]:
+        labels.append(d[i + 1 : i + 1 + d[i]].decode())
+        i += 1 + d[i]
+    print(".".join(labels), flush=True)
+    record = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([192, 0, 2, 1])
+    s.sendto(d[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0) + d[12:] + record, peer)
+"#;
+
+/// Looks up each name of `argv[2:]` at the server `argv[1]` (one A query,
+/// 2 s to answer) and prints the name, who answered, the response code and
+/// the number of answers, or that nothing came.
+const DNS_LOOKUP: &str = r#"
+import socket, struct, sys
+server = sys.argv[1]
+for k, name in enumerate(sys.argv[2:]):
+    s = socket.socket(socket.AF_INET6 if ":" in server else socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    question = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+    s.sendto(struct.pack("!HHHHHH", 0x4000 + k, 0x0100, 1, 0, 0, 0) + question, (server, 53))
+    try:
+        d, peer = s.recvfrom(2048)
+        ok = d[:2] == struct.pack("!H", 0x4000 + k) and d[12:12 + len(question)] == question
+        print(name, peer[0], "rcode", d[3] & 0xF, "answers", struct.unpack("!H", d[6:8])[0], "" if ok else "mismatched")
+    except socket.timeout:
+        print(name, "no answer")
+"#;
+
+/// A resolver's lookups through the DNS filter, over IPv4 and IPv6: a
+/// blocked name (and its subdomain) gets NXDOMAIN back at once from the
+/// server's address, sent back out of the port the query came in on,
+/// and never reaches the server; other names get the server's answer.
+#[test]
+fn blocked_lookups_are_answered_nxdomain_back_to_the_client() {
+    let _turn = turn();
+    let w = Wire::new().with_ipv6();
+    let d = Dirs::new();
+    let log = std::fs::File::create(d.path("dns.log")).unwrap();
+    let _dns = Bg(w.server("python3", &["-u", "-c", DNS_SERVER]).stdout(log).spawn().unwrap());
+    let config = "[nf.dns-filter.config]\nblock = [\"ads.example\"]\n";
+    let mut host = Host::start(&w, d.tmp.path(), &["dns-filter"], config, &[], RING);
+    probe(&w, "udp", SERVER_IP, 53, &mut host);
+    probe(&w, "udp", SERVER_IP6, 53, &mut host);
+    let names = ["www.example.org", "ads.example", "x.ads.example"];
+    let mut got = String::new();
+    for server in [SERVER_IP, SERVER_IP6] {
+        let mut args = vec!["-c", DNS_LOOKUP, server];
+        args.extend(names);
+        got += &must(w.client("python3", &args));
+    }
+    w.settle();
+    let r = host.stop();
+    let mut want = String::new();
+    for server in [SERVER_IP, SERVER_IP6] {
+        want += &format!("www.example.org {server} rcode 0 answers 1 \n");
+        want += &format!("ads.example {server} rcode 3 answers 0 \n");
+        want += &format!("x.ads.example {server} rcode 3 answers 0 \n");
+    }
+    let asked = std::fs::read_to_string(d.path("dns.log")).unwrap();
+    assert_eq!(got, want, "the server was asked:\n{asked}report: {r:#}");
+    assert_eq!(asked, "www.example.org\nwww.example.org\n", "{r:#}");
+    let filter = &r["nfs"][0];
+    assert_eq!(n(&filter["rewritten"]), 4, "{r:#}");
+    assert_eq!(n(&r["events_by_kind"]["dns-filter/dns.blocked"]), 4, "{r:#}");
+    assert_eq!(n(&r["dropped_by_nf"]), 0, "{r:#}");
+}
+
 /// That `ns` resolved `to` on its interface `dev` to `mac`.
 fn assert_resolved(w: &Wire, ns: &str, dev: &str, to: &str, mac: &str) {
     let known = must(w.exec(ns, "ip", &["neigh", "show", "dev", dev]));

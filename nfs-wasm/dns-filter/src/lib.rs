@@ -130,6 +130,10 @@ impl NetworkFunction for DnsFilter {
             if !self.blocked(&q.name) {
                 continue;
             }
+            // The answer goes back out of the port the query came in on
+            // (verdict port k is the k-th port; 0 would be the default
+            // output, which on a host with paired ports is the other one).
+            let back_out = p.ingress_port().checked_add(1).map_or(Verdict::Forward(0), Verdict::Forward);
             let response = match self.action {
                 Action::Nxdomain => answer(&p, &q),
                 Action::Drop => None,
@@ -146,7 +150,10 @@ impl NetworkFunction for DnsFilter {
                 });
             }
             match response {
-                Some(r) => batch.rewrite(i, r),
+                Some(r) => {
+                    batch.rewrite(i, r);
+                    batch.set_verdict(i, back_out);
+                }
                 None => batch.set_verdict(i, Verdict::Drop),
             }
         }
