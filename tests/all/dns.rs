@@ -86,3 +86,36 @@ fn drop_mode_drops_blocked_queries() {
     assert_eq!(out, frames[1..].to_vec());
     assert_eq!(r.nfs[0].meters.dropped, 1);
 }
+
+/// The answer leaves by the port its query came in on (verdict port
+/// ingress + 1), alone and with a pass-through NF after the filter, whose
+/// default output keeps the port the filter chose; other queries go to
+/// the default output.
+#[test]
+fn answers_go_back_out_of_the_query_port_also_through_a_chain() {
+    use sluice_runtime::{Chain, Fate, NfLimits, NfSpec, RawPacket, Runtime, RuntimeConfig};
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let spec = |name: &str, config: &str| NfSpec {
+        module: runtime.load_file(&nf(name)).unwrap(),
+        config: config.as_bytes().into(),
+        limits: NfLimits::default(),
+        owner: None,
+    };
+    let filter = r#"{"block":["ads.example"]}"#;
+    let frames = [
+        (0u16, q4(1, "ads.example")),
+        (0, q4(2, "www.example.org")),
+        (1, q6(3, "x.ads.example")),
+        (3, q4(4, "ads.example")),
+    ];
+    let raw: Vec<RawPacket<'_>> = frames
+        .iter()
+        .map(|(port, f)| RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: 1, ingress_port: *port })
+        .collect();
+    let want = [Fate::Forward(1), Fate::Forward(0), Fate::Forward(2), Fate::Forward(4)];
+    for chain in [vec![spec("dns-filter", filter)], vec![spec("dns-filter", filter), spec("counter", "{}")]] {
+        let mut chain = Chain::new(&runtime, &chain).unwrap();
+        let fates: Vec<Fate> = chain.process(&raw).iter().map(|r| r.fate).collect();
+        assert_eq!(fates, want);
+    }
+}

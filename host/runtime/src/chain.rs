@@ -994,12 +994,17 @@ impl Chain {
                     r.fate = Fate::Dropped(u16::try_from(s).unwrap_or(u16::MAX));
                     continue;
                 }
+                // Port 0, the default output, keeps a port an earlier NF
+                // of the chain chose (a pass-through NF after one that
+                // answers a packet back out of its ingress port must not
+                // undo that); a label moves the packet on and keeps it too.
                 Verdict::Forward(port) => {
-                    r.fate = Fate::Forward(port);
+                    if port != 0 {
+                        r.fate = Fate::Forward(port);
+                    }
                     None
                 }
                 Verdict::Label(l) => {
-                    r.fate = Fate::Forward(0);
                     r.label = Some(l);
                     Some(l)
                 }
