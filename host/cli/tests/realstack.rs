@@ -420,6 +420,34 @@ fn udp_datagrams_small_and_fragmented_are_echoed_through_the_nat() {
     assert_eq!(n(&r["nfs"][0]["rewritten"]), n(&r["nfs"][0]["packets"]), "{r:#}");
 }
 
+/// A real TCP download through the policer at 2,000,000 bytes a second
+/// with a burst of 1,000,000: it arrives intact (TCP resends what the
+/// policer dropped), the policer dropped some of it, and it took at least
+/// the time the rate gives the bytes beyond the burst.
+#[test]
+fn a_download_through_the_policer_arrives_intact_at_its_rate() {
+    let _turn = turn();
+    let w = Wire::new();
+    let d = Dirs::new();
+    let len = 4_000_000;
+    let down = random_file(&d.path("srv"), "blob", len, 5);
+    let _srv = w.http_server(&w.server, SERVER_IP, SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+    let config = "[nf.ratelimit.config]\nbytes-per-second = 2000000\nbyte-burst = 1000000\n";
+    let mut host = Host::start(&w, d.tmp.path(), &["ratelimit"], config, &[], RING);
+    probe(&w, "tcp", SERVER_IP, SERVER_HTTP, &mut host);
+    let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/blob");
+    let started = std::time::Instant::now();
+    assert_eq!(fetch(&w, &w.client, &url, &d.path("got/down")), sha256(&down));
+    let took = started.elapsed();
+    w.settle();
+    let r = host.stop();
+    let policer = &r["nfs"][0];
+    assert!(n(&policer["dropped"]) > 0, "{r:#}");
+    // A new flow starts with a full bucket: the rest waits for the rate.
+    let floor = std::time::Duration::from_secs_f64((len - 1_000_000) as f64 / 2_000_000.0);
+    assert!(took >= floor, "{len} bytes in {took:?}: faster than the policer's rate allows\n{r:#}");
+}
+
 /// A DNS server on `[::]:53` (IPv4 and IPv6): answers each query with one
 /// A record (192.0.2.1) and prints the name; echoes anything too short
 /// to be a query (the probe).
