@@ -184,7 +184,9 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::for_workers(workers)).collect();
     let mut chains = Vec::with_capacity(workers);
     for _ in 0..workers {
-        chains.push(chain.instantiate(&runtime, &specs, &domains, &config.outside_ports, config.fragments)?);
+        let mut c = chain.instantiate(&runtime, &specs, &domains, &config.outside_ports, config.fragments)?;
+        c.watch_translations(workers);
+        chains.push(c);
     }
 
     let received = Arc::new(AtomicU64::new(0));

@@ -273,13 +273,9 @@ pub fn run_observed(
     }
     let mut worker_engines = Vec::with_capacity(workers);
     for _ in 0..workers {
-        worker_engines.push(Worker::new(chain.instantiate(
-            &runtime,
-            &specs,
-            &domains,
-            &config.outside_ports,
-            config.fragments,
-        )?));
+        let mut c = chain.instantiate(&runtime, &specs, &domains, &config.outside_ports, config.fragments)?;
+        c.watch_translations(workers);
+        worker_engines.push(Worker::new(c));
     }
 
     let total = trace.packets().len();

@@ -19,6 +19,11 @@ use crate::instance::{BatchStatus, EmittedEvent, NfInstance, NfSpec, StageOutput
 use crate::wasm_runtime::Runtime;
 use sluice_wire::abi::{MAX_BATCH, Verdict};
 
+/// Rewritten packets a chain on several workers looks at for a translated
+/// flow (see [`Chain::watch_translations`]): a NAT's or load balancer's
+/// first packets show it, and then nothing is looked at.
+const TRANSLATION_CHECKS: u16 = 1024;
+
 /// A packet kept back from the chain while its flow's state is fetched
 /// from another host: held by the packet I/O until released, or dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +209,11 @@ pub struct Chain {
     laters: Vec<(usize, sluice_wire::fragment::FragmentKey)>,
     /// What the NFs see of fragmented datagrams.
     fragment_mode: crate::fragments::FragmentMode,
+    /// How many more rewritten packets to look at for a changed flow (an
+    /// address or port translated) before the host warns that the chain's
+    /// other NFs may miss their state on another worker; 0: not looking
+    /// (see [`Chain::watch_translations`]).
+    translation_checks: u16,
     /// Incomplete datagrams ([`FragmentMode::Reassemble`](crate::fragments::FragmentMode)).
     reassembler: crate::reassembly::Reassembler,
     /// The batch's reassembled datagrams (index into `results`, how to cut
@@ -337,6 +347,7 @@ impl Chain {
             firsts: Vec::new(),
             laters: Vec::new(),
             fragment_mode: crate::fragments::FragmentMode::default(),
+            translation_checks: 0,
             reassembler: crate::reassembly::Reassembler::default(),
             reassembled: Vec::new(),
             outside: Vec::new(),
@@ -632,7 +643,51 @@ impl Chain {
         for (n, chunk) in packets.chunks(MAX_BATCH).enumerate() {
             self.process_batch(chunk, n * MAX_BATCH, &mut hook);
         }
+        if self.translation_checks > 0 {
+            self.look_for_translations(packets);
+        }
         &mut self.results
+    }
+
+    /// Has the chain look at its first rewritten packets for a flow its
+    /// NFs translate (addresses or ports changed) when it is one of
+    /// `workers` instances of a chain of several NFs, and warn once if
+    /// one is: packets are spread over workers by their own addresses and
+    /// ports, so the replies of a translated flow may reach another
+    /// worker, where the chain's NFs with per-flow state (a stateful
+    /// firewall) do not have that flow's state. An NF that translates
+    /// alone (the NAT, whose state is host-wide) runs on any number.
+    pub fn watch_translations(&mut self, workers: usize) {
+        self.translation_checks = if workers > 1 && self.stages.len() > 1 { TRANSLATION_CHECKS } else { 0 };
+    }
+
+    /// Looks at the batch's rewritten packets (see
+    /// [`watch_translations`](Self::watch_translations)); kept out of the
+    /// batch's path.
+    #[cold]
+    #[inline(never)]
+    fn look_for_translations(&mut self, packets: &[RawPacket<'_>]) {
+        for (p, r) in packets.iter().zip(&self.results) {
+            let (Fate::Forward(_), Some(data)) = (r.fate, r.data.as_deref()) else { continue };
+            self.translation_checks = self.translation_checks.saturating_sub(1);
+            let (Some(from), Some(to)) = (sluice_wire::parse(p.data).key, sluice_wire::parse(data).key) else {
+                continue;
+            };
+            if from.normalized() != to.normalized() {
+                tracing::warn!(
+                    flow = %from,
+                    left_as = %to,
+                    "an NF of this chain translates addresses or ports, and the chain runs on several workers: \
+                     the replies of a translated flow are spread by their own addresses and may reach another \
+                     worker, whose NFs have no state of that flow (a stateful firewall drops them); run this chain \
+                     on one worker (--workers 1), or the translating NF alone on several"
+                );
+                self.translation_checks = 0;
+            }
+            if self.translation_checks == 0 {
+                return;
+            }
+        }
     }
 
     /// Runs `packets` (at most [`MAX_BATCH`]) as one batch; their results
