@@ -164,7 +164,6 @@ pub(crate) fn new_chain(
 ) -> Result<Chain, String> {
     let mut chain = Chain::with_domains(&shared.runtime, specs, routes, domains).map_err(|e| e.to_string())?;
     apply_sides(&mut chain, spec)?;
-    chain.watch_translations(shared.workers);
     Ok(chain)
 }
 

@@ -20,6 +20,7 @@ use serde::Serialize;
 use sluice_dpdk::{DpdkError, Eal, Queue};
 use sluice_engine::cores::CoreList;
 use sluice_engine::dpdk::{DpdkIo, Egress};
+use sluice_engine::handoff::Handoff;
 use sluice_engine::idle::Backoff;
 use sluice_engine::{Dispatch, Driver, PacketIo, Pass, Receive, Unmatched, Worker};
 pub use sluice_engine::{PortReport, QueueCounters};
@@ -140,6 +141,12 @@ impl DpdkReport {
                     "    queue {q}: rx {} tx {} dropped by NFs {} TX full {} other {} too big {} | fragments added {}, held for reassembly {}\n",
                     c.rx, c.tx, c.dropped_by_nf, c.dropped_tx_full, c.dropped_other, c.dropped_too_big, c.fragmented, c.reassembling
                 ));
+                if c.handed_off + c.taken_over > 0 {
+                    s.push_str(&format!(
+                        "      handed to the worker of their translated flow {}, taken from other workers {}\n",
+                        c.handed_off, c.taken_over
+                    ));
+                }
             }
         }
         s.push_str(&self.chain.summary());
@@ -184,12 +191,13 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let domains: Vec<_> = specs.iter().map(|_| sluice_state::Domain::for_workers(workers)).collect();
     let mut chains = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let mut c = chain.instantiate(&runtime, &specs, &domains, &config.outside_ports, config.fragments)?;
-        c.watch_translations(workers);
-        chains.push(c);
+        chains.push(chain.instantiate(&runtime, &specs, &domains, &config.outside_ports, config.fragments)?);
     }
 
     let received = Arc::new(AtomicU64::new(0));
+    // Several workers hand each other the replies of the flows their
+    // chains translate (see `sluice_engine::handoff`).
+    let mut handoff = (workers > 1).then(|| Arc::new(Handoff::new(workers)));
     let start = Instant::now();
     let results: Vec<Result<WorkerResult, RunError>> = std::thread::scope(|scope| {
         let mut handles = Vec::new();
@@ -201,10 +209,14 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
             let port_ids = &port_ids;
             let core = cores.for_worker(w);
             let egress = &egress;
+            let handoff = handoff.clone();
             handles.push(scope.spawn(move || -> Result<WorkerResult, RunError> {
                 let on = sluice_engine::cores::pin_worker(&format!("dpdk worker {w}"), core);
                 let _guard = eal.register_thread()?;
-                let io = DpdkIo::new(queues, port_ids.to_vec(), opts.pairs, batch).with_egress(egress.clone());
+                let mut io = DpdkIo::new(queues, port_ids.to_vec(), opts.pairs, batch).with_egress(egress.clone());
+                if let Some(h) = handoff {
+                    io = io.with_handoff(h, w);
+                }
                 let mut r = worker_loop(chain, io, opts, batch, &stop, &received);
                 r.cores = on;
                 Ok(r)
@@ -237,6 +249,17 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         }
         for (nf, m) in nfs.iter_mut().zip(&r.meters) {
             nf.meters.add(m);
+        }
+    }
+    // Packets handed to a worker that had stopped: freed here, before the
+    // pool, and counted as dropped.
+    if let Some(h) = handoff.take() {
+        totals.dropped_other += h.drain();
+        if h.refused() > 0 {
+            tracing::warn!(
+                refused = h.refused(),
+                "the table of translated flows was full: the replies of some went to the worker their addresses hash to"
+            );
         }
     }
     let port_reports = ports.iter().zip(per_port).map(|(p, queues)| port_report(p, queues)).collect();
@@ -454,6 +477,8 @@ pub struct LivePorts {
 
 /// The ports, their pool and EAL (fields drop in that order).
 struct Held {
+    /// Packets in the workers' inboxes go back to the pool first.
+    _handoff: Option<Arc<Handoff>>,
     ports: Vec<sluice_dpdk::Port>,
     pool: Arc<sluice_dpdk::Mempool>,
     eal: Eal,
@@ -515,15 +540,19 @@ pub fn open_live(config: &HostConfig, opts: &LiveOptions) -> Result<(sluice_agen
     let tx_lock = Arc::new(parking_lot::Mutex::new(()));
     let egress = egress_of(&ports, &pool);
     let mut ios: Vec<Box<dyn PacketIo + Send>> = Vec::new();
+    let handoff = (workers > 1).then(|| Arc::new(Handoff::new(workers)));
     for w in 0..workers {
         let queues: Vec<Queue> = ports.iter().filter_map(|p| p.queue(w as u16)).collect();
         let mut io = DpdkIo::new(queues, port_ids.clone(), opts.pairs, batch).with_egress(egress.clone());
+        if let Some(h) = &handoff {
+            io = io.with_handoff(h.clone(), w);
+        }
         if let (0, Some(i)) = (w, beacon_port) {
             io = io.with_shared_tx(i, tx_lock.clone());
         }
         ios.push(Box::new(io));
     }
-    let held = Arc::new(Held { ports, pool, eal });
+    let held = Arc::new(Held { _handoff: handoff, ports, pool, eal });
     let beacons = match (&opts.beacon, beacon_port) {
         (Some(b), Some(i)) => {
             let queue = held

@@ -31,6 +31,7 @@
 //! most [`MAX_DEFERRED`] a worker) until its ticket is let go (sent, in
 //! the order kept) or dropped; one kept past [`DEFER_LIMIT`] is dropped.
 
+use crate::handoff::{Handed, Handoff, Homed};
 use crate::io::{OutputCount, PacketIo, QueueCounters, Receive, Results};
 use sluice_dpdk::{Mbuf, Mempool, Queue};
 use sluice_runtime::{Fate, RawPacket};
@@ -154,6 +155,13 @@ pub struct DpdkIo {
     /// has some left (tested once per batch).
     offload_checks: Vec<u16>,
     checking_offloads: bool,
+    /// The host's table of translated flows and inboxes, and this worker's
+    /// index in it (see [`crate::handoff`]).
+    handoff: Option<(Arc<Handoff>, usize)>,
+    /// The flows whose rewrites this worker looked at lately.
+    homed: Homed,
+    /// Packets received this batch, set aside while they are steered.
+    steering: Vec<(Mbuf, usize)>,
 }
 
 /// Frames of each port a worker looks at for a kernel's offloads: enough
@@ -197,6 +205,9 @@ impl DpdkIo {
             shared_tx: None,
             offload_checks: vec![OFFLOAD_CHECKS; n],
             checking_offloads: n > 0,
+            handoff: None,
+            homed: Homed::default(),
+            steering: Vec::new(),
         }
     }
 
@@ -240,6 +251,15 @@ impl DpdkIo {
     /// into fragments from `egress.pool` (see the module's documentation).
     pub fn with_egress(mut self, egress: Egress) -> Self {
         self.egress = Some(egress);
+        self
+    }
+
+    /// Makes this worker `worker` of the host's `handoff`: it hands the
+    /// packets of flows homed at another worker there, takes in what the
+    /// others hand it, and homes the flows its chain translates (see
+    /// [`crate::handoff`]). Only for hosts with several workers.
+    pub fn with_handoff(mut self, handoff: Arc<Handoff>, worker: usize) -> Self {
+        self.handoff = Some((handoff, worker));
         self
     }
 
@@ -332,6 +352,76 @@ impl DpdkIo {
 
     /// Moves the held packets `release` picks to the released queue, in
     /// the order they were held.
+    /// Takes in what other workers handed this one, up to `max` packets.
+    fn take_handed(&mut self, max: usize) {
+        let Some((h, me)) = self.handoff.as_ref() else { return };
+        while self.mbufs.len() < max.max(1) {
+            let Some(p) = h.take(*me) else { break };
+            if let Some(c) = self.counters.get_mut(p.port) {
+                c.taken_over += 1;
+            }
+            self.mbufs.push(p.mbuf);
+            self.ingress.push(p.port);
+        }
+    }
+
+    /// Hands the packets received from `from` on whose flow is homed at
+    /// another worker to that worker; the others stay, in order. A packet
+    /// whose home's inbox is full stays too.
+    #[inline(never)]
+    fn steer(&mut self, from: usize) {
+        let Some((h, me)) = self.handoff.as_ref() else { return };
+        let now = h.now_ns();
+        let mut steering = std::mem::take(&mut self.steering);
+        steering.extend(self.mbufs.drain(from..).zip(self.ingress.drain(from..)));
+        for (m, pi) in steering.drain(..) {
+            let home = m
+                .data()
+                .and_then(|d| sluice_wire::parse(d).key)
+                .and_then(|k| h.home_of(k.symmetric_hash(), now))
+                .filter(|w| w != me);
+            let stays = match home {
+                Some(w) => match h.hand(w, Handed { mbuf: m, port: pi }) {
+                    Ok(()) => {
+                        if let Some(c) = self.counters.get_mut(pi) {
+                            c.handed_off += 1;
+                        }
+                        None
+                    }
+                    Err(back) => Some(back.mbuf),
+                },
+                None => Some(m),
+            };
+            if let Some(m) = stays {
+                self.mbufs.push(m);
+                self.ingress.push(pi);
+            }
+        }
+        self.steering = steering;
+    }
+
+    /// Homes the flow of a packet the chain rewrote (`data`; the mbuf
+    /// `m` still holds what came in) at this worker when the rewrite
+    /// translated it: its replies come to the new addresses.
+    #[inline(never)]
+    fn note_rewrite(handoff: &Option<(Arc<Handoff>, usize)>, homed: &mut Homed, now: &mut u64, m: &Mbuf, data: &[u8]) {
+        let Some((h, me)) = handoff.as_ref() else { return };
+        let Some(to) = sluice_wire::parse(data).key else { return };
+        let hash = to.symmetric_hash();
+        if *now == 0 {
+            *now = h.now_ns().max(1);
+        }
+        if !homed.needs_look(hash, *now) {
+            return;
+        }
+        let Some(from) = m.data().and_then(|d| sluice_wire::parse(d).key) else { return };
+        let translated = from.normalized() != to.normalized();
+        if translated {
+            h.home(hash, *me, *now);
+        }
+        homed.looked(hash, *now, translated);
+    }
+
     fn release_where(&mut self, release: impl Fn(&Held) -> bool) {
         let mut keep = Vec::with_capacity(self.held.len());
         for h in self.held.drain(..) {
@@ -580,6 +670,10 @@ impl PacketIo for DpdkIo {
             self.ingress.push(pi);
         }
         self.back = self.mbufs.len();
+        if self.handoff.is_some() && self.released.is_empty() {
+            self.take_handed(max);
+        }
+        let received = self.mbufs.len();
         let per_port = u16::try_from(max).unwrap_or(u16::MAX);
         for (pi, q) in self.queues.iter_mut().enumerate().take(self.receive_ports) {
             if !self.released.is_empty() {
@@ -590,6 +684,9 @@ impl PacketIo for DpdkIo {
             if let Some(c) = self.counters.get_mut(pi) {
                 c.rx += got as u64;
             }
+        }
+        if self.mbufs.len() > received && self.handoff.as_ref().is_some_and(|(h, _)| h.homed() > 0) {
+            self.steer(received);
         }
         if self.mbufs.is_empty() {
             return Receive::Idle;
@@ -688,6 +785,8 @@ impl PacketIo for DpdkIo {
         let scratch = std::mem::take(&mut self.scratch);
         let stripped_now = std::mem::take(&mut self.stripped);
         let mut stripped = stripped_now.iter().peekable();
+        // The handoff table's clock, read at the batch's first rewrite.
+        let mut homes_now = 0;
         for (i, ((mut m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results.iter()).enumerate() {
             let unmarked = stripped.next_if(|&&(at, _)| at == i).and_then(|&(_, slot)| scratch.get(slot));
             if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
@@ -720,6 +819,11 @@ impl PacketIo for DpdkIo {
                 Fate::Forward(0) => self.default_outputs.get(pi).copied().flatten(),
                 Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_outputs),
             };
+            if target.is_some()
+                && let Some(d) = r.data.as_deref()
+            {
+                Self::note_rewrite(&self.handoff, &mut self.homed, &mut homes_now, &m, d);
+            }
             // Entries of packets that left no output (dropped) are passed.
             while deferring.next_if(|&&(at, _)| at < i).is_some() {}
             let keep = deferring.next_if(|&&(at, _)| at == i).map(|&(_, ticket)| ticket);

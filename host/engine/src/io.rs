@@ -239,6 +239,15 @@ pub struct QueueCounters {
     pub deferred: u64,
     #[serde(default)]
     pub dropped_uncommitted: u64,
+    /// Packets received here and handed to the worker that holds their
+    /// translated flow's state, and packets that worker took in from
+    /// others on this port (see `sluice_engine::handoff`): on the whole
+    /// host the two are equal, and over a worker's queues `rx + taken_over +
+    /// fragmented` = `tx` + every drop + `reassembling` + `handed_off`.
+    #[serde(default)]
+    pub handed_off: u64,
+    #[serde(default)]
+    pub taken_over: u64,
 }
 
 impl QueueCounters {
@@ -254,6 +263,8 @@ impl QueueCounters {
         self.reassembling += o.reassembling;
         self.deferred += o.deferred;
         self.dropped_uncommitted += o.dropped_uncommitted;
+        self.handed_off += o.handed_off;
+        self.taken_over += o.taken_over;
     }
 }
 

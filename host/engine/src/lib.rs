@@ -38,6 +38,8 @@ pub mod dispatch;
 pub mod dpdk;
 pub mod driver;
 pub mod fair;
+#[cfg(feature = "dpdk")]
+pub mod handoff;
 pub mod idle;
 pub mod io;
 pub mod worker;
