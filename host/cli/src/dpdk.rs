@@ -258,7 +258,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
         if h.refused() > 0 {
             tracing::warn!(
                 refused = h.refused(),
-                "the table of translated flows was full: the replies of some went to the worker their addresses hash to"
+                "workers had no room for the homes of some translated flows: their replies went to the worker their addresses hash to"
             );
         }
     }

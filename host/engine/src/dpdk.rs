@@ -31,7 +31,7 @@
 //! most [`MAX_DEFERRED`] a worker) until its ticket is let go (sent, in
 //! the order kept) or dropped; one kept past [`DEFER_LIMIT`] is dropped.
 
-use crate::handoff::{Handed, Handoff, Homed};
+use crate::handoff::{Handed, Handoff, Homed, Homes};
 use crate::io::{OutputCount, PacketIo, QueueCounters, Receive, Results};
 use sluice_dpdk::{Mbuf, Mempool, Queue};
 use sluice_runtime::{Fate, RawPacket};
@@ -160,6 +160,8 @@ pub struct DpdkIo {
     handoff: Option<(Arc<Handoff>, usize)>,
     /// The flows whose rewrites this worker looked at lately.
     homed: Homed,
+    /// The flows other workers homed.
+    homes: Homes,
     /// Packets received this batch, set aside while they are steered.
     steering: Vec<(Mbuf, usize)>,
 }
@@ -207,6 +209,7 @@ impl DpdkIo {
             checking_offloads: n > 0,
             handoff: None,
             homed: Homed::default(),
+            homes: Homes::default(),
             steering: Vec::new(),
         }
     }
@@ -369,16 +372,20 @@ impl DpdkIo {
     /// another worker to that worker; the others stay, in order. A packet
     /// whose home's inbox is full stays too.
     #[inline(never)]
-    fn steer(&mut self, from: usize) {
+    fn steer(&mut self, from: usize, now: u64) {
         let Some((h, me)) = self.handoff.as_ref() else { return };
-        let now = h.now_ns();
+        let idle = h.idle_ns();
         let mut steering = std::mem::take(&mut self.steering);
         steering.extend(self.mbufs.drain(from..).zip(self.ingress.drain(from..)));
         for (m, pi) in steering.drain(..) {
+            // Who the packet is between, read at fixed offsets where the
+            // frame allows; parsed only if it may be of a homed flow.
             let home = m
                 .data()
+                .filter(|&d| sluice_wire::parse::ip_addresses(d).is_none_or(|(s, t)| self.homes.may_hold(s, t)))
                 .and_then(|d| sluice_wire::parse(d).key)
-                .and_then(|k| h.home_of(k.symmetric_hash(), now))
+                .filter(|k| self.homes.may_hold(k.src, k.dst))
+                .and_then(|k| self.homes.home_of(k.symmetric_hash(), now, idle))
                 .filter(|w| w != me);
             let stays = match home {
                 Some(w) => match h.hand(w, Handed { mbuf: m, port: pi }) {
@@ -402,7 +409,9 @@ impl DpdkIo {
 
     /// Homes the flow of a packet the chain rewrote (`data`; the mbuf
     /// `m` still holds what came in) at this worker when the rewrite
-    /// translated it: its replies come to the new addresses.
+    /// translated it (its replies come to the new addresses or ports). A
+    /// flow is compared with what came in, and published, about once per
+    /// [`crate::handoff::REFRESH`].
     #[inline(never)]
     fn note_rewrite(handoff: &Option<(Arc<Handoff>, usize)>, homed: &mut Homed, now: &mut u64, m: &Mbuf, data: &[u8]) {
         let Some((h, me)) = handoff.as_ref() else { return };
@@ -411,13 +420,13 @@ impl DpdkIo {
         if *now == 0 {
             *now = h.now_ns().max(1);
         }
-        if !homed.needs_look(hash, *now) {
+        if !homed.due(hash, *now) {
             return;
         }
         let Some(from) = m.data().and_then(|d| sluice_wire::parse(d).key) else { return };
         let translated = from.normalized() != to.normalized();
         if translated {
-            h.home(hash, *me, *now);
+            h.publish(*me, &from, &to);
         }
         homed.looked(hash, *now, translated);
     }
@@ -685,8 +694,12 @@ impl PacketIo for DpdkIo {
                 c.rx += got as u64;
             }
         }
-        if self.mbufs.len() > received && self.handoff.as_ref().is_some_and(|(h, _)| h.homed() > 0) {
-            self.steer(received);
+        if let Some((h, me)) = self.handoff.as_ref() {
+            let now = h.now_ns();
+            self.homes.update(h, *me, now);
+            if self.mbufs.len() > received && !self.homes.is_empty() {
+                self.steer(received, now);
+            }
         }
         if self.mbufs.is_empty() {
             return Receive::Idle;

@@ -154,6 +154,32 @@ fn parse_common(frame: &[u8]) -> Option<Layers> {
     })
 }
 
+/// The source and destination addresses of an untagged or singly tagged
+/// IPv4 or IPv6 frame, read at their fixed offsets: a look at who a packet
+/// is between without parsing it. `None` for anything else (more tags,
+/// another protocol, a header cut short); when `Some`, they are the
+/// addresses of [`parse`]'s key (a property test holds them equal).
+#[inline]
+pub fn ip_addresses(frame: &[u8]) -> Option<(IpAddr128, IpAddr128)> {
+    let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
+    let l3 = match u16_at(12)? {
+        ethertype::VLAN => 18,
+        _ => 14,
+    };
+    let bytes = |at: usize, n: usize| frame.get(l3 + at..l3 + at + n);
+    match u16_at(l3 - 2)? {
+        ethertype::IPV4 if frame.get(l3)? >> 4 == 4 && frame.get(l3)? & 0x0f >= 5 && frame.len() >= l3 + 20 => {
+            let a = |at| bytes(at, 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(IpAddr128::from_v4);
+            Some((a(12)?, a(16)?))
+        }
+        ethertype::IPV6 if frame.get(l3)? >> 4 == 6 && frame.len() >= l3 + crate::ipv6::HEADER_LEN => {
+            let a = |at| bytes(at, 16).and_then(|b| <[u8; 16]>::try_from(b).ok()).map(IpAddr128::from_v6);
+            Some((a(8)?, a(24)?))
+        }
+        _ => None,
+    }
+}
+
 fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer, Error)> {
     let eth = EthernetFrame::new_checked(frame).map_err(|e| (Layer::Link, e))?;
     let (ethertype, l3, vlan) = eth.network().map_err(|e| (Layer::Link, e))?;
@@ -514,6 +540,23 @@ mod tests {
             })
     }
 
+    #[test]
+    fn ip_addresses_of_ipv4_and_ipv6_untagged_and_tagged() {
+        let v6 = |a: u8| IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, a]);
+        for vlan in [None, Some(100)] {
+            let mut four = FrameSpec::udp4([10, 0, 0, 5], 1, [198, 51, 100, 7], 2);
+            four.vlan = vlan;
+            let mut six = four.clone();
+            (six.src, six.dst) = (v6(5), v6(7));
+            for spec in [four, six] {
+                let f = spec.build();
+                let k = parse(&f).key.unwrap();
+                assert_eq!(ip_addresses(&f), Some((k.src, k.dst)), "{spec:?}");
+            }
+        }
+        assert_eq!(ip_addresses(&[0u8; 20]), None);
+    }
+
     proptest! {
         #[test]
         fn never_panics_on_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..256)) {
@@ -586,6 +629,22 @@ mod tests {
             }
             if let Some(fast) = parse_common(&data) {
                 prop_assert_eq!(fast, parse_general(&data));
+            }
+        }
+
+        #[test]
+        fn ip_addresses_are_the_keys_wherever_both_read_them(
+            frame in any_frame(),
+            idx in any::<usize>(),
+            byte in any::<u8>(),
+            cut in any::<usize>(),
+        ) {
+            let mut f = frame;
+            let n = f.len();
+            f[idx % n] = byte;
+            let f = &f[..cut % (n + 1)];
+            if let (Some((src, dst)), Some(k)) = (ip_addresses(f), parse(f).key) {
+                prop_assert_eq!((src, dst), (k.src, k.dst));
             }
         }
 
