@@ -48,15 +48,21 @@ struct LiveHost {
 
 impl LiveHost {
     fn start(nats: &Nats, gw: &Gateway, dir: &Path, w: &Wire, report: &Path) -> LiveHost {
+        LiveHost::start_on(nats, gw, dir, w, report, 1)
+    }
+
+    /// With `workers` workers, each port read through as many queues.
+    fn start_on(nats: &Nats, gw: &Gateway, dir: &Path, w: &Wire, report: &Path, workers: usize) -> LiveHost {
         let prefix = format!("sluice-{}", w.h0);
-        let mut args: Vec<String> = ["--group", "edge", "--dpdk", "--workers", "1", "--pairs"]
+        let workers = workers.to_string();
+        let mut args: Vec<String> = ["--group", "edge", "--dpdk", "--workers", &workers, "--pairs"]
             .into_iter()
             .chain(["--window-ms", "200", "--heartbeat-ms", "300", "--report", report.to_str().unwrap()])
             .chain(["--", "--no-huge", "--no-pci", "-m", "512", "--log-level=lib.eal:error"])
             .map(str::to_string)
             .collect();
         args.push(format!("--file-prefix={prefix}"));
-        args.extend(w.vdevs(RING));
+        args.extend(w.vdevs(&format!("{RING},qpairs={workers}")));
         let proc = start_host(nats, gw, dir, "h1", &args.iter().map(String::as_str).collect::<Vec<_>>());
         LiveHost { proc, log: dir.join("h1.log"), prefix }
     }
@@ -178,6 +184,59 @@ fn a_tenants_firewall_nat_deployment_carries_real_tcp_both_ways_only_with_its_ou
     assert!(packets_in > 13_700, "{dep}");
     assert!(packets_in - packets_out >= after.h1_rx - before.h1_rx, "the dropped replies: {dep}");
     assert_eq!(host_report(&report)["refused_egress"].as_u64(), Some(0), "{dep}");
+}
+
+/// The tenant's firewall -> nat on a live host with two workers, each
+/// port read through two queues: a reply to the public address may come
+/// in on the worker without the firewall's state of its connection, which
+/// hands it to the worker that translated it. Sixteen downloads arrive
+/// intact from the public address, and what one worker handed over the
+/// other took in.
+#[test]
+fn a_tenants_firewall_nat_deployment_carries_every_connection_on_two_workers() {
+    let _turn = turn();
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": "alpha", "groups": ["edge"] }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let key = r.body["api_key"].as_str().unwrap().to_string();
+    for name in ["firewall", "nat"] {
+        let up = api.upload(Some(&key), name, "1", &std::fs::read(nf(name)).unwrap());
+        assert_eq!(up.status, 201, "{}", up.body);
+    }
+    let body = json!({ "name": "fwnat", "group": "edge", "nfs": fw_nat(), "attach": [INSIDE, OUTSIDE] });
+    let r = api.post(Some(&key), "/v1/deployments", &body);
+    assert_eq!(r.status, 201, "{}", r.body);
+
+    let w = Wire::new();
+    let d = Dirs::new();
+    let down = random_file(&d.path("srv"), "blob", 1 << 20, 12);
+    let _srv = w.http_server(&w.server, SERVER_IP, SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+    let report = dir.path().join("h1.json");
+    let mut host = LiveHost::start_on(&nats, &gw, dir.path(), &w, &report, 2);
+    api.wait_running(&key, "fwnat", 1);
+    wait_until("the host's packet sockets", 60, || {
+        host.assert_running();
+        w.bound()
+    });
+    probe(&w, "tcp", SERVER_IP, SERVER_HTTP, &mut host);
+    let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/blob");
+    for i in 0..16 {
+        assert_eq!(fetch(&w, &w.client, &url, &d.path(&format!("got/{i}"))), sha256(&down), "download {i}");
+    }
+    let (lines, all) = requests_from(&d.path("srv.log"), PUBLIC_IP);
+    assert!(all && lines.len() == 16, "sixteen requests, all from {PUBLIC_IP}: {lines:?}");
+    w.settle();
+
+    host.proc.term();
+    let r = host_report(&report);
+    let queues: Vec<&Value> =
+        r["ports"].as_array().unwrap().iter().flat_map(|p| p["queues"].as_array().unwrap().iter()).collect();
+    let count = |k: &str| queues.iter().map(|q| q[k].as_u64().unwrap_or(0)).sum::<u64>();
+    assert_eq!(count("handed_off"), count("taken_over"), "{r:#}");
+    assert!(count("handed_off") > 0, "no reply came in on the other worker in sixteen connections: {r:#}");
 }
 
 /// Gives `end` in namespace `ns` the address `addr` (a /24) too.
