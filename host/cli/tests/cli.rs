@@ -225,3 +225,43 @@ fn a_start_past_its_deadline_fails_with_the_limit_named() {
     assert!(!o.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("exceeded the start deadline of 50 ms; raise start_deadline_ms"), "{stdout}\n{stderr}");
 }
+
+/// `run` plans which worker takes each packet before any NF runs, so it
+/// cannot send a translated connection's replies where its state is: a
+/// chain of several NFs that translates, run on several workers, says so
+/// at its first translated packet, with the fix. One worker, or the NAT
+/// alone, does not.
+#[test]
+fn a_run_of_a_chain_that_translates_on_two_workers_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let text_in = dir.path().join("in.txt");
+    std::fs::write(&text_in, "0.0 tcp 10.0.0.5:40000 > 198.51.100.7:80 flags S\n").unwrap();
+    let input = dir.path().join("in.pcap");
+    let o = bin().args(["synth", "--from"]).arg(&text_in).arg("--out").arg(&input).output().unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let config = dir.path().join("host.toml");
+    std::fs::write(
+        &config,
+        "[nf.firewall.config]\nrules = [{ action = \"allow\", src = \"10.0.0.0/8\" }]\n\
+         [nf.nat.config]\npublic-ip = \"203.0.113.1\"\ninside = [\"10.0.0.0/8\"]\n",
+    )
+    .unwrap();
+    let chain = format!("{},{}", nf("firewall").display(), nf("nat").display());
+    let nat = nf("nat").display().to_string();
+    for (nfs, workers, warns) in [(&chain, "2", true), (&chain, "1", false), (&nat, "2", false)] {
+        let o = bin()
+            .arg("--config")
+            .arg(&config)
+            .args(["run", "--nf", nfs, "--workers", workers, "--in"])
+            .arg(&input)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&o);
+        assert!(o.status.success(), "{stdout}\n{stderr}");
+        assert_eq!(
+            stderr.contains("translates addresses or ports") && stderr.contains("--workers 1"),
+            warns,
+            "{nfs} on {workers}: {stderr}"
+        );
+    }
+}
