@@ -68,6 +68,20 @@ impl LiveHost {
     }
 }
 
+impl LiveHost {
+    /// Waits until `key`'s deployment `fwnat` runs (first version), the
+    /// host's packet sockets are bound and a connection to the server
+    /// goes through.
+    fn until_forwarding(&mut self, api: &Api, key: &str, w: &Wire) {
+        api.wait_running(key, "fwnat", 1);
+        wait_until("the host's packet sockets", 60, || {
+            self.assert_running();
+            w.bound()
+        });
+        probe(w, "tcp", SERVER_IP, SERVER_HTTP, self);
+    }
+}
+
 impl Running for LiveHost {
     fn assert_running(&mut self) {
         if let Some(status) = self.proc.child.try_wait().unwrap() {
@@ -85,6 +99,19 @@ impl Drop for LiveHost {
         self.proc.kill9();
         let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
     }
+}
+
+/// Tenant `alpha` of group `edge`, with the firewall and the NAT uploaded
+/// as version 1; returns its API key.
+fn alpha_with_firewall_and_nat(api: &Api) -> String {
+    let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": "alpha", "groups": ["edge"] }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let key = r.body["api_key"].as_str().unwrap().to_string();
+    for name in ["firewall", "nat"] {
+        let up = api.upload(Some(&key), name, "1", &std::fs::read(nf(name)).unwrap());
+        assert_eq!(up.status, 201, "{}", up.body);
+    }
+    key
 }
 
 /// The deployment named `name` in a host report.
@@ -108,13 +135,7 @@ fn a_tenants_firewall_nat_deployment_carries_real_tcp_both_ways_only_with_its_ou
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
     let api = gw.api();
-    let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": "alpha", "groups": ["edge"] }));
-    assert_eq!(r.status, 201, "{}", r.body);
-    let key = r.body["api_key"].as_str().unwrap().to_string();
-    for name in ["firewall", "nat"] {
-        let up = api.upload(Some(&key), name, "1", &std::fs::read(nf(name)).unwrap());
-        assert_eq!(up.status, 201, "{}", up.body);
-    }
+    let key = alpha_with_firewall_and_nat(&api);
 
     // A chain with a label route has no reverse order for replies.
     let mut branching = fw_nat();
@@ -137,12 +158,7 @@ fn a_tenants_firewall_nat_deployment_carries_real_tcp_both_ways_only_with_its_ou
     let _cli = w.http_server(&w.client, CLIENT_IP, CLIENT_HTTP, &d.path("cli"), &d.path("cli.log"));
     let report = dir.path().join("h1.json");
     let mut host = LiveHost::start(&nats, &gw, dir.path(), &w, &report);
-    api.wait_running(&key, "fwnat", 1);
-    wait_until("the host's packet sockets", 60, || {
-        host.assert_running();
-        w.bound()
-    });
-    probe(&w, "tcp", SERVER_IP, SERVER_HTTP, &mut host);
+    host.until_forwarding(&api, &key, &w);
 
     let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/blob");
     assert_eq!(fetch(&w, &w.client, &url, &d.path("got/down")), sha256(&down), "the client's download");
@@ -199,13 +215,7 @@ fn a_tenants_firewall_nat_deployment_carries_every_connection_on_two_workers() {
     let nats = Nats::start(dir.path());
     let gw = edge_gateway(&nats, dir.path());
     let api = gw.api();
-    let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": "alpha", "groups": ["edge"] }));
-    assert_eq!(r.status, 201, "{}", r.body);
-    let key = r.body["api_key"].as_str().unwrap().to_string();
-    for name in ["firewall", "nat"] {
-        let up = api.upload(Some(&key), name, "1", &std::fs::read(nf(name)).unwrap());
-        assert_eq!(up.status, 201, "{}", up.body);
-    }
+    let key = alpha_with_firewall_and_nat(&api);
     let body = json!({ "name": "fwnat", "group": "edge", "nfs": fw_nat(), "attach": [INSIDE, OUTSIDE] });
     let r = api.post(Some(&key), "/v1/deployments", &body);
     assert_eq!(r.status, 201, "{}", r.body);
@@ -216,12 +226,7 @@ fn a_tenants_firewall_nat_deployment_carries_every_connection_on_two_workers() {
     let _srv = w.http_server(&w.server, SERVER_IP, SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
     let report = dir.path().join("h1.json");
     let mut host = LiveHost::start_on(&nats, &gw, dir.path(), &w, &report, 2);
-    api.wait_running(&key, "fwnat", 1);
-    wait_until("the host's packet sockets", 60, || {
-        host.assert_running();
-        w.bound()
-    });
-    probe(&w, "tcp", SERVER_IP, SERVER_HTTP, &mut host);
+    host.until_forwarding(&api, &key, &w);
     let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/blob");
     for i in 0..16 {
         assert_eq!(fetch(&w, &w.client, &url, &d.path(&format!("got/{i}"))), sha256(&down), "download {i}");

@@ -557,6 +557,15 @@ mod tests {
         assert_eq!(ip_addresses(&[0u8; 20]), None);
     }
 
+    /// `frame` with the byte at `idx` (modulo its length) set to `byte`,
+    /// cut to `cut` bytes (modulo its length + 1).
+    fn altered(mut frame: Vec<u8>, idx: usize, byte: u8, cut: usize) -> Vec<u8> {
+        let n = frame.len();
+        frame[idx % n] = byte;
+        frame.truncate(cut % (n + 1));
+        frame
+    }
+
     proptest! {
         #[test]
         fn never_panics_on_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..256)) {
@@ -594,10 +603,7 @@ mod tests {
         ) {
             // Built frames, with one byte set anywhere and cut anywhere:
             // the common path either declines or gives the general result.
-            let mut f = frame;
-            let n = f.len();
-            f[idx % n] = byte;
-            let f = &f[..cut % (n + 1)];
+            let f = &altered(frame, idx, byte, cut);
             if let Some(fast) = parse_common(f) {
                 prop_assert_eq!(fast, parse_general(f));
             }
@@ -639,10 +645,7 @@ mod tests {
             byte in any::<u8>(),
             cut in any::<usize>(),
         ) {
-            let mut f = frame;
-            let n = f.len();
-            f[idx % n] = byte;
-            let f = &f[..cut % (n + 1)];
+            let f = &altered(frame, idx, byte, cut);
             if let (Some((src, dst)), Some(k)) = (ip_addresses(f), parse(f).key) {
                 prop_assert_eq!((src, dst), (k.src, k.dst));
             }
