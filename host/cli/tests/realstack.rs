@@ -306,12 +306,15 @@ fn behind_the_nat_the_server_sees_the_public_address() {
 /// connections from eight ports download the same file intact, the
 /// backends' kernels accepted the rewritten segments (both backends got
 /// connections, from the client's own address), and with `offload` the
-/// same holds while the host rewrites the established packets itself.
+/// same holds while the host rewrites the established packets itself. On
+/// two workers (two queues a port) a backend's reply, which hashes apart
+/// from the connection to the VIP, is handed to the worker that chose the
+/// backend.
 #[test]
 fn the_load_balancer_spreads_real_connections_over_its_backends_with_and_without_offload() {
     const VIP: &str = "198.51.100.100";
     const BACKENDS: [&str; 2] = ["198.51.100.21", "198.51.100.22"];
-    for offload in [false, true] {
+    for (offload, workers) in [(false, 1), (true, 1), (false, 2)] {
         let _turn = turn();
         let w = Wire::new();
         let d = Dirs::new();
@@ -327,7 +330,9 @@ fn the_load_balancer_spreads_real_connections_over_its_backends_with_and_without
              backends = [\"{}\", \"{}\"]\noffload = {offload}\n",
             BACKENDS[0], BACKENDS[1]
         );
-        let mut host = Host::start(&w, d.tmp.path(), &["lb"], &config, &[], RING);
+        let workers_arg = workers.to_string();
+        let ring = format!("{RING},qpairs={workers}");
+        let mut host = Host::start(&w, d.tmp.path(), &["lb"], &config, &["--workers", &workers_arg], &ring);
         probe(&w, "tcp", VIP, SERVER_HTTP, &mut host);
         let url = format!("http://{VIP}:{SERVER_HTTP}/blob");
         for port in 40_001..40_009 {
@@ -336,8 +341,8 @@ fn the_load_balancer_spreads_real_connections_over_its_backends_with_and_without
                 "curl",
                 &["-sS", "--fail", "--local-port", &port.to_string(), "-o", to.to_str().unwrap(), &url],
             ));
-            assert!(o.status.success(), "offload {offload}, port {port}: {}", text(&o));
-            assert_eq!(sha256(&to), sha256(&down), "offload {offload}, port {port}");
+            assert!(o.status.success(), "offload {offload}, {workers} workers, port {port}: {}", text(&o));
+            assert_eq!(sha256(&to), sha256(&down), "offload {offload}, {workers} workers, port {port}");
         }
         w.settle();
         let r = host.stop();

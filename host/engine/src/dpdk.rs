@@ -353,8 +353,6 @@ impl DpdkIo {
         }
     }
 
-    /// Moves the held packets `release` picks to the released queue, in
-    /// the order they were held.
     /// Takes in what other workers handed this one, up to `max` packets.
     fn take_handed(&mut self, max: usize) {
         let Some((h, me)) = self.handoff.as_ref() else { return };
@@ -431,6 +429,8 @@ impl DpdkIo {
         homed.looked(hash, *now, translated);
     }
 
+    /// Moves the held packets `release` picks to the released queue, in
+    /// the order they were held.
     fn release_where(&mut self, release: impl Fn(&Held) -> bool) {
         let mut keep = Vec::with_capacity(self.held.len());
         for h in self.held.drain(..) {

@@ -45,8 +45,9 @@ pub const INBOX: usize = 4096;
 /// to it are refused (counted).
 pub const UPDATES: usize = 1 << 16;
 
-/// Flows homed at most, per worker (about 40 bytes each).
-pub const CAPACITY: usize = 1 << 20;
+/// Flows homed at most, per worker (about 40 bytes each: 10 MiB): a NAT
+/// homes two flows a connection (its translation, and its reply's).
+pub const CAPACITY: usize = 1 << 18;
 
 /// How long a home outlives the last packet that refreshed it: the
 /// host's default flow idle timeout.
