@@ -832,7 +832,8 @@ impl PacketIo for DpdkIo {
                 Fate::Forward(0) => self.default_outputs.get(pi).copied().flatten(),
                 Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_outputs),
             };
-            if target.is_some()
+            if self.handoff.is_some()
+                && target.is_some()
                 && let Some(d) = r.data.as_deref()
             {
                 Self::note_rewrite(&self.handoff, &mut self.homed, &mut homes_now, &m, d);
