@@ -109,6 +109,11 @@ impl Handoff {
         }
     }
 
+    /// How long a home lives unused.
+    pub fn idle_ns(&self) -> u64 {
+        self.idle_ns
+    }
+
     /// Homes not taken for want of room.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
@@ -239,13 +244,6 @@ impl Homes {
         }
         e.1 = now_ns;
         Some(usize::from(e.0))
-    }
-}
-
-impl Handoff {
-    /// How long a home lives unused.
-    pub fn idle_ns(&self) -> u64 {
-        self.idle_ns
     }
 }
 
