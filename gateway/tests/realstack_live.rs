@@ -53,10 +53,24 @@ impl LiveHost {
 
     /// With `workers` workers, each port read through as many queues.
     fn start_on(nats: &Nats, gw: &Gateway, dir: &Path, w: &Wire, report: &Path, workers: usize) -> LiveHost {
+        LiveHost::start_with(nats, gw, dir, w, report, workers, &[])
+    }
+
+    /// With `workers` workers and `more` arguments of `serve`.
+    fn start_with(
+        nats: &Nats,
+        gw: &Gateway,
+        dir: &Path,
+        w: &Wire,
+        report: &Path,
+        workers: usize,
+        more: &[&str],
+    ) -> LiveHost {
         let prefix = format!("sluice-{}", w.h0);
         let workers = workers.to_string();
         let mut args: Vec<String> = ["--group", "edge", "--dpdk", "--workers", &workers, "--pairs"]
             .into_iter()
+            .chain(more.iter().copied())
             .chain(["--window-ms", "200", "--heartbeat-ms", "300", "--report", report.to_str().unwrap()])
             .chain(["--", "--no-huge", "--no-pci", "-m", "512", "--log-level=lib.eal:error"])
             .map(str::to_string)
@@ -242,6 +256,95 @@ fn a_tenants_firewall_nat_deployment_carries_every_connection_on_two_workers() {
     let count = |k: &str| queues.iter().map(|q| q[k].as_u64().unwrap_or(0)).sum::<u64>();
     assert_eq!(count("handed_off"), count("taken_over"), "{r:#}");
     assert!(count("handed_off") > 0, "no reply came in on the other worker in sixteen connections: {r:#}");
+}
+
+/// UDP datagrams from `argv[1]` to `argv[2]` port 9, from eight sockets
+/// in turn (their flows spread over the host's workers), about 10,000 a
+/// second until killed.
+const UDP_FLOOD: &str = r#"
+import socket, sys, time
+socks = []
+for _ in range(8):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((sys.argv[1], 0))
+    socks.append(s)
+n = 0
+while True:
+    socks[n % 8].sendto(b"flood", (sys.argv[2], 9))
+    n += 1
+    if n % 20 == 0:
+        time.sleep(0.002)
+"#;
+
+/// A second tenant, `mallory`, shares the two-worker host of the test
+/// above with a hostile NF that translates every packet into a flow of
+/// its own (`translate-flood`), fed by a UDP flood from its own prefix,
+/// while the workers remember only 256 handed flows each
+/// (`handed_flows`): the flood fills the tables hundreds of times over,
+/// and alpha's firewall -> NAT keeps its share of them. All sixteen of
+/// alpha's downloads arrive intact from the public address (without a
+/// share, about one in four timed out: its reply's home had been
+/// refused and the firewall of the other worker dropped it), and the
+/// host says it refused homes.
+#[test]
+fn a_tenant_translating_a_flood_of_flows_leaves_another_its_handed_connections() {
+    let _turn = turn();
+    let dir = test_dir();
+    let nats = Nats::start(dir.path());
+    let gw = edge_gateway(&nats, dir.path());
+    let api = gw.api();
+    let key = alpha_with_firewall_and_nat(&api);
+    let inside = "port=0,dst=198.51.100.0/24,out=1";
+    let body = json!({ "name": "fwnat", "group": "edge", "nfs": fw_nat(), "attach": [inside, OUTSIDE] });
+    let r = api.post(Some(&key), "/v1/deployments", &body);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = api.post(Some(ADMIN), "/v1/tenants", &json!({ "name": "mallory", "groups": ["edge"] }));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let evil = r.body["api_key"].as_str().unwrap().to_string();
+    assert_eq!(api.upload(Some(&evil), "hostile", "1", &std::fs::read(test_nf("hostile")).unwrap()).status, 201);
+    let nfs = json!([{ "module": "hostile@1", "config": "translate-flood" }]);
+    let body = json!({ "name": "flood", "group": "edge", "nfs": nfs, "attach": ["port=0,dst=10.200.0.0/24,out=1"] });
+    let r = api.post(Some(&evil), "/v1/deployments", &body);
+    assert_eq!(r.status, 201, "{}", r.body);
+
+    let w = Wire::new();
+    let d = Dirs::new();
+    add_address(&w.client, "c0", "10.200.0.5");
+    let s0 = w.mac(&w.server, "s0");
+    ip(&["-n", &w.client, "neigh", "add", "10.200.0.7", "lladdr", &s0, "dev", "c0"]);
+    let down = random_file(&d.path("srv"), "blob", 1 << 20, 13);
+    let _srv = w.http_server(&w.server, SERVER_IP, SERVER_HTTP, &d.path("srv"), &d.path("srv.log"));
+    let conf = dir.path().join("host.toml");
+    std::fs::write(&conf, "handed_flows = 256\n").unwrap();
+    let report = dir.path().join("h1.json");
+    let mut host = LiveHost::start_with(&nats, &gw, dir.path(), &w, &report, 2, &["--config", conf.to_str().unwrap()]);
+    host.until_forwarding(&api, &key, &w);
+    api.wait_running(&evil, "flood", 1);
+    let _flood = Bg(w.exec(&w.client, "python3", &["-c", UDP_FLOOD, "10.200.0.5", "10.200.0.7"]).spawn().unwrap());
+    wait_until("the flood through mallory's NF", 30, || {
+        host.assert_running();
+        // More translated flows than both workers' tables hold.
+        w.kernel().h1_tx > 2_000
+    });
+    let url = format!("http://{SERVER_IP}:{SERVER_HTTP}/blob");
+    for i in 0..16 {
+        assert_eq!(fetch(&w, &w.client, &url, &d.path(&format!("got/{i}"))), sha256(&down), "download {i}");
+    }
+    let (lines, all) = requests_from(&d.path("srv.log"), PUBLIC_IP);
+    assert!(all && lines.len() == 16, "sixteen requests, all from {PUBLIC_IP}: {lines:?}");
+    drop(_flood);
+    w.settle();
+
+    host.proc.term();
+    let flood = deployment(&report, "flood");
+    assert!(flood["packets_out"].as_u64().unwrap() > 2_000, "{flood}");
+    let r = host_report(&report);
+    let queues: Vec<&Value> =
+        r["ports"].as_array().unwrap().iter().flat_map(|p| p["queues"].as_array().unwrap().iter()).collect();
+    let count = |k: &str| queues.iter().map(|q| q[k].as_u64().unwrap_or(0)).sum::<u64>();
+    assert_eq!(count("handed_off"), count("taken_over"), "{r:#}");
+    assert!(count("handed_off") > 0, "no reply came in on the other worker in sixteen connections: {r:#}");
+    assert!(host.output().contains("no room for the homes"), "{}", host.output());
 }
 
 /// Gives `end` in namespace `ns` the address `addr` (a /24) too.

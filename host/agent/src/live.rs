@@ -99,6 +99,10 @@ impl Lane for LiveLane {
         self.attachments.iter().any(|a| a.takes_vlan(vlan))
     }
 
+    fn owner(&self) -> u64 {
+        sluice_engine::handoff::owner_of(&self.active.spec.tenant)
+    }
+
     fn admit(&mut self, contended: bool) -> bool {
         // Alone in the batch it always runs: what it uses is charged after.
         !contended || self.share.pause().is_none()

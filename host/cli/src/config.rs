@@ -38,6 +38,11 @@
 //!                            # (`--spread`): "flow" (by connection) or
 //!                            # "addresses" (every connection of a host pair
 //!                            # on one worker; DPDK: RSS on IP addresses)
+//! handed_flows = 262144      # SLUICE_HANDED_FLOWS: translated flows each DPDK
+//!                            # worker remembers to hand their replies to the
+//!                            # worker that translated them (about 56 bytes
+//!                            # each; a NAT connection is two); under `serve`
+//!                            # shared fairly by the tenants
 //!
 //! [nf.firewall]
 //! failure_policy = "fail-closed"   # or "fail-open"; SLUICE_FAILURE_POLICY sets the default
@@ -173,6 +178,11 @@ pub struct HostConfig {
     /// host's, so every deployment on it spreads the same way.
     #[serde(default)]
     pub spread: sluice_traffic::Spread,
+    /// Flows translated by another worker that each worker of a DPDK host
+    /// with several remembers, to hand their packets to the worker with
+    /// their state (see [`sluice_engine::handoff`]); at least 1.
+    #[serde(default = "default_handed_flows")]
+    pub handed_flows: usize,
     /// Per-NF sections.
     #[serde(default)]
     pub nf: BTreeMap<String, NfSection>,
@@ -203,6 +213,9 @@ fn default_cache_dir() -> PathBuf {
 fn default_mbuf_size() -> u16 {
     2048
 }
+fn default_handed_flows() -> usize {
+    sluice_engine::handoff::CAPACITY
+}
 fn default_max_memory() -> u64 {
     256
 }
@@ -221,6 +234,7 @@ impl Default for HostConfig {
             outside_ports: Vec::new(),
             fragments: sluice_runtime::fragments::FragmentMode::default(),
             spread: sluice_traffic::Spread::default(),
+            handed_flows: default_handed_flows(),
             nf: BTreeMap::new(),
             nf_defaults: NfSection::default(),
             base_dir: PathBuf::from("."),
@@ -327,6 +341,9 @@ impl HostConfig {
         }
         if let Some(v) = env_parse("SLUICE_FRAGMENTS")? {
             cfg.fragments = v;
+        }
+        if let Some(v) = env_parse("SLUICE_HANDED_FLOWS")? {
+            cfg.handed_flows = v;
         }
         if let Some(v) = env_parse("SLUICE_SPREAD")? {
             cfg.spread = v;

@@ -197,7 +197,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     let received = Arc::new(AtomicU64::new(0));
     // Several workers hand each other the replies of the flows their
     // chains translate (see `sluice_engine::handoff`).
-    let mut handoff = (workers > 1).then(|| Arc::new(Handoff::new(workers)));
+    let mut handoff = (workers > 1).then(|| Arc::new(handoff_of(config, workers)));
     let start = Instant::now();
     let results: Vec<Result<WorkerResult, RunError>> = std::thread::scope(|scope| {
         let mut handles = Vec::new();
@@ -255,12 +255,7 @@ pub fn run_dpdk(config: &HostConfig, opts: &DpdkOptions, stop: Arc<AtomicBool>) 
     // pool, and counted as dropped.
     if let Some(h) = handoff.take() {
         totals.dropped_other += h.drain();
-        if h.refused() > 0 {
-            tracing::warn!(
-                refused = h.refused(),
-                "workers had no room for the homes of some translated flows: their replies went to the worker their addresses hash to"
-            );
-        }
+        warn_refused(&h);
     }
     let port_reports = ports.iter().zip(per_port).map(|(p, queues)| port_report(p, queues)).collect();
     // Ports stop (flushing e.g. pcap output) before the pool and EAL go.
@@ -446,6 +441,23 @@ fn data_room(mbuf_size: u16, eal_args: &[String]) -> u16 {
 }
 
 /// What workers need to cut datagrams to their output ports' MTUs.
+/// Says how many translated flows' homes the workers had no room for.
+fn warn_refused(h: &Handoff) {
+    if h.refused() > 0 {
+        tracing::warn!(
+            refused = h.refused(),
+            "workers had no room for the homes of some translated flows (`handed_flows`, or a tenant's share of them): \
+             their replies went to the worker their addresses hash to"
+        );
+    }
+}
+
+/// What the workers of a host with several share to hand each other the
+/// packets of translated flows, as `config` sizes it.
+fn handoff_of(config: &HostConfig, workers: usize) -> Handoff {
+    Handoff::with_limits(workers, config.handed_flows.max(1), sluice_engine::handoff::IDLE)
+}
+
 fn egress_of(ports: &[sluice_dpdk::Port], pool: &Arc<sluice_dpdk::Mempool>) -> Egress {
     Egress { mtus: ports.iter().map(|p| p.mtu().map_or(0, usize::from)).collect(), pool: pool.clone() }
 }
@@ -478,10 +490,18 @@ pub struct LivePorts {
 /// The ports, their pool and EAL (fields drop in that order).
 struct Held {
     /// Packets in the workers' inboxes go back to the pool first.
-    _handoff: Option<Arc<Handoff>>,
+    handoff: Option<Arc<Handoff>>,
     ports: Vec<sluice_dpdk::Port>,
     pool: Arc<sluice_dpdk::Mempool>,
     eal: Eal,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(h) = &self.handoff {
+            warn_refused(h);
+        }
+    }
 }
 
 impl std::fmt::Debug for Held {
@@ -540,7 +560,7 @@ pub fn open_live(config: &HostConfig, opts: &LiveOptions) -> Result<(sluice_agen
     let tx_lock = Arc::new(parking_lot::Mutex::new(()));
     let egress = egress_of(&ports, &pool);
     let mut ios: Vec<Box<dyn PacketIo + Send>> = Vec::new();
-    let handoff = (workers > 1).then(|| Arc::new(Handoff::new(workers)));
+    let handoff = (workers > 1).then(|| Arc::new(handoff_of(config, workers)));
     for w in 0..workers {
         let queues: Vec<Queue> = ports.iter().filter_map(|p| p.queue(w as u16)).collect();
         let mut io = DpdkIo::new(queues, port_ids.clone(), opts.pairs, batch).with_egress(egress.clone());
@@ -552,7 +572,7 @@ pub fn open_live(config: &HostConfig, opts: &LiveOptions) -> Result<(sluice_agen
         }
         ios.push(Box::new(io));
     }
-    let held = Arc::new(Held { _handoff: handoff, ports, pool, eal });
+    let held = Arc::new(Held { handoff, ports, pool, eal });
     let beacons = match (&opts.beacon, beacon_port) {
         (Some(b), Some(i)) => {
             let queue = held

@@ -23,6 +23,12 @@ pub trait Lane {
     fn worker(&mut self) -> &mut Worker;
     /// Whether its NFs may name this port (id) in a verdict.
     fn may_send(&self, port: u16) -> bool;
+    /// Whose it is, for what a host keeps on behalf of lanes and shares
+    /// between them (the flows a worker hands to another, see
+    /// [`crate::handoff`]): lanes of one owner (a tenant) share a quota.
+    fn owner(&self) -> u64 {
+        0
+    }
     /// Whether its NFs may send a packet they rewrote to carry this outer
     /// VLAN (none: untagged); asked only when the rewrite changed it.
     fn may_tag(&self, vlan: Option<u16>) -> bool {
@@ -177,6 +183,8 @@ pub struct Dispatch {
     at: Vec<(u32, u32)>,
     /// The lanes' results and [`FIXED`], for delivery.
     parts: Vec<&'static [PacketResult]>,
+    /// The owner of each lane, for delivery.
+    lane_owners: Vec<u64>,
     /// The batch's marked packets, and those of the lane being run.
     moved: Vec<(usize, SteerMark)>,
     lane_moved: Vec<(usize, SteerMark)>,
@@ -221,6 +229,7 @@ impl Dispatch {
             retagged: Vec::new(),
             at: Vec::new(),
             parts: Vec::new(),
+            lane_owners: Vec::new(),
             moved: Vec::new(),
             lane_moved: Vec::new(),
             positions: Vec::new(),
@@ -513,11 +522,13 @@ impl Dispatch {
         }
         // Each lane's results where its chain left them: none is copied.
         let mut parts = recycle(std::mem::take(&mut self.parts));
+        self.lane_owners.clear();
         for lane in lanes.iter_mut() {
+            self.lane_owners.push(lane.owner());
             parts.push(&*lane.last_results());
         }
         parts.push(&FIXED);
-        io.deliver(Results::gathered(&parts, &self.at));
+        io.deliver(Results::gathered(&parts, &self.at).owned_by(&self.lane_owners));
         self.parts = recycle(parts);
         if let Some(t) = self.timing.as_deref_mut() {
             t.1.deliver_ns += t.0.lap();
@@ -676,7 +687,8 @@ impl Dispatch {
         // A rewrite that changed a packet's VLAN is checked against the
         // lane's attachments.
         forwarded = forwarded.saturating_sub(self.refuse_retagged(lane));
-        io.deliver(lane.last_results().into());
+        let owner = [lane.owner()];
+        io.deliver(Results::from(&*lane.last_results()).owned_by(&owner));
         let took = started.map(|s| s.elapsed());
         if let Some(t) = self.timing.as_deref_mut() {
             t.1.deliver_ns += t.0.lap();
@@ -823,6 +835,7 @@ mod tests {
         frames: Vec<(Vec<u8>, u16)>,
         taken: bool,
         delivered: Vec<Fate>,
+        owners: Vec<u64>,
     }
 
     impl PacketIo for ListIo {
@@ -840,6 +853,7 @@ mod tests {
         }
         fn deliver(&mut self, results: Results<'_>) {
             self.delivered = results.iter().map(|r| r.fate).collect();
+            self.owners = (0..results.len()).map(|i| results.owner(i)).collect();
         }
     }
 
@@ -868,7 +882,12 @@ mod tests {
     fn unmatched_packets_follow_the_host_policy_and_are_counted() {
         let c = Classifier::new([(0, "port=0,vlan=100".parse().unwrap())]);
         for (policy, fate) in [(Unmatched::Drop, Fate::Refused), (Unmatched::Forward, Fate::Forward(0))] {
-            let mut io = ListIo { frames: vec![(tagged(200), 0), (tagged(300), 0)], taken: false, delivered: vec![] };
+            let mut io = ListIo {
+                frames: vec![(tagged(200), 0), (tagged(300), 0)],
+                taken: false,
+                delivered: vec![],
+                owners: vec![],
+            };
             let mut d = Dispatch::new(vec![0, 1], policy);
             let mut lanes: Vec<NoLane> = Vec::new();
             assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(2));
@@ -882,7 +901,12 @@ mod tests {
     #[test]
     fn claimed_packets_without_a_lane_are_dropped_not_forwarded() {
         let c = Classifier::new([(0, "port=0,vlan=100".parse().unwrap())]);
-        let mut io = ListIo { frames: vec![(tagged(100), 0), (tagged(300), 0)], taken: false, delivered: vec![] };
+        let mut io = ListIo {
+            frames: vec![(tagged(100), 0), (tagged(300), 0)],
+            taken: false,
+            delivered: vec![],
+            owners: vec![],
+        };
         let mut d = Dispatch::new(vec![0, 1], Unmatched::Forward);
         let mut lanes: Vec<NoLane> = Vec::new();
         assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(2));
@@ -1056,6 +1080,7 @@ mod tests {
     /// A lane whose chain sends every packet out of one verdict port.
     struct PortLane {
         port: u16,
+        owner: u64,
         results: Vec<PacketResult>,
     }
 
@@ -1065,6 +1090,9 @@ mod tests {
         }
         fn may_send(&self, _: u16) -> bool {
             false
+        }
+        fn owner(&self) -> u64 {
+            self.owner
         }
         fn run(&mut self, packets: &[RawPacket<'_>], _: &[(usize, SteerMark)]) -> &mut [PacketResult] {
             self.results = packets.iter().map(|_| PacketResult::of(Fate::Forward(self.port))).collect();
@@ -1080,8 +1108,13 @@ mod tests {
     /// name a port its attachments do not.
     #[test]
     fn the_one_lane_case_checks_no_port_and_a_tenant_s_lane_does() {
-        let io = || ListIo { frames: vec![(tagged(100), 0), (tagged(7), 1)], taken: false, delivered: vec![] };
-        let mut lane = PortLane { port: 2, results: vec![] };
+        let io = || ListIo {
+            frames: vec![(tagged(100), 0), (tagged(7), 1)],
+            taken: false,
+            delivered: vec![],
+            owners: vec![],
+        };
+        let mut lane = PortLane { port: 2, owner: 0, results: vec![] };
         let mut d = Dispatch::new(Vec::new(), Unmatched::Drop);
         let mut alone = io();
         assert_eq!(d.step_one(&mut alone, 32, &mut lane), Receive::Packets(2));
@@ -1094,6 +1127,25 @@ mod tests {
         assert_eq!(d.step(&mut shared, 32, &c, std::slice::from_mut(&mut lane)), Receive::Packets(2));
         assert_eq!(shared.delivered, vec![Fate::Refused, Fate::Refused]);
         assert_eq!(d.counters().refused_egress, 2);
+    }
+
+    /// Each delivered result names the owner of the lane that ran it
+    /// (the tenant whose translations the I/O keeps for it), whether the
+    /// batch's results are gathered from several lanes or are one lane's;
+    /// a packet no lane claims names none.
+    #[test]
+    fn delivered_results_name_the_owner_of_the_lane_that_ran_them() {
+        let c = Classifier::new([(0, "port=0".parse().unwrap()), (1, "port=1".parse().unwrap())]);
+        let mut lanes =
+            vec![PortLane { port: 0, owner: 7, results: vec![] }, PortLane { port: 0, owner: 9, results: vec![] }];
+        let mut d = Dispatch::new(vec![0, 1, 2], Unmatched::Drop);
+        let frames = vec![(tagged(1), 0), (tagged(1), 1), (tagged(1), 2), (tagged(1), 0)];
+        let mut io = ListIo { frames, taken: false, delivered: vec![], owners: vec![] };
+        assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(4));
+        assert_eq!(io.owners, vec![7, 9, 0, 7]);
+        let mut io = ListIo { frames: vec![(tagged(1), 1); 2], taken: false, delivered: vec![], owners: vec![] };
+        assert_eq!(d.step(&mut io, 32, &c, &mut lanes), Receive::Packets(2));
+        assert_eq!(io.owners, vec![9, 9]);
     }
 
     /// An I/O for output commit: what it sent, in order, and the outputs

@@ -405,13 +405,20 @@ impl DpdkIo {
         self.steering = steering;
     }
 
-    /// Homes the flow of a packet the chain rewrote (`data`; the mbuf
-    /// `m` still holds what came in) at this worker when the rewrite
+    /// Homes the flow of a packet `owner`'s chain rewrote (`data`; the
+    /// mbuf `m` still holds what came in) at this worker when the rewrite
     /// translated it (its replies come to the new addresses or ports). A
     /// flow is compared with what came in, and published, about once per
     /// [`crate::handoff::REFRESH`].
     #[inline(never)]
-    fn note_rewrite(handoff: &Option<(Arc<Handoff>, usize)>, homed: &mut Homed, now: &mut u64, m: &Mbuf, data: &[u8]) {
+    fn note_rewrite(
+        handoff: &Option<(Arc<Handoff>, usize)>,
+        homed: &mut Homed,
+        now: &mut u64,
+        owner: u64,
+        m: &Mbuf,
+        data: &[u8],
+    ) {
         let Some((h, me)) = handoff.as_ref() else { return };
         let Some(to) = sluice_wire::parse(data).key else { return };
         let hash = to.symmetric_hash();
@@ -424,7 +431,7 @@ impl DpdkIo {
         let Some(from) = m.data().and_then(|d| sluice_wire::parse(d).key) else { return };
         let translated = from.normalized() != to.normalized();
         if translated {
-            h.publish(*me, &from, &to);
+            h.publish(*me, owner, &from, &to);
         }
         homed.looked(hash, *now, translated);
     }
@@ -836,7 +843,7 @@ impl PacketIo for DpdkIo {
                 && target.is_some()
                 && let Some(d) = r.data.as_deref()
             {
-                Self::note_rewrite(&self.handoff, &mut self.homed, &mut homes_now, &m, d);
+                Self::note_rewrite(&self.handoff, &mut self.homed, &mut homes_now, results.owner(i), &m, d);
             }
             // Entries of packets that left no output (dropped) are passed.
             while deferring.next_if(|&&(at, _)| at < i).is_some() {}

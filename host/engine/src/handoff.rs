@@ -25,13 +25,16 @@
 //! Homes are published again at most every [`REFRESH`] while the flow's
 //! packets are rewritten, kept alive by the replies they send on, and
 //! forgotten after [`IDLE`] without either; a worker keeps at most
-//! [`CAPACITY`] (refusals are counted). A host with one worker has no
-//! handoff; one whose chains never translate pays a channel poll a batch.
+//! [`CAPACITY`], shared fairly by the homes' owners (the tenants whose
+//! lanes translated them: an equal share each when full, at most
+//! [`OWNER_ADDRESSES`] brought-in addresses each; refusals are counted).
+//! A host with one worker has no handoff; one whose chains never
+//! translate pays a channel poll a batch.
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use sluice_dpdk::Mbuf;
 use sluice_wire::{FlowKey, IpAddr128};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -45,13 +48,20 @@ pub const INBOX: usize = 4096;
 /// to it are refused (counted).
 pub const UPDATES: usize = 1 << 16;
 
-/// Flows homed at most, per worker (about 40 bytes each: 10 MiB): a NAT
+/// Flows homed at most, per worker (about 56 bytes each: 14 MiB): a NAT
 /// homes two flows a connection (its translation, and its reply's).
 pub const CAPACITY: usize = 1 << 18;
 
 /// How long a home outlives the last packet that refreshed it: the
 /// host's default flow idle timeout.
 pub const IDLE: Duration = Duration::from_secs(120);
+
+/// The owner id of a tenant's lanes (see
+/// [`Lane::owner`](crate::dispatch::Lane::owner)): its name hashed.
+pub fn owner_of(tenant: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x0051_17ce).hash_one(tenant)
+}
 
 /// A packet on its way to another worker: its mbuf and the index of the
 /// port it came in on.
@@ -60,14 +70,17 @@ pub struct Handed {
     pub port: usize,
 }
 
-/// A published home: the flow's symmetric key hash, its worker, and the
-/// addresses the translation brought in (none when it changed only
-/// ports): only packets to or from those are looked up.
+/// A published home: the flow's symmetric key hash, its worker, whose
+/// translation it is (the lane's [`owner`](crate::dispatch::Lane::owner)),
+/// and one of the flow's addresses, the one the translation brought in
+/// where it brought one: only packets to or from such an address are
+/// looked up.
 #[derive(Debug, Clone, Copy)]
 struct Update {
     hash: u64,
     home: u16,
-    addresses: [Option<IpAddr128>; 2],
+    owner: u64,
+    address: IpAddr128,
 }
 
 /// What a host's workers share to hand each other packets: each worker's
@@ -125,15 +138,15 @@ impl Handoff {
     }
 
     /// Tells every other worker that the flow `to`, which worker `me`'s
-    /// chain translated from `from`, is homed at `me`. Sent before the
-    /// packet that made it leaves, so no reply can come in before the
-    /// others can know.
-    pub fn publish(&self, me: usize, from: &FlowKey, to: &FlowKey) {
-        let new = |a: IpAddr128| (a != from.src && a != from.dst).then_some(a);
+    /// chain translated from `from` for `owner`, is homed at `me`. Sent
+    /// before the packet that made it leaves, so no reply can come in
+    /// before the others can know.
+    pub fn publish(&self, me: usize, owner: u64, from: &FlowKey, to: &FlowKey) {
         let u = Update {
             hash: to.symmetric_hash(),
             home: u16::try_from(me).unwrap_or(u16::MAX),
-            addresses: [new(to.src), new(to.dst)],
+            owner,
+            address: brought_in(from, to),
         };
         for (w, (tx, _)) in self.updates.iter().enumerate() {
             if w != me && tx.try_send(u).is_err() {
@@ -169,24 +182,58 @@ impl Handoff {
     }
 }
 
-/// One worker's copy of the homes the other workers published: flow key
-/// hash → (home worker, when last published or used, ns of the
-/// handoff's clock).
-#[derive(Debug, Default)]
-pub struct Homes {
-    map: HashMap<u64, (u16, u64), foldhash::fast::FixedState>,
-    /// The addresses translations brought in (a NAT's public address):
-    /// only a packet to or from one of them can be of a homed flow.
-    addresses: Vec<IpAddr128>,
-    /// Look every packet up: a translation changed only ports, or brought
-    /// in more addresses than are worth comparing.
-    every: bool,
-    /// When a full copy last looked for idle homes to forget.
-    swept_ns: u64,
+/// The address packets of the flow `to` (translated from `from`) are
+/// looked up by: that of an endpoint (address and port) the translation
+/// brought in (a NAT's public address, a load balancer's backend, the
+/// server of a port forwarded elsewhere), else its receiver's. Every
+/// packet of the flow, either way, is to or from it.
+fn brought_in(from: &FlowKey, to: &FlowKey) -> IpAddr128 {
+    let old = [(from.src, from.src_port), (from.dst, from.dst_port)];
+    if old.contains(&(to.src, to.src_port)) { to.dst } else { to.src }
 }
 
-/// Addresses compared before a lookup, at most.
-const ADDRESSES: usize = 8;
+/// Addresses one owner's translations may bring in on one worker; a home
+/// that would bring in more is refused (counted).
+pub const OWNER_ADDRESSES: usize = 256;
+
+/// Addresses compared one by one before a lookup; beyond, a set.
+const FEW: usize = 8;
+
+/// A flow homed at another worker.
+#[derive(Debug, Clone, Copy)]
+struct Home {
+    worker: u16,
+    /// When last published or used, ns of the handoff's clock.
+    at: u64,
+    owner: u64,
+}
+
+/// What one owner holds of a worker's copy.
+#[derive(Debug, Default)]
+struct Owned {
+    homes: usize,
+    /// Its homes' hashes in the order they came (some may be gone): the
+    /// oldest goes first when another owner needs room.
+    order: VecDeque<u64>,
+    addresses: usize,
+}
+
+/// One worker's copy of the homes the other workers published, and whose
+/// translations they are. When the copy is full, an owner below its equal
+/// share takes the room of the one that holds the most, so one tenant's
+/// translations cannot crowd out another's on a shared host.
+#[derive(Debug, Default)]
+pub struct Homes {
+    map: HashMap<u64, Home, foldhash::fast::FixedState>,
+    owners: HashMap<u64, Owned, foldhash::fast::FixedState>,
+    /// The addresses translations brought in, and whose: only a packet to
+    /// or from one of them can be of a homed flow.
+    addresses: HashMap<IpAddr128, u64, foldhash::fast::FixedState>,
+    /// The same while they are [`FEW`]: compared one by one.
+    few: Vec<IpAddr128>,
+    /// When idle homes were last forgotten.
+    swept_ns: u64,
+}
 
 impl Homes {
     /// Whether any flow is homed at another worker.
@@ -198,52 +245,123 @@ impl Homes {
     /// (and is worth a lookup).
     #[inline]
     pub fn may_hold(&self, src: IpAddr128, dst: IpAddr128) -> bool {
-        self.every || self.addresses.iter().any(|a| *a == src || *a == dst)
+        if self.addresses.len() <= FEW {
+            self.few.iter().any(|a| *a == src || *a == dst)
+        } else {
+            self.addresses.contains_key(&src) || self.addresses.contains_key(&dst)
+        }
     }
 
     /// Takes in what the others published to worker `me` since the last
     /// call, as of `now_ns`.
     pub fn update(&mut self, h: &Handoff, me: usize, now_ns: u64) {
         let Some((_, rx)) = h.updates.get(me) else { return };
-        while let Ok(Update { hash, home, addresses }) = rx.try_recv() {
-            if addresses.iter().all(Option::is_none) {
-                self.every = true;
+        let mut swept = false;
+        while let Ok(u) = rx.try_recv() {
+            if !swept && now_ns.saturating_sub(self.swept_ns) >= h.idle_ns {
+                self.sweep(h.idle_ns, now_ns);
+                swept = true;
             }
-            for a in addresses.into_iter().flatten() {
-                if !self.addresses.contains(&a) {
-                    if self.addresses.len() < ADDRESSES {
-                        self.addresses.push(a);
-                    } else {
-                        self.every = true;
-                    }
-                }
+            if !self.take(h, u, now_ns) {
+                h.refused.fetch_add(1, Ordering::Relaxed);
             }
-            if self.map.len() >= h.capacity && !self.map.contains_key(&hash) {
-                // At most once a second: a full copy costs a pass over it.
-                if now_ns.saturating_sub(self.swept_ns) >= REFRESH.as_nanos() as u64 {
-                    let idle = h.idle_ns;
-                    self.map.retain(|_, e| now_ns.saturating_sub(e.1) < idle);
-                    self.swept_ns = now_ns;
-                }
-                if self.map.len() >= h.capacity {
-                    h.refused.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            }
-            self.map.insert(hash, (home, now_ns));
         }
+    }
+
+    /// Takes in one published home; false if it is refused.
+    fn take(&mut self, h: &Handoff, u: Update, now_ns: u64) -> bool {
+        if let Some(e) = self.map.get_mut(&u.hash) {
+            e.worker = u.home;
+            e.at = now_ns;
+            return true;
+        }
+        let owned = self.owners.entry(u.owner).or_default();
+        if let std::collections::hash_map::Entry::Vacant(e) = self.addresses.entry(u.address) {
+            if owned.addresses >= OWNER_ADDRESSES {
+                return false;
+            }
+            owned.addresses += 1;
+            e.insert(u.owner);
+            if self.addresses.len() <= FEW {
+                self.few.push(u.address);
+            }
+        }
+        if self.map.len() >= h.capacity {
+            // At most once a second: a full copy costs a pass over it.
+            if now_ns.saturating_sub(self.swept_ns) >= REFRESH.as_nanos() as u64 {
+                self.sweep(h.idle_ns, now_ns);
+            }
+            if self.map.len() >= h.capacity && !self.make_room(u.owner, h.capacity) {
+                return false;
+            }
+        }
+        self.map.insert(u.hash, Home { worker: u.home, at: now_ns, owner: u.owner });
+        let owned = self.owners.entry(u.owner).or_default();
+        owned.homes += 1;
+        owned.order.push_back(u.hash);
+        if owned.order.len() > 2 * owned.homes + 64 {
+            let map = &self.map;
+            owned.order.retain(|k| map.get(k).is_some_and(|e| e.owner == u.owner));
+        }
+        true
+    }
+
+    /// Forgets the homes of the owner holding the most, oldest first, so
+    /// that `owner` gets one: only while `owner` holds less than an equal
+    /// share of `capacity`. Returns whether there is room now.
+    fn make_room(&mut self, owner: u64, capacity: usize) -> bool {
+        let holding = self.owners.values().filter(|o| o.homes > 0).count();
+        let mine = self.owners.get(&owner).map_or(0, |o| o.homes);
+        let share = capacity / (holding + usize::from(mine == 0)).max(1);
+        if mine >= share {
+            return false;
+        }
+        let Some((&most, _)) = self.owners.iter().max_by_key(|(_, o)| o.homes) else { return false };
+        let Some(owned) = self.owners.get_mut(&most) else { return false };
+        while let Some(k) = owned.order.pop_front() {
+            if self.map.get(&k).is_some_and(|e| e.owner == most) {
+                self.map.remove(&k);
+                owned.homes = owned.homes.saturating_sub(1);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Forgets homes idle for `idle_ns`, and the addresses of owners left
+    /// without homes.
+    fn sweep(&mut self, idle_ns: u64, now_ns: u64) {
+        let Homes { map, owners, addresses, few, swept_ns } = self;
+        map.retain(|_, e| {
+            let keep = now_ns.saturating_sub(e.at) < idle_ns;
+            if !keep && let Some(o) = owners.get_mut(&e.owner) {
+                o.homes = o.homes.saturating_sub(1);
+            }
+            keep
+        });
+        owners.retain(|_, o| o.homes > 0);
+        addresses.retain(|_, owner| owners.contains_key(owner));
+        few.clear();
+        if addresses.len() <= FEW {
+            few.extend(addresses.keys().copied());
+        }
+        *swept_ns = now_ns;
     }
 
     /// The worker the flow whose key's symmetric hash is `hash` is homed
     /// at, if it is and has not idled out; a use keeps it alive.
     pub fn home_of(&mut self, hash: u64, now_ns: u64, idle_ns: u64) -> Option<usize> {
         let e = self.map.get_mut(&hash)?;
-        if now_ns.saturating_sub(e.1) >= idle_ns {
+        if now_ns.saturating_sub(e.at) >= idle_ns {
+            let owner = e.owner;
             self.map.remove(&hash);
+            if let Some(o) = self.owners.get_mut(&owner) {
+                o.homes = o.homes.saturating_sub(1);
+            }
             return None;
         }
-        e.1 = now_ns;
-        Some(usize::from(e.0))
+        e.at = now_ns;
+        Some(usize::from(e.worker))
     }
 }
 
@@ -299,7 +417,7 @@ mod tests {
         let (mut w0, mut w1) = (Homes::default(), Homes::default());
         let from = key([10, 0, 0, 5], [198, 51, 100, 7], 40000, 80);
         let to = key([203, 0, 113, 1], [198, 51, 100, 7], 2000, 80);
-        h.publish(2, &from, &to);
+        h.publish(2, 1, &from, &to);
         w0.update(&h, 0, 0);
         w1.update(&h, 1, 0);
         let hash = to.symmetric_hash();
@@ -317,13 +435,74 @@ mod tests {
     }
 
     #[test]
-    fn a_translation_of_ports_alone_has_every_packet_looked_up() {
+    fn a_translation_is_looked_up_by_the_address_of_the_endpoint_it_brought_in() {
+        let h = Handoff::with_limits(2, 64, Duration::from_secs(10));
+        let mut w0 = Homes::default();
+        let (client, server) = ([10, 0, 0, 5], [10, 0, 0, 7]);
+        let v4 = IpAddr128::from_v4;
+        // A port forwarded elsewhere: the server's replies come from 8080.
+        let from = key(client, server, 40000, 80);
+        h.publish(1, 1, &from, &key(client, server, 40000, 8080));
+        w0.update(&h, 0, 0);
+        assert!(w0.may_hold(v4(server), v4([10, 0, 0, 9])));
+        assert!(!w0.may_hold(v4(client), v4([10, 0, 0, 9])));
+        assert!(!w0.may_hold(v4([1, 2, 3, 4]), v4([5, 6, 7, 8])));
+        // A load balancer's backends: many addresses, each looked up.
+        for b in 0..40u8 {
+            h.publish(1, 1, &key(client, [192, 0, 2, 1], 40000, 80), &key(client, [10, 9, 0, b], 40000, 80));
+        }
+        w0.update(&h, 0, 0);
+        assert!((0..40u8).all(|b| w0.may_hold(v4([10, 9, 0, b]), v4(client))));
+        assert!(!w0.may_hold(v4([10, 9, 0, 41]), v4([10, 0, 0, 9])));
+        assert_eq!(h.refused(), 0);
+    }
+
+    #[test]
+    fn an_owner_brings_in_at_most_its_quota_of_addresses() {
+        let h = Handoff::with_limits(2, 4 * OWNER_ADDRESSES, Duration::from_secs(10));
+        let mut w0 = Homes::default();
+        let from = key([10, 0, 0, 5], [198, 51, 100, 7], 40000, 80);
+        let public = |n: usize| [100, 64, (n >> 8) as u8, n as u8];
+        for n in 0..OWNER_ADDRESSES + 10 {
+            h.publish(1, 1, &from, &key(public(n), [198, 51, 100, 7], 2000, 80));
+        }
+        w0.update(&h, 0, 0);
+        assert_eq!(h.refused(), 10);
+        // Another owner still gets its own.
+        h.publish(1, 2, &from, &key([203, 0, 113, 1], [198, 51, 100, 7], 2000, 80));
+        w0.update(&h, 0, 0);
+        assert_eq!(h.refused(), 10);
+        assert!(w0.may_hold(IpAddr128::from_v4([203, 0, 113, 1]), IpAddr128::from_v4([198, 51, 100, 7])));
+    }
+
+    #[test]
+    fn an_owner_that_fills_the_copy_gives_room_to_another_up_to_an_equal_share() {
         let h = Handoff::with_limits(2, 8, Duration::from_secs(10));
         let mut w0 = Homes::default();
-        let from = key([10, 0, 0, 5], [10, 0, 0, 7], 40000, 80);
-        h.publish(1, &from, &key([10, 0, 0, 5], [10, 0, 0, 7], 40000, 8080));
+        let from = key([10, 0, 0, 5], [198, 51, 100, 7], 40000, 80);
+        let to = |ip: [u8; 4], p| key(ip, [198, 51, 100, 7], p, 80);
+        let (hostile, other) = ([203, 0, 113, 66], [203, 0, 113, 1]);
+        for p in 0..20 {
+            h.publish(1, 66, &from, &to(hostile, p));
+        }
         w0.update(&h, 0, 0);
-        assert!(w0.may_hold(IpAddr128::from_v4([1, 2, 3, 4]), IpAddr128::from_v4([5, 6, 7, 8])));
+        assert_eq!(h.refused(), 12);
+        // The other owner takes the hostile one's oldest homes, up to half.
+        for p in 0..6 {
+            h.publish(1, 7, &from, &to(other, p));
+        }
+        w0.update(&h, 0, 1);
+        assert_eq!(h.refused(), 12 + 2);
+        let homed = |w: &mut Homes, ip, p| w.home_of(to(ip, p).symmetric_hash(), 2, h.idle_ns()).is_some();
+        assert!((0..4).all(|p| homed(&mut w0, other, p)));
+        assert!(!homed(&mut w0, other, 4));
+        assert!((0..4).all(|p| !homed(&mut w0, hostile, p)));
+        assert!((4..8).all(|p| homed(&mut w0, hostile, p)));
+        // At its share, the hostile owner gets no more room.
+        h.publish(1, 66, &from, &to(hostile, 30));
+        w0.update(&h, 0, 3);
+        assert!(!homed(&mut w0, hostile, 30));
+        assert!((0..4).all(|p| homed(&mut w0, other, p)));
     }
 
     #[test]
@@ -333,14 +512,14 @@ mod tests {
         let from = key([10, 0, 0, 5], [198, 51, 100, 7], 40000, 80);
         let to = |p| key([203, 0, 113, 1], [198, 51, 100, 7], p, 80);
         for p in [1, 2, 3] {
-            h.publish(1, &from, &to(p));
+            h.publish(1, 1, &from, &to(p));
         }
         w0.update(&h, 0, 0);
         assert_eq!(h.refused(), 1);
         assert_eq!(w0.home_of(to(3).symmetric_hash(), 1, h.idle_ns()), None);
         // A known flow is still rehomed; a new one once the others idle out.
-        h.publish(1, &from, &to(2));
-        h.publish(1, &from, &to(3));
+        h.publish(1, 1, &from, &to(2));
+        h.publish(1, 1, &from, &to(3));
         w0.update(&h, 0, 11_000_000_000);
         assert_eq!(w0.home_of(to(3).symmetric_hash(), 11_000_000_000, h.idle_ns()), Some(1));
         assert_eq!(w0.home_of(to(1).symmetric_hash(), 11_000_000_000, h.idle_ns()), None);

@@ -97,9 +97,10 @@ pub trait PacketIo {
 /// The results of a batch, one per packet in the order received: one
 /// slice, or gathered from the slices of the lanes that ran parts of it
 /// (each packet names its lane's slice and its place there), so that no
-/// result is copied into a batch-wide array.
+/// result is copied into a batch-wide array. Each packet's result may
+/// name its *owner*: whose lane ran it (see [`owned_by`](Self::owned_by)).
 #[derive(Debug, Clone, Copy)]
-pub struct Results<'a>(Source<'a>);
+pub struct Results<'a>(Source<'a>, &'a [u64]);
 
 #[derive(Debug, Clone, Copy)]
 enum Source<'a> {
@@ -112,7 +113,23 @@ impl<'a> Results<'a> {
     /// `parts[at[i].0][at[i].1]`; a place that names none reads as
     /// refused.
     pub fn gathered(parts: &'a [&'a [PacketResult]], at: &'a [(u32, u32)]) -> Self {
-        Results(Source::Gathered { parts, at })
+        Results(Source::Gathered { parts, at }, &[])
+    }
+
+    /// The same results, whose owners are `owners`: one per part of
+    /// gathered results (the lane's [`owner`](crate::dispatch::Lane::owner)),
+    /// or the one owner of a slice's.
+    pub fn owned_by(self, owners: &'a [u64]) -> Self {
+        Results(self.0, owners)
+    }
+
+    /// The owner of packet `i`'s result (0 where none is named).
+    pub fn owner(&self, i: usize) -> u64 {
+        let part = match self.0 {
+            Source::Slice(_) => Some(0),
+            Source::Gathered { at, .. } => at.get(i).map(|&(part, _)| part as usize),
+        };
+        part.and_then(|p| self.1.get(p)).copied().unwrap_or(0)
     }
 
     /// How many packets.
@@ -184,13 +201,13 @@ static REFUSED: PacketResult = PacketResult::of(Fate::Refused);
 
 impl<'a> From<&'a [PacketResult]> for Results<'a> {
     fn from(s: &'a [PacketResult]) -> Self {
-        Results(Source::Slice(s))
+        Results(Source::Slice(s), &[])
     }
 }
 
 impl<'a> From<&'a mut [PacketResult]> for Results<'a> {
     fn from(s: &'a mut [PacketResult]) -> Self {
-        Results(Source::Slice(s))
+        Results(Source::Slice(s), &[])
     }
 }
 
@@ -316,5 +333,10 @@ mod tests {
         assert_eq!(r.get(5), None);
         let one = Results::from(&a[..]);
         assert_eq!(one.iter().map(|r| r.fate).collect::<Vec<_>>(), [Fate::Forward(1), Fate::Dropped(0)]);
+        // Owners: each part's, the slice's one, none named reads as 0.
+        let owned = r.owned_by(&[7, 9]);
+        assert_eq!((0..6).map(|i| owned.owner(i)).collect::<Vec<_>>(), [9, 7, 7, 0, 7, 0]);
+        assert_eq!(one.owned_by(&[5]).owner(1), 5);
+        assert_eq!(r.owner(0), 0);
     }
 }

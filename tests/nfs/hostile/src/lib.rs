@@ -36,6 +36,11 @@
 //!   flow (`sluice:nf@0.5.0`) with a destination rewrite to 192.0.2.66
 //!   (the host must refuse offloaded packets to a port the deployment's
 //!   attachments do not name, as it refuses the NF's own);
+//! - `translate-flood`: rewrites every untagged IPv4 packet's source to a
+//!   flow of its own (address 100.64.0.0–3, port counting up: 262,144
+//!   distinct flows before they repeat) and forwards it (a host with
+//!   several workers must not let these translations crowd out another
+//!   tenant's in its table of flows handed between workers);
 //! - `init-loop`: spins forever in `init` (the start deadline must stop
 //!   it);
 //! - `scan-flood`: declares the same `keys` table, adds 4,096 new keys
@@ -73,6 +78,7 @@ enum Mode {
     ScanFlood,
     Retag,
     OffloadOut,
+    TranslateFlood,
 }
 
 /// The hostile NF.
@@ -85,6 +91,8 @@ pub struct Hostile {
     packets: Option<sluice_sdk::state::Counters>,
     pool: Option<sluice_sdk::state::Pool>,
     keys: Option<sluice_sdk::state::Counters>,
+    /// Packets `translate-flood` translated.
+    translated: u64,
 }
 
 /// Recursion the optimizer cannot turn into a loop, with everything in Wasm
@@ -124,6 +132,7 @@ impl NetworkFunction for Hostile {
             "scan-flood" => Mode::ScanFlood,
             "retag" => Mode::Retag,
             "offload-out" => Mode::OffloadOut,
+            "translate-flood" => Mode::TranslateFlood,
             "init-loop" => loop {
                 black_box(());
             },
@@ -168,7 +177,7 @@ impl NetworkFunction for Hostile {
         } else {
             None
         };
-        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new(), packets, pool, keys }, info))
+        Ok((Hostile { mode, after, seen: 0, hoard: Vec::new(), packets, pool, keys, translated: 0 }, info))
     }
 
     fn process(&mut self, batch: &mut Batch) -> Result<(), String> {
@@ -301,6 +310,20 @@ impl NetworkFunction for Hostile {
                 for i in 0..batch.len() {
                     batch.set_verdict(i, sluice_sdk::Verdict::Forward(2));
                     batch.offload(Offload::packet(i).destination(elsewhere, None).without_counts());
+                }
+                Ok(())
+            }
+            Mode::TranslateFlood => {
+                for i in 0..batch.len() {
+                    let n = self.translated;
+                    self.translated = self.translated.wrapping_add(1);
+                    batch.edit(i, |d| {
+                        // Ethernet, IPv4 without options, TCP or UDP.
+                        if d.len() >= 38 && d[12..14] == [0x08, 0x00] && d[14] == 0x45 && matches!(d[23], 6 | 17) {
+                            d[26..30].copy_from_slice(&[100, 64, 0, (n & 3) as u8]);
+                            d[34..36].copy_from_slice(&((n >> 2) as u16).to_be_bytes());
+                        }
+                    });
                 }
                 Ok(())
             }
