@@ -169,6 +169,38 @@ for size in map(int, sys.argv[3:]):
         print(size, "lost")
 "#;
 
+/// Answers each datagram that holds a number with as many bytes, and
+/// echoes any other.
+const UDP_ANSWER: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+while True:
+    data, peer = s.recvfrom(65535)
+    s.sendto(b"a" * int(data) if data.isdigit() else data, peer)
+"#;
+
+/// Asks `argv[1]:argv[2]` for `argv[3]` bytes from `argv[4]` sockets of
+/// their own (flows), one after the other, each up to three times; prints
+/// how many got their answer whole.
+const UDP_ASK: &str = r#"
+import socket, sys
+answered = 0
+for _ in range(int(sys.argv[4])):
+    s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1)
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    for _ in range(3):
+        s.send(sys.argv[3].encode())
+        try:
+            answered += len(s.recv(65535)) == int(sys.argv[3])
+            break
+        except socket.timeout:
+            pass
+    s.close()
+print(answered)
+"#;
+
 fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
@@ -736,6 +768,46 @@ rules = [{ action = "allow", src = "2001:db8:1::/64" }]
     assert_eq!(n(&r["reassembling"]), 8, "{r:#}");
     assert_eq!(n(&r["fragmented"]), 8, "cut again as they came: {r:#}");
     assert_eq!(n(&c["fragments_refused"]) + n(&c["fragments_discarded"]), 0, "{r:#}");
+}
+
+/// The firewall on two workers, each port read through two queues: small
+/// IPv6 requests from sixteen flows of the client, each answered with a
+/// 3,000-byte datagram that the server's kernel sends as three fragments.
+/// The kernel's fanout places a fragment by its addresses alone (it does
+/// not reassemble IPv6 for the sockets), so an answer may come in on the
+/// worker without the firewall's state of its flow, made by the request;
+/// that worker passes it round to the one that holds it. Every answer
+/// arrives, with the fragments followed and with them reassembled, and
+/// what one worker passed over the other took in.
+#[test]
+fn large_udp_answers_in_ipv6_fragments_reach_the_flows_worker_through_the_firewall() {
+    let _turn = turn();
+    let w = Wire::new().with_ipv6();
+    let d = Dirs::new();
+    let port = ECHO_PORT.to_string();
+    let _answer = Bg(w.server("python3", &["-c", UDP_ANSWER, SERVER_IP6, &port]).spawn().unwrap());
+    let config = r#"
+[nf.firewall.config]
+default = "deny"
+rules = [{ action = "allow", src = "2001:db8:1::/64" }]
+"#;
+    let ring = format!("{RING},qpairs=2");
+    for mode in ["follow", "reassemble"] {
+        let extra = ["--workers", "2", "--fragments", mode];
+        let mut host = Host::start(&w, d.tmp.path(), &["firewall"], config, &extra, &ring);
+        probe(&w, "udp", SERVER_IP6, ECHO_PORT, &mut host);
+        let got = must(w.client("python3", &["-c", UDP_ASK, SERVER_IP6, &port, "3000", "16"]));
+        w.settle();
+        let r = host.stop();
+        assert_eq!(got.trim(), "16", "{mode}: answers that arrived whole: {r:#}");
+        assert_eq!(n(&r["dropped_by_nf"]), 0, "{mode}: {r:#}");
+        assert_eq!(n(&r["chain"]["fragments_unmatched"]), 0, "{mode}: {r:#}");
+        let queues = || r["ports"].as_array().unwrap().iter().flat_map(|p| p["queues"].as_array().unwrap().iter());
+        let handed: u64 = queues().map(|q| n(&q["handed_off"])).sum();
+        let taken: u64 = queues().map(|q| n(&q["taken_over"])).sum();
+        assert_eq!(handed, taken, "{mode}: {r:#}");
+        assert!(handed > 0, "{mode}: no answer came in on the other worker in sixteen flows: {r:#}");
+    }
 }
 
 /// Scenario 6: ICMP echo through the NAT (translated by identifier).

@@ -23,6 +23,13 @@ pub trait Lane {
     fn worker(&mut self) -> &mut Worker;
     /// Whether its NFs may name this port (id) in a verdict.
     fn may_send(&self, port: u16) -> bool;
+    /// Whether its chain keeps flow state of the flow `key`, or keeps none
+    /// (see [`Chain::holds_flow`](sluice_runtime::Chain::holds_flow)): an
+    /// IP fragment of a flow it does not hold is passed to another worker
+    /// where the I/O can (see [`PacketIo::circle`]).
+    fn holds_flow(&mut self, key: &sluice_wire::FlowKey) -> bool {
+        self.worker().chain().holds_flow(key)
+    }
     /// Whose it is, for what a host keeps on behalf of lanes and shares
     /// between them (the flows a worker hands to another, see
     /// [`crate::handoff`]): lanes of one owner (a tenant) share a quota.
@@ -160,6 +167,75 @@ impl Owner {
     const WHOLE: Owner = Owner { lane: 0, out: None, whole: true };
 }
 
+/// An IP fragment of a batch: its index, whether it is its datagram's
+/// first (the one with the ports), its flow key as far as it goes, and its
+/// datagram's hash.
+#[derive(Debug, Clone, Copy)]
+struct Frag {
+    at: usize,
+    first: bool,
+    key: Option<sluice_wire::FlowKey>,
+    datagram: u64,
+}
+
+/// Appends the IP fragments among `raw` to `out` (only frames that may be
+/// one are parsed).
+fn find_fragments(raw: &[RawPacket<'_>], out: &mut Vec<Frag>) {
+    use std::hash::BuildHasher;
+    for (at, p) in raw.iter().enumerate() {
+        if !sluice_wire::parse::may_be_fragment(p.data) {
+            continue;
+        }
+        let parsed = sluice_wire::parse(p.data);
+        if let Some(f) = parsed.ip.and_then(|ip| ip.fragment) {
+            let datagram = foldhash::fast::FixedState::with_seed(0x000f_4a95).hash_one(f.key);
+            out.push(Frag { at, first: f.offset == 0, key: parsed.key, datagram });
+        }
+    }
+}
+
+/// The datagrams whose first fragment a worker passed on in the last
+/// second: a direct-mapped memory of their hashes, allocated at the first
+/// (a datagram that shares a slot with a newer one loses its entry: its
+/// later fragments stay and are counted unmatched by the chain).
+#[derive(Debug)]
+struct Passed {
+    slots: Vec<(u64, u64)>,
+    born: std::time::Instant,
+}
+
+impl Default for Passed {
+    fn default() -> Self {
+        Passed { slots: Vec::new(), born: std::time::Instant::now() }
+    }
+}
+
+/// Slots of a worker's [`Passed`].
+const PASSED_SLOTS: usize = 1024;
+/// How long a worker remembers a datagram it passed on, ns.
+const PASSED_NS: u64 = 1_000_000_000;
+
+impl Passed {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
+    }
+
+    fn note(&mut self, datagram: u64, now: u64) {
+        if self.slots.is_empty() {
+            self.slots = vec![(0, 0); PASSED_SLOTS];
+        }
+        if let Some(s) = self.slots.get_mut(datagram as usize % PASSED_SLOTS) {
+            *s = (datagram, now);
+        }
+    }
+
+    fn holds(&self, datagram: u64, now: u64) -> bool {
+        self.slots
+            .get(datagram as usize % PASSED_SLOTS)
+            .is_some_and(|&(d, at)| d == datagram && at != 0 && now.saturating_sub(at) < PASSED_NS)
+    }
+}
+
 /// A host worker's classification and the buffers its batches reuse.
 #[derive(Debug)]
 pub struct Dispatch {
@@ -185,6 +261,16 @@ pub struct Dispatch {
     parts: Vec<&'static [PacketResult]>,
     /// The owner of each lane, for delivery.
     lane_owners: Vec<u64>,
+    /// The batch's IP fragments, when the I/O can pass packets between
+    /// workers (see [`Dispatch::pass_fragments`]).
+    frags: Vec<Frag>,
+    /// The batch's packets passed from another worker, and how often.
+    passed_in: Vec<(usize, usize)>,
+    /// The batch's packets to pass on.
+    to_pass: Vec<usize>,
+    /// Datagrams whose first fragment this worker passed on lately: their
+    /// later fragments follow it (see [`Passed`]).
+    passed: Passed,
     /// The batch's marked packets, and those of the lane being run.
     moved: Vec<(usize, SteerMark)>,
     lane_moved: Vec<(usize, SteerMark)>,
@@ -230,6 +316,10 @@ impl Dispatch {
             at: Vec::new(),
             parts: Vec::new(),
             lane_owners: Vec::new(),
+            frags: Vec::new(),
+            passed_in: Vec::new(),
+            to_pass: Vec::new(),
+            passed: Passed::default(),
             moved: Vec::new(),
             lane_moved: Vec::new(),
             positions: Vec::new(),
@@ -356,12 +446,23 @@ impl Dispatch {
         let mut defer_room = io.defer_room();
         self.to_hold.clear();
         self.to_defer.clear();
+        self.to_pass.clear();
         self.moved.clear();
+        let circle = io.circle();
+        self.passed_in.clear();
+        if circle.is_some() {
+            io.passed_in(&mut self.passed_in);
+        }
         let mut raw = recycle(std::mem::take(&mut self.raw));
         io.packets(&mut raw, &mut self.moved);
+        self.frags.clear();
+        if circle.is_some() {
+            find_fragments(&raw, &mut self.frags);
+        }
         self.lap(|t| &mut t.read_ns);
         // One lane owns every packet: nothing to classify or check.
         if classifier.is_none()
+            && self.frags.is_empty()
             && let Some(lane) = lanes.first_mut()
             && let Some(run) = self.sole_run(lane, &raw, room, defer_room, true)
         {
@@ -386,6 +487,7 @@ impl Dispatch {
         // The common case: one lane owns the whole batch. It runs on the
         // batch as received and its results are delivered where they are.
         if classifier.is_some()
+            && self.frags.is_empty()
             && let Some(li) = self.per_lane.iter().position(|&n| n == raw.len())
             && let Some(lane) = lanes.get_mut(li)
             && let Some(run) = self.sole_run(lane, &raw, room, defer_room, false)
@@ -460,6 +562,11 @@ impl Dispatch {
             }
             self.holds.clear();
             lane.hold(&sub, &self.lane_moved, room, &mut self.holds);
+            if let Some(circle) = circle
+                && !self.frags.is_empty()
+            {
+                self.pass_fragments(lane, circle);
+            }
             if !self.holds.is_empty() {
                 let before = self.to_hold.len();
                 self.without_held(&mut sub);
@@ -516,6 +623,9 @@ impl Dispatch {
         self.lap(|t| &mut t.classify_ns);
         for &(at, ticket) in &self.to_hold {
             io.hold(at, ticket);
+        }
+        for &at in &self.to_pass {
+            io.pass(at);
         }
         for &(at, ticket) in &self.to_defer {
             io.defer(at, ticket);
@@ -726,6 +836,42 @@ impl Dispatch {
     /// (`sub` and `positions`, and the marks of `lane_moved` re-indexed),
     /// and notes the held ones in `to_hold`. Their results stay refused: a
     /// held one is not delivered, a dropped one is dropped.
+    /// Among the lane's packets (at [`positions`](Self::positions) in
+    /// the batch), picks the IP fragments to pass to the next worker of
+    /// the `circle`: a first fragment of a flow whose state the lane's
+    /// chain does not hold, and the later fragments of a datagram whose
+    /// first one this worker passed. The device's hash placed them by
+    /// their addresses alone (RSS and the kernel's fanout cannot see a
+    /// fragment's ports), possibly on another worker than the rest of
+    /// their flow; passed round, a first fragment stops at the worker
+    /// that holds its flow, or back where it came in when none does. A
+    /// packet picked is added to `holds` as dropped (the lane does not run
+    /// it) and to `to_pass`.
+    fn pass_fragments<L: Lane>(&mut self, lane: &mut L, circle: usize) {
+        let now = self.passed.now_ns();
+        for f in &self.frags {
+            let Ok(si) = self.positions.binary_search(&f.at) else { continue };
+            let hops = match self.passed_in.binary_search_by_key(&f.at, |&(i, _)| i) {
+                Ok(k) => self.passed_in.get(k).map_or(0, |&(_, h)| h),
+                Err(_) => 0,
+            };
+            if hops >= circle || self.holds.iter().any(|&(i, _)| i == si) {
+                continue;
+            }
+            let pass = match f.key {
+                Some(key) if f.first => !lane.holds_flow(&key),
+                _ => !f.first && self.passed.holds(f.datagram, now),
+            };
+            if pass {
+                if f.first {
+                    self.passed.note(f.datagram, now);
+                }
+                self.holds.push((si, Hold::Drop));
+                self.to_pass.push(f.at);
+            }
+        }
+    }
+
     fn without_held(&mut self, sub: &mut Vec<RawPacket<'_>>) {
         self.holds.sort_unstable_by_key(|&(i, _)| i);
         self.holds.dedup_by_key(|&mut (i, _)| i);
@@ -1082,6 +1228,102 @@ mod tests {
         port: u16,
         owner: u64,
         results: Vec<PacketResult>,
+    }
+
+    /// A lane that holds no flow, or every flow.
+    struct FlowLane {
+        holds: bool,
+        results: Vec<PacketResult>,
+    }
+
+    impl Lane for FlowLane {
+        fn worker(&mut self) -> &mut Worker {
+            unreachable!("run is its own")
+        }
+        fn may_send(&self, _: u16) -> bool {
+            true
+        }
+        fn holds_flow(&mut self, _: &sluice_wire::FlowKey) -> bool {
+            self.holds
+        }
+        fn run(&mut self, packets: &[RawPacket<'_>], _: &[(usize, SteerMark)]) -> &mut [PacketResult] {
+            self.results = packets.iter().map(|_| PacketResult::of(Fate::Forward(0))).collect();
+            &mut self.results
+        }
+        fn last_results(&mut self) -> &mut [PacketResult] {
+            &mut self.results
+        }
+    }
+
+    /// An I/O of a worker among `circle`: its frames, which came passed
+    /// how often, and what it was told to pass on.
+    struct CircleIo {
+        frames: Vec<Vec<u8>>,
+        hops: Vec<(usize, usize)>,
+        taken: bool,
+        passed: Vec<usize>,
+    }
+
+    impl PacketIo for CircleIo {
+        fn receive(&mut self, _max: usize) -> Receive {
+            if std::mem::replace(&mut self.taken, true) { Receive::Done } else { Receive::Packets(self.frames.len()) }
+        }
+        fn packets<'a>(&'a mut self, out: &mut Vec<RawPacket<'a>>, _moved: &mut Vec<(usize, SteerMark)>) {
+            out.extend(self.frames.iter().map(|f| RawPacket {
+                data: f,
+                wire_len: f.len() as u32,
+                timestamp_ns: 0,
+                ingress_port: 0,
+            }));
+        }
+        fn deliver(&mut self, _results: Results<'_>) {}
+        fn circle(&self) -> Option<usize> {
+            Some(2)
+        }
+        fn passed_in(&self, out: &mut Vec<(usize, usize)>) {
+            out.extend_from_slice(&self.hops);
+        }
+        fn pass(&mut self, index: usize) {
+            self.passed.push(index);
+        }
+    }
+
+    /// A datagram's fragments that came to a worker whose chain does not
+    /// hold their flow are passed on: the first, and the later ones after
+    /// it; whole packets stay, and so does all of it once passed all the
+    /// way round, or where the chain holds the flow.
+    #[test]
+    fn fragments_of_a_flow_the_lane_does_not_hold_are_passed_round_the_workers() {
+        let mut spec = sluice_wire::build::FrameSpec::udp4([10, 0, 0, 5], 4000, [198, 51, 100, 7], 53);
+        spec.payload = vec![7; 3000];
+        let mut datagram = spec.build();
+        datagram[20] &= !0x40; // may be fragmented
+        let pieces = sluice_wire::fragment::split_ipv4(&datagram, 1500).unwrap();
+        assert_eq!(pieces.len(), 3);
+        let whole = sluice_wire::build::FrameSpec::udp4([10, 0, 0, 5], 4001, [198, 51, 100, 7], 53).build();
+        let frames: Vec<Vec<u8>> = pieces.iter().cloned().chain([whole]).collect();
+        let io = |hops: Vec<(usize, usize)>| CircleIo { frames: frames.clone(), hops, taken: false, passed: vec![] };
+        let step = |holds: bool, io: &mut CircleIo| {
+            let mut d = Dispatch::new(vec![0], Unmatched::Drop);
+            let mut lane = FlowLane { holds, results: vec![] };
+            assert_eq!(d.step_one(io, 32, &mut lane), Receive::Packets(4));
+            lane.results.len()
+        };
+        let mut first = io(vec![]);
+        assert_eq!(step(false, &mut first), 1, "only the whole packet ran");
+        assert_eq!(first.passed, vec![0, 1, 2]);
+        let mut round = io(vec![(0, 2), (1, 2), (2, 2)]);
+        assert_eq!(step(false, &mut round), 4);
+        assert!(round.passed.is_empty());
+        let mut home = io(vec![]);
+        assert_eq!(step(true, &mut home), 4);
+        assert!(home.passed.is_empty());
+        // A later fragment alone, whose first this worker did not pass.
+        let mut later = CircleIo { frames: vec![pieces[1].clone()], hops: vec![], taken: false, passed: vec![] };
+        let mut d = Dispatch::new(vec![0], Unmatched::Drop);
+        let mut lane = FlowLane { holds: false, results: vec![] };
+        assert_eq!(d.step_one(&mut later, 32, &mut lane), Receive::Packets(1));
+        assert!(later.passed.is_empty());
     }
 
     impl Lane for PortLane {

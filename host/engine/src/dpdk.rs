@@ -164,6 +164,49 @@ pub struct DpdkIo {
     homes: Homes,
     /// Packets received this batch, set aside while they are steered.
     steering: Vec<(Mbuf, usize)>,
+    /// Packets of the batch that came passed from another worker: (index,
+    /// times passed; `u8::MAX`: handed to their flow's home).
+    passed_in: Vec<(usize, u8)>,
+    /// Packets of the batch to pass to the next worker at `deliver`.
+    passing: Vec<usize>,
+    /// Datagrams whose first fragment this worker handed to the home of
+    /// its flow lately: their later fragments follow it.
+    fragment_homes: FragmentHomes,
+}
+
+/// The datagrams whose first fragment a worker handed to its flow's home
+/// in the last second: a direct-mapped memory (hash, home worker, when),
+/// allocated at the first.
+#[derive(Debug, Default)]
+struct FragmentHomes {
+    slots: Vec<(u64, u16, u64)>,
+}
+
+/// Slots of a worker's [`FragmentHomes`].
+const FRAGMENT_HOME_SLOTS: usize = 1024;
+
+impl FragmentHomes {
+    fn note(&mut self, datagram: u64, home: usize, now: u64) {
+        if self.slots.is_empty() {
+            self.slots = vec![(0, 0, 0); FRAGMENT_HOME_SLOTS];
+        }
+        if let Some(s) = self.slots.get_mut(datagram as usize % FRAGMENT_HOME_SLOTS) {
+            *s = (datagram, u16::try_from(home).unwrap_or(u16::MAX), now.max(1));
+        }
+    }
+
+    fn home(&self, datagram: u64, now: u64) -> Option<usize> {
+        self.slots
+            .get(datagram as usize % FRAGMENT_HOME_SLOTS)
+            .filter(|&&(d, _, at)| d == datagram && at != 0 && now.saturating_sub(at) < 1_000_000_000)
+            .map(|&(_, w, _)| usize::from(w))
+    }
+}
+
+/// A datagram's hash, from its fragments' key.
+fn datagram_hash(key: &sluice_wire::parse::FragmentKey) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x000f_4a96).hash_one(key)
 }
 
 /// Frames of each port a worker looks at for a kernel's offloads: enough
@@ -211,6 +254,9 @@ impl DpdkIo {
             homed: Homed::default(),
             homes: Homes::default(),
             steering: Vec::new(),
+            passed_in: Vec::new(),
+            passing: Vec::new(),
+            fragment_homes: FragmentHomes::default(),
         }
     }
 
@@ -361,6 +407,9 @@ impl DpdkIo {
             if let Some(c) = self.counters.get_mut(p.port) {
                 c.taken_over += 1;
             }
+            if p.hops > 0 {
+                self.passed_in.push((self.mbufs.len(), p.hops));
+            }
             self.mbufs.push(p.mbuf);
             self.ingress.push(p.port);
         }
@@ -377,16 +426,34 @@ impl DpdkIo {
         steering.extend(self.mbufs.drain(from..).zip(self.ingress.drain(from..)));
         for (m, pi) in steering.drain(..) {
             // Who the packet is between, read at fixed offsets where the
-            // frame allows; parsed only if it may be of a homed flow.
-            let home = m
-                .data()
-                .filter(|&d| sluice_wire::parse::ip_addresses(d).is_none_or(|(s, t)| self.homes.may_hold(s, t)))
-                .and_then(|d| sluice_wire::parse(d).key)
-                .filter(|k| self.homes.may_hold(k.src, k.dst))
-                .and_then(|k| self.homes.home_of(k.symmetric_hash(), now, idle))
-                .filter(|w| w != me);
+            // frame allows; parsed only if it may be of a homed flow. A
+            // fragment is parsed: a later one goes where its datagram's
+            // first went, a first one where its flow's home is.
+            let fragment = m.data().filter(|d| sluice_wire::parse::may_be_fragment(d)).and_then(|d| {
+                let p = sluice_wire::parse(d);
+                p.ip.and_then(|ip| ip.fragment).map(|f| (datagram_hash(&f.key), f.offset == 0, p.key))
+            });
+            let home = match fragment {
+                Some((datagram, false, _)) => self.fragment_homes.home(datagram, now),
+                Some((datagram, true, key)) => {
+                    let home = key
+                        .filter(|k| self.homes.may_hold(k.src, k.dst))
+                        .and_then(|k| self.homes.home_of(k.symmetric_hash(), now, idle));
+                    if let Some(w) = home {
+                        self.fragment_homes.note(datagram, w, now);
+                    }
+                    home
+                }
+                None => m
+                    .data()
+                    .filter(|&d| sluice_wire::parse::ip_addresses(d).is_none_or(|(s, t)| self.homes.may_hold(s, t)))
+                    .and_then(|d| sluice_wire::parse(d).key)
+                    .filter(|k| self.homes.may_hold(k.src, k.dst))
+                    .and_then(|k| self.homes.home_of(k.symmetric_hash(), now, idle)),
+            }
+            .filter(|w| w != me);
             let stays = match home {
-                Some(w) => match h.hand(w, Handed { mbuf: m, port: pi }) {
+                Some(w) => match h.hand(w, Handed { mbuf: m, port: pi, hops: u8::MAX }) {
                     Ok(()) => {
                         if let Some(c) = self.counters.get_mut(pi) {
                             c.handed_off += 1;
@@ -644,6 +711,20 @@ impl PacketIo for DpdkIo {
         }
     }
 
+    fn circle(&self) -> Option<usize> {
+        self.handoff.as_ref().map(|(h, _)| h.workers())
+    }
+
+    fn passed_in(&self, out: &mut Vec<(usize, usize)>) {
+        out.extend(
+            self.passed_in.iter().map(|&(i, hops)| (i, if hops == u8::MAX { usize::MAX } else { usize::from(hops) })),
+        );
+    }
+
+    fn pass(&mut self, index: usize) {
+        self.passing.push(index);
+    }
+
     fn release(&mut self, tickets: &[u64]) {
         if !tickets.is_empty() {
             self.release_where(|h| tickets.contains(&h.ticket));
@@ -673,6 +754,8 @@ impl PacketIo for DpdkIo {
     fn receive(&mut self, max: usize) -> Receive {
         self.mbufs.clear();
         self.ingress.clear();
+        self.passed_in.clear();
+        self.passing.clear();
         // What `packets` found belongs to its batch only.
         self.copied.clear();
         self.stripped.clear();
@@ -807,8 +890,30 @@ impl PacketIo for DpdkIo {
         let mut stripped = stripped_now.iter().peekable();
         // The handoff table's clock, read at the batch's first rewrite.
         let mut homes_now = 0;
+        self.passing.sort_unstable();
+        let passing_now = std::mem::take(&mut self.passing);
+        let mut passing = passing_now.iter().peekable();
         for (i, ((mut m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results.iter()).enumerate() {
             let unmarked = stripped.next_if(|&&(at, _)| at == i).and_then(|&(_, slot)| scratch.get(slot));
+            if passing.next_if(|&&at| at == i).is_some() {
+                // To the next worker, as it came in.
+                let handed = unmarked.is_none_or(|frame| m.set_data(frame).is_ok()).then_some(m).and_then(|m| {
+                    let (h, me) = self.handoff.as_ref()?;
+                    let hops = match self.passed_in.binary_search_by_key(&i, |&(at, _)| at) {
+                        Ok(k) => self.passed_in.get(k).map_or(0, |&(_, h)| h),
+                        Err(_) => 0,
+                    };
+                    let next = (me + 1) % h.workers().max(1);
+                    h.hand(next, Handed { mbuf: m, port: pi, hops: hops.saturating_add(1).min(u8::MAX - 1) }).ok()
+                });
+                if let Some(c) = self.counters.get_mut(pi) {
+                    match handed {
+                        Some(()) => c.handed_off += 1,
+                        None => c.dropped_other += 1,
+                    }
+                }
+                continue;
+            }
             if let Some(&(_, ticket)) = holding.next_if(|&&(at, _)| at == i) {
                 if let Some(frame) = unmarked
                     && m.set_data(frame).is_err()
@@ -881,6 +986,9 @@ impl PacketIo for DpdkIo {
         drop(holding);
         drop(deferring);
         drop(stripped);
+        drop(passing);
+        self.passing = passing_now;
+        self.passing.clear();
         self.scratch = scratch;
         self.stripped = stripped_now;
         self.stripped.clear();

@@ -63,11 +63,15 @@ pub fn owner_of(tenant: &str) -> u64 {
     foldhash::fast::FixedState::with_seed(0x0051_17ce).hash_one(tenant)
 }
 
-/// A packet on its way to another worker: its mbuf and the index of the
-/// port it came in on.
+/// A packet on its way to another worker: its mbuf, the index of the
+/// port it came in on, and why.
 pub struct Handed {
     pub mbuf: Mbuf,
     pub port: usize,
+    /// How many workers passed it on so far (an IP fragment looking for
+    /// its flow's worker, see [`crate::dispatch`]); `u8::MAX`: handed to
+    /// its flow's home.
+    pub hops: u8,
 }
 
 /// A published home: the flow's symmetric key hash, its worker, whose
@@ -120,6 +124,11 @@ impl Handoff {
             idle_ns: u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX),
             refused: AtomicU64::new(0),
         }
+    }
+
+    /// How many workers it connects.
+    pub fn workers(&self) -> usize {
+        self.inboxes.len()
     }
 
     /// How long a home lives unused.

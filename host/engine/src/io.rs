@@ -73,6 +73,29 @@ pub trait PacketIo {
         let _ = tickets;
     }
 
+    /// How many workers a packet can be passed around (see
+    /// [`pass`](Self::pass)); `None`: this I/O passes nothing (a host's
+    /// only worker, or packets not spread by a hash of the device's).
+    fn circle(&self) -> Option<usize> {
+        None
+    }
+
+    /// The packets of the last `receive` that came passed from another
+    /// worker: (index, times passed so far), in index order; a packet a
+    /// worker handed to the home of its flow counts as passed all the way
+    /// round (it is where it belongs).
+    fn passed_in(&self, out: &mut Vec<(usize, usize)>) {
+        let _ = out;
+    }
+
+    /// Passes packet `index` of the last `receive` to the next worker
+    /// instead of delivering it (its result is not read): an IP fragment
+    /// that came to a worker without its flow's state. Called before
+    /// `deliver`.
+    fn pass(&mut self, index: usize) {
+        let _ = index;
+    }
+
     /// Outputs it can still keep back (see [`defer`](Self::defer)); 0: it
     /// keeps none, and every output leaves at `deliver`.
     fn defer_room(&self) -> usize {

@@ -581,6 +581,15 @@ impl Chain {
         &self.outside
     }
 
+    /// Whether an NF of the chain keeps flow state of the flow `key`
+    /// (either direction), or none keeps flow state at all (then any
+    /// worker's chain will do for its packets).
+    pub fn holds_flow(&self, key: &sluice_wire::FlowKey) -> bool {
+        let key = key.normalized();
+        let mut keeping = self.stages.iter().filter(|s| s.wants_flow_state()).peekable();
+        keeping.peek().is_none() || keeping.any(|s| s.flow_table().get(&key).is_some())
+    }
+
     /// The NF instances, in chain order.
     pub fn stages(&self) -> &[NfInstance] {
         &self.stages

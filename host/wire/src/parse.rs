@@ -180,6 +180,31 @@ pub fn ip_addresses(frame: &[u8]) -> Option<(IpAddr128, IpAddr128)> {
     }
 }
 
+/// Whether `frame` may be an IP fragment, read at fixed offsets: false
+/// only for frames [`parse`] finds no fragment in (a property test holds
+/// it), so only the frames it says true of need parsing to know. An IPv4
+/// header with More Fragments or an offset, an IPv6 header followed by a
+/// fragment header, or by an extension header that may precede one, and
+/// any frame behind more than one VLAN tag are true.
+#[inline]
+pub fn may_be_fragment(frame: &[u8]) -> bool {
+    let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
+    let l3 = match u16_at(12) {
+        Some(ethertype::VLAN) => match u16_at(16) {
+            Some(ethertype::VLAN | ethertype::QINQ) => return true,
+            _ => 18,
+        },
+        Some(ethertype::QINQ) => return true,
+        _ => 14,
+    };
+    match u16_at(l3 - 2) {
+        Some(ethertype::IPV4) => u16_at(l3 + 6).is_none_or(|f| f & 0x3fff != 0),
+        // Hop-by-hop, routing, fragment, destination options.
+        Some(ethertype::IPV6) => frame.get(l3 + 6).is_none_or(|next| matches!(next, 0 | 43 | 44 | 60)),
+        _ => false,
+    }
+}
+
 fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer, Error)> {
     let eth = EthernetFrame::new_checked(frame).map_err(|e| (Layer::Link, e))?;
     let (ethertype, l3, vlan) = eth.network().map_err(|e| (Layer::Link, e))?;
@@ -557,6 +582,26 @@ mod tests {
         assert_eq!(ip_addresses(&[0u8; 20]), None);
     }
 
+    #[test]
+    fn fragments_and_whole_datagrams_are_told_apart_at_fixed_offsets() {
+        let whole = FrameSpec::udp4([10, 0, 0, 5], 1, [198, 51, 100, 7], 2).build();
+        assert!(!may_be_fragment(&whole));
+        for (at, v) in [(20, 0x20u8), (21, 1)] {
+            // More Fragments; an offset.
+            let mut f = whole.clone();
+            f[at] |= v;
+            assert!(may_be_fragment(&f) && parse(&f).ip.unwrap().fragment.is_some());
+        }
+        let mut six = FrameSpec::udp4([10, 0, 0, 5], 1, [198, 51, 100, 7], 2);
+        six.src = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]);
+        six.dst = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+        let mut f = six.build();
+        assert!(!may_be_fragment(&f));
+        f[20] = 44;
+        assert!(may_be_fragment(&f));
+        assert!(!may_be_fragment(&[0u8; 60]));
+    }
+
     /// `frame` with the byte at `idx` (modulo its length) set to `byte`,
     /// cut to `cut` bytes (modulo its length + 1).
     fn altered(mut frame: Vec<u8>, idx: usize, byte: u8, cut: usize) -> Vec<u8> {
@@ -648,6 +693,19 @@ mod tests {
             let f = &altered(frame, idx, byte, cut);
             if let (Some((src, dst)), Some(k)) = (ip_addresses(f), parse(f).key) {
                 prop_assert_eq!((src, dst), (k.src, k.dst));
+            }
+        }
+
+        #[test]
+        fn a_frame_parse_finds_a_fragment_in_may_be_one(
+            frame in any_frame(),
+            idx in any::<usize>(),
+            byte in any::<u8>(),
+            cut in any::<usize>(),
+        ) {
+            let f = &altered(frame, idx, byte, cut);
+            if parse(f).ip.is_some_and(|ip| ip.fragment.is_some()) {
+                prop_assert!(may_be_fragment(f));
             }
         }
 
