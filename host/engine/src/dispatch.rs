@@ -197,18 +197,28 @@ fn find_fragments(raw: &[RawPacket<'_>], out: &mut Vec<Frag>) {
 /// The datagrams whose first fragment a worker passed on in the last
 /// second: a direct-mapped memory of their hashes, allocated at the first
 /// (a datagram that shares a slot with a newer one loses its entry: its
-/// later fragments stay and are counted unmatched by the chain).
+/// later fragments stay and are counted unmatched by the chain); and the
+/// worker's budget of fragments to pass on, so that a flood of first
+/// fragments of flows no worker holds, each passed round every worker,
+/// costs the host a bounded amount (beyond it, fragments stay where they
+/// came in).
 #[derive(Debug)]
 struct Passed {
     slots: Vec<(u64, u64)>,
     born: std::time::Instant,
+    tokens: u64,
+    filled_ns: u64,
 }
 
 impl Default for Passed {
     fn default() -> Self {
-        Passed { slots: Vec::new(), born: std::time::Instant::now() }
+        Passed { slots: Vec::new(), born: std::time::Instant::now(), tokens: PASS_BURST, filled_ns: 0 }
     }
 }
+
+/// Fragments a worker passes on a second at most, and at once.
+const PASS_RATE: u64 = 100_000;
+const PASS_BURST: u64 = 4096;
 
 /// Slots of a worker's [`Passed`].
 const PASSED_SLOTS: usize = 1024;
@@ -227,6 +237,18 @@ impl Passed {
         if let Some(s) = self.slots.get_mut(datagram as usize % PASSED_SLOTS) {
             *s = (datagram, now);
         }
+    }
+
+    /// Takes one fragment's pass from the budget, if there is one left.
+    fn take(&mut self, now: u64) -> bool {
+        let earned = now.saturating_sub(self.filled_ns).saturating_mul(PASS_RATE) / 1_000_000_000;
+        if earned > 0 {
+            self.tokens = self.tokens.saturating_add(earned).min(PASS_BURST);
+            self.filled_ns = now;
+        }
+        let left = self.tokens > 0;
+        self.tokens = self.tokens.saturating_sub(1);
+        left
     }
 
     fn holds(&self, datagram: u64, now: u64) -> bool {
@@ -862,7 +884,7 @@ impl Dispatch {
                 Some(key) if f.first => !lane.holds_flow(&key),
                 _ => !f.first && self.passed.holds(f.datagram, now),
             };
-            if pass {
+            if pass && self.passed.take(now) {
                 if f.first {
                     self.passed.note(f.datagram, now);
                 }
@@ -1286,6 +1308,16 @@ mod tests {
         fn pass(&mut self, index: usize) {
             self.passed.push(index);
         }
+    }
+
+    #[test]
+    fn a_worker_passes_fragments_within_its_budget() {
+        let mut p = Passed::default();
+        let passed = (0..PASS_BURST + 10).filter(|_| p.take(1)).count() as u64;
+        assert_eq!(passed, PASS_BURST);
+        // A millisecond earns a hundred more.
+        let more = (0..1000).filter(|_| p.take(1_000_001)).count() as u64;
+        assert_eq!(more, PASS_RATE / 1000);
     }
 
     /// A datagram's fragments that came to a worker whose chain does not
