@@ -197,28 +197,31 @@ fn find_fragments(raw: &[RawPacket<'_>], out: &mut Vec<Frag>) {
 /// The datagrams whose first fragment a worker passed on in the last
 /// second: a direct-mapped memory of their hashes, allocated at the first
 /// (a datagram that shares a slot with a newer one loses its entry: its
-/// later fragments stay and are counted unmatched by the chain); and the
-/// worker's budget of fragments to pass on, so that a flood of first
-/// fragments of flows no worker holds, each passed round every worker,
-/// costs the host a bounded amount (beyond it, fragments stay where they
-/// came in).
+/// later fragments stay and are counted unmatched by the chain); and each
+/// lane owner's budget of fragments to pass on (tokens, when last filled),
+/// so that a flood of first fragments of flows no worker holds, each
+/// passed round every worker, costs the host a bounded amount, and one
+/// tenant's flood does not use up another's (beyond it, fragments stay
+/// where they came in).
 #[derive(Debug)]
 struct Passed {
     slots: Vec<(u64, u64)>,
     born: std::time::Instant,
-    tokens: u64,
-    filled_ns: u64,
+    budgets: std::collections::HashMap<u64, (u64, u64)>,
 }
 
 impl Default for Passed {
     fn default() -> Self {
-        Passed { slots: Vec::new(), born: std::time::Instant::now(), tokens: PASS_BURST, filled_ns: 0 }
+        Passed { slots: Vec::new(), born: std::time::Instant::now(), budgets: std::collections::HashMap::new() }
     }
 }
 
-/// Fragments a worker passes on a second at most, and at once.
+/// Fragments a worker passes on a second at most for one lane owner, and
+/// at once.
 const PASS_RATE: u64 = 100_000;
 const PASS_BURST: u64 = 4096;
+/// Owners whose budgets a worker keeps (beyond, every budget starts over).
+const PASS_OWNERS: usize = 1024;
 
 /// Slots of a worker's [`Passed`].
 const PASSED_SLOTS: usize = 1024;
@@ -239,15 +242,20 @@ impl Passed {
         }
     }
 
-    /// Takes one fragment's pass from the budget, if there is one left.
-    fn take(&mut self, now: u64) -> bool {
-        let earned = now.saturating_sub(self.filled_ns).saturating_mul(PASS_RATE) / 1_000_000_000;
-        if earned > 0 {
-            self.tokens = self.tokens.saturating_add(earned).min(PASS_BURST);
-            self.filled_ns = now;
+    /// Takes one fragment's pass from `owner`'s budget, if it has one
+    /// left.
+    fn take(&mut self, owner: u64, now: u64) -> bool {
+        if self.budgets.len() >= PASS_OWNERS && !self.budgets.contains_key(&owner) {
+            self.budgets.clear();
         }
-        let left = self.tokens > 0;
-        self.tokens = self.tokens.saturating_sub(1);
+        let (tokens, filled) = self.budgets.entry(owner).or_insert((PASS_BURST, now));
+        let earned = now.saturating_sub(*filled).saturating_mul(PASS_RATE) / 1_000_000_000;
+        if earned > 0 {
+            *tokens = tokens.saturating_add(earned).min(PASS_BURST);
+            *filled = now;
+        }
+        let left = *tokens > 0;
+        *tokens = tokens.saturating_sub(1);
         left
     }
 
@@ -871,6 +879,7 @@ impl Dispatch {
     /// it) and to `to_pass`.
     fn pass_fragments<L: Lane>(&mut self, lane: &mut L, circle: usize) {
         let now = self.passed.now_ns();
+        let owner = lane.owner();
         for f in &self.frags {
             let Ok(si) = self.positions.binary_search(&f.at) else { continue };
             let hops = match self.passed_in.binary_search_by_key(&f.at, |&(i, _)| i) {
@@ -884,7 +893,7 @@ impl Dispatch {
                 Some(key) if f.first => !lane.holds_flow(&key),
                 _ => !f.first && self.passed.holds(f.datagram, now),
             };
-            if pass && self.passed.take(now) {
+            if pass && self.passed.take(owner, now) {
                 if f.first {
                     self.passed.note(f.datagram, now);
                 }
@@ -1311,12 +1320,14 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_passes_fragments_within_its_budget() {
+    fn a_worker_passes_each_owners_fragments_within_its_budget() {
         let mut p = Passed::default();
-        let passed = (0..PASS_BURST + 10).filter(|_| p.take(1)).count() as u64;
+        let passed = (0..PASS_BURST + 10).filter(|_| p.take(7, 1)).count() as u64;
         assert_eq!(passed, PASS_BURST);
+        // Another owner has its own.
+        assert!(p.take(9, 1));
         // A millisecond earns a hundred more.
-        let more = (0..1000).filter(|_| p.take(1_000_001)).count() as u64;
+        let more = (0..1000).filter(|_| p.take(7, 1_000_001)).count() as u64;
         assert_eq!(more, PASS_RATE / 1000);
     }
 
