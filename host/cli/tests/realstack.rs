@@ -887,10 +887,19 @@ const SINK_PORT: u16 = 9009;
 /// the quoted header too) and the firewall lets it pass as its
 /// connection's, the client's kernel lowers its path MTU, and the upload
 /// arrives whole. A ping too big for the link gets its frag-needed the
-/// same way, about an echo instead of a TCP segment.
+/// same way, about an echo instead of a TCP segment. On one worker and on
+/// two (where an error may come in on the worker without its connection).
 #[test]
 fn path_mtu_discovery_works_through_the_nat_for_tcp_and_ping() {
     let _turn = turn();
+    // On two workers the errors come in on either: each goes where the
+    // connection it quotes was translated.
+    for workers in ["1", "2"] {
+        path_mtu_discovery_through_the_nat_on(workers);
+    }
+}
+
+fn path_mtu_discovery_through_the_nat_on(workers: &str) {
     let w = Wire::routed();
     let d = Dirs::new();
     let up = random_file(&d.path("cli"), "blob", 2_000_000, 8);
@@ -899,7 +908,9 @@ fn path_mtu_discovery_works_through_the_nat_for_tcp_and_ping() {
     let _sink = Bg(w.far("python3", &["-u", "-c", TCP_SINK, FAR_IP, &port]).stdout(log).spawn().unwrap());
 
     let config = format!("{FIREWALL}{NAT}");
-    let mut host = Host::start(&w, d.tmp.path(), &["firewall", "nat"], &config, &["--outside-ports", "1"], RING);
+    let ring = format!("{RING},qpairs={workers}");
+    let extra = ["--outside-ports", "1", "--workers", workers];
+    let mut host = Host::start(&w, d.tmp.path(), &["firewall", "nat"], &config, &extra, &ring);
     probe(&w, "tcp", FAR_IP, SINK_PORT, &mut host);
     let (router_unreach, client_unreach) =
         (w.icmp_stat(&w.server, "OutDestUnreachs"), w.icmp_stat(&w.client, "InDestUnreachs"));
@@ -918,14 +929,17 @@ fn path_mtu_discovery_works_through_the_nat_for_tcp_and_ping() {
     let r = host.stop();
 
     let sink = std::fs::read_to_string(d.path("sink.log")).unwrap();
-    eprintln!("frag-needed: {router_unreach} sent, {client_unreach} received; {route}{}", text(&ping));
+    eprintln!(
+        "{workers} worker(s): frag-needed: {router_unreach} sent, {client_unreach} received; {route}{}",
+        text(&ping)
+    );
     let digest = sha256(&up);
     assert!(sent.status.success() && text(&sent).trim() == digest, "upload: {}\nsink: {sink}\n{r:#}", text(&sent));
     assert!(sink.lines().any(|l| l == format!("{PUBLIC_IP} 2000000 {digest}")), "the far server saw: {sink}");
     assert!(router_unreach > 0, "the router sent no frag-needed");
     assert_eq!(
         client_unreach, router_unreach,
-        "the client got {client_unreach} of the router's {router_unreach} errors"
+        "{workers} worker(s): the client got {client_unreach} of the router's {router_unreach} errors: {r:#}"
     );
     assert!(route.contains(&format!("mtu {FAR_MTU}")), "no path MTU cached for {FAR_IP}: {route}");
     let ping = text(&ping);

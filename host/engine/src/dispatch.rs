@@ -167,29 +167,43 @@ impl Owner {
     const WHOLE: Owner = Owner { lane: 0, out: None, whole: true };
 }
 
-/// An IP fragment of a batch: its index, whether it is its datagram's
-/// first (the one with the ports), its flow key as far as it goes, and its
-/// datagram's hash.
+/// A packet of a batch that a device's hash may have placed on another
+/// worker than the rest of its flow: an IP fragment (placed by its
+/// addresses alone) or an ICMP error (placed by its own addresses, not
+/// those of the connection it is about). Its index, what it is, the flow
+/// it belongs to as far as it is known (a first fragment's, an error's
+/// quoted packet's) and, for a fragment, its datagram's hash.
 #[derive(Debug, Clone, Copy)]
-struct Frag {
+struct Stray {
     at: usize,
-    first: bool,
+    kind: StrayKind,
     key: Option<sluice_wire::FlowKey>,
     datagram: u64,
 }
 
-/// Appends the IP fragments among `raw` to `out` (only frames that may be
-/// one are parsed).
-fn find_fragments(raw: &[RawPacket<'_>], out: &mut Vec<Frag>) {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StrayKind {
+    FirstFragment,
+    LaterFragment,
+    IcmpError,
+}
+
+/// Appends the strays among `raw` to `out` (only frames that may be one
+/// are parsed).
+fn find_strays(raw: &[RawPacket<'_>], out: &mut Vec<Stray>) {
     use std::hash::BuildHasher;
     for (at, p) in raw.iter().enumerate() {
-        if !sluice_wire::parse::may_be_fragment(p.data) {
-            continue;
-        }
-        let parsed = sluice_wire::parse(p.data);
-        if let Some(f) = parsed.ip.and_then(|ip| ip.fragment) {
-            let datagram = foldhash::fast::FixedState::with_seed(0x000f_4a95).hash_one(f.key);
-            out.push(Frag { at, first: f.offset == 0, key: parsed.key, datagram });
+        if sluice_wire::parse::may_be_fragment(p.data) {
+            let parsed = sluice_wire::parse(p.data);
+            if let Some(f) = parsed.ip.and_then(|ip| ip.fragment) {
+                let datagram = foldhash::fast::FixedState::with_seed(0x000f_4a95).hash_one(f.key);
+                let kind = if f.offset == 0 { StrayKind::FirstFragment } else { StrayKind::LaterFragment };
+                out.push(Stray { at, kind, key: parsed.key, datagram });
+            }
+        } else if sluice_wire::parse::may_be_icmp(p.data)
+            && let Some(key) = sluice_wire::parse::quoted_key(p.data)
+        {
+            out.push(Stray { at, kind: StrayKind::IcmpError, key: Some(key), datagram: 0 });
         }
     }
 }
@@ -291,9 +305,9 @@ pub struct Dispatch {
     parts: Vec<&'static [PacketResult]>,
     /// The owner of each lane, for delivery.
     lane_owners: Vec<u64>,
-    /// The batch's IP fragments, when the I/O can pass packets between
-    /// workers (see [`Dispatch::pass_fragments`]).
-    frags: Vec<Frag>,
+    /// The batch's strays, when the I/O can pass packets between workers
+    /// (see [`Dispatch::pass_strays`]).
+    strays: Vec<Stray>,
     /// The batch's packets passed from another worker, and how often.
     passed_in: Vec<(usize, usize)>,
     /// The batch's packets to pass on.
@@ -346,7 +360,7 @@ impl Dispatch {
             at: Vec::new(),
             parts: Vec::new(),
             lane_owners: Vec::new(),
-            frags: Vec::new(),
+            strays: Vec::new(),
             passed_in: Vec::new(),
             to_pass: Vec::new(),
             passed: Passed::default(),
@@ -485,14 +499,14 @@ impl Dispatch {
         }
         let mut raw = recycle(std::mem::take(&mut self.raw));
         io.packets(&mut raw, &mut self.moved);
-        self.frags.clear();
+        self.strays.clear();
         if circle.is_some() {
-            find_fragments(&raw, &mut self.frags);
+            find_strays(&raw, &mut self.strays);
         }
         self.lap(|t| &mut t.read_ns);
         // One lane owns every packet: nothing to classify or check.
         if classifier.is_none()
-            && self.frags.is_empty()
+            && self.strays.is_empty()
             && let Some(lane) = lanes.first_mut()
             && let Some(run) = self.sole_run(lane, &raw, room, defer_room, true)
         {
@@ -517,7 +531,7 @@ impl Dispatch {
         // The common case: one lane owns the whole batch. It runs on the
         // batch as received and its results are delivered where they are.
         if classifier.is_some()
-            && self.frags.is_empty()
+            && self.strays.is_empty()
             && let Some(li) = self.per_lane.iter().position(|&n| n == raw.len())
             && let Some(lane) = lanes.get_mut(li)
             && let Some(run) = self.sole_run(lane, &raw, room, defer_room, false)
@@ -593,9 +607,9 @@ impl Dispatch {
             self.holds.clear();
             lane.hold(&sub, &self.lane_moved, room, &mut self.holds);
             if let Some(circle) = circle
-                && !self.frags.is_empty()
+                && !self.strays.is_empty()
             {
-                self.pass_fragments(lane, circle);
+                self.pass_strays(lane, circle);
             }
             if !self.holds.is_empty() {
                 let before = self.to_hold.len();
@@ -862,25 +876,21 @@ impl Dispatch {
         refused
     }
 
-    /// Takes the packets the lane holds or drops (`holds`) out of its part
-    /// (`sub` and `positions`, and the marks of `lane_moved` re-indexed),
-    /// and notes the held ones in `to_hold`. Their results stay refused: a
-    /// held one is not delivered, a dropped one is dropped.
     /// Among the lane's packets (at [`positions`](Self::positions) in
-    /// the batch), picks the IP fragments to pass to the next worker of
-    /// the `circle`: a first fragment of a flow whose state the lane's
-    /// chain does not hold, and the later fragments of a datagram whose
-    /// first one this worker passed. The device's hash placed them by
-    /// their addresses alone (RSS and the kernel's fanout cannot see a
-    /// fragment's ports), possibly on another worker than the rest of
-    /// their flow; passed round, a first fragment stops at the worker
-    /// that holds its flow, or back where it came in when none does. A
-    /// packet picked is added to `holds` as dropped (the lane does not run
-    /// it) and to `to_pass`.
-    fn pass_fragments<L: Lane>(&mut self, lane: &mut L, circle: usize) {
+    /// the batch), picks the strays to pass to the next worker of the
+    /// `circle`: a first fragment or an ICMP error of a flow whose state
+    /// the lane's chain does not hold, and the later fragments of a
+    /// datagram whose first one this worker passed. The device's hash
+    /// placed them by addresses alone (RSS and the kernel's fanout cannot
+    /// see a fragment's ports, nor the connection an error quotes),
+    /// possibly on another worker than the rest of their flow; passed
+    /// round, one stops at the worker that holds its flow, or back where it
+    /// came in when none does. A packet picked is added to `holds` as
+    /// dropped (the lane does not run it) and to `to_pass`.
+    fn pass_strays<L: Lane>(&mut self, lane: &mut L, circle: usize) {
         let now = self.passed.now_ns();
         let owner = lane.owner();
-        for f in &self.frags {
+        for f in &self.strays {
             let Ok(si) = self.positions.binary_search(&f.at) else { continue };
             let hops = match self.passed_in.binary_search_by_key(&f.at, |&(i, _)| i) {
                 Ok(k) => self.passed_in.get(k).map_or(0, |&(_, h)| h),
@@ -889,12 +899,13 @@ impl Dispatch {
             if hops >= circle || self.holds.iter().any(|&(i, _)| i == si) {
                 continue;
             }
-            let pass = match f.key {
-                Some(key) if f.first => !lane.holds_flow(&key),
-                _ => !f.first && self.passed.holds(f.datagram, now),
+            let pass = match (f.kind, f.key) {
+                (StrayKind::FirstFragment | StrayKind::IcmpError, Some(key)) => !lane.holds_flow(&key),
+                (StrayKind::LaterFragment, _) => self.passed.holds(f.datagram, now),
+                _ => false,
             };
             if pass && self.passed.take(owner, now) {
-                if f.first {
+                if f.kind == StrayKind::FirstFragment {
                     self.passed.note(f.datagram, now);
                 }
                 self.holds.push((si, Hold::Drop));
@@ -903,6 +914,10 @@ impl Dispatch {
         }
     }
 
+    /// Takes the packets the lane holds or drops (`holds`) out of its part
+    /// (`sub` and `positions`, and the marks of `lane_moved` re-indexed),
+    /// and notes the held ones in `to_hold`. Their results stay refused: a
+    /// held one is not delivered, a dropped one is dropped.
     fn without_held(&mut self, sub: &mut Vec<RawPacket<'_>>) {
         self.holds.sort_unstable_by_key(|&(i, _)| i);
         self.holds.dedup_by_key(|&mut (i, _)| i);

@@ -444,12 +444,17 @@ impl DpdkIo {
                     }
                     home
                 }
+                // An ICMP error goes where the flow it quotes is homed.
                 None => m
                     .data()
                     .filter(|&d| sluice_wire::parse::ip_addresses(d).is_none_or(|(s, t)| self.homes.may_hold(s, t)))
-                    .and_then(|d| sluice_wire::parse(d).key)
-                    .filter(|k| self.homes.may_hold(k.src, k.dst))
-                    .and_then(|k| self.homes.home_of(k.symmetric_hash(), now, idle)),
+                    .and_then(|d| Some((d, sluice_wire::parse(d).key?)))
+                    .filter(|(_, k)| self.homes.may_hold(k.src, k.dst))
+                    .and_then(|(d, k)| match self.homes.home_of(k.symmetric_hash(), now, idle) {
+                        None if matches!(k.protocol, 1 | 58) => sluice_wire::parse::quoted_key(d)
+                            .and_then(|q| self.homes.home_of(q.symmetric_hash(), now, idle)),
+                        home => home,
+                    }),
             }
             .filter(|w| w != me);
             let stays = match home {

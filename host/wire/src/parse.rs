@@ -205,6 +205,72 @@ pub fn may_be_fragment(frame: &[u8]) -> bool {
     }
 }
 
+/// Whether `frame` may be ICMP or ICMPv6, read at fixed offsets: false
+/// only for frames [`parse`] finds another protocol in (a property test
+/// holds it); any frame behind more than one VLAN tag is true.
+#[inline]
+pub fn may_be_icmp(frame: &[u8]) -> bool {
+    let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
+    let l3 = match u16_at(12) {
+        Some(ethertype::VLAN) => match u16_at(16) {
+            Some(ethertype::VLAN | ethertype::QINQ) => return true,
+            _ => 18,
+        },
+        Some(ethertype::QINQ) => return true,
+        _ => 14,
+    };
+    match u16_at(l3 - 2) {
+        Some(ethertype::IPV4) => frame.get(l3 + 9).is_none_or(|&p| p == protocol::ICMP),
+        // ICMPv6 behind extension headers too.
+        Some(ethertype::IPV6) => frame.get(l3 + 6).is_none_or(|&n| matches!(n, protocol::ICMPV6 | 0 | 43 | 60)),
+        _ => false,
+    }
+}
+
+/// The flow an ICMP or ICMPv6 error in `frame` is about: the key of the
+/// packet it quotes, as that packet went (from the error's destination),
+/// with the ports of the quote's first transport bytes (an echo's
+/// identifier). `None` for anything else, and for a quote of a later
+/// fragment or of an IPv6 packet with extension headers.
+pub fn quoted_key(frame: &[u8]) -> Option<FlowKey> {
+    let l = parse(frame);
+    let key = l.key?;
+    let v6 = l.ip?.v6;
+    let icmp = frame.get(usize::from(l.l4_offset?)..)?;
+    let error = match (v6, key.protocol) {
+        (false, protocol::ICMP) => matches!(icmp.first()?, 3 | 4 | 5 | 11 | 12),
+        (true, protocol::ICMPV6) => matches!(icmp.first()?, 1..=4),
+        _ => false,
+    };
+    if !error {
+        return None;
+    }
+    let q = icmp.get(8..)?;
+    let word = |b: &[u8], at: usize| Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
+    let (proto, src, dst, l4) = if v6 {
+        if q.first()? >> 4 != 6 {
+            return None;
+        }
+        let a = |at: usize| q.get(at..at + 16).and_then(|b| <[u8; 16]>::try_from(b).ok()).map(IpAddr128::from_v6);
+        (*q.get(6)?, a(8)?, a(24)?, q.get(crate::ipv6::HEADER_LEN..)?)
+    } else {
+        let v = *q.first()?;
+        if v >> 4 != 4 || v & 0x0f < 5 || word(q, 6)? & 0x1fff != 0 {
+            return None;
+        }
+        let a = |at: usize| q.get(at..at + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(IpAddr128::from_v4);
+        (*q.get(9)?, a(12)?, a(16)?, q.get(usize::from(v & 0x0f) * 4..)?)
+    };
+    let (src_port, dst_port) = match proto {
+        protocol::TCP | protocol::UDP => (word(l4, 0)?, word(l4, 2)?),
+        protocol::ICMP if matches!(l4.first()?, 0 | 8) => (word(l4, 4)?, word(l4, 4)?),
+        protocol::ICMPV6 if matches!(l4.first()?, 128 | 129) => (word(l4, 4)?, word(l4, 4)?),
+        protocol::ICMP | protocol::ICMPV6 => (0, 0),
+        _ => return None,
+    };
+    Some(FlowKey { src, dst, src_port, dst_port, protocol: proto })
+}
+
 fn parse_into(frame: &[u8], out: &mut Layers) -> core::result::Result<(), (Layer, Error)> {
     let eth = EthernetFrame::new_checked(frame).map_err(|e| (Layer::Link, e))?;
     let (ethertype, l3, vlan) = eth.network().map_err(|e| (Layer::Link, e))?;
@@ -582,6 +648,47 @@ mod tests {
         assert_eq!(ip_addresses(&[0u8; 20]), None);
     }
 
+    /// An ICMP error quoting `quoted` (an IP packet, from its IP header).
+    fn icmp_error(ty: u8, quoted: &[u8], v6: bool) -> Vec<u8> {
+        let mut spec = FrameSpec::udp4([192, 0, 2, 1], 0, [203, 0, 113, 1], 0);
+        spec.transport = Transport::IcmpEcho { ident: 0 };
+        if v6 {
+            spec.src = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            spec.dst = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]);
+        }
+        spec.payload = quoted.to_vec();
+        let mut f = spec.build();
+        let l4 = usize::from(parse(&f).l4_offset.unwrap());
+        f[l4] = ty;
+        f
+    }
+
+    #[test]
+    fn an_icmp_error_names_the_flow_of_the_packet_it_quotes() {
+        let tcp = FrameSpec::tcp4([203, 0, 113, 1], 2000, [192, 0, 2, 7], 80, 0x10).build();
+        let want = parse(&tcp).key.unwrap();
+        // Frag needed, time exceeded: the quote's IP header and 8 bytes.
+        for ty in [3, 11] {
+            assert_eq!(quoted_key(&icmp_error(ty, &tcp[14..14 + 28], false)), Some(want));
+        }
+        // An echo request is no error; an echo quoted is by identifier.
+        assert_eq!(quoted_key(&icmp_error(8, &tcp[14..14 + 28], false)), None);
+        let mut ping = FrameSpec::udp4([203, 0, 113, 1], 0, [192, 0, 2, 8], 0);
+        ping.transport = Transport::IcmpEcho { ident: 77 };
+        let ping = ping.build();
+        let k = quoted_key(&icmp_error(3, &ping[14..14 + 28], false)).unwrap();
+        assert_eq!((k.src_port, k.dst_port, k.protocol), (77, 77, 1));
+        // IPv6: packet too big about a UDP datagram.
+        let mut udp6 = FrameSpec::udp4([0; 4], 5000, [0; 4], 53);
+        udp6.src = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]);
+        udp6.dst = IpAddr128::from_v6([0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+        let udp6 = udp6.build();
+        assert_eq!(quoted_key(&icmp_error(2, &udp6[14..14 + 48], true)), parse(&udp6).key);
+        // Cut short: no key.
+        assert_eq!(quoted_key(&icmp_error(3, &tcp[14..14 + 22], false)), None);
+        assert_eq!(quoted_key(&tcp), None);
+    }
+
     #[test]
     fn fragments_and_whole_datagrams_are_told_apart_at_fixed_offsets() {
         let whole = FrameSpec::udp4([10, 0, 0, 5], 1, [198, 51, 100, 7], 2).build();
@@ -707,6 +814,26 @@ mod tests {
             if parse(f).ip.is_some_and(|ip| ip.fragment.is_some()) {
                 prop_assert!(may_be_fragment(f));
             }
+        }
+
+        #[test]
+        fn a_frame_parse_finds_icmp_in_may_be_icmp(
+            frame in any_frame(),
+            idx in any::<usize>(),
+            byte in any::<u8>(),
+            cut in any::<usize>(),
+        ) {
+            let f = &altered(frame, idx, byte, cut);
+            if parse(f).key.is_some_and(|k| matches!(k.protocol, protocol::ICMP | protocol::ICMPV6)) {
+                prop_assert!(may_be_icmp(f));
+            }
+        }
+
+        #[test]
+        fn quoted_keys_never_panic(frame in any_frame(), idx in any::<usize>(), byte in any::<u8>(), cut in any::<usize>()) {
+            let f = altered(frame, idx, byte, cut);
+            let _ = quoted_key(&f);
+            let _ = quoted_key(&icmp_error(3, f.get(14..).unwrap_or(&[]), false));
         }
 
         #[test]
