@@ -180,6 +180,22 @@ pub fn ip_addresses(frame: &[u8]) -> Option<(IpAddr128, IpAddr128)> {
     }
 }
 
+/// The ethertype of `frame` and where its network header starts, untagged
+/// or behind one 802.1Q tag; `None` behind more tags (not read here).
+#[inline]
+fn fixed_network(frame: &[u8]) -> Option<(Option<u16>, usize)> {
+    let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
+    let l3 = match u16_at(12) {
+        Some(ethertype::VLAN) => match u16_at(16) {
+            Some(ethertype::VLAN | ethertype::QINQ) => return None,
+            _ => 18,
+        },
+        Some(ethertype::QINQ) => return None,
+        _ => 14,
+    };
+    Some((u16_at(l3 - 2), l3))
+}
+
 /// Whether `frame` may be an IP fragment, read at fixed offsets: false
 /// only for frames [`parse`] finds no fragment in (a property test holds
 /// it), so only the frames it says true of need parsing to know. An IPv4
@@ -188,16 +204,9 @@ pub fn ip_addresses(frame: &[u8]) -> Option<(IpAddr128, IpAddr128)> {
 /// any frame behind more than one VLAN tag are true.
 #[inline]
 pub fn may_be_fragment(frame: &[u8]) -> bool {
+    let Some((ethertype, l3)) = fixed_network(frame) else { return true };
     let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
-    let l3 = match u16_at(12) {
-        Some(ethertype::VLAN) => match u16_at(16) {
-            Some(ethertype::VLAN | ethertype::QINQ) => return true,
-            _ => 18,
-        },
-        Some(ethertype::QINQ) => return true,
-        _ => 14,
-    };
-    match u16_at(l3 - 2) {
+    match ethertype {
         Some(ethertype::IPV4) => u16_at(l3 + 6).is_none_or(|f| f & 0x3fff != 0),
         // Hop-by-hop, routing, fragment, destination options.
         Some(ethertype::IPV6) => frame.get(l3 + 6).is_none_or(|next| matches!(next, 0 | 43 | 44 | 60)),
@@ -210,16 +219,8 @@ pub fn may_be_fragment(frame: &[u8]) -> bool {
 /// holds it); any frame behind more than one VLAN tag is true.
 #[inline]
 pub fn may_be_icmp(frame: &[u8]) -> bool {
-    let u16_at = |at: usize| frame.get(at..at + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()).map(u16::from_be_bytes);
-    let l3 = match u16_at(12) {
-        Some(ethertype::VLAN) => match u16_at(16) {
-            Some(ethertype::VLAN | ethertype::QINQ) => return true,
-            _ => 18,
-        },
-        Some(ethertype::QINQ) => return true,
-        _ => 14,
-    };
-    match u16_at(l3 - 2) {
+    let Some((ethertype, l3)) = fixed_network(frame) else { return true };
+    match ethertype {
         Some(ethertype::IPV4) => frame.get(l3 + 9).is_none_or(|&p| p == protocol::ICMP),
         // ICMPv6 behind extension headers too.
         Some(ethertype::IPV6) => frame.get(l3 + 6).is_none_or(|&n| matches!(n, protocol::ICMPV6 | 0 | 43 | 60)),
