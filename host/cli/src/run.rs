@@ -305,11 +305,15 @@ pub fn run_observed(
     // datagram goes where its first fragment goes (the flow's worker),
     // whether it comes before or after it: later fragments follow their
     // first, and a datagram is reassembled from all of them on one worker.
+    // An ICMP error goes where the connection it quotes goes, as on DPDK.
     let owner: Vec<usize> = if workers == 1 {
         Vec::new()
     } else {
         let spread = config.spread;
-        let flow_worker = |data: &[u8]| sluice_wire::parse(data).key.map(|k| spread.worker(&k, workers));
+        let flow_worker = |data: &[u8]| {
+            let quoted = sluice_wire::parse::may_be_icmp(data).then(|| sluice_wire::parse::quoted_key(data)).flatten();
+            quoted.or_else(|| sluice_wire::parse(data).key).map(|k| spread.worker(&k, workers))
+        };
         let fragments: Vec<Option<sluice_wire::fragment::Fragment>> = trace
             .packets()
             .iter()
