@@ -191,12 +191,11 @@ enum StrayKind {
 /// Appends the strays among `raw` to `out` (only frames that may be one
 /// are parsed).
 fn find_strays(raw: &[RawPacket<'_>], out: &mut Vec<Stray>) {
-    use std::hash::BuildHasher;
     for (at, p) in raw.iter().enumerate() {
         if sluice_wire::parse::may_be_fragment(p.data) {
             let parsed = sluice_wire::parse(p.data);
             if let Some(f) = parsed.ip.and_then(|ip| ip.fragment) {
-                let datagram = foldhash::fast::FixedState::with_seed(0x000f_4a95).hash_one(f.key);
+                let datagram = crate::handoff::datagram_hash(&f.key);
                 let kind = if f.offset == 0 { StrayKind::FirstFragment } else { StrayKind::LaterFragment };
                 out.push(Stray { at, kind, key: parsed.key, datagram });
             }

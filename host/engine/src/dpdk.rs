@@ -203,11 +203,7 @@ impl FragmentHomes {
     }
 }
 
-/// A datagram's hash, from its fragments' key.
-fn datagram_hash(key: &sluice_wire::parse::FragmentKey) -> u64 {
-    use std::hash::BuildHasher;
-    foldhash::fast::FixedState::with_seed(0x000f_4a96).hash_one(key)
-}
+use crate::handoff::datagram_hash;
 
 /// Frames of each port a worker looks at for a kernel's offloads: enough
 /// to see the first connections' segments, and then no cost per packet.
@@ -451,8 +447,14 @@ impl DpdkIo {
                     .and_then(|d| Some((d, sluice_wire::parse(d).key?)))
                     .filter(|(_, k)| self.homes.may_hold(k.src, k.dst))
                     .and_then(|(d, k)| match self.homes.home_of(k.symmetric_hash(), now, idle) {
-                        None if matches!(k.protocol, 1 | 58) => sluice_wire::parse::quoted_key(d)
-                            .and_then(|q| self.homes.home_of(q.symmetric_hash(), now, idle)),
+                        None if matches!(
+                            k.protocol,
+                            sluice_wire::parse::protocol::ICMP | sluice_wire::parse::protocol::ICMPV6
+                        ) =>
+                        {
+                            sluice_wire::parse::quoted_key(d)
+                                .and_then(|q| self.homes.home_of(q.symmetric_hash(), now, idle))
+                        }
                         home => home,
                     }),
             }

@@ -63,6 +63,14 @@ pub fn owner_of(tenant: &str) -> u64 {
     foldhash::fast::FixedState::with_seed(0x0051_17ce).hash_one(tenant)
 }
 
+/// A datagram's hash, from its fragments' key: how the memories of where
+/// a datagram's first fragment went (the dispatcher's and the I/O's) name
+/// it.
+pub(crate) fn datagram_hash(key: &sluice_wire::parse::FragmentKey) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x000f_4a95).hash_one(key)
+}
+
 /// A packet on its way to another worker: its mbuf, the index of the
 /// port it came in on, and why.
 pub struct Handed {
