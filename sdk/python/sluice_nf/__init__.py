@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from itertools import chain, repeat
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from componentize_py_types import Err
@@ -190,117 +191,155 @@ def csum_update16(checksum: int, old: int, new: int) -> int:
 
 
 _U32 = struct.Struct("!I")
+_U32LE = struct.Struct("<I")
 _U16 = struct.Struct("!H")
 _TRAILER = struct.Struct("<III")  # a batch frame's packets, data bytes, flow-state bytes
 
 
 class Packet:
     """One packet of a batch: its bytes and what the host parsed out of
-    them. Accessors return 0/False/None when a header was not captured."""
+    them. Accessors return 0/False/None when a header was not captured.
 
-    __slots__ = ("data", "wire_len", "timestamp_ns", "flow_hash", "flow", "ingress_port",
-                 "l4_offset", "l3_offset", "flags", "_v4", "_proto", "_tcp")
+    The interpreter inside the component pays for every attribute a packet
+    stores and every call an accessor makes, so a batch makes its packets
+    from columns of the descriptors sliced in C, a packet stores only the
+    fields most NFs read, and each accessor reads the frame in one call."""
 
-    def __init__(self, data: bytes, w0: int, w1: int, w2: int, w3: int):
-        self.data = data
-        self.wire_len = w0 >> 32
-        self.timestamp_ns = w1
-        self.flow_hash = w2
-        self.flow = w3 & 0xFFFF
-        self.ingress_port = (w3 >> 16) & 0xFFFF
-        self.l4_offset = (w3 >> 32) & 0xFFFF
-        self.l3_offset = (w3 >> 48) & 0xFF
-        self.flags = (w3 >> 56) & 0xFF
-        # Memoized checks: the interpreter inside the component pays for
-        # every repeated call.
-        self._v4 = None
-        self._proto = None
-        self._tcp = None
+    __slots__ = ("flow", "flags", "l3_offset", "l4_offset", "wire_len", "_start", "_batch", "_index")
 
-    def _parse(self) -> None:
-        """Fills the memoized checks at once (whether the IP header is a
-        whole IPv4 one, the IP protocol, whether the TCP header is whole):
-        one call where the accessors would make three."""
-        l3, d = self.l3_offset, self.data
-        n = len(d)
-        v4, proto, tcp = False, 0, False
-        if l3 != NO_L3:
-            if not self.flags & FLAG_IPV6:
-                if l3 + 20 <= n and d[l3] >> 4 == 4:
-                    hl = (d[l3] & 0x0F) * 4
-                    v4 = hl >= 20 and l3 + hl <= n and ((d[l3 + 2] << 8) | d[l3 + 3]) >= hl
-                    if v4:
-                        proto = d[l3 + 9]
-            elif l3 + 6 < n:
-                proto = d[l3 + 6]
-        l4 = self.l4_offset
-        if proto == 6 and l4 != NO_L4 and l4 + 20 <= n:
-            hl = (d[l4 + 12] >> 4) * 4
-            tcp = hl >= 20 and l4 + hl <= n
-        self._v4, self._proto, self._tcp = v4, proto, tcp
+    def __init__(self, flow: int, flags: int, l3_offset: int, l4_offset: int, wire_len: int, start: int,
+                 batch: "Batch", index: int):
+        #: The index of the packet's flow among the batch's flows (NO_FLOW: not IP).
+        self.flow = flow
+        #: FLAG_REVERSE, FLAG_FRAGMENT, FLAG_TRUNCATED, FLAG_IPV6.
+        self.flags = flags
+        #: The IP header's offset in ``data`` (NO_L3: none).
+        self.l3_offset = l3_offset
+        #: The TCP/UDP/ICMP header's offset in ``data`` (NO_L4: none, cut
+        #: off, or a later fragment); the host sets it only when the whole
+        #: header was captured.
+        self.l4_offset = l4_offset
+        #: The packet's length on the wire (more than ``len(data)`` when the
+        #: capture was truncated).
+        self.wire_len = wire_len
+        self._start = start
+        self._batch = batch
+        self._index = index
+
+    @property
+    def data(self) -> bytes:
+        """The packet's bytes (a copy made on each read)."""
+        return self._batch._data[self._start:self._batch._ends[self._index]]
+
+    @property
+    def timestamp_ns(self) -> int:
+        """Arrival time in nanoseconds since the Unix epoch."""
+        return self._batch._words[4 * self._index + 1]
+
+    @property
+    def flow_hash(self) -> int:
+        """A hash of the direction-normalized 5-tuple; 0 without a flow."""
+        return self._batch._words[4 * self._index + 2]
+
+    @property
+    def ingress_port(self) -> int:
+        return self._batch._words16[16 * self._index + 13]
+
+    def _ipv4(self) -> int:
+        """The frame offset of the packet's IPv4 header when the whole
+        header was captured, else -1."""
+        l3 = self.l3_offset
+        if l3 == NO_L3 or self.flags & FLAG_IPV6:
+            return -1
+        b = self._batch
+        f, at, end = b._data, self._start + l3, b._ends[self._index]
+        if at + 20 > end:
+            return -1
+        first = f[at]
+        hl = (first & 0x0F) * 4
+        if first >> 4 != 4 or hl < 20 or at + hl > end or ((f[at + 2] << 8) | f[at + 3]) < hl:
+            return -1
+        return at
 
     def is_ipv4(self) -> bool:
         """An IPv4 packet whose whole IP header was captured."""
-        if self._v4 is None:
-            self._parse()
-        return self._v4
+        return self._ipv4() >= 0
 
     def ip_proto(self) -> int:
         """The IP protocol (for IPv6 the first next header); 0 if not IP."""
-        if self._proto is None:
-            self._parse()
-        return self._proto
+        if self.flags & FLAG_IPV6:
+            l3 = self.l3_offset
+            b = self._batch
+            at = self._start + l3 + 6
+            return b._data[at] if l3 != NO_L3 and at < b._ends[self._index] else 0
+        at = self._ipv4()
+        return self._batch._data[at + 9] if at >= 0 else 0
 
     def ipv4_src(self) -> int:
         """IPv4 source address as an integer (0 if not IPv4)."""
-        if self._v4 is None:
-            self._parse()
-        return _U32.unpack_from(self.data, self.l3_offset + 12)[0] if self._v4 else 0
+        at = self._ipv4()
+        return _U32.unpack_from(self._batch._data, at + 12)[0] if at >= 0 else 0
 
     def ipv4_dst(self) -> int:
         """IPv4 destination address as an integer (0 if not IPv4)."""
-        if self._v4 is None:
-            self._parse()
-        return _U32.unpack_from(self.data, self.l3_offset + 16)[0] if self._v4 else 0
+        at = self._ipv4()
+        return _U32.unpack_from(self._batch._data, at + 16)[0] if at >= 0 else 0
 
     def is_ipv6(self) -> bool:
         """An IPv6 packet whose fixed 40-byte IP header was captured."""
         l3 = self.l3_offset
-        return (l3 != NO_L3 and bool(self.flags & FLAG_IPV6) and l3 + 40 <= len(self.data)
-                and self.data[l3] >> 4 == 6)
+        if l3 == NO_L3 or not self.flags & FLAG_IPV6:
+            return False
+        b = self._batch
+        at = self._start + l3
+        return at + 40 <= b._ends[self._index] and b._data[at] >> 4 == 6
 
     def ipv6_src(self) -> Optional[bytes]:
         """IPv6 source address: its 16 bytes in network order (None if not IPv6)."""
-        return bytes(self.data[self.l3_offset + 8:self.l3_offset + 24]) if self.is_ipv6() else None
+        at = self._start + self.l3_offset
+        return self._batch._data[at + 8:at + 24] if self.is_ipv6() else None
 
     def ipv6_dst(self) -> Optional[bytes]:
         """IPv6 destination address: its 16 bytes in network order (None if not IPv6)."""
-        return bytes(self.data[self.l3_offset + 24:self.l3_offset + 40]) if self.is_ipv6() else None
+        at = self._start + self.l3_offset
+        return self._batch._data[at + 24:at + 40] if self.is_ipv6() else None
+
+    def _l4_proto(self) -> int:
+        """The IP protocol of a packet whose transport header the host
+        found (for IPv6 the first next header), else -1: one read, since the
+        host sets ``l4_offset`` only behind a whole IP header."""
+        if self.l4_offset == NO_L4 or self.l3_offset == NO_L3:
+            return -1
+        return self._batch._data[self._start + self.l3_offset + (6 if self.flags & FLAG_IPV6 else 9)]
 
     def is_tcp(self) -> bool:
         """A TCP packet whose whole TCP header was captured."""
-        if self._tcp is None:
-            self._parse()
-        return self._tcp
+        return self._l4_proto() == 6
 
     def is_udp(self) -> bool:
         """A UDP packet whose UDP header was captured."""
-        return self.l4_offset != NO_L4 and self.ip_proto() == 17 and self.l4_offset + 8 <= len(self.data)
+        return self._l4_proto() == 17
 
     def src_port(self) -> int:
-        return _U16.unpack_from(self.data, self.l4_offset)[0] if self.is_tcp() or self.is_udp() else 0
+        proto = self._l4_proto()
+        return _U16.unpack_from(self._batch._data, self._start + self.l4_offset)[0] if proto in (6, 17) else 0
 
     def dst_port(self) -> int:
-        return _U16.unpack_from(self.data, self.l4_offset + 2)[0] if self.is_tcp() or self.is_udp() else 0
+        proto = self._l4_proto()
+        return _U16.unpack_from(self._batch._data, self._start + self.l4_offset + 2)[0] if proto in (6, 17) else 0
 
     def tcp_flags(self) -> int:
         """TCP flags byte (TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK, ...), 0 if not TCP."""
-        if self._tcp is None:
-            self._parse()
-        return self.data[self.l4_offset + 13] if self._tcp else 0
+        l4, l3 = self.l4_offset, self.l3_offset
+        if l4 == NO_L4 or l3 == NO_L3:
+            return 0
+        f, start = self._batch._data, self._start
+        if f[start + l3 + (6 if self.flags & FLAG_IPV6 else 9)] != 6:
+            return 0
+        return f[start + l4 + 13]
 
-
-_KEEP, _SET, _REMOVE = 0, 1, 2
+    def __repr__(self) -> str:
+        return f"Packet(index={self._index}, flow={self.flow}, wire_len={self.wire_len})"
 
 
 class Batch:
@@ -321,36 +360,55 @@ class Batch:
             raise ValueError(f"batch frame of {size} bytes: its trailer says {n} packets, "
                              f"{data_len} data bytes, {states_len} flow-state bytes")
         self._data = frame
-        # The descriptors' words, read as integers only when a packet is.
-        self._desc = memoryview(frame)[first:at].cast("Q")
+        # The descriptors, read as words of 64, 32 and 16 bits and as
+        # bytes: a packet's fields come out of columns sliced in C, never
+        # out of Python shifts and masks on 64-bit integers.
+        desc = memoryview(frame)[first:at]
+        self._words = desc.cast("Q")
+        self._words32 = desc.cast("I")
+        self._words16 = desc.cast("H")
+        self._ends = self._words32[0::8].tolist()
+        self._desc = desc
+        self._packets: Optional[List[Packet]] = None
         self.verdicts = [forward(0)] * n
         self._rewrites: dict = {}
         self._events: list = []
-        states, end = [], at + states_len
+        # Each flow's state as this batch sees it (None: none), and the
+        # flows whose state the NF set or removed.
+        states: list = []
+        end = at + states_len
+        append, length_at = states.append, _U32LE.unpack_from
         while at + 4 <= end:
-            length = int.from_bytes(frame[at:at + 4], "little")
-            if length > end - at - 4:
+            (length,) = length_at(frame, at)
+            at += 4
+            if length > end - at:
                 break
-            states.append(frame[at + 4:at + 4 + length])
-            at += 4 + length
+            append(frame[at:at + length] if length else None)
+            at += length
         self._states = states
-        self._pending = [(_KEEP, b"")] * len(states)
+        self._changed: dict = {}
         self._offloads: list = []
         self._returns: Optional[list] = None
 
     def __len__(self) -> int:
         return len(self.verdicts)
 
-    def packet(self, i: int) -> Packet:
-        d = self._desc
-        w = 4 * i
-        start = (d[w - 4] & 0xFFFFFFFF) if i else 0
-        end = d[w] & 0xFFFFFFFF
-        return Packet(self._data[start:end], d[w], d[w + 1], d[w + 2], d[w + 3])
+    def packets(self) -> List[Packet]:
+        """All packets in order (made once per batch)."""
+        packets = self._packets
+        if packets is None:
+            ends, desc, words16 = self._ends, self._desc, self._words16
+            packets = self._packets = list(map(
+                Packet, words16[12::16].tolist(), desc[31::32].tolist(), desc[30::32].tolist(),
+                words16[14::16].tolist(), self._words32[1::8].tolist(), chain((0,), ends), repeat(self),
+                range(len(ends))))
+        return packets
 
-    def packets(self) -> Iterator[Packet]:
-        """All packets in order."""
-        return (self.packet(i) for i in range(len(self.verdicts)))
+    def packet(self, i: int) -> Packet:
+        """Packet ``i`` (0 <= i < len(batch))."""
+        if not 0 <= i < len(self.verdicts):
+            raise IndexError(f"packet {i} of a batch of {len(self.verdicts)}")
+        return self.packets()[i]
 
     def set_verdict(self, i: int, verdict: int) -> None:
         self.verdicts[i] = verdict
@@ -358,24 +416,21 @@ class Batch:
     def flow_state(self, flow: int) -> Optional[bytes]:
         """The state of ``flow`` as of now: what the host handed in, or what
         this batch set since; None if it has none."""
-        if flow >= len(self._states):
-            return None
-        op, value = self._pending[flow]
-        if op == _SET:
-            return value
-        if op == _REMOVE:
-            return None
-        return self._states[flow] or None
+        states = self._states
+        return states[flow] if 0 <= flow < len(states) else None
 
     def set_flow_state(self, flow: int, state: bytes) -> None:
         """Stores ``state`` (1..4096 bytes) for ``flow``."""
-        if flow < len(self._pending):
-            self._pending[flow] = (_SET, bytes(state)) if state else (_REMOVE, b"")
+        if 0 <= flow < len(self._states):
+            value = bytes(state) or None
+            self._states[flow] = value
+            self._changed[flow] = value
 
     def remove_flow_state(self, flow: int) -> None:
         """Forgets the state of ``flow``."""
-        if flow < len(self._pending):
-            self._pending[flow] = (_REMOVE, b"")
+        if 0 <= flow < len(self._states):
+            self._states[flow] = None
+            self._changed[flow] = None
 
     def rewrite(self, i: int, data: bytes) -> None:
         """Replaces the bytes of packet ``i``."""
@@ -439,12 +494,8 @@ class Batch:
         self._flush_events()
         self._flush_offloads()
         rewrites = [types.Rewrite(i, d) for i, d in sorted(self._rewrites.items())]
-        updates = []
-        for flow, (op, value) in enumerate(self._pending):
-            if op == _SET:
-                updates.append(types.FlowUpdate(flow, types.StateOp_Set(value)))
-            elif op == _REMOVE:
-                updates.append(types.FlowUpdate(flow, types.StateOp_Remove()))
+        updates = [types.FlowUpdate(flow, types.StateOp_Remove() if value is None else types.StateOp_Set(value))
+                   for flow, value in sorted(self._changed.items())]
         return types.BatchResult(self.verdicts, rewrites, updates)
 
 
@@ -546,7 +597,7 @@ class Admission:
         has carried ``after`` counted packets."""
         if self.after <= 1:
             return True
-        key = (p.flow_hash << 1) | (p.flags & FLAG_REVERSE)
+        key = (p._batch._words[4 * p._index + 2] << 1) | (p.flags & FLAG_REVERSE)
         n = self._counts.get(key, 0) + 1
         if n == 1 and len(self._counts) >= self.slots:
             del self._counts[next(iter(self._counts))]
@@ -557,8 +608,9 @@ class Admission:
         """Forgets the counts of ``p``'s flow (a new connection on its
         5-tuple)."""
         if self._counts:
-            self._counts.pop(p.flow_hash << 1, None)
-            self._counts.pop((p.flow_hash << 1) | 1, None)
+            key = p._batch._words[4 * p._index + 2] << 1
+            self._counts.pop(key, None)
+            self._counts.pop(key | 1, None)
 
 
 def revoke(flow_hashes: Sequence[int]) -> None:
