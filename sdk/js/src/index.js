@@ -195,21 +195,38 @@ function be32(d, at) {
   return ((d[at] << 24) | (d[at + 1] << 16) | (d[at + 2] << 8) | d[at + 3]) >>> 0;
 }
 
-/** One packet of a batch: its bytes and what the host parsed out of them. */
+/** One packet of a batch: its bytes and what the host parsed out of them.
+ *
+ * The engine inside the component interprets: a call costs about 250 ns, a
+ * getter about 370 ns and a typed-array view about 650 ns, while a stored
+ * field reads for a few. So a packet stores the fields most NFs read, makes
+ * its `data` view only when asked, and each accessor reads the batch's
+ * bytes without calling another. */
 export class Packet {
-  constructor(batch, i, data, lo0, hi0, lo3, hi3) {
+  constructor(batch, i, start, end, wireLen, lo3, hi3) {
     this.batch = batch;
     this.index = i;
-    this.data = data;
-    this.wireLen = hi0;
+    this.start = start;
+    this.end = end;
+    this.wireLen = wireLen;
     this.flow = lo3 & 0xffff;
-    this.ingressPort = lo3 >>> 16;
     this.l4Offset = hi3 & 0xffff;
     this.l3Offset = (hi3 >>> 16) & 0xff;
     this.flags = hi3 >>> 24;
-    this._v4 = undefined;
-    this._proto = undefined;
-    this._tcp = undefined;
+    this._data = undefined;
+  }
+
+  /** The packet's bytes: a view into the batch (made on first use). */
+  get data() {
+    if (this._data === undefined) {
+      const d = this.batch.data;
+      this._data = new Uint8Array(d.buffer, d.byteOffset + this.start, this.end - this.start);
+    }
+    return this._data;
+  }
+
+  get ingressPort() {
+    return this.batch.words[8 * this.index + 6] >>> 16;
   }
 
   /** Arrival time, ns since the Unix epoch (bigint). */
@@ -224,92 +241,98 @@ export class Packet {
 
   /** An IPv4 packet whose whole IP header was captured. */
   isIpv4() {
-    // Memoized: the engine inside the component interprets, so the
-    // accessors that build on this one should not repeat its checks.
-    if (this._v4 === undefined) {
-      const l3 = this.l3Offset, d = this.data;
-      if (l3 === NO_L3 || this.flags & FLAG_IPV6 || l3 + 20 > d.length || d[l3] >> 4 !== 4) {
-        this._v4 = false;
-      } else {
-        const hl = (d[l3] & 0x0f) * 4;
-        this._v4 = hl >= 20 && l3 + hl <= d.length && be16(d, l3 + 2) >= hl;
-      }
-    }
-    return this._v4;
+    const l3 = this.l3Offset;
+    if (l3 === NO_L3 || this.flags & FLAG_IPV6) return false;
+    const d = this.batch.data, at = this.start + l3, end = this.end;
+    if (at + 20 > end) return false;
+    const first = d[at], hl = (first & 0x0f) * 4;
+    return first >> 4 === 4 && hl >= 20 && at + hl <= end && ((d[at + 2] << 8) | d[at + 3]) >= hl;
   }
 
   /** The IP protocol (for IPv6 the first next header); 0 if not IP. */
   ipProto() {
-    if (this._proto === undefined) {
-      if (this.l3Offset === NO_L3) this._proto = 0;
-      else if (!(this.flags & FLAG_IPV6)) this._proto = this.isIpv4() ? this.data[this.l3Offset + 9] : 0;
-      else {
-        const at = this.l3Offset + 6;
-        this._proto = at < this.data.length ? this.data[at] : 0;
-      }
-    }
-    return this._proto;
+    const l3 = this.l3Offset;
+    if (l3 === NO_L3) return 0;
+    const d = this.batch.data, at = this.start + l3, end = this.end;
+    if (this.flags & FLAG_IPV6) return at + 6 < end ? d[at + 6] : 0;
+    if (at + 20 > end) return 0;
+    const first = d[at], hl = (first & 0x0f) * 4;
+    const whole = first >> 4 === 4 && hl >= 20 && at + hl <= end && ((d[at + 2] << 8) | d[at + 3]) >= hl;
+    return whole ? d[at + 9] : 0;
   }
 
   ipv4Src() {
-    return this.isIpv4() ? be32(this.data, this.l3Offset + 12) : 0;
+    return this.isIpv4() ? be32(this.batch.data, this.start + this.l3Offset + 12) : 0;
   }
 
   ipv4Dst() {
-    return this.isIpv4() ? be32(this.data, this.l3Offset + 16) : 0;
+    return this.isIpv4() ? be32(this.batch.data, this.start + this.l3Offset + 16) : 0;
   }
 
   /** An IPv6 packet whose fixed 40-byte IP header was captured. */
   isIpv6() {
-    const l3 = this.l3Offset;
-    return l3 !== NO_L3 && (this.flags & FLAG_IPV6) !== 0 && l3 + 40 <= this.data.length && this.data[l3] >> 4 === 6;
+    const l3 = this.l3Offset, at = this.start + l3;
+    return l3 !== NO_L3 && (this.flags & FLAG_IPV6) !== 0 && at + 40 <= this.end && this.batch.data[at] >> 4 === 6;
   }
 
   /** IPv6 source address: its 16 bytes in network order (a copy), or
    * undefined if not IPv6. */
   ipv6Src() {
-    return this.isIpv6() ? copyBytes(view(this.data, this.l3Offset + 8, this.l3Offset + 24)) : undefined;
+    const at = this.start + this.l3Offset;
+    return this.isIpv6() ? copyBytes(view(this.batch.data, at + 8, at + 24)) : undefined;
   }
 
   /** IPv6 destination address: its 16 bytes in network order (a copy), or
    * undefined if not IPv6. */
   ipv6Dst() {
-    return this.isIpv6() ? copyBytes(view(this.data, this.l3Offset + 24, this.l3Offset + 40)) : undefined;
+    const at = this.start + this.l3Offset;
+    return this.isIpv6() ? copyBytes(view(this.batch.data, at + 24, at + 40)) : undefined;
   }
+
+  // The transport accessors rely on the contract's l4 offset: the host
+  // sets it only behind a whole IP header and a whole TCP (options
+  // included) or UDP header, so one read of the protocol byte decides.
 
   /** A TCP packet whose whole TCP header was captured. */
   isTcp() {
-    if (this._tcp === undefined) {
-      const l4 = this.l4Offset, d = this.data;
-      if (l4 === NO_L4 || this.ipProto() !== 6 || l4 + 20 > d.length) this._tcp = false;
-      else {
-        const hl = (d[l4 + 12] >> 4) * 4;
-        this._tcp = hl >= 20 && l4 + hl <= d.length;
-      }
-    }
-    return this._tcp;
+    const l4 = this.l4Offset, l3 = this.l3Offset;
+    if (l4 === NO_L4 || l3 === NO_L3) return false;
+    return this.batch.data[this.start + l3 + (this.flags & FLAG_IPV6 ? 6 : 9)] === 6;
   }
 
   /** A UDP packet whose UDP header was captured. */
   isUdp() {
-    return this.l4Offset !== NO_L4 && this.ipProto() === 17 && this.l4Offset + 8 <= this.data.length;
+    const l4 = this.l4Offset, l3 = this.l3Offset;
+    if (l4 === NO_L4 || l3 === NO_L3) return false;
+    return this.batch.data[this.start + l3 + (this.flags & FLAG_IPV6 ? 6 : 9)] === 17;
   }
 
   srcPort() {
-    return this.isTcp() || this.isUdp() ? be16(this.data, this.l4Offset) : 0;
+    const l4 = this.l4Offset, l3 = this.l3Offset;
+    if (l4 === NO_L4 || l3 === NO_L3) return 0;
+    const d = this.batch.data, proto = d[this.start + l3 + (this.flags & FLAG_IPV6 ? 6 : 9)];
+    return proto === 6 || proto === 17 ? be16(d, this.start + l4) : 0;
   }
 
   dstPort() {
-    return this.isTcp() || this.isUdp() ? be16(this.data, this.l4Offset + 2) : 0;
+    const l4 = this.l4Offset, l3 = this.l3Offset;
+    if (l4 === NO_L4 || l3 === NO_L3) return 0;
+    const d = this.batch.data, proto = d[this.start + l3 + (this.flags & FLAG_IPV6 ? 6 : 9)];
+    return proto === 6 || proto === 17 ? be16(d, this.start + l4 + 2) : 0;
   }
 
   /** TCP flags byte, 0 if not TCP. */
   tcpFlags() {
-    return this.isTcp() ? this.data[this.l4Offset + 13] : 0;
+    const l4 = this.l4Offset, l3 = this.l3Offset;
+    if (l4 === NO_L4 || l3 === NO_L3) return 0;
+    const d = this.batch.data, start = this.start;
+    return d[start + l3 + (this.flags & FLAG_IPV6 ? 6 : 9)] === 6 ? d[start + l4 + 13] : 0;
   }
 }
 
-const KEEP = 0, SET = 1, REMOVE = 2;
+// A flow's state in this batch: as handed in (not read yet), set, removed,
+// or read (its view kept in `newStates`).
+const KEEP = 0, SET = 1, REMOVE = 2, READ = 3;
 
 /** A batch of packets with their flow state, plus the NF's decisions.
  * Every packet starts with the verdict `forward(0)`. */
@@ -344,30 +367,46 @@ export class Batch {
     this.verdicts = new Uint32Array(this.length).fill(forward(0));
     this.rewrites = new Map();
     this.events = [];
+    // Flow states: where each one starts and how long it is; a state's
+    // view is made when the NF reads it (a view costs about 650 ns).
     const end = statesAt + statesLen;
-    this.states = [];
+    this.frame = frame;
+    this.stateAt = [];
+    this.stateLen = [];
     for (let at = statesAt; at + 4 <= end; ) {
-      const len = u32(at);
+      const len = (frame[at] | (frame[at + 1] << 8) | (frame[at + 2] << 16) | (frame[at + 3] << 24)) >>> 0;
       if (len > end - at - 4) break;
-      this.states.push(view(frame, at + 4, at + 4 + len));
+      this.stateAt.push(at + 4);
+      this.stateLen.push(len);
       at += 4 + len;
     }
-    this.pending = new Uint8Array(this.states.length);
-    this.newStates = new Array(this.states.length);
+    this.flowCount = this.stateAt.length;
+    this.pending = new Uint8Array(this.flowCount);
+    this.newStates = new Array(this.flowCount);
+    this._packets = undefined;
     this.offloads = [];
     this.returns = undefined;
   }
 
   /** Packet `i` (0 <= i < length). */
   packet(i) {
-    const w = this.words, b = 8 * i;
-    const start = i ? w[b - 8] : 0;
-    return new Packet(this, i, view(this.data, start, w[b]), w[b], w[b + 1], w[b + 6], w[b + 7]);
+    if (!(i >= 0 && i < this.length)) throw new RangeError(`packet ${i} of a batch of ${this.length}`);
+    return this.packets()[i];
   }
 
-  /** All packets in order. */
-  *packets() {
-    for (let i = 0; i < this.length; i++) yield this.packet(i);
+  /** All packets in order: an array, made once per batch. */
+  packets() {
+    let ps = this._packets;
+    if (ps === undefined) {
+      const w = this.words, n = this.length;
+      ps = this._packets = new Array(n);
+      for (let i = 0, b = 0, start = 0; i < n; i++, b += 8) {
+        const end = w[b];
+        ps[i] = new Packet(this, i, start, end, w[b + 1], w[b + 6], w[b + 7]);
+        start = end;
+      }
+    }
+    return ps;
   }
 
   setVerdict(i, verdict) {
@@ -376,20 +415,26 @@ export class Batch {
 
   /** The state of `flow` as of now, or undefined if it has none. */
   flowState(flow) {
-    if (flow >= this.states.length) return undefined;
+    if (!(flow >= 0 && flow < this.flowCount)) return undefined;
     switch (this.pending[flow]) {
       case SET:
+      case READ:
         return this.newStates[flow];
       case REMOVE:
         return undefined;
-      default:
-        return this.states[flow].length ? this.states[flow] : undefined;
+      default: {
+        const len = this.stateLen[flow];
+        const state = len ? new Uint8Array(this.frame.buffer, this.frame.byteOffset + this.stateAt[flow], len) : undefined;
+        this.pending[flow] = READ;
+        this.newStates[flow] = state;
+        return state;
+      }
     }
   }
 
   /** Stores `state` (1..4096 bytes) for `flow`. */
   setFlowState(flow, state) {
-    if (flow >= this.states.length) return;
+    if (!(flow >= 0 && flow < this.flowCount)) return;
     if (!state.length) return this.removeFlowState(flow);
     this.pending[flow] = SET;
     this.newStates[flow] = copyBytes(state);
@@ -397,7 +442,7 @@ export class Batch {
 
   /** Forgets the state of `flow`. */
   removeFlowState(flow) {
-    if (flow >= this.states.length) return;
+    if (!(flow >= 0 && flow < this.flowCount)) return;
     this.pending[flow] = REMOVE;
     this.newStates[flow] = undefined;
   }
