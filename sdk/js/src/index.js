@@ -515,9 +515,11 @@ export class Batch {
       }
     }
     const flowUpdates = [];
-    for (let flow = 0; flow < this.pending.length; flow++) {
-      if (this.pending[flow] === SET) flowUpdates.push({ flow, op: { tag: "set", val: this.newStates[flow] } });
-      else if (this.pending[flow] === REMOVE) flowUpdates.push({ flow, op: { tag: "remove" } });
+    const pending = this.pending, flows = this.flowCount;
+    for (let flow = 0; flow < flows; flow++) {
+      const op = pending[flow];
+      if (op === SET) flowUpdates.push({ flow, op: { tag: "set", val: this.newStates[flow] } });
+      else if (op === REMOVE) flowUpdates.push({ flow, op: { tag: "remove" } });
     }
     return { verdicts: this.verdicts, rewrites, flowUpdates };
   }

@@ -314,11 +314,15 @@ class Packet:
 
     def is_tcp(self) -> bool:
         """A TCP packet whose whole TCP header was captured."""
-        return self._l4_proto() == 6
+        if self.l4_offset == NO_L4 or self.l3_offset == NO_L3:
+            return False
+        return self._batch._data[self._start + self.l3_offset + (6 if self.flags & FLAG_IPV6 else 9)] == 6
 
     def is_udp(self) -> bool:
         """A UDP packet whose UDP header was captured."""
-        return self._l4_proto() == 17
+        if self.l4_offset == NO_L4 or self.l3_offset == NO_L3:
+            return False
+        return self._batch._data[self._start + self.l3_offset + (6 if self.flags & FLAG_IPV6 else 9)] == 17
 
     def src_port(self) -> int:
         proto = self._l4_proto()
