@@ -143,8 +143,11 @@ impl DpdkReport {
                 ));
                 if c.handed_off + c.taken_over > 0 {
                     s.push_str(&format!(
-                        "      handed to the worker of their translated flow {}, taken from other workers {}\n",
-                        c.handed_off, c.taken_over
+                        "      handed to other workers {} (to their flow's home {}, strays passed on {}), taken from other workers {}\n",
+                        c.handed_off,
+                        c.handed_off.saturating_sub(c.passed_on),
+                        c.passed_on,
+                        c.taken_over
                     ));
                 }
             }

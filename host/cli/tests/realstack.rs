@@ -807,6 +807,10 @@ rules = [{ action = "allow", src = "2001:db8:1::/64" }]
         let taken: u64 = queues().map(|q| n(&q["taken_over"])).sum();
         assert_eq!(handed, taken, "{mode}: {r:#}");
         assert!(handed > 0, "{mode}: no answer came in on the other worker in sixteen flows: {r:#}");
+        // No NF translates here: no flow has a home, every hand-off is a
+        // fragment passed on.
+        let passed: u64 = queues().map(|q| n(&q["passed_on"])).sum();
+        assert_eq!(passed, handed, "{mode}: {r:#}");
     }
 }
 
@@ -951,4 +955,10 @@ fn path_mtu_discovery_through_the_nat_on(workers: &str) {
         assert_eq!(nf["name"], *name, "{r:#}");
         assert_eq!(n(&nf["dropped"]), 0, "{name} dropped what it should have passed: {r:#}");
     }
+    // Every error is about a connection the NAT translated: it is run
+    // where it came in if that worker translated it, else handed straight
+    // there; none goes round the workers looking for its flow.
+    let queues = || r["ports"].as_array().unwrap().iter().flat_map(|p| p["queues"].as_array().unwrap().iter());
+    let passed: u64 = queues().map(|q| n(&q["passed_on"])).sum();
+    assert_eq!(passed, 0, "{workers} worker(s): errors passed round the workers: {r:#}");
 }

@@ -510,6 +510,32 @@ impl DpdkIo {
         homed.looked(hash, *now, translated);
     }
 
+    /// Marks the strays received from `from` on whose flow this worker
+    /// translated as at home (passed in with `u8::MAX` hops, as steered
+    /// packets are), so that the dispatcher runs them here instead of
+    /// passing them round: a reply's first fragment or an ICMP error about
+    /// a translated flow carries the outside key, which no chain holds, so
+    /// every worker would pass it on until it came back here.
+    #[inline(never)]
+    fn keep_own_strays(&mut self, from: usize, now: u64) {
+        let Some((h, _)) = self.handoff.as_ref() else { return };
+        let idle = h.idle_ns();
+        for (i, m) in self.mbufs.iter().enumerate().skip(from) {
+            let Some(d) = m.data() else { continue };
+            let key = if sluice_wire::parse::may_be_fragment(d) {
+                let p = sluice_wire::parse(d);
+                p.ip.and_then(|ip| ip.fragment).filter(|f| f.offset == 0).and(p.key)
+            } else if sluice_wire::parse::may_be_icmp(d) {
+                sluice_wire::parse::quoted_key(d)
+            } else {
+                None
+            };
+            if key.is_some_and(|k| self.homed.translated(k.symmetric_hash(), now, idle)) {
+                self.passed_in.push((i, u8::MAX));
+            }
+        }
+    }
+
     /// Moves the held packets `release` picks to the released queue, in
     /// the order they were held.
     fn release_where(&mut self, release: impl Fn(&Held) -> bool) {
@@ -797,6 +823,9 @@ impl PacketIo for DpdkIo {
             if self.mbufs.len() > received && !self.homes.is_empty() {
                 self.steer(received, now);
             }
+            if self.mbufs.len() > received && self.homed.translates() {
+                self.keep_own_strays(received, now);
+            }
         }
         if self.mbufs.is_empty() {
             return Receive::Idle;
@@ -915,7 +944,10 @@ impl PacketIo for DpdkIo {
                 });
                 if let Some(c) = self.counters.get_mut(pi) {
                     match handed {
-                        Some(()) => c.handed_off += 1,
+                        Some(()) => {
+                            c.handed_off += 1;
+                            c.passed_on += 1;
+                        }
                         None => c.dropped_other += 1,
                     }
                 }

@@ -388,9 +388,17 @@ impl Homes {
 /// (flow key hash, when looked at, ns of the handoff's clock, whether
 /// translated). Two flows in one slot are looked at more often, which is
 /// harmless.
+///
+/// It also tells the worker which strays are its own: a first fragment or
+/// an ICMP error of a flow this worker translated belongs here, where the
+/// translation and the state before it are, although no chain here holds
+/// the flow under the key the stray carries (the outside one).
 #[derive(Debug)]
 pub struct Homed {
     slots: Box<[(u64, u64, bool)]>,
+    /// Whether any flow was found translated: until then no stray is
+    /// looked up.
+    translates: bool,
 }
 
 /// Slots of a worker's [`Homed`] (1.5 MiB).
@@ -398,7 +406,7 @@ const HOMED_SLOTS: usize = 1 << 16;
 
 impl Default for Homed {
     fn default() -> Self {
-        Homed { slots: vec![(0, 0, false); HOMED_SLOTS].into_boxed_slice() }
+        Homed { slots: vec![(0, 0, false); HOMED_SLOTS].into_boxed_slice(), translates: false }
     }
 }
 
@@ -414,9 +422,27 @@ impl Homed {
 
     /// Notes the look at the flow hashing to `hash` at `now_ns`.
     pub fn looked(&mut self, hash: u64, now_ns: u64, translated: bool) {
+        self.translates |= translated;
         if let Some(slot) = self.slots.get_mut(hash as usize % HOMED_SLOTS) {
             *slot = (hash, now_ns, translated);
         }
+    }
+
+    /// Whether this worker ever found a flow translated.
+    #[inline]
+    pub fn translates(&self) -> bool {
+        self.translates
+    }
+
+    /// Whether the flow hashing to `hash` (either direction: the hash is
+    /// symmetric) was translated here and looked at within `idle_ns` of
+    /// `now_ns`. A flow whose slot a newer one took is not (its strays
+    /// are passed round, as any other worker's).
+    #[inline]
+    pub fn translated(&self, hash: u64, now_ns: u64, idle_ns: u64) -> bool {
+        self.slots
+            .get(hash as usize % HOMED_SLOTS)
+            .is_some_and(|&(h, at, translated)| translated && h == hash && now_ns.saturating_sub(at) <= idle_ns)
     }
 }
 
@@ -426,6 +452,22 @@ mod tests {
 
     fn key(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16) -> FlowKey {
         FlowKey { src: IpAddr128::from_v4(src), dst: IpAddr128::from_v4(dst), src_port: sp, dst_port: dp, protocol: 6 }
+    }
+
+    #[test]
+    fn a_worker_knows_its_own_translations_by_either_direction_until_they_idle() {
+        let mut homed = Homed::default();
+        let out = key([10, 0, 0, 1], [192, 0, 2, 9], 40_000, 443);
+        let translated = key([203, 0, 113, 1], [192, 0, 2, 9], 61_000, 443);
+        let reply = key([192, 0, 2, 9], [203, 0, 113, 1], 443, 61_000);
+        assert!(!homed.translates());
+        homed.looked(out.symmetric_hash(), 1_000, false);
+        assert!(!homed.translates(), "a rewrite that kept the flow is no translation");
+        homed.looked(translated.symmetric_hash(), 1_000, true);
+        assert!(homed.translates());
+        assert!(homed.translated(reply.symmetric_hash(), 2_000, 10_000), "the reply's key hashes alike");
+        assert!(!homed.translated(out.symmetric_hash(), 2_000, 10_000), "not translated");
+        assert!(!homed.translated(translated.symmetric_hash(), 20_000, 10_000), "idle since");
     }
 
     #[test]

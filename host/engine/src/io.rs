@@ -288,6 +288,12 @@ pub struct QueueCounters {
     pub handed_off: u64,
     #[serde(default)]
     pub taken_over: u64,
+    /// Of `handed_off`, the strays passed on to the next worker because no
+    /// home was known for them and this worker's chain does not hold their
+    /// flow (an IP fragment or an ICMP error, see README "IP fragments");
+    /// the rest were handed straight to their flow's home.
+    #[serde(default)]
+    pub passed_on: u64,
 }
 
 impl QueueCounters {
@@ -305,6 +311,7 @@ impl QueueCounters {
         self.dropped_uncommitted += o.dropped_uncommitted;
         self.handed_off += o.handed_off;
         self.taken_over += o.taken_over;
+        self.passed_on += o.passed_on;
     }
 }
 
