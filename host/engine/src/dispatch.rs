@@ -207,25 +207,26 @@ fn find_strays(raw: &[RawPacket<'_>], out: &mut Vec<Stray>) {
     }
 }
 
-/// The datagrams whose first fragment a worker passed on in the last
-/// second: a direct-mapped memory of their hashes, allocated at the first
-/// (a datagram that shares a slot with a newer one loses its entry: its
-/// later fragments stay and are counted unmatched by the chain); and each
-/// lane owner's budget of fragments to pass on (tokens, when last filled),
+/// The datagrams whose first fragment a worker passed on lately (their
+/// later fragments follow it); and each lane owner's budget of fragments to pass on (tokens, when last filled),
 /// so that a flood of first fragments of flows no worker holds, each
 /// passed round every worker, costs the host a bounded amount, and one
 /// tenant's flood does not use up another's (beyond it, fragments stay
 /// where they came in).
 #[derive(Debug)]
 struct Passed {
-    slots: Vec<(u64, u64)>,
+    datagrams: crate::handoff::Datagrams<()>,
     born: std::time::Instant,
     budgets: std::collections::HashMap<u64, (u64, u64)>,
 }
 
 impl Default for Passed {
     fn default() -> Self {
-        Passed { slots: Vec::new(), born: std::time::Instant::now(), budgets: std::collections::HashMap::new() }
+        Passed {
+            datagrams: crate::handoff::Datagrams::default(),
+            born: std::time::Instant::now(),
+            budgets: std::collections::HashMap::new(),
+        }
     }
 }
 
@@ -236,23 +237,13 @@ const PASS_BURST: u64 = 4096;
 /// Owners whose budgets a worker keeps (beyond, every budget starts over).
 const PASS_OWNERS: usize = 1024;
 
-/// Slots of a worker's [`Passed`].
-const PASSED_SLOTS: usize = 1024;
-/// How long a worker remembers a datagram it passed on, ns.
-const PASSED_NS: u64 = 1_000_000_000;
-
 impl Passed {
     fn now_ns(&self) -> u64 {
         u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
     }
 
     fn note(&mut self, datagram: u64, now: u64) {
-        if self.slots.is_empty() {
-            self.slots = vec![(0, 0); PASSED_SLOTS];
-        }
-        if let Some(s) = self.slots.get_mut(datagram as usize % PASSED_SLOTS) {
-            *s = (datagram, now);
-        }
+        self.datagrams.note(datagram, (), now);
     }
 
     /// Takes one fragment's pass from `owner`'s budget, if it has one
@@ -273,9 +264,7 @@ impl Passed {
     }
 
     fn holds(&self, datagram: u64, now: u64) -> bool {
-        self.slots
-            .get(datagram as usize % PASSED_SLOTS)
-            .is_some_and(|&(d, at)| d == datagram && at != 0 && now.saturating_sub(at) < PASSED_NS)
+        self.datagrams.get(datagram, now).is_some()
     }
 }
 

@@ -171,39 +171,10 @@ pub struct DpdkIo {
     passing: Vec<usize>,
     /// Datagrams whose first fragment this worker handed to the home of
     /// its flow lately: their later fragments follow it.
-    fragment_homes: FragmentHomes,
+    fragment_homes: Datagrams<u16>,
 }
 
-/// The datagrams whose first fragment a worker handed to its flow's home
-/// in the last second: a direct-mapped memory (hash, home worker, when),
-/// allocated at the first.
-#[derive(Debug, Default)]
-struct FragmentHomes {
-    slots: Vec<(u64, u16, u64)>,
-}
-
-/// Slots of a worker's [`FragmentHomes`].
-const FRAGMENT_HOME_SLOTS: usize = 1024;
-
-impl FragmentHomes {
-    fn note(&mut self, datagram: u64, home: usize, now: u64) {
-        if self.slots.is_empty() {
-            self.slots = vec![(0, 0, 0); FRAGMENT_HOME_SLOTS];
-        }
-        if let Some(s) = self.slots.get_mut(datagram as usize % FRAGMENT_HOME_SLOTS) {
-            *s = (datagram, u16::try_from(home).unwrap_or(u16::MAX), now.max(1));
-        }
-    }
-
-    fn home(&self, datagram: u64, now: u64) -> Option<usize> {
-        self.slots
-            .get(datagram as usize % FRAGMENT_HOME_SLOTS)
-            .filter(|&&(d, _, at)| d == datagram && at != 0 && now.saturating_sub(at) < 1_000_000_000)
-            .map(|&(_, w, _)| usize::from(w))
-    }
-}
-
-use crate::handoff::datagram_hash;
+use crate::handoff::{Datagrams, datagram_hash};
 
 /// Frames of each port a worker looks at for a kernel's offloads: enough
 /// to see the first connections' segments, and then no cost per packet.
@@ -252,7 +223,7 @@ impl DpdkIo {
             steering: Vec::new(),
             passed_in: Vec::new(),
             passing: Vec::new(),
-            fragment_homes: FragmentHomes::default(),
+            fragment_homes: Datagrams::default(),
         }
     }
 
@@ -430,13 +401,13 @@ impl DpdkIo {
                 p.ip.and_then(|ip| ip.fragment).map(|f| (datagram_hash(&f.key), f.offset == 0, p.key))
             });
             let home = match fragment {
-                Some((datagram, false, _)) => self.fragment_homes.home(datagram, now),
+                Some((datagram, false, _)) => self.fragment_homes.get(datagram, now).map(usize::from),
                 Some((datagram, true, key)) => {
                     let home = key
                         .filter(|k| self.homes.may_hold(k.src, k.dst))
                         .and_then(|k| self.homes.home_of(k.symmetric_hash(), now, idle));
                     if let Some(w) = home {
-                        self.fragment_homes.note(datagram, w, now);
+                        self.fragment_homes.note(datagram, u16::try_from(w).unwrap_or(u16::MAX), now);
                     }
                     home
                 }
