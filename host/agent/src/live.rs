@@ -100,7 +100,7 @@ impl Lane for LiveLane {
     }
 
     fn owner(&self) -> u64 {
-        sluice_engine::handoff::owner_of(&self.active.spec.tenant)
+        sluice_engine::dispatch::owner_of(&self.active.spec.tenant)
     }
 
     fn admit(&mut self, contended: bool) -> bool {

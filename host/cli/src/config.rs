@@ -214,7 +214,13 @@ fn default_mbuf_size() -> u16 {
     2048
 }
 fn default_handed_flows() -> usize {
-    sluice_engine::handoff::CAPACITY
+    #[cfg(feature = "dpdk")]
+    let flows = sluice_engine::handoff::CAPACITY;
+    // Without DPDK no worker hands a flow to another: the setting is read,
+    // shown with the same default, and unused.
+    #[cfg(not(feature = "dpdk"))]
+    let flows = 1 << 18;
+    flows
 }
 fn default_max_memory() -> u64 {
     256

@@ -167,6 +167,13 @@ impl Owner {
     const WHOLE: Owner = Owner { lane: 0, out: None, whole: true };
 }
 
+/// The owner id of a tenant's lanes (see [`Lane::owner`]): its name
+/// hashed.
+pub fn owner_of(tenant: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x0051_17ce).hash_one(tenant)
+}
+
 /// A packet of a batch that a device's hash may have placed on another
 /// worker than the rest of its flow: an IP fragment (placed by its
 /// addresses alone) or an ICMP error (placed by its own addresses, not
@@ -195,7 +202,7 @@ fn find_strays(raw: &[RawPacket<'_>], out: &mut Vec<Stray>) {
         if sluice_wire::parse::may_be_fragment(p.data) {
             let parsed = sluice_wire::parse(p.data);
             if let Some(f) = parsed.ip.and_then(|ip| ip.fragment) {
-                let datagram = crate::handoff::datagram_hash(&f.key);
+                let datagram = crate::datagrams::datagram_hash(&f.key);
                 let kind = if f.offset == 0 { StrayKind::FirstFragment } else { StrayKind::LaterFragment };
                 out.push(Stray { at, kind, key: parsed.key, datagram });
             }
@@ -215,7 +222,7 @@ fn find_strays(raw: &[RawPacket<'_>], out: &mut Vec<Stray>) {
 /// where they came in).
 #[derive(Debug)]
 struct Passed {
-    datagrams: crate::handoff::Datagrams<()>,
+    datagrams: crate::datagrams::Datagrams<()>,
     born: std::time::Instant,
     budgets: std::collections::HashMap<u64, (u64, u64)>,
 }
@@ -223,7 +230,7 @@ struct Passed {
 impl Default for Passed {
     fn default() -> Self {
         Passed {
-            datagrams: crate::handoff::Datagrams::default(),
+            datagrams: crate::datagrams::Datagrams::default(),
             born: std::time::Instant::now(),
             budgets: std::collections::HashMap::new(),
         }

@@ -174,7 +174,7 @@ pub struct DpdkIo {
     fragment_homes: Datagrams<u16>,
 }
 
-use crate::handoff::{Datagrams, datagram_hash};
+use crate::datagrams::{Datagrams, datagram_hash};
 
 /// Frames of each port a worker looks at for a kernel's offloads: enough
 /// to see the first connections' segments, and then no cost per packet.

@@ -33,6 +33,7 @@
 pub mod capture;
 pub mod classify;
 pub mod cores;
+pub mod datagrams;
 pub mod dispatch;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;

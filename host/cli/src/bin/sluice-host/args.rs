@@ -500,6 +500,7 @@ pub struct LiveArgs {
     pub eal: Vec<String>,
 }
 
+#[cfg(feature = "dpdk")]
 impl LiveArgs {
     /// `--idle-exit-ms` as a duration.
     pub fn idle_exit(&self) -> Option<std::time::Duration> {
