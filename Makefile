@@ -142,6 +142,9 @@ lint: setup
 	python3 tests/lint/code_map.py --check
 	@test -z "$$(gofmt -l sdk/go tests/conformance)" || { echo "gofmt: run gofmt -w on:"; gofmt -l sdk/go tests/conformance; exit 1; }
 	$(CARGO) clippy --release --locked --workspace --all-targets $(FEATURES) -- -D warnings
+	# Without DPDK too: the workspace build turns the feature on for every
+	# crate, so only a per-package build shows what needs it.
+	$(CARGO) clippy --release --locked -p sluice-engine -p sluice-agent -p sluice-host -p sluice-cli --all-targets -- -D warnings
 	$(CARGO) clippy --release --locked --target $(NF_TARGET) $(foreach n,$(NF_DIRS),-p sluice-nf-$(n)) -p sluice-nf-hostile -- -D warnings
 
 unit: nfs test-nfs
