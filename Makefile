@@ -43,7 +43,8 @@ nfs: setup
 
 # Test-only modules: the hostile NF, a component of the wrong world, and
 # NFs built against the released sluice:nf@0.1.0, @0.2.0, @0.3.0, @0.4.0 and
-# @0.5.0 contracts, and a flow offload test NF.
+# @0.5.0 contracts, one against @0.7.0 without an SDK (result frames, good
+# and hostile), and a flow offload test NF.
 test-nfs: setup
 	$(CARGO) build --locked --profile $(NF_PROFILE) --target $(NF_TARGET) -p sluice-nf-hostile
 	@mkdir -p $(TEST_NF_OUT)
@@ -54,6 +55,7 @@ test-nfs: setup
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-3.wasm $(TEST_NF_OUT)/legacy-v0-3.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-4.wasm $(TEST_NF_OUT)/legacy-v0-4.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/legacy-v0-5.wasm $(TEST_NF_OUT)/legacy-v0-5.wasm
+	@cp target/$(NF_TARGET)/$(NF_PROFILE)/frame-v0-7.wasm $(TEST_NF_OUT)/frame-v0-7.wasm
 	@cp target/$(NF_TARGET)/$(NF_PROFILE)/offload-counter.wasm $(TEST_NF_OUT)/offload-counter.wasm
 
 demo: build test-nfs
@@ -152,8 +154,9 @@ unit: nfs test-nfs
 		$(CARGO) test --release --locked --workspace $(FEATURES)
 
 # Short coverage-guided fuzz runs of the packet parser, the capture
-# reader and fragment reassembly (nightly + cargo-fuzz).
-FUZZ_TARGETS := parse pcap fragments
+# reader, fragment reassembly and the batch and result frames (nightly +
+# cargo-fuzz).
+FUZZ_TARGETS := parse pcap fragments frames
 fuzz-smoke: setup
 	cd host/wire/fuzz && for t in $(FUZZ_TARGETS); do \
 		$(CARGO) +nightly fuzz run $$t --release -- -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 || exit 1; \

@@ -241,6 +241,69 @@ fn a_component_built_against_0_5_0_still_loads_and_offloads_beside_0_6_0() {
     assert!(c.installed > 0 && c.packets > 0, "{c:?}");
 }
 
+/// A chain of the 0.7.0 test NF (no SDK) in `mode`, with `limits`.
+fn frame_chain(runtime: &Runtime, mode: &str, limits: NfLimits) -> Chain {
+    let module = runtime.load_file(&test_nf("frame-v0-7")).unwrap();
+    assert_eq!(module.contract_version(), "0.7.0");
+    Chain::new(runtime, &[NfSpec { module, config: mode.as_bytes().to_vec().into(), limits, owner: None }]).unwrap()
+}
+
+#[test]
+fn a_0_7_0_component_gets_its_returns_in_the_batch_frame_and_offloads_through_its_result_frame() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let frames = connections(10, 30);
+    let mut chain = frame_chain(&runtime, "ok", NfLimits::default());
+    for batch in [1, 7, 32] {
+        let out = run(&mut chain, &frames, batch);
+        assert!(
+            out.iter().zip(&frames).all(|((fate, b), (_, f))| *fate == Fate::Forward(0) && b == f),
+            "batch {batch}"
+        );
+    }
+    // What is still offloaded comes back with a batch of no packets.
+    chain.end_offloads();
+    let (mut seen, mut returned) = (0u64, 0u64);
+    for e in chain.drain_events() {
+        let field = |k: &str| e.event.fields.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| v.parse::<u64>().unwrap());
+        seen += field("packets");
+        returned += field("returned-packets");
+    }
+    let m = chain.stages()[0].meters();
+    assert_eq!(m.errors, 0, "every return named one of its batch's flows");
+    let c = chain.offload_counters();
+    assert!(c.installed > 0 && c.packets > 0, "{c:?}");
+    assert_eq!(m.packets + m.offloaded_packets, 3 * frames.len() as u64);
+    assert_eq!(seen, m.packets);
+    assert_eq!(seen + returned, 3 * frames.len() as u64, "every packet seen or returned, once");
+}
+
+#[test]
+fn malformed_result_frames_get_the_failure_policy_and_floods_of_requests_are_held() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let frames = connections(10, 10);
+    for mode in ["lengths", "cut", "verdicts"] {
+        let mut chain = frame_chain(&runtime, mode, NfLimits::default());
+        run(&mut chain, &frames, 8);
+        let m = chain.stages()[0].meters();
+        assert_eq!(
+            (m.errors, m.traps),
+            (frames.len().div_ceil(8) as u64, 0),
+            "{mode}: every batch refused, none trapped"
+        );
+        assert_eq!(m.policy, frames.len() as u64, "{mode}");
+        assert_eq!(chain.offload_counters().installed, 0, "{mode}");
+    }
+    // 65,536 requests a batch, most for packets it does not have or with
+    // changes the host refuses: what is made is held by the budget.
+    let limits = NfLimits { state_budget_bytes: 64 * 1024, ..NfLimits::default() };
+    let mut chain = frame_chain(&runtime, "flood", limits);
+    let out = run(&mut chain, &frames, 32);
+    assert!(out.iter().all(|(f, _)| *f == Fate::Forward(0)), "refused requests do not stop traffic");
+    let m = chain.stages()[0].meters();
+    assert_eq!((m.errors, m.traps), (0, 0));
+    assert!(chain.offload_entries() as u64 * sluice_runtime::offload::ENTRY_BYTES <= 64 * 1024);
+}
+
 #[test]
 fn offload_entries_are_held_by_the_state_budget() {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();

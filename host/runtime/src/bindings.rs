@@ -77,6 +77,21 @@ pub mod v0_6 {
     });
 }
 
+/// `sluice:nf@0.7.0`: 0.6.0 with `process` answering in one byte list (a
+/// result frame, `sluice_wire::abi::ResultFrame`) and ended offload
+/// entries handed in the batch frame instead of through `returned`. Its
+/// `host-log` and `state` are 0.5.0's field for field, served with the
+/// same bodies; its `offload` is 0.5.0's without `returned`.
+pub mod v0_7 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.7.0",
+        world: "network-function",
+        with: {
+            "sluice:nf/types@0.7.0": super::v0_1::sluice::nf::types,
+        },
+    });
+}
+
 pub use v0_1::sluice::nf::types::{Batch, BatchResult, Event, FlowUpdate, Level, NfInfo, Rewrite, StateOp};
 
 /// The name of an event level as reports and the gateway write it.

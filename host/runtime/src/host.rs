@@ -506,6 +506,7 @@ macro_rules! state_of_0_4 {
 state_of_0_4!(crate::bindings::v0_4::sluice::nf::host_log, crate::bindings::v0_4::sluice::nf::state);
 state_of_0_4!(crate::bindings::v0_5::sluice::nf::host_log, crate::bindings::v0_5::sluice::nf::state);
 state_of_0_4!(crate::bindings::v0_6::sluice::nf::host_log, crate::bindings::v0_6::sluice::nf::state);
+state_of_0_4!(crate::bindings::v0_7::sluice::nf::host_log, crate::bindings::v0_7::sluice::nf::state);
 
 fn spec_from_wit(s: wit_state::TableSpec) -> TableSpec {
     use sluice_state::{Access, Consistency, Kind, Merge, Scope};
@@ -624,10 +625,11 @@ impl wit_state::Host for HostState {
 }
 
 /// `offload` of 0.5.0 and later (the same interface, field for field, in
-/// each version's bindings): requests, revokes and returns of the current
-/// call (see [`crate::offload`]).
+/// each version's bindings; 0.7.0 has no `returned`, its returns come in
+/// the batch frame): requests, revokes and returns of the current call
+/// (see [`crate::offload`]).
 macro_rules! offload_of_0_5 {
-    ($($o:ident)::+) => {
+    ($($o:ident)::+ $(, $returned:ident)?) => {
         const _: () = {
             use $($o)::+ as wit_offload;
 
@@ -635,14 +637,7 @@ macro_rules! offload_of_0_5 {
             fn offload(&mut self, requests: Vec<wit_offload::OffloadRequest>) -> Vec<Result<(), wit_offload::OffloadError>> {
                 use crate::offload::{Refusal, Request, RewriteOp};
                 use wit_offload::{OffloadError as E, RewriteOp as W};
-                let address = |e: &wit_offload::Endpoint| -> Option<(sluice_wire::IpAddr128, Option<u16>)> {
-                    let a = match e.address.len() {
-                        4 => sluice_wire::IpAddr128::from_v4(e.address.as_slice().try_into().ok()?),
-                        16 => sluice_wire::IpAddr128::from_v6(e.address.as_slice().try_into().ok()?),
-                        _ => return None,
-                    };
-                    Some((a, e.port))
-                };
+                let address = |e: &wit_offload::Endpoint| crate::offload::address(&e.address).map(|a| (a, e.port));
                 requests
                     .into_iter()
                     .map(|r| {
@@ -704,7 +699,7 @@ macro_rules! offload_of_0_5 {
                 }
             }
 
-            fn returned(&mut self) -> Vec<wit_offload::OffloadReturn> {
+            $(fn $returned(&mut self) -> Vec<wit_offload::OffloadReturn> {
                 use crate::offload::EndReason as R;
                 use wit_offload::EndReason as W;
                 std::mem::take(&mut self.offload.returns)
@@ -725,11 +720,12 @@ macro_rules! offload_of_0_5 {
                         },
                     })
                     .collect()
-            }
+            })?
         }
         };
     };
 }
 
-offload_of_0_5!(crate::bindings::v0_5::sluice::nf::offload);
-offload_of_0_5!(crate::bindings::v0_6::sluice::nf::offload);
+offload_of_0_5!(crate::bindings::v0_5::sluice::nf::offload, returned);
+offload_of_0_5!(crate::bindings::v0_6::sluice::nf::offload, returned);
+offload_of_0_5!(crate::bindings::v0_7::sluice::nf::offload);

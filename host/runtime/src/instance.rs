@@ -281,6 +281,7 @@ impl NfInstance {
             Pre::V4(pre) => Guest::V4(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V5(pre) => Guest::V5(pre.instantiate(&mut store).map_err(start_err)?),
             Pre::V6(pre) => Guest::V6(pre.instantiate(&mut store).map_err(start_err)?),
+            Pre::V7(pre) => Guest::V7(pre.instantiate(&mut store).map_err(start_err)?),
         };
         let mut live = Live { store, guest };
         if let Some(t) = self.tables.as_deref_mut() {
@@ -338,7 +339,7 @@ impl NfInstance {
 
     /// Whether the NF may offload flows (built against `sluice:nf@0.5.0`).
     pub fn offloads(&self) -> bool {
-        matches!(*self.spec.module.pre, Pre::V5(_) | Pre::V6(_)) && self.native.is_none()
+        matches!(*self.spec.module.pre, Pre::V5(_) | Pre::V6(_) | Pre::V7(_)) && self.native.is_none()
     }
 
     /// Whether the NF ever asked to offload a flow (a chain tracks its

@@ -1,6 +1,6 @@
 //! Loading an NF module: validate, compile (cached), pre-instantiate.
 
-use crate::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5, v0_6};
+use crate::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5, v0_6, v0_7};
 use crate::error::RuntimeError;
 use crate::pre::Pre;
 use crate::wasm_runtime::Runtime;
@@ -20,7 +20,8 @@ pub struct NfModule {
 }
 
 /// The `nf` export of each contract version, newest first.
-const NF_EXPORTS: [(&str, &str); 6] = [
+const NF_EXPORTS: [(&str, &str); 7] = [
+    ("sluice:nf/nf@0.7.0", "0.7.0"),
     ("sluice:nf/nf@0.6.0", "0.6.0"),
     ("sluice:nf/nf@0.5.0", "0.5.0"),
     ("sluice:nf/nf@0.4.0", "0.4.0"),
@@ -70,6 +71,7 @@ impl NfModule {
             Pre::V4(_) => "0.4.0",
             Pre::V5(_) => "0.5.0",
             Pre::V6(_) => "0.6.0",
+            Pre::V7(_) => "0.7.0",
         }
     }
 }
@@ -110,6 +112,7 @@ impl Runtime {
         };
         let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong)?;
         let pre = match *version {
+            "0.7.0" => Pre::V7(v0_7::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
             "0.6.0" => Pre::V6(v0_6::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
             "0.5.0" => Pre::V5(v0_5::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),
             "0.4.0" => Pre::V4(v0_4::NetworkFunctionPre::new(instance_pre).map_err(wrong)?),

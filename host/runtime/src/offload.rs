@@ -24,8 +24,8 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 pub const ENTRY_BYTES: u64 = 256;
 /// Most header changes one request may list.
 pub const MAX_REWRITES: usize = 8;
-/// Most returns handed to an NF in one `returned` call; the rest come with
-/// the next batch.
+/// Most returns handed to an NF in one `returned` call or one batch frame
+/// (0.7.0); the rest come with the next batch.
 pub const MAX_RETURNS_PER_CALL: usize = 4096;
 /// Most returns kept for an NF that does not take them; older ones are
 /// dropped and counted (`offload_returns_dropped`).
@@ -70,6 +70,38 @@ pub enum EndReason {
     Revoked,
     /// The NF was replaced or stopped.
     Replaced,
+}
+
+/// The address of a header change: 4 bytes (IPv4) or 16 (IPv6); `None`
+/// for another length.
+pub(crate) fn address(bytes: &[u8]) -> Option<IpAddr128> {
+    match bytes.len() {
+        4 => Some(IpAddr128::from_v4(bytes.try_into().ok()?)),
+        16 => Some(IpAddr128::from_v6(bytes.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+impl Return {
+    /// The record a 0.7.0 batch frame hands it in as.
+    pub(crate) fn record(&self, flow: Option<u32>) -> sluice_wire::abi::ReturnRecord {
+        sluice_wire::abi::ReturnRecord {
+            flow_hash: self.key.hash_normalized(),
+            packets: self.packets,
+            bytes: self.bytes,
+            flow,
+            reverse: self.reverse,
+            // The contract's `end-reason` cases, in declaration order.
+            reason: match self.reason {
+                EndReason::Closed => 0,
+                EndReason::Limit => 1,
+                EndReason::Idle => 2,
+                EndReason::Revoked => 3,
+                EndReason::Replaced => 4,
+            },
+            key: self.key.to_bytes(),
+        }
+    }
 }
 
 /// An NF's request, accepted by the `offload` call.
@@ -206,6 +238,51 @@ impl Calls {
             *at = self.requests.len() as u32;
         }
         self.requests.push(r);
+        Ok(())
+    }
+
+    /// Takes the offload requests of a 0.7.0 result frame, in order, as
+    /// the `offload` call would. A refused request makes no entry (the
+    /// frame has no answer; an NF that wants one calls `offload`).
+    ///
+    /// Errors: a request cut short (the result is malformed).
+    pub(crate) fn offload_records(&mut self, records: sluice_wire::abi::Offloads<'_>) -> Result<(), String> {
+        for r in records {
+            let r = r.map_err(|e| e.to_string())?;
+            let mut ops = Vec::with_capacity(r.op_count().min(MAX_REWRITES + 1));
+            let mut bad = None;
+            // One change more than allowed is enough for `offload` to refuse.
+            for (i, op) in r.ops().take(MAX_REWRITES + 1).enumerate() {
+                let len = usize::from(op.address_len);
+                let endpoint = || op.address.get(..len).and_then(address).map(|a| (a, op.port));
+                ops.push(match (op.kind, endpoint()) {
+                    (0, Some((a, p))) => RewriteOp::Source(a, p),
+                    (1, Some((a, p))) => RewriteOp::Destination(a, p),
+                    (2, _) => RewriteOp::DecrementTtl,
+                    (3, _) => RewriteOp::SetDscp(op.dscp),
+                    (0 | 1, None) => {
+                        bad = Some(format!("change {i}: an address of {len} bytes (4 for IPv4, 16 for IPv6)"));
+                        break;
+                    }
+                    (k, _) => {
+                        bad = Some(format!("change {i}: unknown kind {k}"));
+                        break;
+                    }
+                });
+            }
+            if bad.is_some() {
+                continue;
+            }
+            let _refused = self.offload(Request {
+                packet: r.packet,
+                ops,
+                idle_ns: r.idle_timeout_ns,
+                max_packets: r.max_packets,
+                max_bytes: r.max_bytes,
+                max_age_ns: r.max_age_ns,
+                return_counts: r.return_counts,
+            });
+        }
         Ok(())
     }
 

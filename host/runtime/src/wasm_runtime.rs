@@ -182,6 +182,11 @@ impl Runtime {
             |s| s,
         )
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        crate::bindings::v0_7::NetworkFunction::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
         Ok(Runtime {
             engine,

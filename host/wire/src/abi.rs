@@ -3,7 +3,15 @@
 //! parser both sides use, so the two ends cannot drift apart. The layout is
 //! specified in `wit/v0.2.0/nf.wit` (and identically in `wit/v0.1.0/nf.wit`) (`record batch`);
 //! the batch frame of `sluice:nf@0.6.0` (the same three parts in one byte
-//! list) in `wit/v0.6.0/nf.wit` (`nf.process`).
+//! list) in `wit/v0.6.0/nf.wit` (`nf.process`); 0.7.0's returns and result
+//! frame in `wit/v0.7.0/nf.wit`.
+
+mod result_frame;
+
+pub use result_frame::{
+    OFFLOAD_HEAD, OFFLOAD_OP, OffloadRecord, Offloads, OpRecord, RESULT_TRAILER, RETURN_COUNTS, Records, ResultFrame,
+    ResultFrameError, ResultFrameWriter,
+};
 
 /// u64 words per packet descriptor.
 pub const DESCRIPTOR_WORDS: usize = 4;
@@ -93,7 +101,7 @@ impl Descriptor {
 }
 
 /// Bytes of a batch frame's trailer: packets, data bytes, flow-state
-/// bytes and a reserved word, each a little-endian u32.
+/// bytes and return bytes (0.6.0: reserved, 0), each a little-endian u32.
 pub const FRAME_TRAILER: usize = 16;
 
 /// Bytes of one descriptor in a batch frame.
@@ -107,7 +115,7 @@ pub enum FrameError {
     NoTrailer(usize),
     /// The trailer's lengths do not add up to the frame's.
     #[error(
-        "batch frame of {len} bytes: its trailer says {packets} packets, {data} data bytes, {states} flow-state bytes"
+        "batch frame of {len} bytes: its trailer says {packets} packets, {data} data bytes, {states} flow-state bytes, {returns} return bytes"
     )]
     Lengths {
         /// The frame's length.
@@ -118,6 +126,8 @@ pub enum FrameError {
         data: u32,
         /// Flow-state bytes, per the trailer.
         states: u32,
+        /// Return bytes, per the trailer.
+        returns: u32,
     },
 }
 
@@ -126,16 +136,24 @@ pub enum FrameError {
 /// descriptors, the flow states and the trailer. `frame.truncate(n)` with
 /// the returned length gives the packet bytes back.
 pub fn seal_frame(frame: &mut Vec<u8>, descriptors: &[u64], flow_states: &[u8]) -> usize {
+    seal_frame_with_returns(frame, descriptors, flow_states, &[])
+}
+
+/// [`seal_frame`] for `sluice:nf@0.7.0`: the returns (records of
+/// [`RETURN_BYTES`], see [`ReturnRecord`]) follow the flow states and the
+/// trailer's last word counts their bytes.
+pub fn seal_frame_with_returns(frame: &mut Vec<u8>, descriptors: &[u64], flow_states: &[u8], returns: &[u8]) -> usize {
     let data = frame.len();
     let padded = data.next_multiple_of(8);
     let packets = descriptors.len() / DESCRIPTOR_WORDS;
-    frame.reserve(padded - data + descriptors.len() * 8 + flow_states.len() + FRAME_TRAILER);
+    frame.reserve(padded - data + descriptors.len() * 8 + flow_states.len() + returns.len() + FRAME_TRAILER);
     frame.resize(padded, 0);
     for w in descriptors {
         frame.extend_from_slice(&w.to_le_bytes());
     }
     frame.extend_from_slice(flow_states);
-    for v in [packets, data, flow_states.len(), 0] {
+    frame.extend_from_slice(returns);
+    for v in [packets, data, flow_states.len(), returns.len()] {
         frame.extend_from_slice(&u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes());
     }
     data
@@ -150,6 +168,8 @@ pub struct BatchFrame<'a> {
     pub descriptors: &'a [u8],
     /// Framed flow states (see [`push_flow_state`]).
     pub flow_states: &'a [u8],
+    /// Returns of ended offload entries (0.7.0; [`RETURN_BYTES`] each).
+    pub returns: &'a [u8],
 }
 
 impl<'a> BatchFrame<'a> {
@@ -163,18 +183,22 @@ impl<'a> BatchFrame<'a> {
         let word = |i: usize| {
             trailer.get(i * 4..i * 4 + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, u32::from_le_bytes)
         };
-        let (packets, data, states) = (word(0), word(1), word(2));
-        let bad = FrameError::Lengths { len, packets, data, states };
+        let (packets, data, states, returns) = (word(0), word(1), word(2), word(3));
+        let bad = FrameError::Lengths { len, packets, data, states, returns };
         let padded = (data as usize).next_multiple_of(8);
         let descriptors = (packets as usize).checked_mul(DESCRIPTOR_BYTES).ok_or(bad)?;
-        let end = padded.checked_add(descriptors).and_then(|e| e.checked_add(states as usize)).ok_or(bad)?;
-        if end != body.len() {
+        let states_at = padded.checked_add(descriptors).ok_or(bad)?;
+        let returns_at = states_at.checked_add(states as usize).ok_or(bad)?;
+        if returns_at.checked_add(returns as usize) != Some(body.len())
+            || !(returns as usize).is_multiple_of(RETURN_BYTES)
+        {
             return Err(bad);
         }
         Ok(BatchFrame {
             data: body.get(..data as usize).ok_or(bad)?,
-            descriptors: body.get(padded..padded + descriptors).ok_or(bad)?,
-            flow_states: body.get(padded + descriptors..).ok_or(bad)?,
+            descriptors: body.get(padded..states_at).ok_or(bad)?,
+            flow_states: body.get(states_at..returns_at).ok_or(bad)?,
+            returns: body.get(returns_at..).ok_or(bad)?,
         })
     }
 
@@ -191,6 +215,61 @@ impl<'a> BatchFrame<'a> {
     /// Descriptor `i`; `None` past the end.
     pub fn descriptor(&self, i: usize) -> Option<Descriptor> {
         Descriptor::decode_le(self.descriptors, i)
+    }
+}
+
+/// Bytes of one return in a batch frame (`sluice:nf@0.7.0`).
+pub const RETURN_BYTES: usize = 72;
+
+/// Bytes of a flow's normalized 5-tuple as returns and `expired` give it.
+pub const FLOW_KEY_BYTES: usize = 37;
+
+/// What passed under an ended offload entry, as a 0.7.0 batch frame hands
+/// it in (the layout is `nf.process`'s, part 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReturnRecord {
+    /// The flow's hash (descriptor word 2).
+    pub flow_hash: u64,
+    /// Packets that passed under the entry.
+    pub packets: u64,
+    /// Their bytes on the wire.
+    pub bytes: u64,
+    /// The flow's index in the batch, where a packet of it is there.
+    pub flow: Option<u32>,
+    /// Whether the entry was for the flow's reverse direction.
+    pub reverse: bool,
+    /// Why it ended: the `end-reason` case (0 closed ... 4 replaced).
+    pub reason: u8,
+    /// The flow's normalized 5-tuple.
+    pub key: [u8; FLOW_KEY_BYTES],
+}
+
+impl ReturnRecord {
+    /// Appends the record's [`RETURN_BYTES`] to `out`.
+    pub fn push(&self, out: &mut Vec<u8>) {
+        for w in [self.flow_hash, self.packets, self.bytes] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.extend_from_slice(&self.flow.unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(&[u8::from(self.reverse), self.reason, 0, 0]);
+        out.extend_from_slice(&self.key);
+        out.extend_from_slice(&[0; RETURN_BYTES - 32 - FLOW_KEY_BYTES]);
+    }
+
+    /// Reads return `i` of a frame's returns; `None` past the end.
+    pub fn decode(returns: &[u8], i: usize) -> Option<ReturnRecord> {
+        let r = returns.get(i * RETURN_BYTES..(i + 1) * RETURN_BYTES)?;
+        let word = |at: usize| r.get(at..at + 8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes);
+        let flow = u32::from_le_bytes(<[u8; 4]>::try_from(r.get(24..28)?).ok()?);
+        Some(ReturnRecord {
+            flow_hash: word(0)?,
+            packets: word(8)?,
+            bytes: word(16)?,
+            flow: (flow != u32::MAX).then_some(flow),
+            reverse: *r.get(28)? != 0,
+            reason: *r.get(29)?,
+            key: <[u8; FLOW_KEY_BYTES]>::try_from(r.get(32..32 + FLOW_KEY_BYTES)?).ok()?,
+        })
     }
 }
 
@@ -382,8 +461,30 @@ mod tests {
         assert_eq!(f.flow_states, &states[..]);
         assert_eq!(f.descriptor(1).map(|d| d.end), Some(125));
         assert_eq!(f.descriptor(2), None);
+        assert!(f.returns.is_empty());
         frame.truncate(data);
         assert_eq!(frame, (0..125u8).collect::<Vec<_>>());
+        // 0.7.0: returns after the flow states.
+        let r = ReturnRecord {
+            flow_hash: 7,
+            packets: 63,
+            bytes: 4032,
+            flow: None,
+            reverse: true,
+            reason: 2,
+            key: [9; FLOW_KEY_BYTES],
+        };
+        let mut returns = Vec::new();
+        r.push(&mut returns);
+        ReturnRecord { flow: Some(1), ..r }.push(&mut returns);
+        assert_eq!(returns.len(), 2 * RETURN_BYTES);
+        let data = seal_frame_with_returns(&mut frame, &descriptors, &states, &returns);
+        let f = BatchFrame::parse(&frame).unwrap();
+        assert_eq!((f.len(), f.flow_states, f.returns), (2, &states[..], &returns[..]));
+        assert_eq!(ReturnRecord::decode(f.returns, 0), Some(r));
+        assert_eq!(ReturnRecord::decode(f.returns, 1).and_then(|r| r.flow), Some(1));
+        assert_eq!(ReturnRecord::decode(f.returns, 2), None);
+        frame.truncate(data);
         let empty = {
             let mut e = Vec::new();
             seal_frame(&mut e, &[], &[]);
@@ -413,7 +514,7 @@ mod tests {
         #[test]
         fn any_bytes_parse_or_are_refused_without_panicking(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
             if let Ok(f) = BatchFrame::parse(&bytes) {
-                proptest::prop_assert_eq!(f.data.len().next_multiple_of(8) + f.descriptors.len() + f.flow_states.len() + FRAME_TRAILER, bytes.len());
+                proptest::prop_assert_eq!(f.data.len().next_multiple_of(8) + f.descriptors.len() + f.flow_states.len() + f.returns.len() + FRAME_TRAILER, bytes.len());
                 for i in 0..=f.len() {
                     let _ = f.descriptor(i);
                 }

@@ -220,8 +220,8 @@ fn build_go(project: &Project, sdk: &Sdk, out: &Path) -> Result<(), CliError> {
     )?;
     let mut bytes = std::fs::read(&core).map_err(io("reading", &core))?;
     let fail = |reason: String| CliError::Componentize { path: core.clone(), reason };
-    embed_contract(&mut bytes, &sdk.wit_dir()).map_err(fail)?;
-    let shim = crate::wasi_shim::build(&bytes, &sdk.wit_dir()).map_err(fail)?;
+    embed_contract(&mut bytes, &sdk.wit_dir(Lang::Go)).map_err(fail)?;
+    let shim = crate::wasi_shim::build(&bytes, &sdk.wit_dir(Lang::Go)).map_err(fail)?;
     let component = wit_component::ComponentEncoder::default()
         .module(&bytes)
         .and_then(|e| e.adapter("wasi_snapshot_preview1", &shim))
@@ -247,7 +247,7 @@ fn build_python(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Resu
     let src_dir = source.parent().unwrap_or(&project.dir);
     let mut cmd = Command::new(std::env::var_os("SLUICE_COMPONENTIZE_PY").unwrap_or_else(|| "componentize-py".into()));
     cmd.arg("-d")
-        .arg(sdk.wit_dir())
+        .arg(sdk.wit_dir(Lang::Python))
         .args(["-w", "network-function", "componentize", module, "-p"])
         .arg(src_dir)
         .arg("-p")
@@ -315,7 +315,7 @@ fn build_js(project: &Project, sdk: &Sdk, source: &Path, out: &Path) -> Result<(
     // bundle's directory, so the contract is copied next to it.
     let wit = work.join("wit");
     std::fs::create_dir_all(&wit).map_err(io("creating", &wit))?;
-    let nf_wit = sdk.wit_dir().join("nf.wit");
+    let nf_wit = sdk.wit_dir(Lang::Js).join("nf.wit");
     std::fs::copy(&nf_wit, wit.join("nf.wit")).map_err(io("copying", &nf_wit))?;
     let mut cmd = Command::new(bin.join("componentize-js"));
     cmd.arg(&bundle)

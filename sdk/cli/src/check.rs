@@ -21,7 +21,9 @@ pub struct Checked {
 /// the world, for the check's error.
 fn advice(lang: Option<Lang>) -> &'static str {
     match lang {
-        None => "build it with `sluice nf build`, which targets sluice:nf@0.6.0 (wit/v0.6.0/nf.wit), in any language",
+        None => {
+            "build it with `sluice nf build`, which targets sluice:nf@0.6.0 (Rust, C, Go) or 0.7.0 (Python, JavaScript), in any language"
+        }
         Some(Lang::Rust) => {
             "a Rust NF is a cdylib crate that implements sluice_sdk::NetworkFunction and exports it with `export_nf!(Type)` (sdk/rust/README.md)"
         }

@@ -93,7 +93,7 @@ pub enum CliError {
     UnknownTemplate(String),
     /// The Sluice SDK directory could not be found.
     #[error(
-        "the Sluice SDK is not at {0} (no wit/v0.6.0/nf.wit there); set SLUICE_SDK_ROOT to the Sluice checkout or pass --sdk-root"
+        "the Sluice SDK is not at {0} (no wit/v0.7.0/nf.wit there); set SLUICE_SDK_ROOT to the Sluice checkout or pass --sdk-root"
     )]
     NoSdk(PathBuf),
     /// No SDK next to the binary and none named.

@@ -19,15 +19,24 @@ use crate::error::{CliError, io};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The contract version new projects and builds target, and the one whose
-/// WIT builds embed (C, Go) or generate bindings from (Python, JS).
-pub const CONTRACT_VERSION: &str = "0.6.0";
+/// The newest contract version: the one the Python and JavaScript SDKs
+/// build against (their answers as one result frame, `sluice:nf@0.7.0`).
+pub const CONTRACT_VERSION: &str = "0.7.0";
 
-/// The contract version an SDK builds against: every language's SDK is on
-/// [`CONTRACT_VERSION`] (the batch as one frame, `sluice:nf@0.6.0`); the host loads
-/// every released version.
-pub fn contract_version(_lang: crate::Lang) -> &'static str {
-    CONTRACT_VERSION
+/// The contract version the Rust, C and Go SDKs build against (the batch
+/// as one frame, `sluice:nf@0.6.0`): their bindings lower and lift the
+/// result's records for a few nanoseconds, where componentize-py and
+/// StarlingMonkey make an object per record and variant.
+pub const COMPILED_CONTRACT_VERSION: &str = "0.6.0";
+
+/// The contract version an SDK builds against, and the one whose WIT its
+/// builds embed (C, Go) or generate bindings from (Python, JS); the host
+/// loads every released version.
+pub fn contract_version(lang: crate::Lang) -> &'static str {
+    match lang {
+        crate::Lang::Python | crate::Lang::Js => CONTRACT_VERSION,
+        crate::Lang::Rust | crate::Lang::C | crate::Lang::Go => COMPILED_CONTRACT_VERSION,
+    }
 }
 
 /// The version of this tool (and of the SDK it installs).
@@ -94,9 +103,9 @@ impl Sdk {
         &self.root
     }
 
-    /// The WIT package directory of the current contract.
-    pub fn wit_dir(&self) -> PathBuf {
-        self.root.join("wit").join(format!("v{CONTRACT_VERSION}"))
+    /// The WIT package directory of the contract `lang` builds against.
+    pub fn wit_dir(&self, lang: crate::Lang) -> PathBuf {
+        self.root.join("wit").join(format!("v{}", contract_version(lang)))
     }
 
     /// A language SDK's folder (`sdk/rust`, `sdk/c`, ...).

@@ -23,7 +23,7 @@ const EBADF: i32 = 8;
 /// carrying its component type (it imports `host-log`).
 pub fn build(core: &[u8], wit_dir: &std::path::Path) -> Result<Vec<u8>, String> {
     let imports = preview1_imports(core)?;
-    let v = crate::sdk::CONTRACT_VERSION;
+    let v = crate::sdk::contract_version(crate::Lang::Go);
     let mut wat = format!(
         "(module\n  (import \"env\" \"memory\" (memory 0))\n  (import \"sluice:nf/host-log@{v}\" \"log\" (func $log (param i32 i32 i32)))\n  (global $seed (mut i64) (i64.const 0x2545f4914f6cdd1d))\n",
     );

@@ -75,6 +75,7 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
         "share/sluice/wit/v0.4.0/nf.wit",
         "share/sluice/wit/v0.5.0/nf.wit",
         "share/sluice/wit/v0.6.0/nf.wit",
+        "share/sluice/wit/v0.7.0/nf.wit",
         "share/sluice/sdk/rust/Cargo.toml",
         "share/sluice/sdk/c/include/sluice_nf.h",
         "share/sluice/sdk/python/pyproject.toml",
@@ -162,7 +163,7 @@ fn the_tarball_builds_and_uploads_nfs_in_every_language_without_a_checkout() {
             .output()
             .unwrap();
         let out = ok(o, &format!("nf build ({lang})"));
-        let contract = "sluice:nf@0.6.0";
+        let contract = if matches!(lang, "python" | "js") { "sluice:nf@0.7.0" } else { "sluice:nf@0.6.0" };
         assert!(out.contains(contract), "{out}");
         let o = user(&sluice, &project)
             .args(["nf", "test", "--cargo-target-dir", cargo_target.to_str().unwrap()])

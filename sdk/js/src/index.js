@@ -11,16 +11,17 @@
 // fail a batch: the message goes to the host, which applies the NF's
 // failure policy.
 //
-// The contract is wit/v0.6.0/nf.wit (sluice:nf@0.6.0); componentize-js
-// provides the `sluice:nf/*` imports when it builds the NF.
+// The contract is wit/v0.7.0/nf.wit (sluice:nf@0.7.0); componentize-js
+// provides the `sluice:nf/*` imports when it builds the NF. A batch comes
+// in as one frame of bytes and its answer goes back as one (no object per
+// rewrite, state change or offload request crosses the boundary).
 
-import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.6.0";
+import { emit as hostEmit, log as hostLog } from "sluice:nf/host-log@0.7.0";
 import {
   offload as hostOffload,
-  returned as hostReturned,
   revoke as hostRevoke,
   revokeAll as hostRevokeAll,
-} from "sluice:nf/offload@0.6.0";
+} from "sluice:nf/offload@0.7.0";
 import {
   acquire,
   counterAdd,
@@ -32,7 +33,7 @@ import {
   release,
   scan,
   topK,
-} from "sluice:nf/state@0.6.0";
+} from "sluice:nf/state@0.7.0";
 
 /** Drop the packet. */
 export const DROP = 0;
@@ -337,21 +338,24 @@ const KEEP = 0, SET = 1, REMOVE = 2, READ = 3;
 /** A batch of packets with their flow state, plus the NF's decisions.
  * Every packet starts with the verdict `forward(0)`. */
 export class Batch {
-  /** The batch frame (sluice:nf@0.6.0): packet bytes, padding to 8,
-   * 32-byte descriptors, flow states, and a 16-byte trailer that says how
-   * long each part is. */
+  /** The batch frame (sluice:nf@0.7.0): packet bytes, padding to 8,
+   * 32-byte descriptors, flow states, returns of ended offload entries,
+   * and a 16-byte trailer that says how long each part is. */
   constructor(frame) {
     const size = frame.length;
     if (size < 16) throw new Error(`batch frame of ${size} bytes: shorter than its 16-byte trailer`);
     const u32 = (at) => (frame[at] | (frame[at + 1] << 8) | (frame[at + 2] << 16) | (frame[at + 3] << 24)) >>> 0;
-    const n = u32(size - 16), dataLen = u32(size - 12), statesLen = u32(size - 8);
+    const n = u32(size - 16), dataLen = u32(size - 12), statesLen = u32(size - 8), returnsLen = u32(size - 4);
     const first = Math.ceil(dataLen / 8) * 8;
     const statesAt = first + 32 * n;
-    if (statesAt + statesLen + 16 !== size) {
+    if (statesAt + statesLen + returnsLen + 16 !== size || returnsLen % RETURN_BYTES !== 0) {
       throw new Error(
-        `batch frame of ${size} bytes: its trailer says ${n} packets, ${dataLen} data bytes, ${statesLen} flow-state bytes`,
+        `batch frame of ${size} bytes: its trailer says ${n} packets, ${dataLen} data bytes, ` +
+          `${statesLen} flow-state bytes, ${returnsLen} return bytes`,
       );
     }
+    this.returnsAt = statesAt + statesLen;
+    this.returnsLen = returnsLen;
     this.data = view(frame, 0, dataLen);
     // The descriptors in place where the frame is 8-aligned (a copy of
     // them otherwise), as 64-bit words and as 32-bit halves (little-endian),
@@ -476,13 +480,15 @@ export class Batch {
    * to the host in one call when `process` returns; a refused one simply
    * makes no entry (call `offloadNow` to see refusals). */
   offload(i, { rewrites = [], idleTimeoutNs = 0, maxPackets = 0, maxBytes = 0, maxAgeNs = 0, counts = true } = {}) {
+    // One change more than allowed is enough for the host to refuse.
+    const ops = Array.isArray(rewrites) ? rewrites : [...rewrites];
     this.offloads.push({
       packet: i >>> 0,
-      rewrites: Array.isArray(rewrites) ? rewrites.slice() : [...rewrites],
-      idleTimeoutNs: u64(idleTimeoutNs),
-      maxPackets: u64(maxPackets),
-      maxBytes: u64(maxBytes),
-      maxAgeNs: u64(maxAgeNs),
+      rewrites: ops.length > 9 ? ops.slice(0, 9) : ops,
+      idleTimeoutNs,
+      maxPackets,
+      maxBytes,
+      maxAgeNs,
       returnCounts: !!counts,
     });
   }
@@ -492,43 +498,142 @@ export class Batch {
    * reason }` (`flow`: the flow's index in this batch when a packet of it
    * is here, else undefined; `packets`, `bytes`, `flowHash`: bigint;
    * `reason`: "closed", "limit", "idle", "revoked" or "replaced"). Add
-   * them to whatever the NF counts per packet. */
+   * them to whatever the NF counts per packet. They come with the batch
+   * (also entries carried here from another host with their flows); each
+   * is handed in once. */
   offloadReturns() {
-    // Asked whenever the NF looks: entries carried here from another host
-    // with their flows return to an instance that never asked for any.
-    if (this.returns === undefined) this.returns = offloadReturned();
-    return this.returns;
-  }
-
-  finish() {
-    this.flushEvents();
-    if (this.offloads.length) sendOffloads(this);
-    // Not looked at: taken anyway, so the host keeps none for ever.
-    if (this.returns === undefined && offloadState.counts) offloadReturned();
-    // In packet order, by plain loops: the interpreter runs spread, sort
-    // and map as self-hosted script.
-    const rewrites = [];
-    if (this.rewrites.size) {
-      for (let i = 0; i < this.length; i++) {
-        const data = this.rewrites.get(i);
-        if (data !== undefined) rewrites.push({ packet: i, data });
+    let returns = this.returns;
+    if (returns === undefined) {
+      const count = this.returnsLen / RETURN_BYTES;
+      returns = this.returns = new Array(count);
+      if (count) {
+        const f = this.frame, at = this.returnsAt;
+        const dv = new DataView(f.buffer, f.byteOffset + at, this.returnsLen);
+        for (let k = 0, o = 0; k < count; k++, o += RETURN_BYTES) {
+          const flow = dv.getUint32(o + 24, true);
+          returns[k] = {
+            flow: flow === 0xffffffff ? undefined : flow,
+            flowHash: dv.getBigUint64(o, true),
+            key: copyBytes(view(f, at + o + 32, at + o + 69)),
+            reverse: f[at + o + 28] !== 0,
+            packets: dv.getBigUint64(o + 8, true),
+            bytes: dv.getBigUint64(o + 16, true),
+            reason: END_REASONS[f[at + o + 29]] ?? "replaced",
+          };
+        }
       }
     }
-    const flowUpdates = [];
-    const pending = this.pending, flows = this.flowCount;
+    return returns;
+  }
+
+  /** The result frame (wit/v0.7.0/nf.wit, `nf.process`): verdicts,
+   * rewrites, flow-state changes, offload requests and the trailer. */
+  finish() {
+    this.flushEvents();
+    const n = this.length, pending = this.pending, flows = this.flowCount, states = this.newStates;
+    // Sizes first, by plain loops (the interpreter runs spread, sort and
+    // map as self-hosted script), then one buffer and one DataView.
+    let rewritesLen = 0, updatesLen = 0, offloadsLen = 0;
+    const rewrites = this.rewrites;
+    if (rewrites.size) for (const d of rewrites.values()) rewritesLen += 8 + d.length;
     for (let flow = 0; flow < flows; flow++) {
       const op = pending[flow];
-      if (op === SET) flowUpdates.push({ flow, op: { tag: "set", val: this.newStates[flow] } });
-      else if (op === REMOVE) flowUpdates.push({ flow, op: { tag: "remove" } });
+      if (op === SET) updatesLen += 8 + states[flow].length;
+      else if (op === REMOVE) updatesLen += 8;
     }
-    return { verdicts: this.verdicts, rewrites, flowUpdates };
+    const offloads = this.offloads;
+    for (let k = 0; k < offloads.length; k++) offloadsLen += OFFLOAD_HEAD + OFFLOAD_OP * offloads[k].rewrites.length;
+    const total = 4 * n + rewritesLen + updatesLen + offloadsLen + 16;
+    const out = new Uint8Array(total);
+    if (n) out.set(new Uint8Array(this.verdicts.buffer, 0, 4 * n));
+    const dv = new DataView(out.buffer);
+    let at = 4 * n;
+    if (rewritesLen) {
+      for (let i = 0; i < n; i++) {
+        const d = rewrites.get(i);
+        if (d === undefined) continue;
+        dv.setUint32(at, i, true);
+        dv.setUint32(at + 4, d.length, true);
+        out.set(d, at + 8);
+        at += 8 + d.length;
+      }
+    }
+    if (updatesLen) {
+      for (let flow = 0; flow < flows; flow++) {
+        const op = pending[flow];
+        if (op === SET) {
+          const v = states[flow];
+          dv.setUint32(at, flow, true);
+          dv.setUint32(at + 4, v.length, true);
+          out.set(v, at + 8);
+          at += 8 + v.length;
+        } else if (op === REMOVE) {
+          dv.setUint32(at, flow, true);
+          at += 8;
+        }
+      }
+    }
+    for (let k = 0; k < offloads.length; k++) at = putOffload(out, dv, at, offloads[k]);
+    dv.setUint32(at, n, true);
+    dv.setUint32(at + 4, rewritesLen, true);
+    dv.setUint32(at + 8, updatesLen, true);
+    dv.setUint32(at + 12, offloadsLen, true);
+    this.offloads = [];
+    return out;
   }
 }
 
-/** Whether this instance ever asked to offload with counts returned: a
- * batch the NF did not look at then takes what ended anyway, so the host
- * keeps nothing for ever. */
-const offloadState = { counts: false };
+/** Bytes of a return in the batch frame, of an offload request's head and
+ * of one of its header changes in the result frame. */
+const RETURN_BYTES = 72, OFFLOAD_HEAD = 40, OFFLOAD_OP = 24;
+/** `reason` of an offload return, by the contract's end-reason code. */
+const END_REASONS = ["closed", "limit", "idle", "revoked", "replaced"];
+/** A header change's kind code in the result frame. */
+const OP_KINDS = { source: 0, destination: 1, "decrement-ttl": 2, "set-dscp": 3 };
+
+/** Writes an unsigned 64-bit `v` (a number or a bigint) at `at`. */
+function putU64(dv, at, v) {
+  if (typeof v === "bigint") dv.setBigUint64(at, BigInt.asUintN(64, v), true);
+  else {
+    const x = v > 0 ? Math.floor(v) : 0;
+    dv.setUint32(at, x % 0x100000000, true);
+    dv.setUint32(at + 4, Math.min(Math.floor(x / 0x100000000), 0xffffffff), true);
+  }
+}
+
+/** Writes one offload request (head and header changes) at `at`; returns
+ * where the next goes. */
+function putOffload(out, dv, at, r) {
+  const ops = r.rewrites;
+  dv.setUint32(at, r.packet, true);
+  out[at + 4] = ops.length;
+  out[at + 5] = r.returnCounts ? 1 : 0;
+  putU64(dv, at + 8, r.idleTimeoutNs);
+  putU64(dv, at + 16, r.maxPackets);
+  putU64(dv, at + 24, r.maxBytes);
+  putU64(dv, at + 32, r.maxAgeNs);
+  at += OFFLOAD_HEAD;
+  for (let j = 0; j < ops.length; j++, at += OFFLOAD_OP) {
+    const op = ops[j];
+    const kind = OP_KINDS[op?.tag] ?? 255;
+    out[at] = kind;
+    if (kind === 0 || kind === 1) {
+      const a = op.val.address, port = op.val.port;
+      // An address of another length than 4 or 16 is the host's to refuse.
+      out[at + 1] = Math.min(a.length, 255);
+      if (port !== undefined && port !== null) {
+        out[at + 2] = 1;
+        dv.setUint16(at + 4, port, true);
+      }
+      out.set(a.length > 16 ? view(a, 0, 16) : a, at + 8);
+    } else if (kind === 3) {
+      // Above 63 is the host's to refuse.
+      const d = op.val;
+      out[at + 3] = d >= 0 && d <= 255 ? d : 255;
+    }
+  }
+  return at;
+}
 
 /** An offload change: later packets get this sender address (4 or 16
  * bytes) and, for TCP and UDP, `port` (undefined: the port stays). */
@@ -577,17 +682,25 @@ export function offloadNow(batch) {
   return out;
 }
 
-/** Sends `batch`'s offload requests: the host's results. */
+/** Sends `batch`'s offload requests through the `offload` call: the
+ * host's results. */
 function sendOffloads(batch) {
   const requests = batch.offloads;
   batch.offloads = [];
+  const records = new Array(requests.length);
   for (let k = 0; k < requests.length; k++) {
-    if (requests[k].returnCounts) {
-      offloadState.counts = true;
-      break;
-    }
+    const r = requests[k];
+    records[k] = {
+      packet: r.packet,
+      rewrites: r.rewrites,
+      idleTimeoutNs: u64(r.idleTimeoutNs),
+      maxPackets: u64(r.maxPackets),
+      maxBytes: u64(r.maxBytes),
+      maxAgeNs: u64(r.maxAgeNs),
+      returnCounts: r.returnCounts,
+    };
   }
-  return hostOffload(requests);
+  return hostOffload(records);
 }
 
 /** A u64 the contract carries (0n without a BigInt conversion). */
@@ -682,12 +795,6 @@ export function revoke(flowHashes) {
 /** Ends every entry of this NF on this worker when the batch is done. */
 export function revokeAll() {
   hostRevokeAll();
-}
-
-/** The entries that ended since the last call and what passed under each
- * (`batch.offloadReturns()` calls it once per batch). */
-export function offloadReturned() {
-  return hostReturned();
 }
 
 const ITEM_ERRORS = ["bad-input", "full", "over-budget", "too-large"];
@@ -1047,11 +1154,11 @@ export function exportNf(NfClass) {
       }
       try {
         nf.process(batch);
+        return batch.finish();
       } catch (e) {
         batch.flushEvents();
         throw message(e);
       }
-      return batch.finish();
     },
     expired(table, entries) {
       if (!nf || !nf.expired) return;

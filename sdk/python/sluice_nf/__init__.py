@@ -11,8 +11,10 @@ batch) and setters for verdicts, rewrites and state; none of them calls the
 host. Raise an exception to refuse a configuration or fail a batch: its
 message goes to the host, which applies the NF's failure policy.
 
-The contract is ``wit/v0.6.0/nf.wit`` (``sluice:nf@0.6.0``); componentize-py
+The contract is ``wit/v0.7.0/nf.wit`` (``sluice:nf@0.7.0``); componentize-py
 generates the ``wit_world`` bindings this package wraps when it builds the NF.
+A batch comes in as one frame of bytes and its answer goes back as one (no
+record per rewrite, state change or offload request crosses the boundary).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from array import array
 from itertools import chain, repeat
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -34,7 +37,7 @@ __all__ = [
     "DROP", "NO_FLOW", "NO_L3", "NO_L4", "TCP_ACK", "TCP_FIN", "TCP_RST", "TCP_SYN",
     "Admission", "Batch", "Bytes", "Counters", "EndReason", "Level", "Merge", "NfInfo", "OffloadError", "Packet", "Pool",
     "ScanPage", "StateError", "frame", "unframe",
-    "decrement_ttl", "offload_now", "offload_returned", "revoke", "revoke_all", "set_destination", "set_dscp",
+    "OffloadReturn", "decrement_ttl", "offload_now", "revoke", "revoke_all", "set_destination", "set_dscp",
     "set_source",
     "config_bool", "config_float", "config_int", "config_str", "config_value", "csum_update16", "export",
     "forward", "label", "log", "parse_ipv4_cidr", "emit", "stateless", "with_flow_state",
@@ -193,7 +196,15 @@ def csum_update16(checksum: int, old: int, new: int) -> int:
 _U32 = struct.Struct("!I")
 _U32LE = struct.Struct("<I")
 _U16 = struct.Struct("!H")
-_TRAILER = struct.Struct("<III")  # a batch frame's packets, data bytes, flow-state bytes
+_TRAILER = struct.Struct("<IIII")  # a batch frame's packets, data, flow-state and return bytes
+# The result frame (sluice:nf@0.7.0): a record's index and length, an
+# offload request's 40-byte head, a header change's 24 bytes, the trailer.
+_RECORD = struct.Struct("<II")
+_OFFLOAD_HEAD = struct.Struct("<IBBHQQQQ")
+_OFFLOAD_OP = struct.Struct("<BBBBHH16s")
+_RESULT_TRAILER = struct.Struct("<IIII")
+# A return of an ended offload entry in the batch frame (72 bytes).
+_RETURN = struct.Struct("<QQQIBBH37s3x")
 
 
 class Packet:
@@ -351,18 +362,21 @@ class Batch:
     Every packet starts with the verdict ``forward(0)``."""
 
     def __init__(self, frame: bytes):
-        # The batch frame (sluice:nf@0.6.0): packet bytes, padding to 8,
+        # The batch frame (sluice:nf@0.7.0): packet bytes, padding to 8,
         # 32-byte descriptors, flow states, and a 16-byte trailer that
         # says how long each part is.
         size = len(frame)
         if size < 16:
             raise ValueError(f"batch frame of {size} bytes: shorter than its 16-byte trailer")
-        n, data_len, states_len = _TRAILER.unpack_from(frame, size - 16)
+        n, data_len, states_len, returns_len = _TRAILER.unpack_from(frame, size - 16)
         first = (data_len + 7) & ~7
         at = first + 32 * n
-        if at + states_len + 16 != size:
+        if at + states_len + returns_len + 16 != size or returns_len % _RETURN.size:
             raise ValueError(f"batch frame of {size} bytes: its trailer says {n} packets, "
-                             f"{data_len} data bytes, {states_len} flow-state bytes")
+                             f"{data_len} data bytes, {states_len} flow-state bytes, "
+                             f"{returns_len} return bytes")
+        self._returns_at = at + states_len
+        self._returns_len = returns_len
         self._data = frame
         # The descriptors, read as words of 64, 32 and 16 bits and as
         # bytes: a packet's fields come out of columns sliced in C, never
@@ -467,75 +481,112 @@ class Batch:
         ``counts=False``. The requests go to the host in one call when
         ``process`` returns; a refused one simply makes no entry (call
         :func:`offload_now` to see refusals)."""
-        self._offloads.append(_offload.OffloadRequest(
-            i, list(rewrites), idle_timeout_ns, max_packets, max_bytes, max_age_ns, bool(counts)))
+        # One more change than allowed is enough for the host to refuse.
+        ops = b"".join(rewrites[:9]) if rewrites else b""
+        self._offloads.append(_OFFLOAD_HEAD.pack(
+            i, len(ops) // _OFFLOAD_OP.size, 1 if counts else 0, 0, idle_timeout_ns, max_packets, max_bytes,
+            max_age_ns) + ops)
 
     def offload_returns(self) -> list:
         """What passed under this NF's offload entries that ended since the
         last batch, one ``OffloadReturn`` per entry: ``flow`` (the flow's
         index in this batch when a packet of it is here, else None),
         ``flow_hash``, ``key``, ``reverse``, ``packets``, ``bytes`` and
-        ``reason`` (an :data:`EndReason`). Add them to whatever the NF counts
-        per packet."""
-        if self._returns is None:
-            # Asked whenever the NF looks: entries carried here from
-            # another host with their flows return to an instance that
-            # never asked for any.
-            self._returns = offload_returned()
-        return self._returns
+        ``reason`` (an :class:`EndReason` value). Add them to whatever the NF
+        counts per packet. They come with the batch (also entries carried
+        here from another host with their flows); each is handed in once."""
+        returns = self._returns
+        if returns is None:
+            at, frame = self._returns_at, self._data
+            returns = self._returns = [OffloadReturn(*_RETURN.unpack_from(frame, at + k))
+                                       for k in range(0, self._returns_len, _RETURN.size)]
+        return returns
 
-    def _flush_offloads(self) -> None:
-        if self._offloads:
-            if any(r.return_counts for r in self._offloads):
-                _OFFLOAD["counts"] = True
-            _offload.offload(self._offloads)
-            self._offloads = []
-        if self._returns is None and _OFFLOAD["counts"]:
-            # Not looked at: taken anyway, so the host keeps none for ever.
-            offload_returned()
-
-    def _finish(self) -> types.BatchResult:
+    def _finish(self) -> bytes:
+        """The result frame: verdicts, rewrites, flow-state changes, offload
+        requests and the trailer (``wit/v0.7.0/nf.wit``, ``nf.process``)."""
         self._flush_events()
-        self._flush_offloads()
-        rewrites = [types.Rewrite(i, d) for i, d in sorted(self._rewrites.items())]
-        updates = [types.FlowUpdate(flow, types.StateOp_Remove() if value is None else types.StateOp_Set(value))
-                   for flow, value in sorted(self._changed.items())]
-        return types.BatchResult(self.verdicts, rewrites, updates)
+        verdicts = array("I", self.verdicts).tobytes()
+        record = _RECORD.pack
+        rewrites = b"".join([record(i, len(d)) + d for i, d in sorted(self._rewrites.items())])
+        updates = b"".join([record(f, 0) if v is None else record(f, len(v)) + v
+                            for f, v in sorted(self._changed.items())])
+        offloads = b"".join(self._offloads)
+        return b"".join((verdicts, rewrites, updates, offloads, _RESULT_TRAILER.pack(
+            len(self.verdicts), len(rewrites), len(updates), len(offloads))))
 
 
-#: Whether this instance ever asked to offload with counts returned: a
-#: batch the NF did not look at then takes what ended anyway, so the host
-#: keeps nothing for ever.
-_OFFLOAD = {"counts": False}
+class EndReason:
+    """Why an offload entry ended (``OffloadReturn.reason``)."""
+    #: A TCP FIN or RST of its flow and direction (that packet is in the batch).
+    CLOSED = 0
+    #: Its packet, byte or age limit, or a TTL too low to lower.
+    LIMIT = 1
+    #: No packet for its idle timeout.
+    IDLE = 2
+    #: :func:`revoke` or :func:`revoke_all`.
+    REVOKED = 3
+    #: The NF was replaced (a new version or configuration) or stopped.
+    REPLACED = 4
 
-#: Why an offload entry ended: ``CLOSED`` (TCP FIN/RST), ``LIMIT``, ``IDLE``,
-#: ``REVOKED``, ``REPLACED``.
-EndReason = _offload.EndReason
+
+class OffloadReturn:
+    """What passed under an offload entry that ended: ``flow`` (the flow's
+    index in this batch when a packet of it is here, else None),
+    ``flow_hash``, ``key`` (the normalized 5-tuple, 37 bytes), ``reverse``,
+    ``packets``, ``bytes`` and ``reason`` (an :class:`EndReason` value)."""
+
+    __slots__ = ("flow_hash", "packets", "bytes", "flow", "reverse", "reason", "key")
+
+    def __init__(self, flow_hash: int, packets: int, nbytes: int, flow: int, reverse: int, reason: int, _zero: int,
+                 key: bytes):
+        self.flow_hash, self.packets, self.bytes = flow_hash, packets, nbytes
+        self.flow = None if flow == 0xFFFFFFFF else flow
+        self.reverse, self.reason, self.key = reverse != 0, reason, key
 
 
-def _endpoint(address: bytes, port: Optional[int]):
-    return _offload.Endpoint(bytes(address), port)
+def _op(kind: int, address: bytes = b"", port: Optional[int] = None, dscp: int = 0) -> bytes:
+    # An address of another length than 4 or 16 is the host's to refuse.
+    address = bytes(address)
+    return _OFFLOAD_OP.pack(kind, min(len(address), 255), port is not None, dscp, port or 0, 0, address)
 
 
-def set_source(address: bytes, port: Optional[int] = None):
+def set_source(address: bytes, port: Optional[int] = None) -> bytes:
     """An offload change: later packets get this sender address (4 or 16
     bytes) and, for TCP and UDP, ``port`` (None: the port stays)."""
-    return _offload.RewriteOp_Source(_endpoint(address, port))
+    return _op(0, address, port)
 
 
-def set_destination(address: bytes, port: Optional[int] = None):
+def set_destination(address: bytes, port: Optional[int] = None) -> bytes:
     """An offload change: later packets get this receiver address and port."""
-    return _offload.RewriteOp_Destination(_endpoint(address, port))
+    return _op(1, address, port)
 
 
-def decrement_ttl():
+def decrement_ttl() -> bytes:
     """An offload change: later packets' TTL or hop limit is lowered by one."""
-    return _offload.RewriteOp_DecrementTtl()
+    return _op(2)
 
 
-def set_dscp(dscp: int):
+def set_dscp(dscp: int) -> bytes:
     """An offload change: later packets get this DSCP (0 to 63)."""
-    return _offload.RewriteOp_SetDscp(dscp)
+    # Above 63 is the host's to refuse.
+    return _op(3, dscp=dscp if 0 <= dscp <= 255 else 255)
+
+
+def _request_record(request: bytes):
+    """An offload request of the result frame as the ``offload`` call takes it."""
+    packet, n, flags, _, idle, max_packets, max_bytes, max_age = _OFFLOAD_HEAD.unpack_from(request)
+    ops = []
+    for k in range(n):
+        kind, length, has_port, dscp, port, _, address = _OFFLOAD_OP.unpack_from(request, _OFFLOAD_HEAD.size + 24 * k)
+        if kind in (0, 1):
+            e = _offload.Endpoint(address[:length], port if has_port else None)
+            ops.append(_offload.RewriteOp_Source(e) if kind == 0 else _offload.RewriteOp_Destination(e))
+        elif kind == 2:
+            ops.append(_offload.RewriteOp_DecrementTtl())
+        else:
+            ops.append(_offload.RewriteOp_SetDscp(dscp))
+    return _offload.OffloadRequest(packet, ops, idle, max_packets, max_bytes, max_age, bool(flags & 1))
 
 
 class OffloadError(Exception):
@@ -562,10 +613,8 @@ def offload_now(batch: "Batch") -> list:
     requests, batch._offloads = batch._offloads, []
     if not requests:
         return []
-    if any(r.return_counts for r in requests):
-        _OFFLOAD["counts"] = True
     out = []
-    for r in _offload.offload(requests):
+    for r in _offload.offload([_request_record(q) for q in requests]):
         e = r.value if isinstance(r, Err) else None
         if e is None:
             out.append(None)
@@ -627,12 +676,6 @@ def revoke(flow_hashes: Sequence[int]) -> None:
 def revoke_all() -> None:
     """Ends every entry of this NF on this worker when the batch is done."""
     _offload.revoke_all()
-
-
-def offload_returned() -> list:
-    """The entries that ended since the last call and what passed under
-    each (:meth:`Batch.offload_returns` calls it once per batch)."""
-    return _offload.returned()
 
 
 class StateError(Exception):
@@ -988,7 +1031,7 @@ def export(cls):
             Nf._nf = nf
             return info if info is not None else stateless()
 
-        def process(self, batch: bytes) -> types.BatchResult:
+        def process(self, batch: bytes) -> bytes:
             if Nf._nf is None:
                 raise Err("process called before a successful init")
             try:
@@ -997,10 +1040,10 @@ def export(cls):
                 raise Err(str(e))
             try:
                 Nf._nf.process(b)
+                return b._finish()
             except Exception as e:
                 b._flush_events()
                 raise Err(f"{type(e).__name__}: {e}")
-            return b._finish()
 
         def expired(self, table: int, entries: bytes) -> None:
             handler = getattr(Nf._nf, "expired", None)
