@@ -725,6 +725,29 @@ mod tests {
             let _ = parse(&data);
         }
 
+        /// The contract (0.7.0, descriptor word 3) promises an IP header
+        /// offset only behind a whole, well-formed header; SDKs rely on it.
+        #[test]
+        fn an_ip_offset_is_set_only_behind_a_whole_well_formed_header(
+            data in proptest::collection::vec(any::<u8>(), 0..128),
+            v4 in any::<bool>(),
+        ) {
+            // Random bytes behind an untagged IPv4 or IPv6 ethertype.
+            let mut f = data;
+            f.resize(f.len().max(14), 0);
+            f[12..14].copy_from_slice(&if v4 { [0x08, 0x00] } else { [0x86, 0xdd] });
+            if let Some(l3) = parse(&f).l3_offset.map(usize::from) {
+                let ip = &f[l3..];
+                if v4 {
+                    let hl = usize::from(ip[0] & 0x0f) * 4;
+                    prop_assert!(ip[0] >> 4 == 4 && hl >= 20 && ip.len() >= hl);
+                    prop_assert!(usize::from(u16::from_be_bytes([ip[2], ip[3]])) >= hl);
+                } else {
+                    prop_assert!(ip[0] >> 4 == 6 && ip.len() >= 40);
+                }
+            }
+        }
+
         #[test]
         fn every_truncation_is_safe_and_monotonic(frame in any_frame()) {
             let full = parse(&frame);

@@ -258,19 +258,12 @@ class Packet:
 
     def _ipv4(self) -> int:
         """The frame offset of the packet's IPv4 header when the whole
-        header was captured, else -1."""
+        header was captured, else -1: the host sets ``l3_offset`` only
+        behind a whole, well-formed IP header (``sluice:nf@0.7.0``)."""
         l3 = self.l3_offset
         if l3 == NO_L3 or self.flags & FLAG_IPV6:
             return -1
-        b = self._batch
-        f, at, end = b._data, self._start + l3, b._ends[self._index]
-        if at + 20 > end:
-            return -1
-        first = f[at]
-        hl = (first & 0x0F) * 4
-        if first >> 4 != 4 or hl < 20 or at + hl > end or ((f[at + 2] << 8) | f[at + 3]) < hl:
-            return -1
-        return at
+        return self._start + l3
 
     def is_ipv4(self) -> bool:
         """An IPv4 packet whose whole IP header was captured."""
@@ -278,13 +271,10 @@ class Packet:
 
     def ip_proto(self) -> int:
         """The IP protocol (for IPv6 the first next header); 0 if not IP."""
-        if self.flags & FLAG_IPV6:
-            l3 = self.l3_offset
-            b = self._batch
-            at = self._start + l3 + 6
-            return b._data[at] if l3 != NO_L3 and at < b._ends[self._index] else 0
-        at = self._ipv4()
-        return self._batch._data[at + 9] if at >= 0 else 0
+        l3 = self.l3_offset
+        if l3 == NO_L3:
+            return 0
+        return self._batch._data[self._start + l3 + (6 if self.flags & FLAG_IPV6 else 9)]
 
     def ipv4_src(self) -> int:
         """IPv4 source address as an integer (0 if not IPv4)."""
@@ -298,12 +288,7 @@ class Packet:
 
     def is_ipv6(self) -> bool:
         """An IPv6 packet whose fixed 40-byte IP header was captured."""
-        l3 = self.l3_offset
-        if l3 == NO_L3 or not self.flags & FLAG_IPV6:
-            return False
-        b = self._batch
-        at = self._start + l3
-        return at + 40 <= b._ends[self._index] and b._data[at] >> 4 == 6
+        return self.l3_offset != NO_L3 and self.flags & FLAG_IPV6 != 0
 
     def ipv6_src(self) -> Optional[bytes]:
         """IPv6 source address: its 16 bytes in network order (None if not IPv6)."""
