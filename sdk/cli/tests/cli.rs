@@ -261,6 +261,35 @@ fn nf_test_diffs_blesses_and_explains() {
     assert!(!o.status.success() && text(&o).contains("input.txt: line 1"), "{}", text(&o));
 }
 
+#[test]
+fn nf_run_shows_the_nf_s_log_lines_and_why_a_batch_was_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(sluice(tmp.path(), &["nf", "new", "loud", "--lang", "python"]).status.success());
+    let project = tmp.path().join("loud");
+    std::fs::write(
+        project.join("nf.py"),
+        "from sluice_nf import Level, export, log, stateless\n\n\n\
+         class Loud:\n    def init(self, config):\n        return stateless()\n\n\
+         \x20   def process(self, batch):\n        log(Level.INFO, f\"a batch of {len(batch)}\")\n\
+         \x20       raise ValueError(\"not today\")\n\n\nNf = export(Loud)\n",
+    )
+    .unwrap();
+    let o = sluice(&project, &["nf", "run", "--in", "tests/basic/input.txt"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("a batch of 5"), "the NF's own line: {err}");
+    assert!(err.contains("batch refused by the NF: ValueError: not today"), "why: {err}");
+    // Quiet when asked.
+    let o = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["nf", "run", "--in", "tests/basic/input.txt"])
+        .current_dir(&project)
+        .env("SLUICE_DATA_DIR", workspace().join("target/sluice-data-test"))
+        .env("SLUICE_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(o.status.success() && !String::from_utf8_lossy(&o.stderr).contains("not today"), "{}", text(&o));
+}
+
 /// Polls `f` every 200 ms until it holds; fails after `secs`.
 fn wait_until(secs: u64, what: &str, f: &mut dyn FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);

@@ -69,6 +69,7 @@ pub fn test(
     cargo_target_dir: Option<PathBuf>,
 ) -> Result<()> {
     let as_json = cx.json();
+    local_logs()?;
     let sdk = cx.projects_sdk()?;
     let project = Project::open(project)?;
     let shape = project.local_run(shape.workers, shape.batch, shape.spread);
@@ -136,6 +137,7 @@ pub fn run(
     shape: RunShape,
     cargo_target_dir: Option<PathBuf>,
 ) -> Result<()> {
+    local_logs()?;
     let sdk = cx.projects_sdk()?;
     let project = Project::open(project)?;
     let shape = project.local_run(shape.workers, shape.batch, shape.spread);
@@ -166,6 +168,14 @@ pub fn run(
         out!("{}", report.summary());
     }
     Ok(())
+}
+
+/// Logs of an NF run here, on stderr as `SLUICE_LOG` and
+/// `SLUICE_LOG_FORMAT` say: by default the host's warnings (why a batch
+/// was refused, a trap and its cause) and the NF's own log lines from
+/// `info` up, which is what its author runs it here to see.
+fn local_logs() -> Result<()> {
+    sluice_telemetry::init_logs("warn,sluice::guest=info").context("starting the log")
 }
 
 /// `sluice nf check`: a component file against the `sluice:nf` world.
