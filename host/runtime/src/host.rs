@@ -635,52 +635,46 @@ macro_rules! offload_of_0_5 {
 
         impl wit_offload::Host for HostState {
             fn offload(&mut self, requests: Vec<wit_offload::OffloadRequest>) -> Vec<Result<(), wit_offload::OffloadError>> {
-                use crate::offload::{Refusal, Request, RewriteOp};
+                use crate::offload::Refusal;
+                use sluice_wire::abi::{OffloadRecord, OpRecord};
                 use wit_offload::{OffloadError as E, RewriteOp as W};
-                let address = |e: &wit_offload::Endpoint| crate::offload::address(&e.address).map(|a| (a, e.port));
+                // Each change as the result frame of 0.7.0 carries it, so
+                // that one decoder checks both.
+                let record = |op: &W| {
+                    let (kind, endpoint, dscp) = match op {
+                        W::Source(e) => (0, Some(e), 0),
+                        W::Destination(e) => (1, Some(e), 0),
+                        W::DecrementTtl => (2, None, 0),
+                        W::SetDscp(d) => (3, None, *d),
+                    };
+                    let mut address = [0u8; 16];
+                    let given = endpoint.map_or(&[][..], |e| e.address.as_slice());
+                    if let Some(a) = address.get_mut(..given.len()) {
+                        a.copy_from_slice(given);
+                    }
+                    OpRecord {
+                        kind,
+                        address_len: u8::try_from(given.len()).unwrap_or(u8::MAX),
+                        address,
+                        port: endpoint.and_then(|e| e.port),
+                        dscp,
+                    }
+                };
                 requests
                     .into_iter()
                     .map(|r| {
-                        let mut ops = Vec::with_capacity(r.rewrites.len().min(crate::offload::MAX_REWRITES + 1));
-                        for (i, op) in r.rewrites.iter().enumerate() {
-                            if i > crate::offload::MAX_REWRITES {
-                                break;
-                            }
-                            ops.push(match op {
-                                W::Source(e) | W::Destination(e) => {
-                                    let Some((a, p)) = address(e) else {
-                                        return Err(E::BadRewrite(format!(
-                                            "change {i}: an address of {} bytes (4 for IPv4, 16 for IPv6)",
-                                            e.address.len()
-                                        )));
-                                    };
-                                    if matches!(op, W::Source(_)) {
-                                        RewriteOp::Source(a, p)
-                                    } else {
-                                        RewriteOp::Destination(a, p)
-                                    }
-                                }
-                                W::DecrementTtl => RewriteOp::DecrementTtl,
-                                W::SetDscp(d) => RewriteOp::SetDscp(*d),
-                            });
-                        }
-                        self.offload
-                            .offload(Request {
-                                packet: r.packet,
-                                ops,
-                                idle_ns: r.idle_timeout_ns,
-                                max_packets: r.max_packets,
-                                max_bytes: r.max_bytes,
-                                max_age_ns: r.max_age_ns,
-                                return_counts: r.return_counts,
-                            })
-                            .map_err(|e| match e {
-                                Refusal::NotNow => E::NotNow,
-                                Refusal::BadPacket => E::BadPacket,
-                                Refusal::NotOffloadable(why) => E::NotOffloadable(why.to_string()),
-                                Refusal::BadRewrite(why) => E::BadRewrite(why),
-                                Refusal::OverBudget => E::OverBudget,
-                            })
+                        let head = OffloadRecord::new(
+                            r.packet,
+                            r.return_counts,
+                            [r.idle_timeout_ns, r.max_packets, r.max_bytes, r.max_age_ns],
+                        );
+                        self.offload.offload_ops(&head, r.rewrites.iter().map(record)).map_err(|e| match e {
+                            Refusal::NotNow => E::NotNow,
+                            Refusal::BadPacket => E::BadPacket,
+                            Refusal::NotOffloadable(why) => E::NotOffloadable(why.to_string()),
+                            Refusal::BadRewrite(why) => E::BadRewrite(why),
+                            Refusal::OverBudget => E::OverBudget,
+                        })
                     })
                     .collect()
             }

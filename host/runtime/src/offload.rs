@@ -241,6 +241,43 @@ impl Calls {
         Ok(())
     }
 
+    /// Checks and keeps one request given as the result frame's records
+    /// (0.7.0) or converted to them from the `offload` call's (0.5.0 and
+    /// later): the packet, its limits and its header changes.
+    pub(crate) fn offload_ops(
+        &mut self,
+        head: &sluice_wire::abi::OffloadRecord<'_>,
+        ops: impl Iterator<Item = sluice_wire::abi::OpRecord>,
+    ) -> Result<(), Refusal> {
+        let mut checked = Vec::new();
+        // One change more than allowed is enough for `offload` to refuse.
+        for (i, op) in ops.take(MAX_REWRITES + 1).enumerate() {
+            let len = usize::from(op.address_len);
+            let endpoint = || op.address.get(..len).and_then(address).map(|a| (a, op.port));
+            checked.push(match (op.kind, endpoint()) {
+                (0, Some((a, p))) => RewriteOp::Source(a, p),
+                (1, Some((a, p))) => RewriteOp::Destination(a, p),
+                (2, _) => RewriteOp::DecrementTtl,
+                (3, _) => RewriteOp::SetDscp(op.dscp),
+                (0 | 1, None) => {
+                    return Err(Refusal::BadRewrite(format!(
+                        "change {i}: an address of {len} bytes (4 for IPv4, 16 for IPv6)"
+                    )));
+                }
+                (k, _) => return Err(Refusal::BadRewrite(format!("change {i}: unknown kind {k}"))),
+            });
+        }
+        self.offload(Request {
+            packet: head.packet,
+            ops: checked,
+            idle_ns: head.idle_timeout_ns,
+            max_packets: head.max_packets,
+            max_bytes: head.max_bytes,
+            max_age_ns: head.max_age_ns,
+            return_counts: head.return_counts,
+        })
+    }
+
     /// Takes the offload requests of a 0.7.0 result frame, in order, as
     /// the `offload` call would. A refused request makes no entry (the
     /// frame has no answer; an NF that wants one calls `offload`).
@@ -249,39 +286,7 @@ impl Calls {
     pub(crate) fn offload_records(&mut self, records: sluice_wire::abi::Offloads<'_>) -> Result<(), String> {
         for r in records {
             let r = r.map_err(|e| e.to_string())?;
-            let mut ops = Vec::with_capacity(r.op_count().min(MAX_REWRITES + 1));
-            let mut bad = None;
-            // One change more than allowed is enough for `offload` to refuse.
-            for (i, op) in r.ops().take(MAX_REWRITES + 1).enumerate() {
-                let len = usize::from(op.address_len);
-                let endpoint = || op.address.get(..len).and_then(address).map(|a| (a, op.port));
-                ops.push(match (op.kind, endpoint()) {
-                    (0, Some((a, p))) => RewriteOp::Source(a, p),
-                    (1, Some((a, p))) => RewriteOp::Destination(a, p),
-                    (2, _) => RewriteOp::DecrementTtl,
-                    (3, _) => RewriteOp::SetDscp(op.dscp),
-                    (0 | 1, None) => {
-                        bad = Some(format!("change {i}: an address of {len} bytes (4 for IPv4, 16 for IPv6)"));
-                        break;
-                    }
-                    (k, _) => {
-                        bad = Some(format!("change {i}: unknown kind {k}"));
-                        break;
-                    }
-                });
-            }
-            if bad.is_some() {
-                continue;
-            }
-            let _refused = self.offload(Request {
-                packet: r.packet,
-                ops,
-                idle_ns: r.idle_timeout_ns,
-                max_packets: r.max_packets,
-                max_bytes: r.max_bytes,
-                max_age_ns: r.max_age_ns,
-                return_counts: r.return_counts,
-            });
+            let _refused = self.offload_ops(&r, r.ops());
         }
         Ok(())
     }
