@@ -58,6 +58,10 @@ NfInfo = types.NfInfo
 Merge = _state.Merge
 
 
+#: ``forward(0)``, every packet's verdict until the NF sets another.
+_FORWARD_0 = 1 << 16
+
+
 def forward(port: int = 0) -> int:
     """Verdict: forward the packet out of ``port`` (0: the default output)."""
     return (1 << 16) | (port & 0xFFFF)
@@ -373,7 +377,7 @@ class Batch:
         self._ends = self._words32[0::8].tolist()
         self._desc = desc
         self._packets: Optional[List[Packet]] = None
-        self.verdicts = [forward(0)] * n
+        self.verdicts = [_FORWARD_0] * n
         self._rewrites: dict = {}
         self._events: list = []
         # Each flow's state as this batch sees it (None: none), and the
