@@ -114,6 +114,9 @@ pub struct DpdkIo {
     ingress: Vec<usize>,
     /// Each packet's length, as `packets` read it.
     lens: Vec<u32>,
+    /// Per output, the longest frame [`deliver_plain`](Self::deliver_plain)
+    /// queues without a look at it (reused across batches).
+    straight: Vec<u32>,
     /// Multi-segment packets copied into one buffer each, and marked
     /// packets without their mark, in the order of the batch.
     scratch: Vec<Vec<u8>>,
@@ -195,6 +198,7 @@ impl DpdkIo {
             mbufs: Vec::with_capacity(batch * n),
             ingress: Vec::with_capacity(batch * n),
             lens: Vec::with_capacity(batch * n),
+            straight: Vec::new(),
             scratch: Vec::new(),
             copied: Vec::new(),
             stripped: Vec::new(),
@@ -348,6 +352,84 @@ impl DpdkIo {
                 }
             }
         }
+    }
+
+    /// Where a packet of ingress port `pi` with `fate` leaves: `None`
+    /// when it leaves no output (dropped by an NF or held for reassembly,
+    /// counted here), `Some(None)` when it has nowhere to go.
+    #[inline]
+    fn target(&mut self, fate: Fate, pi: usize) -> Option<Option<usize>> {
+        match fate {
+            Fate::Dropped(_) => {
+                if let Some(c) = self.counters.get_mut(pi) {
+                    c.dropped_by_nf += 1;
+                }
+                None
+            }
+            Fate::Reassembling => {
+                // Its bytes are in the chain's reassembly buffer now.
+                if let Some(c) = self.counters.get_mut(pi) {
+                    c.reassembling += 1;
+                }
+                None
+            }
+            Fate::Refused => Some(None),
+            Fate::Forward(0) => Some(self.default_outputs.get(pi).copied().flatten()),
+            Fate::Forward(port) => Some(Some(usize::from(port) - 1).filter(|&t| t < self.outputs.len())),
+        }
+    }
+
+    /// [`deliver`](PacketIo::deliver) for a batch none of whose packets
+    /// is held, kept back, passed on or marked (the common case): a
+    /// packet forwarded with its bytes unchanged to an output that writes
+    /// no MAC, and that it fits whole, goes straight to that output's
+    /// queue; the others take [`enqueue`](Self::enqueue) as always.
+    fn deliver_plain(&mut self, results: Results<'_>) {
+        let mut mbufs = std::mem::take(&mut self.mbufs);
+        let ingress = std::mem::take(&mut self.ingress);
+        let lens = std::mem::take(&mut self.lens);
+        // Per output, the longest frame that goes straight (0: none does).
+        let mut straight = std::mem::take(&mut self.straight);
+        straight.clear();
+        straight.extend(self.outputs.iter().map(|o| match o.mac {
+            Some(_) => 0,
+            None => match self.egress.as_ref().and_then(|e| e.mtus.get(o.port).copied()).unwrap_or(0) {
+                0 => u32::MAX,
+                mtu => u32::try_from(mtu + sluice_wire::ethernet::HEADER_LEN).unwrap_or(u32::MAX),
+            },
+        }));
+        let mut homes_now = 0;
+        for (i, ((m, pi), r)) in mbufs.drain(..).zip(ingress.iter().copied()).zip(results.iter()).enumerate() {
+            let Some(target) = self.target(r.fate, pi) else { continue };
+            let Some(t) = target else {
+                if let Some(c) = self.counters.get_mut(pi) {
+                    c.dropped_other += 1;
+                }
+                continue;
+            };
+            let len = lens.get(i).map_or_else(|| u32::try_from(m.len()).unwrap_or(u32::MAX), |&l| l);
+            if r.data.is_none()
+                && r.fragments.is_none()
+                && straight.get(t).is_some_and(|&max| len <= max)
+                && let Some(o) = self.out.get_mut(t)
+            {
+                o.push(m);
+                continue;
+            }
+            if self.handoff.is_some()
+                && let Some(d) = r.data.as_deref()
+            {
+                Self::note_rewrite(&self.handoff, &mut self.homed, &mut homes_now, results.owner(i), &m, d);
+            }
+            match r.fragments.as_deref() {
+                Some(cut) if !cut.is_empty() => self.enqueue_fragments(m, cut, t, pi),
+                _ => self.enqueue(m, r.data.as_deref(), len as usize, t, pi),
+            }
+        }
+        self.straight = straight;
+        self.ingress = ingress;
+        self.lens = lens;
+        self.mbufs = mbufs;
     }
 
     fn queue(&mut self, mut m: Mbuf, data: Option<&[u8]>, t: usize, pi: usize) {
@@ -879,7 +961,11 @@ impl PacketIo for DpdkIo {
     }
 
     fn deliver(&mut self, results: Results<'_>) {
-        let n_outputs = self.outputs.len();
+        if self.holding.is_empty() && self.deferring.is_empty() && self.stripped.is_empty() && self.passing.is_empty() {
+            self.deliver_plain(results);
+            self.transmit();
+            return;
+        }
         let mut mbufs = std::mem::take(&mut self.mbufs);
         self.holding.sort_unstable_by_key(|&(i, _)| i);
         let holding_now = std::mem::take(&mut self.holding);
@@ -936,24 +1022,7 @@ impl PacketIo for DpdkIo {
                 self.held.push(Held { ticket, mbuf: m, ingress: pi, at: now.unwrap_or_else(Instant::now) });
                 continue;
             }
-            let target = match r.fate {
-                Fate::Dropped(_) => {
-                    if let Some(c) = self.counters.get_mut(pi) {
-                        c.dropped_by_nf += 1;
-                    }
-                    continue;
-                }
-                Fate::Reassembling => {
-                    // Its bytes are in the chain's reassembly buffer now.
-                    if let Some(c) = self.counters.get_mut(pi) {
-                        c.reassembling += 1;
-                    }
-                    continue;
-                }
-                Fate::Refused => None,
-                Fate::Forward(0) => self.default_outputs.get(pi).copied().flatten(),
-                Fate::Forward(port) => Some(usize::from(port) - 1).filter(|&t| t < n_outputs),
-            };
+            let Some(target) = self.target(r.fate, pi) else { continue };
             if self.handoff.is_some()
                 && target.is_some()
                 && let Some(d) = r.data.as_deref()
