@@ -29,7 +29,7 @@ pub struct RawPacket<'a> {
 #[derive(Debug)]
 pub struct BatchBuilder {
     batch: Batch,
-    flow_index: HashMap<FlowKey, u16>,
+    flow_index: FlowIndex,
     /// Normalized key of each distinct flow of the batch.
     flow_keys: Vec<FlowKey>,
     /// Largest packet timestamp of the batch.
@@ -49,7 +49,7 @@ impl BatchBuilder {
     pub fn new(with_flows: bool) -> Self {
         BatchBuilder {
             batch: Batch { data: Vec::new(), descriptors: Vec::new(), flow_states: Vec::new() },
-            flow_index: HashMap::default(),
+            flow_index: FlowIndex::default(),
             flow_keys: Vec::new(),
             max_ts: 0,
             with_flows,
@@ -114,12 +114,7 @@ impl BatchBuilder {
             }
             d.flow_hash = norm.hash_normalized();
             if self.with_flows {
-                let next = self.flow_keys.len() as u16;
-                let idx = *self.flow_index.entry(norm).or_insert(next);
-                if idx == next {
-                    self.flow_keys.push(norm);
-                }
-                d.flow = idx;
+                d.flow = self.flow_index.find_or_add(&mut self.flow_keys, norm, d.flow_hash);
             }
         }
         self.batch.descriptors.extend_from_slice(&d.encode());
@@ -175,6 +170,98 @@ impl BatchBuilder {
     }
 }
 
+/// The distinct flows of a batch, found by the flow hash each
+/// descriptor carries anyway: an open-addressed table of flow indices
+/// (plus one, 0 empty), at most half full. Keys whose hashes collide
+/// in more than [`PROBES`](Self::PROBES) slots in a row (crafted to) go
+/// to a map with a seeded hasher instead, so no batch costs more than
+/// a few probes a packet.
+#[derive(Debug, Default)]
+struct FlowIndex {
+    slots: Vec<u16>,
+    /// The hash of each flow, by index.
+    hashes: Vec<u64>,
+    spill: HashMap<FlowKey, u16>,
+}
+
+impl FlowIndex {
+    const PROBES: usize = 8;
+    const MIN_SLOTS: usize = 64;
+
+    fn clear(&mut self) {
+        self.slots.fill(0);
+        self.hashes.clear();
+        self.spill.clear();
+    }
+
+    /// The index of `key` (normalized, whose hash is `hash`) in `keys`,
+    /// where it is appended if new.
+    fn find_or_add(&mut self, keys: &mut Vec<FlowKey>, key: FlowKey, hash: u64) -> u16 {
+        if (keys.len() + 1) * 2 > self.slots.len() {
+            self.grow(keys);
+        }
+        if let Some(idx) = self.probe(keys, &key, hash) {
+            return idx;
+        }
+        let idx = keys.len() as u16;
+        keys.push(key);
+        self.hashes.push(hash);
+        self.place(&key, hash, idx);
+        idx
+    }
+
+    /// Where `key` already is, if it is.
+    fn probe(&self, keys: &[FlowKey], key: &FlowKey, hash: u64) -> Option<u16> {
+        let mask = self.slots.len().wrapping_sub(1);
+        let start = Self::start(hash);
+        for n in 0..Self::PROBES {
+            match self.slots.get(start.wrapping_add(n) & mask).copied() {
+                None | Some(0) => return None,
+                Some(s) if keys.get(usize::from(s - 1)) == Some(key) => return Some(s - 1),
+                Some(_) => {}
+            }
+        }
+        self.spill.get(key).copied()
+    }
+
+    /// The first slot of `hash`'s run: all of its bits mixed in, since
+    /// the flows of one worker's batch may share some (spread by them).
+    #[inline]
+    fn start(hash: u64) -> usize {
+        (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize
+    }
+
+    /// Records that `key` is flow `idx` (not yet recorded).
+    fn place(&mut self, key: &FlowKey, hash: u64, idx: u16) {
+        let mask = self.slots.len().wrapping_sub(1);
+        let start = Self::start(hash);
+        for n in 0..Self::PROBES {
+            if let Some(slot) = self.slots.get_mut(start.wrapping_add(n) & mask)
+                && *slot == 0
+            {
+                *slot = idx + 1;
+                return;
+            }
+        }
+        self.spill.insert(*key, idx);
+    }
+
+    /// Doubles the table (at least [`MIN_SLOTS`](Self::MIN_SLOTS)) and
+    /// places every flow of `keys` again.
+    #[cold]
+    fn grow(&mut self, keys: &[FlowKey]) {
+        let want = ((keys.len() + 1) * 2).next_power_of_two().max(Self::MIN_SLOTS);
+        self.slots.clear();
+        self.slots.resize(want, 0);
+        self.spill.clear();
+        let hashes = std::mem::take(&mut self.hashes);
+        for (i, (k, &h)) in keys.iter().zip(&hashes).enumerate() {
+            self.place(k, h, i as u16);
+        }
+        self.hashes = hashes;
+    }
+}
+
 /// Bytes of packet `i` of a batch.
 pub fn packet_bytes(b: &Batch, i: usize) -> &[u8] {
     let end = Descriptor::decode(&b.descriptors, i).map(|d| d.end as usize);
@@ -212,6 +299,52 @@ mod tests {
         assert_eq!(desc[3].l3_offset, NO_L3);
         assert_eq!(desc[0].l4_offset, 34);
         assert_eq!(desc[0].l3_offset, 14);
+    }
+
+    fn key(n: u32) -> FlowKey {
+        FlowKey {
+            src: sluice_wire::IpAddr128::from_v4(n.to_be_bytes()),
+            dst: sluice_wire::IpAddr128::from_v4([10, 0, 0, 1]),
+            src_port: 1000,
+            dst_port: 80,
+            protocol: 6,
+        }
+    }
+
+    #[test]
+    fn flows_whose_hashes_all_collide_are_told_apart() {
+        // A crafted batch: every flow hashes the same.
+        let mut index = FlowIndex::default();
+        let mut keys = Vec::new();
+        for n in 0..300 {
+            assert_eq!(index.find_or_add(&mut keys, key(n), 7), n as u16);
+        }
+        for n in (0..300).rev() {
+            assert_eq!(index.find_or_add(&mut keys, key(n), 7), n as u16);
+        }
+        assert_eq!(keys.len(), 300);
+        index.clear();
+        keys.clear();
+        assert_eq!(index.find_or_add(&mut keys, key(299), 7), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_flow_index_numbers_flows_as_a_map_would(
+            flows in proptest::collection::vec(0u32..400, 0..900),
+            hashes in 1u64..20,
+        ) {
+            // Few distinct hashes: runs of collisions, spills, growth.
+            let mut index = FlowIndex::default();
+            let mut keys = Vec::new();
+            let mut model: std::collections::HashMap<u32, u16> = std::collections::HashMap::new();
+            for n in flows {
+                let next = model.len() as u16;
+                let want = *model.entry(n).or_insert(next);
+                proptest::prop_assert_eq!(index.find_or_add(&mut keys, key(n), u64::from(n) % hashes), want);
+            }
+            proptest::prop_assert_eq!(keys.len(), model.len());
+        }
     }
 
     #[test]
