@@ -113,6 +113,45 @@ fn firewall_as_without_offload(runtime: &Runtime, offloading: &str, frames: &[(u
 }
 
 #[test]
+fn flows_under_entries_longer_than_their_state_s_idle_timeout_keep_their_state() {
+    // An NF's flow state is not refreshed for every packet under an
+    // entry: sweeps (run by the datagrams to port 9, which reach the NF
+    // all along) and the packets that come back to the NF (every entry
+    // ends at its 20th packet) must find the flows alive. 40 connections
+    // of 2.7 ms (a packet each way every 80 µs) against 1 ms of idle
+    // timeout: a flow whose state was swept under its entry is opened
+    // again when its packets come back.
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let mut frames = connections(40, 64);
+    frames.retain(|(_, f)| sluice_wire::parse(f).tcp_flags.is_none_or(|fl| fl & FIN == 0));
+    let (first, last) = (frames[0].0, frames.last().unwrap().0);
+    let discard = FrameSpec::udp4([10, 9, 9, 9], 5000, [203, 0, 113, 9], 9).build();
+    frames.extend((first..last).step_by(20_000).map(|t| (t + 500, discard.clone())));
+    frames.sort_by_key(|(t, _)| *t);
+    let tables = |c: &mut Chain, name: &str| {
+        let s = &mut c.stages_mut()[0];
+        s.flush_state();
+        let mut v = s.tables().unwrap().domain().eventual_snapshot(name).unwrap();
+        v.sort_unstable();
+        v
+    };
+    for batch in [8, 32] {
+        let config = |offload| format!("offload = {offload}\nstate-ms = 1\nmax-packets = 20\n");
+        let mut plain = chain(&runtime, "offload-counter", true, &config(0));
+        let mut offloading = chain(&runtime, "offload-counter", true, &config(1));
+        assert_eq!(run(&mut plain, &frames, batch), run(&mut offloading, &frames, batch), "batch {batch}");
+        offloading.end_offloads();
+        let opened = tables(&mut plain, "opened");
+        assert_eq!(opened.len(), 41, "batch {batch}: each flow opened once: {opened:?}");
+        assert!(opened.iter().all(|(_, n)| *n == 1), "batch {batch}: {opened:?}");
+        assert_eq!(opened, tables(&mut offloading, "opened"), "batch {batch}: no flow's state lost under its entry");
+        assert_eq!(tables(&mut plain, "packets"), tables(&mut offloading, "packets"), "batch {batch}");
+        let m = offloading.stages()[0].meters();
+        assert!(m.offloaded_packets * 2 > frames.len() as u64, "batch {batch}: {m:?}");
+    }
+}
+
+#[test]
 fn the_firewall_offloads_a_direction_at_its_fourth_established_packet_so_short_connections_make_no_entries() {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let offload = format!("{FIREWALL},\"offload\":true}}");

@@ -885,7 +885,12 @@ fn flow_sum(chain: &Chain, k: &FlowKey) -> Option<u64> {
 fn flow_out(chain: &Chain, k: &FlowKey, entries: Vec<sluice_runtime::offload::Carried>) -> PeerFlow {
     PeerFlow {
         key: k.to_bytes().to_vec(),
-        nfs: chain.stages().iter().filter_map(|s| s.export_flow(k).map(|e| NfPart::of(s.name(), &e))).collect(),
+        nfs: chain
+            .stages()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| chain.export_flow(i, k).map(|e| NfPart::of(s.name(), &e)))
+            .collect(),
         offload: entries.iter().map(OffloadPart::of).collect(),
     }
 }

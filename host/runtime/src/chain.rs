@@ -237,9 +237,6 @@ pub struct Chain {
     visits: Vec<u8>,
     /// Entries ended and not yet handed to their NFs.
     ended: Vec<(crate::offload::Step, crate::offload::Return)>,
-    /// Flows whose state is refreshed after the batch: their packets
-    /// passed under entries (NF, flow as it saw it).
-    refresh: Vec<(usize, sluice_wire::FlowKey)>,
     /// Entries carried from another host, for the chain to take in.
     carried: Vec<(sluice_wire::FlowKey, Vec<crate::offload::Carried>)>,
 }
@@ -358,7 +355,6 @@ impl Chain {
             offer_at: Vec::new(),
             visits: Vec::new(),
             ended: Vec::new(),
-            refresh: Vec::new(),
             carried: Vec::new(),
             inbox: vec![Vec::new(); stages.len()],
             stages,
@@ -411,6 +407,19 @@ impl Chain {
         self.offload.flow_sum(key)
     }
 
+    /// What NF `stage` holds of flow `key` (see
+    /// [`NfInstance::export_flow`]), its flow state last seen as of the
+    /// last packet that passed under a live offload entry of the flow,
+    /// where that is later (the NFs' flow state is not refreshed for each
+    /// such packet).
+    pub fn export_flow(&self, stage: usize, key: &sluice_wire::FlowKey) -> Option<crate::instance::FlowExport> {
+        let mut e = self.stages.get(stage)?.export_flow(key)?;
+        if let (Some(f), Some(t)) = (e.flow.as_mut(), self.offload.last_packet(stage, &e.key)) {
+            f.last_seen_ns = f.last_seen_ns.max(t);
+        }
+        Some(e)
+    }
+
     /// Copies of flow `key`'s offload entries (normalized, as it comes
     /// in), to go with its NFs' state to another host.
     pub fn carry_offloads(&self, key: &sluice_wire::FlowKey) -> Vec<crate::offload::Carried> {
@@ -425,8 +434,9 @@ impl Chain {
         let out = self.carry_offloads(key);
         let mut ended_on = Vec::new();
         self.offload.hand_over(key, &mut ended_on);
-        for i in ended_on {
-            if let Some(s) = self.stages.get_mut(i) {
+        for (step, r) in ended_on {
+            if let Some(s) = self.stages.get_mut(step.stage) {
+                s.offloaded_flow_seen(&step.key, r.last_ns);
                 s.offload_ended(None);
             }
         }
@@ -514,10 +524,12 @@ impl Chain {
         }
     }
 
-    /// Hands ended entries' returns to their NFs.
+    /// Hands ended entries' returns to their NFs; each NF's state of the
+    /// flow is brought up to the entry's last packet.
     fn hand_back(&mut self) {
         for (step, r) in self.ended.drain(..) {
             if let Some(s) = self.stages.get_mut(step.stage) {
+                s.offloaded_flow_seen(&step.key, r.last_ns);
                 s.offload_ended(step.wants_counts().then_some(r));
             }
         }
@@ -778,7 +790,7 @@ impl Chain {
             }
             if offloaded && let Some(probe) = self.offload.probe(p, &layers) {
                 let stages = &mut self.stages;
-                let pass = self.offload.pass(&probe, p, &layers, &mut self.ended, &mut self.refresh, |stage, bytes| {
+                let pass = self.offload.pass(&probe, p, &layers, &mut self.ended, |stage, bytes| {
                     if let Some(s) = stages.get_mut(stage) {
                         s.count_offloaded(bytes);
                     }
@@ -807,7 +819,6 @@ impl Chain {
             self.built.push(at);
         }
         if offloaded {
-            self.refresh_offloaded(now);
             self.hand_back();
         }
         if let Some(h) = hook.as_mut() {
@@ -858,18 +869,6 @@ impl Chain {
             self.import_offloads(key, entries, now);
         }
         self.carried = carried;
-    }
-
-    /// Refreshes the state of the flows whose packets passed under entries
-    /// in this batch (kept out of the batch loop's body: it runs once per
-    /// entry and batch).
-    #[inline(never)]
-    fn refresh_offloaded(&mut self, now: u64) {
-        for (s, key) in self.refresh.drain(..) {
-            if let Some(stage) = self.stages.get_mut(s) {
-                stage.offloaded_flow_seen(&key, now);
-            }
-        }
     }
 
     /// Makes the offload entries of the batch's packets that every NF
@@ -1035,7 +1034,19 @@ impl Chain {
         }
         self.lap(Stage::Build);
         let Some(stage) = self.stages.get_mut(s) else { return };
-        let status = stage.process(&mut self.builder, &mut self.out);
+        let status = if self.offload.is_empty() {
+            stage.process(&mut self.builder, &mut self.out)
+        } else {
+            // Flows under entries were not refreshed for each packet that
+            // passed: those of this batch are, before the NF reads them.
+            let offload = &self.offload;
+            for key in self.builder.flow_keys() {
+                if let Some(t) = offload.last_packet(s, key) {
+                    stage.offloaded_flow_seen(key, t);
+                }
+            }
+            stage.process_live(&mut self.builder, &mut self.out, &|key| offload.last_packet(s, key))
+        };
         self.lap(Stage::Call);
         if let Some(slot) = self.statuses.get_mut(s) {
             *slot = status;

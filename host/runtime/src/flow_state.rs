@@ -190,6 +190,14 @@ impl FlowTable {
     /// `now_ns`. Cheap to call per batch: it sweeps at most once per
     /// timeout/4 of packet time.
     pub fn expire(&mut self, now_ns: u64) {
+        self.expire_live(now_ns, &|_| None);
+    }
+
+    /// [`expire`](Self::expire), where `live` gives, for a flow that looks
+    /// idle, the packet time of the last packet that passed under one of
+    /// its offload entries, if one lives: the flow was seen then (a flow
+    /// is not touched for every packet under its entry).
+    pub fn expire_live(&mut self, now_ns: u64, live: &dyn Fn(&FlowKey) -> Option<u64>) {
         if self.idle_timeout_ns == 0 || now_ns.saturating_sub(self.last_sweep_ns) < self.idle_timeout_ns / 4 {
             return;
         }
@@ -199,6 +207,11 @@ impl FlowTable {
         let mut freed = 0usize;
         let changes = &mut self.changes;
         self.entries.retain(|k, e| {
+            if now_ns.saturating_sub(e.last_seen_ns) > timeout
+                && let Some(t) = live(k)
+            {
+                e.last_seen_ns = e.last_seen_ns.max(t);
+            }
             let keep = now_ns.saturating_sub(e.last_seen_ns) <= timeout;
             if !keep {
                 freed += cost(&e.value);

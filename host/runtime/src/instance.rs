@@ -431,9 +431,13 @@ impl NfInstance {
         &mut self.table
     }
 
-    /// Packets of flow `key` passed under an offload entry by packet time
-    /// `now`: its flow state and its entries in the NF's per-flow tables
-    /// are refreshed as the NF's own read would refresh them.
+    /// Packets of flow `key` passed under an offload entry, the last at
+    /// packet time `now`: its flow state and its entries in the NF's
+    /// per-flow tables are brought up to it, as the NF's own read would
+    /// have. The chain does this when the entry ends and before the
+    /// flow's packets reach the NF, not for every packet under the entry;
+    /// sweeps ask the chain about flows that look idle
+    /// ([`process_live`](Self::process_live)).
     pub(crate) fn offloaded_flow_seen(&mut self, key: &sluice_wire::FlowKey, now: u64) {
         self.table.touch(key, now);
         if let Some(t) = self.tables.as_deref_mut() {
@@ -559,6 +563,19 @@ impl NfInstance {
     /// once, applies its decisions or, if it failed, its failure policy.
     /// Never panics and never returns an error: failure is a status.
     pub fn process(&mut self, builder: &mut BatchBuilder, out: &mut StageOutput) -> BatchStatus {
+        self.process_live(builder, out, &|_| None)
+    }
+
+    /// [`process`](Self::process) in a chain with offload entries: `live`
+    /// gives, for a flow whose state a sweep finds idle, the packet time
+    /// of the last packet that passed under a live entry of it through
+    /// this NF, if one did (see [`offloaded_flow_seen`](Self::offloaded_flow_seen)).
+    pub(crate) fn process_live(
+        &mut self,
+        builder: &mut BatchBuilder,
+        out: &mut StageOutput,
+        live: &dyn Fn(&sluice_wire::FlowKey) -> Option<u64>,
+    ) -> BatchStatus {
         out.verdicts.clear();
         out.rewrites.clear();
         out.offloads.clear();
@@ -672,7 +689,7 @@ impl NfInstance {
             Ok(Ok(mut r)) => match validate(&r, n, flow_keys.len(), &mut out.verdicts) {
                 Ok(()) => {
                     if wants_state {
-                        self.apply_updates(flow_keys, now, &mut r.flow_updates);
+                        self.apply_updates(flow_keys, now, &mut r.flow_updates, live);
                     }
                     for v in &out.verdicts {
                         match v {
@@ -683,7 +700,7 @@ impl NfInstance {
                     self.meters.rewritten += r.rewrites.len() as u64;
                     out.rewrites = r.rewrites;
                     if uses_tables {
-                        self.end_tables(now);
+                        self.end_tables(now, live);
                     }
                     return BatchStatus::Ok;
                 }
@@ -754,7 +771,7 @@ impl NfInstance {
             }
         }
         if uses_tables {
-            self.end_tables(now);
+            self.end_tables(now, live);
         }
         self.apply_policy(n, out);
         status
@@ -762,9 +779,9 @@ impl NfInstance {
 
     /// After a batch: merges and sweeps the tables, and hands expired
     /// entries to the NF (one `expired` call per table that has any).
-    fn end_tables(&mut self, now: u64) {
+    fn end_tables(&mut self, now: u64, live: &dyn Fn(&sluice_wire::FlowKey) -> Option<u64>) {
         let Some(t) = self.tables.as_deref_mut() else { return };
-        t.end_batch(now);
+        t.end_batch_live(now, live);
         let expired = t.take_expired();
         let fuel = self.fuel();
         for (table, entries) in expired {
@@ -810,6 +827,7 @@ impl NfInstance {
         keys: &[sluice_wire::FlowKey],
         now: u64,
         updates: &mut Vec<crate::bindings::FlowUpdate>,
+        live: &dyn Fn(&sluice_wire::FlowKey) -> Option<u64>,
     ) {
         self.touched.clear();
         self.touched.resize(keys.len(), false);
@@ -845,7 +863,7 @@ impl NfInstance {
                 self.table.touch(key, now);
             }
         }
-        self.table.expire(now);
+        self.table.expire_live(now, live);
         self.meters.flow_state_bytes = self.table.bytes() as u64;
     }
 

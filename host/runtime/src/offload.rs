@@ -136,6 +136,9 @@ pub struct Return {
     pub bytes: u64,
     /// Why it ended.
     pub reason: EndReason,
+    /// Packet time of the last packet that passed under it (of when it
+    /// was made, if none did): the flow was last seen then.
+    pub last_ns: u64,
 }
 
 /// Why a request was refused at the call (the contract's `offload-error`).
@@ -520,15 +523,14 @@ impl Table {
     /// a limit, a TTL too low) goes to the NFs, and `ended` gets what
     /// passed under the entry. On a hit, `on_step` is called for each NF
     /// of the entry's path with its place in the chain and the packet's
-    /// bytes, and at the entry's first packet of the batch each NF's place
-    /// and the flow as it saw it go to `seen`.
+    /// bytes. The NFs' flow state is not touched (see
+    /// [`last_packet`](Self::last_packet)).
     pub(crate) fn pass(
         &mut self,
         probe: &Probe,
         p: &crate::batch::RawPacket<'_>,
         layers: &Layers,
         ended: &mut Vec<(Step, Return)>,
-        seen: &mut Vec<(usize, FlowKey)>,
         mut on_step: impl FnMut(usize, u64),
     ) -> Pass {
         let (data, wire_len, now) = (p.data, p.wire_len, p.timestamp_ns);
@@ -577,13 +579,10 @@ impl Table {
             on_step(bits.trailing_zeros() as usize, bytes);
             bits &= bits - 1;
         }
-        if wide || first {
+        if wide {
             for s in self.entries.cold(slot).map(|c| c.path.as_slice()).unwrap_or_default() {
-                if wide && s.stage >= 32 {
+                if s.stage >= 32 {
                     on_step(s.stage, bytes);
-                }
-                if first {
-                    seen.push((s.stage, s.key));
                 }
             }
         }
@@ -741,12 +740,25 @@ impl Table {
     /// Ends flow `key`'s entries without handing their NFs what passed
     /// (it went with copies of them); the NFs of the ended entries go to
     /// `ended_on`.
-    pub(crate) fn hand_over(&mut self, key: &FlowKey, ended_on: &mut Vec<usize>) {
+    pub(crate) fn hand_over(&mut self, key: &FlowKey, ended_on: &mut Vec<(Step, Return)>) {
         for ek in self.of_flow(key) {
-            let mut gone = Vec::new();
-            self.end(ek, EndReason::Replaced, &mut gone);
-            ended_on.extend(gone.into_iter().map(|(s, _)| s.stage));
+            self.end(ek, EndReason::Replaced, ended_on);
         }
+    }
+
+    /// Packet time of the last packet that passed under a live entry of
+    /// flow `key` (normalized, as NF `stage` sees it) whose path holds
+    /// that NF, if one does. The NFs' flow state is not refreshed for
+    /// every packet under an entry: it is brought up to this time where
+    /// it would look idle (before a batch's packets of the flow reach the
+    /// NF, and by sweeps) and when the entry ends.
+    pub(crate) fn last_packet(&self, stage: usize, key: &FlowKey) -> Option<u64> {
+        let eks = self.by_hash.get(&(stage, key.hash_normalized()))?;
+        eks.iter()
+            .filter_map(|ek| self.entries.get(ek))
+            .filter(|(_, c)| c.path.iter().any(|s| s.stage == stage && s.key == *key))
+            .map(|(h, _)| h.last_ns)
+            .max()
     }
 
     /// Takes in a carried copy of an entry of flow `key` (normalized, as it
@@ -880,7 +892,15 @@ impl Table {
                     self.by_hash.remove(&h);
                 }
             }
-            ended.push((*s, Return { key: s.key, reverse: s.reverse, packets: e.packets, bytes: e.bytes, reason }));
+            let r = Return {
+                key: s.key,
+                reverse: s.reverse,
+                packets: e.packets,
+                bytes: e.bytes,
+                reason,
+                last_ns: e.last_ns,
+            };
+            ended.push((*s, r));
         }
     }
 
@@ -1023,10 +1043,7 @@ mod tests {
             let raw = RawPacket { data: f, wire_len: f.len() as u32, timestamp_ns: now, ingress_port: 0 };
             let layers = sluice_wire::parse(f);
             let probe = t.probe(&raw, &layers).unwrap();
-            matches!(
-                t.pass(&probe, &raw, &layers, ended, &mut Vec::new(), |_, _| {}),
-                Pass::Hit { fate: Fate::Forward(1), .. }
-            )
+            matches!(t.pass(&probe, &raw, &layers, ended, |_, _| {}), Pass::Hit { fate: Fate::Forward(1), .. })
         };
         assert!(pass(&mut t, &out, 1, &mut ended));
         assert!(!pass(&mut t, &back, 2, &mut ended), "only the direction offloaded");
@@ -1067,7 +1084,7 @@ mod tests {
         for _ in 0..5 {
             a.begin_batch();
             assert!(matches!(
-                a.pass(&a.probe(&raw, &layers).unwrap(), &raw, &layers, &mut ended, &mut Vec::new(), |_, _| {}),
+                a.pass(&a.probe(&raw, &layers).unwrap(), &raw, &layers, &mut ended, |_, _| {}),
                 Pass::Hit { .. }
             ));
         }
@@ -1082,11 +1099,12 @@ mod tests {
         // Three more packets pass at the first host; it hands the flow over.
         for _ in 0..3 {
             a.begin_batch();
-            a.pass(&a.probe(&raw, &layers).unwrap(), &raw, &layers, &mut ended, &mut Vec::new(), |_, _| {});
+            a.pass(&a.probe(&raw, &layers).unwrap(), &raw, &layers, &mut ended, |_, _| {});
         }
         let last = a.carry(&key, name);
         let mut on = Vec::new();
         a.hand_over(&key, &mut on);
+        let on: Vec<usize> = on.iter().map(|(s, _)| s.stage).collect();
         assert_eq!((a.len(), on, ended.len()), (0, vec![0], 0), "handed over: nothing returned here");
         // The later copy of the same entry adds the 3, not 8.
         assert!(b.import(key, last[0].clone(), 11, stage).unwrap().is_none());

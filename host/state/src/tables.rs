@@ -174,23 +174,24 @@ impl Tables {
         !self.tables.iter().any(|t| t.declared)
     }
 
-    /// Packets of flow `key` passed without the NF at packet time `now_ns`
-    /// (flow offload): its per-flow entries stay as fresh as if the NF had
-    /// read them, so they idle out when the flow does and not while it
-    /// runs under an entry (a NAT's mapping keeps its port). An entry
-    /// already idle stays idle, as a read would find it.
+    /// Packets of flow `key` passed without the NF (flow offload), the
+    /// last at packet time `now_ns`: its per-flow entries are brought up
+    /// to it, as if the NF had read them then. The host does this when
+    /// the flow's entry ends, before the flow's packets reach the NF, and
+    /// for entries a sweep finds idle (see [`end_batch`](Self::end_batch)),
+    /// not for every packet: a flow is alive while packets pass under its
+    /// entry (a NAT's mapping keeps the port its entry translates to).
     pub fn touch_flow(&mut self, key: &FlowKey, now_ns: u64) {
         if !self.per_flow {
             return;
         }
         for t in &mut self.tables {
-            let timeout = t.spec.idle_timeout_ns;
             let last = match &mut t.store {
                 Store::FlowCounters(m) => m.get_mut(key).map(|s| &mut s.last_ns),
                 Store::FlowBytes(m) => m.get_mut(key).map(|s| &mut s.last_ns),
                 _ => None,
             };
-            if let Some(last) = last.filter(|l| !stale(**l, now_ns, timeout)) {
+            if let Some(last) = last {
                 *last = (*last).max(now_ns);
             }
         }
@@ -325,9 +326,19 @@ impl Tables {
 
     /// After a batch: merges eventual replicas that are due and sweeps
     /// idle entries (collected for `take_expired` where the NF asked).
+    pub fn end_batch(&mut self, now_ns: u64) {
+        self.end_batch_live(now_ns, &|_| None);
+    }
+
+    /// [`end_batch`](Self::end_batch) of a chain with offload entries:
+    /// `live` gives, for a flow whose per-flow entries look idle, the
+    /// packet time of the last packet that passed under one of its
+    /// entries, if one lives; such entries are brought up to it (see
+    /// [`touch_flow`](Self::touch_flow)) and swept only if that too is
+    /// idle.
     // `retain` hands the byte keys over as `&Box<[u8]>`.
     #[allow(clippy::borrowed_box)]
-    pub fn end_batch(&mut self, now_ns: u64) {
+    pub fn end_batch_live(&mut self, now_ns: u64, live: &dyn Fn(&FlowKey) -> Option<u64>) {
         self.now_ns = self.now_ns.max(now_ns);
         let now = self.now_ns;
         let mut single = false;
@@ -382,12 +393,18 @@ impl Tables {
             let changes = &mut self.changes;
             macro_rules! sweep {
                 ($m:expr, $key:expr, $val:expr, $cost:expr) => {
-                    sweep!($m, $key, $val, $cost, |_| {})
+                    sweep!($m, $key, $val, $cost, |_| {}, |_| None)
                 };
-                ($m:expr, $key:expr, $val:expr, $cost:expr, $gone:expr) => {
+                ($m:expr, $key:expr, $val:expr, $cost:expr, $gone:expr, $live:expr) => {
                     $m.retain(|k, s| {
                         if !stale(s.last_ns, now, timeout) {
                             return true;
+                        }
+                        if let Some(t) = $live(k) {
+                            s.last_ns = s.last_ns.max(t);
+                            if !stale(s.last_ns, now, timeout) {
+                                return true;
+                            }
                         }
                         $gone(k);
                         n += 1;
@@ -411,7 +428,8 @@ impl Tables {
                     |k: &FlowKey| k.to_bytes().to_vec(),
                     |s: &Slot<u64>| s.value.to_le_bytes().to_vec(),
                     |_: &FlowKey, _: &Slot<u64>| FlowKey::ENCODED_LEN + 8 + ENTRY_OVERHEAD,
-                    |k: &FlowKey| changes.note(k)
+                    |k: &FlowKey| changes.note(k),
+                    live
                 ),
                 Store::Bytes(m) => sweep!(
                     m,
@@ -424,7 +442,8 @@ impl Tables {
                     |k: &FlowKey| k.to_bytes().to_vec(),
                     |s: &Slot<Vec<u8>>| s.value.clone(),
                     |_: &FlowKey, s: &Slot<Vec<u8>>| FlowKey::ENCODED_LEN + s.value.len() + ENTRY_OVERHEAD,
-                    |k: &FlowKey| changes.note(k)
+                    |k: &FlowKey| changes.note(k),
+                    live
                 ),
                 Store::Eventual { .. } | Store::Pool(_) | Store::Single(_) => {}
             }
