@@ -171,14 +171,20 @@ impl BatchBuilder {
 }
 
 /// The distinct flows of a batch, found by the flow hash each
-/// descriptor carries anyway: an open-addressed table of flow indices
-/// (plus one, 0 empty), at most half full. Keys whose hashes collide
+/// descriptor carries anyway: an open-addressed table of flow indices,
+/// at most half full. Each slot holds the batch's generation in its top
+/// half and a flow index in the bottom half; a slot of another
+/// generation is empty, so clearing the table for the next batch costs
+/// one increment, not a pass over every slot. Keys whose hashes collide
 /// in more than [`PROBES`](Self::PROBES) slots in a row (crafted to) go
 /// to a map with a seeded hasher instead, so no batch costs more than
 /// a few probes a packet.
 #[derive(Debug, Default)]
 struct FlowIndex {
-    slots: Vec<u16>,
+    slots: Vec<u32>,
+    /// The current batch's generation (never 0, the value of a slot
+    /// never written, once the table has slots).
+    generation: u16,
     /// The hash of each flow, by index.
     hashes: Vec<u64>,
     spill: HashMap<FlowKey, u16>,
@@ -189,9 +195,22 @@ impl FlowIndex {
     const MIN_SLOTS: usize = 64;
 
     fn clear(&mut self) {
-        self.slots.fill(0);
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Every 65,536 batches the stamps come round again.
+            self.slots.fill(0);
+            self.generation = 1;
+        }
         self.hashes.clear();
-        self.spill.clear();
+        if !self.spill.is_empty() {
+            self.spill.clear();
+        }
+    }
+
+    /// The flow index in `slot`, if it was written in this batch.
+    #[inline]
+    fn held(&self, slot: u32) -> Option<u16> {
+        (slot >> 16 == u32::from(self.generation)).then_some(slot as u16)
     }
 
     /// The index of `key` (normalized, whose hash is `hash`) in `keys`,
@@ -215,9 +234,9 @@ impl FlowIndex {
         let mask = self.slots.len().wrapping_sub(1);
         let start = Self::start(hash);
         for n in 0..Self::PROBES {
-            match self.slots.get(start.wrapping_add(n) & mask).copied() {
-                None | Some(0) => return None,
-                Some(s) if keys.get(usize::from(s - 1)) == Some(key) => return Some(s - 1),
+            match self.slots.get(start.wrapping_add(n) & mask).and_then(|&s| self.held(s)) {
+                None => return None,
+                Some(i) if keys.get(usize::from(i)) == Some(key) => return Some(i),
                 Some(_) => {}
             }
         }
@@ -235,11 +254,14 @@ impl FlowIndex {
     fn place(&mut self, key: &FlowKey, hash: u64, idx: u16) {
         let mask = self.slots.len().wrapping_sub(1);
         let start = Self::start(hash);
+        let stamp = (u32::from(self.generation) << 16) | u32::from(idx);
         for n in 0..Self::PROBES {
-            if let Some(slot) = self.slots.get_mut(start.wrapping_add(n) & mask)
-                && *slot == 0
+            let at = start.wrapping_add(n) & mask;
+            if let Some(&s) = self.slots.get(at)
+                && self.held(s).is_none()
+                && let Some(slot) = self.slots.get_mut(at)
             {
-                *slot = idx + 1;
+                *slot = stamp;
                 return;
             }
         }
@@ -253,6 +275,7 @@ impl FlowIndex {
         let want = ((keys.len() + 1) * 2).next_power_of_two().max(Self::MIN_SLOTS);
         self.slots.clear();
         self.slots.resize(want, 0);
+        self.generation = 1;
         self.spill.clear();
         let hashes = std::mem::take(&mut self.hashes);
         for (i, (k, &h)) in keys.iter().zip(&hashes).enumerate() {
@@ -326,6 +349,23 @@ mod tests {
         index.clear();
         keys.clear();
         assert_eq!(index.find_or_add(&mut keys, key(299), 7), 0);
+    }
+
+    #[test]
+    fn a_cleared_index_forgets_every_flow_also_when_its_generations_come_round() {
+        // Flows of one batch must not be found in the next, over more
+        // batches than a slot's generation stamp counts.
+        let mut index = FlowIndex::default();
+        let mut keys = Vec::new();
+        for batch in 0..70_000u32 {
+            index.clear();
+            keys.clear();
+            let (a, b) = (key(batch % 5), key(batch % 5 + 1));
+            assert_eq!(index.find_or_add(&mut keys, a, u64::from(batch % 5)), 0);
+            assert_eq!(index.find_or_add(&mut keys, b, u64::from(batch % 5 + 1)), 1);
+            assert_eq!(index.find_or_add(&mut keys, a, u64::from(batch % 5)), 0);
+            assert_eq!(keys.len(), 2);
+        }
     }
 
     proptest::proptest! {

@@ -759,7 +759,7 @@ impl Chain {
                 continue;
             }
             let layers = sluice_wire::parse(p.data);
-            if let Some(ip) = layers.ip {
+            if let Some(ip) = &layers.ip {
                 // A capture's snap length cuts frames on purpose (their
                 // wire length says so); a frame cut by a receive buffer
                 // claims to be whole.
@@ -775,9 +775,9 @@ impl Chain {
                     self.refuse(at);
                     continue;
                 }
-                if let Some(f) = ip.fragment {
+                if let Some(f) = &ip.fragment {
                     if reassemble {
-                        if !self.reassemble(at, f.key, p, &ip) {
+                        if !self.reassemble(at, f.key, p, ip) {
                             continue;
                         }
                     } else if f.offset != 0 {
